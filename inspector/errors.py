@@ -1,0 +1,46 @@
+"""Errors raised by the reader, each saying what was wrong and what would be right."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+class InspectorError(Exception):
+    """Base class of every error this package raises on bad input."""
+
+
+class NotARunError(InspectorError):
+    """A path that is not a run directory (no ``manifest.<worker>.json`` inside)."""
+
+
+class FormatVersionError(InspectorError):
+    """A run written by a newer format than this reader understands."""
+
+
+class DamagedFileError(InspectorError):
+    """A file of a run that cannot be parsed (truncated, corrupted, wrong type)."""
+
+
+class UnknownTensorError(InspectorError, KeyError):
+    """A tensor name that the run's catalog does not hold."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class NoDumpError(InspectorError, KeyError):
+    """A step, tensor or kind for which no full dump exists."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def suggest(name: str, candidates: Iterable[str], n: int = 5) -> str:
+    """A ' Did you mean ...?' clause listing the closest names, or '' if none is close."""
+    close = difflib.get_close_matches(name, list(candidates), n=n, cutoff=0.5)
+    return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def nearest(value: int, candidates: Iterable[int], n: int = 3) -> list[int]:
+    """The ``n`` candidates closest to ``value``, sorted."""
+    return sorted(sorted(candidates, key=lambda c: (abs(c - value), c))[:n])

@@ -1,0 +1,105 @@
+"""The run directory: layout, names, versions and the contracts shared by writer and reader.
+
+A run is a directory any tool can read without TensorFlow (see FORMAT.md)::
+
+    runs/exp1/
+      manifest.<worker>.json                     catalog, config, status (one per worker)
+      graph.<worker>.pb                          GraphDef of the captured graph
+      stats/<worker>.<seq>.parquet               statistics parts
+      dumps/<worker>.step-<step>.safetensors     full tensors of one dump step
+
+Every file is written to a temporary name and renamed, so a crash never leaves a
+half-written file under a final name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+FORMAT_NAME = "tf-inspector-run"
+FORMAT_VERSION = 1
+TOOL_VERSION = "0.1.0"
+
+MANIFEST_RE = re.compile(r"^manifest\.([A-Za-z0-9_-]+)\.json$")
+STATS_RE = re.compile(r"^([A-Za-z0-9_-]+)\.(\d+)\.parquet$")
+DUMP_RE = re.compile(r"^([A-Za-z0-9_-]+)\.step-(\d+)\.safetensors$")
+WORKER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+
+KINDS = ("forward", "gradient")
+GROUPS = ("all", "positive", "negative")
+#: Scalar statistics, in the order the hook's in-graph matrix holds them.
+STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
+
+#: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds
+#: ``(layer_name, role, tensor)`` tuples to the graph collection ``ICNN_COLLECTION``;
+#: the hook captures those tensors and records role and layer in the catalog.
+ICNN_COLLECTION = "tf_inspector/icnn"
+ICNN_ROLES = ("pre_mask", "mask", "mu", "sqrtvar", "post_mask", "beta", "strength", "filter_loss")
+#: Graph collections written by ``hooks.mark`` inside a model_fn.
+LOSS_COLLECTION = "tf_inspector/loss"
+LABELS_COLLECTION = "tf_inspector/labels"
+POSITIVE_COLLECTION = "tf_inspector/positive"
+
+
+def manifest_name(worker: str) -> str:
+    return f"manifest.{check_worker(worker)}.json"
+
+
+def graph_name(worker: str) -> str:
+    return f"graph.{check_worker(worker)}.pb"
+
+
+def stats_name(worker: str, seq: int) -> str:
+    return f"stats/{check_worker(worker)}.{seq:06d}.parquet"
+
+
+def dump_name(worker: str, step: int) -> str:
+    return f"dumps/{check_worker(worker)}.step-{step:010d}.safetensors"
+
+
+def check_worker(worker: str) -> str:
+    """Return ``worker`` if it is a safe file-name component, else raise ValueError."""
+    if not WORKER_RE.match(worker or ""):
+        raise ValueError(f"worker name {worker!r} must match {WORKER_RE.pattern} (letters, digits, _ and -)")
+    return worker
+
+
+def safe_join(root: Path, relative: str) -> Path:
+    """Join ``relative`` (read from a run) under ``root``; refuse anything that escapes it."""
+    root = Path(root).resolve()
+    path = (root / relative).resolve()
+    if path != root and root not in path.parents:
+        raise ValueError(f"path {relative!r} escapes the run directory {root}")
+    return path
+
+
+def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> int:
+    """Write ``chunks`` to a temporary file beside ``path``, fsync, then rename. Returns bytes written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return written
+
+
+def write_json(path: Path, obj: Any) -> int:
+    data = json.dumps(obj, indent=1, sort_keys=False, allow_nan=False).encode()
+    return atomic_write(path, [data])

@@ -1,0 +1,349 @@
+"""The lazy reader of a run directory.
+
+Opening a run reads the manifests only; statistics load on first use; a dumped tensor is
+memory-mapped from its safetensors file. Damaged files are named in ``run.problems`` and
+skipped; the rest of the run stays readable.
+
+Example::
+
+    import inspector
+    run = inspector.open_run("runs/exp1")
+    run.tensors                                     # catalog (DataFrame)
+    run.stats                                       # statistics (DataFrame)
+    run.steps                                       # steps with full dumps
+    g = run.tensor("conv2/Relu:0", step=200, kind="gradient")   # numpy (memory-mapped)
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import safetensors_io
+from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunError, UnknownTensorError,
+                     nearest, suggest)
+from .format import (DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE, STATS_RE, graph_name,
+                     safe_join)
+
+CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
+                   "icnn_layer", "icnn_role")
+
+
+def is_run(path: str | Path) -> bool:
+    """True if ``path`` is a run directory (holds at least one worker manifest)."""
+    p = Path(path)
+    return p.is_dir() and any(MANIFEST_RE.match(c.name) for c in p.iterdir())
+
+
+def find_runs(path: str | Path) -> list[Path]:
+    """``path`` itself if it is a run, else the runs directly inside it (sorted)."""
+    p = Path(path)
+    if not p.exists():
+        raise NotARunError(f"{p} does not exist; give a run directory or a folder of runs")
+    if is_run(p):
+        return [p]
+    return sorted(c for c in p.iterdir() if c.is_dir() and is_run(c))
+
+
+def open_run(path: str | Path) -> "Run":
+    """Open the run at ``path`` (reads its manifests only)."""
+    return Run(path)
+
+
+@dataclass(frozen=True)
+class DumpFile:
+    worker: str
+    step: int
+    path: Path
+
+
+class Run:
+    """A run directory, read lazily. See the module docstring for an example."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
+                               f"(it holds manifest.<worker>.json files)")
+        self.problems: list[str] = []
+        self.manifests = self._read_manifests()
+        self._headers: dict[Path, tuple[dict, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r}, status={self.status!r}, workers={list(self.manifests)})"
+
+    # ---- manifests -----------------------------------------------------------------------
+    def _read_manifests(self) -> dict[str, dict]:
+        names = sorted(c.name for c in self.path.iterdir() if MANIFEST_RE.match(c.name))
+        if not names:
+            hint = ""
+            inner = [c.name for c in self.path.iterdir() if c.is_dir() and is_run(c)]
+            if inner:
+                hint = f" It holds runs: {', '.join(sorted(inner)[:5])}; open one of those."
+            raise NotARunError(f"{self.path} is not a run directory: no manifest.<worker>.json inside.{hint}")
+        out: dict[str, dict] = {}
+        for name in names:
+            worker = MANIFEST_RE.match(name).group(1)
+            try:
+                m = json.loads((self.path / name).read_text())
+                if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
+                    raise ValueError(f"not a {FORMAT_NAME} manifest")
+            except (OSError, ValueError) as e:
+                self.problems.append(f"damaged manifest {self.path / name}: {e}")
+                continue
+            version = m.get("format_version")
+            if not isinstance(version, int) or version > FORMAT_VERSION:
+                raise FormatVersionError(
+                    f"{self.path / name} has format version {version!r}, newer than this reader "
+                    f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
+            out[worker] = m
+        if not out:
+            raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
+        return out
+
+    def refresh(self) -> "Run":
+        """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
+        self.__init__(self.path)
+        for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
+            self.__dict__.pop(attr, None)
+        return self
+
+    @property
+    def manifest(self) -> dict:
+        """The first (chief's, if any) worker's manifest."""
+        return self.manifests.get("chief") or next(iter(self.manifests.values()))
+
+    @property
+    def workers(self) -> list[str]:
+        return list(self.manifests)
+
+    @property
+    def status(self) -> str:
+        """'finished' if every worker finished, else 'running' (or 'failed')."""
+        states = {m.get("status", "running") for m in self.manifests.values()}
+        return states.pop() if len(states) == 1 else ("failed" if "failed" in states else "running")
+
+    @property
+    def config(self) -> dict:
+        return self.manifest.get("config", {})
+
+    @property
+    def dropped(self) -> pd.DataFrame:
+        """Dumps the hook dropped (byte budget, full queue, errors), with the reason."""
+        rows = [{"worker": w, **d} for w, m in self.manifests.items() for d in m.get("dropped", [])]
+        return pd.DataFrame(rows, columns=["worker", "step", "reason", "bytes"])
+
+    # ---- catalog -------------------------------------------------------------------------
+    @cached_property
+    def tensors(self) -> pd.DataFrame:
+        """The catalog of captured tensors, one row per tensor (union over workers)."""
+        rows: dict[str, dict] = {}
+        for m in self.manifests.values():
+            for t in m.get("tensors", []):
+                rows.setdefault(t["name"], {c: t.get(c) for c in CATALOG_COLUMNS})
+        df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
+        return df.set_index("name", drop=False).rename_axis(None)
+
+    def check_tensor(self, name: str) -> str:
+        """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names."""
+        if name not in self.tensors.index:
+            raise UnknownTensorError(f"unknown tensor {name!r} in run {self.path}.{suggest(name, self.tensors.index)}"
+                                     f" ({len(self.tensors)} tensors; see run.tensors)")
+        return name
+
+    def graph_def_bytes(self, worker: str | None = None) -> bytes:
+        """The serialized GraphDef (parse with tf.compat.v1.GraphDef.FromString)."""
+        return (self.path / graph_name(worker or next(iter(self.manifests)))).read_bytes()
+
+    # ---- statistics ----------------------------------------------------------------------
+    @cached_property
+    def _stats_files(self) -> list[Path]:
+        d = self.path / "stats"
+        return sorted(p for p in d.iterdir() if STATS_RE.match(p.name)) if d.is_dir() else []
+
+    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
+        tables = []
+        for p in self._stats_files:
+            try:
+                tables.append(pq.read_table(p, columns=columns, filters=filters))
+            except (OSError, pa.ArrowException) as e:
+                msg = f"damaged statistics file {p}: {e}"
+                if msg not in self.problems:
+                    self.problems.append(msg)
+        if not tables:
+            return pa.table({})
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    @cached_property
+    def stats(self) -> pd.DataFrame:
+        """All statistics: one row per (step, tensor, kind, group). Columns: step, tensor, kind,
+        group, count, mean, std, min, max, l2, zero_fraction, nan, inf, hist_lo, hist_hi, histogram.
+
+        ``histogram`` holds the bin counts (Arrow-backed lists); the bin edges are
+        ``np.linspace(hist_lo, hist_hi, bins + 1)`` (see :meth:`histogram`)."""
+        return self._to_pandas(self._read_stats())
+
+    def query_stats(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
+                    kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
+                    columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """Statistics filtered at read time (only the matching rows and columns are read)."""
+        filters = []
+        if tensors is not None:
+            tensors = [self.check_tensor(t) for t in tensors]
+            filters.append(("tensor", "in", tensors))
+        if steps is not None:
+            filters += [("step", ">=", int(steps[0])), ("step", "<=", int(steps[1]))]
+        if kinds is not None:
+            filters.append(("kind", "in", list(kinds)))
+        if groups is not None:
+            filters.append(("group", "in", list(groups)))
+        if columns is not None:
+            columns = list(dict.fromkeys(["step", "tensor", "kind", "group", *columns]))
+        return self._to_pandas(self._read_stats(columns, filters or None))
+
+    @staticmethod
+    def _to_pandas(table: pa.Table) -> pd.DataFrame:
+        if table.num_columns == 0:
+            return pd.DataFrame(columns=["step", "tensor", "kind", "group"])
+        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t) else None)
+        for c in ("tensor", "kind", "group"):
+            if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
+                df[c] = df[c].astype("category")
+        return df
+
+    def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all") -> tuple[np.ndarray, np.ndarray]:
+        """Bin edges and counts of the in-graph histogram of ``tensor`` at ``step``."""
+        df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
+                              columns=["hist_lo", "hist_hi", "histogram"])
+        if df.empty:
+            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[])["step"].unique()
+            raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step {step}; "
+                              f"nearest steps with statistics: {nearest(step, have)}")
+        row = df.iloc[-1]
+        counts = np.asarray(row["histogram"], dtype=np.int64)
+        return np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1), counts
+
+    # ---- full dumps ----------------------------------------------------------------------
+    @cached_property
+    def _dump_files(self) -> dict[int, list[DumpFile]]:
+        d = self.path / "dumps"
+        out: dict[int, list[DumpFile]] = {}
+        if d.is_dir():
+            for p in sorted(d.iterdir()):
+                m = DUMP_RE.match(p.name)
+                if m and m.group(1) in self.manifests:
+                    out.setdefault(int(m.group(2)), []).append(DumpFile(m.group(1), int(m.group(2)), p))
+        return out
+
+    @property
+    def steps(self) -> list[int]:
+        """Steps with a full dump (any worker), sorted."""
+        return sorted(self._dump_files)
+
+    def _dump(self, step: int, worker: str | None) -> DumpFile:
+        files = self._dump_files.get(int(step))
+        if not files:
+            raise NoDumpError(f"no full dump at step {step} in {self.path}; nearest dumped steps: "
+                              f"{nearest(int(step), self.steps) or 'none (run.steps is empty)'}")
+        if worker is None:
+            return files[0]
+        for f in files:
+            if f.worker == worker:
+                return f
+        raise NoDumpError(f"step {step} has no dump from worker {worker!r}; it has {[f.worker for f in files]}")
+
+    def _header(self, path: Path) -> tuple[dict, int]:
+        if path not in self._headers:
+            try:
+                self._headers[path] = safetensors_io.read_header(path)
+            except DamagedFileError as e:
+                if str(e) not in self.problems:
+                    self.problems.append(str(e))
+                raise
+        return self._headers[path]
+
+    def dump_keys(self, step: int, worker: str | None = None) -> list[str]:
+        """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
+        f = self._dump(step, worker)
+        return [k for k in self._header(f.path)[0] if k != "__metadata__"]
+
+    def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None) -> np.ndarray:
+        """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
+
+        For a batched tensor only the samples kept by the sample budget are there; see
+        :meth:`samples` for which ones."""
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+        self.check_tensor(name)
+        f = self._dump(step, worker)
+        header, start = self._header(f.path)
+        key = f"{kind}/{name}"
+        if key not in header:
+            if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
+                raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
+            raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r} (dropped or filtered); "
+                              f"see run.dump_keys({step})")
+        return safetensors_io.load(f.path, key, header, start)
+
+    def samples(self, step: int, worker: str | None = None) -> pd.DataFrame:
+        """The samples kept in the dump of ``step``: batch index, label and group per row."""
+        f = self._dump(step, worker)
+        header, start = self._header(f.path)
+        cols = {}
+        for col in ("index", "label", "group"):
+            key = f"samples/{col}"
+            if key in header:
+                arr = np.asarray(safetensors_io.load(f.path, key, header, start))
+                cols[col] = list(arr) if arr.ndim > 1 else arr
+        df = pd.DataFrame(cols)
+        if "group" in df:
+            df["group"] = np.where(df["group"].astype(int) == 1, "positive", "negative")
+        return df
+
+    def dump_metadata(self, step: int, worker: str | None = None) -> dict:
+        return dict(self._header(self._dump(step, worker).path)[0].get("__metadata__", {}))
+
+    # ---- sizes and anomalies -------------------------------------------------------------
+    def size_bytes(self) -> int:
+        """Bytes on disk of every file of the run."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    def first_nonfinite(self) -> dict | None:
+        """The first (step, tensor, kind) whose statistics count a NaN or Inf, or None."""
+        df = self.query_stats(groups=["all"], columns=["nan", "inf"])
+        if df.empty:
+            return None
+        bad = df[(df["nan"] > 0) | (df["inf"] > 0)]
+        if bad.empty:
+            return None
+        row = bad.sort_values(["step"], kind="stable").iloc[0]
+        return {"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
+                "nan": int(row["nan"]), "inf": int(row["inf"])}
+
+    def icnn_layers(self) -> pd.DataFrame:
+        """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""
+        from .templates import icnn_layers  # numpy-only module
+        return icnn_layers(self.tensors)
+
+
+def parse_steps(spec: str | None) -> tuple[int, int] | None:
+    """'A:B' -> (A, B) inclusive; 'A:' or ':B' leave a side open; None -> None."""
+    if not spec:
+        return None
+    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", spec)
+    if not m:
+        raise ValueError(f"steps {spec!r} must look like A:B (e.g. 100:500, 100: or :500)")
+    lo = int(m.group(1)) if m.group(1) else 0
+    hi = int(m.group(2)) if m.group(2) else 2 ** 62
+    return lo, hi
+
+
+__all__ = ["Run", "open_run", "find_runs", "is_run", "parse_steps", "GROUPS", "safe_join"]
