@@ -275,6 +275,14 @@ class Run:
         f = self._dump(step, worker)
         return [k for k in self._header(f.path)[0] if k != "__metadata__"]
 
+    def dump_array(self, step: int, key: str, worker: str | None = None) -> np.ndarray:
+        """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
+        f = self._dump(step, worker)
+        header, start = self._header(f.path)
+        if key not in header or key == "__metadata__":
+            raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
+        return safetensors_io.load(f.path, key, header, start)
+
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None) -> np.ndarray:
         """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
 
@@ -283,25 +291,20 @@ class Run:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.check_tensor(name)
-        f = self._dump(step, worker)
-        header, start = self._header(f.path)
+        if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
+            raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
-        if key not in header:
-            if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
-                raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
-            raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r} (dropped or filtered); "
-                              f"see run.dump_keys({step})")
-        return safetensors_io.load(f.path, key, header, start)
+        if key not in self.dump_keys(step, worker):
+            raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r}; see run.dump_keys({step})")
+        return self.dump_array(step, key, worker)
 
     def samples(self, step: int, worker: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row."""
-        f = self._dump(step, worker)
-        header, start = self._header(f.path)
+        keys = self.dump_keys(step, worker)
         cols = {}
         for col in ("index", "label", "group"):
-            key = f"samples/{col}"
-            if key in header:
-                arr = np.asarray(safetensors_io.load(f.path, key, header, start))
+            if f"samples/{col}" in keys:
+                arr = np.asarray(self.dump_array(step, f"samples/{col}", worker))
                 cols[col] = list(arr) if arr.ndim > 1 else arr
         df = pd.DataFrame(cols)
         if "group" in df:

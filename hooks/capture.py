@@ -1,0 +1,332 @@
+"""Graph side of the dump hook: which tensors to capture, their gradients, in-graph statistics.
+
+Everything here runs once, in ``DumpHook.begin()``, before the graph is finalized. The
+result is three kinds of fetches: one fused statistics matrix per step, a dict of
+full tensors (only the kept samples) for dump steps, and the kept samples' metadata.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import tensorflow as tf
+
+from inspector.format import GROUPS, ICNN_COLLECTION, STAT_COLUMNS
+
+log = logging.getLogger("tf_inspector")
+v1 = tf.compat.v1
+
+#: Name patterns left out by default: the backward pass, optimizers, saver, summaries, init.
+DEFAULT_EXCLUDE = (
+    r"(^|/)gradients(_\d+)?/", r"^save(_\d+)?/", r"^(init|init_all_tables|group_deps)(_\d+)?$",
+    r"^report_uninitialized", r"(^|/)summar(y|ies)(_\d+)?/", r"^global_step", r"^tf_inspector/",
+    r"(^|/)(Adam|Momentum|GradientDescent|RMSProp|Adagrad|Adadelta|Ftrl|SGD|Nadam|Adamax)(_\d+)?(/|$)",
+    r"(^|/)beta[12]_power", r"(^|/)(Initializer|Assign|IsInitialized|IsVariableInitialized)(_\d+)?(/|$)",
+    r"(^|/)(ExponentialMovingAverage|learning_rate|PiecewiseConstant|ExponentialDecay)(_\d+)?(/|$)",
+)
+#: Op types never worth capturing (no values, constants, variable plumbing, summaries, I/O).
+DEFAULT_EXCLUDE_OP_TYPES = frozenset({
+    "Const", "VariableV2", "VarHandleOp", "Assign", "AssignAdd", "AssignSub", "AssignVariableOp",
+    "AssignAddVariableOp", "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
+    "TensorSummaryV2", "SaveV2", "RestoreV2", "VarIsInitializedOp", "IsVariableInitialized", "Shape",
+    "Fill", "ZerosLike", "OnesLike",
+})
+FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+#: Source op types whose outputs carry the batch (inputs of the model).
+INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
+                            "IteratorGetNextAsOptional", "OptionalGetValue"})
+
+
+@dataclass
+class Captured:
+    """One captured tensor and what the catalog says about it."""
+    tensor: tf.Tensor
+    batched: bool
+    gradient: tf.Tensor | None = None
+    icnn_layer: str | None = None
+    icnn_role: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.tensor.name
+
+    def catalog_entry(self) -> dict:
+        t, op = self.tensor, self.tensor.op
+        shape = None if t.shape.rank is None else [d for d in t.shape.as_list()]
+        return {"name": t.name, "op": op.name, "op_type": op.type, "dtype": t.dtype.name, "shape": shape,
+                "scope": op.name.rpartition("/")[0], "has_gradient": self.gradient is not None,
+                "batched": self.batched, "icnn_layer": self.icnn_layer, "icnn_role": self.icnn_role}
+
+
+@dataclass
+class Selection:
+    tensors: list[tf.Tensor]
+    skipped: list[str] = field(default_factory=list)   # names that cannot be fetched
+
+
+def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
+    if patterns is None:
+        return []
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except re.error as e:
+            raise ValueError(f"bad regular expression {p!r} in include/exclude: {e}") from None
+    return out
+
+
+def _in_control_flow(op: tf.Operation) -> bool:
+    # v1 while/cond bodies have a control-flow context; their tensors cannot be fetched.
+    return getattr(op, "_control_flow_context", None) is not None
+
+
+def backward_ops(graph: tf.Graph) -> set[str]:
+    """Names of ops of any backward pass or optimizer (descendants of 'gradients' scopes)."""
+    grad_re = re.compile(r"(^|/)gradients(_\d+)?/")
+    seeds = [op for op in graph.get_operations() if grad_re.search(op.name)]
+    seen = {op.name for op in seeds}
+    stack = list(seeds)
+    while stack:
+        op = stack.pop()
+        consumers = [c for out in op.outputs for c in out.consumers()] + list(op._control_outputs)
+        for c in consumers:
+            if c.name not in seen:
+                seen.add(c.name)
+                stack.append(c)
+    return seen
+
+
+def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Iterable[str] | None = None,
+                   exclude_op_types: Iterable[str] | None = None, dtypes: Sequence[tf.DType] = FLOAT_DTYPES,
+                   forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True) -> Selection:
+    """Outputs of every forward op that pass the filters (plus ``forced`` tensors)."""
+    inc, exc = _compile(include), _compile(exclude)
+    if use_default_exclude:
+        exc += _compile(DEFAULT_EXCLUDE)
+    types = set(op_types) if op_types else None
+    skip_types = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ())
+    backward = backward_ops(graph)
+    forced = list(forced)
+    forced_names = {t.name for t in forced}
+    chosen, skipped = [], []
+    for op in graph.get_operations():
+        if op.name in backward or op.type in skip_types or (types and op.type not in types):
+            continue
+        for t in op.outputs:
+            if t.name in forced_names or t.dtype.base_dtype not in dtypes:
+                continue
+            if inc and not any(p.search(t.name) for p in inc):
+                continue
+            if any(p.search(t.name) for p in exc):
+                continue
+            if _in_control_flow(op) or not graph.is_fetchable(t):
+                skipped.append(t.name)
+                continue
+            chosen.append(t)
+    return Selection(chosen + forced, skipped)
+
+
+def input_dependent(graph: tf.Graph) -> set[str]:
+    """Names of ops downstream of a model input (placeholder or iterator): they carry the batch."""
+    seen: set[str] = set()
+    stack = [op for op in graph.get_operations() if op.type in INPUT_OP_TYPES]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(c for out in op.outputs for c in out.consumers())
+    return seen
+
+
+def is_batched(t: tf.Tensor, batch_dim: int | None, dependent: set[str]) -> bool:
+    """Leading dimension is the batch: downstream of an input, rank >= 1, compatible dim 0."""
+    if t.shape.rank is None or t.shape.rank == 0 or t.op.name not in dependent:
+        return False
+    d0 = t.shape.as_list()[0]
+    return d0 is None or batch_dim is None or d0 == batch_dim
+
+
+def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
+    """tensor name -> (layer, role) from the ICNN layer's registrations."""
+    out = {}
+    for entry in graph.get_collection(ICNN_COLLECTION):
+        layer, role, tensor = entry
+        out[tensor.name] = (layer, role)
+    return out
+
+
+def gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor | None]:
+    """d loss / d t for every t, built once; None where t does not reach the loss."""
+    if not tensors:
+        return []
+    with tf.name_scope("tf_inspector/gradients"):
+        grads = tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
+    out = []
+    for t, g in zip(tensors, grads):
+        if isinstance(g, tf.IndexedSlices):  # e.g. the gradient of a gather input
+            g = tf.convert_to_tensor(g)
+        out.append(g if g is None or g.dtype.is_floating else None)
+        del t
+    return out
+
+
+def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
+    """int32 [N]: 1 for positive samples, 0 for negative ones.
+
+    ``positive`` is a callable on the labels tensor, a precomputed bool tensor, or None:
+    labels != 0 for [N] labels, argmax != 0 for [N, C] one-hot / probability labels."""
+    if isinstance(positive, (tf.Tensor, tf.Variable)):
+        pos = positive
+    elif callable(positive):
+        pos = positive(labels)
+    elif labels.shape.rank is not None and labels.shape.rank >= 2:
+        pos = tf.not_equal(tf.argmax(tf.reshape(labels, [tf.shape(labels)[0], -1]), axis=1), 0)
+    else:
+        pos = tf.not_equal(labels, tf.zeros([], labels.dtype))
+    pos = tf.convert_to_tensor(pos)
+    if pos.dtype != tf.bool:
+        pos = tf.not_equal(pos, tf.zeros([], pos.dtype))
+    if pos.shape.rank is None or pos.shape.rank > 1:
+        pos = tf.reduce_any(tf.reshape(pos, [tf.shape(pos)[0], -1]), axis=1)
+    return tf.cast(pos, tf.int32)
+
+
+# ---- in-graph statistics -----------------------------------------------------------------
+def _segments(n: tf.Tensor, gid: tf.Tensor | None) -> tuple[tf.Tensor, int]:
+    """Segment id per sample: 0 positive, 1 negative, 2 padding (a tensor whose batch differs)."""
+    if gid is None:
+        return tf.zeros([n], tf.int32), 1
+    seg = tf.concat([1 - gid, tf.fill([n], 2)], 0)[:n]  # never fails, whatever n is
+    return seg, 3
+
+
+def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Statistics of ``x`` per group, computed in the graph.
+
+    Returns ``values`` [G, 9] float64 in STAT_COLUMNS order, ``hist_range`` [G, 2] and
+    ``hist`` [G, bins] int32, with G = 3 (all, positive, negative) when ``gid`` is given
+    (x's leading dim is the batch) else 1 (all). mean/std/min/max/l2 cover finite values;
+    histograms use the 'all' group's finite range for every group so they overlay, and
+    count finite values only, so each sums to count - nan - inf.
+    """
+    if x.dtype in (tf.float16, tf.bfloat16):
+        x = tf.cast(x, tf.float32)
+    f64 = tf.float64
+    n = tf.shape(x)[0] if gid is not None else tf.constant(1)
+    xr = tf.reshape(x, tf.stack([n, -1]))
+    seg, nseg = _segments(n, gid)
+    finite = tf.math.is_finite(xr)
+    xf = tf.where(finite, xr, tf.zeros_like(xr))
+    per_elems = tf.cast(tf.shape(xr)[1], f64)
+    c = tf.cast(tf.math.count_nonzero(finite, 1), f64)
+    s = tf.cast(tf.reduce_sum(xf, 1), f64)
+    nan = tf.cast(tf.math.count_nonzero(tf.math.is_nan(xr), 1), f64)
+    zeros = tf.cast(tf.math.count_nonzero(tf.equal(xr, 0), 1), f64)
+    big = tf.constant(float("inf"), xr.dtype)
+    mn = tf.cast(tf.reduce_min(tf.where(finite, xr, tf.fill(tf.shape(xr), big)), 1), f64)
+    mx = tf.cast(tf.reduce_max(tf.where(finite, xr, tf.fill(tf.shape(xr), -big)), 1), f64)
+
+    def ssum(v):
+        return tf.math.unsorted_segment_sum(v, seg, nseg)
+
+    samples, cs, ss = ssum(tf.ones_like(c)), ssum(c), ssum(s)
+    mean_seg = ss / tf.maximum(cs, 1.0)
+    # Two passes (deviation from the segment mean) keep std exact when |mean| >> std.
+    centered = tf.where(finite, xr - tf.cast(tf.gather(mean_seg, seg), xr.dtype)[:, None], tf.zeros_like(xr))
+    m2s = ssum(tf.cast(tf.reduce_sum(tf.square(centered), 1), f64))
+    mins = tf.math.unsorted_segment_min(mn, seg, nseg)
+    maxs = tf.math.unsorted_segment_max(mx, seg, nseg)
+    nans, zs = ssum(nan), ssum(zeros)
+    nonfinite = ssum(per_elems - c)
+    if nseg == 3:  # rows: all, positive, negative
+        c_all, s_all = tf.reduce_sum(cs), tf.reduce_sum(ss)
+        mean_all = s_all / tf.maximum(c_all, 1.0)
+        m2_all = tf.reduce_sum(m2s + cs * tf.square(mean_seg - mean_all))
+        pick = lambda v, total: tf.stack([total, v[0], v[1]])  # noqa: E731
+        samples = pick(samples, tf.reduce_sum(samples))
+        cs, mean, m2 = pick(cs, c_all), pick(mean_seg, mean_all), pick(m2s, m2_all)
+        mins, maxs = pick(mins, tf.reduce_min(mins)), pick(maxs, tf.reduce_max(maxs))
+        nans, zs, nonfinite = (pick(v, tf.reduce_sum(v)) for v in (nans, zs, nonfinite))
+    else:
+        mean, m2 = mean_seg, m2s
+    has = cs > 0
+    nanv = tf.fill(tf.shape(cs), tf.constant(float("nan"), f64))
+    count = samples * per_elems
+    std = tf.where(has, tf.sqrt(m2 / tf.maximum(cs, 1.0)), nanv)
+    l2 = tf.sqrt(m2 + cs * tf.square(mean))
+    values = tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mins, nanv), tf.where(has, maxs, nanv),
+                       l2, zs / tf.maximum(count, 1.0), nans, nonfinite - nans], axis=1)
+    # Histogram over the 'all' group's finite range (numpy's convention for an empty range).
+    lo = tf.where(has[0], mins[0], 0.0)
+    hi = tf.where(has[0], maxs[0], 1.0)
+    lo, hi = tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
+    scaled = (tf.cast(xf, f64) - lo) / (hi - lo) * bins
+    idx = tf.clip_by_value(tf.cast(tf.floor(scaled), tf.int32), 0, bins - 1) + bins * seg[:, None]
+    idx = tf.where(finite, idx, tf.fill(tf.shape(idx), nseg * bins))  # non-finite: a discarded bin
+    counts = tf.math.bincount(tf.reshape(idx, [-1]), minlength=nseg * bins + 1, maxlength=nseg * bins + 1)
+    hist = tf.reshape(counts[: nseg * bins], [nseg, bins])
+    if nseg == 3:
+        hist = tf.concat([hist[0:1] + hist[1:2] + hist[2:3], hist[0:2]], 0)
+    hist_range = tf.tile(tf.stack([lo, hi])[None], [3 if nseg == 3 else 1, 1])
+    return values, hist_range, tf.cast(hist, tf.int32)
+
+
+@dataclass
+class StatsFetch:
+    """The fused statistics fetch and what each of its rows is."""
+    values: tf.Tensor
+    hist_range: tf.Tensor
+    hist: tf.Tensor
+    rows: list[tuple[str, str, str]]  # (tensor, kind, group)
+
+
+def build_stats(captured: Sequence[Captured], gid: tf.Tensor | None, bins: int) -> StatsFetch | None:
+    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group."""
+    parts, rows = [], []
+    with tf.name_scope("tf_inspector/stats"):
+        for cap in captured:
+            for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
+                if t is None:
+                    continue
+                g = gid if cap.batched else None
+                parts.append(tensor_stats(t, g, bins))
+                groups = GROUPS if g is not None else GROUPS[:1]
+                rows += [(cap.name, kind, grp) for grp in groups]
+        if not parts:
+            return None
+        values, ranges, hists = (tf.concat([p[i] for p in parts], 0) for i in range(3))
+    assert len(STAT_COLUMNS) == 9
+    return StatsFetch(values, ranges, hists, rows)
+
+
+def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """Batch indices kept by the sample budget: the first ``per_group`` positives and negatives."""
+    if gid is None:
+        return tf.range(tf.minimum(batch, 2 * per_group)), None
+    pos = tf.reshape(tf.where(tf.equal(gid, 1)), [-1])[:per_group]
+    neg = tf.reshape(tf.where(tf.equal(gid, 0)), [-1])[:per_group]
+    keep = tf.cast(tf.sort(tf.concat([pos, neg], 0)), tf.int32)
+    return keep, tf.gather(gid, keep)
+
+
+def build_dump(captured: Sequence[Captured], keep: tf.Tensor) -> dict[str, tf.Tensor]:
+    """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor."""
+    out = {}
+    with tf.name_scope("tf_inspector/dump"):
+        for cap in captured:
+            for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
+                if t is None:
+                    continue
+                if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
+                    t = tf.cast(t, tf.float32)
+                if cap.batched:
+                    mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
+                    t = tf.gather(t, mine)
+                out[f"{kind}/{cap.name}"] = t
+    return out

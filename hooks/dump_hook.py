@@ -1,0 +1,366 @@
+"""``DumpHook``: a SessionRunHook that captures every op's forward value and gradient.
+
+Example::
+
+    from hooks import DumpHook
+    hook = DumpHook("runs/exp1", labels="labels:0", positive=lambda y: tf.equal(y, 1),
+                    stats_every_n_steps=10, dump_every_n_steps=100)
+    estimator.train(input_fn, hooks=[hook], steps=1000)
+    # or: with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess: ...
+
+Steps are global steps, counted after the step's update (the first training step is 1),
+as checkpoints count them. On a step that neither computes statistics nor dumps, the hook
+adds nothing to ``session.run``.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
+from inspector.writer import RunWriter, StatsLayout
+
+from . import capture
+from .schedule import Schedule, StepSpec
+
+log = logging.getLogger("tf_inspector")
+if not log.handlers:  # say what the hook picked even where the user configured no logging
+    _h = logging.StreamHandler(sys.stderr)
+    _h.setFormatter(logging.Formatter("tf_inspector %(levelname)s: %(message)s"))
+    log.addHandler(_h)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+v1 = tf.compat.v1
+
+
+def mark(loss: tf.Tensor | None = None, labels: tf.Tensor | None = None,
+         positive: Callable[[tf.Tensor], tf.Tensor] | tf.Tensor | None = None) -> None:
+    """Inside a model_fn: tell ``DumpHook`` which tensors are the loss and the labels.
+
+    Example::
+
+        def model_fn(features, labels, mode):
+            ...
+            hooks.mark(loss=loss, labels=labels, positive=lambda y: tf.equal(y, 1))
+    """
+    g = v1.get_default_graph()
+    if loss is not None:
+        g.add_to_collection(LOSS_COLLECTION, loss)
+    if labels is not None:
+        g.add_to_collection(LABELS_COLLECTION, labels)
+        if positive is not None:
+            g.add_to_collection(POSITIVE_COLLECTION, capture.group_ids(labels, positive))
+
+
+def _guarded(method):
+    """Log an error once and disable the hook instead of raising (unless strict)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._disabled:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            if self.strict:
+                raise
+            self._disabled = True
+            log.error("DumpHook.%s failed (%s: %s); the hook is disabled and training continues. "
+                      "Pass strict=True to raise instead.", method.__name__, type(e).__name__, e)
+            if self._writer is not None:
+                try:
+                    self._writer.update_manifest(hook_error=f"{method.__name__}: {type(e).__name__}: {e}")
+                    self._writer.close(status="failed")
+                except Exception:
+                    pass
+            return None
+    return wrapper
+
+
+def worker_from_env() -> tuple[str, bool]:
+    """(worker name, is_chief) from TF_CONFIG; ('chief', True) without a cluster."""
+    try:
+        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+    except ValueError:
+        task = {}
+    kind, index = task.get("type"), task.get("index", 0)
+    if not kind:
+        return "chief", True
+    is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and "chief" not in
+                                               json.loads(os.environ["TF_CONFIG"]).get("cluster", {}))
+    return f"{kind}-{index}", is_chief
+
+
+class DumpHook(v1.train.SessionRunHook):
+    """Capture forward values and gradients of every op into a run directory.
+
+    Args:
+      run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
+      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the sum of the
+        graph's LOSSES collection.
+      labels: labels tensor or name ([N] or [N, C]). Default: ``hooks.mark(labels=...)``.
+        Without labels there are no positive/negative groups.
+      positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
+        ``labels != 0`` ([N] labels) or ``argmax(labels) != 0`` ([N, C]).
+      include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
+        leave out the backward pass, optimizer, saver, summaries and init ops).
+      op_types / exclude_op_types: capture only / never these op types.
+      dtypes: tensor dtypes to capture (float types by default).
+      stats_every_n_steps: in-graph statistics every N global steps (0 = never).
+      dump_every_n_steps, dump_steps: full dumps every M steps and/or at listed steps and
+        inclusive ranges (``[1, "500:510", (900, 905)]``).
+      dump_on_nonfinite: check the loss every step and the statistics on stats steps; when a
+        NaN/Inf first appears, record where and dump the next step.
+      samples_per_group: sample budget of a full dump: this many positive and this many
+        negative samples (first ones by batch index); 2x this many without labels.
+      max_bytes: byte budget of this worker's files; dumps beyond it are dropped (recorded).
+      histogram_bins: bins of the in-graph histograms.
+      gradients: also capture d loss / d tensor for every captured tensor.
+      strict: raise errors inside the hook instead of logging them and degrading.
+      worker: worker name in file names (default from TF_CONFIG, else 'chief').
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
+                 labels: tf.Tensor | str | None = None, positive: Callable | None = None,
+                 include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
+                 op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
+                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 20,
+                 dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
+                 dump_on_nonfinite: bool = False, samples_per_group: int = 2,
+                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
+                 strict: bool = False, worker: str | None = None, queue_size: int = 8,
+                 stats_flush_secs: float = 10.0) -> None:
+        if samples_per_group < 0:
+            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
+        if histogram_bins < 1:
+            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
+        capture._compile(include), capture._compile(exclude)  # fail early on a bad regex
+        self.run_dir = Path(run_dir)
+        self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
+        self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
+        self.filters = dict(include=include, exclude=exclude, op_types=op_types,
+                            exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
+        self.dump_on_nonfinite = dump_on_nonfinite
+        self.samples_per_group = samples_per_group
+        self.max_bytes = max_bytes
+        self.bins = histogram_bins
+        self.with_gradients = gradients
+        self.strict = strict
+        default_worker, self.is_chief = worker_from_env()
+        self.worker = worker or default_worker
+        self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
+        self._disabled = False
+        self._writer: RunWriter | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        self.captured: list[capture.Captured] = []
+        self._stats = None
+        self._dump: dict[str, tf.Tensor] = {}
+        self._samples: dict[str, tf.Tensor] = {}
+        self._global_step = None
+        self._loss_finite = None
+        self._step = 0
+        self._pending: tuple[int, bool, bool] | None = None
+        self._force_dump = False
+        self._first_nonfinite: dict | None = None
+        self._dump_bytes_estimate = 0
+
+    # ---- graph construction ----------------------------------------------------------------
+    def _tensor(self, value, what: str) -> tf.Tensor | None:
+        if value is None or isinstance(value, (tf.Tensor, tf.Variable)):
+            return value
+        g = v1.get_default_graph()
+        name = value if ":" in value else value + ":0"
+        try:
+            return g.get_tensor_by_name(name)
+        except (KeyError, ValueError):
+            ops = [op.name for op in g.get_operations()]
+            from inspector.errors import suggest
+            raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
+
+    def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
+        loss = self._tensor(self.loss_arg, "loss")
+        if loss is not None:
+            return loss
+        marked = g.get_collection(LOSS_COLLECTION)
+        if marked:
+            log.info("loss: %s (marked with hooks.mark)", marked[-1].name)
+            return marked[-1]
+        losses = g.get_collection(v1.GraphKeys.LOSSES)
+        if losses:
+            log.info("loss: sum of the LOSSES collection (%s)", ", ".join(t.name for t in losses))
+            return tf.add_n(losses) if len(losses) > 1 else losses[0]
+        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
+                    "capturing forward values only, without gradients")
+        return None
+
+    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
+        labels = self._tensor(self.labels_arg, "labels")
+        if labels is None and g.get_collection(LABELS_COLLECTION):
+            labels = g.get_collection(LABELS_COLLECTION)[-1]
+            marked = g.get_collection(POSITIVE_COLLECTION)
+            if self.positive is None and marked:
+                log.info("labels: %s, positive samples as marked with hooks.mark", labels.name)
+                return labels, marked[-1]
+        if labels is None:
+            log.info("no labels given: statistics for group 'all' only (pass labels= or hooks.mark(labels=...))")
+            return None, None
+        log.info("labels: %s", labels.name)
+        return labels, capture.group_ids(labels, self.positive)
+
+    @_guarded
+    def begin(self) -> None:
+        self._reset()
+        g = v1.get_default_graph()
+        graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+        loss = self._resolve_loss(g)
+        labels, gid = self._resolve_groups(g)
+        roles = capture.icnn_roles(g)
+        forced = [g.get_tensor_by_name(n) for n in roles]
+        sel = capture.select_tensors(g, forced=forced, **self.filters)
+        if sel.skipped:
+            log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
+                     len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
+        dependent = capture.input_dependent(g)
+        batch_dim = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else None
+        grads = (capture.gradients(loss, sel.tensors) if loss is not None and self.with_gradients
+                 else [None] * len(sel.tensors))
+        for t, grad in zip(sel.tensors, grads):
+            layer, role = roles.get(t.name, (None, None))
+            self.captured.append(capture.Captured(t, capture.is_batched(t, batch_dim, dependent), grad, layer, role))
+        self._build_fetches(gid, labels, loss)
+        self._global_step = v1.train.get_global_step(g)
+        log.info("capturing %d tensors (%d with gradients) into %s", len(self.captured),
+                 sum(c.gradient is not None for c in self.captured), self.run_dir)
+        layout = StatsLayout(*map(tuple, zip(*self._stats.rows)), self.bins) if self._stats else None
+        self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
+                                 stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
+                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs, strict=self.strict)
+
+    def _build_fetches(self, gid, labels, loss) -> None:
+        self._stats = capture.build_stats(self.captured, gid, self.bins)
+        batched = [c for c in self.captured if c.batched]
+        batch = tf.shape(labels)[0] if labels is not None else (
+            tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
+        keep, kept_groups = capture.kept_samples(gid, batch, self.samples_per_group)
+        self._dump = capture.build_dump(self.captured, keep)
+        self._samples = {"samples/index": keep}
+        if kept_groups is not None:
+            self._samples["samples/group"] = kept_groups
+        if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
+            self._samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
+        if self.dump_on_nonfinite and loss is not None:
+            self._loss_finite = tf.reduce_all(tf.math.is_finite(loss))
+        kept = max(1, 2 * self.samples_per_group)
+        self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
+                                        for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
+
+    def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
+        return {
+            "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
+            "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
+            "config": {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
+                       "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
+                       "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict,
+                       "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
+                       "op_types": _jsonable(self.filters["op_types"]),
+                       "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
+                       "dtypes": [d.name for d in self.filters["dtypes"]]},
+            "tensors": [c.catalog_entry() for c in self.captured],
+            "skipped": skipped, "first_nonfinite": None,
+        }
+
+    # ---- the training loop -------------------------------------------------------------------
+    @_guarded
+    def after_create_session(self, session, coord) -> None:
+        if self._global_step is not None:
+            self._step = int(session.run(self._global_step))
+
+    @_guarded
+    def before_run(self, run_context):
+        step = self._step + 1
+        stats = self._stats is not None and self.schedule.wants_stats(step)
+        dump = bool(self._dump) and (self.schedule.wants_dump(step) or self._force_dump)
+        if dump:
+            reason = self._writer.would_drop(self._dump_bytes_estimate)
+            if reason:
+                self._writer.record_drop(step, reason, self._dump_bytes_estimate)
+                dump = False
+        fetches: dict[str, Any] = {}
+        if stats:
+            fetches["stats"] = (self._stats.values, self._stats.hist_range, self._stats.hist)
+        if dump:
+            fetches["dump"] = self._dump
+            fetches["samples"] = self._samples
+        if self._loss_finite is not None:
+            fetches["loss_finite"] = self._loss_finite
+        self._pending = (step, stats, dump)
+        return v1.train.SessionRunArgs(fetches) if fetches else None
+
+    @_guarded
+    def after_run(self, run_context, run_values) -> None:
+        step, stats, dump = self._pending
+        results = run_values.results or {}
+        if (stats or dump) and self._global_step is not None:
+            # The exact step, read after this step's update (cheap, and only on sampled steps).
+            step = int(run_context.session.run(self._global_step))
+        self._step = step
+        if stats:
+            values, hist_range, hist = results["stats"]
+            self._writer.add_stats(step, values, hist_range, hist)
+            self._check_nonfinite(step, values)
+        if dump:
+            self._force_dump = False
+            arrays = {**results["dump"], **results["samples"]}
+            self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
+            self._writer.add_dump(step, arrays)
+        if "loss_finite" in results and not results["loss_finite"]:
+            self._note_nonfinite(step, self._resolve_loss_name(), "forward")
+
+    def _resolve_loss_name(self) -> str:
+        return self._writer._manifest.get("loss") or "loss"
+
+    def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
+        bad = np.flatnonzero((values[:, 7] > 0) | (values[:, 8] > 0))
+        if bad.size and self._first_nonfinite is None:
+            tensor, kind, _ = self._stats.rows[bad[0]]
+            self._note_nonfinite(step, tensor, kind)
+
+    def _note_nonfinite(self, step: int, tensor: str, kind: str) -> None:
+        if self._first_nonfinite is not None:
+            return
+        self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind}
+        log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor, kind,
+                    "; dumping the next step" if self.dump_on_nonfinite else "")
+        self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
+        self._force_dump = self.dump_on_nonfinite
+
+    @_guarded
+    def end(self, session) -> None:
+        if self._writer is not None:
+            self._writer.close("finished")
+            st = self._writer.state
+            log.info("run %s finished: %d dumps, %d statistics rows, %.1f MB, %d dumps dropped", self.run_dir,
+                     st.dumps, st.stats_rows, st.bytes_written / 1e6, len(st.dropped))
+
+
+def _static_bytes(t: tf.Tensor, batched: bool) -> int:
+    """Bytes of one sample (batched) or of the whole tensor, unknown dims counted as 1."""
+    dims = t.shape.as_list() if t.shape.rank is not None else [1]
+    dims = dims[1:] if batched else dims
+    size = t.dtype.size if t.dtype != tf.bfloat16 else 4
+    return int(np.prod([d or 1 for d in dims], dtype=np.int64)) * size
+
+
+def _jsonable(v) -> Any:
+    if v is None or isinstance(v, str):
+        return v
+    return list(v)

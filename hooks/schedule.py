@@ -1,0 +1,64 @@
+"""Which global steps get statistics and which get full dumps (pure Python, no TensorFlow).
+
+Example::
+
+    s = Schedule(stats_every_n_steps=10, dump_every_n_steps=100, dump_steps=[1, "500:510", (900, 905)])
+    s.wants_stats(20), s.wants_dump(505)   # (True, True)
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Union
+
+StepSpec = Union[int, str, tuple, range]
+
+
+def _parse_range(spec: StepSpec) -> tuple[int, int]:
+    """An int, 'A:B' / 'A-B' string, (A, B) tuple or range -> inclusive (lo, hi)."""
+    if isinstance(spec, bool):
+        raise ValueError(f"dump_steps entry {spec!r} is not a step")
+    if isinstance(spec, int):
+        return spec, spec
+    if isinstance(spec, range):
+        if spec.step != 1:
+            raise ValueError(f"dump_steps range {spec!r} must have step 1")
+        return spec.start, spec.stop - 1
+    if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, int) for v in spec):
+        return spec
+    if isinstance(spec, str):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:[:-]\s*(\d+)\s*)?", spec)
+        if m:
+            lo = int(m.group(1))
+            return lo, int(m.group(2)) if m.group(2) else lo
+    raise ValueError(f"dump_steps entry {spec!r} must be a step (200), an inclusive range "
+                     f"'100:110' or (100, 110), or a range(100, 111)")
+
+
+class Schedule:
+    """Sampling plan over global steps. ``0``/``None`` for an ``every`` disables it."""
+
+    def __init__(self, stats_every_n_steps: int | None = 20, dump_every_n_steps: int | None = None,
+                 dump_steps: Iterable[StepSpec] = ()) -> None:
+        for name, v in (("stats_every_n_steps", stats_every_n_steps), ("dump_every_n_steps", dump_every_n_steps)):
+            if v is not None and (not isinstance(v, int) or v < 0):
+                raise ValueError(f"{name}={v!r} must be a non-negative int or None")
+        self.stats_every = stats_every_n_steps or 0
+        self.dump_every = dump_every_n_steps or 0
+        if isinstance(dump_steps, (int, str)):
+            dump_steps = [dump_steps]
+        self.ranges = [_parse_range(s) for s in dump_steps]
+        for lo, hi in self.ranges:
+            if lo > hi or lo < 0:
+                raise ValueError(f"dump_steps range {lo}:{hi} is empty or negative")
+
+    def wants_stats(self, step: int) -> bool:
+        return bool(self.stats_every) and step % self.stats_every == 0
+
+    def wants_dump(self, step: int) -> bool:
+        if self.dump_every and step % self.dump_every == 0:
+            return True
+        return any(lo <= step <= hi for lo, hi in self.ranges)
+
+    def to_json(self) -> dict:
+        return {"stats_every_n_steps": self.stats_every, "dump_every_n_steps": self.dump_every,
+                "dump_steps": [list(r) for r in self.ranges]}

@@ -1,0 +1,140 @@
+"""``python -m inspector info | export | app``: the run from a shell.
+
+Examples::
+
+    python -m inspector info runs/exp1
+    python -m inspector export runs/exp1 --format npz --out exp1.npz --tensors 'conv' --steps 100:500
+    python -m inspector export runs/exp1 --format parquet --out stats.parquet
+    python -m inspector app runs/
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import InspectorError
+from .run import Run, find_runs, open_run, parse_steps
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def summary(run: Run) -> str:
+    """A readable summary: status, steps, tensors, bytes, anomalies."""
+    m, t = run.manifest, run.tensors
+    stats_steps = run.query_stats(groups=["all"], kinds=["forward"], columns=[])["step"]
+    lines = [
+        f"run        {run.path}",
+        f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m.get('tensorflow_version', '?')}",
+        f"loss       {m.get('loss')}   labels: {m.get('labels')}",
+        f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
+        f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
+        f"statistics {stats_steps.nunique()} steps" + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
+        f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else ""),
+        f"size       {_human(run.size_bytes())}",
+    ]
+    roles = t[t["icnn_role"].notna()] if len(t) else t
+    if len(roles):
+        lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
+    nf = run.first_nonfinite() or m.get("first_nonfinite")
+    lines.append("anomalies  " + (f"first NaN/Inf at step {nf['step']} in {nf['tensor']} ({nf.get('kind', '?')})"
+                                  if nf else "no NaN/Inf seen"))
+    dropped = run.dropped
+    if len(dropped):
+        lines.append(f"dropped    {len(dropped)} dumps, e.g. step {dropped.iloc[0]['step']}: {dropped.iloc[0]['reason']}")
+    for p in run.problems:
+        lines.append(f"problem    {p}")
+    return "\n".join(lines)
+
+
+def _short(steps: Sequence[int], n: int = 8) -> str:
+    s = ", ".join(map(str, steps[:n]))
+    return s + (f", ... {steps[-1]}" if len(steps) > n else "")
+
+
+def _select(run: Run, pattern: str | None) -> list[str]:
+    names = list(run.tensors.index)
+    if not pattern:
+        return names
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        raise InspectorError(f"--tensors {pattern!r} is not a valid regular expression: {e}") from None
+    chosen = [n for n in names if rx.search(n)]
+    if not chosen:
+        raise InspectorError(f"--tensors {pattern!r} matches none of the {len(names)} tensors of {run.path}")
+    return chosen
+
+
+def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None) -> str:
+    """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out``."""
+    names, rng = _select(run, tensors), parse_steps(steps)
+    if fmt == "npz":
+        arrays = {}
+        for step in run.steps:
+            if rng and not rng[0] <= step <= rng[1]:
+                continue
+            for key in sorted(run.dump_keys(step)):
+                kind, _, name = key.partition("/")
+                if kind == "samples" or name in names:
+                    arrays[f"step{step}/{key}"] = np.asarray(run.dump_array(step, key))
+        if not arrays:
+            raise InspectorError(f"no dumped tensors match (dumped steps: {_short(run.steps) or 'none'})")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(out, **arrays)
+        return f"wrote {len(arrays)} arrays to {out}"
+    if fmt in ("csv", "parquet"):
+        df = run.query_stats(tensors=names, steps=rng)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if fmt == "csv":
+            if "histogram" in df:
+                df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
+            df.to_csv(out, index=False)
+        else:
+            df.to_parquet(out, index=False)
+        return f"wrote {len(df)} statistics rows to {out}"
+    raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("info", help="summary of a run (or of every run in a folder)")
+    p.add_argument("run")
+    p = sub.add_parser("export", help="write dumped tensors (npz) or statistics (csv, parquet)")
+    p.add_argument("run")
+    p.add_argument("--format", required=True, choices=["npz", "csv", "parquet"])
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--tensors", help="regex on tensor names")
+    p.add_argument("--steps", help="inclusive step range A:B")
+    p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
+    p.add_argument("run")
+    p.add_argument("--port", type=int, default=8501)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "info":
+            runs = find_runs(args.run)
+            if not runs:
+                open_run(args.run)  # raises a NotARunError that says what is there
+            print("\n\n".join(summary(open_run(r)) for r in runs))
+        elif args.cmd == "export":
+            print(export(open_run(args.run), args.format, args.out, args.tensors, args.steps))
+        elif args.cmd == "app":
+            app = Path(__file__).resolve().parent.parent / "app.py"
+            return subprocess.call([sys.executable, "-m", "streamlit", "run", str(app), "--server.port",
+                                    str(args.port), "--", args.run])
+    except (InspectorError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
