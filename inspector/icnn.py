@@ -1,0 +1,373 @@
+"""The ICNN conv-mask layer (Zhang, Wu, Zhu, CVPR 2018) for TF1-style graphs.
+
+Imports TensorFlow: ``import inspector`` never imports this module; import it
+explicitly (``from inspector import icnn``) inside a ``model_fn``. Built only from
+``tf.nn`` / ``tf.compat.v1`` primitives (no Keras, no ``tf.compat.v1.layers``), so it
+runs under TensorFlow 2.15 and the latest TensorFlow alike. See ICNN.md for the spec;
+where the paper and the authors' MatConvNet release differ, the release is followed.
+
+Example (inside a model_fn)::
+
+    from inspector import icnn
+    x = tf.nn.relu(conv3)                                   # [N, H, W, C], x >= 0
+    epoch = icnn.epoch_from_step(tf.compat.v1.train.get_or_create_global_step(), 60)
+    post = icnn.conv_mask(x, tf.equal(labels, 1), epoch, name="icnn_mask")
+    logits = next_layers(post)
+
+Tensors registered for the dump hook
+------------------------------------
+For every role in ``inspector.format.ICNN_ROLES`` the layer adds
+``(layer_name, role, tensor)`` to the graph collection ``inspector.format.ICNN_COLLECTION``.
+Each tensor is a float op output named ``<layer>/<role>:0``, except beta's,
+``<layer>/beta_value:0`` (``<layer>/beta`` is the variable). Shapes (the viewer relies on them):
+
+============  ==============  ============================================================
+role          shape           meaning
+============  ==============  ============================================================
+pre_mask      [N, H, W, C]    x, the layer input (a ReLU output, so >= 0)
+mask          [N, H, W, C]    m in [-1, 1]; 1 for channels that are not part filters
+mu            [N, C, 2]       (row, col) of each map's peak, in [-1, 1] map coordinates:
+                              row = linspace(-1, 1, H)[i], col = linspace(-1, 1, W)[j]
+sqrtvar       [N, C]          spatial std of the map around mu, in map pixels
+post_mask     [N, H, W, C]    relu(x * m), the layer output
+beta          [C]             the per-channel mask sharpness (a variable's value)
+strength      [N, C]          s = mean_hw(x * m)
+filter_loss   [C]             monitoring estimate of -MI(X; T) over the batch (see below)
+============  ==============  ============================================================
+
+Scale of the filter-loss gradient
+---------------------------------
+The release sums the classification loss over the batch, adds the filter-loss term
+``1e-5 * g`` to the per-sample gradient at x, and divides every parameter gradient by the
+batch size at the update. A mean-reduced TF loss already carries the 1/N, so with
+``reduction="mean"`` (default) the filter-loss term and beta's pseudo-gradient are divided
+by the (dynamic) batch size N: the ratio of filter-loss to classification gradient, and the
+update of beta, are then those of the release. Use ``reduction="sum"`` with a
+sum-reduced loss. ``filter_loss_weight`` multiplies the term on top (1.0 = release).
+
+beta
+----
+beta is a ``[C]`` variable (initial 2.0) in ``GLOBAL_VARIABLES``/``TRAINABLE_VARIABLES`` and
+in ``BETA_COLLECTION``; it has no regularizer. Its gradient is the release's pseudo-gradient
+``(beta - clip(3/t, 1.5, 3)) * 1e4`` times ``beta_lr_mult`` (0.05, the release's learning-rate
+multiplier; with plain SGD/momentum scaling the gradient is scaling the learning rate).
+Adaptive optimizers (Adam) undo gradient scaling: give beta its own optimizer if that
+matters. Exclude beta from a hand-written weight decay with :func:`weight_decay_variables`.
+
+Monitoring value ``filter_loss``
+--------------------------------
+The release never computes the loss value. ``filter_loss[c]`` is the paper's
+``-MI(X; T)`` with X = the maps of channel c in this batch (uniform), the templates
+T = {T-} + {T_mu : mu on the H x W grid} built with the current beta (same formula as the
+mask; T- = -1 everywhere), priors p(T-) = 1 - alpha, p(T_mu) = alpha / (H*W) with alpha the
+fraction of positives in the batch, and ``p(x|T) = exp(mean_hw(x * T) / a) / Z_T`` with
+``a = 0.5`` (the gradient's temperature; the paper's ``tr(x . T)`` with tau = 1/(a*H*W)) and
+Z_T summed over the batch. Lower is better: it is low when each map matches one template
+sharply (a single compact peak). Like the paper's MI it does not see labels (a filter that
+also fires on negatives is not penalised; watch ``strength`` per group for that), it cannot
+know where ground-truth parts are (use ``inspector.stability``), and it scales with the
+activation energy: maps with small activations give values near 0 for every filter. Cost O(N * C * (H*W)^2); pass ``monitor=False`` to
+replace it by zeros.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import tensorflow as tf
+
+from inspector.format import ICNN_COLLECTION, ICNN_ROLES
+
+tf1 = tf.compat.v1
+
+#: Graph collection holding every ICNN beta variable (to exclude from weight decay).
+BETA_COLLECTION = "tf_inspector/icnn_beta"
+
+ALPHA = 0.5            # temperature a of the filter loss (release: alpha = 0.5)
+FILTER_GRAD_SCALE = 1e-5  # release: 0.00001 * w_pos / w_neg
+BETA_GRAD_SCALE = 1e4     # release: (target - beta) * (-10000)
+
+
+def epoch_from_step(step: tf.Tensor, steps_per_epoch: int) -> tf.Tensor:
+    """1-based epoch (as in the release) from a global step: ``step // steps_per_epoch + 1``.
+
+    >>> epoch = epoch_from_step(tf1.train.get_or_create_global_step(), 60)  # doctest: +SKIP
+    """
+    if int(steps_per_epoch) < 1:
+        raise ValueError(f"steps_per_epoch must be a positive integer, got {steps_per_epoch!r}")
+    step = tf.cast(step, tf.int64)
+    return tf.cast(step // int(steps_per_epoch) + 1, tf.float32)
+
+
+def weight_decay_variables(variables: Optional[Sequence[tf.Variable]] = None,
+                           graph: Optional[tf.Graph] = None) -> list:
+    """Trainable variables minus every ICNN beta: what a hand-written L2 term should cover.
+
+    >>> l2 = tf.add_n([tf.nn.l2_loss(v) for v in weight_decay_variables()])  # doctest: +SKIP
+    """
+    graph = graph or tf1.get_default_graph()
+    if variables is None:
+        variables = graph.get_collection(tf1.GraphKeys.TRAINABLE_VARIABLES)
+    betas = {id(v) for v in graph.get_collection(BETA_COLLECTION)}
+    return [v for v in variables if id(v) not in betas]
+
+
+def _grid(n: int, dtype) -> tf.Tensor:
+    # np.linspace(-1, 1, n): the release's posTemp / linspace(-1, 1, h).
+    return tf.constant(np.linspace(-1.0, 1.0, n), dtype=dtype)
+
+
+def _part_vector(part_filters, channels: int) -> np.ndarray:
+    """Boolean [C] from None (all), an int count (the first k, like the release's partRate),
+    or a length-C sequence of bools."""
+    if part_filters is None:
+        return np.ones(channels, bool)
+    if isinstance(part_filters, (int, np.integer)) and not isinstance(part_filters, bool):
+        if not 0 <= part_filters <= channels:
+            raise ValueError(f"part_filters={part_filters} must be between 0 and C={channels}")
+        out = np.zeros(channels, bool)
+        out[: int(part_filters)] = True
+        return out
+    arr = np.asarray(part_filters, dtype=bool)
+    if arr.shape != (channels,):
+        raise ValueError(f"part_filters must be None, an int or a bool vector of length C={channels}, "
+                         f"got shape {arr.shape}")
+    return arr
+
+
+def mu_and_sqrtvar(x: tf.Tensor, mu: str = "centroid"):
+    """Integer peak position (1-based row, col) and sqrtvar of each map, as ``getMu.m``.
+
+    Returns ``(mu_row, mu_col, sqrtvar)``, each [N, C], in x's dtype. ``centroid``: the
+    activation-weighted mean position rounded half up (MATLAB ``round`` for v >= 0) and
+    clipped below at 1; ``argmax``: the first largest activation in MATLAB's column-major
+    order. sqrtvar is the spatial std around that position, in pixels.
+    """
+    _, h, w, _ = x.shape.as_list()
+    dtype = x.dtype
+    rows = tf.reshape(tf.range(1, h + 1, dtype=tf.int32), [1, h, 1, 1])
+    cols = tf.reshape(tf.range(1, w + 1, dtype=tf.int32), [1, 1, w, 1])
+    rows_f, cols_f = tf.cast(rows, dtype), tf.cast(cols, dtype)
+    total = tf.maximum(tf.reduce_sum(x, axis=[1, 2]), tf.cast(1e-9, dtype))  # [N, C]
+    if mu == "centroid":
+        r = tf.reduce_sum(x * rows_f, axis=[1, 2]) / total
+        c = tf.reduce_sum(x * cols_f, axis=[1, 2]) / total
+        mu_r = tf.maximum(tf.floor(r + 0.5), 1.0)
+        mu_c = tf.maximum(tf.floor(c + 0.5), 1.0)
+    elif mu == "argmax":
+        # Column-major flattening (H fastest), so ties resolve like MATLAB's max.
+        n_c_w_h = tf.transpose(x, [0, 3, 2, 1])
+        flat = tf.reshape(n_c_w_h, tf.stack([tf.shape(x)[0], x.shape[3], w * h]))
+        idx = tf.argmax(flat, axis=2, output_type=tf.int32)
+        mu_r = tf.cast(idx % h + 1, dtype)
+        mu_c = tf.cast(idx // h + 1, dtype)
+    else:
+        raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+    d2 = (tf.square(rows_f - mu_r[:, None, None, :]) + tf.square(cols_f - mu_c[:, None, None, :]))
+    sqrtvar = tf.sqrt(tf.reduce_sum(d2 * x, axis=[1, 2]) / total)
+    return mu_r, mu_c, sqrtvar
+
+
+def _replace_inf(v: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """MATLAB ``v(isinf(v)) = max(v(~isinf(v)))`` over the valid entries (0 if none finite)."""
+    finite = tf.logical_and(valid, tf.math.is_finite(v))
+    big = tf.reduce_max(tf.where(finite, v, tf.fill(tf.shape(v), tf.cast(-np.inf, v.dtype))))
+    big = tf.where(tf.math.is_finite(big), big, tf.zeros_like(big))
+    return tf.where(tf.math.is_inf(v), tf.fill(tf.shape(v), big), v)
+
+
+def _replace_nan(v: tf.Tensor) -> tf.Tensor:
+    return tf.where(tf.math.is_nan(v), tf.zeros_like(v), v)
+
+
+def _normalised_strength(g, valid_n, valid, mag):
+    """The release's clean-up and normalisation of g ([N, C]) over the rows in valid_n."""
+    g = _replace_nan(_replace_inf(g, valid))
+    g = tf.where(valid, g, tf.zeros_like(g))
+    count = tf.reduce_sum(tf.cast(valid_n, g.dtype))  # positives (or negatives) in the batch
+    mean = tf.reduce_sum(g, axis=0) / count            # [C]; NaN when count == 0, masked below
+    g = g / (mean[None, :] * mag)
+    g = _replace_inf(_replace_nan(g), valid)
+    return tf.where(valid, g, tf.zeros_like(g))
+
+
+def _filter_loss_value(x, beta, part, positive, h, w):
+    """Batch estimate of -MI(X; T) per channel; see the module docstring."""
+    dtype = x.dtype
+    gy, gx = _grid(h, dtype), _grid(w, dtype)
+    # Templates for every grid position mu = (gy[i], gx[j]): [L, H, W] distances.
+    dist = (tf.abs(gy[None, :, None] - tf.reshape(tf.tile(gy[:, None], [1, w]), [-1])[:, None, None])
+            + tf.abs(gx[None, None, :] - tf.reshape(tf.tile(gx[None, :], [h, 1]), [-1])[:, None, None]))
+    temps = tf.maximum(1.0 - dist[..., None] * beta[None, None, None, :], -1.0)  # [L, H, W, C]
+    temps = tf.where(tf.broadcast_to(part, tf.shape(temps)), temps, tf.ones_like(temps))
+    l = h * w
+    scores_pos = tf.einsum("nhwc,lhwc->ncl", x, temps) / (h * w * ALPHA)       # [N, C, L]
+    scores_neg = -tf.reduce_mean(x, axis=[1, 2])[..., None] / ALPHA            # [N, C, 1]
+    scores = tf.concat([scores_neg, scores_pos], axis=2)                       # [N, C, L+1]
+    log_p_x_t = scores - tf.reduce_logsumexp(scores, axis=0, keepdims=True)    # over the batch
+    alpha = tf.reduce_mean(tf.cast(positive, dtype))
+    tiny = tf.cast(1e-30, dtype)
+    log_prior = tf.concat([tf.math.log(tf.maximum(1.0 - alpha, tiny))[None],
+                           tf.fill([l], tf.math.log(tf.maximum(alpha / l, tiny)))], axis=0)
+    prior = tf.concat([(1.0 - alpha)[None], tf.fill([l], alpha / l)], axis=0)   # [L+1]
+    log_p_x = tf.reduce_logsumexp(log_p_x_t + log_prior, axis=2, keepdims=True)  # [N, C, 1]
+    mi = tf.reduce_sum(prior * tf.reduce_sum(tf.exp(log_p_x_t) * (log_p_x_t - log_p_x), axis=0), axis=1)
+    return -mi
+
+
+def conv_mask(x: tf.Tensor,
+              labels_positive: tf.Tensor,
+              epoch: Union[tf.Tensor, float, None] = None,
+              *,
+              step: Optional[tf.Tensor] = None,
+              steps_per_epoch: Optional[int] = None,
+              name: str = "icnn_mask",
+              mu: str = "centroid",
+              part_filters=None,
+              beta_init: float = 2.0,
+              beta_lr_mult: float = 0.05,
+              filter_loss: bool = True,
+              filter_loss_weight: float = 1.0,
+              mag: float = 0.1,
+              reduction: str = "mean",
+              monitor: bool = True,
+              register: bool = True) -> tf.Tensor:
+    """Apply the ICNN mask to ``x`` ([N, H, W, C], x >= 0); return ``relu(x * mask)``.
+
+    Args:
+      x: a ReLU (or max-pool of a ReLU) output with static H, W, C.
+      labels_positive: bool [N], True for images of the (single) positive class.
+      epoch: current 1-based epoch (float scalar tensor); or give ``step`` and
+        ``steps_per_epoch`` instead. Values below 1 are treated as 1.
+      name: variable scope and name prefix of the registered tensors.
+      mu: ``"centroid"`` (release) or ``"argmax"`` (paper).
+      part_filters: None (all channels), an int k (the first k), or a bool [C]; other
+        channels get mask 1, no filter loss and a zero beta gradient.
+      beta_init, beta_lr_mult: initial beta and the factor on its pseudo-gradient.
+      filter_loss: add the filter-loss gradient at x (False: only ``upstream * relu(m)``).
+      filter_loss_weight: extra factor on that gradient (1.0 = the release's scale).
+      mag: the release's ``l.mag``: the term is divided by ``epoch / mag``.
+      reduction: ``"mean"`` for a batch-mean loss (divide the injected terms by N) or ``"sum"``.
+      monitor: build the ``filter_loss`` monitoring value (else zeros).
+      register: add the role tensors to ``ICNN_COLLECTION``.
+
+    The backward pass treats the mask as a constant: ``dx = upstream * relu(m)`` plus the
+    filter-loss term; beta receives only its pseudo-gradient. See the module docstring.
+    """
+    x = tf.convert_to_tensor(x)
+    if x.shape.rank != 4 or None in x.shape.as_list()[1:]:
+        raise ValueError(f"x must be NHWC with static H, W, C, got shape {x.shape}")
+    if not x.dtype.is_floating:
+        raise ValueError(f"x must be a float tensor, got dtype {x.dtype.name}")
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if mu not in ("centroid", "argmax"):
+        raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+    _, h, w, c = x.shape.as_list()
+    dtype = x.dtype
+    if epoch is None:
+        if step is None or steps_per_epoch is None:
+            raise ValueError("conv_mask needs epoch, or both step and steps_per_epoch")
+        epoch = epoch_from_step(step, steps_per_epoch)
+    epoch = tf.maximum(tf.cast(epoch, dtype), 1.0)
+    part_np = _part_vector(part_filters, c)
+
+    with tf1.variable_scope(name):
+        beta_var = tf1.get_variable("beta", shape=[c], dtype=dtype,
+                                    initializer=tf1.constant_initializer(beta_init), trainable=True)
+        if beta_var not in tf1.get_collection(BETA_COLLECTION):
+            tf1.add_to_collection(BETA_COLLECTION, beta_var)
+        scope = tf1.get_variable_scope().original_name_scope
+    with tf1.name_scope(scope):
+        positive = tf.reshape(tf.cast(labels_positive, tf.bool), [-1])
+        pre = tf.identity(x, name="pre_mask")
+        beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
+        part = tf.constant(part_np)
+        out = {}
+
+        @tf.custom_gradient
+        def _masked(x_in, beta_v):
+            mu_r, mu_c, sqrtvar = mu_and_sqrtvar(x_in, mu)
+            gy, gx = _grid(h, dtype), _grid(w, dtype)
+            mu_row = tf.gather(gy, tf.cast(mu_r, tf.int32) - 1)   # [N, C] in [-1, 1]
+            mu_col = tf.gather(gx, tf.cast(mu_c, tf.int32) - 1)
+            dist = (tf.abs(gy[None, :, None, None] - mu_row[:, None, None, :])
+                    + tf.abs(gx[None, None, :, None] - mu_col[:, None, None, :]))
+            m = tf.maximum(1.0 - dist * beta_v[None, None, None, :], -1.0)
+            m = tf.where(tf.broadcast_to(part, tf.shape(m)), m, tf.ones_like(m))
+            m = tf.identity(m, name="mask")
+            s = tf.identity(tf.reduce_mean(x_in * m, axis=[1, 2]), name="strength")
+            out.update(mask=m, strength=s,
+                       mu=tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
+                       sqrtvar=tf.identity(sqrtvar, name="sqrtvar"))
+            y = tf.nn.relu(x_in * m)
+
+            def grad(dy):
+                dx = dy * tf.nn.relu(m)
+                n = tf.cast(tf.shape(x_in)[0], dtype)
+                scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
+                if filter_loss:
+                    dx = dx + _filter_grad(x_in, m, s, positive, part, epoch, mag) * (
+                        scale * filter_loss_weight)
+                dbeta = _beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
+                return dx, dbeta
+
+            return y, grad
+
+        post = tf.identity(_masked(pre, beta_in), name="post_mask")
+        if monitor:
+            fl = _filter_loss_value(pre, beta_in, part, positive, h, w)
+        else:
+            fl = tf.zeros([c], dtype)
+        out.update(pre_mask=pre, post_mask=post, beta=beta_in,
+                   filter_loss=tf.identity(fl, name="filter_loss"))
+    if register:
+        layer = name
+        for role in ICNN_ROLES:
+            tf1.add_to_collection(ICNN_COLLECTION, (layer, role, out[role]))
+    return post
+
+
+def _filter_grad(x, m, s, positive, part, epoch, mag):
+    """The release's filter-loss term at x ([N, H, W, C]), before the 1/N of ``reduction``."""
+    dtype = x.dtype
+    a = ALPHA
+    every_c = tf.ones(tf.shape(s), tf.bool)
+    m_flip = tf.reverse(m, axis=[0, 3])     # MATLAB mask(:,:,end:-1:1,end:-1:1): channels and batch
+    log_z_pos = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(x * m_flip, axis=[1, 2]) / a), axis=0))
+    log_z_neg = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(-x, axis=[1, 2]) / a), axis=0))
+    log_z_pos = _replace_inf(log_z_pos, every_c[0])
+    log_z_neg = _replace_inf(log_z_neg, every_c[0])
+    mag_t = epoch / mag
+    part_row = part[None, :]
+
+    pos_n = positive[:, None]
+    valid_pos = tf.logical_and(pos_n, part_row)
+    g_pos = tf.exp(s / a) * (s - log_z_pos[None, :] + a)
+    g_pos = _normalised_strength(g_pos, positive, valid_pos, mag_t)
+
+    neg_n = tf.logical_not(positive)[:, None]
+    valid_neg = tf.logical_and(neg_n, part_row)
+    sn = tf.reduce_mean(x, axis=[1, 2])
+    g_neg = tf.exp(-sn / a) * (-sn - log_z_neg[None, :] + a)
+    g_neg = _normalised_strength(g_neg, tf.logical_not(positive), valid_neg, mag_t)
+
+    w_pos = w_neg = 1.0  # single class
+    term = (-m * g_pos[:, None, None, :] * (FILTER_GRAD_SCALE * w_pos)
+            + g_neg[:, None, None, :] * (FILTER_GRAD_SCALE * w_neg) * tf.ones_like(x))
+    return tf.cast(term, dtype)
+
+
+def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
+    """(beta - clip(3/t, 1.5, 3)) * 1e4, t = sum_pos(s * sqrtvar) / sum_pos(s); 0 off-part.
+
+    A NaN ratio (no positives, or zero strength) gives the target 3.0, because MATLAB's
+    min/max ignore NaN.
+    """
+    posf = tf.cast(positive, s.dtype)[:, None]
+    t = tf.reduce_sum(s * sqrtvar * posf, axis=0) / tf.reduce_sum(s * posf, axis=0)
+    q = 3.0 / t
+    target = tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(3.0, s.dtype)),
+                      tf.clip_by_value(q, 1.5, 3.0))
+    g = (beta - target) * BETA_GRAD_SCALE
+    return tf.where(part, g, tf.zeros_like(g))
