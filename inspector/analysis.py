@@ -1,0 +1,271 @@
+"""Offline analysis of a run with numpy/pandas: alerts, positive-vs-negative comparisons, ICNN maths.
+
+Everything here takes plain DataFrames / arrays (as returned by :class:`inspector.Run`), so it
+works in notebooks, in the viewer and in tests alike. No TensorFlow.
+
+Example::
+
+    import inspector
+    from inspector import analysis
+    run = inspector.open_run("runs/exp1")
+    alerts = analysis.run_alerts(run)                 # list[Alert], most severe first
+    analysis.alerts_frame(alerts)                     # as a DataFrame
+    analysis.group_contrast(run.query_stats(kinds=["forward"]), "mean")
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Iterable
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # the reader is only needed for run_alerts; keep the import light
+    from .run import Run
+
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Alert thresholds. Every one is a documented knob; defaults suit float32 training.
+
+    - ``dead_zero_fraction``: a ReLU whose forward ``zero_fraction`` is at least this over the
+      last ``window`` statistics steps is "dead" (almost no unit ever fires).
+    - ``vanishing_l2``: a gradient whose L2 norm (median over the window) is below this vanishes.
+    - ``exploding_l2``: a gradient whose L2 norm (median over the window) is above this explodes.
+    - ``layer_ratio``: the largest over the smallest non-zero gradient L2 across tensors at one
+      step; above it, gradients vanish/explode *across depth* even if each looks fine alone.
+    - ``window``: how many of the last statistics steps the medians above use.
+    """
+    dead_zero_fraction: float = 0.99
+    vanishing_l2: float = 1e-7
+    exploding_l2: float = 1e3
+    layer_ratio: float = 1e4
+    window: int = 10
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One finding: how bad, what kind, a readable message, and where (step/tensor) if known."""
+    severity: str
+    kind: str
+    message: str
+    step: int | None = None
+    tensor: str | None = None
+
+
+def alerts_frame(alerts: Iterable[Alert]) -> pd.DataFrame:
+    """Alerts as a DataFrame (columns severity, kind, message, step, tensor)."""
+    return pd.DataFrame([asdict(a) for a in alerts], columns=["severity", "kind", "message", "step", "tensor"])
+
+
+def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
+    steps = np.sort(stats["step"].unique())
+    return stats[stats["step"] >= steps[-window]] if len(steps) else stats
+
+
+def nonfinite_alert(first: dict | None) -> list[Alert]:
+    """Alert for the first NaN/Inf (``Run.first_nonfinite()``'s result), or nothing."""
+    if not first:
+        return []
+    what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
+    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']}: {first['kind']} of "
+                  f"{first['tensor']} ({what})", first["step"], first["tensor"])]
+
+
+def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:
+    """ReLU outputs whose zero fraction stays >= ``th.dead_zero_fraction`` over the last window.
+
+    >>> # stats: columns step, tensor, kind, group, zero_fraction; catalog: name, op_type
+    """
+    relu = set(catalog.loc[catalog["op_type"].astype(str).str.contains("Relu", na=False), "name"])
+    df = stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(relu)]
+    if df.empty:
+        return []
+    zf = _last_window(df, th.window).groupby("tensor", observed=True)["zero_fraction"].min()
+    dead = zf[zf >= th.dead_zero_fraction]
+    return [Alert("warning", "dead_relu", f"{t}: {zf[t]:.1%} of activations are zero over the last "
+                  f"{th.window} steps (dead ReLU)", int(df["step"].max()), str(t)) for t in dead.index]
+
+
+def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:
+    """Vanishing / exploding gradients, per tensor and as a ratio across tensors (layers).
+
+    Uses the gradient L2 norm of group ``all``; medians over the last ``th.window`` steps make
+    one noisy step harmless. Tensors with an exactly-zero gradient (e.g. dead ReLUs, reported
+    elsewhere) are left out of the vanishing test and of the ratio.
+    """
+    df = stats[(stats["kind"] == "gradient") & (stats["group"] == "all")]
+    if df.empty:
+        return []
+    win = _last_window(df, th.window)
+    last = int(win["step"].max())
+    med = win.groupby("tensor", observed=True)["l2"].median().dropna()
+    out: list[Alert] = []
+    for t, v in med.items():
+        if 0 < v < th.vanishing_l2:
+            out.append(Alert("warning", "vanishing_gradient", f"{t}: gradient L2 {v:.2e} < {th.vanishing_l2:g} "
+                             f"(median of the last {th.window} steps)", last, str(t)))
+        elif v > th.exploding_l2:
+            out.append(Alert("error", "exploding_gradient", f"{t}: gradient L2 {v:.2e} > {th.exploding_l2:g} "
+                             f"(median of the last {th.window} steps)", last, str(t)))
+    pos = med[(med > 0) & np.isfinite(med)]
+    if len(pos) >= 2 and pos.max() / pos.min() > th.layer_ratio:
+        lo, hi = pos.idxmin(), pos.idxmax()
+        out.append(Alert("warning", "gradient_ratio", f"gradient L2 spans {pos.max() / pos.min():.1e}x across "
+                         f"tensors (> {th.layer_ratio:g}): smallest {lo} ({pos.min():.1e}), largest {hi} "
+                         f"({pos.max():.1e})", last, str(lo)))
+    return out
+
+
+def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
+    """One alert summarising the dumps the hook dropped (``Run.dropped``)."""
+    if dropped is None or dropped.empty:
+        return []
+    reasons = "; ".join(f"{r} ({n}x)" for r, n in dropped["reason"].value_counts().items())
+    steps = sorted(int(s) for s in dropped["step"])
+    return [Alert("warning", "dropped_dumps", f"{len(dropped)} dump(s) dropped at steps "
+                  f"{steps[:8]}{' ...' if len(steps) > 8 else ''}: {reasons}", steps[0])]
+
+
+def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
+    """Every alert for ``run``, errors first. Reads only the statistics columns it needs."""
+    stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction"])
+    out = nonfinite_alert(run.first_nonfinite())
+    if not stats.empty:
+        out += gradient_alerts(stats, th) + dead_relus(stats, run.tensors, th)
+    out += dropped_alerts(run.dropped)
+    out += [Alert("warning", "damaged_file", p) for p in run.problems]
+    if run.status == "running":
+        out.append(Alert("info", "running", "the run is still being written; press Refresh for new steps"))
+    return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
+
+
+# ---- positive vs negative ------------------------------------------------------------------
+
+def group_series(stats: pd.DataFrame, tensor: str, stat: str, kind: str = "forward") -> pd.DataFrame:
+    """One statistic of one tensor over steps, one column per group (all/positive/negative).
+
+    >>> group_series(run.stats, "conv1/Relu:0", "mean").plot()   # doctest: +SKIP
+    """
+    df = stats[(stats["tensor"] == tensor) & (stats["kind"] == kind)]
+    wide = df.pivot_table(index="step", columns="group", values=stat, observed=True, aggfunc="last")
+    return wide.reindex(columns=[g for g in ("all", "positive", "negative") if g in wide.columns])
+
+
+def group_contrast(stats: pd.DataFrame, stat: str = "mean", kind: str = "forward") -> pd.DataFrame:
+    """Per (step, tensor): positive minus negative value of ``stat`` and, for ``mean``, the
+    standardised difference ``(mean_pos - mean_neg) / pooled std`` (an effect size).
+
+    Columns: step, tensor, positive, negative, diff[, effect].
+    """
+    df = stats[(stats["kind"] == kind) & stats["group"].isin(["positive", "negative"])]
+    cols = [stat] + (["std"] if stat == "mean" and "std" in df else [])
+    wide = df.pivot_table(index=["step", "tensor"], columns="group", values=cols, observed=True, aggfunc="last")
+    out = pd.DataFrame({"positive": wide[(stat, "positive")], "negative": wide[(stat, "negative")]})
+    out["diff"] = out["positive"] - out["negative"]
+    if len(cols) == 2:
+        pooled = np.sqrt((wide[("std", "positive")] ** 2 + wide[("std", "negative")] ** 2) / 2)
+        out["effect"] = out["diff"] / pooled.replace(0, np.nan)
+    return out.reset_index()
+
+
+def top_separating(stats: pd.DataFrame, step: int | None = None, n: int = 10, kind: str = "forward") -> pd.DataFrame:
+    """The ``n`` tensors whose positive and negative means differ most (|effect|) at ``step``
+    (default: the last step)."""
+    c = group_contrast(stats, "mean", kind)
+    if c.empty:
+        return c
+    c = c[c["step"] == (c["step"].max() if step is None else step)]
+    return c.reindex(c["effect"].abs().sort_values(ascending=False).index).head(n)
+
+
+def split_by_group(values: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
+    """Split a dumped batched tensor by sample group (``samples/group``: 1 positive, 0 negative).
+
+    >>> split_by_group(np.arange(3.0), np.array([1, 0, 1]))["positive"]
+    array([0., 2.])
+    """
+    groups = np.asarray(groups).astype(int)
+    return {"positive": np.asarray(values)[groups == 1], "negative": np.asarray(values)[groups == 0]}
+
+
+def common_bins(*arrays: np.ndarray, bins: int = 40) -> np.ndarray:
+    """Bin edges covering the finite values of every array (one shared axis for overlays)."""
+    finite = [a[np.isfinite(a)] for a in (np.ravel(x) for x in arrays) if a.size]
+    finite = [a for a in finite if a.size]
+    if not finite:
+        return np.linspace(0.0, 1.0, bins + 1)
+    lo, hi = min(float(a.min()) for a in finite), max(float(a.max()) for a in finite)
+    if hi <= lo:
+        lo, hi = lo - 0.5, hi + 0.5
+    return np.linspace(lo, hi, bins + 1)
+
+
+# ---- ICNN maths (ICNN.md) ---------------------------------------------------------------------
+# The numpy twin of the ICNN layer's forward pass, for the synthetic run and the viewer's
+# templates. inspector/templates.py (another module) holds the reference; these follow the same
+# formulas so the viewer works on any run, also before that module exists.
+
+def icnn_mu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mu [N,C,2] (row, col) in [-1, 1] and sqrtvar [N,C] (pixels) of maps x [N,H,W,C] (getMu).
+
+    >>> x = np.zeros((1, 5, 5, 1)); x[0, 4, 0, 0] = 1
+    >>> icnn_mu(x)[0][0, 0].tolist()
+    [1.0, -1.0]
+    """
+    n, h, w, c = x.shape
+    rows = np.arange(1, h + 1, dtype=np.float64)[None, :, None, None]
+    cols = np.arange(1, w + 1, dtype=np.float64)[None, None, :, None]
+    s = np.maximum(x.sum(axis=(1, 2)), 1e-9)                                # [N,C]
+    mr = np.maximum(np.floor((rows * x).sum(axis=(1, 2)) / s + 0.5), 1)     # MATLAB round, v >= 0
+    mc = np.maximum(np.floor((cols * x).sum(axis=(1, 2)) / s + 0.5), 1)
+    d2 = (rows - mr[:, None, None, :]) ** 2 + (cols - mc[:, None, None, :]) ** 2
+    sqrtvar = np.sqrt((d2 * x).sum(axis=(1, 2)) / s)
+    gy, gx = np.linspace(-1, 1, h), np.linspace(-1, 1, w)
+    mu = np.stack([gy[mr.astype(int) - 1], gx[mc.astype(int) - 1]], axis=-1)
+    return mu.astype(np.float32), sqrtvar.astype(np.float32)
+
+
+def icnn_mask(mu: np.ndarray, beta: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Masks [N,H,W,C] for mu [N,C,2] and beta [C] (getMask):
+    ``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)``."""
+    gy = np.linspace(-1, 1, h)[None, :, None, None]
+    gx = np.linspace(-1, 1, w)[None, None, :, None]
+    dist = np.abs(gy - mu[:, None, None, :, 0]) + np.abs(gx - mu[:, None, None, :, 1])
+    return np.maximum(1 - np.asarray(beta, np.float64) * dist, -1).astype(np.float32)
+
+
+def positive_templates(h: int, w: int, beta: float) -> np.ndarray:
+    """All positive templates T_mu, shape [H, W, H, W]: ``T[i, j]`` is the template (same
+    formula as the mask) for mu at grid cell (i, j). The paper scales them by
+    ``tau = 0.5 / (H * W)``; this returns the unscaled shape."""
+    gy, gx = np.linspace(-1, 1, h), np.linspace(-1, 1, w)
+    mu = np.stack(np.meshgrid(gy, gx, indexing="ij"), -1).reshape(1, h * w, 2)
+    m = icnn_mask(mu, np.full(h * w, beta), h, w)[0]            # [H, W, H*W]
+    return np.moveaxis(m, -1, 0).reshape(h, w, h, w)
+
+
+def negative_template(h: int, w: int) -> np.ndarray:
+    """The negative template T-: -1 everywhere (unscaled), shape [H, W]."""
+    return -np.ones((h, w), np.float32)
+
+
+def mu_to_cell(mu: np.ndarray, h: int, w: int) -> np.ndarray:
+    """Map mu in [-1, 1] coordinates back to 0-based (row, col) grid cells."""
+    mu = np.asarray(mu, np.float64)
+    return np.stack([np.rint((mu[..., 0] + 1) / 2 * (h - 1)), np.rint((mu[..., 1] + 1) / 2 * (w - 1))],
+                    -1).astype(int)
+
+
+def icnn_layer_table(catalog: pd.DataFrame) -> pd.DataFrame:
+    """ICNN layers of a catalog: index layer name, one column per role holding the tensor name.
+
+    Same answer as ``Run.icnn_layers()``, computed from the catalog's ``icnn_layer`` /
+    ``icnn_role`` columns so the viewer does not depend on another module being present.
+    """
+    df = catalog.dropna(subset=["icnn_layer", "icnn_role"])
+    if df.empty:
+        return pd.DataFrame()
+    return df.pivot_table(index="icnn_layer", columns="icnn_role", values="name", aggfunc="first")

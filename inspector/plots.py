@@ -1,0 +1,307 @@
+"""Matplotlib figures shared by the viewer and by exports. Each function returns a new Figure.
+
+Figures are built with ``matplotlib.figure.Figure`` directly, never ``pyplot``: no global
+figure registry to leak memory in a long-running app, no backend switching, thread-safe
+enough for Streamlit's script threads. :func:`to_png` renders one to PNG bytes (Agg).
+
+Example::
+
+    from inspector import plots
+    fig = plots.time_series(df, title="conv1/Relu:0 mean")    # df: index step, columns groups
+    open("fig.png", "wb").write(plots.to_png(fig))
+"""
+from __future__ import annotations
+
+import io
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+#: One colour per sample group, used by every figure (positive warm, negative cool).
+GROUP_COLORS = {"all": "0.35", "positive": "#d62728", "negative": "#1f77b4"}
+Hist = tuple[np.ndarray, np.ndarray]          # (edges [B+1], counts [B])
+
+
+def to_png(fig: Figure, dpi: int = 100) -> bytes:
+    """PNG bytes of ``fig`` (rendered with Agg; the figure is not kept anywhere)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _color(label: str, i: int) -> str:
+    return GROUP_COLORS.get(label, f"C{i}")
+
+
+def empty(message: str, figsize=(6, 2)) -> Figure:
+    """A figure that only says ``message`` (so a download button always has something)."""
+    fig = Figure(figsize=figsize)
+    ax = fig.subplots()
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    ax.set_axis_off()
+    return fig
+
+
+# ---- over steps -------------------------------------------------------------------------------
+
+def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title: str = "",
+            log: bool = False, cbar_label: str = "", max_labels: int = 40) -> Figure:
+    """Rows (tensors, in graph order) x steps image of one statistic; NaN/Inf cells are grey.
+
+    >>> heatmap(np.ones((3, 5)), ["a", "b", "c"], range(5)).axes[0].images[0].get_array().shape
+    (3, 5)
+    """
+    m = np.asarray(matrix, np.float64)
+    finite = m[np.isfinite(m)]
+    fig = Figure(figsize=(10, max(2.5, min(0.18 * len(rows) + 1.2, 12))))
+    ax = fig.subplots()
+    if log:
+        pos = finite[finite > 0]
+        norm = LogNorm(pos.min(), max(pos.max(), pos.min() * 1.0001)) if pos.size else Normalize(0, 1)
+        m = np.where(m > 0, m, np.nan)
+    else:
+        norm = Normalize(finite.min(), finite.max()) if finite.size else Normalize(0, 1)
+    cmap = _cmap("viridis")
+    steps = np.asarray(steps)
+    extent = (steps[0] - 0.5, steps[-1] + 0.5, len(rows) - 0.5, -0.5) if len(steps) else None
+    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm,
+                   extent=extent)
+    every = max(1, int(np.ceil(len(rows) / max_labels)))
+    ax.set_yticks(range(0, len(rows), every), [rows[i] for i in range(0, len(rows), every)], fontsize=7)
+    ax.set_xlabel("step")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label=cbar_label, fraction=0.03, pad=0.01)
+    return fig
+
+
+def _cmap(name: str):
+    from matplotlib import colormaps
+    cmap = colormaps[name].copy()
+    cmap.set_bad("0.75")
+    return cmap
+
+
+def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool = False,
+                marks: Mapping[str, int] | None = None) -> Figure:
+    """One line per column of ``df`` (index = step); group columns get the group colours.
+    ``marks`` draws labelled vertical lines (e.g. {"first NaN": 120})."""
+    fig = Figure(figsize=(8, 3))
+    ax = fig.subplots()
+    for i, col in enumerate(df.columns):
+        ax.plot(df.index, df[col], label=str(col), color=_color(str(col), i), lw=1.4)
+    if log and (df.to_numpy(dtype=float) > 0).any():
+        ax.set_yscale("log")
+    for label, step in (marks or {}).items():
+        ax.axvline(step, color="k", ls="--", lw=0.8)
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=8, va="top")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(df.columns):
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highlight: int | None = None,
+                  title: str = "") -> Figure:
+    """Small multiples, one axis per panel: per-channel values [S, C] over steps, channel
+    ``highlight`` drawn bold (used for ICNN beta and filter loss)."""
+    fig = Figure(figsize=(5 * max(len(panels), 1), 3))
+    axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
+    for ax, (name, (steps, values)) in zip(axes, panels.items()):
+        v = np.asarray(values, np.float64).reshape(len(steps), -1)
+        for c in range(v.shape[1]):
+            bold = c == highlight
+            ax.plot(steps, v[:, c], color="C3" if bold else "0.6", lw=2.2 if bold else 0.8, zorder=3 if bold else 2,
+                    label=f"filter {c}" if bold else None)
+        ax.plot(steps, np.nanmean(v, 1), color="k", ls="--", lw=1, label="mean")
+        ax.set_title(name)
+        ax.set_xlabel("step")
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    return fig
+
+
+# ---- distributions ----------------------------------------------------------------------------
+
+def hist_from_values(values: np.ndarray, edges: np.ndarray) -> Hist:
+    """(edges, counts) of the finite values of ``values`` on ``edges``."""
+    v = np.ravel(np.asarray(values, np.float64))
+    return edges, np.histogram(v[np.isfinite(v)], edges)[0]
+
+
+def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, title: str = "",
+               log: bool = False) -> Figure:
+    """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one step
+    histogram per group (positive vs negative); ``density`` normalises each to area 1 so
+    groups of different sizes compare."""
+    fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2))
+    axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
+    for ax, (name, groups) in zip(axes, panels.items()):
+        for i, (g, (edges, counts)) in enumerate(groups.items()):
+            counts = np.asarray(counts, np.float64)
+            widths = np.diff(edges)
+            total = counts.sum()
+            y = counts / (total * np.where(widths > 0, widths, 1)) if density and total else counts
+            ax.stairs(y, edges, label=f"{g} (n={int(total)})", color=_color(g, i), lw=1.5,
+                      fill=g == "positive", alpha=0.35 if g == "positive" else 1.0)
+        if log:
+            ax.set_yscale("symlog" if density else "log")
+        ax.set_title(name)
+        ax.set_ylabel("density" if density else "count")
+        if groups:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+    fig.suptitle(title)
+    return fig
+
+
+def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 1.6) -> Figure:
+    """Ridge plot across steps: one baseline per step (top = first), each group's density
+    scaled to the tallest in the figure and drawn on that baseline."""
+    steps = list(rows)
+    fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)))
+    ax = fig.subplots()
+    peak = 1e-300
+    dens: dict = {}
+    for s in steps:
+        for g, (edges, counts) in rows[s].items():
+            c = np.asarray(counts, np.float64)
+            w = np.diff(edges)
+            d = c / (c.sum() * np.where(w > 0, w, 1)) if c.sum() else c
+            dens[s, g] = (edges, d)
+            peak = max(peak, float(np.nanmax(d)) if d.size else 0)
+    for k, s in enumerate(steps):
+        base = len(steps) - 1 - k
+        for i, g in enumerate(rows[s]):
+            edges, d = dens[s, g]
+            ax.stairs(base + overlap * d / peak, edges, baseline=base, fill=True, alpha=0.35,
+                      color=_color(g, i), label=g if k == 0 else None)
+    ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
+    ax.set_ylabel("step")
+    ax.set_title(title)
+    if steps:
+        ax.legend(fontsize=8, loc="upper right")
+    return fig
+
+
+# ---- feature maps and ICNN --------------------------------------------------------------------
+
+def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = None, max_channels: int = 64,
+                 cols: int = 8) -> Figure:
+    """Grid of one sample's channels ``maps [H, W, C]`` with a shared colour scale
+    (diverging around 0 if ``symmetric`` or if the values have both signs)."""
+    m = np.asarray(maps, np.float64)
+    if m.ndim == 2:
+        m = m[..., None]
+    c = min(m.shape[-1], max_channels)
+    cols = min(cols, c)
+    nrows = int(np.ceil(c / cols))
+    fig = Figure(figsize=(1.4 * cols + 1, 1.4 * nrows + 0.6))
+    axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
+    finite = m[np.isfinite(m)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    sym = symmetric if symmetric is not None else (lo < 0 < hi)
+    if sym:
+        a = max(abs(lo), abs(hi)) or 1.0
+        norm, cmap = Normalize(-a, a), "RdBu_r"
+    else:
+        norm, cmap = Normalize(lo, hi if hi > lo else lo + 1), "magma"
+    im = None
+    for k, ax in enumerate(axes):
+        ax.set_axis_off()
+        if k < c:
+            im = ax.imshow(m[..., k], cmap=cmap, norm=norm, interpolation="nearest")
+            ax.set_title(f"ch {k}", fontsize=7)
+    if im is not None:
+        fig.colorbar(im, ax=list(axes), fraction=0.02, pad=0.01)
+    fig.suptitle(title + (f" (first {c} of {m.shape[-1]} channels)" if c < m.shape[-1] else ""))
+    return fig
+
+
+def _mu_marker(ax, mu_cell: Sequence[int] | None, color: str = "cyan") -> None:
+    if mu_cell is not None:
+        ax.plot(mu_cell[1], mu_cell[0], marker="+", ms=14, mew=2.5, color=color)
+
+
+def icnn_filter(rows: Sequence[Mapping], title: str = "") -> Figure:
+    """ICNN pre-mask | mask | post-mask side by side, one row per sample. Each row dict holds
+    ``label``, ``pre``, ``mask``, ``post`` ([H, W]) and ``mu_cell`` (row, col) of mu, drawn as +
+    on all three. Pre and post share a colour scale per row, so the mask's effect is visible."""
+    fig = Figure(figsize=(9, 2.8 * max(len(rows), 1)))
+    axes = fig.subplots(max(len(rows), 1), 3, squeeze=False)
+    for r, row in enumerate(rows):
+        vmax = float(max(np.nanmax(row["pre"]), np.nanmax(row["post"]), 1e-12))
+        for ax, key, cmap, norm in ((axes[r, 0], "pre", "magma", Normalize(0, vmax)),
+                                    (axes[r, 1], "mask", "RdBu_r", TwoSlopeNorm(0, -1, 1)),
+                                    (axes[r, 2], "post", "magma", Normalize(0, vmax))):
+            im = ax.imshow(row[key], cmap=cmap, norm=norm, interpolation="nearest")
+            _mu_marker(ax, row.get("mu_cell"))
+            ax.set_title(f"{row.get('label', '')}: {key}", fontsize=9)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
+    fig.suptitle(title)
+    return fig
+
+
+def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mapping[str, Sequence[int]] | None = None,
+                   tau: float | None = None, title: str = "") -> Figure:
+    """Mosaic of all positive templates ``T_mu`` ([H, W, H, W]: tile (i, j) is the template
+    for mu at cell (i, j)), the cells in ``highlight`` ({label: (i, j)}) outlined, and the
+    negative template beside it. ``tau`` (the paper's scale) is stated, not applied."""
+    h, w = templates.shape[:2]
+    mosaic = np.full((h * (h + 1) - 1, w * (w + 1) - 1), np.nan)
+    for i in range(h):
+        for j in range(w):
+            mosaic[i * (h + 1):i * (h + 1) + h, j * (w + 1):j * (w + 1) + w] = templates[i, j]
+    fig = Figure(figsize=(11, 6))
+    gs = fig.add_gridspec(1, 2, width_ratios=[3, 1])
+    ax, axn = fig.add_subplot(gs[0]), fig.add_subplot(gs[1])
+    norm = TwoSlopeNorm(0, -1, 1)
+    ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("RdBu_r"), norm=norm, interpolation="nearest")
+    for k, (label, (i, j)) in enumerate((highlight or {}).items()):
+        ax.add_patch(Rectangle((j * (w + 1) - 0.9, i * (h + 1) - 0.9), w + 0.8, h + 0.8, fill=False,
+                               lw=2.5, ec=("lime", "orange", "magenta", "cyan")[k % 4], label=label))
+    if highlight:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(f"positive templates T_mu ({h}x{w} positions)")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    im = axn.imshow(negative, cmap="RdBu_r", norm=norm, interpolation="nearest")
+    axn.set_title("negative template T-")
+    axn.set_xticks([])
+    axn.set_yticks([])
+    fig.colorbar(im, ax=axn, fraction=0.046)
+    scale = f"; shown unscaled, the paper scales by tau = 0.5/(H*W) = {tau:.4g}" if tau else ""
+    fig.suptitle(title + scale, fontsize=10)
+    return fig
+
+
+def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float = 0.0, seed: int = 0) -> Figure:
+    """mu of one filter per sample, ``{group: [n, 2] (row, col) in [-1, 1]}``, drawn in map
+    orientation (row 0 at the top). ``jitter`` spreads samples that share a grid cell."""
+    fig = Figure(figsize=(4.5, 4.5))
+    ax = fig.subplots()
+    rng = np.random.default_rng(seed)
+    for i, (g, mu) in enumerate(groups.items()):
+        mu = np.asarray(mu, np.float64).reshape(-1, 2)
+        j = rng.normal(0, jitter, mu.shape) if jitter else 0
+        ax.scatter(mu[:, 1] + (j[:, 1] if jitter else 0), mu[:, 0] + (j[:, 0] if jitter else 0),
+                   color=_color(g, i), label=f"{g} (n={len(mu)})", alpha=0.75, edgecolor="k", lw=0.5)
+    ax.set_xlim(-1.1, 1.1)
+    ax.set_ylim(1.1, -1.1)
+    ax.set_aspect("equal")
+    ax.set_xlabel("mu col")
+    ax.set_ylabel("mu row")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    return fig

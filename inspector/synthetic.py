@@ -1,0 +1,385 @@
+"""A realistic run written without TensorFlow, for tests, demos of the viewer and benchmarks.
+
+The run looks like a small conv net trained on a part-detection task: ``conv<i>/Conv2D``,
+``conv<i>/BiasAdd`` and ``conv<i>/Relu`` tensors over three resolution stages, one ICNN mask
+layer (``icnn/*``, roles per ICNN.md), a dense head and the loss. Statistics (groups all /
+positive / negative, with histograms) are drawn from closed-form distributions, so a
+1,000-step x 300-tensor run takes seconds; dumps hold per-sample feature maps whose positive
+samples put each ICNN filter's activation on a consistent "part".
+
+Built-in anomalies, for alerts: one dead ReLU (``dead_relu=True``), gradients that shrink
+with depth from the loss, and optionally NaN/Inf from ``nonfinite_at``.
+
+Example::
+
+    from inspector.synthetic import make_synthetic_run
+    path = make_synthetic_run("runs/demo", steps=200, tensors=40, dump_every=50)
+
+    # a run that is still being written (the viewer's live mode):
+    b = SyntheticRun("runs/live", tensors=20, stats_flush_secs=0)
+    b.write_steps(0, 10); b.sync()      # files on disk now
+    b.write_steps(10, 20); b.close()
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .analysis import icnn_mask, icnn_mu
+from .format import GROUPS, STAT_COLUMNS, manifest_name
+from .writer import RunWriter, StatsLayout
+
+BATCH = 32
+ICNN_ROLES_SPEC = {  # role: (op_type, batched, has_gradient)
+    "pre_mask": ("Identity", True, True), "mask": ("Maximum", True, False), "mu": ("Pack", True, False),
+    "sqrtvar": ("Sqrt", True, False), "post_mask": ("Relu", True, True), "beta": ("ReadVariableOp", False, False),
+    "strength": ("Mean", True, False), "filter_loss": ("Mean", False, False),
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    op_type: str
+    shape: tuple            # per-sample shape (without the batch) for batched tensors
+    batched: bool
+    has_gradient: bool
+    depth: float            # 0 (input side) .. 1 (loss side)
+    icnn_role: str | None = None
+
+    def catalog_row(self) -> dict:
+        op = self.name.rsplit(":", 1)[0]
+        return {"name": self.name, "op": op, "op_type": self.op_type, "dtype": "float32",
+                "shape": ([None] if self.batched else []) + list(self.shape), "scope": op.rsplit("/", 1)[0],
+                "has_gradient": self.has_gradient, "batched": self.batched,
+                "icnn_layer": "icnn" if self.icnn_role else None, "icnn_role": self.icnn_role}
+
+
+def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_channels: int = 8) -> list[Tensor]:
+    """``n_tensors`` tensors in graph order: conv blocks, the ICNN layer, a dense head, the loss."""
+    head = [Tensor("dense/MatMul:0", "MatMul", (2,), True, True, 0.97),
+            Tensor("dense/BiasAdd:0", "BiasAdd", (2,), True, True, 0.98),
+            Tensor("loss/Mean:0", "Mean", (), False, True, 1.0)]
+    icnn_t = [Tensor(f"icnn/{r}:0", op, _icnn_shape(r, icnn_hw, icnn_channels), b, g, 0.95, r)
+              for r, (op, b, g) in ICNN_ROLES_SPEC.items()] if icnn else []
+    n_conv = max(n_tensors - len(head) - len(icnn_t), 0)
+    convs = []
+    for i in range(n_conv):
+        layer, part = divmod(i, 3)
+        stage = min(3 * i // max(n_conv, 1), 2)         # three stages of resolution
+        hw, c = (16, 4) if stage == 0 else (8, 8) if stage == 1 else (icnn_hw, icnn_channels)
+        op = ("Conv2D", "BiasAdd", "Relu")[part]
+        convs.append(Tensor(f"conv{layer + 1}/{op}:0", op, (hw, hw, c), True, True, 0.9 * i / max(n_conv, 1)))
+    return convs + icnn_t + head  # at least the ICNN layer and the head, even if n_tensors is smaller
+
+
+def _icnn_shape(role: str, hw: int, c: int) -> tuple:
+    return {"pre_mask": (hw, hw, c), "mask": (hw, hw, c), "post_mask": (hw, hw, c), "mu": (c, 2),
+            "sqrtvar": (c,), "strength": (c,), "beta": (c,), "filter_loss": (c,)}[role]
+
+
+class SyntheticRun:
+    """Writes a synthetic run step by step (see the module docstring)."""
+
+    def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
+                 samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
+                 dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
+                 dropped_steps: tuple[int, ...] = ()) -> None:
+        self.path = Path(path)
+        self.catalog = build_catalog(tensors, icnn)
+        self.rng = np.random.default_rng(seed)
+        self.seed, self.steps_hint, self.dump_every, self.samples = seed, max(steps_hint, 1), dump_every, samples
+        self.nonfinite_at, self.bins, self.dropped_steps = nonfinite_at, bins, set(dropped_steps)
+        self._sync_token = 0
+        relus = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
+        self.dead = relus[len(relus) // 3] if dead_relu and len(relus) >= 2 else None
+        bad = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
+        self.nonfinite_tensor = self.catalog[bad[len(bad) // 2] if bad else 0].name
+        self._layout_rows()
+        hw = next((t.shape for t in self.catalog if t.icnn_role == "pre_mask"), (8, 8, 8))
+        c = hw[2]
+        # ICNN: each filter's "part" position and its beta / filter-loss trajectories.
+        self.parts = self.rng.uniform(1.5, hw[0] - 2.5, size=(c, 2))
+        self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
+        self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
+        config = {"dump_every_n_steps": dump_every, "stats_every_n_steps": 1, "sample_budget": samples,
+                  "positive_samples": samples // 2, "negative_samples": samples - samples // 2, "bins": bins,
+                  "loss": "loss/Mean:0", "labels": "labels:0", "positive": "label == 1", "strict": False,
+                  "synthetic": True}
+        manifest = {"tensors": [t.catalog_row() for t in self.catalog], "config": config,
+                    "tensorflow_version": None, "synthetic_seed": seed}
+        layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
+        self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
+                                stats_flush_secs=stats_flush_secs)
+
+    # ---- statistics ------------------------------------------------------------------------
+    def _layout_rows(self) -> None:
+        """One row per (tensor, kind, group), tensor-major, plus per-row distribution parameters."""
+        tens, kinds, groups, idx = [], [], [], []
+        for i, t in enumerate(self.catalog):
+            for kind in ("forward", "gradient") if t.has_gradient else ("forward",):
+                for g in GROUPS if t.batched else ("all",):
+                    tens.append(t.name), kinds.append(kind), groups.append(g), idx.append(i)
+        self.row_tensor, self.row_kind, self.row_group = tens, kinds, groups
+        self.row_idx = np.array(idx)
+        r = len(idx)
+        cat = self.catalog
+        depth = np.array([cat[i].depth for i in idx])
+        grad = np.array([k == "gradient" for k in kinds])
+        relu = np.array([cat[i].op_type in ("Relu", "Identity", "Maximum", "Sqrt") for i in idx]) & ~grad
+        per_sample = np.array([int(np.prod(cat[i].shape, dtype=np.int64)) for i in idx])
+        nb = np.array([cat[i].batched for i in idx])
+        grp = np.array([GROUPS.index(g) for g in groups])      # 0 all, 1 pos, 2 neg
+        self.r_depth, self.r_grad, self.r_relu, self.r_grp = depth, grad, relu, grp
+        self.r_per_sample, self.r_batched = per_sample, nb
+        rng = np.random.default_rng(self.seed + 1)
+        t_rand = rng.uniform(0.7, 1.3, size=len(cat))[self.row_idx]
+        self.r_scale0 = np.where(grad, 0.05 * np.exp(-4.0 * (1 - depth)) * t_rand, 0.5 * t_rand)
+        self.r_zero = np.where(relu, rng.uniform(0.3, 0.6, size=len(cat))[self.row_idx], 0.0)
+        self.r_contrast = np.where(grad, 0.2, 1.5 * depth) * (grp == 1) - np.where(grad, 0.1, 0.5 * depth) * (grp == 2)
+        self.r_loc = np.where(relu | grad, 0.0, rng.normal(0, 0.2, size=len(cat))[self.row_idx])
+        self.special = [j for j in range(r) if cat[idx[j]].icnn_role in ("beta", "filter_loss")
+                        or cat[idx[j]].name == "loss/Mean:0"]
+
+    def _counts(self, steps: np.ndarray) -> np.ndarray:
+        """Element counts [S, R]: the positive share of each batch varies from step to step."""
+        rng = np.random.default_rng([self.seed, int(steps[0])])
+        npos = rng.binomial(BATCH, 0.5, size=len(steps))[:, None]
+        n = np.where(self.r_grp == 1, npos, np.where(self.r_grp == 2, BATCH - npos, BATCH))
+        return np.where(self.r_batched, n, 1) * self.r_per_sample
+
+    def stats_block(self, steps: np.ndarray):
+        """values [S,R,9], hist_range [S,R,2], hist [S,R,bins] for ``steps`` (vectorised)."""
+        s = np.asarray(steps, np.float64)[:, None]
+        t = s / self.steps_hint
+        rng = np.random.default_rng([self.seed, 7, int(steps[0])])
+        noise = np.exp(rng.normal(0, 0.08, size=(len(steps), len(self.row_idx))))
+        count = self._counts(np.asarray(steps)).astype(np.float64)
+        grad = self.r_grad
+        # activations grow and separate positive from negative as training goes on; gradients decay
+        scale = self.r_scale0 * noise * np.where(grad, 1 / (1 + 4 * t), (1 + 0.3 * t)) * (1 + self.r_contrast * t)
+        zero = np.broadcast_to(self.r_zero, scale.shape).copy()
+        if self.dead is not None:
+            dead_rows = (self.row_idx == self.dead)
+            zero[:, dead_rows & ~grad] = 1.0
+            scale[:, dead_rows & grad] = 0.0        # a dead unit passes no gradient either
+        relu = np.broadcast_to(self.r_relu, scale.shape)
+        loc = np.broadcast_to(self.r_loc, scale.shape) * (1 + t)
+        # relu rows: mixture of a point mass at 0 (zero) and Exp(scale); others: Laplace(loc, scale)
+        mean = np.where(relu, (1 - zero) * scale, loc)
+        ex2 = np.where(relu, (1 - zero) * 2 * scale ** 2, loc ** 2 + 2 * scale ** 2)
+        std = np.sqrt(np.maximum(ex2 - mean ** 2, 0))
+        tail = scale * np.log(np.maximum(count, 2))            # expected extreme of `count` draws
+        lo = np.where(relu, 0.0, loc - tail)
+        hi = np.where(relu, np.where(zero >= 1, 0.0, tail), loc + tail)
+        l2 = np.sqrt(count * ex2)
+        k = np.linspace(0, 1, self.bins + 1)
+        edges = lo[..., None] + (hi - lo)[..., None] * k
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            sc = np.maximum(scale, 1e-30)[..., None]
+            cdf_exp = 1 - np.exp(-np.maximum(edges, 0) / sc)
+            z = (edges - loc[..., None]) / sc
+            cdf_lap = np.where(z < 0, 0.5 * np.exp(np.minimum(z, 0)), 1 - 0.5 * np.exp(-np.maximum(z, 0)))
+            cdf = np.where(relu[..., None], zero[..., None] + (1 - zero[..., None]) * cdf_exp, cdf_lap)
+        cdf[..., 0], cdf[..., -1] = np.where(relu, 0.0, cdf[..., 0]), 1.0
+        hist = np.rint(np.diff(cdf, axis=-1) * count[..., None]).astype(np.int32)
+        values = np.stack([count, mean, std, lo, hi, l2, np.where(relu, zero, 0.0),
+                           np.zeros_like(count), np.zeros_like(count)], axis=-1)
+        self._special_rows(steps, values, edges, hist)
+        self._nonfinite(steps, values)
+        return values, np.stack([lo, hi], -1), hist
+
+    def beta(self, step: int | np.ndarray) -> np.ndarray:
+        """beta [.., C] at ``step``: from 2.0 toward the per-filter target (ICNN.md's update)."""
+        decay = np.exp(-np.asarray(step, np.float64)[..., None] / (0.3 * self.steps_hint))
+        return self.beta_target + (2.0 - self.beta_target) * decay
+
+    def filter_loss(self, step: int | np.ndarray) -> np.ndarray:
+        """A monitoring value of each filter's loss (-MI estimate), decreasing over training."""
+        decay = np.exp(-np.asarray(step, np.float64)[..., None] / (0.4 * self.steps_hint))
+        return self.loss_final + (0.0 - self.loss_final) * decay
+
+    def _special_rows(self, steps, values, edges, hist) -> None:
+        """Exact statistics for the non-batched tensors (beta, filter loss, loss)."""
+        for j in self.special:
+            name = self.row_tensor[j]
+            if self.row_kind[j] == "gradient":
+                continue
+            if "beta" in name:
+                v = self.beta(np.asarray(steps))
+            elif "filter_loss" in name:
+                v = self.filter_loss(np.asarray(steps))
+            else:
+                v = (0.7 * np.exp(-np.asarray(steps) / (0.5 * self.steps_hint)) + 0.1)[:, None]
+            lo, hi = v.min(1), v.max(1)
+            hi = np.where(hi > lo, hi, lo + 1e-6)
+            values[:, j] = np.stack([np.full(len(v), v.shape[1]), v.mean(1), v.std(1), lo, hi,
+                                     np.sqrt((v ** 2).sum(1)), (v == 0).mean(1), 0 * lo, 0 * lo], -1)
+            e = lo[:, None] + (hi - lo)[:, None] * np.linspace(0, 1, self.bins + 1)
+            edges[:, j] = e
+            pos = np.clip(((v - lo[:, None]) / (hi - lo)[:, None] * self.bins).astype(int), 0, self.bins - 1)
+            hist[:, j] = 0
+            np.add.at(hist[:, j], (np.repeat(np.arange(len(v)), v.shape[1]), pos.ravel()), 1)
+
+    def _nonfinite(self, steps, values) -> None:
+        """At ``nonfinite_at`` one ReLU overflows (Inf); from the next step on, NaN spreads to
+        every later activation and every gradient."""
+        if self.nonfinite_at is None:
+            return
+        steps = np.asarray(steps)
+        first = self.row_idx == [t.name for t in self.catalog].index(self.nonfinite_tensor)
+        at = steps == self.nonfinite_at
+        cnt = STAT_COLUMNS.index("count")
+        if at.any():
+            rows = first & ~self.r_grad
+            sub = values[at][:, rows]
+            sub[..., STAT_COLUMNS.index("inf")] = np.maximum(1, sub[..., cnt] // 100)
+            sub[..., STAT_COLUMNS.index("max")] = np.inf
+            sub[..., STAT_COLUMNS.index("mean")] = np.inf
+            tmp = values[at]
+            tmp[:, rows] = sub
+            values[at] = tmp
+        after = steps > self.nonfinite_at
+        if after.any():
+            k = [t.name for t in self.catalog].index(self.nonfinite_tensor)
+            rows = self.r_grad | (self.row_idx >= k)
+            tmp = values[after]
+            sub = tmp[:, rows]
+            sub[..., STAT_COLUMNS.index("nan")] = sub[..., cnt]
+            for c in ("mean", "std", "min", "max", "l2"):
+                sub[..., STAT_COLUMNS.index(c)] = np.nan
+            tmp[:, rows] = sub
+            values[after] = tmp
+
+    # ---- dumps -----------------------------------------------------------------------------
+    def dump_arrays(self, step: int) -> dict[str, np.ndarray]:
+        """The arrays of a full dump at ``step``: samples/* then forward/* and gradient/* per tensor."""
+        rng = np.random.default_rng([self.seed, 11, step])
+        n = self.samples
+        npos = n // 2
+        group = np.array([1] * npos + [0] * (n - npos), np.int64)
+        out: dict[str, np.ndarray] = {
+            "samples/index": np.sort(rng.choice(BATCH, n, replace=False)).astype(np.int64),
+            "samples/label": group.copy(), "samples/group": group}
+        t = step / self.steps_hint
+        icnn = self._icnn_dump(step, group, rng)
+        for i, ten in enumerate(self.catalog):
+            if ten.icnn_role:
+                out[f"forward/{ten.name}"] = icnn[ten.icnn_role]
+                if ten.has_gradient:
+                    out[f"gradient/{ten.name}"] = self._grad_like(icnn[ten.icnn_role], ten, t, rng)
+                continue
+            if not ten.batched:
+                out[f"forward/{ten.name}"] = np.float32(0.7 * np.exp(-step / (0.5 * self.steps_hint)) + 0.1)[None]
+                continue
+            if len(ten.shape) == 3:
+                x = _blobs(rng, group, ten.shape, self.parts if ten.shape[2] == len(self.parts) else None,
+                           1 + 1.5 * ten.depth * t)
+                if ten.op_type == "Relu":
+                    x = np.maximum(x - 0.4, 0) * (0.0 if i == self.dead else 1.0)
+                else:
+                    x = x - 0.4 + (0.1 if ten.op_type == "BiasAdd" else 0.0)
+            else:
+                x = rng.normal(0, 1, (n, *ten.shape)) + (group[:, None] * 2 - 1) * t
+            out[f"forward/{ten.name}"] = x.astype(np.float32)
+            out[f"gradient/{ten.name}"] = self._grad_like(x, ten, t, rng) * (0.0 if i == self.dead else 1.0)
+        return out
+
+    def _grad_like(self, x: np.ndarray, ten: Tensor, t: float, rng) -> np.ndarray:
+        scale = 0.05 * np.exp(-4.0 * (1 - ten.depth)) / (1 + 4 * t)
+        return (rng.laplace(0, scale, x.shape) * (x != 0 if ten.op_type == "Relu" else 1)).astype(np.float32)
+
+    def _icnn_dump(self, step: int, group: np.ndarray, rng) -> dict[str, np.ndarray]:
+        pre = next((t for t in self.catalog if t.icnn_role == "pre_mask"), None)
+        if pre is None:
+            return {}
+        hw, _, c = pre.shape
+        sharp = 0.3 + 0.7 * min(step / self.steps_hint, 1.0)     # parts get sharper with training
+        x = _blobs(rng, group, pre.shape, self.parts, 1 + sharp, jitter=1.5 * (1 - sharp) + 0.4)
+        x = np.maximum(x - 0.3, 0).astype(np.float32)
+        mu, sqrtvar = icnn_mu(x)
+        beta = self.beta(step).astype(np.float32)
+        mask = icnn_mask(mu, beta, hw, hw)
+        post = np.maximum(x * mask, 0).astype(np.float32)
+        return {"pre_mask": x, "mask": mask, "mu": mu, "sqrtvar": sqrtvar, "post_mask": post, "beta": beta,
+                "strength": (x * mask).mean(axis=(1, 2)).astype(np.float32),
+                "filter_loss": self.filter_loss(step).astype(np.float32)}
+
+    # ---- driving the writer ----------------------------------------------------------------
+    def write_steps(self, start: int, stop: int, chunk: int = 50) -> None:
+        """Write statistics for steps ``start..stop-1`` and the dumps that fall in that range."""
+        for a in range(start, stop, chunk):
+            steps = np.arange(a, min(a + chunk, stop))
+            values, ranges, hist = self.stats_block(steps)
+            for k, s in enumerate(steps):
+                self.writer.add_stats(int(s), values[k], ranges[k], hist[k])
+                if self.dump_every and s % self.dump_every == 0:
+                    if int(s) in self.dropped_steps:
+                        self.writer.record_drop(int(s), "byte budget max_bytes=1000000 would be exceeded", 10 ** 6)
+                    else:
+                        self.writer.add_dump(int(s), self.dump_arrays(int(s)))
+                        while self.writer._queue.qsize() > 4:   # bound memory: let the writer catch up
+                            time.sleep(0.01)
+
+    def sync(self, timeout: float = 30.0) -> None:
+        """Block until everything queued so far is on disk (statistics flushed only if the writer
+        was made with ``stats_flush_secs=0``)."""
+        self._sync_token += 1
+        token = self._sync_token
+        self.writer.update_manifest(synthetic_sync=token)
+        deadline = time.monotonic() + timeout
+        path = self.path / manifest_name(self.writer.worker)
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(path.read_text()).get("synthetic_sync") == token:
+                    return
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.02)
+        raise TimeoutError(f"writer did not reach sync point {token} within {timeout}s")
+
+    def close(self, status: str = "finished") -> None:
+        self.writer.close(status)
+
+
+def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain: float,
+           jitter: float = 1.0) -> np.ndarray:
+    """Feature maps [N,H,W,C]: one Gaussian blob per channel. With ``parts`` (per-channel
+    (row, col)), positive samples put the blob near that part; negatives put a weaker one anywhere."""
+    h, w, c = shape
+    n = len(group)
+    centre = rng.uniform(0, [h - 1, w - 1], size=(n, c, 2))
+    amp = rng.uniform(0.5, 1.0, size=(n, c))
+    if parts is not None:
+        pos = group == 1
+        centre[pos] = parts[None] + rng.normal(0, jitter, size=(pos.sum(), c, 2))
+        amp = np.where(pos[:, None], amp * gain, amp * 0.6)
+    rows = np.arange(h)[None, :, None, None]
+    cols = np.arange(w)[None, None, :, None]
+    sigma = max(h / 8, 0.8)
+    d2 = (rows - centre[:, None, None, :, 0]) ** 2 + (cols - centre[:, None, None, :, 1]) ** 2
+    noise = rng.normal(0, 0.05, size=(n, h, w, c))
+    return amp[:, None, None, :] * np.exp(-d2 / (2 * sigma ** 2)) + noise
+
+
+def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
+                       icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
+                       dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
+                       finish: bool = True) -> Path:
+    """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
+
+    Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
+    the hook dropped. ``finish=False`` leaves the run's status 'running'.
+
+    >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)  # doctest: +SKIP
+    """
+    b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
+                     seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
+                     dropped_steps=dropped_steps)
+    b.write_steps(0, steps)
+    b.close("finished" if finish else "running")
+    return Path(path)
