@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import pyarrow.parquet as pq
 
 from .errors import InspectorError
 from .run import Run, find_runs, open_run, parse_steps
@@ -95,15 +96,16 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
         np.savez(out, **arrays)
         return f"wrote {len(arrays)} arrays to {out}"
     if fmt in ("csv", "parquet"):
-        df = run.query_stats(tensors=names, steps=rng)
+        table = run.query_stats_table(tensors=names, steps=rng)
         out.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "csv":
+        if fmt == "parquet":
+            pq.write_table(table, out)
+        else:
+            df = run._to_pandas(table)
             if "histogram" in df:
                 df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
             df.to_csv(out, index=False)
-        else:
-            df.to_parquet(out, index=False)
-        return f"wrote {len(df)} statistics rows to {out}"
+        return f"wrote {table.num_rows} statistics rows to {out}"
     raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
 
 

@@ -77,6 +77,10 @@ def safe_join(root: Path, relative: str) -> Path:
     return path
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> int:
     """Write ``chunks`` to a temporary file beside ``path``, fsync, then rename. Returns bytes written."""
     path = Path(path)
@@ -90,6 +94,7 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview]) -> int:
                 written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -195,6 +195,12 @@ class Run:
                     kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
                     columns: Sequence[str] | None = None) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching rows and columns are read)."""
+        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns))
+
+    def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
+                          kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
+                          columns: Sequence[str] | None = None) -> pa.Table:
+        """Like :meth:`query_stats`, as an Arrow table."""
         filters = []
         if tensors is not None:
             tensors = [self.check_tensor(t) for t in tensors]
@@ -207,7 +213,7 @@ class Run:
             filters.append(("group", "in", list(groups)))
         if columns is not None:
             columns = list(dict.fromkeys(["step", "tensor", "kind", "group", *columns]))
-        return self._to_pandas(self._read_stats(columns, filters or None))
+        return self._read_stats(columns, filters or None)
 
     @staticmethod
     def _to_pandas(table: pa.Table) -> pd.DataFrame:

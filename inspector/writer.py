@@ -121,7 +121,8 @@ class RunWriter:
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bool:
         """Queue a full dump; returns False (and records why) if it was dropped."""
         self._raise_if_strict()
-        nbytes = sum(a.nbytes for a in arrays.values())
+        # File size exactly: header plus data, so the budget bounds what lands on disk.
+        nbytes = len(safetensors_io.header_for(arrays, metadata)) + sum(a.nbytes for a in arrays.values())
         reason = self._drop_reason(nbytes)
         if reason:
             self.record_drop(step, reason, nbytes)

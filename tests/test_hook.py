@@ -1,0 +1,272 @@
+"""DumpHook on small CNNs: exact values, gradients, statistics, schedule, budgets, failures."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import inspector  # noqa: E402
+from hooks import DumpHook, mark  # noqa: E402
+from hooks.dump_hook import worker_from_env  # noqa: E402
+from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
+
+v1 = tf.compat.v1
+WATCH = ["x:0", "conv1/relu:0", "conv2/relu:0", "flat:0", "fc/logits:0"]
+
+
+def train(model, hook, steps, before_step=None, nan_at=None):
+    """Run ``steps`` training steps under MonitoredSession; ``before_step(step, raw_session)`` may peek."""
+    out = {}
+    creator = v1.train.ChiefSessionCreator()
+    with v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as sess:
+        for step in range(1, steps + 1):
+            feed = model.feed(step, nan=step == nan_at)
+            if before_step:
+                out[step] = sess.run_step_fn(lambda step_context: before_step(step, step_context.session, feed))
+            sess.run(model.train_op, feed)
+    return out
+
+
+def test_dumped_forward_and_gradients_equal_separate_runs(tmp_path):
+    with tf.Graph().as_default() as g:
+        m = build_cnn()
+        watch = [g.get_tensor_by_name(n) for n in WATCH]
+        independent = tf.gradients(m.loss, watch)
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=0, dump_every_n_steps=0,
+                        dump_steps=[3], samples_per_group=BATCH, strict=True)
+        seen = train(m, hook, 4, before_step=lambda s, raw, feed: raw.run((watch, independent), feed) if s == 3 else None)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.steps == [3]
+    forward, grads = seen[3]
+    keep = run.samples(3)["index"].to_numpy()
+    assert list(keep) == list(range(BATCH))
+    for name, f, gr in zip(WATCH, forward, grads):
+        np.testing.assert_allclose(run.tensor(name, 3), f[keep], rtol=1e-6, atol=1e-7, err_msg=name)
+        np.testing.assert_allclose(run.tensor(name, 3, "gradient"), gr[keep], rtol=1e-5, atol=1e-8, err_msg=name)
+    assert list(run.samples(3)["label"]) == list(batch_labels(3))
+
+
+def test_gradients_agree_with_finite_differences(tmp_path):
+    with tf.Graph().as_default() as g:
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float64, [3, 4], name="x")
+        w = v1.get_variable("w", [4, 2], tf.float64, initializer=v1.random_normal_initializer(seed=2))
+        h = tf.tanh(tf.matmul(x, w), name="h")
+        loss = tf.reduce_sum(tf.sin(h) * tf.constant([[1.0, -2.0]], tf.float64), name="loss")
+        train_op = tf.group(v1.assign_add(gs, 1))
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=0, dump_every_n_steps=1,
+                        samples_per_group=3, strict=True)
+        xv = np.random.default_rng(0).normal(size=(3, 4))
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: xv})
+            hv = sess.run_step_fn(lambda step_context: step_context.session.run(h, {x: xv}))
+            fd = np.zeros_like(hv)
+            eps = 1e-6
+            for idx in np.ndindex(*hv.shape):
+                d = np.zeros_like(hv)
+                d[idx] = eps
+                lp, lm = (sess.run_step_fn(lambda step_context: step_context.session.run(loss, {x: xv, h: hv + s * d})) for s in (1, -1))
+                fd[idx] = (lp - lm) / (2 * eps)
+    run = inspector.open_run(tmp_path / "run")
+    np.testing.assert_allclose(run.tensor("h:0", 1, "gradient"), fd, rtol=1e-6, atol=1e-8)
+
+
+def _numpy_stats(a: np.ndarray) -> dict:
+    fin = a[np.isfinite(a)]
+    return {"count": a.size, "mean": fin.mean(), "std": fin.std(), "min": fin.min(), "max": fin.max(),
+            "l2": np.sqrt((fin.astype(np.float64) ** 2).sum()), "zero_fraction": (a == 0).mean(),
+            "nan": np.isnan(a).sum(), "inf": np.isinf(a).sum()}
+
+
+def test_statistics_equal_numpy_on_dumped_tensors(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, positive=lambda y: tf.equal(y, 1), stats_every_n_steps=2,
+                        dump_every_n_steps=2, samples_per_group=BATCH, histogram_bins=16, strict=True)
+        train(m, hook, 2)
+    run = inspector.open_run(tmp_path / "run")
+    stats = run.query_stats(steps=(2, 2))
+    groups = run.samples(2)["group"].to_numpy()
+    checked = 0
+    for name in WATCH:
+        for kind in ("forward", "gradient"):
+            a = np.asarray(run.tensor(name, 2, kind), np.float64)
+            for group, rows in (("all", slice(None)), ("positive", groups == "positive"), ("negative", groups == "negative")):
+                row = stats[(stats.tensor == name) & (stats.kind == kind) & (stats.group == group)].iloc[0]
+                ref = _numpy_stats(a[rows])
+                for col, value in ref.items():
+                    np.testing.assert_allclose(row[col], value, rtol=2e-5, atol=1e-7, err_msg=f"{name} {kind} {group} {col}")
+                hist = np.asarray(row["histogram"])
+                assert hist.sum() == row["count"] - row["nan"] - row["inf"]
+                ref_hist, _ = np.histogram(a[rows], bins=16, range=(row["hist_lo"], row["hist_hi"]))
+                assert np.abs(hist - ref_hist).sum() <= 2, (name, kind, group)  # float rounding at bin edges
+                checked += 1
+    assert checked == len(WATCH) * 2 * 3
+
+
+def test_no_gradient_tensors_are_marked_not_zero(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        train(m, hook, 1)
+    run = inspector.open_run(tmp_path / "run")
+    assert not run.tensors.loc["probs:0", "has_gradient"] and run.tensors.loc["fc/logits:0", "has_gradient"]
+    assert "gradient/probs:0" not in run.dump_keys(1) and "forward/probs:0" in run.dump_keys(1)
+    assert run.stats.query("tensor == 'probs:0' and kind == 'gradient'").empty
+    with pytest.raises(inspector.NoDumpError, match="no gradient"):
+        run.tensor("probs:0", 1, "gradient")
+
+
+def test_default_filters_leave_out_backward_optimizer_and_ints(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        v1.summary.scalar("loss_summary", m.loss)
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, strict=True)
+        train(m, hook, 1)
+    names = list(inspector.open_run(tmp_path / "run").tensors.index)
+    assert set(WATCH) <= set(names) and "loss:0" in names
+    assert not [n for n in names if "gradients" in n or "GradientDescent" in n or "summary" in n.lower()]
+    assert "labels:0" not in names  # int32: not captured
+
+
+def test_include_exclude_and_op_type_filters(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, include=r"^conv", exclude=r"conv2", op_types=["Relu"], strict=True)
+        train(m, hook, 1)
+    assert list(inspector.open_run(tmp_path / "run").tensors.index) == ["conv1/relu:0"]
+
+
+def test_schedule_dumps_exactly_the_steps_asked(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=4, dump_every_n_steps=5,
+                        dump_steps=[2, "7:8"], strict=True)
+        train(m, hook, 12)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.steps == [2, 5, 7, 8, 10]
+    assert sorted(run.stats.step.unique()) == [4, 8, 12]
+
+
+def test_sample_budget_holds(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=0, dump_every_n_steps=1,
+                        samples_per_group=1, strict=True)
+        train(m, hook, 3)
+    run = inspector.open_run(tmp_path / "run")
+    for step in run.steps:
+        s = run.samples(step)
+        assert sorted(s["group"]) == ["negative", "positive"]
+        labels = batch_labels(step)
+        assert list(s["index"]) == sorted([int(np.argmax(labels == 1)), int(np.argmax(labels == 0))])
+        assert run.tensor("conv1/relu:0", step).shape[0] == 2
+        np.testing.assert_array_equal(run.tensor("x:0", step), batch_images(step)[s["index"]])
+        weights = run.tensors.query("op_type == 'ReadVariableOp'").index[0]  # not batched: dumped whole
+        assert list(run.tensor(weights, step).shape) == run.tensors.loc[weights, "shape"]
+
+
+def test_byte_budget_drops_dumps_and_records_them(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=0, dump_every_n_steps=1,
+                        max_bytes=60_000, strict=True)
+        train(m, hook, 6)
+    run = inspector.open_run(tmp_path / "run")
+    assert 0 < len(run.steps) < 6 and len(run.dropped) == 6 - len(run.steps)
+    assert sum(p.stat().st_size for p in (tmp_path / "run" / "dumps").iterdir()) <= 60_000
+
+
+def test_nonfinite_is_found_and_next_step_dumped(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=0,
+                        dump_on_nonfinite=True, strict=True)
+        train(m, hook, 5, nan_at=3)
+    run = inspector.open_run(tmp_path / "run")
+    nf = run.first_nonfinite()
+    assert nf["step"] == 3 and nf["tensor"] == "x:0"
+    assert run.manifest["first_nonfinite"]["step"] == 3
+    assert run.steps == [4]
+
+
+def test_marked_loss_and_labels_need_no_names(tmp_path):
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="y")
+        loss = conv_net(x, y)
+        mark(loss=loss, labels=y, positive=lambda t: tf.equal(t, 0))  # negatives of class 1 this time
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: batch_images(1), y: batch_labels(1)})
+    run = inspector.open_run(tmp_path / "run")
+    assert run.manifest["loss"] == "loss:0" and run.manifest["labels"] == "y:0"
+    s = run.samples(1)
+    assert (s["group"] == np.where(s["label"] == 0, "positive", "negative")).all()
+
+
+def test_errors_degrade_unless_strict(tmp_path, caplog):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels="no_such_labels", stats_every_n_steps=1)
+        train(m, hook, 2)  # training goes on
+        assert hook._disabled
+    with tf.Graph().as_default():
+        m = build_cnn()
+        with pytest.raises(ValueError, match="no_such_labels"):
+            train(m, DumpHook(tmp_path / "run2", labels="no_such_labels", strict=True), 1)
+
+
+def test_writer_failure_does_not_stop_training(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the run directory should go")
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(blocker / "run", labels=m.y, stats_every_n_steps=1)
+        train(m, hook, 3)
+        assert hook._disabled
+
+
+def test_worker_names_files_and_reads_tf_config(tmp_path, monkeypatch):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, worker="worker-1",
+                        strict=True)
+        train(m, hook, 1)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.workers == ["worker-1"] and (tmp_path / "run" / "dumps" / "worker-1.step-0000000001.safetensors").exists()
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
+    assert worker_from_env() == ("worker-0", False)
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}}')
+    assert worker_from_env() == ("chief-0", True)
+
+
+def test_tensors_in_v1_while_loops_are_skipped(tmp_path):
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            m = build_cnn()
+            loop = v1.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * 1.5), [tf.constant(0), m.loss])
+            total = tf.identity(loop[1], name="looped")
+            hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                sess.run([m.train_op, total], m.feed(1))
+    finally:
+        v1.enable_control_flow_v2()
+    run = inspector.open_run(tmp_path / "run")
+    assert run.manifest["skipped"] and all("while" in n for n in run.manifest["skipped"])
+    assert "looped:0" in run.tensors.index and run.steps == [1]
+
+
+def test_monitored_training_session_path(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=2, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook], checkpoint_dir=None) as sess:
+            for step in range(1, 5):
+                sess.run(m.train_op, m.feed(step))
+    run = inspector.open_run(tmp_path / "run")
+    assert run.status == "finished" and run.steps == [2, 4]
+    assert set(run.stats.group.unique()) == {"all", "positive", "negative"}

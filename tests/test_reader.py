@@ -1,0 +1,196 @@
+"""The run directory and the lazy reader, without TensorFlow."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector import cli
+from inspector.format import FORMAT_VERSION, dump_name, manifest_name, safe_join
+from inspector.writer import RunWriter, StatsLayout
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_run(path: Path, steps=(1, 2, 3), dumps=(2, 3), max_bytes=None) -> dict:
+    """A small run: two tensors, stats at ``steps``, dumps at ``dumps``. Returns what was written."""
+    lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"), 4)
+    catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3],
+                "scope": "", "has_gradient": True, "batched": True, "icnn_layer": None, "icnn_role": None},
+               {"name": "b:0", "op": "b", "op_type": "Softmax", "dtype": "float32", "shape": [None, 3],
+                "scope": "", "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
+    w = RunWriter(path, manifest={"tensors": catalog, "loss": "loss:0"}, stats_layout=lay, max_bytes=max_bytes)
+    rng = np.random.default_rng(0)
+    written = {}
+    for s in steps:
+        vals = rng.normal(size=(3, 9))
+        w.add_stats(s, vals, np.tile([[0.0, 1.0]], (3, 1)), rng.integers(0, 9, (3, 4)))
+        written[("stats", s)] = vals
+    for s in dumps:
+        a = rng.normal(size=(2, 3)).astype(np.float32)
+        w.add_dump(s, {"forward/a:0": a, "gradient/a:0": -a, "forward/b:0": a * 2,
+                       "samples/index": np.array([0, 5], np.int32), "samples/group": np.array([1, 0], np.int32),
+                       "samples/label": np.array([1, 0], np.int64)})
+        written[("dump", s)] = a
+    w.close()
+    return written
+
+
+def test_roundtrip_stats_dumps_samples(tmp_path):
+    written = write_run(tmp_path / "r")
+    run = inspector.open_run(tmp_path / "r")
+    assert run.status == "finished" and run.steps == [2, 3]
+    assert list(run.tensors.index) == ["a:0", "b:0"]
+    np.testing.assert_array_equal(run.tensor("a:0", 3), written[("dump", 3)])
+    np.testing.assert_array_equal(run.tensor("a:0", 3, kind="gradient"), -written[("dump", 3)])
+    assert isinstance(run.tensor("a:0", 2), np.memmap)  # lazy: mapped, not read
+    s = run.stats
+    row = s[(s.step == 2) & (s.tensor == "b:0")].iloc[0]
+    np.testing.assert_allclose(row[["mean", "std", "min"]].astype(float), written[("stats", 2)][2, 1:4])
+    assert row["count"] == int(written[("stats", 2)][2, 0])
+    samples = run.samples(2)
+    assert list(samples["index"]) == [0, 5] and list(samples["group"]) == ["positive", "negative"]
+    edges, counts = run.histogram("a:0", 3, "gradient")
+    assert len(edges) == len(counts) + 1 == 5 and edges[0] == 0.0 and edges[-1] == 1.0
+
+
+def test_dump_files_are_plain_safetensors(tmp_path):
+    from safetensors.numpy import load_file
+    written = write_run(tmp_path / "r")
+    loaded = load_file(str(tmp_path / "r" / dump_name("chief", 2)))
+    np.testing.assert_array_equal(loaded["forward/a:0"], written[("dump", 2)])
+    assert set(loaded) >= {"samples/index", "samples/group", "gradient/a:0"}
+
+
+def test_query_stats_filters(tmp_path):
+    write_run(tmp_path / "r", steps=range(1, 11))
+    run = inspector.open_run(tmp_path / "r")
+    df = run.query_stats(tensors=["a:0"], steps=(3, 5), kinds=["forward"], columns=["mean"])
+    assert sorted(df.step) == [3, 4, 5] and set(df.tensor) == {"a:0"} and "std" not in df
+
+
+def test_not_a_run(tmp_path):
+    with pytest.raises(inspector.NotARunError, match="not a run directory"):
+        inspector.open_run(tmp_path)
+    with pytest.raises(inspector.NotARunError, match="not a directory"):
+        inspector.open_run(tmp_path / "missing")
+    write_run(tmp_path / "inner")
+    with pytest.raises(inspector.NotARunError, match="inner"):
+        inspector.open_run(tmp_path)  # a folder of runs: the error names the runs inside
+
+
+def test_unknown_tensor_suggests_close_names(tmp_path):
+    write_run(tmp_path / "r")
+    run = inspector.open_run(tmp_path / "r")
+    with pytest.raises(inspector.UnknownTensorError, match=r"'a:1'.*Did you mean: a:0"):
+        run.tensor("a:1", 2)
+
+
+def test_step_without_dump_lists_nearest(tmp_path):
+    write_run(tmp_path / "r", dumps=(10, 20, 30))
+    run = inspector.open_run(tmp_path / "r")
+    with pytest.raises(inspector.NoDumpError, match=r"step 21.*\[10, 20, 30\]"):
+        run.tensor("a:0", 21)
+
+
+def test_no_gradient_is_not_zeros(tmp_path):
+    write_run(tmp_path / "r")
+    run = inspector.open_run(tmp_path / "r")
+    assert not run.tensors.loc["b:0", "has_gradient"]
+    with pytest.raises(inspector.NoDumpError, match="no gradient"):
+        run.tensor("b:0", 2, kind="gradient")
+
+
+def test_future_format_version(tmp_path):
+    write_run(tmp_path / "r")
+    path = tmp_path / "r" / manifest_name("chief")
+    m = json.loads(path.read_text())
+    m["format_version"] = FORMAT_VERSION + 1
+    path.write_text(json.dumps(m))
+    with pytest.raises(inspector.FormatVersionError, match=f"version {FORMAT_VERSION + 1}.*upgrade"):
+        inspector.open_run(tmp_path / "r")
+
+
+def test_truncated_dump_is_named_and_the_rest_reads(tmp_path):
+    written = write_run(tmp_path / "r")
+    bad = tmp_path / "r" / dump_name("chief", 2)
+    bad.write_bytes(bad.read_bytes()[:-10])
+    run = inspector.open_run(tmp_path / "r")
+    with pytest.raises(inspector.DamagedFileError, match=str(bad.name)):
+        run.tensor("a:0", 2)
+    assert any(bad.name in p for p in run.problems)
+    np.testing.assert_array_equal(run.tensor("a:0", 3), written[("dump", 3)])
+
+
+def test_damaged_stats_part_is_skipped(tmp_path):
+    write_run(tmp_path / "r")
+    (tmp_path / "r" / "stats" / "chief.000099.parquet").write_bytes(b"not parquet")
+    run = inspector.open_run(tmp_path / "r")
+    assert len(run.stats) == 9
+    assert any("000099" in p for p in run.problems)
+
+
+def test_damaged_manifest_of_one_worker(tmp_path):
+    write_run(tmp_path / "r")
+    (tmp_path / "r" / manifest_name("worker-1")).write_text("{truncated")
+    run = inspector.open_run(tmp_path / "r")
+    assert run.workers == ["chief"] and any("worker-1" in p for p in run.problems)
+
+
+def test_byte_budget_drops_and_records(tmp_path):
+    write_run(tmp_path / "r", dumps=(1, 2, 3, 4), max_bytes=2000)
+    run = inspector.open_run(tmp_path / "r")
+    assert 0 < len(run.steps) < 4
+    assert len(run.dropped) == 4 - len(run.steps)
+    assert run.dropped["reason"].str.contains("max_bytes").all()
+    dumped = sum(p.stat().st_size for p in (tmp_path / "r" / "dumps").iterdir())
+    assert dumped <= 2000
+
+
+def test_safe_join_refuses_escape(tmp_path):
+    assert safe_join(tmp_path, "dumps/x") == (tmp_path / "dumps/x").resolve()
+    with pytest.raises(ValueError, match="escapes"):
+        safe_join(tmp_path, "../../etc/passwd")
+
+
+def test_import_inspector_leaves_tensorflow_out():
+    code = "import sys, inspector, inspector.cli, inspector.run; print('tensorflow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_cli_info_and_export(tmp_path, capsys):
+    write_run(tmp_path / "r", steps=range(1, 6))
+    assert cli.main(["info", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "finished" in out and "2 captured" in out and "dumps      2 steps: 2, 3" in out
+    assert cli.main(["export", str(tmp_path / "r"), "--format", "npz", "--out", str(tmp_path / "x.npz"),
+                     "--tensors", "^a", "--steps", "3:3"]) == 0
+    z = np.load(tmp_path / "x.npz")
+    assert sorted(z.files) == ["step3/forward/a:0", "step3/gradient/a:0", "step3/samples/group",
+                               "step3/samples/index", "step3/samples/label"]
+    assert cli.main(["export", str(tmp_path / "r"), "--format", "csv", "--out", str(tmp_path / "s.csv"),
+                     "--steps", "2:3"]) == 0
+    import pandas as pd
+    df = pd.read_csv(tmp_path / "s.csv")
+    assert sorted(df.step.unique()) == [2, 3] and len(df) == 6
+    assert cli.main(["export", str(tmp_path / "r"), "--format", "parquet", "--out", str(tmp_path / "s.parquet"),
+                     "--tensors", "b:0"]) == 0
+    assert set(pd.read_parquet(tmp_path / "s.parquet").tensor) == {"b:0"}
+
+
+def test_cli_errors_are_clear(tmp_path, capsys):
+    assert cli.main(["info", str(tmp_path / "nope")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    write_run(tmp_path / "r")
+    assert cli.main(["export", str(tmp_path / "r"), "--format", "npz", "--out", str(tmp_path / "x.npz"),
+                     "--tensors", "zzz"]) == 2
+    assert "matches none" in capsys.readouterr().err
+    assert cli.main(["export", str(tmp_path / "r"), "--format", "csv", "--out", str(tmp_path / "x.csv"),
+                     "--steps", "abc"]) == 2
+    assert "A:B" in capsys.readouterr().err
