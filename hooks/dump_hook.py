@@ -87,14 +87,15 @@ def _guarded(method):
 def worker_from_env() -> tuple[str, bool]:
     """(worker name, is_chief) from TF_CONFIG; ('chief', True) without a cluster."""
     try:
-        task = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {})
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     except ValueError:
-        task = {}
+        config = {}
+    task = config.get("task", {})
     kind, index = task.get("type"), task.get("index", 0)
     if not kind:
         return "chief", True
-    is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and "chief" not in
-                                               json.loads(os.environ["TF_CONFIG"]).get("cluster", {}))
+    no_chief = not ({"chief", "master"} & set(config.get("cluster", {})))
+    is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and no_chief)
     return f"{kind}-{index}", is_chief
 
 
@@ -259,6 +260,7 @@ class DumpHook(v1.train.SessionRunHook):
             self._samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         if self.dump_on_nonfinite and loss is not None:
             self._loss_finite = tf.reduce_all(tf.math.is_finite(loss))
+            self._loss_name = loss.name
         kept = max(1, 2 * self.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
@@ -323,10 +325,7 @@ class DumpHook(v1.train.SessionRunHook):
             self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
             self._writer.add_dump(step, arrays)
         if "loss_finite" in results and not results["loss_finite"]:
-            self._note_nonfinite(step, self._resolve_loss_name(), "forward")
-
-    def _resolve_loss_name(self) -> str:
-        return self._writer._manifest.get("loss") or "loss"
+            self._note_nonfinite(step, self._loss_name, "forward")
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         bad = np.flatnonzero((values[:, 7] > 0) | (values[:, 8] > 0))

@@ -270,3 +270,14 @@ def test_monitored_training_session_path(tmp_path):
     run = inspector.open_run(tmp_path / "run")
     assert run.status == "finished" and run.steps == [2, 4]
     assert set(run.stats.group.unique()) == {"all", "positive", "negative"}
+
+
+def test_nonfinite_loss_is_caught_between_stats_steps(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=0, dump_every_n_steps=0,
+                        dump_on_nonfinite=True, strict=True)
+        train(m, hook, 4, nan_at=2)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.manifest["first_nonfinite"] == {"step": 2, "tensor": "loss:0", "kind": "forward"}
+    assert run.steps == [3]
