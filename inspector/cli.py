@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from .errors import InspectorError
 from .run import Run, find_runs, open_run, parse_steps
@@ -83,9 +84,8 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
     names, rng = _select(run, tensors), parse_steps(steps)
     if fmt == "npz":
         arrays = {}
-        for step in run.steps:
-            if rng and not rng[0] <= step <= rng[1]:
-                continue
+        steps = [s for s in run.steps if not rng or rng[0] <= s <= rng[1]]
+        for step in tqdm(steps, desc="export", unit="dump", disable=len(steps) < 20):
             for key in sorted(run.dump_keys(step)):
                 kind, _, name = key.partition("/")
                 if kind == "samples" or name in names:
