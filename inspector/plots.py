@@ -39,7 +39,7 @@ def _color(label: str, i: int) -> str:
 
 def empty(message: str, figsize=(6, 2)) -> Figure:
     """A figure that only says ``message`` (so a download button always has something)."""
-    fig = Figure(figsize=figsize)
+    fig = Figure(figsize=figsize, layout="constrained")
     ax = fig.subplots()
     ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
     ax.set_axis_off()
@@ -57,7 +57,7 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
     """
     m = np.asarray(matrix, np.float64)
     finite = m[np.isfinite(m)]
-    fig = Figure(figsize=(10, max(2.5, min(0.18 * len(rows) + 1.2, 12))))
+    fig = Figure(figsize=(10, max(2.5, min(0.18 * len(rows) + 1.2, 12))), layout="constrained")
     ax = fig.subplots()
     if log:
         pos = finite[finite > 0]
@@ -89,7 +89,7 @@ def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool =
                 marks: Mapping[str, int] | None = None) -> Figure:
     """One line per column of ``df`` (index = step); group columns get the group colours.
     ``marks`` draws labelled vertical lines (e.g. {"first NaN": 120})."""
-    fig = Figure(figsize=(8, 3))
+    fig = Figure(figsize=(8, 3), layout="constrained")
     ax = fig.subplots()
     for i, col in enumerate(df.columns):
         ax.plot(df.index, df[col], label=str(col), color=_color(str(col), i), lw=1.4)
@@ -111,7 +111,7 @@ def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highli
                   title: str = "") -> Figure:
     """Small multiples, one axis per panel: per-channel values [S, C] over steps, channel
     ``highlight`` drawn bold (used for ICNN beta and filter loss)."""
-    fig = Figure(figsize=(5 * max(len(panels), 1), 3))
+    fig = Figure(figsize=(5 * max(len(panels), 1), 3), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
     for ax, (name, (steps, values)) in zip(axes, panels.items()):
         v = np.asarray(values, np.float64).reshape(len(steps), -1)
@@ -137,11 +137,11 @@ def hist_from_values(values: np.ndarray, edges: np.ndarray) -> Hist:
 
 
 def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, title: str = "",
-               log: bool = False) -> Figure:
+               log: bool = False, xlim: Mapping[str, tuple[float, float]] | None = None) -> Figure:
     """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one step
     histogram per group (positive vs negative); ``density`` normalises each to area 1 so
-    groups of different sizes compare."""
-    fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2))
+    groups of different sizes compare. ``xlim`` ({panel: (lo, hi)}) aligns figures to compare."""
+    fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
     for ax, (name, groups) in zip(axes, panels.items()):
         for i, (g, (edges, counts)) in enumerate(groups.items()):
@@ -153,6 +153,8 @@ def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, t
                       fill=g == "positive", alpha=0.35 if g == "positive" else 1.0)
         if log:
             ax.set_yscale("symlog" if density else "log")
+        if xlim and name in xlim:
+            ax.set_xlim(*xlim[name])
         ax.set_title(name)
         ax.set_ylabel("density" if density else "count")
         if groups:
@@ -167,7 +169,7 @@ def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: floa
     """Ridge plot across steps: one baseline per step (top = first), each group's density
     scaled to the tallest in the figure and drawn on that baseline."""
     steps = list(rows)
-    fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)))
+    fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
     ax = fig.subplots()
     peak = 1e-300
     dens: dict = {}
@@ -204,7 +206,7 @@ def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = Non
     c = min(m.shape[-1], max_channels)
     cols = min(cols, c)
     nrows = int(np.ceil(c / cols))
-    fig = Figure(figsize=(1.4 * cols + 1, 1.4 * nrows + 0.6))
+    fig = Figure(figsize=(1.4 * cols + 1, 1.4 * nrows + 0.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
     finite = m[np.isfinite(m)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
@@ -235,7 +237,7 @@ def icnn_filter(rows: Sequence[Mapping], title: str = "") -> Figure:
     """ICNN pre-mask | mask | post-mask side by side, one row per sample. Each row dict holds
     ``label``, ``pre``, ``mask``, ``post`` ([H, W]) and ``mu_cell`` (row, col) of mu, drawn as +
     on all three. Pre and post share a colour scale per row, so the mask's effect is visible."""
-    fig = Figure(figsize=(9, 2.8 * max(len(rows), 1)))
+    fig = Figure(figsize=(9, 2.8 * max(len(rows), 1)), layout="constrained")
     axes = fig.subplots(max(len(rows), 1), 3, squeeze=False)
     for r, row in enumerate(rows):
         vmax = float(max(np.nanmax(row["pre"]), np.nanmax(row["post"]), 1e-12))
@@ -255,40 +257,45 @@ def icnn_filter(rows: Sequence[Mapping], title: str = "") -> Figure:
 def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mapping[str, Sequence[int]] | None = None,
                    tau: float | None = None, title: str = "") -> Figure:
     """Mosaic of all positive templates ``T_mu`` ([H, W, H, W]: tile (i, j) is the template
-    for mu at cell (i, j)), the cells in ``highlight`` ({label: (i, j)}) outlined, and the
-    negative template beside it. ``tau`` (the paper's scale) is stated, not applied."""
+    for mu at cell (i, j)) with the cells in ``highlight`` ({label: (i, j)}) outlined; beside
+    it the first highlighted template enlarged (mu marked +) and the negative template T-.
+    ``tau`` (the paper's scale) is stated, not applied."""
     h, w = templates.shape[:2]
     mosaic = np.full((h * (h + 1) - 1, w * (w + 1) - 1), np.nan)
     for i in range(h):
         for j in range(w):
             mosaic[i * (h + 1):i * (h + 1) + h, j * (w + 1):j * (w + 1) + w] = templates[i, j]
-    fig = Figure(figsize=(11, 6))
-    gs = fig.add_gridspec(1, 2, width_ratios=[3, 1])
-    ax, axn = fig.add_subplot(gs[0]), fig.add_subplot(gs[1])
+    fig = Figure(figsize=(12, 5.5), layout="constrained")
+    ax, axc, axn = fig.subplots(1, 3, width_ratios=[2.2, 1, 1])
     norm = TwoSlopeNorm(0, -1, 1)
     ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("RdBu_r"), norm=norm, interpolation="nearest")
     for k, (label, (i, j)) in enumerate((highlight or {}).items()):
         ax.add_patch(Rectangle((j * (w + 1) - 0.9, i * (h + 1) - 0.9), w + 0.8, h + 0.8, fill=False,
                                lw=2.5, ec=("lime", "orange", "magenta", "cyan")[k % 4], label=label))
-    if highlight:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(f"positive templates T_mu ({h}x{w} positions)")
-    ax.set_xticks([])
-    ax.set_yticks([])
+    ax.set_title(f"positive templates T_mu ({h}x{w} positions of mu)")
+    first = next(iter((highlight or {}).items()), None)
+    if first:
+        label, (i, j) = first
+        axc.imshow(templates[i, j], cmap="RdBu_r", norm=norm, interpolation="nearest")
+        _mu_marker(axc, (i, j), color="lime")
+        axc.set_title(f"T_mu at cell ({i}, {j})\n{label}", fontsize=9)
+    else:
+        axc.set_axis_off()
     im = axn.imshow(negative, cmap="RdBu_r", norm=norm, interpolation="nearest")
     axn.set_title("negative template T-")
-    axn.set_xticks([])
-    axn.set_yticks([])
-    fig.colorbar(im, ax=axn, fraction=0.046)
-    scale = f"; shown unscaled, the paper scales by tau = 0.5/(H*W) = {tau:.4g}" if tau else ""
-    fig.suptitle(title + scale, fontsize=10)
+    for a in (ax, axc, axn):
+        a.set_xticks([])
+        a.set_yticks([])
+    fig.colorbar(im, ax=[axc, axn], fraction=0.046, shrink=0.6)
+    scale = f"shown unscaled; the paper scales by tau = 0.5/(H*W) = {tau:.4g}" if tau else ""
+    fig.suptitle("; ".join(t for t in (title, scale) if t), fontsize=10)
     return fig
 
 
 def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float = 0.0, seed: int = 0) -> Figure:
     """mu of one filter per sample, ``{group: [n, 2] (row, col) in [-1, 1]}``, drawn in map
     orientation (row 0 at the top). ``jitter`` spreads samples that share a grid cell."""
-    fig = Figure(figsize=(4.5, 4.5))
+    fig = Figure(figsize=(4.5, 4.5), layout="constrained")
     ax = fig.subplots()
     rng = np.random.default_rng(seed)
     for i, (g, mu) in enumerate(groups.items()):

@@ -1,0 +1,105 @@
+"""Page: tensor browser: search the catalog, inspect raw dumped values, download .npz / PNG."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from inspector import analysis, plots
+
+from . import data
+from .ui import Ctx, need, show_figure, slug
+
+
+def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:
+    """Rows whose name, scope or op type contains ``text`` (case-insensitive), of ``op_types``.
+
+    >>> cat = pd.DataFrame({"name": ["a/Relu:0"], "scope": ["a"], "op_type": ["Relu"]})
+    >>> len(search(cat, "relu", []))
+    1
+    """
+    df = catalog
+    if op_types:
+        df = df[df["op_type"].isin(op_types)]
+    if text:
+        t = text.lower()
+        hit = np.zeros(len(df), bool)
+        for col in ("name", "scope", "op_type"):
+            hit |= df[col].astype(str).str.lower().str.contains(t, regex=False).to_numpy()
+        df = df[hit]
+    return df
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An uncompressed .npz of plain numeric arrays (readable with ``np.load``, no pickle)."""
+    buf = io.BytesIO()
+    np.savez(buf, **{k.replace("/", "__"): np.asarray(v) for k, v in arrays.items()})
+    return buf.getvalue()
+
+
+def value_slice(x: np.ndarray, sample: int, channel: int) -> np.ndarray:
+    """A 2-D view of ``x`` for a table: [H, W] of one sample and channel for 4-D tensors,
+    otherwise the array reshaped to rows x last axis."""
+    if x.ndim == 4:
+        return x[sample, :, :, channel]
+    if x.ndim <= 1:
+        return np.atleast_1d(x)[None, :]
+    return x.reshape(-1, x.shape[-1])
+
+
+def render(ctx: Ctx) -> None:
+    st.header("Tensor browser")
+    run = data.get_run(ctx.path, ctx.sig)
+    cat = run.tensors
+    if not need(not cat.empty, "The catalog of this run is empty."):
+        return
+    c1, c2 = st.columns([2, 2])
+    text = c1.text_input("Search name, scope or op type", key="tb_search", placeholder="e.g. conv2 or Relu")
+    ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
+    found = search(cat, text, ops)
+    st.caption(f"{len(found)} of {len(cat)} tensors")
+    st.dataframe(found.astype({"shape": str}), hide_index=True, width="stretch", height=260)
+    if not need(len(found) > 0, "No tensor matches the search."):
+        return
+    tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor")
+    row = cat.loc[tensor]
+    st.markdown(f"**{tensor}**: op `{row['op']}` ({row['op_type']}), dtype {row['dtype']}, static shape "
+                f"`{row['shape']}`, scope `{row['scope']}`, gradient: {'yes' if row['has_gradient'] else 'no'}, "
+                f"batched: {'yes' if row['batched'] else 'no'}"
+                + (f", ICNN {row['icnn_role']} of `{row['icnn_layer']}`" if isinstance(row["icnn_role"], str) else ""))
+
+    if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
+        return
+    c = st.columns(4)
+    step = c[0].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="tb_step")
+    keys = set(data.dump_keys(ctx.path, ctx.sig, step))
+    kinds = [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys]
+    if not need(bool(kinds), f"The dump of step {step} holds no values of {tensor}."):
+        return
+    kind = c[1].radio("Kind", kinds, key="tb_kind", horizontal=True)
+    x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
+    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample")
+    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel")
+    finite = x[np.isfinite(x)] if x.size else x
+    st.markdown(f"Values: shape **{list(x.shape)}**, dtype {x.dtype}; "
+                + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "
+                   f"{x.size - finite.size} non-finite" if finite.size else "no finite values"))
+    st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch", height=240)
+    st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × last axis")
+
+    def bundle() -> bytes:
+        arrays = {f"{k}/{tensor}": data.dumped(ctx.path, ctx.sig, tensor, step, k) for k in kinds}
+        s = data.samples(ctx.path, ctx.sig, step)
+        arrays.update({f"samples/{c}": s[c].to_numpy() for c in ("index", "label") if c in s})
+        if "group" in s:  # back to the dump's encoding: 1 positive, 0 negative
+            arrays["samples/group"] = (s["group"] == "positive").to_numpy().astype(np.int64)
+        return npz_bytes(arrays)
+
+    st.download_button("Download .npz (forward, gradient, samples)", bundle,
+                       file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream", key="tb_npz")
+    edges = analysis.common_bins(x)
+    fig = plots.histograms({kind: {"all": plots.hist_from_values(x, edges)}}, density=False,
+                           title=f"{tensor} {kind} @ step {step}: every dumped value")
+    show_figure(fig, f"values_{tensor}_{kind}_{step}", key="tb_fig")

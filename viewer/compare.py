@@ -1,0 +1,107 @@
+"""Page: compare two steps of one run, or the same tensor in two runs, side by side."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from inspector import plots
+
+from . import data
+from .distributions import kinds_of, pick_groups
+from .ui import Ctx, download_figure, need, show_figure
+
+TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
+
+
+def stats_at(path: str, sig: tuple, tensor: str, step: int, kind: str) -> pd.DataFrame:
+    """Scalar statistics of ``tensor`` at ``step``, one row per group."""
+    run = data.get_run(path, sig)
+    df = run.query_stats([tensor], steps=(step, step), kinds=[kind], columns=TABLE_STATS)
+    return df.set_index(df["group"].astype(str))[TABLE_STATS]
+
+
+def render(ctx: Ctx) -> None:
+    st.header("Compare")
+    mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"], horizontal=True, key="cmp_mode")
+    if mode == "Two steps of this run":
+        two_steps(ctx)
+    else:
+        two_runs(ctx)
+
+
+def two_steps(ctx: Ctx) -> None:
+    run = data.get_run(ctx.path, ctx.sig)
+    steps = [int(s) for s in data.stats_steps(ctx.path, ctx.sig)]
+    if not need(len(steps) > 0, "This run has no statistics yet."):
+        return
+    names = list(run.tensors["name"])
+    c = st.columns([3, 1])
+    tensor = c[0].selectbox("Tensor", names, index=next((i for i, n in enumerate(names) if "Relu" in n), 0),
+                            key="cmp_tensor")
+    kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", horizontal=True)
+    cols = st.columns(2)
+    picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default, key=f"cmp_step_{side}")
+              for i, (side, default) in enumerate((("A", steps[0]), ("B", steps[-1])))]
+    hists = [pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (s,), kind).get(s, {})) for s in picked]
+    xlim = shared_range(hists)
+    for col, side, s, h in zip(cols, "AB", picked, hists):
+        with col:
+            show_figure(plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}", xlim={kind: xlim}),
+                        f"cmp_{side}_{tensor}_{s}", key=f"cmp_hist_{side}")
+    a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
+    table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
+                          if g in frame.index})
+    st.dataframe(table, width="stretch")
+    st.caption(f"{kind} statistics of {tensor} at step {picked[0]} (A) and {picked[1]} (B), per group")
+
+
+def shared_range(hists: list[dict]) -> tuple[float, float]:
+    """One x range covering every histogram, so two figures compare by eye."""
+    edges = [e for h in hists for e, _ in h.values() if np.isfinite(e).all()]
+    return (min(float(e[0]) for e in edges), max(float(e[-1]) for e in edges)) if edges else (0.0, 1.0)
+
+
+def two_runs(ctx: Ctx) -> None:
+    others = list(ctx.runs)
+    if not need(len(others) >= 1, "Open a folder holding several runs to compare runs."):
+        return
+    run_a = data.get_run(ctx.path, ctx.sig)
+    c = st.columns(2)
+    c[0].markdown(f"**Run A**: `{Path(ctx.path).name}` (chosen in the sidebar)")
+    default_b = next((i for i, r in enumerate(others) if r != ctx.path), 0)
+    path_b = c[1].selectbox("Run B", others, index=default_b, format_func=lambda p: Path(p).name, key="cmp_run_b")
+    sig_b = data.signature(path_b)
+    run_b = data.get_run(path_b, sig_b)
+    common = [n for n in run_a.tensors["name"] if n in set(run_b.tensors["name"])]
+    if not need(bool(common), "The two runs share no tensor name."):
+        return
+    c = st.columns([3, 1, 1, 1])
+    tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor",
+                            index=next((i for i, n in enumerate(common) if "Relu" in n), 0))
+    kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", horizontal=True)
+    stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat")
+    group = c[3].selectbox("Group", ("all", "positive", "negative"), key="cmp_run_group")
+    sa = data.series(ctx.path, ctx.sig, tensor, kind, stat)
+    sb = data.series(path_b, sig_b, tensor, kind, stat)
+    if not need(group in sa and group in sb, f"Both runs need {kind} statistics of group {group}."):
+        return
+    la, lb = f"A {Path(ctx.path).name}", f"B {Path(path_b).name}"
+    both = pd.concat({la: sa[group], lb: sb[group]}, axis=1)
+    st.line_chart(both, x_label="step", y_label=f"{stat} ({group})")
+    download_figure(lambda: plots.time_series(both, f"{tensor} {kind} {stat} ({group})", stat),
+                    f"cmp_runs_{tensor}_{stat}", key="cmp_runs_series")
+    steps = sorted(set(sa.index) & set(sb.index))
+    if not need(bool(steps), "The runs have no statistics step in common."):
+        return
+    step = st.select_slider("Step (common to both runs)", options=[int(s) for s in steps], value=int(steps[-1]),
+                            key="cmp_run_step")
+    sides = ((la, ctx.path, ctx.sig), (lb, path_b, sig_b))
+    hists = [pick_groups(data.histograms(p, s, tensor, (step,), kind).get(step, {})) for _, p, s in sides]
+    xlim = shared_range(hists)
+    for col, (label, _, _), h in zip(st.columns(2), sides, hists):
+        with col:
+            show_figure(plots.histograms({kind: h}, title=f"{label}: {tensor} @ step {step}", xlim={kind: xlim}),
+                        f"cmp_{label}_{tensor}_{step}", key=f"cmp_run_hist_{label[0]}")

@@ -1,0 +1,105 @@
+"""Page: ICNN masks and templates: the T_mu grid with the chosen samples' mu, the negative
+template, beta and filter loss over steps, and mu of positive vs negative samples."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from inspector import analysis, plots, templates
+
+from . import data
+from .featuremaps import sample_label
+from .ui import Ctx, need, show_figure
+
+
+def per_step(ctx: Ctx, name: str | float, steps: list[int]) -> tuple[list[int], np.ndarray]:
+    """A non-batched per-channel tensor (beta, filter loss) at every dump step that has it."""
+    if not isinstance(name, str):
+        return [], np.zeros((0, 0))
+    have, vals = [], []
+    for s in steps:
+        if f"forward/{name}" in set(data.dump_keys(ctx.path, ctx.sig, s)):
+            have.append(s)
+            vals.append(np.ravel(data.dumped(ctx.path, ctx.sig, name, s)))
+    return have, (np.stack(vals) if vals else np.zeros((0, 0)))
+
+
+def stats_lines(ctx: Ctx, name: str) -> tuple[list[int], np.ndarray]:
+    """Fallback without dumps: min, mean, max over channels from the statistics, as 3 lines."""
+    df = data.series(ctx.path, ctx.sig, name, "forward", "mean")
+    lo = data.series(ctx.path, ctx.sig, name, "forward", "min")
+    hi = data.series(ctx.path, ctx.sig, name, "forward", "max")
+    if df.empty:
+        return [], np.zeros((0, 0))
+    return list(df.index), np.stack([lo["all"], df["all"], hi["all"]], 1)
+
+
+def render(ctx: Ctx) -> None:
+    st.header("Masks & templates")
+    run = data.get_run(ctx.path, ctx.sig)
+    layers = data.icnn_layers(ctx.path, ctx.sig)
+    if not need(not layers.empty, "This run has no ICNN mask layer (no tensor in the catalog has an ICNN role)."):
+        return
+    c = st.columns(4)
+    layer = c[0].selectbox("ICNN layer", list(layers.index), key="mt_layer")
+    roles: pd.Series = layers.loc[layer]
+    if not need(len(run.steps) > 0, "No full dumps: templates need mu and beta from a dump step."):
+        return
+    step = c[1].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="mt_step")
+    mu_name, beta_name = roles.get("mu"), roles.get("beta")
+    keys = set(data.dump_keys(ctx.path, ctx.sig, step))
+    if not need(isinstance(mu_name, str) and f"forward/{mu_name}" in keys, f"The dump of step {step} has no mu."):
+        return
+    mu = data.dumped(ctx.path, ctx.sig, mu_name, step)                       # [N, C, 2]
+    pre_shape = run.tensors.loc[roles["pre_mask"], "shape"] if isinstance(roles.get("pre_mask"), str) else None
+    h, w = (pre_shape[1], pre_shape[2]) if pre_shape and len(pre_shape) == 4 else (8, 8)
+    filt = c[2].selectbox("Filter", range(mu.shape[1]), key="mt_filter")
+    samples = data.samples(ctx.path, ctx.sig, step)
+    sample = c[3].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
+                            key="mt_sample")
+    beta_all = (data.dumped(ctx.path, ctx.sig, beta_name, step)
+                if isinstance(beta_name, str) and f"forward/{beta_name}" in keys else None)
+    beta = float(beta_all[filt]) if beta_all is not None else 2.0
+
+    cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
+    grid = templates.positive_templates(h, w, beta).reshape(h, w, h, w)   # tile (i, j): mu at cell (i, j)
+    show_figure(plots.templates_grid(grid, templates.negative_template(h, w),
+                                     {f"sample #{sample} ({samples['group'].iloc[sample]}): mu cell {cell}": cell},
+                                     tau=templates.paper_tau(h, w),
+                                     title=f"{layer} filter {filt}, step {step}, beta={beta:.3f}"),
+                f"templates_{layer}_f{filt}_{step}", key="mt_templates")
+    st.caption(f"Sample #{sample}: mu = ({mu[sample, filt, 0]:+.3f}, {mu[sample, filt, 1]:+.3f}) -> template "
+               f"cell {cell} (outlined). beta = {beta:.3f}{'' if beta_all is not None else ' (default; not dumped)'}.")
+
+    st.subheader("beta and filter loss over steps")
+    panels = {}
+    for label, role in (("beta", "beta"), ("filter loss", "filter_loss")):
+        s, v = per_step(ctx, roles.get(role), run.steps)
+        if len(s) < 2 and isinstance(roles.get(role), str):
+            s, v = stats_lines(ctx, roles[role])
+            label += " (min / mean / max over filters, from statistics)"
+        if len(s):
+            panels[label] = (s, v)
+    if need(bool(panels), "beta and filter loss were not captured for this layer."):
+        show_figure(plots.channel_lines(panels, highlight=filt, title=f"{layer}: per filter (filter {filt} bold)"),
+                    f"beta_loss_{layer}", key="mt_beta")
+
+    st.subheader("mu of positive vs negative samples")
+    pool = st.toggle("Pool every dump step", key="mt_pool")
+    groups: dict[str, list] = {"positive": [], "negative": []}
+    for s in (run.steps if pool else [step]):
+        if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
+            continue
+        g = data.samples(ctx.path, ctx.sig, s)["group"].to_numpy()
+        m = data.dumped(ctx.path, ctx.sig, mu_name, s)[:, filt]
+        for name in groups:
+            groups[name].append(m[g == name])
+    pts = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in groups.items()}
+    show_figure(plots.mu_scatter(pts, f"{layer} filter {filt}: mu ({'all dump steps' if pool else f'step {step}'})",
+                                 jitter=0.02),
+                f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
+    spread = {k: float(np.linalg.norm(v - v.mean(0), axis=1).mean()) for k, v in pts.items() if len(v)}
+    st.caption("mean distance of mu to its group centre: "
+               + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
+               + " (a part filter keeps positives tight)")

@@ -1,0 +1,82 @@
+"""Page: training overview: layer x step heatmaps and per-tensor time series by group."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import streamlit as st
+
+from inspector import plots
+
+from . import data
+from .ui import Ctx, download_figure, need, show_figure
+
+STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
+LOG_STATS = {"l2", "std"}
+
+
+def filter_tensors(names: list[str], pattern: str) -> list[str]:
+    """Names matching ``pattern`` (a regex, or a plain substring if the regex is invalid).
+
+    >>> filter_tensors(["conv1/Relu:0", "conv1/Conv2D:0"], "relu")
+    ['conv1/Relu:0']
+    """
+    if not pattern:
+        return names
+    try:
+        rx = re.compile(pattern, re.IGNORECASE)
+        return [n for n in names if rx.search(n)]
+    except re.error:
+        return [n for n in names if pattern.lower() in n.lower()]
+
+
+def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str) -> None:
+    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat")
+    tensors, steps, m = data.stats_matrix(ctx.path, ctx.sig, kind, group, stat)
+    keep = filter_tensors(tensors, pattern)
+    if not need(len(keep) > 0 and len(steps) > 0, f"No {kind} statistics match this filter."):
+        return
+    rows = [tensors.index(t) for t in keep]
+    log = stat in LOG_STATS
+    fig = plots.heatmap(m[rows], keep, steps, title=f"{kind} {stat} (group {group})", log=log,
+                        cbar_label=f"{stat}{' (log scale)' if log else ''}")
+    show_figure(fig, f"heatmap_{kind}_{stat}_{group}", key=key,
+                caption=f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero")
+
+
+def render(ctx: Ctx) -> None:
+    st.header("Training overview")
+    run = data.get_run(ctx.path, ctx.sig)
+    steps = data.stats_steps(ctx.path, ctx.sig)
+    if not need(len(steps) > 0, "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
+        return
+    c1, c2 = st.columns([3, 1])
+    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter",
+                            placeholder="e.g. Relu|icnn")
+    group = c2.selectbox("Group", ("all", "positive", "negative"), key="ov_group")
+    tab_g, tab_a = st.tabs(["Gradients", "Activations"])
+    with tab_g:
+        heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group)
+    with tab_a:
+        heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group)
+
+    st.subheader("One tensor over steps, positive vs negative")
+    names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
+    c = st.columns([3, 1, 1, 1])
+    default = next((i for i, n in enumerate(names) if "Relu" in n), 0)
+    tensor = c[0].selectbox("Tensor", names, index=default, key="ov_tensor")
+    kinds = ["forward"] + (["gradient"] if bool(run.tensors.loc[tensor, "has_gradient"]) else [])
+    kind = c[1].radio("Kind", kinds, key="ov_kind", horizontal=True)
+    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
+    logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
+    df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
+    if not need(not df.empty, f"No {kind} statistics for {tensor}."):
+        return
+    shown = np.log10(df.where(df > 0)) if logy else df
+    st.line_chart(shown, x_label="step", y_label=f"log10 {stat}" if logy else stat,
+                  color=[plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns])
+    last = df.iloc[-1]
+    st.caption(f"{tensor} {kind} {stat} at step {int(df.index[-1])}: "
+               + ", ".join(f"{g} {v:.4g}" for g, v in last.items()))
+    download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
+                    f"series_{tensor}_{kind}_{stat}", key="ov_series")

@@ -1,0 +1,73 @@
+"""Page: the run's summary: status, sizes, hook settings, alerts, dropped dumps, problems."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import streamlit as st
+
+from . import data
+from .ui import Ctx
+
+ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
+
+
+def human_bytes(n: float) -> str:
+    """``human_bytes(1536) == '1.5 KiB'``"""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def render(ctx: Ctx) -> None:
+    run = data.get_run(ctx.path, ctx.sig)
+    m = run.manifest
+    steps = data.stats_steps(ctx.path, ctx.sig)
+    st.header(f"Run {run.path.name}")
+    st.caption(str(run.path))
+    c = st.columns(5)
+    c[0].metric("Status", run.status)
+    c[1].metric("Statistics steps", f"{len(steps)}", help="steps with in-graph statistics")
+    c[2].metric("Last step", f"{int(steps[-1])}" if len(steps) else "–")
+    c[3].metric("Tensors", f"{len(run.tensors)}")
+    c[4].metric("Size on disk", human_bytes(run.size_bytes()))
+    c = st.columns(5)
+    c[0].metric("Dump steps", f"{len(run.steps)}")
+    c[1].metric("Dropped dumps", f"{len(run.dropped)}")
+    c[2].metric("Workers", ", ".join(run.workers))
+    c[3].metric("Format", f"v{m.get('format_version')}")
+    c[4].metric("TensorFlow", str(m.get("tensorflow_version") or "–"))
+    st.caption(f"created {m.get('created', '?')}, updated {m.get('updated', '?')} "
+               f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
+    if run.tensors.empty:
+        st.warning("This run's catalog is empty: the hook has not recorded any tensor yet.")
+    elif not len(steps):
+        st.warning("This run has no statistics yet (the hook writes them every few seconds while training).")
+
+    st.subheader("Alerts")
+    alerts = data.alerts(ctx.path, ctx.sig)
+    if alerts.empty:
+        st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, no dropped dumps.")
+    for a in alerts.itertuples():
+        text = f"{ICONS.get(a.severity, '')} **{a.kind.replace('_', ' ')}**: {a.message}"
+        {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
+
+    left, right = st.columns(2)
+    with left:
+        st.subheader("Hook settings")
+        cfg = run.config
+        if cfg:
+            st.dataframe(pd.DataFrame({"setting": list(cfg), "value": [str(v) for v in cfg.values()]}),
+                         hide_index=True, width="stretch")
+        else:
+            st.caption("no hook settings recorded")
+    with right:
+        st.subheader("Tensors by op type")
+        if not run.tensors.empty:
+            counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(name="tensors")
+            st.bar_chart(counts, x="op type", y="tensors", height=260)
+    if not run.dropped.empty:
+        st.subheader("Dropped dumps")
+        st.dataframe(run.dropped, hide_index=True, width="stretch")

@@ -1,0 +1,76 @@
+"""Small Streamlit helpers shared by the pages: figures with a PNG download, error guard.
+
+Example::
+
+    show_figure(plots.time_series(df), "series.png", key="ov_series")
+    with guard("Training overview"):
+        overview.render(ctx)
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import streamlit as st
+from matplotlib.figure import Figure
+
+from inspector import plots
+from inspector.errors import InspectorError
+
+log = logging.getLogger("tf_inspector.viewer")
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What every page needs: the chosen run's path and its current signature."""
+    path: str
+    sig: tuple
+    runs: tuple[str, ...]
+
+
+def slug(text: str) -> str:
+    """A file-name-safe version of ``text``: ``slug("conv1/Relu:0") == "conv1_Relu_0"``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "figure"
+
+
+def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) -> bytes:
+    """Render ``fig`` as a PNG image with a download button beside it; returns the PNG bytes.
+
+    The figure is drawn once to PNG and that same image is shown and downloaded, so what
+    the user saves is exactly what they saw."""
+    png = plots.to_png(fig)
+    st.image(png, caption=caption, width="stretch")
+    st.download_button("Download PNG", png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
+    return png
+
+
+def download_figure(make: Callable[[], Figure], name: str, key: str, label: str = "Download PNG") -> None:
+    """A download button whose PNG is drawn only when clicked (for figures shown as native,
+    interactive Streamlit charts, so the page does not render them twice)."""
+    st.download_button(label, lambda: plots.to_png(make()), file_name=f"{slug(name)}.png", mime="image/png",
+                       key=f"png_{key}")
+
+
+@contextlib.contextmanager
+def guard(what: str) -> Iterator[None]:
+    """Show any error of the block as a message in the page, never a traceback.
+
+    Reader errors (bad path, damaged file, missing step) are expected and shown as they are;
+    anything else is a bug in the viewer, logged with its traceback on the server."""
+    try:
+        yield
+    except InspectorError as e:
+        st.error(f"{what}: {e}")
+    except Exception as e:  # the page must stay usable; details go to the server log
+        log.exception("viewer: %s failed", what)
+        st.error(f"{what} could not be drawn: {type(e).__name__}: {e}")
+
+
+def need(condition: bool, message: str) -> bool:
+    """Show ``message`` as an info box and return False when ``condition`` is false."""
+    if not condition:
+        st.info(message)
+    return bool(condition)
