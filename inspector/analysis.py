@@ -204,9 +204,8 @@ def common_bins(*arrays: np.ndarray, bins: int = 40) -> np.ndarray:
 
 
 # ---- ICNN maths (ICNN.md) ---------------------------------------------------------------------
-# The numpy twin of the ICNN layer's forward pass, for the synthetic run and the viewer's
-# templates. inspector/templates.py (another module) holds the reference; these follow the same
-# formulas so the viewer works on any run, also before that module exists.
+# The numpy twin of the ICNN layer's forward pass (inspector/icnn.py is the TensorFlow one),
+# for the synthetic run and for recomputing a mask a dump lacks. Templates: inspector.templates.
 
 def icnn_mu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """mu [N,C,2] (row, col) in [-1, 1] and sqrtvar [N,C] (pixels) of maps x [N,H,W,C] (getMu).
@@ -237,35 +236,8 @@ def icnn_mask(mu: np.ndarray, beta: np.ndarray, h: int, w: int) -> np.ndarray:
     return np.maximum(1 - np.asarray(beta, np.float64) * dist, -1).astype(np.float32)
 
 
-def positive_templates(h: int, w: int, beta: float) -> np.ndarray:
-    """All positive templates T_mu, shape [H, W, H, W]: ``T[i, j]`` is the template (same
-    formula as the mask) for mu at grid cell (i, j). The paper scales them by
-    ``tau = 0.5 / (H * W)``; this returns the unscaled shape."""
-    gy, gx = np.linspace(-1, 1, h), np.linspace(-1, 1, w)
-    mu = np.stack(np.meshgrid(gy, gx, indexing="ij"), -1).reshape(1, h * w, 2)
-    m = icnn_mask(mu, np.full(h * w, beta), h, w)[0]            # [H, W, H*W]
-    return np.moveaxis(m, -1, 0).reshape(h, w, h, w)
-
-
-def negative_template(h: int, w: int) -> np.ndarray:
-    """The negative template T-: -1 everywhere (unscaled), shape [H, W]."""
-    return -np.ones((h, w), np.float32)
-
-
 def mu_to_cell(mu: np.ndarray, h: int, w: int) -> np.ndarray:
     """Map mu in [-1, 1] coordinates back to 0-based (row, col) grid cells."""
     mu = np.asarray(mu, np.float64)
     return np.stack([np.rint((mu[..., 0] + 1) / 2 * (h - 1)), np.rint((mu[..., 1] + 1) / 2 * (w - 1))],
                     -1).astype(int)
-
-
-def icnn_layer_table(catalog: pd.DataFrame) -> pd.DataFrame:
-    """ICNN layers of a catalog: index layer name, one column per role holding the tensor name.
-
-    Same answer as ``Run.icnn_layers()``, computed from the catalog's ``icnn_layer`` /
-    ``icnn_role`` columns so the viewer does not depend on another module being present.
-    """
-    df = catalog.dropna(subset=["icnn_layer", "icnn_role"])
-    if df.empty:
-        return pd.DataFrame()
-    return df.pivot_table(index="icnn_layer", columns="icnn_role", values="name", aggfunc="first")

@@ -106,12 +106,13 @@ class SyntheticRun:
         self.parts = self.rng.uniform(1.5, hw[0] - 2.5, size=(c, 2))
         self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
         self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
-        config = {"dump_every_n_steps": dump_every, "stats_every_n_steps": 1, "sample_budget": samples,
-                  "positive_samples": samples // 2, "negative_samples": samples - samples // 2, "bins": bins,
-                  "loss": "loss/Mean:0", "labels": "labels:0", "positive": "label == 1", "strict": False,
-                  "synthetic": True}
-        manifest = {"tensors": [t.catalog_row() for t in self.catalog], "config": config,
-                    "tensorflow_version": None, "synthetic_seed": seed}
+        # the same manifest keys as hooks.DumpHook writes
+        config = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
+                  "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins, "gradients": True,
+                  "dump_on_nonfinite": False, "strict": False}
+        manifest = {"tensorflow_version": None, "is_chief": True, "loss": "loss/Mean:0", "labels": "labels:0",
+                    "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
+                    "first_nonfinite": None, "synthetic_seed": seed}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
                                 stats_flush_secs=stats_flush_secs)
