@@ -66,7 +66,9 @@ Z_T summed over the batch. Lower is better: it is low when each map matches one 
 sharply (a single compact peak). Like the paper's MI it does not see labels (a filter that
 also fires on negatives is not penalised; watch ``strength`` per group for that), it cannot
 know where ground-truth parts are (use ``inspector.stability``), and it scales with the
-activation energy: maps with small activations give values near 0 for every filter. Cost O(N * C * (H*W)^2); pass ``monitor=False`` to
+activation energy: maps with small activations give values near 0 for every filter.
+Its internals live under ``<layer>/monitor/``; ``DumpHook(exclude=r"/monitor/")`` keeps their
+[H*W, H, W, C] template tensors out of the dumps. Cost O(N * C * (H*W)^2); pass ``monitor=False`` to
 replace it by zeros.
 """
 from __future__ import annotations
@@ -316,7 +318,10 @@ def conv_mask(x: tf.Tensor,
 
         post = tf.identity(_masked(pre, beta_in), name="post_mask")
         if monitor:
-            fl = _filter_loss_value(pre, beta_in, part, positive, h, w)
+            # Own scope: its [H*W, H, W, C] template tensors are worth leaving out of dumps
+            # (DumpHook(exclude=r"/monitor/")).
+            with tf1.name_scope("monitor"):
+                fl = _filter_loss_value(pre, beta_in, part, positive, h, w)
         else:
             fl = tf.zeros([c], dtype)
         out.update(pre_mask=pre, post_mask=post, beta=beta_in,
