@@ -80,9 +80,7 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
 
 def _cmap(name: str):
     from matplotlib import colormaps
-    cmap = colormaps[name].copy()
-    cmap.set_bad("0.75")
-    return cmap
+    return colormaps[name].with_extremes(bad="0.75")
 
 
 def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool = False,

@@ -1,0 +1,110 @@
+"""Alerts and positive/negative helpers of inspector.analysis, and the synthetic run they run on."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import inspector
+from inspector import analysis
+from inspector.analysis import Thresholds
+from inspector.synthetic import make_synthetic_run
+
+
+def stats_frame(rows):
+    cols = ["step", "tensor", "kind", "group", "l2", "zero_fraction", "mean", "std"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def test_gradient_alerts_vanishing_exploding_and_ratio():
+    rows = [(s, t, "gradient", "all", l2, 0.0, 0.0, 1.0) for s in range(20)
+            for t, l2 in (("a:0", 1e-9), ("b:0", 1.0), ("c:0", 5e3))]
+    kinds = {a.kind: a for a in analysis.gradient_alerts(stats_frame(rows))}
+    assert kinds["vanishing_gradient"].tensor == "a:0"
+    assert kinds["exploding_gradient"].tensor == "c:0" and kinds["exploding_gradient"].severity == "error"
+    assert kinds["gradient_ratio"].step == 19
+    # thresholds are parameters: loosen them and the alerts go away
+    loose = Thresholds(vanishing_l2=1e-12, exploding_l2=1e4, layer_ratio=1e13)
+    assert analysis.gradient_alerts(stats_frame(rows), loose) == []
+
+
+def test_gradient_alerts_use_the_window_median():
+    # one huge spike long ago, healthy recently: no alert
+    rows = [(s, "a:0", "gradient", "all", 1e6 if s == 0 else 1.0, 0.0, 0.0, 1.0) for s in range(30)]
+    assert analysis.gradient_alerts(stats_frame(rows)) == []
+
+
+def test_dead_relu_only_for_relu_ops_and_whole_window():
+    cat = pd.DataFrame({"name": ["r:0", "c:0", "r2:0"], "op_type": ["Relu", "Conv2D", "Relu"]})
+    rows = [(s, t, "forward", "all", 1.0, zf, 0.0, 1.0) for s in range(20)
+            for t, zf in (("r:0", 1.0), ("c:0", 1.0), ("r2:0", 1.0 if s < 15 else 0.5))]
+    dead = analysis.dead_relus(stats_frame(rows), cat)
+    assert [a.tensor for a in dead] == ["r:0"]
+
+
+def test_split_and_common_bins():
+    groups = np.array([1, 0, 1, 0])
+    x = np.arange(8.0).reshape(4, 2)
+    s = analysis.split_by_group(x, groups)
+    assert s["positive"].tolist() == [[0, 1], [4, 5]] and s["negative"].shape == (2, 2)
+    edges = analysis.common_bins(np.array([1.0, np.nan]), np.array([3.0, np.inf]), bins=4)
+    assert edges[0] == 1.0 and edges[-1] == 3.0 and len(edges) == 5
+
+
+def test_icnn_mu_and_mask_follow_icnn_md():
+    x = np.zeros((1, 5, 5, 2))
+    x[0, 4, 0, 0] = 1.0                    # bottom-left
+    mu, sqrtvar = analysis.icnn_mu(x)
+    assert mu[0, 0].tolist() == [1.0, -1.0]
+    assert mu[0, 1].tolist() == [-1.0, -1.0]          # all-zero map: mu = (1, 1) in pixels
+    assert sqrtvar[0, 0] == 0
+    m = analysis.icnn_mask(mu, np.array([2.0, 2.0]), 5, 5)
+    assert m[0, 4, 0, 0] == 1.0 and m[0, 0, 4, 0] == -1.0
+    assert analysis.mu_to_cell(mu[0, 0], 5, 5).tolist() == [4, 0]
+
+
+@pytest.fixture(scope="module")
+def bad_run(tmp_path_factory):
+    return inspector.open_run(make_synthetic_run(tmp_path_factory.mktemp("r") / "bad", steps=30, tensors=20,
+                                                 dump_every=10, nonfinite_at=12, dropped_steps=(20,)))
+
+
+def test_run_alerts_on_synthetic_run(bad_run):
+    alerts = analysis.run_alerts(bad_run)
+    assert alerts[0].severity == "error" and alerts[0].kind == "nonfinite"
+    assert alerts[0].step == 12 and alerts[0].tensor == "conv2/Relu:0"
+    kinds = [a.kind for a in alerts]
+    assert "dead_relu" in kinds and "dropped_dumps" in kinds
+    frame = analysis.alerts_frame(alerts)
+    assert list(frame.columns) == ["severity", "kind", "message", "step", "tensor"] and len(frame) == len(alerts)
+
+
+def test_clean_synthetic_run_has_no_alerts(tmp_path):
+    run = inspector.open_run(make_synthetic_run(tmp_path / "ok", steps=20, tensors=15, dump_every=10,
+                                                dead_relu=False))
+    assert analysis.run_alerts(run) == []
+
+
+def test_group_contrast_and_series(bad_run):
+    fwd = bad_run.query_stats(kinds=["forward"], steps=(0, 11))
+    c = analysis.group_contrast(fwd, "mean")
+    row = c[(c["tensor"] == "icnn/post_mask:0") & (c["step"] == 11)].iloc[0]
+    assert row["diff"] == pytest.approx(row["positive"] - row["negative"]) and row["effect"] > 0
+    top = analysis.top_separating(fwd, n=3)
+    assert len(top) == 3 and top["effect"].abs().is_monotonic_decreasing
+    s = analysis.group_series(fwd, "conv1/Relu:0", "mean")
+    assert list(s.columns) == ["all", "positive", "negative"] and s.index.tolist() == list(range(12))
+
+
+def test_synthetic_run_is_consistent(bad_run):
+    st = bad_run.query_stats(["conv1/Relu:0"], steps=(5, 5), kinds=["forward"])
+    row = st.set_index(st["group"].astype(str))
+    assert row.loc["all", "count"] == row.loc["positive", "count"] + row.loc["negative", "count"]
+    edges, counts = bad_run.histogram("conv1/Relu:0", 5)
+    assert abs(counts.sum() - row.loc["all", "count"]) <= len(counts)          # rounding only
+    samples = bad_run.samples(10)
+    x = bad_run.tensor("conv1/Relu:0", 10)
+    assert x.shape[0] == len(samples) and (x >= 0).all()
+    pre, mask, post = (bad_run.tensor(f"icnn/{r}:0", 10) for r in ("pre_mask", "mask", "post_mask"))
+    np.testing.assert_allclose(post, np.maximum(pre * mask, 0), rtol=1e-6)
+    assert bad_run.steps == [0, 10]                                             # 20 was dropped

@@ -1,0 +1,154 @@
+"""The viewer in a real browser: ``streamlit run app.py`` + headless Chromium (Playwright).
+
+Skips (with the reason) only where /usr/bin/chromium or the playwright package is missing.
+Screenshots go to ``$TF_INSPECTOR_SCREENSHOTS`` if set, else ``<tmp>/.screenshots``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from inspector.synthetic import make_synthetic_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+# page -> (heading it shows, number of images it must show at least)
+PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 1),
+         "Distributions": ("Distributions", 3), "Feature maps": ("Feature maps", 2),
+         "Masks & templates": ("Masks & templates", 3), "Tensor browser": ("Tensor browser", 1),
+         "Compare": ("Compare", 2)}
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}: {proc.stdout.read()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.read().strip() == b"ok":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout}s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    make_synthetic_run(runs / "exp1", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
+    make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+                             "--server.headless", "true", "--server.port", str(port),
+                             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
+                             "--", str(runs)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory) -> Path:
+    d = Path(os.environ.get("TF_INSPECTOR_SCREENSHOTS") or tmp_path_factory.mktemp("tmp") / ".screenshots")
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def wait_rendered(page, min_images: int, timeout_ms: int = 60_000) -> None:
+    """Until the script run is over (no 'running' status) and the page's images have loaded."""
+    page.wait_for_function(
+        """n => !document.querySelector('[data-testid="stStatusWidget"]')
+               && document.querySelectorAll('[data-testid="stImage"] img').length >= n""",
+        arg=min_images, timeout=timeout_ms, polling=200)
+    for src in page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stImage\"] img')].map(i => i.src)"):
+        # Streamlit 1.60 with starlette >= 1.5 answers 500 for every image (gzip middleware
+        # mismatch); say so instead of timing out below.
+        try:
+            status = urllib.request.urlopen(src, timeout=10).status
+        except urllib.error.HTTPError as e:
+            status = e.code
+        assert status == 200, (f"image {src} answered HTTP {status}; with Streamlit 1.60 this is the "
+                               f"starlette>=1.5 gzip incompatibility: pin starlette==1.3.1")
+    page.wait_for_function(
+        """n => !document.querySelector('[data-testid="stStatusWidget"]')
+               && document.querySelectorAll('[data-testid="stImage"] img').length >= n
+               && [...document.querySelectorAll('[data-testid="stImage"] img')].every(i => i.complete && i.naturalWidth > 0)""",
+        arg=min_images, timeout=timeout_ms, polling=200)
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_page_renders_in_chromium(server, browser, shots, name):
+    heading, images = PAGES[name]
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    try:
+        page.goto(f"{server}/?page={quote(name)}", wait_until="domcontentloaded")
+        page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
+        wait_rendered(page, images)
+        page.screenshot(path=str(shots / f"{name.replace(' ', '_').replace('&', 'and')}.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.get_by_text("could not be drawn").count() == 0
+        # the sidebar names the page that is shown (the URL chose it)
+        assert page.locator('[data-testid="stSidebar"] input[type="radio"]:checked').count() == 1
+    finally:
+        page.close()
+
+
+def test_not_a_run_shows_message(browser, tmp_path):
+    """A folder without runs: a clear message in the page, no exception box."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless",
+                             "true", "--server.port", str(port), "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false", "--", str(tmp_path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        page = browser.new_page()
+        page.goto(url, wait_until="domcontentloaded")
+        page.get_by_text("No run in").first.wait_for(timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        page.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
