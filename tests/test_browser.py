@@ -119,7 +119,7 @@ def wait_rendered(page, min_images: int, timeout_ms: int = 60_000) -> None:
 @pytest.mark.parametrize("name", list(PAGES))
 def test_page_renders_in_chromium(server, browser, shots, name):
     heading, images = PAGES[name]
-    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/?page={quote(name)}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)

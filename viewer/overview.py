@@ -9,7 +9,7 @@ import streamlit as st
 from inspector import plots
 
 from . import data
-from .ui import Ctx, download_figure, need, show_figure
+from .ui import Ctx, download_figure, need, show_png
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -30,18 +30,26 @@ def filter_tensors(names: list[str], pattern: str) -> list[str]:
         return [n for n in names if pattern.lower() in n.lower()]
 
 
-def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str) -> None:
-    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat")
-    tensors, steps, m = data.stats_matrix(ctx.path, ctx.sig, kind, group, stat)
+@st.cache_data(max_entries=32, show_spinner=False)
+def heatmap_png(path: str, sig: tuple, kind: str, group: str, stat: str, pattern: str) -> tuple[bytes | None, str]:
+    """The rendered heatmap and its caption, cached: a 300 x 1,000 heatmap takes ~0.5 s to
+    draw, and every other widget on the page would otherwise redraw it."""
+    tensors, steps, m = data.stats_matrix(path, sig, kind, group, stat)
     keep = filter_tensors(tensors, pattern)
-    if not need(len(keep) > 0 and len(steps) > 0, f"No {kind} statistics match this filter."):
-        return
+    if not keep or not len(steps):
+        return None, f"No {kind} statistics match this filter."
     rows = [tensors.index(t) for t in keep]
     log = stat in LOG_STATS
     fig = plots.heatmap(m[rows], keep, steps, title=f"{kind} {stat} (group {group})", log=log,
                         cbar_label=f"{stat}{' (log scale)' if log else ''}")
-    show_figure(fig, f"heatmap_{kind}_{stat}_{group}", key=key,
-                caption=f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero")
+    return plots.to_png(fig), f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero"
+
+
+def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str) -> None:
+    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat")
+    png, caption = heatmap_png(ctx.path, ctx.sig, kind, group, stat, pattern)
+    if need(png is not None, caption):
+        show_png(png, f"heatmap_{kind}_{stat}_{group}", key=key, caption=caption)
 
 
 def render(ctx: Ctx) -> None:

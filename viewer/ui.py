@@ -42,9 +42,14 @@ def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) ->
     The figure is drawn once to PNG and that same image is shown and downloaded, so what
     the user saves is exactly what they saw."""
     png = plots.to_png(fig)
+    show_png(png, name, key, caption)
+    return png
+
+
+def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
+    """Show already-rendered PNG bytes (e.g. from a cached renderer) with a download button."""
     st.image(png, caption=caption, width="stretch")
     st.download_button("Download PNG", png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
-    return png
 
 
 def download_figure(make: Callable[[], Figure], name: str, key: str, label: str = "Download PNG") -> None:
