@@ -97,8 +97,7 @@ class SyntheticRun:
         self._sync_token = 0
         relus = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
         self.dead = relus[len(relus) // 3] if dead_relu and len(relus) >= 2 else None
-        bad = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
-        self.nonfinite_tensor = self.catalog[bad[len(bad) // 2] if bad else 0].name
+        self.nonfinite_tensor = self.catalog[relus[len(relus) // 2] if relus else 0].name
         self._layout_rows()
         hw = next((t.shape for t in self.catalog if t.icnn_role == "pre_mask"), (8, 8, 8))
         c = hw[2]

@@ -48,7 +48,7 @@ def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) ->
 
 def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
     """Show already-rendered PNG bytes (e.g. from a cached renderer) with a download button."""
-    st.image(png, caption=caption, width="stretch")
+    st.image(png, caption=caption, width="content")  # natural size (capped by the column), not blown up
     st.download_button("Download PNG", png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
 
 
