@@ -163,25 +163,22 @@ def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, t
     return fig
 
 
-def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 1.6) -> Figure:
+def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 0.9) -> Figure:
     """Ridge plot across steps: one baseline per step (top = first), each group's density
-    scaled to the tallest in the figure and drawn on that baseline."""
+    drawn on that baseline, scaled to the tallest group *of that step*, so one step's spike
+    (e.g. the zeros of a ReLU) does not flatten every other row."""
     steps = list(rows)
     fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
     ax = fig.subplots()
-    peak = 1e-300
-    dens: dict = {}
-    for s in steps:
+    for k, s in enumerate(steps):
+        base = len(steps) - 1 - k
+        dens = {}
         for g, (edges, counts) in rows[s].items():
             c = np.asarray(counts, np.float64)
             w = np.diff(edges)
-            d = c / (c.sum() * np.where(w > 0, w, 1)) if c.sum() else c
-            dens[s, g] = (edges, d)
-            peak = max(peak, float(np.nanmax(d)) if d.size else 0)
-    for k, s in enumerate(steps):
-        base = len(steps) - 1 - k
-        for i, g in enumerate(rows[s]):
-            edges, d = dens[s, g]
+            dens[g] = (edges, c / (c.sum() * np.where(w > 0, w, 1)) if c.sum() else c)
+        peak = max((float(np.nanmax(d)) for _, d in dens.values() if d.size), default=0.0) or 1.0
+        for i, (g, (edges, d)) in enumerate(dens.items()):
             ax.stairs(base + overlap * d / peak, edges, baseline=base, fill=True, alpha=0.35,
                       color=_color(g, i), label=g if k == 0 else None)
     ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
