@@ -28,7 +28,7 @@ import tensorflow as tf
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture
+from . import capture, fast_stats
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
@@ -247,7 +247,7 @@ class DumpHook(v1.train.SessionRunHook):
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs, strict=self.strict)
 
     def _build_fetches(self, gid, labels, loss) -> None:
-        self._stats = capture.build_stats(self.captured, gid, self.bins)
+        self._stats = fast_stats.build_stats(self.captured, gid, self.bins)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))

@@ -1,0 +1,37 @@
+"""hooks.fast_stats agrees with the reference capture.build_stats, on both of its paths."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+from hooks import capture, fast_stats  # noqa: E402
+
+v1 = tf.compat.v1
+
+
+def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
+    a = rng.normal(3.0, 0.01, size=(6, 5, 4)).astype(np.float32)       # |mean| >> std
+    b = np.maximum(rng.normal(size=(6, 40)), 0).astype(np.float32)       # ReLU-like: zeros
+    c = rng.normal(size=(7,)).astype(np.float32)                         # not batched
+    e = np.zeros((6, 0), np.float32)                                     # empty
+    if nonfinite:
+        b[1, 3], b[4, 0], a[2, 0, 0] = np.nan, np.inf, -np.inf
+    return [a, b, c, e]
+
+
+@pytest.mark.parametrize("small_max", [0, 1 << 30])
+@pytest.mark.parametrize("nonfinite", [False, True])
+def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite):
+    monkeypatch.setattr(fast_stats, "SMALL_MAX", small_max)
+    arrays = _tensors(np.random.default_rng(0), nonfinite)
+    with tf.Graph().as_default():
+        gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
+        caps = [capture.Captured(tf.constant(a), batched=a.ndim > 1, gradient=None) for a in arrays]
+        ref, fast = capture.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8)
+        assert ref.rows == fast.rows
+        with v1.Session() as s:
+            r, f = s.run([(ref.values, ref.hist_range, ref.hist), (fast.values, fast.hist_range, fast.hist)])
+    np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(f[1], r[1], rtol=1e-6)
+    assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2  # float rounding at bin edges
