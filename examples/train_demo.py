@@ -2,12 +2,21 @@
 
 Run::
 
-    python -m examples.train_demo --runs runs --steps 800
+    python -m examples.train_demo --runs runs --steps 600
 
 writes the runs ``runs/icnn`` and ``runs/plain`` (open them with ``inspector.open_run`` or the
 viewer) and prints, on a held-out set, classification accuracy and the location instability
 of the 32 conv3 filters (the map the ICNN masks) of both networks. Uses ``tf.estimator`` when
 present (TensorFlow <= 2.15), else ``tf.compat.v1.train.MonitoredTrainingSession``.
+
+What we measured (600 steps, 6000 training images, TF 2.15, CPU): both nets reach ~99.5%
+held-out accuracy. The ICNN was more stable for seeds 0 and 1 (0.035 vs 0.046, 0.040 vs
+0.049) but not for seed 2 (0.048 vs 0.040). The same ICNN with ``--filter-loss-weight 0``
+(mask only) scored alike (0.036, 0.037): at the release's scale the filter-loss gradient is
+~1e-3 of the classification gradient early on (a few % once the classifier has converged),
+so in this short schedule any gain comes from the forward mask. A weight of 1000 made it
+worse (0.074, 0.080; more dead filters). ``instability`` counts dead filters as the release
+does; ``(alive only)`` leaves them out.
 """
 from __future__ import annotations
 
@@ -110,7 +119,7 @@ def evaluate(pred: Dict[str, np.ndarray], labels: np.ndarray, parts: np.ndarray,
 def main(argv=None) -> Dict[str, Dict[str, float]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", default="runs", help="folder for the runs icnn/ and plain/")
-    ap.add_argument("--steps", type=int, default=800)
+    ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--train-size", type=int, default=6000)
     ap.add_argument("--test-size", type=int, default=1000)
@@ -121,8 +130,8 @@ def main(argv=None) -> Dict[str, Dict[str, float]]:
                     help="factor on the ICNN filter-loss gradient (1.0 = the release's scale)")
     ap.add_argument("--models", nargs="+", default=["icnn", "plain"], choices=["icnn", "plain"])
     ap.add_argument("--model-dir", default=None, help="checkpoints (default: a temporary folder)")
-    ap.add_argument("--stats-every", type=int, default=50)
-    ap.add_argument("--dump-every", type=int, default=200)
+    ap.add_argument("--stats-every", type=int, default=100)
+    ap.add_argument("--dump-every", type=int, default=300)
     ap.add_argument("--no-estimator", action="store_true", help="use MonitoredTrainingSession even if "
                                                                  "tf.estimator exists")
     args = ap.parse_args(argv)

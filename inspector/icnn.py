@@ -277,7 +277,7 @@ def conv_mask(x: tf.Tensor,
     with tf1.variable_scope(name):
         beta_var = tf1.get_variable("beta", shape=[c], dtype=dtype,
                                     initializer=tf1.constant_initializer(beta_init), trainable=True)
-        if beta_var not in tf1.get_collection(BETA_COLLECTION):
+        if all(v is not beta_var for v in tf1.get_collection(BETA_COLLECTION)):  # `in` would use ==
             tf1.add_to_collection(BETA_COLLECTION, beta_var)
         scope = tf1.get_variable_scope().original_name_scope
     with tf1.name_scope(scope):
@@ -337,12 +337,12 @@ def _filter_grad(x, m, s, positive, part, epoch, mag):
     """The release's filter-loss term at x ([N, H, W, C]), before the 1/N of ``reduction``."""
     dtype = x.dtype
     a = ALPHA
-    every_c = tf.ones(tf.shape(s), tf.bool)
     m_flip = tf.reverse(m, axis=[0, 3])     # MATLAB mask(:,:,end:-1:1,end:-1:1): channels and batch
     log_z_pos = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(x * m_flip, axis=[1, 2]) / a), axis=0))
     log_z_neg = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(-x, axis=[1, 2]) / a), axis=0))
-    log_z_pos = _replace_inf(log_z_pos, every_c[0])
-    log_z_neg = _replace_inf(log_z_neg, every_c[0])
+    # Over all channels, as the release does (its logZ vectors span every filter).
+    log_z_pos = _replace_inf(log_z_pos, tf.ones_like(log_z_pos, tf.bool))
+    log_z_neg = _replace_inf(log_z_neg, tf.ones_like(log_z_neg, tf.bool))
     mag_t = epoch / mag
     part_row = part[None, :]
 

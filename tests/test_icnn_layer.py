@@ -360,3 +360,21 @@ def test_bad_inputs_raise_clear_errors():
             icnn.conv_mask(tf.zeros([1, 3, 3, 2]), tf.constant([True]))
         with pytest.raises(ValueError, match="part_filters"):
             icnn.conv_mask(tf.zeros([1, 3, 3, 2]), tf.constant([True]), 1.0, part_filters=5)
+
+
+def test_overflowing_exponentials_are_replaced_like_the_release():
+    """float32 maps with large activations: exp(s / a) overflows to Inf; the release replaces
+    Inf by the largest finite value and NaN by 0, and so must the layer."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0.0, 1.0, size=(4, 5, 5, 3)).astype(np.float32)
+    x[..., 0] *= 0.01
+    x[:, 2, 2, 0] = 2000.0                      # channel 0: s = 80 at the peak, exp(s / a) = Inf in float32
+    pos = np.array([True, False, True, False])
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        ref = ref_forward(x, np.full(3, 2.0, np.float32))
+        m = ref["mask"].astype(np.float32)
+        expect = ref_filter_grad(x, m, pos, 2.0)
+    assert np.all(np.isfinite(expect)) and np.abs(expect[..., 0]).max() > 0
+    _, dx, _ = run_layer(x, pos, upstream=np.zeros_like(x), dtype=np.float32, reduction="sum")
+    assert np.all(np.isfinite(dx))
+    np.testing.assert_allclose(dx, expect, rtol=1e-3, atol=1e-9)
