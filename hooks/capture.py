@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 
 import tensorflow as tf
 
-from inspector.format import GROUPS, ICNN_COLLECTION, STAT_COLUMNS
+from inspector.format import GROUPS, ICNN_COLLECTION, STAT_COLUMNS, parse_icnn_entry
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -156,8 +156,8 @@ def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
     """tensor name -> (layer, role) from the ICNN layer's registrations."""
     out = {}
     for entry in graph.get_collection(ICNN_COLLECTION):
-        layer, role, tensor = entry
-        out[tensor.name] = (layer, role)
+        layer, role, name = parse_icnn_entry(entry)
+        out[name] = (layer, role)
     return out
 
 

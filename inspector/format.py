@@ -34,15 +34,29 @@ GROUPS = ("all", "positive", "negative")
 #: Scalar statistics, in the order the hook's in-graph matrix holds them.
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
 
-#: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds
-#: ``(layer_name, role, tensor)`` tuples to the graph collection ``ICNN_COLLECTION``;
-#: the hook captures those tensors and records role and layer in the catalog.
+#: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds one JSON string
+#: ``{"layer", "role", "tensor"}`` per role to the graph collection ``ICNN_COLLECTION``
+#: (strings, so checkpoints can serialize the collection); the hook captures those
+#: tensors and records role and layer in the catalog.
 ICNN_COLLECTION = "tf_inspector/icnn"
 ICNN_ROLES = ("pre_mask", "mask", "mu", "sqrtvar", "post_mask", "beta", "strength", "filter_loss")
 #: Graph collections written by ``hooks.mark`` inside a model_fn.
 LOSS_COLLECTION = "tf_inspector/loss"
 LABELS_COLLECTION = "tf_inspector/labels"
 POSITIVE_COLLECTION = "tf_inspector/positive"
+
+
+def icnn_entry(layer: str, role: str, tensor_name: str) -> str:
+    """The collection entry registering ``tensor_name`` as ``role`` of ICNN layer ``layer``."""
+    if role not in ICNN_ROLES:
+        raise ValueError(f"ICNN role {role!r} must be one of {ICNN_ROLES}")
+    return json.dumps({"layer": layer, "role": role, "tensor": tensor_name})
+
+
+def parse_icnn_entry(entry: str | bytes) -> tuple[str, str, str]:
+    """(layer, role, tensor name) of a collection entry written by :func:`icnn_entry`."""
+    d = json.loads(entry)
+    return d["layer"], d["role"], d["tensor"]
 
 
 def manifest_name(worker: str) -> str:

@@ -17,7 +17,8 @@ Example (inside a model_fn)::
 Tensors registered for the dump hook
 ------------------------------------
 For every role in ``inspector.format.ICNN_ROLES`` the layer adds
-``(layer_name, role, tensor)`` to the graph collection ``inspector.format.ICNN_COLLECTION``.
+one entry per role to the graph collection ``inspector.format.ICNN_COLLECTION``
+(see :func:`registered`).
 Each tensor is a float op output named ``<layer>/<role>:0``, except beta's,
 ``<layer>/beta_value:0`` (``<layer>/beta`` is the variable). Shapes (the viewer relies on them):
 
@@ -78,7 +79,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ICNN_COLLECTION, ICNN_ROLES
+from inspector.format import ICNN_COLLECTION, ICNN_ROLES, icnn_entry, parse_icnn_entry
 
 tf1 = tf.compat.v1
 
@@ -329,7 +330,7 @@ def conv_mask(x: tf.Tensor,
     if register:
         layer = name
         for role in ICNN_ROLES:
-            tf1.add_to_collection(ICNN_COLLECTION, (layer, role, out[role]))
+            tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, role, out[role].name))
     return post
 
 
@@ -376,3 +377,13 @@ def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
                       tf.clip_by_value(q, 1.5, 3.0))
     g = (beta - target) * BETA_GRAD_SCALE
     return tf.where(part, g, tf.zeros_like(g))
+
+
+def registered(graph: "tf.Graph | None" = None) -> list[tuple[str, str, "tf.Tensor"]]:
+    """(layer, role, tensor) for every tensor an ICNN layer registered in ``graph``."""
+    graph = graph or tf1.get_default_graph()
+    out = []
+    for entry in graph.get_collection(ICNN_COLLECTION):
+        layer, role, name = parse_icnn_entry(entry)
+        out.append((layer, role, graph.get_tensor_by_name(name)))
+    return out

@@ -121,7 +121,7 @@ def run_layer(x, pos, epoch=2.0, *, beta=None, upstream=None, dtype=np.float64, 
         loss = tf.reduce_sum(post * tf.constant(upstream.astype(dtype)))
         (beta_var,) = tf1.get_collection(icnn.BETA_COLLECTION)
         dx, dbeta = tf.gradients(loss, [xt, beta_var])
-        roles = {role: t for _, role, t in tf1.get_collection(fmt.ICNN_COLLECTION)}
+        roles = {role: t for _, role, t in icnn.registered()}
         with tf1.Session() as sess:
             sess.run(tf1.global_variables_initializer())
             if beta is not None:
@@ -337,7 +337,7 @@ def test_registers_every_role_with_named_float_tensors_and_excludes_beta_from_de
         x = tf1.placeholder(tf.float32, [None, 6, 4, 5])
         w = tf1.get_variable("w", [3], initializer=tf1.zeros_initializer())
         icnn.conv_mask(tf.nn.relu(x), tf1.placeholder(tf.bool, [None]), 1.0, name="top")
-        entries = tf1.get_collection(fmt.ICNN_COLLECTION)
+        entries = icnn.registered(g)
         assert [r for _, r, _ in entries] == list(fmt.ICNN_ROLES)
         names = {r: t.name for _, r, t in entries}
         assert names["mask"] == "top/mask:0" and names["post_mask"] == "top/post_mask:0"
