@@ -1,0 +1,264 @@
+"""Cost of DumpHook on a CIFAR ResNet v2, side by side with plain training and tfdbg.
+
+Run::
+
+    .venv/bin/python bench/bench_hook.py             # n=1 (ResNet-8), 5 reps of 100-step blocks
+    .venv/bin/python bench/bench_hook.py --n 3 --reps 7
+    .venv/bin/python bench/bench_hook.py --quick     # smoke run (seconds, numbers meaningless)
+
+Method. Every configuration gets its own graph (the same model, batch 32, random 32x32x3
+images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSession``,
+built once and kept alive. After a warm-up block each, the script interleaves timing
+blocks: for each repetition, for each configuration (in an order rotated every
+repetition), run ``--block`` consecutive training steps and record each step's time. A
+block of a dumping configuration ends by waiting for the hook's writer thread to drain, and
+that wait counts in the block, so the time per step is the sustainable rate (a writer that
+fell behind would otherwise show up only as dropped dumps). The time per step of a
+configuration is the median over repetitions of (block time / steps); ratios are to plain
+training's, measured in the same process over the same minutes, so machine noise (2 shared
+cores) hits every configuration alike.
+
+Configurations:
+
+1. ``plain``: no hook.
+2. ``hook-idle``: DumpHook attached, on steps where it neither computes statistics nor dumps.
+3. ``defaults``: DumpHook with its default settings, amortised. A block is 100 consecutive
+   steps, a multiple of ``stats_every_n_steps`` (100), so each block holds exactly its share
+   of statistics steps. A default dump (every 1000 steps, 2 samples per group) is too rare to
+   land in a block, so its cost is measured by ``dump-2/grp`` (a default dump on every step)
+   and added with its frequency: ``t3 = block(defaults) + (t(dump-2/grp) - t(hook-idle)) / 1000``.
+4. ``stats-every``: statistics on every step.
+5. ``dump-full``: every captured op's forward value and gradient for the whole batch
+   (``samples_per_group`` >= batch) on every step, no statistics.
+6. ``tfdbg``: tfdbg v1's ``DumpingDebugHook`` (every tensor of the graph, every step).
+
+Bytes per step: the growth of the run directory on disk (allocated blocks, as ``du``) over
+the steps run. Dumps are deleted after every block (their bytes counted first) so the disk
+does not fill; statistics Parquet parts stay until the end. For ``dump-full`` the table also
+compares that with the raw bytes of the tensors in one dump.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import logging  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
+from bench.resnet import ResNet, build_resnet  # noqa: E402
+from hooks import DumpHook  # noqa: E402
+from inspector import safetensors_io  # noqa: E402
+
+v1 = tf.compat.v1
+
+
+def _hook_defaults() -> tuple[int, int]:
+    import inspect
+    p = inspect.signature(DumpHook.__init__).parameters
+    return p["stats_every_n_steps"].default or 0, p["dump_every_n_steps"].default or 0
+
+
+try:
+    from tensorflow.python import debug as tf_debug
+except Exception as e:  # noqa: BLE001 - any failure means "not available in this TF"
+    tf_debug, TFDBG_ERROR = None, f"{type(e).__name__}: {e}"
+else:
+    TFDBG_ERROR = None
+
+
+@dataclass
+class Config:
+    key: str
+    label: str
+    make_hooks: Callable[[Path, ResNet], list]
+
+
+def configs(batch: int) -> list[Config]:
+    def dump_hook(**kw) -> Callable[[Path, ResNet], list]:
+        return lambda d, m: [DumpHook(d, loss=m.loss, labels=m.labels, **kw)]
+    out = [
+        Config("plain", "(1) plain training", lambda d, m: []),
+        Config("hook-idle", "(2) hook, idle steps", dump_hook(stats_every_n_steps=0, dump_every_n_steps=0)),
+        Config("defaults", "(3) defaults, amortised", dump_hook()),
+        Config("dump-2/grp", "    default dump (2/grp), every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1)),
+        Config("stats-every", "(4) statistics every step", dump_hook(stats_every_n_steps=1, dump_every_n_steps=0)),
+        Config("dump-full", "(5) full dump every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1,
+                                                               samples_per_group=batch, max_bytes=None)),
+    ]
+    if tf_debug is not None:
+        out.append(Config("tfdbg", "(6) tfdbg DumpingDebugHook",
+                          lambda d, m: [tf_debug.DumpingDebugHook(str(d))]))
+    return out
+
+
+@dataclass
+class Trainer:
+    """One configuration: its graph and session, alive for the whole benchmark."""
+    cfg: Config
+    run_dir: Path
+    n: int
+    batch: int
+    block_times: list[float] = field(default_factory=list)   # seconds per step, one per block
+    step_times: list[float] = field(default_factory=list)
+    steps: int = 0
+    bytes_removed: int = 0
+    raw_dump_bytes: int = 0
+    dumps: int = 0
+
+    def __post_init__(self) -> None:
+        self.graph = tf.Graph()
+        with self.graph.as_default():
+            self.model = build_resnet(self.n, self.batch)
+            self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
+            self.sess = v1.train.MonitoredTrainingSession(
+                hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
+                save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None)
+        self.baseline = du_bytes(self.run_dir)
+
+    def block(self, steps: int, record: bool = True) -> None:
+        times = []
+        start = time.perf_counter()
+        for _ in range(steps):
+            t = time.perf_counter()
+            self.sess.run(self.model.train_op)
+            times.append(time.perf_counter() - t)
+        self._drain()
+        total = time.perf_counter() - start
+        self.steps += steps
+        if record:
+            self.block_times.append(total / steps)
+            self.step_times += times
+        self._clear_dumps()
+
+    def _writers(self) -> list:
+        return [h._writer for h in self.hooks if isinstance(h, DumpHook) and h._writer is not None]
+
+    def _drain(self) -> None:
+        """Wait until every queued dump is on disk (statistics stay buffered, as in training)."""
+        for w in self._writers():
+            while (not w._queue.empty() or w._pending_bytes) and w.error is None:
+                time.sleep(0.0005)
+
+    def _dump_files(self) -> list[Path]:
+        if self.cfg.key == "tfdbg":
+            return [p for p in self.run_dir.glob("run_*")]
+        return sorted((self.run_dir / "dumps").glob("*.safetensors"))
+
+    def _clear_dumps(self) -> None:
+        files = self._dump_files()
+        if files and not self.raw_dump_bytes and self.cfg.key != "tfdbg":
+            header, _ = safetensors_io.read_header(files[-1])
+            self.raw_dump_bytes = sum(v["data_offsets"][1] - v["data_offsets"][0]
+                                      for k, v in header.items() if k != "__metadata__")
+            self.tensors_per_dump = len(header) - ("__metadata__" in header)
+        for f in files:
+            self.bytes_removed += du_bytes(f) if f.is_dir() else f.stat().st_blocks * 512
+            self.dumps += 1
+            shutil.rmtree(f) if f.is_dir() else f.unlink()
+
+    def close(self) -> None:
+        self.sess.close()  # hooks' end(): the writer flushes its statistics
+        self.bytes_per_step = (du_bytes(self.run_dir) + self.bytes_removed - self.baseline) / max(self.steps, 1)
+
+    @property
+    def per_step(self) -> float:
+        return statistics.median(self.block_times)
+
+
+def run(args: argparse.Namespace) -> list[Trainer]:
+    root = Path(tempfile.mkdtemp(prefix="bench_hook_"))
+    stats_every, dump_every = _hook_defaults()
+    if args.block % max(stats_every, 1) and not args.quick:
+        raise SystemExit(f"--block must be a multiple of the default stats_every_n_steps ({stats_every})")
+    chosen = [c for c in configs(args.batch) if not args.configs or c.key in args.configs]
+    try:
+        trainers = []
+        for c in tqdm(chosen, desc="build graphs + sessions", file=sys.stderr):
+            trainers.append(Trainer(c, root / c.key.replace("/", "_"), args.n, args.batch))
+        total = len(trainers) * (args.reps + 1)
+        with tqdm(total=total, desc="timing blocks", file=sys.stderr) as bar:
+            for t in trainers:  # warm-up: first-use executors (stats/dump fetches), caches
+                t.block(args.block, record=False)
+                bar.update()
+            for rep in range(args.reps):
+                k = rep % len(trainers)
+                for t in trainers[k:] + trainers[:k]:
+                    t.block(args.block)
+                    bar.update()
+        for t in trainers:
+            t.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return trainers
+
+
+def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
+    by = {t.cfg.key: t for t in trainers}
+    stats_every, dump_every = _hook_defaults()
+    plain = by["plain"].per_step if "plain" in by else None
+    per_step = {k: t.per_step for k, t in by.items()}
+    if {"defaults", "dump-2/grp", "hook-idle"} <= by.keys() and dump_every:
+        per_step["defaults"] += (per_step["dump-2/grp"] - per_step["hook-idle"]) / dump_every
+    dbg = per_step.get("tfdbg")
+    targets = {"hook-idle": ("<= 1.02", lambda r: r <= 1.02), "defaults": ("<= 1.05", lambda r: r <= 1.05),
+               "stats-every": ("<= 1.5", lambda r: r <= 1.5)}
+    rows = []
+    for k, t in by.items():
+        ratio = per_step[k] / plain if plain else float("nan")
+        target, ok = targets.get(k, ("", None))
+        if k == "dump-full" and dbg:
+            target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_step[k]: x >= 4)
+        rows.append([t.cfg.label, f"{1e3 * statistics.median(t.step_times):.1f}", f"{1e3 * per_step[k]:.1f}",
+                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), target,
+                     "" if ok is None else ("yes" if ok(ratio) else "NO")])
+    out = [f"TensorFlow {tf.__version__}, ResNet-{6 * args.n + 2} v2 (n={args.n}), batch {args.batch}, "
+           f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
+           f"stats every {stats_every}, dump every {dump_every}",
+           format_table(rows, ["config", "p50 step ms", "ms/step", "ratio", "disk/step", "target", "met"])]
+    if "dump-full" in by:
+        f = by["dump-full"]
+        lines = [["(5) DumpHook full dump", f.tensors_per_dump, human_bytes(f.raw_dump_bytes),
+                  human_bytes(f.bytes_per_step), f"{f.bytes_per_step / max(f.raw_dump_bytes, 1):.3f}"]]
+        if "tfdbg" in by:
+            d = by["tfdbg"]
+            lines.append(["(6) tfdbg DumpingDebugHook", "all", "", human_bytes(d.bytes_per_step), ""])
+            out.append(f"tfdbg time per step / full dump time per step: {dbg / per_step['dump-full']:.2f}x")
+        out.append(format_table(lines, ["dump", "arrays", "raw bytes/step", "disk/step", "disk/raw"]))
+    if TFDBG_ERROR:
+        out.append(f"tfdbg unavailable in TensorFlow {tf.__version__}: {TFDBG_ERROR}")
+    return "\n\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=1, help="blocks per stage (6n+2 layers); default 1")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--reps", type=int, default=5, help="timed blocks per configuration")
+    p.add_argument("--block", type=int, default=max(_hook_defaults()[0], 1),
+                   help="steps per timing block (a multiple of the default stats_every_n_steps)")
+    p.add_argument("--configs", nargs="*", help="only these configurations (keys: plain hook-idle defaults "
+                                                "dump-2/grp stats-every dump-full tfdbg)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 1 rep, n=1")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.n, args.reps, args.block = 1, 1, 20  # numbers meaningless: (3) is not amortised right
+    logging.getLogger("tf_inspector").setLevel(logging.WARNING)
+    print(report(run(args), args))
+
+
+if __name__ == "__main__":
+    main()

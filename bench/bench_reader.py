@@ -1,0 +1,178 @@
+"""Reader speed and memory: open + first statistics query, one dumped tensor, peak RSS vs run size.
+
+Run::
+
+    .venv/bin/python bench/bench_reader.py            # 1,000 steps x 300 tensors; 2 GiB vs 32 GiB of dumps
+    .venv/bin/python bench/bench_reader.py --quick    # smoke run
+
+Method. Runs are written into a temporary directory: the statistics run with
+``inspector.synthetic.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
+stats every step), the memory runs with the project's ``RunWriter`` (manifest) plus dump files
+whose safetensors header is real and whose data is a sparse hole (``truncate``), so many GB
+cost no disk and no time to write yet read back as zeros. Every measurement runs in a fresh
+subprocess (nothing cached in the process; the OS page cache is warm, as for a user who just
+wrote the run): open time, first ``query_stats`` of one tensor over all steps, the whole
+statistics table, a dumped tensor read into memory, and peak RSS (``ru_maxrss``) while reading
+one 16 MiB tensor from every dump file of a small and of a large run. If the reader holds on
+to what it read, peak RSS grows with the run; it should not.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from tqdm import tqdm  # noqa: E402
+
+from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
+
+TENSOR_MB = 16      # the tensor read from each dump file
+FILE_TENSORS = 8    # tensors per dump file: 8 x 64 MiB + the 16 MiB one
+
+
+# ---- children (fresh processes) -------------------------------------------------------------
+def _child_stats(path: str) -> dict:
+    t0 = time.perf_counter()
+    import inspector
+    t_import = time.perf_counter()
+    run = inspector.open_run(path)
+    t_open = time.perf_counter()
+    name = run.tensors.index[len(run.tensors) // 2]
+    df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean", "std"])
+    t_query = time.perf_counter()
+    full = run.stats
+    t_full = time.perf_counter()
+    assert len(df) > 0 and len(full) > 0
+    return {"import": t_import - t0, "open": t_open - t_import, "first_query": t_query - t_open,
+            "all_stats": t_full - t_query, "rows": len(full)}
+
+
+def _child_dump(path: str) -> dict:
+    import inspector
+    run = inspector.open_run(path)
+    steps = run.steps
+    names = [n for n in run.tensors.index if run.tensors.loc[n, "batched"]]
+    times = []
+    for i, step in enumerate(steps[:20]):
+        t = time.perf_counter()
+        a = np.array(run.tensor(names[i % len(names)], step, "gradient"))  # into memory
+        times.append(time.perf_counter() - t)
+    return {"read_ms": 1e3 * statistics.median(times), "first_ms": 1e3 * times[0], "shape": list(a.shape)}
+
+
+def _child_mem(path: str) -> dict:
+    import inspector
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run = inspector.open_run(path)
+    total = 0.0
+    for step in run.steps:
+        total += float(run.dump_array(step, "forward/small:0").sum())  # touches every page
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"base_kib": base, "peak_kib": peak, "files": len(run.steps), "checksum": total}
+
+
+CHILDREN = {"stats": _child_stats, "dump": _child_dump, "mem": _child_mem}
+
+
+def child(kind: str, path: Path) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, str(path)], capture_output=True, text=True,
+                         check=False)
+    if out.returncode:
+        raise RuntimeError(f"child {kind} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---- writing runs ---------------------------------------------------------------------------
+def sparse_run(path: Path, files: int) -> int:
+    """A run of ``files`` dump files (8 x 64 MiB + one 16 MiB float32 tensor each), data as holes."""
+    from inspector import safetensors_io
+    from inspector.format import dump_name
+    from inspector.writer import RunWriter
+    big = [(f"forward/big{i}:0", (16, 1024, 1024)) for i in range(FILE_TENSORS)]
+    arrays = {k: np.broadcast_to(np.float32(0), s) for k, s in big}
+    arrays["forward/small:0"] = np.broadcast_to(np.float32(0), (TENSOR_MB, 1024, 256))
+    catalog = [{"name": k.split("/", 1)[1], "op": k.split("/", 1)[1][:-2], "op_type": "Relu", "dtype": "float32",
+                "shape": list(a.shape), "scope": "", "has_gradient": False, "batched": True,
+                "icnn_layer": None, "icnn_role": None} for k, a in arrays.items()]
+    RunWriter(path, manifest={"tensors": catalog}).close()
+    header = safetensors_io.header_for(arrays, {"step": "0"})
+    size = len(header) + sum(a.nbytes for a in arrays.values())
+    for step in range(1, files + 1):
+        p = path / dump_name("chief", step)
+        with open(p, "wb") as f:
+            f.write(header)
+            f.truncate(size)
+    return size * files
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--tensors", type=int, default=300)
+    p.add_argument("--small-files", type=int, default=4, help="dump files of the small memory run")
+    p.add_argument("--big-files", type=int, default=64, help="dump files of the big memory run")
+    p.add_argument("--reps", type=int, default=3, help="fresh processes per timing")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(CHILDREN[args.child[0]](args.child[1])))
+        return
+    if args.quick:
+        args.steps, args.tensors, args.small_files, args.big_files, args.reps = 50, 30, 1, 2, 1
+    from inspector.synthetic import make_synthetic_run
+    root = Path(tempfile.mkdtemp(prefix="bench_reader_"))
+    try:
+        with tqdm(total=4, desc="writing runs", file=sys.stderr) as bar:
+            t = time.perf_counter()
+            stats_run = make_synthetic_run(root / "stats", steps=args.steps, tensors=args.tensors, dump_every=None)
+            t_write = time.perf_counter() - t
+            bar.update()
+            dump_run = make_synthetic_run(root / "dumps", steps=200, tensors=args.tensors, dump_every=10)
+            bar.update()
+            small_bytes = sparse_run(root / "mem-small", args.small_files)
+            bar.update()
+            big_bytes = sparse_run(root / "mem-big", args.big_files)
+            bar.update()
+        reps = [child("stats", stats_run) for _ in tqdm(range(args.reps), desc="stats queries", file=sys.stderr)]
+        dumps = [child("dump", dump_run) for _ in range(args.reps)]
+        mem = {k: child("mem", root / k) for k in tqdm(("mem-small", "mem-big"), desc="memory", file=sys.stderr)}
+        med = {k: statistics.median(r[k] for r in reps) for k in ("import", "open", "first_query", "all_stats")}
+        rows = [
+            [f"open run ({args.steps} steps x {args.tensors} tensors, {reps[0]['rows']:,} stats rows)",
+             f"{1e3 * med['open']:.0f} ms", ""],
+            ["first query_stats (1 tensor, all steps)", f"{1e3 * med['first_query']:.0f} ms", ""],
+            ["open + first query", f"{1e3 * (med['open'] + med['first_query']):.0f} ms", "< 1000 ms"],
+            ["whole statistics table (run.stats)", f"{1e3 * med['all_stats']:.0f} ms", ""],
+            ["import inspector (once per process)", f"{1e3 * med['import']:.0f} ms", ""],
+            [f"one dumped tensor {dumps[0]['shape']} into memory (median)",
+             f"{statistics.median(d['read_ms'] for d in dumps):.2f} ms", "< 20 ms"],
+            ["  first read of a process (header parse)", f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
+        ]
+        mrows = [[k, mem[k]["files"], human_bytes(b), human_bytes(1024 * mem[k]["base_kib"]),
+                  human_bytes(1024 * mem[k]["peak_kib"])]
+                 for k, b in (("mem-small", small_bytes), ("mem-big", big_bytes))]
+        growth = (mem["mem-big"]["peak_kib"] - mem["mem-small"]["peak_kib"]) * 1024
+        print(f"statistics run: {human_bytes(du_bytes(stats_run))} on disk, written in {t_write:.1f} s\n")
+        print(format_table(rows, ["measure", "time", "target"]))
+        print()
+        print(format_table(mrows, ["run", "dump files", "dump bytes", "RSS after import", "peak RSS"]))
+        print(f"\npeak RSS growth from {human_bytes(small_bytes)} to {human_bytes(big_bytes)} of dumps: "
+              f"{human_bytes(growth)} (reading one {TENSOR_MB} MiB tensor from every file)")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

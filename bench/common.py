@@ -1,0 +1,49 @@
+"""Small helpers shared by the benchmark scripts: disk usage, tables, the import path.
+
+Example::
+
+    from bench.common import du_bytes, format_table
+    print(format_table([("plain", 1.0)], ["config", "ratio"]))
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
+    sys.path.insert(0, str(ROOT))
+
+
+def du_bytes(path: str | os.PathLike) -> int:
+    """Bytes allocated on disk under ``path`` (what ``du -s --block-size=1`` says); 0 if missing."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+            except FileNotFoundError:  # a temporary file renamed away meanwhile
+                pass
+    return total
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain-text table with right-aligned columns (the first left-aligned)."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)] + [line(r) for r in cells[1:]])

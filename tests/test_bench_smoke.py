@@ -1,0 +1,28 @@
+"""The benchmark scripts run to completion with --quick and print their tables (no timing checks)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick"], capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_bench_reader_quick():
+    out = _run("bench_reader.py")
+    assert "open + first query" in out and "peak RSS" in out
+
+
+def test_bench_hook_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_hook.py")
+    assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
