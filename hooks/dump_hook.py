@@ -132,7 +132,7 @@ class DumpHook(v1.train.SessionRunHook):
                  labels: tf.Tensor | str | None = None, positive: Callable | None = None,
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
-                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 20,
+                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
                  dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
                  dump_on_nonfinite: bool = False, samples_per_group: int = 2,
                  max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
