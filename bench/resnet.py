@@ -85,8 +85,12 @@ def inference(images: tf.Tensor, n: int, filters: int = 16, classes: int = 10) -
     return tf.nn.bias_add(tf.matmul(x, w), b, name="dense1/logits")
 
 
-def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256, seed: int = 0) -> ResNet:
-    """Input pipeline, model, loss and train op in the default graph."""
+def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256, seed: int = 0,
+                 shared_gradients: bool = False) -> ResNet:
+    """Input pipeline, model, loss and train op in the default graph.
+
+    ``shared_gradients``: train with ``hooks.minimize`` (one backward pass shared with
+    DumpHook) instead of ``optimizer.minimize``."""
     rng = np.random.default_rng(seed)
     xs = rng.normal(size=(examples, hw, hw, 3)).astype(np.float32)
     ys = rng.integers(0, 10, examples).astype(np.int32)
@@ -102,5 +106,10 @@ def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256,
     gs = v1.train.get_or_create_global_step()
     lr = v1.train.piecewise_constant(gs, [10000, 15000, 20000, 25000], [0.1, 0.05, 0.01, 0.005, 0.001])
     with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
-        train_op = v1.train.MomentumOptimizer(lr, momentum=0.9).minimize(loss, global_step=gs)
+        opt = v1.train.MomentumOptimizer(lr, momentum=0.9)
+        if shared_gradients:
+            import hooks
+            train_op = hooks.minimize(opt, loss, global_step=gs)
+        else:
+            train_op = opt.minimize(loss, global_step=gs)
     return ResNet(images, labels, logits, loss, train_op, gs)

@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Sequence
 
 import tensorflow as tf
 
-from inspector.format import GROUPS, ICNN_COLLECTION, STAT_COLUMNS, parse_icnn_entry
+from inspector.format import (GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, STAT_COLUMNS, parse_icnn_entry,
+                              parse_shared_gradient_entry)
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -173,6 +174,16 @@ def gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor |
             g = tf.convert_to_tensor(g)
         out.append(g if g is None or g.dtype.is_floating else None)
         del t
+    return out
+
+
+def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | None]:
+    """tensor name -> d loss / d tensor (None: unconnected) recorded by ``hooks.minimize`` for ``loss``."""
+    out: dict[str, tf.Tensor | None] = {}
+    for entry in graph.get_collection(SHARED_GRADIENTS_COLLECTION):
+        loss_name, tensor, grad = parse_shared_gradient_entry(entry)
+        if loss_name == loss.name:
+            out[tensor] = None if grad is None else graph.get_tensor_by_name(grad)
     return out
 
 

@@ -193,7 +193,7 @@ class DumpHook(v1.train.SessionRunHook):
             return loss
         marked = g.get_collection(LOSS_COLLECTION)
         if marked:
-            log.info("loss: %s (marked with hooks.mark)", marked[-1].name)
+            log.info("loss: %s (marked with hooks.mark or hooks.minimize)", marked[-1].name)
             return marked[-1]
         losses = g.get_collection(v1.GraphKeys.LOSSES)
         if losses:
@@ -232,7 +232,7 @@ class DumpHook(v1.train.SessionRunHook):
                      len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
         dependent = capture.input_dependent(g)
         batch_dim = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else None
-        grads = (capture.gradients(loss, sel.tensors) if loss is not None and self.with_gradients
+        grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
@@ -245,6 +245,16 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs, strict=self.strict)
+
+    def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
+        """Gradients recorded by ``hooks.minimize`` (same loss) where there are; ``tf.gradients`` for the rest."""
+        shared = capture.shared_gradients(g, loss)
+        rest = [t for t in tensors if t.name not in shared]
+        own = dict(zip((t.name for t in rest), capture.gradients(loss, rest)))
+        if shared:
+            log.info("reusing the optimizer's backward pass (hooks.minimize) for %d of %d tensors",
+                     len(tensors) - len(rest), len(tensors))
+        return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
     def _build_fetches(self, gid, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.bins)

@@ -59,6 +59,24 @@ def parse_icnn_entry(entry: str | bytes) -> tuple[str, str, str]:
     return d["layer"], d["role"], d["tensor"]
 
 
+#: Gradients of captured tensors built by ``hooks.minimize`` / ``hooks.compute_gradients`` in
+#: the optimizer's own backward pass: one JSON string ``{"loss", "tensor", "gradient"}`` per
+#: tensor (``gradient`` null where the tensor does not reach the loss). ``DumpHook`` reuses
+#: them instead of building a second backward pass.
+SHARED_GRADIENTS_COLLECTION = "tf_inspector/shared_gradients"
+
+
+def shared_gradient_entry(loss_name: str, tensor_name: str, gradient_name: str | None) -> str:
+    """The collection entry recording ``gradient_name`` as d ``loss_name`` / d ``tensor_name``."""
+    return json.dumps({"loss": loss_name, "tensor": tensor_name, "gradient": gradient_name})
+
+
+def parse_shared_gradient_entry(entry: str | bytes) -> tuple[str, str, str | None]:
+    """(loss name, tensor name, gradient name or None) of an entry from :func:`shared_gradient_entry`."""
+    d = json.loads(entry)
+    return d["loss"], d["tensor"], d["gradient"]
+
+
 def manifest_name(worker: str) -> str:
     return f"manifest.{check_worker(worker)}.json"
 

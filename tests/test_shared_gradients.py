@@ -1,0 +1,149 @@
+"""hooks.minimize: one backward pass shared by the optimizer and DumpHook."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import hooks  # noqa: E402
+import inspector  # noqa: E402
+from hooks import DumpHook  # noqa: E402
+from inspector.format import SHARED_GRADIENTS_COLLECTION, parse_shared_gradient_entry  # noqa: E402
+from tfmodels import BATCH, batch_images, batch_labels, conv_net  # noqa: E402
+
+v1 = tf.compat.v1
+WATCH = ["x:0", "conv1/relu:0", "conv2/relu:0", "flat:0", "fc/logits:0"]
+
+
+def build(shared: bool, use_resource: bool = True, momentum: bool = False):
+    """The test CNN trained by optimizer.minimize or hooks.minimize; returns (x, y, loss, train_op)."""
+    gs = v1.train.get_or_create_global_step()
+    x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+    y = v1.placeholder(tf.int32, [BATCH], name="labels")
+    with v1.variable_scope(v1.get_variable_scope(), use_resource=use_resource):
+        loss = conv_net(x, y)
+    opt = v1.train.MomentumOptimizer(0.1, 0.9) if momentum else v1.train.GradientDescentOptimizer(0.1)
+    train = hooks.minimize(opt, loss, global_step=gs) if shared else opt.minimize(loss, global_step=gs)
+    return x, y, loss, train
+
+
+def feed(x, y, step):
+    return {x: batch_images(step), y: batch_labels(step)}
+
+
+class Trace(v1.train.SessionRunHook):
+    """Asks for a FULL_TRACE of every step and keeps the executed op types' counts."""
+
+    def __init__(self):
+        self.counts: list[dict[str, int]] = []
+
+    def before_run(self, run_context):
+        return v1.train.SessionRunArgs(None, options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE))
+
+    def after_run(self, run_context, run_values):
+        counts: dict[str, int] = {}
+        for dev in run_values.run_metadata.step_stats.dev_stats:
+            for ns in dev.node_stats:
+                m = re.search(r"= (?:_Mkl)?(?:Native)?(\w+)\(", ns.timeline_label)  # oneDNN renames ops
+                if m:
+                    counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+        self.counts.append(counts)
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_shared_gradients_equal_independent_gradients(tmp_path, use_resource):
+    with tf.Graph().as_default() as g:
+        x, y, loss, train = build(shared=True, use_resource=use_resource)
+        entries = [parse_shared_gradient_entry(e) for e in g.get_collection(SHARED_GRADIENTS_COLLECTION)]
+        recorded = {t: gr for _, t, gr in entries}
+        assert set(WATCH) <= recorded.keys() and recorded["probs:0"] is None  # probs does not reach the loss
+        assert all(lo == loss.name for lo, _, _ in entries)
+        watch = [g.get_tensor_by_name(n) for n in WATCH]
+        shared = [g.get_tensor_by_name(recorded[n]) for n in WATCH]
+        independent = tf.gradients(loss, watch)
+        hook = DumpHook(tmp_path / "run", labels=y, stats_every_n_steps=0, dump_every_n_steps=1,
+                        samples_per_group=BATCH, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            raw = sess.run_step_fn(lambda step_context: step_context.session.run((shared, independent), feed(x, y, 1)))
+            sess.run(train, feed(x, y, 1))
+        assert all(c.gradient is not None and c.gradient.name == recorded[c.name]
+                   for c in hook.captured if c.name in WATCH)  # the hook took the shared ones
+    for a, b in zip(*raw):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-8)
+    run = inspector.open_run(tmp_path / "run")
+    for name, expected in zip(WATCH, raw[1]):
+        np.testing.assert_allclose(run.tensor(name, 1, "gradient"), expected, rtol=1e-5, atol=1e-8, err_msg=name)
+
+
+def _backprop_counts(tmp_path, shared: bool) -> tuple[dict, dict]:
+    """Executed op counts of a plain step and of a statistics step of a small ResNet v2.
+
+    A ResNet, not the tiny CNN: there Grappler happens to deduplicate the two passes."""
+    from bench.resnet import build_resnet
+    with tf.Graph().as_default():
+        m = build_resnet(n=1, batch=4, hw=8, examples=8, shared_gradients=shared)
+        hook = DumpHook(tmp_path / f"run{shared}", loss=m.loss, labels=m.labels, stats_every_n_steps=2,
+                        dump_every_n_steps=0, strict=True)
+        trace = Trace()
+        with v1.train.MonitoredSession(hooks=[hook, trace]) as sess:
+            for _ in (1, 2):
+                sess.run(m.train_op)
+    return trace.counts[0], trace.counts[1]
+
+
+def test_statistics_step_does_not_run_the_backward_pass_twice(tmp_path):
+    plain, stats = _backprop_counts(tmp_path, shared=True)
+    assert plain["Conv2DBackpropFilter"] == 9  # 9 convolutions
+    for op in ("Conv2DBackpropFilter", "FusedBatchNormGradV3", "ReluGrad"):
+        assert stats[op] == plain[op], op
+    # + the input gradient of the first conv only (d loss / d images: captured, not trained)
+    assert stats["Conv2DBackpropInput"] == plain["Conv2DBackpropInput"] + 1
+    # the check can fail: without hooks.minimize the hook's own pass runs the backprops again
+    plain, stats = _backprop_counts(tmp_path, shared=False)
+    assert stats["Conv2DBackpropFilter"] == 2 * plain["Conv2DBackpropFilter"]
+
+
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_training_equals_optimizer_minimize(tmp_path, use_resource):
+    weights = []
+    for shared in (False, True):
+        with tf.Graph().as_default():
+            x, y, loss, train = build(shared=shared, use_resource=use_resource, momentum=True)
+            hook = DumpHook(tmp_path / f"run{shared}", labels=y, stats_every_n_steps=2, dump_every_n_steps=3,
+                            strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                for step in range(1, 7):
+                    sess.run(train, feed(x, y, step))
+                weights.append(sess.run_step_fn(lambda step_context: step_context.session.run(v1.trainable_variables())))
+    assert len(weights[0]) == 3
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert not np.allclose(weights[0][0], build_initial_conv1())  # it did train
+
+
+def build_initial_conv1():
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1])
+        conv_net(x, v1.placeholder(tf.int32, [BATCH]))
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            return s.run(v1.trainable_variables()[0])
+
+
+def test_compute_gradients_returns_grads_and_vars_for_apply(tmp_path):
+    with tf.Graph().as_default() as g:
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        loss = conv_net(x, y)
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        gv = hooks.compute_gradients(opt, loss)
+        assert [v.name for _, v in gv] == [v.name for v in v1.trainable_variables()]
+        assert all(gr is not None for gr, _ in gv)
+        assert g.get_collection(SHARED_GRADIENTS_COLLECTION)
+        assert g.get_collection("tf_inspector/loss") == [loss]  # the hook's default loss
+        train = opt.apply_gradients([(tf.clip_by_norm(gr, 1.0), v) for gr, v in gv])
+        with v1.Session() as s:
+            s.run(v1.global_variables_initializer())
+            s.run(train, feed(x, y, 1))
