@@ -50,11 +50,12 @@ def _chunks(arrays: Mapping[str, np.ndarray], metadata) -> Iterator[bytes | memo
             yield memoryview(np.ascontiguousarray(arr)).cast("B")
 
 
-def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> int:
-    """Atomically write ``arrays`` to ``path``; returns the file size in bytes."""
+def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
+          fsync: bool = True) -> int:
+    """Atomically write ``arrays`` to ``path`` (fsync: see ``format.atomic_write``); returns the file size."""
     arrays = {k: (v.astype(v.dtype.newbyteorder("<")) if v.dtype.byteorder == ">" else v)
               for k, v in arrays.items()}
-    return atomic_write(Path(path), _chunks(arrays, metadata))
+    return atomic_write(Path(path), _chunks(arrays, metadata), fsync=fsync)
 
 
 def read_header(path: Path) -> tuple[dict, int]:

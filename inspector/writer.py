@@ -81,8 +81,12 @@ class RunWriter:
     def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
-                 strict: bool = False) -> None:
+                 strict: bool = False, fsync: bool = False) -> None:
+        """``fsync``: fsync each dump and statistics part before its rename (the manifest and
+        graph always are). Without it, files survive a crash of the process but not a power
+        loss; see ``format.atomic_write``."""
         self.run_dir = Path(run_dir)
+        self.fsync = fsync
         self.worker = check_worker(worker)
         self.layout = stats_layout
         self.max_bytes = max_bytes
@@ -218,7 +222,7 @@ class RunWriter:
 
     def _write_dump(self, d: _Dump) -> None:
         meta = {"step": str(d.step), "worker": self.worker, "format_version": str(FORMAT_VERSION), **d.metadata}
-        size = safetensors_io.write(self.run_dir / dump_name(self.worker, d.step), d.arrays, meta)
+        size = safetensors_io.write(self.run_dir / dump_name(self.worker, d.step), d.arrays, meta, fsync=self.fsync)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
@@ -250,7 +254,8 @@ class RunWriter:
         self._seq += 1
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        size = atomic_write(self.run_dir / stats_name(self.worker, self._seq), [sink.getvalue().to_pybytes()])
+        size = atomic_write(self.run_dir / stats_name(self.worker, self._seq), [sink.getvalue().to_pybytes()],
+                            fsync=self.fsync)
         with self._lock:
             self.state.bytes_written += size
 

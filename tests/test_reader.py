@@ -194,3 +194,22 @@ def test_cli_errors_are_clear(tmp_path, capsys):
     assert cli.main(["export", str(tmp_path / "r"), "--format", "csv", "--out", str(tmp_path / "x.csv"),
                      "--steps", "abc"]) == 2
     assert "A:B" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fsync", [False, True])
+def test_writer_fsyncs_manifest_always_and_data_files_only_when_asked(tmp_path, monkeypatch, fsync):
+    import os
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    lay = StatsLayout(("a:0",), ("forward",), ("all",), 2)
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, stats_layout=lay, fsync=fsync)
+    w.add_stats(1, np.zeros((1, 9)), np.array([[0.0, 1.0]]), np.zeros((1, 2), np.int32))
+    w.add_dump(1, {"forward/a:0": np.ones(3, np.float32)})
+    w.close()
+    names = [Path(p).name for p in synced]
+    assert any(n.startswith(".manifest.chief.json.") for n in names)
+    data = [n for n in names if ".safetensors." in n or ".parquet." in n]
+    assert len(data) == (2 if fsync else 0)
+    run = inspector.open_run(tmp_path / "r")  # either way, complete and readable
+    assert run.steps == [1] and not run.problems and len(run.stats) == 1
