@@ -62,7 +62,7 @@ def alerts_frame(alerts: Iterable[Alert]) -> pd.DataFrame:
 
 def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
     steps = np.sort(stats["step"].unique())
-    return stats[stats["step"] >= steps[-window]] if len(steps) else stats
+    return stats[stats["step"] >= steps[-min(window, len(steps))]] if len(steps) else stats
 
 
 def nonfinite_alert(first: dict | None) -> list[Alert]:

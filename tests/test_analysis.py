@@ -108,3 +108,10 @@ def test_synthetic_run_is_consistent(bad_run):
     pre, mask, post = (bad_run.tensor(f"icnn/{r}:0", 10) for r in ("pre_mask", "mask", "post_mask"))
     np.testing.assert_allclose(post, np.maximum(pre * mask, 0), rtol=1e-6)
     assert bad_run.steps == [0, 10]                                             # 20 was dropped
+
+
+def test_alerts_on_fewer_steps_than_the_window():
+    # a real short run has fewer statistics steps than the window: still alerts, no IndexError
+    rows = [(s, "a:0", "gradient", "all", 1e-9, 0.0, 0.0, 1.0) for s in (100, 200, 300)]
+    kinds = [a.kind for a in analysis.gradient_alerts(stats_frame(rows), Thresholds(window=10))]
+    assert kinds == ["vanishing_gradient"]
