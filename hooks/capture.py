@@ -224,7 +224,8 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     ``hist`` [G, bins] int32, with G = 3 (all, positive, negative) when ``gid`` is given
     (x's leading dim is the batch) else 1 (all). mean/std/min/max/l2 cover finite values;
     histograms use the 'all' group's finite range for every group so they overlay, and
-    count finite values only, so each sums to count - nan - inf.
+    count finite values only, so each sums to count - nan - inf (of every k-th element of
+    each sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_stride``).
     """
     if x.dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
@@ -277,6 +278,8 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     lo = tf.where(has[0], mins[0], 0.0)
     hi = tf.where(has[0], maxs[0], 1.0)
     lo, hi = tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
+    from .fast_stats import hist_sample  # large tensors: every k-th element of each sample (FORMAT.md)
+    xf, finite = hist_sample(xf), hist_sample(finite)
     scaled = (tf.cast(xf, f64) - lo) / (hi - lo) * bins
     idx = tf.clip_by_value(tf.cast(tf.floor(scaled), tf.int32), 0, bins - 1) + bins * seg[:, None]
     idx = tf.where(finite, idx, tf.fill(tf.shape(idx), nseg * bins))  # non-finite: a discarded bin
@@ -326,8 +329,12 @@ def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tup
     return keep, tf.gather(gid, keep)
 
 
-def build_dump(captured: Sequence[Captured], keep: tf.Tensor) -> dict[str, tf.Tensor]:
-    """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor."""
+def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None) -> dict[str, tf.Tensor]:
+    """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor.
+
+    ``keep_all_of``: the static batch size when the budget keeps every sample; batched tensors
+    of exactly that leading size are then fetched as they are (gathering all rows is a copy
+    of every dumped byte)."""
     out = {}
     with tf.name_scope("tf_inspector/dump"):
         for cap in captured:
@@ -336,7 +343,7 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor) -> dict[str, tf.Te
                     continue
                 if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
                     t = tf.cast(t, tf.float32)
-                if cap.batched:
+                if cap.batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
                     mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
                     t = tf.gather(t, mine)
                 out[f"{kind}/{cap.name}"] = t

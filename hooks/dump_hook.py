@@ -275,7 +275,12 @@ class DumpHook(v1.train.SessionRunHook):
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
         keep, kept_groups = capture.kept_samples(gid, batch, self.samples_per_group)
-        self._dump = capture.build_dump(self.captured, keep)
+        # a budget of at least the static batch per group (2x without labels) keeps every sample
+        static_batch = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else (
+            batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
+        per_group = self.samples_per_group if gid is not None else 2 * self.samples_per_group
+        keep_all_of = static_batch if static_batch and per_group >= static_batch else None
+        self._dump = capture.build_dump(self.captured, keep, keep_all_of)
         self._samples = {"samples/index": keep}
         if kept_groups is not None:
             self._samples["samples/group"] = kept_groups

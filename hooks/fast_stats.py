@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from inspector import format as fmt
 from inspector.format import GROUPS
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
@@ -44,7 +45,9 @@ class _Item:
     @property
     def small(self) -> bool:
         s = self.x.shape
-        return s.is_fully_defined() and s.num_elements() <= SMALL_MAX and (not self.batched or s.rank >= 1)
+        # never above HIST_MAX_ELEMENTS: the fused path histograms every element
+        return (s.is_fully_defined() and s.num_elements() <= min(SMALL_MAX, fmt.HIST_MAX_ELEMENTS)
+                and (not self.batched or s.rank >= 1))
 
 
 def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int):
@@ -284,6 +287,7 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
     # numpy's binning in one op per group (it computes (x - lo) / step in float64); a group's
     # samples are gathered first: one copy pass, cheaper than shifting values per group.
     value_range = tf.cast(tf.stack([lo, hi]), x.dtype)
+    x = hist_sample(x)
 
     def hist(rows: tf.Tensor) -> tf.Tensor:
         return tf.histogram_fixed_width(rows, value_range, nbins=bins, dtype=tf.int32)
@@ -295,3 +299,11 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
         h = tf.stack([pos + neg + pad, pos, neg])
     rng = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
     return values, rng, h
+
+
+def hist_sample(rows: tf.Tensor) -> tf.Tensor:
+    """[n, e] -> every k-th element of each row, k = ceil(n * e / HIST_MAX_ELEMENTS) (FORMAT.md).
+
+    k = 1 (small tensors) slices nothing: StridedSlice then forwards its input, no copy."""
+    k = tf.maximum((tf.size(rows) + fmt.HIST_MAX_ELEMENTS - 1) // fmt.HIST_MAX_ELEMENTS, 1)
+    return rows[:, ::k]

@@ -33,6 +33,15 @@ KINDS = ("forward", "gradient")
 GROUPS = ("all", "positive", "negative")
 #: Scalar statistics, in the order the hook's in-graph matrix holds them.
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
+#: Histograms of tensors with more elements than this (``count`` of the ``all`` row) count
+#: every k-th element of each sample, k = ceil(count / HIST_MAX_ELEMENTS); see FORMAT.md.
+#: Why: counting is a single-threaded loop in TensorFlow, the largest statistics cost.
+HIST_MAX_ELEMENTS = 1 << 16
+
+
+def hist_stride(count: int) -> int:
+    """k: the histogram of a tensor of ``count`` elements counts every k-th element of each sample."""
+    return max(1, -(-int(count) // HIST_MAX_ELEMENTS))
 
 #: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds one JSON string
 #: ``{"layer", "role", "tensor"}`` per role to the graph collection ``ICNN_COLLECTION``

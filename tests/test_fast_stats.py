@@ -20,10 +20,13 @@ def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
     return [a, b, c, e]
 
 
+@pytest.mark.parametrize("hist_max", [1 << 16, 50])  # 50: b's histograms count every 5th element
 @pytest.mark.parametrize("small_max", [0, 1 << 30])
 @pytest.mark.parametrize("nonfinite", [False, True])
-def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite):
+def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max):
+    from inspector import format as fmt
     monkeypatch.setattr(fast_stats, "SMALL_MAX", small_max)
+    monkeypatch.setattr(fmt, "HIST_MAX_ELEMENTS", hist_max)
     arrays = _tensors(np.random.default_rng(0), nonfinite)
     with tf.Graph().as_default():
         gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
@@ -35,3 +38,6 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite):
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(f[1], r[1], rtol=1e-6)
     assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2  # float rounding at bin edges
+    if hist_max == 50:  # b [6, 40]: k = ceil(240 / 50) = 5, its all row holds 6 x 8 values
+        sub = arrays[1][:, ::5]
+        assert f[2][3].sum() == r[2][3].sum() == np.isfinite(sub).sum() < np.isfinite(arrays[1]).sum()

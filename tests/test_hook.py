@@ -78,7 +78,11 @@ def _numpy_stats(a: np.ndarray) -> dict:
             "nan": np.isnan(a).sum(), "inf": np.isinf(a).sum()}
 
 
-def test_statistics_equal_numpy_on_dumped_tensors(tmp_path):
+@pytest.mark.parametrize("hist_max", [None, 500])
+def test_statistics_equal_numpy_on_dumped_tensors(tmp_path, monkeypatch, hist_max):
+    from inspector import format as fmt
+    if hist_max:  # histograms of tensors above hist_max elements: every k-th element of each sample
+        monkeypatch.setattr(fmt, "HIST_MAX_ELEMENTS", hist_max)
     with tf.Graph().as_default():
         m = build_cnn()
         hook = DumpHook(tmp_path / "run", labels=m.y, positive=lambda y: tf.equal(y, 1), stats_every_n_steps=2,
@@ -87,21 +91,25 @@ def test_statistics_equal_numpy_on_dumped_tensors(tmp_path):
     run = inspector.open_run(tmp_path / "run")
     stats = run.query_stats(steps=(2, 2))
     groups = run.samples(2)["group"].to_numpy()
-    checked = 0
+    checked = subsampled = 0
     for name in WATCH:
         for kind in ("forward", "gradient"):
             a = np.asarray(run.tensor(name, 2, kind), np.float64)
+            k = fmt.hist_stride(a.size)
+            strided = a.reshape(len(a), -1)[:, ::k]
+            subsampled += k > 1
             for group, rows in (("all", slice(None)), ("positive", groups == "positive"), ("negative", groups == "negative")):
                 row = stats[(stats.tensor == name) & (stats.kind == kind) & (stats.group == group)].iloc[0]
                 ref = _numpy_stats(a[rows])
                 for col, value in ref.items():
                     np.testing.assert_allclose(row[col], value, rtol=2e-5, atol=1e-7, err_msg=f"{name} {kind} {group} {col}")
                 hist = np.asarray(row["histogram"])
-                assert hist.sum() == row["count"] - row["nan"] - row["inf"]
-                ref_hist, _ = np.histogram(a[rows], bins=16, range=(row["hist_lo"], row["hist_hi"]))
+                assert hist.sum() == np.isfinite(strided[rows]).sum()
+                ref_hist, _ = np.histogram(strided[rows], bins=16, range=(row["hist_lo"], row["hist_hi"]))
                 assert np.abs(hist - ref_hist).sum() <= 2, (name, kind, group)  # float rounding at bin edges
                 checked += 1
     assert checked == len(WATCH) * 2 * 3
+    assert (subsampled > 0) == bool(hist_max)
 
 
 def test_no_gradient_tensors_are_marked_not_zero(tmp_path):
