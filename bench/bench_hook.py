@@ -32,6 +32,9 @@ Configurations:
    (``samples_per_group`` >= batch) on every step, no statistics.
 6. ``tfdbg``: tfdbg v1's ``DumpingDebugHook`` (every tensor of the graph, every step).
 
+3b/4b/5b (``*-shared``): 3, 4 and 5 with the model trained by ``hooks.minimize`` instead of
+``optimizer.minimize``, so the hook reuses the optimizer's backward pass.
+
 Bytes per step: the growth of the run directory on disk (allocated blocks, as ``du``) over
 the steps run. Dumps are deleted after every block (their bytes counted first) so the disk
 does not fill; statistics Parquet parts stay until the end. For ``dump-full`` the table also
@@ -85,6 +88,8 @@ class Config:
     key: str
     label: str
     make_hooks: Callable[[Path, ResNet], list]
+    shared: bool = False  # train with hooks.minimize (one backward pass shared with the hook)
+    optional: bool = False  # only when named in --configs
 
 
 def configs(batch: int) -> list[Config]:
@@ -98,6 +103,17 @@ def configs(batch: int) -> list[Config]:
         Config("stats-every", "(4) statistics every step", dump_hook(stats_every_n_steps=1, dump_every_n_steps=0)),
         Config("dump-full", "(5) full dump every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1,
                                                                samples_per_group=batch, max_bytes=None)),
+        Config("defaults-shared", "(3b) defaults, hooks.minimize", dump_hook(), shared=True),
+        Config("dump-2/grp-shared", "    default dump (2/grp), hooks.minimize",
+               dump_hook(stats_every_n_steps=0, dump_every_n_steps=1), shared=True),
+        Config("stats-every-shared", "(4b) statistics every step, hooks.minimize",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), shared=True),
+        Config("dump-full-shared", "(5b) full dump, hooks.minimize",
+               dump_hook(stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=batch, max_bytes=None),
+               shared=True),
+        Config("dump-full-fsync", "(5) full dump, fsync=True",
+               dump_hook(stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=batch, max_bytes=None,
+                         fsync=True), optional=True),
     ]
     if tf_debug is not None:
         out.append(Config("tfdbg", "(6) tfdbg DumpingDebugHook",
@@ -122,7 +138,7 @@ class Trainer:
     def __post_init__(self) -> None:
         self.graph = tf.Graph()
         with self.graph.as_default():
-            self.model = build_resnet(self.n, self.batch)
+            self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared)
             self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
             self.sess = v1.train.MonitoredTrainingSession(
                 hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
@@ -184,7 +200,7 @@ def run(args: argparse.Namespace) -> list[Trainer]:
     stats_every, dump_every = _hook_defaults()
     if args.block % max(stats_every, 1) and not args.quick:
         raise SystemExit(f"--block must be a multiple of the default stats_every_n_steps ({stats_every})")
-    chosen = [c for c in configs(args.batch) if not args.configs or c.key in args.configs]
+    chosen = [c for c in configs(args.batch) if (c.key in args.configs if args.configs else not c.optional)]
     try:
         trainers = []
         for c in tqdm(chosen, desc="build graphs + sessions", file=sys.stderr):
@@ -211,16 +227,17 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     stats_every, dump_every = _hook_defaults()
     plain = by["plain"].per_step if "plain" in by else None
     per_step = {k: t.per_step for k, t in by.items()}
-    if {"defaults", "dump-2/grp", "hook-idle"} <= by.keys() and dump_every:
-        per_step["defaults"] += (per_step["dump-2/grp"] - per_step["hook-idle"]) / dump_every
+    for suffix in ("", "-shared"):
+        if {"defaults" + suffix, "dump-2/grp" + suffix, "hook-idle"} <= by.keys() and dump_every:
+            per_step["defaults" + suffix] += (per_step["dump-2/grp" + suffix] - per_step["hook-idle"]) / dump_every
     dbg = per_step.get("tfdbg")
     targets = {"hook-idle": ("<= 1.02", lambda r: r <= 1.02), "defaults": ("<= 1.05", lambda r: r <= 1.05),
                "stats-every": ("<= 1.5", lambda r: r <= 1.5)}
     rows = []
     for k, t in by.items():
         ratio = per_step[k] / plain if plain else float("nan")
-        target, ok = targets.get(k, ("", None))
-        if k == "dump-full" and dbg:
+        target, ok = targets.get(k.removesuffix("-shared"), ("", None))
+        if k.startswith("dump-full") and dbg:
             target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_step[k]: x >= 4)
         rows.append([t.cfg.label, f"{1e3 * statistics.median(t.step_times):.1f}", f"{1e3 * per_step[k]:.1f}",
                      f"{ratio:.3f}", human_bytes(t.bytes_per_step), target,
@@ -236,7 +253,10 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
         if "tfdbg" in by:
             d = by["tfdbg"]
             lines.append(["(6) tfdbg DumpingDebugHook", "all", "", human_bytes(d.bytes_per_step), ""])
-            out.append(f"tfdbg time per step / full dump time per step: {dbg / per_step['dump-full']:.2f}x")
+            for k in ("dump-full", "dump-full-shared"):
+                if k in by:
+                    out.append(f"tfdbg time per step / {by[k].cfg.label.strip()} time per step: "
+                               f"{dbg / per_step[k]:.2f}x")
         out.append(format_table(lines, ["dump", "arrays", "raw bytes/step", "disk/step", "disk/raw"]))
     if TFDBG_ERROR:
         out.append(f"tfdbg unavailable in TensorFlow {tf.__version__}: {TFDBG_ERROR}")
@@ -251,7 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--block", type=int, default=max(_hook_defaults()[0], 1),
                    help="steps per timing block (a multiple of the default stats_every_n_steps)")
     p.add_argument("--configs", nargs="*", help="only these configurations (keys: plain hook-idle defaults "
-                                                "dump-2/grp stats-every dump-full tfdbg)")
+                                                "dump-2/grp stats-every dump-full tfdbg, and defaults-shared "
+                                                "dump-2/grp-shared stats-every-shared dump-full-shared; "
+                                                "dump-full-fsync only when named)")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 rep, n=1")
     args = p.parse_args(argv)
     if args.quick:
