@@ -182,7 +182,7 @@ class Trainer:
                                       for k, v in header.items() if k != "__metadata__")
             self.tensors_per_dump = len(header) - ("__metadata__" in header)
         for f in files:
-            self.bytes_removed += du_bytes(f) if f.is_dir() else f.stat().st_blocks * 512
+            self.bytes_removed += du_bytes(f)
             self.dumps += 1
             shutil.rmtree(f) if f.is_dir() else f.unlink()
 

@@ -18,12 +18,18 @@ if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing t
 
 
 def du_bytes(path: str | os.PathLike) -> int:
-    """Bytes allocated on disk under ``path`` (what ``du -s --block-size=1`` says); 0 if missing."""
+    """Bytes on disk under ``path``; 0 if missing. Per file the larger of its allocated blocks
+    (what ``du -s --block-size=1`` says) and its size: ext4 allocates the blocks of data not
+    yet written back (no fsync) only at writeback, so a fresh file can show fewer blocks."""
     total = 0
+    if os.path.isfile(path):
+        st = os.lstat(path)
+        return max(st.st_blocks * 512, st.st_size)
     for root, _, files in os.walk(path):
         for f in files:
             try:
-                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+                st = os.lstat(os.path.join(root, f))
+                total += max(st.st_blocks * 512, st.st_size)
             except FileNotFoundError:  # a temporary file renamed away meanwhile
                 pass
     return total

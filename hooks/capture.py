@@ -224,8 +224,8 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     ``hist`` [G, bins] int32, with G = 3 (all, positive, negative) when ``gid`` is given
     (x's leading dim is the batch) else 1 (all). mean/std/min/max/l2 cover finite values;
     histograms use the 'all' group's finite range for every group so they overlay, and
-    count finite values only, so each sums to count - nan - inf (of every k-th element of
-    each sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_stride``).
+    count finite values only, so each sums to count - nan - inf (of a subsample of each
+    sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_sample``).
     """
     if x.dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
@@ -278,7 +278,7 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     lo = tf.where(has[0], mins[0], 0.0)
     hi = tf.where(has[0], maxs[0], 1.0)
     lo, hi = tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
-    from .fast_stats import hist_sample  # large tensors: every k-th element of each sample (FORMAT.md)
+    from .fast_stats import hist_sample  # large tensors: every k-th block of each sample (FORMAT.md)
     xf, finite = hist_sample(xf), hist_sample(finite)
     scaled = (tf.cast(xf, f64) - lo) / (hi - lo) * bins
     idx = tf.clip_by_value(tf.cast(tf.floor(scaled), tf.int32), 0, bins - 1) + bins * seg[:, None]

@@ -302,8 +302,18 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
 
 
 def hist_sample(rows: tf.Tensor) -> tf.Tensor:
-    """[n, e] -> every k-th element of each row, k = ceil(n * e / HIST_MAX_ELEMENTS) (FORMAT.md).
-
-    k = 1 (small tensors) slices nothing: StridedSlice then forwards its input, no copy."""
+    """[n, e] -> what the histogram counts: every k-th block of HIST_BLOCK elements of each row
+    (every k-th element if e is not a multiple of HIST_BLOCK), k = ceil(n * e / HIST_MAX_ELEMENTS);
+    see ``inspector.format.hist_sample``. k = 1 (small tensors) slices nothing: StridedSlice then
+    forwards its input, no copy."""
     k = tf.maximum((tf.size(rows) + fmt.HIST_MAX_ELEMENTS - 1) // fmt.HIST_MAX_ELEMENTS, 1)
-    return rows[:, ::k]
+    n, b = tf.shape(rows)[0], fmt.HIST_BLOCK
+
+    def blocks():  # a gather of whole blocks: memcpy per block (a strided slice copies element-wise)
+        r3 = tf.reshape(rows, tf.stack([n, -1, b]))
+        return tf.reshape(tf.gather(r3, tf.range(0, tf.shape(r3)[1], k), axis=1), tf.stack([n, -1]))
+
+    e = rows.shape[1]
+    if e is not None:  # decided when the graph is built, as it mostly can be
+        return blocks() if e % b == 0 else rows[:, ::k]
+    return tf.cond(tf.equal(tf.shape(rows)[1] % b, 0), blocks, lambda: rows[:, ::k])

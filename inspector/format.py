@@ -34,14 +34,34 @@ GROUPS = ("all", "positive", "negative")
 #: Scalar statistics, in the order the hook's in-graph matrix holds them.
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
 #: Histograms of tensors with more elements than this (``count`` of the ``all`` row) count
-#: every k-th element of each sample, k = ceil(count / HIST_MAX_ELEMENTS); see FORMAT.md.
-#: Why: counting is a single-threaded loop in TensorFlow, the largest statistics cost.
+#: every k-th block of HIST_BLOCK elements of each sample, k = ceil(count / HIST_MAX_ELEMENTS);
+#: see FORMAT.md and :func:`hist_sample`. Why: counting is a single-threaded loop in
+#: TensorFlow, the largest statistics cost; whole blocks (256 bytes) skip memory untouched.
 HIST_MAX_ELEMENTS = 1 << 16
+HIST_BLOCK = 64
 
 
 def hist_stride(count: int) -> int:
-    """k: the histogram of a tensor of ``count`` elements counts every k-th element of each sample."""
+    """k: the histogram of a tensor of ``count`` elements counts every k-th block of each sample."""
     return max(1, -(-int(count) // HIST_MAX_ELEMENTS))
+
+
+def hist_sample(values, samples: int = 1):
+    """The values a histogram counts, from the whole tensor (numpy): every k-th block of
+    HIST_BLOCK consecutive elements of each sample's flattened values, or every k-th element
+    where a sample's size is not a multiple of HIST_BLOCK. ``samples``: the batch size of a
+    batched tensor, 1 otherwise.
+
+    Example::
+
+        counts, _ = np.histogram(hist_sample(x, len(x)), bins, (hist_lo, hist_hi))
+    """
+    import numpy as np
+    rows = np.asarray(values).reshape(samples, -1)
+    k, e = hist_stride(rows.size), rows.shape[1]
+    if e % HIST_BLOCK == 0:
+        return rows.reshape(samples, -1, HIST_BLOCK)[:, ::k, :].reshape(samples, -1)
+    return rows[:, ::k]
 
 #: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds one JSON string
 #: ``{"layer", "role", "tensor"}`` per role to the graph collection ``ICNN_COLLECTION``

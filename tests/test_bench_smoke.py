@@ -26,3 +26,4 @@ def test_bench_hook_quick():
     pytest.importorskip("tensorflow")
     out = _run("bench_hook.py")
     assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
+    assert "(4b) statistics every step, hooks.minimize" in out and "(5b) full dump, hooks.minimize" in out

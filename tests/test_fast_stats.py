@@ -15,9 +15,10 @@ def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
     b = np.maximum(rng.normal(size=(6, 40)), 0).astype(np.float32)       # ReLU-like: zeros
     c = rng.normal(size=(7,)).astype(np.float32)                         # not batched
     e = np.zeros((6, 0), np.float32)                                     # empty
+    d = rng.normal(size=(6, 2, 64)).astype(np.float32)                   # blocks of 64 elements
     if nonfinite:
-        b[1, 3], b[4, 0], a[2, 0, 0] = np.nan, np.inf, -np.inf
-    return [a, b, c, e]
+        b[1, 3], b[4, 0], a[2, 0, 0], d[0, 1, 5] = np.nan, np.inf, -np.inf, np.nan
+    return [a, b, c, e, d]
 
 
 @pytest.mark.parametrize("hist_max", [1 << 16, 50])  # 50: b's histograms count every 5th element
@@ -38,6 +39,9 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max)
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(f[1], r[1], rtol=1e-6)
     assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2  # float rounding at bin edges
-    if hist_max == 50:  # b [6, 40]: k = ceil(240 / 50) = 5, its all row holds 6 x 8 values
-        sub = arrays[1][:, ::5]
-        assert f[2][3].sum() == r[2][3].sum() == np.isfinite(sub).sum() < np.isfinite(arrays[1]).sum()
+    if hist_max == 50:  # b [6, 40]: every 5th element; d [6, 128]: every 16th block of 64, i.e. the first
+        from inspector.format import hist_sample
+        for row, x in ((3, arrays[1]), (10, arrays[4])):  # all rows: a 0, b 3, c 6, e 7, d 10
+            sub = hist_sample(x, len(x))
+            assert sub.size == 6 * (8 if row == 3 else 64)
+            assert f[2][row].sum() == r[2][row].sum() == np.isfinite(sub).sum() < np.isfinite(x).sum()
