@@ -37,8 +37,10 @@ Configurations:
 
 Bytes per step: the growth of the run directory on disk (allocated blocks, as ``du``) over
 the steps run. Dumps are deleted after every block (their bytes counted first) so the disk
-does not fill; statistics Parquet parts stay until the end. For ``dump-full`` the table also
-compares that with the raw bytes of the tensors in one dump.
+does not fill; statistics Parquet parts stay until the end. For the dumping configurations a
+second table gives dumps written per step (DumpHook drops a dump rather than block when its
+writer queue is full, so fewer than 1 means the writer fell behind) and the time per written
+dump, which is what the tfdbg comparison uses (tfdbg writes every step, blocking).
 """
 from __future__ import annotations
 
@@ -133,6 +135,7 @@ class Trainer:
     steps: int = 0
     bytes_removed: int = 0
     raw_dump_bytes: int = 0
+    tensors_per_dump: int = 0
     dumps: int = 0
 
     def __post_init__(self) -> None:
@@ -194,6 +197,11 @@ class Trainer:
     def per_step(self) -> float:
         return statistics.median(self.block_times)
 
+    @property
+    def written(self) -> float:
+        """Dumps written per step run: below 1 when the writer fell behind and the hook dropped dumps."""
+        return self.dumps / max(self.steps, 1)
+
 
 def run(args: argparse.Namespace) -> list[Trainer]:
     root = Path(tempfile.mkdtemp(prefix="bench_hook_"))
@@ -230,7 +238,10 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     for suffix in ("", "-shared"):
         if {"defaults" + suffix, "dump-2/grp" + suffix, "hook-idle"} <= by.keys() and dump_every:
             per_step["defaults" + suffix] += (per_step["dump-2/grp" + suffix] - per_step["hook-idle"]) / dump_every
-    dbg = per_step.get("tfdbg")
+    # Time per WRITTEN dump: a hook whose writer falls behind drops dumps rather than block,
+    # which makes its time per step look better than the work it did.
+    per_dump = {k: per_step[k] / max(by[k].written, 1e-9) for k in by if k.startswith("dump-full") or k == "tfdbg"}
+    dbg = per_dump.get("tfdbg")
     targets = {"hook-idle": ("<= 1.02", lambda r: r <= 1.02), "defaults": ("<= 1.05", lambda r: r <= 1.05),
                "stats-every": ("<= 1.5", lambda r: r <= 1.5)}
     rows = []
@@ -238,7 +249,7 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
         ratio = per_step[k] / plain if plain else float("nan")
         target, ok = targets.get(k.removesuffix("-shared"), ("", None))
         if k.startswith("dump-full") and dbg:
-            target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_step[k]: x >= 4)
+            target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_dump[k]: x >= 4)
         rows.append([t.cfg.label, f"{1e3 * statistics.median(t.step_times):.1f}", f"{1e3 * per_step[k]:.1f}",
                      f"{ratio:.3f}", human_bytes(t.bytes_per_step), target,
                      "" if ok is None else ("yes" if ok(ratio) else "NO")])
@@ -246,18 +257,19 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
            f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
            f"stats every {stats_every}, dump every {dump_every}",
            format_table(rows, ["config", "p50 step ms", "ms/step", "ratio", "disk/step", "target", "met"])]
-    if "dump-full" in by:
-        f = by["dump-full"]
-        lines = [["(5) DumpHook full dump", f.tensors_per_dump, human_bytes(f.raw_dump_bytes),
-                  human_bytes(f.bytes_per_step), f"{f.bytes_per_step / max(f.raw_dump_bytes, 1):.3f}"]]
-        if "tfdbg" in by:
-            d = by["tfdbg"]
-            lines.append(["(6) tfdbg DumpingDebugHook", "all", "", human_bytes(d.bytes_per_step), ""])
-            for k in ("dump-full", "dump-full-shared"):
-                if k in by:
-                    out.append(f"tfdbg time per step / {by[k].cfg.label.strip()} time per step: "
-                               f"{dbg / per_step[k]:.2f}x")
-        out.append(format_table(lines, ["dump", "arrays", "raw bytes/step", "disk/step", "disk/raw"]))
+    dumpers = [k for k in ("dump-full", "dump-full-shared", "dump-full-fsync", "tfdbg") if k in by]
+    if dumpers:
+        lines = []
+        for k in dumpers:
+            t = by[k]
+            ours = k != "tfdbg"
+            lines.append([t.cfg.label.strip(), t.tensors_per_dump if ours else "all",
+                          human_bytes(t.raw_dump_bytes) if ours else "", human_bytes(t.bytes_per_step),
+                          f"{t.written:.2f}", f"{1e3 * per_dump[k]:.1f}"])
+            if ours and dbg:
+                out.append(f"tfdbg time per written dump / {t.cfg.label.strip()}'s: {dbg / per_dump[k]:.2f}x")
+        out.append(format_table(lines, ["dump", "arrays", "raw bytes/dump", "disk/step", "written/step",
+                                        "ms/written dump"]))
     if TFDBG_ERROR:
         out.append(f"tfdbg unavailable in TensorFlow {tf.__version__}: {TFDBG_ERROR}")
     return "\n\n".join(out)
