@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
+from .templates import template_at
+
 if TYPE_CHECKING:  # the reader is only needed for run_alerts; keep the import light
     from .run import Run
 
@@ -230,10 +232,7 @@ def icnn_mu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def icnn_mask(mu: np.ndarray, beta: np.ndarray, h: int, w: int) -> np.ndarray:
     """Masks [N,H,W,C] for mu [N,C,2] and beta [C] (getMask):
     ``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)``."""
-    gy = np.linspace(-1, 1, h)[None, :, None, None]
-    gx = np.linspace(-1, 1, w)[None, None, :, None]
-    dist = np.abs(gy - mu[:, None, None, :, 0]) + np.abs(gx - mu[:, None, None, :, 1])
-    return np.maximum(1 - np.asarray(beta, np.float64) * dist, -1).astype(np.float32)
+    return template_at(mu, beta, h, w).transpose(0, 2, 3, 1).astype(np.float32)  # [N,C,H,W] -> NHWC
 
 
 def mu_to_cell(mu: np.ndarray, h: int, w: int) -> np.ndarray:

@@ -56,10 +56,19 @@ def positive_templates(h: int, w: int, beta: float = 2.0, mu: Optional[np.ndarra
     mu = grid_mu(h, w) if mu is None else np.asarray(mu, dtype=np.float64)
     if mu.ndim != 2 or mu.shape[1] != 2:
         raise ValueError(f"mu must be [M, 2] (row, col) in [-1, 1], got shape {mu.shape}")
-    gy, gx = np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w)
-    dist = np.abs(gy[None, :, None] - mu[:, 0, None, None]) + np.abs(gx[None, None, :] - mu[:, 1, None, None])
-    t = np.maximum(1.0 - float(beta) * dist, -1.0)
+    t = template_at(mu, float(beta), h, w)
     return t * paper_tau(h, w) if scale else t
+
+
+def template_at(mu: np.ndarray, beta, h: int, w: int) -> np.ndarray:
+    """``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)`` on the H x W grid (getMask).
+
+    ``mu``: [..., 2] (row, col) in [-1, 1]; ``beta`` broadcasts against ``mu[..., 0]``.
+    Returns [..., H, W]: a template T_mu, or the ICNN mask of one map and channel."""
+    mu = np.asarray(mu, dtype=np.float64)
+    gy, gx = np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w)
+    dist = np.abs(gy[:, None] - mu[..., 0, None, None]) + np.abs(gx[None, :] - mu[..., 1, None, None])
+    return np.maximum(1.0 - np.asarray(beta, np.float64)[..., None, None] * dist, -1.0)
 
 
 def negative_template(h: int, w: int, scale: bool = False) -> np.ndarray:
