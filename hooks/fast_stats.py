@@ -2,10 +2,14 @@
 with far fewer ops and fewer passes over memory.
 
 Why: one ``tensor_stats`` subgraph is ~80 ops and ~10 passes (some in float64) per tensor.
-On a ResNet the hook captures ~500 tensors and gradients, most of them tiny (variables,
-batch-norm moments): 40k ops whose per-op executor cost, Python construction time (tens of
-seconds) and Grappler time on the first statistics step dwarf the arithmetic. So:
+On a ResNet the hook captures ~400 tensors and gradients: 30k ops whose per-op executor
+cost, Python construction time and memory passes dwarf the arithmetic. So:
 
+- **fused kernels** (``hooks/native``, compiled once per machine): one op reads every
+  tensor once for per-sample moments (count, mean, squared deviations, min, max, zeros,
+  NaNs; NaN/Inf masked) and one op bins every tensor's histogram subsample; ~30 small ops
+  combine the samples into the all / positive / negative rows. About 8x less op time than
+  the stock-op paths below, which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
   float64 vector and reduced with sorted segment ops: a fixed ~60 ops for all of them, exact
   (masked for NaN/Inf, centered second moments);
@@ -30,9 +34,13 @@ import tensorflow as tf
 from inspector import format as fmt
 from inspector.format import GROUPS
 
+from . import native
+
 #: Tensors with at most this many elements go through the fused (concatenated) path.
 SMALL_MAX = 1 << 15
 F64 = tf.float64
+#: dtypes the fused kernels read (stats_ops.cc)
+NATIVE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 class _Item:
@@ -50,18 +58,26 @@ class _Item:
                 and (not self.batched or s.rank >= 1))
 
 
-def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int):
-    """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see capture.build_stats."""
+def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native: bool = True):
+    """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see capture.build_stats.
+
+    ``use_native=False`` forces the stock-op paths (tests compare the two)."""
     from .capture import StatsFetch
     items = [_Item(t, cap.batched and gid is not None, cap.name, kind)
              for cap in captured for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)) if t is not None]
     if not items:
         return None
     rows = [(it.name, it.kind, g) for it in items for g in it.groups]
-    small = [it for it in items if it.small]
-    big = [it for it in items if not it.small]
+    lib = native.library() if use_native else None
+    fused = [it for it in items if lib is not None and it.x.dtype in NATIVE_DTYPES]
+    rest = [it for it in items if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
+    small = [it for it in rest if it.small]
+    big = [it for it in rest if not it.small]
     with tf.name_scope("tf_inspector/stats"):
         parts, order = [], []
+        if fused:
+            parts.append(_native_stats(fused, gid, bins, lib))
+            order += fused
         if small:
             parts.append(_small_stats(small, gid, bins))
             order += small
@@ -105,42 +121,101 @@ def _segment_of_sample(n: tf.Tensor, gid: tf.Tensor) -> tf.Tensor:
     return tf.concat([1 - gid, tf.fill([n], 2)], 0)[:n]
 
 
+# ---- output rows: leaves (one group of one item) combine into each batched item's all row --
+class _Layout:
+    """Static output rows of some items: a batched item has [all, pos, neg, pad] rows (pad:
+    samples past the labels' batch, dropped at the end), an unbatched one [all]. Every row's
+    parent is its item's all row."""
+
+    def __init__(self, items: list[_Item]) -> None:
+        self.base, keep, parent, n_out = [], [], [], 0
+        for it in items:
+            self.base.append(n_out)
+            k = 4 if it.batched else 1
+            keep += [n_out, n_out + 1, n_out + 2] if it.batched else [n_out]
+            parent += [n_out] * k
+            n_out += k
+        self.n_out, self.keep = n_out, np.asarray(keep, np.int32)
+        self.parent = np.asarray(parent, np.int32)
+        self.combine = np.zeros(n_out, bool)  # the all rows of batched items
+        self.combine[[b for b, it in zip(self.base, items) if it.batched]] = True
+
+    def up(self, v: tf.Tensor, op=tf.math.unsorted_segment_sum) -> tf.Tensor:
+        """Each combined (all) row: ``op`` over its leaves; other rows unchanged."""
+        return tf.where(tf.constant(self.combine), op(v, tf.constant(self.parent), self.n_out), v)
+
+    def finish(self, values, lo_p, hi_p, hist):
+        """Sum leaf histograms into all rows, drop padding rows: (values, ranges, hists)."""
+        c = tf.constant(self.combine)[:, None]
+        hist = tf.where(c, tf.math.unsorted_segment_sum(hist, tf.constant(self.parent), self.n_out), hist)
+        keep = tf.constant(self.keep)
+        return tf.gather(values, keep), tf.gather(tf.stack([lo_p, hi_p], 1), keep), tf.gather(hist, keep)
+
+
+def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
+    """Per-leaf float64 aggregates ([n_out] each: finite count, sum, centred m2, min, max, zeros,
+    NaNs, elements) -> values [n_out, 9] and every row's histogram range (its all row's)."""
+    parent = tf.constant(lay.parent)
+    leaf_mean = s / tf.maximum(c, 1.0)
+    c_all, s_all = lay.up(c), lay.up(s)
+    mean_all = s_all / tf.maximum(c_all, 1.0)
+    spread = c * tf.square(leaf_mean - tf.gather(mean_all, parent))  # Chan et al.'s parallel variance
+    m2_all = tf.where(tf.constant(lay.combine), tf.math.unsorted_segment_sum(m2 + spread, parent, lay.n_out), m2)
+    mn_all, mx_all = lay.up(mn, tf.math.unsorted_segment_min), lay.up(mx, tf.math.unsorted_segment_max)
+    nans_all, zeros_all, elems_all = lay.up(nans), lay.up(zeros), lay.up(elems)
+    # count: samples x per-sample elements (what capture.tensor_stats reports, padding included)
+    values = _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
+    lo, hi = _hist_range(mn_all, mx_all, c_all)
+    return values, tf.gather(lo, parent), tf.gather(hi, parent)
+
+
+def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.Tensor,
+                 gid: tf.Tensor | None) -> tf.Tensor:
+    """The output row of each data row: its item's pos/neg/pad row (batched) or its all row."""
+    base = tf.gather(tf.constant(np.asarray(lay.base, np.int32)), item)
+    batched = np.asarray([it.batched for it in items])
+    if gid is None or not batched.any():
+        return base
+    seg = tf.gather(tf.concat([1 - gid, [2]], 0), tf.minimum(sample, tf.size(gid)))  # past the labels: pad
+    return base + tf.where(tf.gather(tf.constant(batched), item), 1 + seg, tf.zeros_like(seg))
+
+
+# ---- fused kernel: one pass for moments, one over the (cached) histogram subsample ---------
+def _native_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, lib):
+    lay = _Layout(items)
+    xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
+    groups = 1 - tf.cast(gid, tf.int32) if gid is not None else tf.zeros([0], tf.int32)  # 0 pos, 1 neg
+    moments, item, sample, hist = lib.inspector_stats(
+        xs, groups, batched=batched, base=lay.base, leaves=lay.n_out, bins=bins,
+        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
+    leaf = _leaf_of_row(lay, items, item, sample, gid)
+    e_r, c_r, mean_r, m2_r, mn_r, mx_r, z_r, nan_r = tf.unstack(moments, 8, axis=1)
+
+    def to_leaves(v, op=tf.math.unsorted_segment_sum):
+        return op(v, leaf, lay.n_out)
+    c, s = to_leaves(c_r), to_leaves(c_r * mean_r)
+    leaf_mean = s / tf.maximum(c, 1.0)
+    m2 = to_leaves(m2_r + c_r * tf.square(mean_r - tf.gather(leaf_mean, leaf)))
+    mn, mx = to_leaves(mn_r, tf.math.unsorted_segment_min), to_leaves(mx_r, tf.math.unsorted_segment_max)
+    values, lo_p, hi_p = _combine_leaves(lay, c, s, m2, mn, mx, to_leaves(z_r), to_leaves(nan_r), to_leaves(e_r))
+    return lay.finish(values, lo_p, hi_p, hist)
+
+
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
 def _small_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
-    # Layout, all static. Output rows: batched item -> [all, pos, neg, pad], else [all].
-    # Data rows: one per sample (batched) or one per tensor; each data row has a leaf output
-    # row (pos/neg/pad of its item, or the item's all row) and the item's all row as parent.
-    lengths, sample_of_row, base_of_row, batched_row = [], [], [], []
-    n_out, out_rows, item_all = 0, [], []
-    for it in items:
+    # Static data rows: one per sample (batched) or one per tensor, each mapped to a leaf row.
+    lay = _Layout(items)
+    lengths, item_of_row, sample_of_row = [], [], []
+    for i, it in enumerate(items):
         shape = it.x.shape.as_list()
-        if it.batched:
-            n = shape[0]
-            lengths += [int(np.prod(shape[1:], dtype=np.int64))] * n
-            sample_of_row += list(range(n))
-            base_of_row += [n_out] * n
-            batched_row += [True] * n
-            out_rows += [n_out, n_out + 1, n_out + 2]
-            item_all.append(n_out)
-            n_out += 4
-        else:
-            lengths.append(int(np.prod(shape, dtype=np.int64)))
-            sample_of_row.append(0)
-            base_of_row.append(n_out)
-            batched_row.append(False)
-            out_rows.append(n_out)
-            item_all.append(n_out)
-            n_out += 1
+        n = shape[0] if it.batched else 1
+        lengths += [int(np.prod(shape[1:] if it.batched else shape, dtype=np.int64))] * n
+        item_of_row += [i] * n
+        sample_of_row += list(range(n))
     lengths_np = np.asarray(lengths, np.int32)
-    n_rows = len(lengths)
-    base = tf.constant(np.asarray(base_of_row, np.int32))
-    if gid is not None and any(batched_row):
-        seg_ext = tf.concat([1 - gid, [2]], 0)  # index past the labels' batch -> padding
-        sample = tf.minimum(tf.constant(np.asarray(sample_of_row, np.int32)), tf.size(gid))
-        seg = tf.gather(seg_ext, sample)
-        leaf = base + tf.where(tf.constant(np.asarray(batched_row)), 1 + seg, tf.zeros_like(seg))
-    else:
-        leaf = base
+    n_rows, n_out = len(lengths), lay.n_out
+    leaf = _leaf_of_row(lay, items, tf.constant(np.asarray(item_of_row, np.int32)),
+                        tf.constant(np.asarray(sample_of_row, np.int32)), gid)
     # one float64 vector of every element, in data-row order
     flat = tf.concat([tf.reshape(tf.cast(it.x, F64), [-1]) for it in items], 0)
     row_id = tf.repeat(tf.range(n_rows), tf.constant(lengths_np))
@@ -175,37 +250,14 @@ def _small_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
     elem_leaf = tf.gather(leaf, row_id)
     dev = tf.where(finite, flat - tf.gather(leaf_mean, elem_leaf), tf.zeros_like(flat))
     m2 = rows_to_leaves(_rows_sum(tf.square(dev), row_id))
-    # batched items: the all row combines its three leaves (Chan et al.'s parallel variance)
-    parent = np.arange(n_out, dtype=np.int32)
-    is_all_of_batched = np.zeros(n_out, bool)
-    for it, a in zip(items, item_all):
-        if it.batched:
-            parent[a + 1:a + 4] = a
-            is_all_of_batched[a] = True
-    parent_t, combine = tf.constant(parent), tf.constant(is_all_of_batched)
-
-    def up(v, op=tf.math.unsorted_segment_sum):
-        return tf.where(combine, op(v, parent_t, n_out), v)
-
-    c_all, s_all = up(c), up(s)
-    mean_all = s_all / tf.maximum(c_all, 1.0)
-    spread = c * tf.square(leaf_mean - tf.gather(mean_all, parent_t))
-    m2_all = tf.where(combine, tf.math.unsorted_segment_sum(m2 + spread, parent_t, n_out), m2)
-    mn_all, mx_all = up(mn, tf.math.unsorted_segment_min), up(mx, tf.math.unsorted_segment_max)
-    nans_all, zeros_all, elems_all = up(nans), up(zeros), up(elems)
-    # count: samples x per-sample elements (what capture.tensor_stats reports, padding included)
-    values = _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
+    values, lo_p, hi_p = _combine_leaves(lay, c, s, m2, mn, mx, zeros, nans, elems)
     # histograms over each item's all-row range; leaves binned separately, then summed upward
-    lo, hi = _hist_range(mn_all, mx_all, c_all)
-    lo_p, hi_p = tf.gather(lo, parent_t), tf.gather(hi, parent_t)
     e_lo, e_hi = tf.gather(lo_p, elem_leaf), tf.gather(hi_p, elem_leaf)
     idx = tf.clip_by_value(tf.cast(tf.floor((xf - e_lo) / (e_hi - e_lo) * bins), tf.int32), 0, bins - 1)
     idx = tf.where(finite, idx + bins * elem_leaf, tf.fill(tf.shape(idx), n_out * bins))
     counts = tf.math.bincount(idx, minlength=n_out * bins + 1, maxlength=n_out * bins + 1, dtype=tf.int32)
     hist = tf.reshape(counts[: n_out * bins], [n_out, bins])
-    hist = tf.where(combine[:, None], tf.math.unsorted_segment_sum(hist, parent_t, n_out), hist)
-    keep = np.asarray(out_rows, np.int32)
-    return (tf.gather(values, keep), tf.gather(tf.stack([lo_p, hi_p], 1), keep), tf.gather(hist, keep))
+    return lay.finish(values, lo_p, hi_p, hist)
 
 
 # ---- big tensors: few passes in the tensor's own dtype -------------------------------------

@@ -1,13 +1,25 @@
-"""hooks.fast_stats agrees with the reference capture.build_stats, on both of its paths."""
+"""hooks.fast_stats agrees with the reference capture.build_stats, on every path: the fused
+kernels (hooks/native), and the stock-op small- and big-tensor paths."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")
-from hooks import capture, fast_stats  # noqa: E402
+from hooks import capture, fast_stats, native  # noqa: E402
 
 v1 = tf.compat.v1
+
+
+@pytest.fixture(params=["native", "stock"])
+def use_native(request) -> bool:
+    """Both implementations; the fused kernels must build wherever a C++ compiler exists."""
+    if request.param == "stock":
+        return False
+    if native._compiler() is None:
+        pytest.skip("no C++ compiler: the fused kernels cannot be built here")
+    assert native.library() is not None, "the fused statistics kernels failed to build or load (see the log)"
+    return True
 
 
 def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
@@ -24,7 +36,7 @@ def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
 @pytest.mark.parametrize("hist_max", [1 << 16, 50])  # 50: b's histograms count every 5th element
 @pytest.mark.parametrize("small_max", [0, 1 << 30])
 @pytest.mark.parametrize("nonfinite", [False, True])
-def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max):
+def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max, use_native):
     from inspector import format as fmt
     monkeypatch.setattr(fast_stats, "SMALL_MAX", small_max)
     monkeypatch.setattr(fmt, "HIST_MAX_ELEMENTS", hist_max)
@@ -32,8 +44,10 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max)
     with tf.Graph().as_default():
         gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
         caps = [capture.Captured(tf.constant(a), batched=a.ndim > 1, gradient=None) for a in arrays]
-        ref, fast = capture.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8)
+        ref, fast = capture.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8, use_native)
         assert ref.rows == fast.rows
+        kernels = {op.type for op in v1.get_default_graph().get_operations()} & {"InspectorStats"}
+        assert len(kernels) == (1 if use_native else 0)
         with v1.Session() as s:
             r, f = s.run([(ref.values, ref.hist_range, ref.hist), (fast.values, fast.hist_range, fast.hist)])
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -45,3 +59,30 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max)
             sub = hist_sample(x, len(x))
             assert sub.size == 6 * (8 if row == 3 else 64)
             assert f[2][row].sum() == r[2][row].sum() == np.isfinite(sub).sum() < np.isfinite(x).sum()
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
+def test_native_dtypes_dynamic_batch_and_padding(dtype):
+    """Fused kernels: every float dtype, a batch dimension unknown until run time, and more
+    samples than labels (the extra samples count in 'all' only), against the reference."""
+    if native._compiler() is None:
+        pytest.skip("no C++ compiler")
+    rng = np.random.default_rng(1)
+    x_val = rng.normal(size=(5, 3, 70)).astype(np.float32)  # 210 per sample: not a multiple of 64
+    x_val[2, 0, :5] = 0.0
+    with tf.Graph().as_default():
+        x = v1.placeholder(dtype, [None, 3, 70])
+        gid = tf.constant([1, 0, 1, 0], tf.int32)  # 4 labels for 5 samples: sample 4 is padding
+        caps = [capture.Captured(x, batched=True, gradient=None),
+                capture.Captured(tf.reduce_mean(x, 0), batched=False, gradient=None)]
+        ref, fast = capture.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
+        assert [op.type for op in v1.get_default_graph().get_operations() if op.type == "InspectorStats"]
+        with v1.Session() as s:
+            feed = {x: x_val.astype(dtype.as_numpy_dtype)}
+            r, f = s.run([(ref.values, ref.hist_range, ref.hist), (fast.values, fast.hist_range, fast.hist)], feed)
+    tol = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-5
+    np.testing.assert_allclose(f[0], r[0], rtol=tol, atol=tol, equal_nan=True)
+    np.testing.assert_allclose(f[1], r[1], rtol=tol)
+    assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2
+    assert f[0][0, 0] == 5 * 210 and f[0][1, 0] + f[0][2, 0] == 4 * 210  # padding: in 'all' only
+    assert f[0][0, 6] == pytest.approx(5 / (5 * 210))  # zero fraction

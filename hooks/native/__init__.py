@@ -1,0 +1,103 @@
+"""The fused statistics kernel (``stats_ops.cc``): built once per machine and TF version, then loaded.
+
+``library()`` compiles ``stats_ops.cc`` against the installed TensorFlow's headers (about
+15 s, once; the shared object is cached under ``$TF_INSPECTOR_CACHE``, else
+``$XDG_CACHE_HOME/tf-inspector``, else ``~/.cache/tf-inspector``) and returns the loaded
+op module, or ``None`` when there is no C++ compiler, the build fails, or
+``TF_INSPECTOR_NATIVE=0``. ``None`` is never an error: ``hooks.fast_stats`` then builds the
+same statistics from stock TensorFlow ops, only slower, and logs why once.
+
+Example::
+
+    from hooks import native
+    lib = native.library()          # None -> stock-op statistics
+    if lib is not None:
+        moments, item, sample, hist = lib.inspector_stats(
+            [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=65536, block=64)
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+log = logging.getLogger("tf_inspector")
+SOURCE = Path(__file__).with_name("stats_ops.cc")
+#: -fopenmp-simd: vectorise the reductions' `omp simd` loops without the OpenMP runtime.
+CXXFLAGS = ["-O3", "-fopenmp-simd", "-shared", "-fPIC", "-w"]
+BUILD_TIMEOUT_S = 600
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("TF_INSPECTOR_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tf-inspector"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _command(cxx: str, out: Path) -> list[str]:
+    return [cxx, *CXXFLAGS, *tf.sysconfig.get_compile_flags(), str(SOURCE), "-o", str(out),
+            *tf.sysconfig.get_link_flags()]
+
+
+def shared_object_path(cxx: str) -> Path:
+    """Where the build for this source, compiler, flags and TensorFlow lives."""
+    key = hashlib.sha256()
+    key.update(SOURCE.read_bytes())
+    key.update(" ".join(_command(cxx, Path("x"))).encode())
+    key.update(tf.__version__.encode())
+    return cache_dir() / f"stats_ops-tf{tf.__version__}-{key.hexdigest()[:16]}.so"
+
+
+def build(cxx: str) -> Path:
+    """Compile into the cache (atomically: concurrent builders each rename a whole file)."""
+    target = shared_object_path(cxx)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    log.info("building the fused statistics kernels (once per machine and TF version, ~15 s) into %s", target)
+    try:
+        proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cxx} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@functools.lru_cache(maxsize=None)
+def library() -> Any | None:
+    """The loaded op module, or None (and one log line saying why) when it cannot be had."""
+    if os.environ.get("TF_INSPECTOR_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    cxx = _compiler()
+    if cxx is None:
+        log.warning("no C++ compiler found (set CXX or install g++); statistics use stock TensorFlow ops, "
+                    "several times slower")
+        return None
+    try:
+        return tf.load_op_library(str(build(cxx)))
+    except Exception as e:  # noqa: BLE001 - any failure means: use the stock-op statistics
+        log.warning("the fused statistics kernels are unavailable (%s: %s); statistics use stock TensorFlow "
+                    "ops, several times slower", type(e).__name__, e)
+        return None

@@ -1,0 +1,320 @@
+// Fused statistics kernel for DumpHook: one op reads every captured tensor once.
+//
+// Why: TensorFlow's stock ops take one pass (and often a temporary) per statistic, and one
+// op launch per tensor and statistic: ~80 ms of op time per statistics step on a ResNet-8,
+// against ~2 ms for a single read of the same tensors. This op computes per-sample moments
+// in one vectorised pass, then bins each tensor's histogram subsample while the tensor is
+// still in cache; threads take whole tensors.
+//
+// InspectorStats(xs, groups; batched, base, leaves, bins, max_elements, block)
+//     -> moments [R, 8], item [R], sample [R], hist [leaves, bins]
+//   Every tensor is split in rows: one per sample (dim 0) if batched, else one. Per row:
+//   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans]
+//   over its finite values (mean 0, m2 0, min +inf, max -inf when none are finite).
+//   item/sample: which input and which sample each row is.
+//   Histograms: a row of input i counts into leaf base[i] (unbatched) or base[i] + 1 +
+//   groups[sample] (batched; 2 for samples past groups' length): the finite values of its
+//   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
+//   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
+//   of `block`), over the tensor's finite [min, max] (numpy's widening when empty or flat).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+namespace tensorflow {
+namespace {
+
+constexpr int64_t kChunk = 2048;  // elements per work unit: L1-resident for the second pass
+
+REGISTER_OP("InspectorStats")
+    .Input("xs: T")
+    .Input("groups: int32")
+    .Output("moments: double")
+    .Output("item: int32")
+    .Output("sample: int32")
+    .Output("hist: int32")
+    .Attr("T: list({half, bfloat16, float, double})")
+    .Attr("batched: list(bool)")
+    .Attr("base: list(int)")
+    .Attr("leaves: int >= 0")
+    .Attr("bins: int >= 1")
+    .Attr("max_elements: int >= 1")
+    .Attr("block: int >= 1")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      int64_t leaves, bins;
+      TF_RETURN_IF_ERROR(c->GetAttr("leaves", &leaves));
+      TF_RETURN_IF_ERROR(c->GetAttr("bins", &bins));
+      c->set_output(0, c->Matrix(c->UnknownDim(), 8));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Matrix(leaves, bins));
+      return absl::OkStatus();
+    });
+
+// A row of one input tensor, as a typed pointer range.
+struct Row {
+  const void* data;
+  DataType dtype;
+  int64_t size;        // elements in the row
+  int64_t tensor_size; // elements in the whole tensor (the histogram stride)
+};
+
+// Partial moments of a run of values, merged with Chan et al.'s parallel formula.
+struct Moments {
+  double n = 0, mean = 0, m2 = 0, mn = std::numeric_limits<double>::infinity(),
+         mx = -std::numeric_limits<double>::infinity(), zeros = 0, nans = 0;
+  void merge(const Moments& o) {
+    if (o.n > 0) {
+      const double total = n + o.n, delta = o.mean - mean;
+      mean += delta * (o.n / total);
+      m2 += o.m2 + delta * delta * (n * o.n / total);
+      n = total;
+      mn = std::min(mn, o.mn);
+      mx = std::max(mx, o.mx);
+    }
+    zeros += o.zeros;
+    nans += o.nans;
+  }
+};
+
+// Moments of values[0, len): one vectorised pass; a slow masked pass only if a value is
+// NaN/Inf (or the squares overflow: still exact).
+template <typename T, typename Acc>
+Moments chunk_moments(const T* v, int64_t len) {
+  // Sums of deviations from a pivot (the chunk's first value): one pass, and no cancellation
+  // in m2 = s2 - s1^2 / n as long as the pivot is within a few std of the mean.
+  const Acc pivot = len > 0 ? static_cast<Acc>(v[0]) : Acc(0);
+  Acc s1 = 0, s2 = 0, zeros = 0;  // zeros: exact, a chunk has at most kChunk elements
+  Acc mn = std::numeric_limits<Acc>::infinity(), mx = -std::numeric_limits<Acc>::infinity();
+#pragma omp simd reduction(+ : s1, s2, zeros) reduction(min : mn) reduction(max : mx)
+  for (int64_t i = 0; i < len; ++i) {
+    const Acc x = static_cast<Acc>(v[i]);
+    const Acc d = x - pivot;
+    s1 += d;
+    s2 += d * d;
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+    zeros += x == Acc(0) ? Acc(1) : Acc(0);
+  }
+  Moments m;
+  m.zeros = static_cast<double>(zeros);
+  if (std::isfinite(s2) && std::isfinite(mn) && std::isfinite(mx)) {  // NaN/Inf make s2 NaN/Inf
+    const double n = static_cast<double>(len), d1 = static_cast<double>(s1);
+    m.n = n;
+    m.mean = static_cast<double>(pivot) + d1 / n;
+    m.m2 = std::max(0.0, static_cast<double>(s2) - d1 * d1 / n);
+    m.mn = static_cast<double>(mn);
+    m.mx = static_cast<double>(mx);
+    return m;
+  }
+  // Slow path: mask NaN/Inf (also taken when a finite sum overflowed: still exact).
+  double s = 0, n = 0;
+  for (int64_t i = 0; i < len; ++i) {
+    const double x = static_cast<double>(static_cast<Acc>(v[i]));
+    if (std::isnan(x)) { m.nans += 1; continue; }
+    if (!std::isfinite(x)) continue;
+    s += x;
+    n += 1;
+    m.mn = std::min(m.mn, x);
+    m.mx = std::max(m.mx, x);
+  }
+  if (n > 0) {
+    m.n = n;
+    m.mean = s / n;
+    for (int64_t i = 0; i < len; ++i) {
+      const double x = static_cast<double>(static_cast<Acc>(v[i]));
+      if (std::isfinite(x)) m.m2 += (x - m.mean) * (x - m.mean);
+    }
+  }
+  return m;
+}
+
+Moments moments_of(const Row& r, int64_t begin, int64_t len) {
+  switch (r.dtype) {
+    case DT_FLOAT:
+      return chunk_moments<float, float>(static_cast<const float*>(r.data) + begin, len);
+    case DT_DOUBLE:
+      return chunk_moments<double, double>(static_cast<const double*>(r.data) + begin, len);
+    case DT_HALF:
+      return chunk_moments<Eigen::half, float>(static_cast<const Eigen::half*>(r.data) + begin, len);
+    case DT_BFLOAT16:
+      return chunk_moments<bfloat16, float>(static_cast<const bfloat16*>(r.data) + begin, len);
+    default:
+      return Moments();
+  }
+}
+
+// Values are binned in float (double for double tensors) with one multiply: the bin of a
+// value within a rounding step of an edge may differ from numpy's, by one.
+template <typename T> struct BinT { using type = float; };
+template <> struct BinT<double> { using type = double; };
+
+constexpr int64_t kLanes = 4;  // interleaved sub-histograms: no store-to-load stall on repeats
+
+// Bin len values (every `step`-th from v) into hist[kLanes][bins + 1] (slot bins: NaN/Inf).
+template <typename T>
+void bin_values(const T* v, int64_t len, int64_t step, typename BinT<T>::type lo,
+                typename BinT<T>::type scale, int bins, int32_t* hist) {
+  using F = typename BinT<T>::type;
+  int32_t idx[64];
+  const F top = static_cast<F>(bins - 1);
+  for (int64_t start = 0; start < len; start += 64) {
+    const int64_t n = std::min<int64_t>(64, len - start);
+    F x[64];
+    if (step == 1) {
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<F>(v[start + i]);
+    } else {
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<F>(v[(start + i) * step]);
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      F t = (x[i] - lo) * scale;
+      t = t >= F(0) ? t : F(0);  // also NaN -> 0; masked below
+      t = t <= top ? t : top;
+      const int32_t b = static_cast<int32_t>(t);
+      idx[i] = x[i] - x[i] == F(0) ? b : bins;  // NaN/Inf -> the discard slot
+    }
+    for (int64_t i = 0; i < n; ++i) ++hist[(i & (kLanes - 1)) * (bins + 1) + idx[i]];
+  }
+}
+
+// One row's histogram subsample (inspector.format.hist_sample) into hist[bins].
+template <typename T>
+void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
+             int32_t* hist) {
+  using F = typename BinT<T>::type;
+  std::vector<int32_t> lanes(kLanes * (bins + 1), 0);
+  const F flo = static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
+  if (size % block == 0) {
+    for (int64_t j = 0; j < size; j += stride * block) bin_values(v + j, block, 1, flo, scale, bins, lanes.data());
+  } else {
+    bin_values(v, (size + stride - 1) / stride, stride, flo, scale, bins, lanes.data());
+  }
+  for (int64_t l = 0; l < kLanes; ++l)
+    for (int b = 0; b < bins; ++b) hist[b] += lanes[l * (bins + 1) + b];
+}
+
+// Moments of one row: chunks of kChunk elements merged in double.
+Moments row_moments(const Row& row) {
+  Moments acc;
+  for (int64_t start = 0; start < row.size; start += kChunk)
+    acc.merge(moments_of(row, start, std::min(kChunk, row.size - start)));
+  return acc;
+}
+
+void bin_any(const Row& row, double lo, double hi, int bins, int64_t max_elements, int64_t block,
+             int32_t* hist) {
+  const int64_t stride = std::max<int64_t>(1, (row.tensor_size + max_elements - 1) / max_elements);
+  switch (row.dtype) {
+    case DT_FLOAT: bin_row(static_cast<const float*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
+    case DT_DOUBLE: bin_row(static_cast<const double*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
+    case DT_HALF: bin_row(static_cast<const Eigen::half*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
+    case DT_BFLOAT16: bin_row(static_cast<const bfloat16*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
+    default: break;
+  }
+}
+
+class StatsOp : public OpKernel {
+ public:
+  explicit StatsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("batched", &batched_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("base", &base_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("leaves", &leaves_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("bins", &bins_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_elements", &max_elements_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
+    OP_REQUIRES(ctx, batched_.size() == base_.size(),
+                errors::InvalidArgument("batched and base differ in length"));
+    for (size_t i = 0; i < base_.size(); ++i)
+      OP_REQUIRES(ctx, base_[i] >= 0 && base_[i] + (batched_[i] ? 4 : 1) <= leaves_,
+                  errors::InvalidArgument("base[", i, "] = ", base_[i], " is out of range for ", leaves_, " leaves"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpInputList xs;
+    OP_REQUIRES_OK(ctx, ctx->input_list("xs", &xs));
+    OP_REQUIRES(ctx, static_cast<size_t>(xs.size()) == batched_.size(),
+                errors::InvalidArgument("batched has ", batched_.size(), " entries for ", xs.size(), " inputs"));
+    const Tensor& groups_t = ctx->input(xs.size());
+    const int64_t n_groups = groups_t.NumElements();
+    const int32_t* groups = groups_t.flat<int32_t>().data();
+    for (int64_t g = 0; g < n_groups; ++g)
+      OP_REQUIRES(ctx, groups[g] >= 0 && groups[g] <= 2,
+                  errors::InvalidArgument("groups[", g, "] = ", groups[g], ": must be 0 (positive), 1 (negative) or 2"));
+    // Rows of every input, and where each input's rows start.
+    std::vector<Row> rows;
+    std::vector<int64_t> first_row(xs.size() + 1, 0);
+    std::vector<int32_t> item, sample;
+    for (int i = 0; i < xs.size(); ++i) {
+      const Tensor& x = xs[i];
+      const bool b = batched_[i] && x.dims() >= 1;
+      const int64_t n = b ? x.dim_size(0) : 1, size = x.NumElements();
+      const int64_t per = n > 0 ? size / n : 0;
+      const char* data = static_cast<const char*>(x.data());
+      for (int64_t s = 0; s < n; ++s) {
+        rows.push_back(Row{data + s * per * DataTypeSize(x.dtype()), x.dtype(), per, size});
+        item.push_back(i);
+        sample.push_back(static_cast<int32_t>(s));
+      }
+      first_row[i + 1] = rows.size();
+    }
+    const int64_t R = rows.size();
+    Tensor *moments = nullptr, *hist = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({R, 8}), &moments));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({leaves_, bins_}), &hist));
+    double* m = moments->flat<double>().data();
+    int32_t* h = hist->flat<int32_t>().data();
+    std::fill(h, h + leaves_ * bins_, 0);
+    // One input at a time per thread: its moments pass, then its histogram pass while the
+    // tensor is still in cache. An input's leaves belong to it alone: no shared writes.
+    auto work = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        Moments all;
+        for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r) {
+          const Moments mo = row_moments(rows[r]);
+          const double vals[8] = {static_cast<double>(rows[r].size), mo.n, mo.mean, mo.m2,
+                                  mo.mn, mo.mx, mo.zeros, mo.nans};
+          std::copy(vals, vals + 8, m + 8 * r);
+          all.merge(mo);
+        }
+        // numpy's range convention, as fast_stats._hist_range
+        double lo = all.n > 0 ? all.mn : 0.0, hi = all.n > 0 ? all.mx : 1.0;
+        if (!(hi > lo)) { lo -= 0.5; hi += 0.5; }
+        for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r) {
+          int64_t leaf = base_[i];
+          if (batched_[i]) leaf += 1 + (sample[r] < n_groups ? groups[sample[r]] : 2);
+          bin_any(rows[r], lo, hi, bins_, max_elements_, block_, h + leaf * bins_);
+        }
+      }
+    };
+    const int64_t total = first_row.empty() ? 0 : [&] { int64_t t = 0; for (auto& r : rows) t += r.size; return t; }();
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, xs.size(), 4 * (1 + total / std::max<int64_t>(1, xs.size())), work);
+    for (int k = 1; k <= 2; ++k) {
+      Tensor* ids = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(k, TensorShape({R}), &ids));
+      const std::vector<int32_t>& src = k == 1 ? item : sample;
+      std::copy(src.begin(), src.end(), ids->flat<int32_t>().data());
+    }
+  }
+
+ private:
+  std::vector<bool> batched_;
+  std::vector<int64_t> base_;
+  int64_t leaves_;
+  int bins_;
+  int64_t max_elements_;
+  int64_t block_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("InspectorStats").Device(DEVICE_CPU), StatsOp);
+
+}  // namespace
+}  // namespace tensorflow
