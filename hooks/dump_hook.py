@@ -28,7 +28,7 @@ import tensorflow as tf
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, fast_stats
+from . import capture, fast_stats, gradient_recorder
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
@@ -133,10 +133,15 @@ class DumpHook(v1.train.SessionRunHook):
         The manifest is always fsynced. On: one disk flush per file (full dumps: ~60 MB
         each), which made the writer the bottleneck of dump-heavy runs.
 
-    Gradients come from one extra ``tf.gradients`` built here, which TensorFlow runs as a
-    second backward pass on statistics and dump steps. Train with ``hooks.minimize(optimizer,
-    loss, ...)`` instead of ``optimizer.minimize(loss, ...)`` and the hook reuses the
-    optimizer's backward pass instead (see ``hooks.shared_gradients``).
+      share_gradients: reuse the optimizer's backward pass (below). False: always build
+        the hook's own ``tf.gradients``, a second backward pass on statistics and dump steps.
+
+    Gradients: where the model was built after ``import hooks``, the hook reuses the
+    gradients the optimizer's ``tf.gradients`` already computes (``hooks.gradient_recorder``)
+    and builds only what that pass does not cover, such as d loss / d images. Gradients
+    built before ``import hooks`` are not recorded; train with ``hooks.minimize(optimizer,
+    loss, ...)`` to share them explicitly (``hooks.shared_gradients``). Otherwise the hook
+    builds its own ``tf.gradients``, which TensorFlow runs as a second backward pass.
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
@@ -148,7 +153,7 @@ class DumpHook(v1.train.SessionRunHook):
                  dump_on_nonfinite: bool = False, samples_per_group: int = 2,
                  max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
-                 stats_flush_secs: float = 10.0, fsync: bool = False) -> None:
+                 stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True) -> None:
         if samples_per_group < 0:
             raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
         if histogram_bins < 1:
@@ -169,6 +174,7 @@ class DumpHook(v1.train.SessionRunHook):
         self.worker = worker or default_worker
         self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
         self.fsync = fsync
+        self.share_gradients = share_gradients
         self._disabled = False
         self._writer: RunWriter | None = None
         self._reset()
@@ -260,13 +266,24 @@ class DumpHook(v1.train.SessionRunHook):
                                  fsync=self.fsync)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
-        """Gradients recorded by ``hooks.minimize`` (same loss) where there are; ``tf.gradients`` for the rest."""
-        shared = capture.shared_gradients(g, loss)
+        """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
+        completed from it, else (or for IndexedSlices) the hook's own ``tf.gradients``."""
+        shared = capture.shared_gradients(g, loss) if self.share_gradients else {}
+        recorded = gradient_recorder.lookup(g, loss) if self.share_gradients else {}
+        todo = [t for t in tensors if t.name not in shared]
+        if recorded and todo:
+            usable = [t for t in todo if recorded.get(t.name) != gradient_recorder.INDEXED]
+            for t in usable:
+                if t.name in recorded:
+                    name = recorded[t.name]
+                    shared[t.name] = None if name is None else g.get_tensor_by_name(name)
+            shared.update(gradient_recorder.complete(g, loss, [t for t in usable if t.name not in recorded],
+                                                     recorded))
         rest = [t for t in tensors if t.name not in shared]
         own = dict(zip((t.name for t in rest), capture.gradients(loss, rest)))
-        if shared:
-            log.info("reusing the optimizer's backward pass (hooks.minimize) for %d of %d tensors",
-                     len(tensors) - len(rest), len(tensors))
+        if len(rest) < len(tensors):
+            log.info("reusing the optimizer's backward pass for %d of %d tensors (%s)", len(tensors) - len(rest),
+                     len(tensors), "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
     def _build_fetches(self, gid, labels, loss) -> None:
@@ -300,6 +317,7 @@ class DumpHook(v1.train.SessionRunHook):
             "config": {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
                        "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
+                       "share_gradients": self.share_gradients,
                        "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
                        "op_types": _jsonable(self.filters["op_types"]),
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),

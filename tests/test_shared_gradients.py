@@ -1,4 +1,5 @@
-"""hooks.minimize: one backward pass shared by the optimizer and DumpHook."""
+"""One backward pass shared by the optimizer and DumpHook: explicitly (hooks.minimize) or
+recorded from optimizer.minimize (hooks.gradient_recorder)."""
 from __future__ import annotations
 
 import re
@@ -77,15 +78,15 @@ def test_shared_gradients_equal_independent_gradients(tmp_path, use_resource):
         np.testing.assert_allclose(run.tensor(name, 1, "gradient"), expected, rtol=1e-5, atol=1e-8, err_msg=name)
 
 
-def _backprop_counts(tmp_path, shared: bool) -> tuple[dict, dict]:
+def _backprop_counts(tmp_path, shared: bool, share_gradients: bool = True) -> tuple[dict, dict]:
     """Executed op counts of a plain step and of a statistics step of a small ResNet v2.
 
     A ResNet, not the tiny CNN: there Grappler happens to deduplicate the two passes."""
     from bench.resnet import build_resnet
     with tf.Graph().as_default():
         m = build_resnet(n=1, batch=4, hw=8, examples=8, shared_gradients=shared)
-        hook = DumpHook(tmp_path / f"run{shared}", loss=m.loss, labels=m.labels, stats_every_n_steps=2,
-                        dump_every_n_steps=0, strict=True)
+        hook = DumpHook(tmp_path / f"run{shared}{share_gradients}", loss=m.loss, labels=m.labels,
+                        stats_every_n_steps=2, dump_every_n_steps=0, strict=True, share_gradients=share_gradients)
         trace = Trace()
         with v1.train.MonitoredSession(hooks=[hook, trace]) as sess:
             for _ in (1, 2):
@@ -93,16 +94,52 @@ def _backprop_counts(tmp_path, shared: bool) -> tuple[dict, dict]:
     return trace.counts[0], trace.counts[1]
 
 
-def test_statistics_step_does_not_run_the_backward_pass_twice(tmp_path):
-    plain, stats = _backprop_counts(tmp_path, shared=True)
+@pytest.mark.parametrize("shared", [True, False], ids=["hooks.minimize", "recorded"])
+def test_statistics_step_does_not_run_the_backward_pass_twice(tmp_path, shared):
+    plain, stats = _backprop_counts(tmp_path, shared=shared)
     assert plain["Conv2DBackpropFilter"] == 9  # 9 convolutions
     for op in ("Conv2DBackpropFilter", "FusedBatchNormGradV3", "ReluGrad"):
         assert stats[op] == plain[op], op
     # + the input gradient of the first conv only (d loss / d images: captured, not trained)
     assert stats["Conv2DBackpropInput"] == plain["Conv2DBackpropInput"] + 1
-    # the check can fail: without hooks.minimize the hook's own pass runs the backprops again
-    plain, stats = _backprop_counts(tmp_path, shared=False)
+
+
+def test_share_gradients_false_builds_the_hooks_own_pass(tmp_path):
+    plain, stats = _backprop_counts(tmp_path, shared=False, share_gradients=False)
     assert stats["Conv2DBackpropFilter"] == 2 * plain["Conv2DBackpropFilter"]
+
+
+def test_recorded_gradients_equal_independent_gradients(tmp_path):
+    """optimizer.minimize, no hooks.minimize: every captured gradient (the input's, which the
+    optimizer's pass does not reach, included) equals tf.gradients, in a graph where the input
+    also skips to a later op (an edge whose naive completion would count paths twice)."""
+    from hooks import gradient_recorder
+    with tf.Graph().as_default() as g:
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        xs = tf.multiply(x, 2.0, name="scaled")  # unprocessed: upstream of every variable
+        w = v1.get_variable("w", [3, 3, 1, 4], use_resource=True)
+        h = tf.nn.relu(tf.nn.conv2d(xs, w, 1, "SAME"), name="h")
+        skip = tf.concat([h, xs, tf.square(xs, name="sq")], axis=3, name="skip")  # input skips ahead
+        v = v1.get_variable("v", [8 * 8 * 6, 2], use_resource=True)
+        logits = tf.matmul(tf.reshape(skip, [BATCH, -1]), v, name="logits")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        recorded = gradient_recorder.lookup(g, loss)
+        assert "h:0" in recorded and "x:0" not in recorded and "scaled:0" not in recorded
+        hook = DumpHook(tmp_path / "run", loss=loss, labels=y, stats_every_n_steps=0, dump_every_n_steps=1,
+                        samples_per_group=BATCH, strict=True)
+        names = ["x:0", "scaled:0", "sq:0", "h:0", "skip:0", "logits:0"]
+        independent = tf.gradients(loss, [g.get_tensor_by_name(n) for n in names])
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            expected = sess.run_step_fn(lambda step_context: step_context.session.run(independent, feed(x, y, 1)))
+            sess.run(train, feed(x, y, 1))
+        by_name = {c.name: c.gradient for c in hook.captured}
+        assert by_name["h:0"].name == recorded["h:0"]  # reused, not rebuilt
+    run = inspector.open_run(tmp_path / "run")
+    for name, want in zip(names, expected):
+        np.testing.assert_allclose(run.tensor(name, 1, "gradient"), want, rtol=1e-5, atol=1e-7, err_msg=name)
 
 
 @pytest.mark.parametrize("use_resource", [True, False])
