@@ -32,8 +32,12 @@ Configurations:
    (``samples_per_group`` >= batch) on every step, no statistics.
 6. ``tfdbg``: tfdbg v1's ``DumpingDebugHook`` (every tensor of the graph, every step).
 
+By default the hook reuses the gradients of the optimizer's own ``tf.gradients`` (recorded
+because ``hooks`` is imported before the model is built; ``hooks.gradient_recorder``).
 3b/4b/5b (``*-shared``): 3, 4 and 5 with the model trained by ``hooks.minimize`` instead of
-``optimizer.minimize``, so the hook reuses the optimizer's backward pass.
+``optimizer.minimize`` (explicit sharing). 4c (``stats-every-own``): ``share_gradients=False``,
+the hook's own second backward pass. 4d (``stats-every-stock``, only when named): the
+stock-op statistics that run where the fused kernel cannot be compiled.
 
 Bytes per step: the growth of the run directory on disk (allocated blocks, as ``du``) over
 the steps run. Dumps are deleted after every block (their bytes counted first) so the disk
@@ -46,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -110,6 +115,10 @@ def configs(batch: int) -> list[Config]:
                dump_hook(stats_every_n_steps=0, dump_every_n_steps=1), shared=True),
         Config("stats-every-shared", "(4b) statistics every step, hooks.minimize",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), shared=True),
+        Config("stats-every-own", "(4c) statistics, own backward pass",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, share_gradients=False)),
+        Config("stats-every-stock", "(4d) statistics, stock-op fallback",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, native_stats=False), optional=True),
         Config("dump-full-shared", "(5b) full dump, hooks.minimize",
                dump_hook(stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=batch, max_bytes=None),
                shared=True),
@@ -204,7 +213,7 @@ class Trainer:
 
 
 def run(args: argparse.Namespace) -> list[Trainer]:
-    root = Path(tempfile.mkdtemp(prefix="bench_hook_"))
+    root = Path(tempfile.mkdtemp(prefix="bench_hook_", dir=args.dir))
     stats_every, dump_every = _hook_defaults()
     if args.block % max(stats_every, 1) and not args.quick:
         raise SystemExit(f"--block must be a multiple of the default stats_every_n_steps ({stats_every})")
@@ -247,7 +256,7 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     rows = []
     for k, t in by.items():
         ratio = per_step[k] / plain if plain else float("nan")
-        target, ok = targets.get(k.removesuffix("-shared"), ("", None))
+        target, ok = targets.get(re.sub(r"-(shared|own|stock)$", "", k), ("", None))
         if k.startswith("dump-full") and dbg:
             target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_dump[k]: x >= 4)
         rows.append([t.cfg.label, f"{1e3 * statistics.median(t.step_times):.1f}", f"{1e3 * per_step[k]:.1f}",
@@ -286,6 +295,8 @@ def main(argv: list[str] | None = None) -> None:
                                                 "dump-2/grp stats-every dump-full tfdbg, and defaults-shared "
                                                 "dump-2/grp-shared stats-every-shared dump-full-shared; "
                                                 "dump-full-fsync only when named)")
+    p.add_argument("--dir", help="where the runs are written (default: a temporary directory); e.g. /dev/shm "
+                                 "to take the disk's write bandwidth out of the full-dump comparison")
     p.add_argument("--quick", action="store_true", help="smoke run: 1 rep, n=1")
     args = p.parse_args(argv)
     if args.quick:
