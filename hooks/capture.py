@@ -329,22 +329,42 @@ def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tup
     return keep, tf.gather(gid, keep)
 
 
-def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None) -> dict[str, tf.Tensor]:
-    """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor.
+def _value_source(t: tf.Tensor) -> tf.Tensor:
+    """The tensor ``t`` copies through Identity ops (same value; control inputs only order)."""
+    while t.op.type == "Identity" and len(t.op.inputs) == 1:
+        t = t.op.inputs[0]
+    return t
 
+
+def build_dump(captured: Sequence[Captured], keep: tf.Tensor,
+               keep_all_of: int | None = None) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
+    """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor,
+    and aliases: key -> the key holding the same tensor (fetched and written once).
+
+    The same tensor appears under several keys where a gradient passes through an op
+    unchanged (d loss / d conv output = d loss / d the add it feeds) or a tensor is captured
+    as a forward value and as another tensor's gradient (also through Identity ops, such as
+    the ones ``gate_gradients`` puts around an optimizer's gradients).
     ``keep_all_of``: the static batch size when the budget keeps every sample; batched tensors
     of exactly that leading size are then fetched as they are (gathering all rows is a copy
     of every dumped byte)."""
-    out = {}
+    out: dict[str, tf.Tensor] = {}
+    aliases: dict[str, str] = {}
+    first: dict[tuple[str, bool], str] = {}
     with tf.name_scope("tf_inspector/dump"):
         for cap in captured:
             for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
                 if t is None:
+                    continue
+                key = f"{kind}/{cap.name}"
+                seen = first.setdefault((_value_source(t).name, cap.batched), key)
+                if seen != key:
+                    aliases[key] = seen
                     continue
                 if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
                     t = tf.cast(t, tf.float32)
                 if cap.batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
                     mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
                     t = tf.gather(t, mine)
-                out[f"{kind}/{cap.name}"] = t
-    return out
+                out[key] = t
+    return out, aliases

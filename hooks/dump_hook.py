@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
+from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, fast_stats, gradient_recorder, native
@@ -187,6 +187,7 @@ class DumpHook(v1.train.SessionRunHook):
         self.captured: list[capture.Captured] = []
         self._stats = None
         self._dump: dict[str, tf.Tensor] = {}
+        self._dump_metadata: dict[str, str] = {}
         self._samples: dict[str, tf.Tensor] = {}
         self._global_step = None
         self._loss_finite = None
@@ -301,7 +302,8 @@ class DumpHook(v1.train.SessionRunHook):
             batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
         per_group = self.samples_per_group if gid is not None else 2 * self.samples_per_group
         keep_all_of = static_batch if static_batch and per_group >= static_batch else None
-        self._dump = capture.build_dump(self.captured, keep, keep_all_of)
+        self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of)
+        self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
         self._samples = {"samples/index": keep}
         if kept_groups is not None:
             self._samples["samples/group"] = kept_groups
@@ -373,7 +375,7 @@ class DumpHook(v1.train.SessionRunHook):
             self._force_dump = False
             arrays = {**results["dump"], **results["samples"]}
             self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
-            self._writer.add_dump(step, arrays)
+            self._writer.add_dump(step, arrays, self._dump_metadata)
         if "loss_finite" in results and not results["loss_finite"]:
             self._note_nonfinite(step, self._loss_name, "forward")
 

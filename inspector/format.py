@@ -63,6 +63,12 @@ def hist_sample(values, samples: int = 1):
         return rows.reshape(samples, -1, HIST_BLOCK)[:, ::k, :].reshape(samples, -1)
     return rows[:, ::k]
 
+#: ``__metadata__`` key of a dump file: JSON {key: key holding the same array}. A tensor that
+#: appears under several keys (a gradient an op passes through unchanged) is stored once;
+#: ``Run.dump_keys`` / ``Run.dump_array`` resolve aliases. Readers that ignore it
+#: (``safetensors.numpy.load_file``) see each array once, under its first key.
+ALIASES_KEY = "aliases"
+
 #: ICNN roles a layer can give a tensor (see ICNN.md). The ICNN layer adds one JSON string
 #: ``{"layer", "role", "tensor"}`` per role to the graph collection ``ICNN_COLLECTION``
 #: (strings, so checkpoints can serialize the collection); the hook captures those

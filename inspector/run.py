@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from . import safetensors_io
 from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunError, UnknownTensorError,
                      nearest, suggest)
-from .format import (DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE, STATS_RE, graph_name,
+from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE, STATS_RE, graph_name,
                      safe_join)
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -276,15 +276,37 @@ class Run:
                 raise
         return self._headers[path]
 
+    def _aliases(self, path: Path) -> dict[str, str]:
+        """{alias key: stored key} of a dump file (format.ALIASES_KEY); damaged if they dangle."""
+        header = self._header(path)[0]
+        raw = header.get("__metadata__", {}).get(ALIASES_KEY)
+        if not raw:
+            return {}
+        try:
+            aliases = json.loads(raw)
+            ok = isinstance(aliases, dict) and all(
+                isinstance(k, str) and isinstance(v, str) and v in header and v != "__metadata__"
+                for k, v in aliases.items())
+        except ValueError:
+            ok = False
+        if not ok:
+            e = DamagedFileError(f"damaged dump file {path}: its {ALIASES_KEY!r} metadata does not name "
+                                 f"arrays of the file")
+            if str(e) not in self.problems:
+                self.problems.append(str(e))
+            raise e
+        return aliases
+
     def dump_keys(self, step: int, worker: str | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
         f = self._dump(step, worker)
-        return [k for k in self._header(f.path)[0] if k != "__metadata__"]
+        return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
 
     def dump_array(self, step: int, key: str, worker: str | None = None) -> np.ndarray:
         """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
         f = self._dump(step, worker)
         header, start = self._header(f.path)
+        key = self._aliases(f.path).get(key, key)
         if key not in header or key == "__metadata__":
             raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
         return safetensors_io.load(f.path, key, header, start)

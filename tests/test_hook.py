@@ -71,6 +71,36 @@ def test_gradients_agree_with_finite_differences(tmp_path):
     np.testing.assert_allclose(run.tensor("h:0", 1, "gradient"), fd, rtol=1e-6, atol=1e-8)
 
 
+def test_a_gradient_under_several_keys_is_written_once(tmp_path):
+    """d loss / d a = d loss / d c = d loss / d (a + c): one tensor, one array in the file,
+    three keys that read back the independent gradient."""
+    from safetensors.numpy import load_file
+    from inspector.format import dump_name
+    with tf.Graph().as_default() as g:
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [4, 3], name="x")
+        w = v1.get_variable("w", [3, 3], initializer=v1.random_normal_initializer(seed=1))
+        a = tf.matmul(x, w, name="a")
+        c = tf.tanh(x, name="c")
+        total = tf.add(a, c, name="sum")
+        loss = tf.reduce_sum(tf.square(total), name="loss")
+        train_op = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=gs)
+        names = ["a:0", "c:0", "sum:0"]
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=0, dump_every_n_steps=1,
+                        samples_per_group=4, strict=True)
+        xv = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            wv = sess.run_step_fn(lambda step_context: step_context.session.run(w))
+            sess.run(train_op, {x: xv})
+    run = inspector.open_run(tmp_path / "run")
+    stored = load_file(str(tmp_path / "run" / dump_name("chief", 1)))
+    assert sum(k in stored for k in ("gradient/a:0", "gradient/c:0", "gradient/sum:0")) == 1, sorted(stored)
+    expected = 2 * (xv @ wv + np.tanh(xv))  # d sum(s^2) / d s, and the add passes it to a and c
+    for name in names:
+        np.testing.assert_allclose(run.tensor(name, 1, "gradient"), expected, rtol=1e-5, err_msg=name)
+    np.testing.assert_allclose(run.tensor("c:0", 1), np.tanh(xv), rtol=1e-6)
+
+
 def _numpy_stats(a: np.ndarray) -> dict:
     fin = a[np.isfinite(a)]
     return {"count": a.size, "mean": fin.mean(), "std": fin.std(), "min": fin.min(), "max": fin.max(),

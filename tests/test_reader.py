@@ -67,6 +67,35 @@ def test_dump_files_are_plain_safetensors(tmp_path):
     assert set(loaded) >= {"samples/index", "samples/group", "gradient/a:0"}
 
 
+def _write_aliased_dump(path: Path, aliases: dict) -> np.ndarray:
+    """A run whose dump of step 4 stores 'gradient/a:0' once, aliased by ``aliases``."""
+    write_run(path, dumps=())
+    from inspector import safetensors_io
+    g = np.arange(6, dtype=np.float32).reshape(2, 3)
+    safetensors_io.write(path / dump_name("chief", 4), {"gradient/a:0": g, "forward/a:0": g + 1},
+                         {"step": "4", "worker": "chief", "format_version": str(FORMAT_VERSION),
+                          "aliases": json.dumps(aliases)})
+    return g
+
+
+def test_aliases_resolve_to_the_stored_array(tmp_path):
+    g = _write_aliased_dump(tmp_path / "r", {"forward/b:0": "gradient/a:0"})
+    run = inspector.open_run(tmp_path / "r")
+    assert set(run.dump_keys(4)) == {"gradient/a:0", "forward/a:0", "forward/b:0"}
+    np.testing.assert_array_equal(run.tensor("b:0", 4), g)
+    np.testing.assert_array_equal(run.dump_array(4, "forward/b:0"), run.tensor("a:0", 4, "gradient"))
+    from safetensors.numpy import load_file  # plain readers: the stored keys only
+    assert set(load_file(str(tmp_path / "r" / dump_name("chief", 4)))) == {"gradient/a:0", "forward/a:0"}
+
+
+def test_dangling_alias_is_a_damaged_file(tmp_path):
+    _write_aliased_dump(tmp_path / "r", {"forward/b:0": "gradient/nope:0"})
+    run = inspector.open_run(tmp_path / "r")
+    with pytest.raises(inspector.DamagedFileError, match="step-0000000004.*aliases"):
+        run.tensor("b:0", 4)
+    assert any("aliases" in p for p in run.problems)
+
+
 def test_query_stats_filters(tmp_path):
     write_run(tmp_path / "r", steps=range(1, 11))
     run = inspector.open_run(tmp_path / "r")
