@@ -329,7 +329,7 @@ def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tup
     return keep, tf.gather(gid, keep)
 
 
-def _value_source(t: tf.Tensor) -> tf.Tensor:
+def value_source(t: tf.Tensor) -> tf.Tensor:
     """The tensor ``t`` copies through Identity ops (same value; control inputs only order)."""
     while t.op.type == "Identity" and len(t.op.inputs) == 1:
         t = t.op.inputs[0]
@@ -357,7 +357,7 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor,
                 if t is None:
                     continue
                 key = f"{kind}/{cap.name}"
-                seen = first.setdefault((_value_source(t).name, cap.batched), key)
+                seen = first.setdefault((value_source(t).name, cap.batched), key)
                 if seen != key:
                     aliases[key] = seen
                     continue

@@ -35,6 +35,7 @@ from inspector import format as fmt
 from inspector.format import GROUPS
 
 from . import native
+from .capture import value_source
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
 SMALL_MAX = 1 << 15
@@ -68,9 +69,14 @@ def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native
     if not items:
         return None
     rows = [(it.name, it.kind, g) for it in items for g in it.groups]
+    # One tensor under several names (a gradient passed through an add, gate_gradients'
+    # Identity ops): computed once, its rows repeated.
+    first: dict[tuple[str, bool], _Item] = {}
+    source = {id(it): first.setdefault((value_source(it.x).name, it.batched), it) for it in items}
+    unique = list(first.values())
     lib = native.library() if use_native else None
-    fused = [it for it in items if lib is not None and it.x.dtype in NATIVE_DTYPES]
-    rest = [it for it in items if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
+    fused = [it for it in unique if lib is not None and it.x.dtype in NATIVE_DTYPES]
+    rest = [it for it in unique if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
     small = [it for it in rest if it.small]
     big = [it for it in rest if not it.small]
     with tf.name_scope("tf_inspector/stats"):
@@ -91,7 +97,7 @@ def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native
         for it in order:
             start[id(it)] = pos
             pos += len(it.groups)
-        perm = np.concatenate([start[id(it)] + np.arange(len(it.groups)) for it in items]).astype(np.int32)
+        perm = np.concatenate([start[id(source[id(it)])] + np.arange(len(it.groups)) for it in items]).astype(np.int32)
         if not np.array_equal(perm, np.arange(len(perm))):
             values, ranges, hists = (tf.gather(v, perm) for v in (values, ranges, hists))
     return StatsFetch(values, ranges, hists, rows)

@@ -43,8 +43,8 @@ def header_for(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | N
     return struct.pack("<Q", len(raw)) + raw
 
 
-def _chunks(arrays: Mapping[str, np.ndarray], metadata) -> Iterator[bytes | memoryview]:
-    yield header_for(arrays, metadata)
+def _chunks(header: bytes, arrays: Mapping[str, np.ndarray]) -> Iterator[bytes | memoryview]:
+    yield header
     for arr in arrays.values():
         if arr.nbytes:
             yield memoryview(np.ascontiguousarray(arr)).cast("B")
@@ -55,7 +55,9 @@ def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, s
     """Atomically write ``arrays`` to ``path`` (fsync: see ``format.atomic_write``); returns the file size."""
     arrays = {k: (v.astype(v.dtype.newbyteorder("<")) if v.dtype.byteorder == ">" else v)
               for k, v in arrays.items()}
-    return atomic_write(Path(path), _chunks(arrays, metadata), fsync=fsync)
+    header = header_for(arrays, metadata)
+    size = len(header) + sum(a.nbytes for a in arrays.values())
+    return atomic_write(Path(path), _chunks(header, arrays), fsync=fsync, size=size)
 
 
 def read_header(path: Path) -> tuple[dict, int]:

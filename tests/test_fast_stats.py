@@ -86,3 +86,28 @@ def test_native_dtypes_dynamic_batch_and_padding(dtype):
     assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2
     assert f[0][0, 0] == 5 * 210 and f[0][1, 0] + f[0][2, 0] == 4 * 210  # padding: in 'all' only
     assert f[0][0, 6] == pytest.approx(5 / (5 * 210))  # zero fraction
+
+
+def test_one_tensor_under_several_names_is_computed_once(use_native):
+    """The rows of a tensor captured twice (once behind an Identity) equal the reference, and
+    the statistics read it once: the graph has the same ops as for one capture."""
+    x = np.random.default_rng(2).normal(size=(6, 5)).astype(np.float32)
+
+    def build(twice: bool):
+        with tf.Graph().as_default() as g:
+            gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
+            t = tf.constant(x)
+            caps = [capture.Captured(t, batched=True, gradient=tf.identity(t) if twice else None)]
+            fetch = fast_stats.build_stats(caps, gid, 8, use_native)
+            with v1.Session() as s:
+                out = s.run((fetch.values, fetch.hist_range, fetch.hist))
+            ops = [op for op in g.get_operations() if op.name.startswith("tf_inspector")]
+            return out, fetch.rows, (sorted(op.type for op in ops if op.type not in ("GatherV2", "Const")),
+                                     [len(op.inputs) for op in ops if op.type == "InspectorStats"])
+    (v2, r2, h2), rows2, ops2 = build(True)
+    (v1_, r1, h1), rows1, ops1 = build(False)
+    assert len(rows2) == 2 * len(rows1) == 6 and rows2[3:] == [(n, "gradient", g) for n, _, g in rows1]
+    np.testing.assert_array_equal(v2[:3], v2[3:])
+    np.testing.assert_array_equal(v2[:3], v1_)
+    np.testing.assert_array_equal(h2[3:], h1)
+    assert ops2 == ops1  # only gathers (and their constants) repeat the rows: no second subgraph
