@@ -9,7 +9,7 @@ Run::
 Method. Every configuration gets its own graph (the same model, batch 32, random 32x32x3
 images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSession``,
 built once and kept alive. After a warm-up block each, the script interleaves timing
-blocks: for each repetition, for each configuration (in an order rotated every
+blocks: for each repetition, for each configuration (in an order shuffled every
 repetition), run ``--block`` consecutive training steps and record each step's time. A
 block of a dumping configuration ends by waiting for the hook's writer thread to drain, and
 that wait counts in the block, so the time per step is the sustainable rate (a writer that
@@ -17,6 +17,11 @@ fell behind would otherwise show up only as dropped dumps). The time per step of
 configuration is the median over repetitions of (block time / steps); ratios are to plain
 training's, measured in the same process over the same minutes, so machine noise (2 shared
 cores) hits every configuration alike.
+
+Reported per configuration: the median step time and its ratio to plain training's median
+(the issue's measure, and the one the idle and statistics targets are checked on), and the
+mean time per step over whole blocks and its ratio (what the amortised defaults are checked
+on: one statistics step in 100).
 
 Configurations:
 
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import shutil
 import statistics
@@ -227,9 +233,11 @@ def run(args: argparse.Namespace) -> list[Trainer]:
             for t in trainers:  # warm-up: first-use executors (stats/dump fetches), caches
                 t.block(args.block, record=False)
                 bar.update()
-            for rep in range(args.reps):
-                k = rep % len(trainers)
-                for t in trainers[k:] + trainers[:k]:
+            order = random.Random(0)
+            for _ in range(args.reps):
+                # a fresh order every repetition: no configuration always follows the same one
+                # (a dumping block leaves the disk's writeback busy for the next)
+                for t in order.sample(trainers, len(trainers)):
                     t.block(args.block)
                     bar.update()
         for t in trainers:
@@ -251,21 +259,28 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     # which makes its time per step look better than the work it did.
     per_dump = {k: per_step[k] / max(by[k].written, 1e-9) for k in by if k.startswith("dump-full") or k == "tfdbg"}
     dbg = per_dump.get("tfdbg")
-    targets = {"hook-idle": ("<= 1.02", lambda r: r <= 1.02), "defaults": ("<= 1.05", lambda r: r <= 1.05),
-               "stats-every": ("<= 1.5", lambda r: r <= 1.5)}
+    # The target of a per-step configuration is on the median step (the measure; a
+    # slow step of the shared machine does not move it); of the defaults, on the mean
+    # (amortised: one statistics step in 100); of full dumps, per written dump (vs tfdbg).
+    targets = {"hook-idle": ("p50 <= 1.02", "p50", 1.02), "defaults": ("mean <= 1.05", "mean", 1.05),
+               "stats-every": ("p50 <= 1.5", "p50", 1.5)}
+    p50_plain = statistics.median(by["plain"].step_times) if "plain" in by else None
     rows = []
     for k, t in by.items():
+        p50 = statistics.median(t.step_times)
         ratio = per_step[k] / plain if plain else float("nan")
-        target, ok = targets.get(re.sub(r"-(shared|own|stock)$", "", k), ("", None))
+        p50_ratio = p50 / p50_plain if p50_plain else float("nan")
+        target, on, limit = targets.get(re.sub(r"-(shared|own|stock)$", "", k), ("", None, None))
+        met = "" if on is None else ("yes" if (p50_ratio if on == "p50" else ratio) <= limit else "NO")
         if k.startswith("dump-full") and dbg:
-            target, ok = "tfdbg/x >= 4", (lambda r, x=dbg / per_dump[k]: x >= 4)
-        rows.append([t.cfg.label, f"{1e3 * statistics.median(t.step_times):.1f}", f"{1e3 * per_step[k]:.1f}",
-                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), target,
-                     "" if ok is None else ("yes" if ok(ratio) else "NO")])
+            target, met = "tfdbg/x >= 4", "yes" if dbg / per_dump[k] >= 4 else "NO"
+        rows.append([t.cfg.label, f"{1e3 * p50:.1f}", f"{p50_ratio:.3f}", f"{1e3 * per_step[k]:.1f}",
+                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), target, met])
     out = [f"TensorFlow {tf.__version__}, ResNet-{6 * args.n + 2} v2 (n={args.n}), batch {args.batch}, "
            f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
            f"stats every {stats_every}, dump every {dump_every}",
-           format_table(rows, ["config", "p50 step ms", "ms/step", "ratio", "disk/step", "target", "met"])]
+           format_table(rows, ["config", "p50 step ms", "p50 ratio", "mean ms/step", "mean ratio", "disk/step",
+                               "target", "met"])]
     dumpers = [k for k in ("dump-full", "dump-full-shared", "dump-full-fsync", "tfdbg") if k in by]
     if dumpers:
         lines = []

@@ -1,10 +1,13 @@
 """Training-loop integrations (import TensorFlow).
 
+Importing this package records the gradients of every ``tf.gradients`` built afterwards
+(``hooks.gradient_recorder``), so ``DumpHook`` reuses the optimizer's backward pass.
+
 Example::
 
-    from hooks import DumpHook, minimize
+    from hooks import DumpHook, minimize              # before the model is built
     estimator.train(input_fn, hooks=[DumpHook("runs/exp1")], steps=1000)
-    # in the model_fn, one backward pass for the optimizer and the hook (optional):
+    # a model built before the import: share the backward pass explicitly in the model_fn
     train_op = minimize(optimizer, loss, global_step=tf.compat.v1.train.get_global_step())
 """
 from .dump_hook import DumpHook, mark
