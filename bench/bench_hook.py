@@ -44,6 +44,9 @@ because ``hooks`` is imported before the model is built; ``hooks.gradient_record
 the hook's own second backward pass. 4d (``stats-every-stock``, only when named): the
 stock-op statistics that run where the fused kernel cannot be compiled.
 
+After each block (untimed) its dumps are deleted and ``os.sync()`` flushes what is left of
+its writeback, so a dumping block does not slow whichever block follows it.
+
 Bytes per step: the growth of the run directory on disk (allocated blocks, as ``du``) over
 the steps run. Dumps are deleted after every block (their bytes counted first) so the disk
 does not fill; statistics Parquet parts stay until the end. For the dumping configurations a
@@ -177,6 +180,7 @@ class Trainer:
             self.block_times.append(total / steps)
             self.step_times += times
         self._clear_dumps()
+        os.sync()  # untimed: what is left of this block's writeback does not slow the next block
 
     def _writers(self) -> list:
         return [h._writer for h in self.hooks if isinstance(h, DumpHook) and h._writer is not None]
