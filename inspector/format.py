@@ -63,6 +63,12 @@ def hist_sample(values, samples: int = 1):
         return rows.reshape(samples, -1, HIST_BLOCK)[:, ::k, :].reshape(samples, -1)
     return rows[:, ::k]
 
+#: A live writer rewrites its manifest at least this often (``updated``). A reader calls a
+#: 'running' worker 'crashed' when its process is gone (same host, ``pid`` not alive), and
+#: 'stalled' when its manifest is older than STALE_HEARTBEATS heartbeats (at least 10 s).
+HEARTBEAT_SECS = 60.0
+STALE_HEARTBEATS = 5
+
 #: ``__metadata__`` key of a dump file: JSON {key: key holding the same array}. A tensor that
 #: appears under several keys (a gradient an op passes through unchanged) is stored once;
 #: ``Run.dump_keys`` / ``Run.dump_array`` resolve aliases. Readers that ignore it

@@ -15,8 +15,12 @@ Example::
 """
 from __future__ import annotations
 
+import datetime as _dt
 import json
+import os
 import re
+import socket
+import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -30,8 +34,8 @@ import pyarrow.parquet as pq
 from . import safetensors_io
 from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunError, UnknownTensorError,
                      nearest, suggest)
-from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE, STATS_RE, graph_name,
-                     safe_join)
+from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE,
+                     STALE_HEARTBEATS, STATS_RE, graph_name, safe_join)
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role")
@@ -56,6 +60,38 @@ def find_runs(path: str | Path) -> list[Path]:
 def open_run(path: str | Path) -> "Run":
     """Open the run at ``path`` (reads its manifests only)."""
     return Run(path)
+
+
+
+def worker_status(manifest: dict, now: float | None = None) -> str:
+    """One worker's state from its manifest: its ``status``, or for a 'running' worker whose
+    writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
+    status = manifest.get("status", "running")
+    if status != "running":
+        return status
+    pid, host = manifest.get("pid"), manifest.get("host")
+    if isinstance(pid, int) and host == socket.gethostname() and not _alive(pid):
+        return "crashed"
+    beat = manifest.get("heartbeat_secs")
+    try:
+        updated = _dt.datetime.fromisoformat(manifest["updated"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return status
+    if isinstance(beat, (int, float)) and beat > 0:
+        # at least 10 s: `updated` has whole seconds, and clocks of two hosts differ a little
+        if (now if now is not None else time.time()) - updated > max(STALE_HEARTBEATS * beat, 10.0):
+            return "stalled"
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # another user's process, or cannot tell: do not call it crashed
+    return True
 
 
 @dataclass(frozen=True)
@@ -127,9 +163,14 @@ class Run:
 
     @property
     def status(self) -> str:
-        """'finished' if every worker finished, else 'running' (or 'failed')."""
-        states = {m.get("status", "running") for m in self.manifests.values()}
-        return states.pop() if len(states) == 1 else ("failed" if "failed" in states else "running")
+        """'finished' if every worker finished; else the worst worker state: 'failed' (the hook
+        disabled itself), 'crashed' (its process is gone: same host, pid not alive), 'stalled'
+        (no heartbeat for STALE_HEARTBEATS heartbeats: crashed on another host, or hung), 'running'."""
+        states = {worker_status(m) for m in self.manifests.values()}
+        for state in ("failed", "crashed", "stalled", "running"):
+            if state in states:
+                return state
+        return "finished"
 
     @property
     def config(self) -> dict:

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import queue
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,8 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .format import (FORMAT_NAME, FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, atomic_write, check_worker,
-                     dump_name, graph_name, manifest_name, stats_name, write_json)
+from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, STAT_COLUMNS, TOOL_VERSION, atomic_write,
+                     check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 
 log = logging.getLogger("tf_inspector")
 
@@ -81,10 +83,11 @@ class RunWriter:
     def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
-                 strict: bool = False, fsync: bool = False) -> None:
+                 strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
-        loss; see ``format.atomic_write``."""
+        loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
+        rewrites its manifest (``updated``), so readers can tell a crashed run (FORMAT.md)."""
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
@@ -92,6 +95,8 @@ class RunWriter:
         self.max_bytes = max_bytes
         self.strict = strict
         self.stats_flush_secs = stats_flush_secs
+        self.heartbeat_secs = heartbeat_secs
+        self._last_manifest = time.monotonic()
         self.state = WriterState()
         self.error: BaseException | None = None
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
@@ -103,6 +108,7 @@ class RunWriter:
         self._manifest = {
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "created": now_iso(), "updated": now_iso(), "status": "running",
+            "host": socket.gethostname(), "pid": os.getpid(), "heartbeat_secs": heartbeat_secs,
             **dict(manifest),
         }
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +179,7 @@ class RunWriter:
     def _loop(self) -> None:
         while True:
             try:
-                item = self._queue.get(timeout=self.stats_flush_secs if self._stats_buffer else None)
+                item = self._queue.get(timeout=self._wait())
             except queue.Empty:
                 item = None
             try:
@@ -204,6 +210,16 @@ class RunWriter:
             self._write_manifest()
         if self._stats_buffer and time.monotonic() - self._last_flush >= self.stats_flush_secs:
             self._flush_stats()
+        if time.monotonic() - self._last_manifest >= self.heartbeat_secs and self.error is None:
+            self._write_manifest()  # the heartbeat: a live run's manifest is never older than this
+
+    def _wait(self) -> float:
+        """Seconds until the next statistics flush or heartbeat is due."""
+        now = time.monotonic()
+        due = self._last_manifest + self.heartbeat_secs
+        if self._stats_buffer:
+            due = min(due, self._last_flush + self.stats_flush_secs)
+        return max(due - now, 0.001)
 
     def _fail(self, e: BaseException) -> None:
         if self.error is None:
@@ -260,6 +276,7 @@ class RunWriter:
             self.state.bytes_written += size
 
     def _write_manifest(self) -> None:
+        self._last_manifest = time.monotonic()
         with self._lock:
             self._manifest.update(updated=now_iso(), bytes_written=self.state.bytes_written,
                                   dumps_written=self.state.dumps, dropped=list(self.state.dropped))

@@ -273,3 +273,20 @@ def test_newer_format_is_a_message(runs, tmp_path):
     at = start(path)
     assert not at.exception
     assert any("newer than this reader" in e.value for e in at.error)
+
+
+def test_crashed_run_says_so(runs, tmp_path):
+    """A manifest left 'running' by a process that is gone: the summary says crashed, and why."""
+    import socket
+    import subprocess
+    import sys
+    path = tmp_path / "crashed"
+    shutil.copytree(runs / "exp2", path)
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)
+    m = path / manifest_name("chief")
+    m.write_text(json.dumps({**json.loads(m.read_text()), "status": "running", "host": socket.gethostname(),
+                             "pid": gone, "heartbeat_secs": 60}))
+    at = ok(start(path))
+    assert {mt.label: mt.value for mt in at.metric}["Status"] == "crashed"
+    assert any("gone without closing it" in w.value for w in at.warning)

@@ -82,7 +82,8 @@ def test_sigkill_mid_run_leaves_completed_dumps_readable(tmp_path):
         proc.kill()
         proc.wait()
     run = inspector.open_run(run_dir)
-    assert run.status == "running"  # never reached end()
+    assert run.manifest["status"] == "running"  # never reached end()
+    assert run.status == "crashed"  # ... and the reader sees that its process is gone
     assert len(run.steps) >= 5
     for step in run.steps:
         idx = run.samples(step)["index"].to_numpy()

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +96,37 @@ def test_dangling_alias_is_a_damaged_file(tmp_path):
     with pytest.raises(inspector.DamagedFileError, match="step-0000000004.*aliases"):
         run.tensor("b:0", 4)
     assert any("aliases" in p for p in run.problems)
+
+
+def test_status_tells_running_crashed_and_stalled_runs(tmp_path):
+    from inspector.run import worker_status
+    import datetime as dt
+    import socket
+    now = dt.datetime.now(dt.timezone.utc)
+    live = {"status": "running", "host": socket.gethostname(), "pid": os.getpid(), "heartbeat_secs": 60,
+            "updated": now.isoformat()}
+    assert worker_status(live) == "running"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    assert worker_status({**live, "pid": int(gone.stdout)}) == "crashed"  # that process has exited
+    elsewhere = {**live, "host": "another-host", "pid": 1}
+    assert worker_status(elsewhere) == "running"
+    late = (now - dt.timedelta(seconds=60 * 6)).isoformat()  # 6 heartbeats late
+    assert worker_status({**elsewhere, "updated": late}) == "stalled"
+    assert worker_status({**elsewhere, "updated": late, "status": "finished"}) == "finished"
+    assert worker_status({"status": "running", "updated": late}) == "running"  # older runs: no heartbeat
+
+
+def test_live_writer_beats_and_its_run_reads_running(tmp_path):
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, heartbeat_secs=0.02)
+    path = tmp_path / "r" / manifest_name("chief")
+    first = path.stat().st_ino
+    deadline = time.monotonic() + 30
+    while path.stat().st_ino == first and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling for the heartbeat's rewrite, not waiting for luck
+    assert path.stat().st_ino != first, "the writer did not rewrite its manifest"
+    assert inspector.open_run(tmp_path / "r").status == "running"
+    w.close()
+    assert inspector.open_run(tmp_path / "r").status == "finished"
 
 
 def test_query_stats_filters(tmp_path):

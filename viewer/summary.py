@@ -21,6 +21,14 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TiB"
 
 
+STATUS_NOTES = {
+    "crashed": "The training process that wrote this run is gone without closing it (crashed or killed). "
+               "Every completed statistics part and dump is readable; the last steps may be missing.",
+    "stalled": "This run's writer has not written for over 5 heartbeats: its process crashed on another "
+               "machine, or hangs. Every completed file is readable.",
+}
+
+
 def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     m = run.manifest
@@ -41,6 +49,8 @@ def render(ctx: Ctx) -> None:
     c[4].metric("TensorFlow", str(m.get("tensorflow_version") or "–"))
     st.caption(f"created {m.get('created', '?')}, updated {m.get('updated', '?')} "
                f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
+    if run.status in STATUS_NOTES:
+        st.warning(STATUS_NOTES[run.status])
     if run.tensors.empty:
         st.warning("This run's catalog is empty: the hook has not recorded any tensor yet.")
     elif not len(steps):
