@@ -1,7 +1,8 @@
 """TF Inspector viewer: ``streamlit run app.py -- runs/`` (a run, or a folder of runs).
 
 Reads runs only through ``inspector`` (no TensorFlow). The sidebar picks the run and the
-page; each page lives in ``viewer/``. The page is also in the URL (``?page=Distributions``).
+page; each page lives in ``viewer/``. The page and the run are also in the URL
+(``?page=Distributions&run=exp1``).
 The folder can also come from the environment variable ``TF_INSPECTOR_RUNS``.
 """
 from __future__ import annotations
@@ -55,7 +56,8 @@ def sidebar() -> Ctx | None:
         st.error(f"No run in {root!r}: a run is a directory holding manifest.<worker>.json "
                  f"(written by DumpHook). Give a run or a folder of runs in the sidebar.")
         return None
-    path = sb.selectbox("Run", runs, format_func=lambda p: Path(p).name, key="run")
+    by_name = {Path(p).name: p for p in runs}  # the runs directly inside the folder: unique names
+    path = by_name[sb.selectbox("Run", list(by_name), key="run", bind="query-params")]  # ?run=<name>
     sig = data.signature(path)
     if sb.toggle("Auto-refresh (3 s)", key="auto", help="follow a run that is still being written"):
         watch(path, sig)

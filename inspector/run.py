@@ -62,7 +62,6 @@ def open_run(path: str | Path) -> "Run":
     return Run(path)
 
 
-
 def worker_status(manifest: dict, now: float | None = None) -> str:
     """One worker's state from its manifest: its ``status``, or for a 'running' worker whose
     writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""

@@ -133,6 +133,17 @@ def test_page_renders_in_chromium(server, browser, shots, name):
         page.close()
 
 
+def test_url_chooses_the_run(server, browser):
+    """?run=<name> opens that run of the folder (the default would be the first, exp1)."""
+    page = browser.new_page()
+    try:
+        page.goto(f"{server}/?page=Summary&run=exp2", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Run exp2").first.wait_for(timeout=60_000)
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()
+
+
 def test_not_a_run_shows_message(browser, tmp_path):
     """A folder without runs: a clear message in the page, no exception box."""
     port = free_port()
