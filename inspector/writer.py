@@ -83,11 +83,19 @@ class RunWriter:
     def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
-                 strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS) -> None:
+                 strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
+                 dump_threads: int = 2) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
-        rewrites its manifest (``updated``), so readers can tell a crashed run (FORMAT.md)."""
+        rewrites its manifest (``updated``), so readers can tell a crashed run (FORMAT.md).
+        ``queue_size``: dumps waiting to be written (more are dropped and recorded);
+        ``dump_threads``: threads writing dumps, each its own file. Two wrote a ResNet-8 full
+        dump every step with no drops where one dropped 30-50% (the kernel's page-cache and
+        writeback work per write overlaps); memory held is at most queue_size +
+        dump_threads dumps."""
+        if dump_threads < 1:
+            raise ValueError(f"dump_threads={dump_threads} must be >= 1")
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
@@ -99,9 +107,11 @@ class RunWriter:
         self._last_manifest = time.monotonic()
         self.state = WriterState()
         self.error: BaseException | None = None
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)  # statistics, manifest updates, close
+        self._dumps: queue.Queue = queue.Queue(maxsize=queue_size)  # full dumps, for the dump threads
         self._pending_bytes = 0
         self._lock = threading.Lock()
+        self._manifest_lock = threading.Lock()
         self._stats_buffer: list[pa.RecordBatch] = []
         self._last_flush = time.monotonic()
         self._seq = 0
@@ -118,6 +128,10 @@ class RunWriter:
             self.state.bytes_written += atomic_write(self.run_dir / graph_name(self.worker), [graph_def])
         self._write_manifest()
         self._static = self._static_columns() if stats_layout else None
+        self._dump_threads = [threading.Thread(target=self._dump_loop, name=f"tf-inspector-dumps-{worker}-{i}",
+                                               daemon=True) for i in range(dump_threads)]
+        for t in self._dump_threads:
+            t.start()
         self._thread = threading.Thread(target=self._loop, name=f"tf-inspector-writer-{worker}", daemon=True)
         self._thread.start()
 
@@ -140,7 +154,7 @@ class RunWriter:
         with self._lock:
             self._pending_bytes += nbytes
         try:
-            self._queue.put_nowait(_Dump(int(step), dict(arrays), dict(metadata or {}), nbytes))
+            self._dumps.put_nowait(_Dump(int(step), dict(arrays), dict(metadata or {}), nbytes))
         except queue.Full:
             with self._lock:
                 self._pending_bytes -= nbytes
@@ -150,6 +164,8 @@ class RunWriter:
 
     def would_drop(self, nbytes: int) -> str | None:
         """Why a dump of ``nbytes`` would be dropped now, or None. Lets the hook skip the fetch."""
+        if self._dumps.full():
+            return "writer queue full (disk slower than dumps)"
         return self._drop_reason(nbytes)
 
     def record_drop(self, step: int, reason: str, nbytes: int = 0) -> None:
@@ -184,6 +200,7 @@ class RunWriter:
                 item = None
             try:
                 if isinstance(item, tuple) and item[0] == "close":
+                    self._stop_dump_threads()
                     self._flush_stats()
                     self._manifest["status"] = item[1]
                     self._write_manifest()
@@ -194,17 +211,31 @@ class RunWriter:
                 if isinstance(item, tuple) and item[0] == "close":
                     return
 
+    def _dump_loop(self) -> None:
+        """One dump thread: write dumps until the None that close() sends."""
+        while True:
+            item = self._dumps.get()
+            if item is None:
+                return
+            try:
+                if self.error is None:
+                    self._write_dump(item)
+            except BaseException as e:  # the writer must never take training down
+                self._fail(e)
+            finally:
+                with self._lock:
+                    self._pending_bytes -= item.nbytes
+
+    def _stop_dump_threads(self) -> None:
+        for _ in self._dump_threads:
+            self._dumps.put(None)  # after every queued dump: FIFO
+        for t in self._dump_threads:
+            t.join()
+
     def _handle(self, item: Any) -> None:
         if isinstance(item, _Stats):
             self._stats_buffer.append(self._stats_batch(item))
             self.state.stats_rows += len(item.values)
-        elif isinstance(item, _Dump):
-            try:
-                if self.error is None:
-                    self._write_dump(item)
-            finally:
-                with self._lock:
-                    self._pending_bytes -= item.nbytes
         elif isinstance(item, tuple) and item[0] == "manifest":
             self._manifest.update(item[1])
             self._write_manifest()
@@ -277,7 +308,8 @@ class RunWriter:
 
     def _write_manifest(self) -> None:
         self._last_manifest = time.monotonic()
-        with self._lock:
-            self._manifest.update(updated=now_iso(), bytes_written=self.state.bytes_written,
-                                  dumps_written=self.state.dumps, dropped=list(self.state.dropped))
-        write_json(self.run_dir / manifest_name(self.worker), self._manifest)
+        with self._manifest_lock:  # the main thread and a failing dump thread may both write it
+            with self._lock:
+                self._manifest.update(updated=now_iso(), bytes_written=self.state.bytes_written,
+                                      dumps_written=self.state.dumps, dropped=list(self.state.dropped))
+            write_json(self.run_dir / manifest_name(self.worker), self._manifest)

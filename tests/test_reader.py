@@ -275,3 +275,20 @@ def test_writer_fsyncs_manifest_always_and_data_files_only_when_asked(tmp_path, 
     assert len(data) == (2 if fsync else 0)
     run = inspector.open_run(tmp_path / "r")  # either way, complete and readable
     assert run.steps == [1] and not run.problems and len(run.stats) == 1
+
+
+def test_parallel_dump_threads_write_every_dump_and_count_them(tmp_path):
+    """Several dump threads: every queued dump lands whole, close() waits for all of them,
+    and the manifest's totals add up."""
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, queue_size=16, dump_threads=3)
+    rng = np.random.default_rng(3)
+    sent = {s: rng.normal(size=(64, 256)).astype(np.float32) for s in range(1, 11)}
+    for s, a in sent.items():
+        assert w.add_dump(s, {"forward/a:0": a})
+    w.close()
+    run = inspector.open_run(tmp_path / "r")
+    assert run.steps == list(sent) and run.manifest["dumps_written"] == len(sent)
+    for s, a in sent.items():
+        np.testing.assert_array_equal(run.dump_array(s, "forward/a:0"), a)
+    with pytest.raises(ValueError, match="dump_threads=0"):
+        RunWriter(tmp_path / "r2", manifest={"tensors": []}, dump_threads=0)
