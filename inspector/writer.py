@@ -1,8 +1,8 @@
-"""Background writer of a run directory: a bounded queue, one thread, atomic files.
+"""Background writer of a run directory: bounded queues, background threads, atomic files.
 
-The training loop only enqueues numpy arrays; the thread turns them into Parquet parts and
-safetensors files. A dump that would overflow the queue or the byte budget is dropped and
-recorded in the manifest instead of blocking training. Any error in the thread is logged
+The training loop only enqueues numpy arrays; background threads turn them into Parquet parts
+and safetensors files. A dump that would overflow the queue or the byte budget is dropped and
+recorded in the manifest instead of blocking training. Any error in a writer thread is logged
 once; the writer then stops writing (or, with ``strict=True``, re-raises in the caller).
 
 Example (TensorFlow-free; the hook does this for you)::
@@ -78,7 +78,8 @@ class WriterState:
 
 
 class RunWriter:
-    """Owns one worker's files in a run directory and writes them from a background thread."""
+    """Owns one worker's files in a run directory and writes them from background threads: one
+    for statistics and the manifest (in order), ``dump_threads`` for full dumps."""
 
     def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
