@@ -177,7 +177,8 @@ def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
 
 def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.Tensor,
                  gid: tf.Tensor | None) -> tf.Tensor:
-    """The output row of each data row: its item's pos/neg/pad row (batched) or its all row."""
+    """The output row of each data row: its item's pos/neg/pad row (batched) or its all row
+    (the stock-op path; the fused kernel returns the same ids itself)."""
     base = tf.gather(tf.constant(np.asarray(lay.base, np.int32)), item)
     batched = np.asarray([it.batched for it in items])
     if gid is None or not batched.any():
@@ -191,10 +192,9 @@ def _native_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, lib):
     lay = _Layout(items)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
     groups = 1 - tf.cast(gid, tf.int32) if gid is not None else tf.zeros([0], tf.int32)  # 0 pos, 1 neg
-    moments, item, sample, hist = lib.inspector_stats(
+    moments, leaf, hist = lib.inspector_stats(  # leaf: each row's output row, as _leaf_of_row
         xs, groups, batched=batched, base=lay.base, leaves=lay.n_out, bins=bins,
         max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
-    leaf = _leaf_of_row(lay, items, item, sample, gid)
     e_r, c_r, mean_r, m2_r, mn_r, mx_r, z_r, nan_r = tf.unstack(moments, 8, axis=1)
 
     def to_leaves(v, op=tf.math.unsorted_segment_sum):

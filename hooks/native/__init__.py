@@ -12,7 +12,7 @@ Example::
     from hooks import native
     lib = native.library()          # None -> stock-op statistics
     if lib is not None:
-        moments, item, sample, hist = lib.inspector_stats(
+        moments, leaf, hist = lib.inspector_stats(
             [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=65536, block=64)
 """
 from __future__ import annotations
@@ -45,10 +45,8 @@ def cache_dir() -> Path:
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return shutil.which(name)
-    return None
+    found = (shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++") if name)
+    return next((path for path in found if path), None)
 
 
 def _command(cxx: str, out: Path) -> list[str]:

@@ -7,13 +7,13 @@
 // still in cache; threads take whole tensors.
 //
 // InspectorStats(xs, groups; batched, base, leaves, bins, max_elements, block)
-//     -> moments [R, 8], item [R], sample [R], hist [leaves, bins]
+//     -> moments [R, 8], leaf [R], hist [leaves, bins]
 //   Every tensor is split in rows: one per sample (dim 0) if batched, else one. Per row:
 //   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans]
 //   over its finite values (mean 0, m2 0, min +inf, max -inf when none are finite).
-//   item/sample: which input and which sample each row is.
-//   Histograms: a row of input i counts into leaf base[i] (unbatched) or base[i] + 1 +
-//   groups[sample] (batched; 2 for samples past groups' length): the finite values of its
+//   leaf: the output row each row belongs to: base[i] for a row of unbatched input i, base[i]
+//   + 1 + groups[sample] for a sample of a batched one (2 for samples past groups' length).
+//   Histograms: each row counts into its leaf's histogram the finite values of its
 //   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
 //   of `block`), over the tensor's finite [min, max] (numpy's widening when empty or flat).
@@ -37,8 +37,7 @@ REGISTER_OP("InspectorStats")
     .Input("xs: T")
     .Input("groups: int32")
     .Output("moments: double")
-    .Output("item: int32")
-    .Output("sample: int32")
+    .Output("leaf: int32")
     .Output("hist: int32")
     .Attr("T: list({half, bfloat16, float, double})")
     .Attr("batched: list(bool)")
@@ -53,8 +52,7 @@ REGISTER_OP("InspectorStats")
       TF_RETURN_IF_ERROR(c->GetAttr("bins", &bins));
       c->set_output(0, c->Matrix(c->UnknownDim(), 8));
       c->set_output(1, c->Vector(c->UnknownDim()));
-      c->set_output(2, c->Vector(c->UnknownDim()));
-      c->set_output(3, c->Matrix(leaves, bins));
+      c->set_output(2, c->Matrix(leaves, bins));
       return absl::OkStatus();
     });
 
@@ -84,24 +82,43 @@ struct Moments {
   }
 };
 
+// Arithmetic type of a tensor type: float (double for double tensors). Histogram values are
+// binned in it with one multiply: a value within a rounding step of a bin edge may land one
+// bin away from numpy's.
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
+template <typename T> using Acc = typename AccOf<T>::type;
+
+// fn(typed pointer to the row's first element), for every dtype the op accepts.
+template <typename Fn>
+void with_typed(const Row& r, Fn fn) {
+  switch (r.dtype) {
+    case DT_FLOAT: fn(static_cast<const float*>(r.data)); break;
+    case DT_DOUBLE: fn(static_cast<const double*>(r.data)); break;
+    case DT_HALF: fn(static_cast<const Eigen::half*>(r.data)); break;
+    case DT_BFLOAT16: fn(static_cast<const bfloat16*>(r.data)); break;
+    default: break;  // the op's type constraint admits no other
+  }
+}
+
 // Moments of values[0, len): one vectorised pass; a slow masked pass only if a value is
 // NaN/Inf (or the squares overflow: still exact).
-template <typename T, typename Acc>
+template <typename T, typename A = Acc<T>>
 Moments chunk_moments(const T* v, int64_t len) {
   // Sums of deviations from a pivot (the chunk's first value): one pass, and no cancellation
   // in m2 = s2 - s1^2 / n as long as the pivot is within a few std of the mean.
-  const Acc pivot = len > 0 ? static_cast<Acc>(v[0]) : Acc(0);
-  Acc s1 = 0, s2 = 0, zeros = 0;  // zeros: exact, a chunk has at most kChunk elements
-  Acc mn = std::numeric_limits<Acc>::infinity(), mx = -std::numeric_limits<Acc>::infinity();
+  const A pivot = len > 0 ? static_cast<A>(v[0]) : A(0);
+  A s1 = 0, s2 = 0, zeros = 0;  // zeros: exact, a chunk has at most kChunk elements
+  A mn = std::numeric_limits<A>::infinity(), mx = -std::numeric_limits<A>::infinity();
 #pragma omp simd reduction(+ : s1, s2, zeros) reduction(min : mn) reduction(max : mx)
   for (int64_t i = 0; i < len; ++i) {
-    const Acc x = static_cast<Acc>(v[i]);
-    const Acc d = x - pivot;
+    const A x = static_cast<A>(v[i]);
+    const A d = x - pivot;
     s1 += d;
     s2 += d * d;
     mn = x < mn ? x : mn;
     mx = x > mx ? x : mx;
-    zeros += x == Acc(0) ? Acc(1) : Acc(0);
+    zeros += x == A(0) ? A(1) : A(0);
   }
   Moments m;
   m.zeros = static_cast<double>(zeros);
@@ -117,7 +134,7 @@ Moments chunk_moments(const T* v, int64_t len) {
   // Slow path: mask NaN/Inf (also taken when a finite sum overflowed: still exact).
   double s = 0, n = 0;
   for (int64_t i = 0; i < len; ++i) {
-    const double x = static_cast<double>(static_cast<Acc>(v[i]));
+    const double x = static_cast<double>(static_cast<A>(v[i]));
     if (std::isnan(x)) { m.nans += 1; continue; }
     if (!std::isfinite(x)) continue;
     s += x;
@@ -129,40 +146,20 @@ Moments chunk_moments(const T* v, int64_t len) {
     m.n = n;
     m.mean = s / n;
     for (int64_t i = 0; i < len; ++i) {
-      const double x = static_cast<double>(static_cast<Acc>(v[i]));
+      const double x = static_cast<double>(static_cast<A>(v[i]));
       if (std::isfinite(x)) m.m2 += (x - m.mean) * (x - m.mean);
     }
   }
   return m;
 }
 
-Moments moments_of(const Row& r, int64_t begin, int64_t len) {
-  switch (r.dtype) {
-    case DT_FLOAT:
-      return chunk_moments<float, float>(static_cast<const float*>(r.data) + begin, len);
-    case DT_DOUBLE:
-      return chunk_moments<double, double>(static_cast<const double*>(r.data) + begin, len);
-    case DT_HALF:
-      return chunk_moments<Eigen::half, float>(static_cast<const Eigen::half*>(r.data) + begin, len);
-    case DT_BFLOAT16:
-      return chunk_moments<bfloat16, float>(static_cast<const bfloat16*>(r.data) + begin, len);
-    default:
-      return Moments();
-  }
-}
-
-// Values are binned in float (double for double tensors) with one multiply: the bin of a
-// value within a rounding step of an edge may differ from numpy's, by one.
-template <typename T> struct BinT { using type = float; };
-template <> struct BinT<double> { using type = double; };
-
 constexpr int64_t kLanes = 4;  // interleaved sub-histograms: no store-to-load stall on repeats
 
 // Bin len values (every `step`-th from v) into hist[kLanes][bins + 1] (slot bins: NaN/Inf).
 template <typename T>
-void bin_values(const T* v, int64_t len, int64_t step, typename BinT<T>::type lo,
-                typename BinT<T>::type scale, int bins, int32_t* hist) {
-  using F = typename BinT<T>::type;
+void bin_values(const T* v, int64_t len, int64_t step, Acc<T> lo,
+                Acc<T> scale, int bins, int32_t* hist) {
+  using F = Acc<T>;
   int32_t idx[64];
   const F top = static_cast<F>(bins - 1);
   for (int64_t start = 0; start < len; start += 64) {
@@ -189,7 +186,7 @@ void bin_values(const T* v, int64_t len, int64_t step, typename BinT<T>::type lo
 template <typename T>
 void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
              int32_t* hist) {
-  using F = typename BinT<T>::type;
+  using F = Acc<T>;
   std::vector<int32_t> lanes(kLanes * (bins + 1), 0);
   const F flo = static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
   if (size % block == 0) {
@@ -204,21 +201,17 @@ void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo,
 // Moments of one row: chunks of kChunk elements merged in double.
 Moments row_moments(const Row& row) {
   Moments acc;
-  for (int64_t start = 0; start < row.size; start += kChunk)
-    acc.merge(moments_of(row, start, std::min(kChunk, row.size - start)));
+  with_typed(row, [&](auto* v) {
+    for (int64_t start = 0; start < row.size; start += kChunk)
+      acc.merge(chunk_moments(v + start, std::min(kChunk, row.size - start)));
+  });
   return acc;
 }
 
 void bin_any(const Row& row, double lo, double hi, int bins, int64_t max_elements, int64_t block,
              int32_t* hist) {
   const int64_t stride = std::max<int64_t>(1, (row.tensor_size + max_elements - 1) / max_elements);
-  switch (row.dtype) {
-    case DT_FLOAT: bin_row(static_cast<const float*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
-    case DT_DOUBLE: bin_row(static_cast<const double*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
-    case DT_HALF: bin_row(static_cast<const Eigen::half*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
-    case DT_BFLOAT16: bin_row(static_cast<const bfloat16*>(row.data), row.size, stride, block, lo, hi, bins, hist); break;
-    default: break;
-  }
+  with_typed(row, [&](auto* v) { bin_row(v, row.size, stride, block, lo, hi, bins, hist); });
 }
 
 class StatsOp : public OpKernel {
@@ -251,7 +244,7 @@ class StatsOp : public OpKernel {
     // Rows of every input, and where each input's rows start.
     std::vector<Row> rows;
     std::vector<int64_t> first_row(xs.size() + 1, 0);
-    std::vector<int32_t> item, sample;
+    std::vector<int32_t> leaf;  // the output row of each row
     for (int i = 0; i < xs.size(); ++i) {
       const Tensor& x = xs[i];
       const bool b = batched_[i] && x.dims() >= 1;
@@ -260,15 +253,15 @@ class StatsOp : public OpKernel {
       const char* data = static_cast<const char*>(x.data());
       for (int64_t s = 0; s < n; ++s) {
         rows.push_back(Row{data + s * per * DataTypeSize(x.dtype()), x.dtype(), per, size});
-        item.push_back(i);
-        sample.push_back(static_cast<int32_t>(s));
+        leaf.push_back(static_cast<int32_t>(
+            b ? base_[i] + 1 + (s < n_groups ? groups[s] : 2) : base_[i]));
       }
       first_row[i + 1] = rows.size();
     }
     const int64_t R = rows.size();
     Tensor *moments = nullptr, *hist = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({R, 8}), &moments));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({leaves_, bins_}), &hist));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({leaves_, bins_}), &hist));
     double* m = moments->flat<double>().data();
     int32_t* h = hist->flat<int32_t>().data();
     std::fill(h, h + leaves_ * bins_, 0);
@@ -287,22 +280,17 @@ class StatsOp : public OpKernel {
         // numpy's range convention, as fast_stats._hist_range
         double lo = all.n > 0 ? all.mn : 0.0, hi = all.n > 0 ? all.mx : 1.0;
         if (!(hi > lo)) { lo -= 0.5; hi += 0.5; }
-        for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r) {
-          int64_t leaf = base_[i];
-          if (batched_[i]) leaf += 1 + (sample[r] < n_groups ? groups[sample[r]] : 2);
-          bin_any(rows[r], lo, hi, bins_, max_elements_, block_, h + leaf * bins_);
-        }
+        for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r)
+          bin_any(rows[r], lo, hi, bins_, max_elements_, block_, h + int64_t{leaf[r]} * bins_);
       }
     };
-    const int64_t total = first_row.empty() ? 0 : [&] { int64_t t = 0; for (auto& r : rows) t += r.size; return t; }();
+    int64_t total = 0;
+    for (const Row& r : rows) total += r.size;
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
     Shard(pool->num_threads, pool->workers, xs.size(), 4 * (1 + total / std::max<int64_t>(1, xs.size())), work);
-    for (int k = 1; k <= 2; ++k) {
-      Tensor* ids = nullptr;
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(k, TensorShape({R}), &ids));
-      const std::vector<int32_t>& src = k == 1 ? item : sample;
-      std::copy(src.begin(), src.end(), ids->flat<int32_t>().data());
-    }
+    Tensor* leaf_out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({R}), &leaf_out));
+    std::copy(leaf.begin(), leaf.end(), leaf_out->flat<int32_t>().data());
   }
 
  private:
