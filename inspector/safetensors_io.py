@@ -50,14 +50,25 @@ def _chunks(header: bytes, arrays: Mapping[str, np.ndarray]) -> Iterator[bytes |
             yield memoryview(np.ascontiguousarray(arr)).cast("B")
 
 
+class Encoded:
+    """Arrays ready to write: little-endian, with their header. ``size`` is the file's exact
+    size, known before writing (the writer's byte budget checks it when a dump is queued)."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> None:
+        self.arrays = {k: (v.astype(v.dtype.newbyteorder("<")) if v.dtype.byteorder == ">" else v)
+                       for k, v in arrays.items()}
+        self.header = header_for(self.arrays, metadata)
+        self.size = len(self.header) + sum(a.nbytes for a in self.arrays.values())
+
+    def write(self, path: Path, fsync: bool = True) -> int:
+        """Atomically write to ``path`` (fsync: see ``format.atomic_write``); returns the file size."""
+        return atomic_write(Path(path), _chunks(self.header, self.arrays), fsync=fsync, size=self.size)
+
+
 def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
           fsync: bool = True) -> int:
     """Atomically write ``arrays`` to ``path`` (fsync: see ``format.atomic_write``); returns the file size."""
-    arrays = {k: (v.astype(v.dtype.newbyteorder("<")) if v.dtype.byteorder == ">" else v)
-              for k, v in arrays.items()}
-    header = header_for(arrays, metadata)
-    size = len(header) + sum(a.nbytes for a in arrays.values())
-    return atomic_write(Path(path), _chunks(header, arrays), fsync=fsync, size=size)
+    return Encoded(arrays, metadata).write(path, fsync)
 
 
 def read_header(path: Path) -> tuple[dict, int]:

@@ -64,9 +64,11 @@ class _Stats:
 @dataclass
 class _Dump:
     step: int
-    arrays: dict
-    metadata: dict
-    nbytes: int
+    data: safetensors_io.Encoded
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.size
 
 
 @dataclass
@@ -146,8 +148,10 @@ class RunWriter:
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bool:
         """Queue a full dump; returns False (and records why) if it was dropped."""
         self._raise_if_strict()
-        # File size exactly: header plus data, so the budget bounds what lands on disk.
-        nbytes = len(safetensors_io.header_for(arrays, metadata)) + sum(a.nbytes for a in arrays.values())
+        # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
+        meta = {"step": str(step), "worker": self.worker, "format_version": str(FORMAT_VERSION), **(metadata or {})}
+        data = safetensors_io.Encoded(arrays, meta)
+        nbytes = data.size
         reason = self._drop_reason(nbytes)
         if reason:
             self.record_drop(step, reason, nbytes)
@@ -155,7 +159,7 @@ class RunWriter:
         with self._lock:
             self._pending_bytes += nbytes
         try:
-            self._dumps.put_nowait(_Dump(int(step), dict(arrays), dict(metadata or {}), nbytes))
+            self._dumps.put_nowait(_Dump(int(step), data))
         except queue.Full:
             with self._lock:
                 self._pending_bytes -= nbytes
@@ -269,8 +273,7 @@ class RunWriter:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
-        meta = {"step": str(d.step), "worker": self.worker, "format_version": str(FORMAT_VERSION), **d.metadata}
-        size = safetensors_io.write(self.run_dir / dump_name(self.worker, d.step), d.arrays, meta, fsync=self.fsync)
+        size = d.data.write(self.run_dir / dump_name(self.worker, d.step), fsync=self.fsync)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1

@@ -292,3 +292,19 @@ def test_parallel_dump_threads_write_every_dump_and_count_them(tmp_path):
         np.testing.assert_array_equal(run.dump_array(s, "forward/a:0"), a)
     with pytest.raises(ValueError, match="dump_threads=0"):
         RunWriter(tmp_path / "r2", manifest={"tensors": []}, dump_threads=0)
+
+
+def test_byte_budget_counts_the_exact_file_size(tmp_path):
+    """The size a queued dump is charged is its file's size, writer metadata included: a budget
+    one byte short of the file drops it, an exact one keeps it."""
+    a = {"forward/a:0": np.ones((4, 5), np.float32)}
+    w = RunWriter(tmp_path / "free", manifest={"tensors": []})
+    assert w.add_dump(7, a, {"aliases": "{}"})
+    w.close()
+    size = (tmp_path / "free" / dump_name("chief", 7)).stat().st_size
+    for budget, kept in ((size - 1, False), (size, True)):
+        w = RunWriter(tmp_path / f"b{budget}", manifest={"tensors": []}, max_bytes=budget)
+        assert w.add_dump(7, a, {"aliases": "{}"}) is kept
+        w.close()
+        dropped = inspector.open_run(tmp_path / f"b{budget}").dropped
+        assert (list(dropped["bytes"]) == [size]) if not kept else dropped.empty
