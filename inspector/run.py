@@ -93,6 +93,24 @@ def _alive(pid: int) -> bool:
     return True
 
 
+
+def _aliases(path: Path, header: dict) -> dict[str, str]:
+    """{alias key: stored key} from a dump header's metadata; DamagedFileError if they dangle."""
+    raw = header.get("__metadata__", {}).get(ALIASES_KEY)
+    if not raw:
+        return {}
+    try:
+        aliases = json.loads(raw)
+        ok = isinstance(aliases, dict) and all(
+            isinstance(k, str) and isinstance(v, str) and v in header and v != "__metadata__"
+            for k, v in aliases.items())
+    except ValueError:
+        ok = False
+    if not ok:
+        raise DamagedFileError(f"damaged dump file {path}: its {ALIASES_KEY!r} metadata does not name arrays "
+                               f"of the file")
+    return aliases
+
 @dataclass(frozen=True)
 class DumpFile:
     worker: str
@@ -111,6 +129,7 @@ class Run:
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
         self._headers: dict[Path, tuple[dict, int]] = {}
+        self._alias_maps: dict[Path, dict[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, workers={list(self.manifests)})"
@@ -307,9 +326,12 @@ class Run:
         raise NoDumpError(f"step {step} has no dump from worker {worker!r}; it has {[f.worker for f in files]}")
 
     def _header(self, path: Path) -> tuple[dict, int]:
+        """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
         if path not in self._headers:
             try:
-                self._headers[path] = safetensors_io.read_header(path)
+                header, start = safetensors_io.read_header(path)
+                self._alias_maps[path] = _aliases(path, header)
+                self._headers[path] = header, start
             except DamagedFileError as e:
                 if str(e) not in self.problems:
                     self.problems.append(str(e))
@@ -317,25 +339,9 @@ class Run:
         return self._headers[path]
 
     def _aliases(self, path: Path) -> dict[str, str]:
-        """{alias key: stored key} of a dump file (format.ALIASES_KEY); damaged if they dangle."""
-        header = self._header(path)[0]
-        raw = header.get("__metadata__", {}).get(ALIASES_KEY)
-        if not raw:
-            return {}
-        try:
-            aliases = json.loads(raw)
-            ok = isinstance(aliases, dict) and all(
-                isinstance(k, str) and isinstance(v, str) and v in header and v != "__metadata__"
-                for k, v in aliases.items())
-        except ValueError:
-            ok = False
-        if not ok:
-            e = DamagedFileError(f"damaged dump file {path}: its {ALIASES_KEY!r} metadata does not name "
-                                 f"arrays of the file")
-            if str(e) not in self.problems:
-                self.problems.append(str(e))
-            raise e
-        return aliases
+        """{alias key: stored key} of a dump file (format.ALIASES_KEY)."""
+        self._header(path)
+        return self._alias_maps[path]
 
     def dump_keys(self, step: int, worker: str | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
