@@ -209,7 +209,7 @@ def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Te
 
 
 # ---- in-graph statistics -----------------------------------------------------------------
-def _segments(n: tf.Tensor, gid: tf.Tensor | None) -> tuple[tf.Tensor, int]:
+def segments(n: tf.Tensor, gid: tf.Tensor | None) -> tuple[tf.Tensor, int]:
     """Segment id per sample: 0 positive, 1 negative, 2 padding (a tensor whose batch differs)."""
     if gid is None:
         return tf.zeros([n], tf.int32), 1
@@ -232,7 +232,7 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     f64 = tf.float64
     n = tf.shape(x)[0] if gid is not None else tf.constant(1)
     xr = tf.reshape(x, tf.stack([n, -1]))
-    seg, nseg = _segments(n, gid)
+    seg, nseg = segments(n, gid)
     finite = tf.math.is_finite(xr)
     xf = tf.where(finite, xr, tf.zeros_like(xr))
     per_elems = tf.cast(tf.shape(xr)[1], f64)

@@ -35,7 +35,7 @@ from inspector import format as fmt
 from inspector.format import GROUPS
 
 from . import native
-from .capture import value_source
+from .capture import segments, value_source
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
 SMALL_MAX = 1 << 15
@@ -120,11 +120,6 @@ def _hist_range(mn, mx, c):
     has = c > 0
     lo, hi = tf.where(has, mn, tf.zeros_like(mn)), tf.where(has, mx, tf.ones_like(mx))
     return tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
-
-
-def _segment_of_sample(n: tf.Tensor, gid: tf.Tensor) -> tf.Tensor:
-    """0 positive, 1 negative, 2 padding (samples past the labels' batch)."""
-    return tf.concat([1 - gid, tf.fill([n], 2)], 0)[:n]
 
 
 # ---- output rows: leaves (one group of one item) combine into each batched item's all row --
@@ -315,10 +310,7 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
     mean_r = tf.cast(f["pivot"], F64) + s1 / tf.maximum(e, 1.0)
     m2_r = tf.maximum(s2 - tf.square(s1) / tf.maximum(e, 1.0), 0.0)
     mn_r, mx_r, z_r = (tf.cast(f[k], F64) for k in ("mn", "mx", "zeros"))
-    if it.batched:
-        seg, nseg = _segment_of_sample(n, gid), 3
-    else:
-        seg, nseg = tf.zeros([n], tf.int32), 1
+    seg, nseg = segments(n, gid if it.batched else None)
     ones = tf.ones_like(s1)
 
     def ssum(v):
