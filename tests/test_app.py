@@ -259,7 +259,7 @@ def test_damaged_files_every_page(runs, tmp_path, page):
 def test_damaged_manifest_is_a_message(tmp_path):
     run = tmp_path / "bad"
     run.mkdir()
-    (run / manifest_name("chief")).write_text("{not json")
+    (run / manifest_name("chief", 1)).write_text("{not json")
     at = start(run)
     assert not at.exception
     assert any("damaged" in e.value for e in at.error)
@@ -268,7 +268,7 @@ def test_damaged_manifest_is_a_message(tmp_path):
 def test_newer_format_is_a_message(runs, tmp_path):
     path = tmp_path / "future"
     shutil.copytree(runs / "exp2", path)
-    m = path / manifest_name("chief")
+    m = path / manifest_name("chief", 1)
     m.write_text(json.dumps({**json.loads(m.read_text()), "format_version": 99}))
     at = start(path)
     assert not at.exception
@@ -284,7 +284,7 @@ def test_crashed_run_says_so(runs, tmp_path):
     shutil.copytree(runs / "exp2", path)
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout)
-    m = path / manifest_name("chief")
+    m = path / manifest_name("chief", 1)
     m.write_text(json.dumps({**json.loads(m.read_text()), "status": "running", "host": socket.gethostname(),
                              "pid": gone, "heartbeat_secs": 60}))
     at = ok(start(path))
