@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -113,6 +114,7 @@ class Run:
                                f"(it holds manifest.<worker>.s<session>.json files)")
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
+        self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
         self._headers: dict[Path, tuple[dict, int]] = {}
         self._alias_maps: dict[Path, dict[str, str]] = {}
 
@@ -150,7 +152,9 @@ class Run:
 
     def refresh(self) -> "Run":
         """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
+        view = self._view
         self.__init__(self.path)
+        self._view = view
         for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
             self.__dict__.pop(attr, None)
         return self
@@ -173,6 +177,29 @@ class Run:
         if chiefs:
             return chiefs[0]
         return next(iter(names)) if len(names) == 1 else None
+
+    def view(self, mode: str = "train", worker: str | None = None, batch: int | None = None) -> "Run":
+        """This run with other defaults for every query: ``mode`` (train, eval, predict, 'all'),
+        ``worker`` (a name, 'all', None: the default worker) and ``batch`` (an eval/predict
+        batch index; None: every batch). Shares the file caches; statistics are re-read.
+
+        Example::
+
+            ev = run.view(mode="eval", batch=0)
+            ev.stats, ev.steps, ev.tensor("conv1/Relu:0", 200)
+        """
+        self._check_mode(mode)
+        if worker not in (None, ALL):
+            self._workers_for(worker)  # raises for a worker that wrote nothing
+        out = copy.copy(self)
+        out.__dict__.pop("stats", None)
+        out._view = {"mode": mode, "worker": worker, "batch": batch}
+        return out
+
+    def _where(self, mode: str | None, worker: str | None, batch: int | None = None) -> tuple[str, str | None, int | None]:
+        """The explicit arguments, else this view's defaults."""
+        v = self._view
+        return (mode or v["mode"], worker or v["worker"], v["batch"] if batch is None else batch)
 
     def _latest(self, worker: str | None = None, mode: str | None = None) -> dict | None:
         keys = [k for k, m in self.manifests.items()
@@ -282,10 +309,11 @@ class Run:
     def _selected(self, items: Iterable[tuple[str, int, Any]], mode: str | None, worker: str | None,
                   session: int | str | None) -> list[tuple[str, int, Any]]:
         """The (worker, session, item) triples of the chosen workers, mode and session."""
+        mode, worker, _ = self._where(mode, worker)
         self._check_mode(mode)
         workers = self._workers_for(worker)
         out = [(w, s, x) for w, s, x in items if w in workers
-               and (mode in (None, ALL) or self._mode_of(w, s) == mode)
+               and (mode == ALL or self._mode_of(w, s) == mode)
                and (session in (None, ALL) or s == session)]
         if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
             raise InspectorError(f"no session {session} in {self.path}; sessions: {sorted({s for _, s in self.manifests})}")
@@ -310,13 +338,17 @@ class Run:
             return None
         return _with_identity(t, worker, session, self._mode_of(worker, session))
 
-    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = "train",
-                    worker: str | None = None, session: int | str | None = None) -> pa.Table:
+    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = None,
+                    worker: str | None = None, session: int | str | None = None,
+                    batch: int | None = None) -> pa.Table:
         files = self._selected(self._stats_files, mode, worker, session)
+        batch = self._where(mode, worker, batch)[2]
         v1_cols = None if columns is None else [c for c in columns if c == "step" or c not in _IDENTITY]
         parts: dict[tuple[str, int], list[pa.Table]] = {}
         for w, s, p in files:
             t = self._read_part(w, s, p, v1_cols if s == 0 else columns, filters)  # session 0: version 1
+            if t is not None and batch is not None:
+                t = t.filter(pc.equal(t.column("batch"), batch))
             if t is not None and t.num_rows:
                 parts.setdefault((w, s), []).append(t)
         if session is None:
@@ -340,14 +372,16 @@ class Run:
 
     def query_stats(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                     kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                    columns: Sequence[str] | None = None, *, mode: str | None = "train",
-                    worker: str | None = None, session: int | str | None = None) -> pd.DataFrame:
+                    columns: Sequence[str] | None = None, *, mode: str | None = None,
+                    worker: str | None = None, session: int | str | None = None,
+                    batch: int | None = None) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
         ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
         or None for the default worker (:attr:`default_worker`). ``session``: None merges
         sessions (the later session wins a step recorded twice), an int reads that session
-        only, 'all' keeps every session's rows.
+        only, 'all' keeps every session's rows. ``batch``: only that eval/predict batch.
+        Defaults come from :meth:`view` (train, the default worker, every batch).
 
         Example::
 
@@ -355,12 +389,13 @@ class Run:
             run.query_stats(mode="eval", columns=["mean"])      # one row per eval batch
         """
         return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
-                                                      worker=worker, session=session))
+                                                      worker=worker, session=session, batch=batch))
 
     def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                           kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                          columns: Sequence[str] | None = None, *, mode: str | None = "train",
-                          worker: str | None = None, session: int | str | None = None) -> pa.Table:
+                          columns: Sequence[str] | None = None, *, mode: str | None = None,
+                          worker: str | None = None, session: int | str | None = None,
+                          batch: int | None = None) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
         filters = []
         if tensors is not None:
@@ -374,7 +409,7 @@ class Run:
             filters.append(("group", "in", list(groups)))
         if columns is not None:
             columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
-        return self._read_stats(columns, filters or None, mode, worker, session)
+        return self._read_stats(columns, filters or None, mode, worker, session, batch)
 
     @staticmethod
     def _to_pandas(table: pa.Table) -> pd.DataFrame:
@@ -387,13 +422,13 @@ class Run:
         return df
 
     def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
-                  mode: str = "train", worker: str | None = None, session: int | None = None,
-                  batch: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                  mode: str | None = None, worker: str | None = None, session: int | None = None,
+                  batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Bin edges and counts of the in-graph histogram of ``tensor`` at ``step``. Raises
         InspectorError when the choice is ambiguous (rows of several workers: pass ``worker=``)."""
         df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
                               columns=["hist_lo", "hist_hi", "histogram"], mode=mode, worker=worker, session=session)
-        df = df[df["batch"] == batch]
+        df = df[df["batch"] == (self._where(mode, worker, batch)[2] or 0)]
         if df.empty:
             have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode, worker=worker,
                                     session=session)["step"].unique()
@@ -416,7 +451,7 @@ class Run:
                     out.append(DumpFile(*ids, p))
         return out
 
-    def dump_index(self, *, mode: str | None = "train", worker: str | None = None,
+    def dump_index(self, *, mode: str | None = None, worker: str | None = None,
                    session: int | str | None = None) -> dict[tuple[int, int], list[DumpFile]]:
         """{(step, batch): dump files} of the chosen mode, workers and sessions; a step two
         sessions of one worker dumped keeps the later session's (unless ``session=``)."""
@@ -436,14 +471,16 @@ class Run:
         """Training steps with a full dump (default worker, sessions merged), sorted."""
         return self.dump_steps()
 
-    def dump_steps(self, *, mode: str | None = "train", worker: str | None = None,
+    def dump_steps(self, *, mode: str | None = None, worker: str | None = None,
                    session: int | str | None = None) -> list[int]:
         """Steps with a full dump of the chosen mode, worker and session, sorted."""
         return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker, session=session)})
 
-    def _dump(self, step: int, worker: str | None, mode: str = "train", batch: int = 0,
+    def _dump(self, step: int, worker: str | None, mode: str | None = None, batch: int | None = None,
               session: int | str | None = None) -> DumpFile:
         index = self.dump_index(mode=mode, worker=worker, session=session)
+        mode, _, batch = self._where(mode, worker, batch)
+        batch = batch or 0
         files = index.get((int(step), int(batch)))
         if not files:
             others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get((int(step), int(batch)), [])})
@@ -476,13 +513,13 @@ class Run:
         self._header(path)
         return self._alias_maps[path]
 
-    def dump_keys(self, step: int, worker: str | None = None, *, mode: str = "train", batch: int = 0,
+    def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                   session: int | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
         f = self._dump(step, worker, mode, batch, session)
         return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
 
-    def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str = "train", batch: int = 0,
+    def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                    session: int | None = None) -> np.ndarray:
         """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
         f = self._dump(step, worker, mode, batch, session)
@@ -493,7 +530,7 @@ class Run:
         return safetensors_io.load(f.path, key, header, start)
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
-               mode: str = "train", batch: int = 0, session: int | None = None) -> np.ndarray:
+               mode: str | None = None, batch: int | None = None, session: int | None = None) -> np.ndarray:
         """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
 
         For a batched tensor only the samples kept by the sample budget are there; see
@@ -510,7 +547,7 @@ class Run:
             raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r}; see run.dump_keys({step})")
         return self.dump_array(step, key, worker, **where)
 
-    def samples(self, step: int, worker: str | None = None, *, mode: str = "train", batch: int = 0,
+    def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                 session: int | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row, and the
         worker and session that wrote them."""
@@ -529,7 +566,7 @@ class Run:
         df.insert(0, "worker", f.worker)
         return df
 
-    def dump_metadata(self, step: int, worker: str | None = None, *, mode: str = "train", batch: int = 0,
+    def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                       session: int | None = None) -> dict:
         return dict(self._header(self._dump(step, worker, mode, batch, session).path)[0].get("__metadata__", {}))
 
@@ -538,12 +575,13 @@ class Run:
         """Bytes on disk of every file of the run (a writer's temporary files excluded)."""
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
 
-    def first_nonfinite(self, mode: str = "train", worker: str | None = None) -> dict | None:
+    def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
         """The earliest evidence of a NaN or Inf: the first (step, tensor, kind) whose statistics
         count one, or the hook's own record (its every-step loss check), whichever step is
         earlier; ``source`` says which ('statistics' or 'loss check'). None if neither saw one."""
         found = []
         df = self.query_stats(groups=["all"], columns=["nan", "inf"], mode=mode, worker=worker)
+        mode, worker, _ = self._where(mode, worker)
         bad = df[(df["nan"] > 0) | (df["inf"] > 0)] if not df.empty else df
         if not bad.empty:
             row = bad.sort_values(["step"], kind="stable").iloc[0]
@@ -553,7 +591,8 @@ class Run:
         workers = self._workers_for(worker)
         for (w, _), m in self.manifests.items():
             rec = m.get("first_nonfinite")
-            if w in workers and m["mode"] == mode and isinstance(rec, dict) and isinstance(rec.get("step"), int):
+            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
+                    and isinstance(rec.get("step"), int):
                 found.append({**rec, "worker": w, "source": "loss check"})
         return min(found, key=lambda r: r["step"]) if found else None
 
