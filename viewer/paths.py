@@ -45,12 +45,16 @@ def list_runs(folder: Path, root: Path) -> tuple[list[Path], int]:
     if has_manifest(folder):
         return [folder], 0
     runs, outside = [], 0
-    with os.scandir(folder) as it:
-        for e in sorted(it, key=lambda e: e.name):
-            if not inside(e.path, root):
-                outside += 1
-            elif e.is_dir() and has_manifest(e.path):
-                runs.append(Path(e.path))
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        raise NotARunError(f"cannot list {folder}: {e.strerror}") from None
+    for e in entries:
+        if not inside(e.path, root):
+            outside += 1
+        elif e.is_dir() and has_manifest(e.path):
+            runs.append(Path(e.path))
     return runs, outside
 
 
