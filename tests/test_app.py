@@ -451,3 +451,14 @@ def test_run_strings_are_rendered_as_text(runs, tmp_path):
     shown = "\n".join(unescape(b) for b in bodies)
     assert shown.count(EVIL) >= 5                                   # the strings are there, as text
     assert not [b for b in bodies if "](" in b or "![" in b]        # and never as Markdown
+
+
+def test_write_errors_and_failed_sessions_are_errors_on_the_summary(tmp_path):
+    from test_sessions import session
+    w = session(tmp_path / "r", range(1, 4), 0.0, close=None)
+    w._failed("dump", OSError(28, "No space left on device"), step=2, nbytes=10)
+    w.close("failed", error="the session ended with an error before DumpHook.end() (training raised)")
+    at = ok(start(tmp_path / "r"))
+    errors = [unescape(e.value) for e in at.error]
+    assert any("writer error" in e and "Errno 28" in e for e in errors), errors
+    assert any("session failed" in e and "training raised" in e for e in errors), errors
