@@ -273,3 +273,18 @@ def test_cli_info_lists_sessions_and_failures(tmp_path):
     session(tmp_path, range(4, 6), 0.0)
     text = cli.summary(inspector.open_run(tmp_path))
     assert "FAILED chief s1" in text and "chief s2 train" in text
+
+
+def test_a_process_that_exits_without_closing_its_writer_flushes_it(tmp_path):
+    """A script that ends without end() (no exception handler closed the session): the writer is
+    closed at interpreter exit, buffered statistics included, status 'failed' with the reason."""
+    script = textwrap.dedent(f"""
+        import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]
+        from test_sessions import session
+        w = session({str(tmp_path)!r}, range(1, 4), 0.0, close=None)   # buffered for 1000 s
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    run = inspector.open_run(tmp_path)
+    assert run.status == "failed" and "process exited" in run.sessions.iloc[0]["error"]
+    assert sorted(run.stats["step"].unique()) == [1, 2, 3]
+    assert not (tmp_path / lock_name("chief")).exists()
