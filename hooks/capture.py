@@ -187,19 +187,55 @@ def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | 
     return out
 
 
+class LabelsError(ValueError):
+    """No default rule says which samples of these labels are positive."""
+
+
+def default_rule(labels: tf.Tensor) -> str:
+    """The default positive rule for ``labels`` (README, "Loss and labels"); raises ``LabelsError``."""
+    shape, rank = labels.shape, labels.shape.rank
+    if labels.dtype == tf.string or not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
+        raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive rule; pass "
+                          f"positive=lambda y: ... (a bool [N] of the positive samples).")
+    if rank == 1:
+        return "class ids [N]: label != 0"
+    if rank == 2 and shape[1] == 1:
+        return "class ids [N, 1]: label != 0"
+    if rank == 2 and shape[1] is not None:
+        return f"one-hot / probabilities [N, {shape[1]}]: argmax != 0"
+    if rank == 2:
+        return "[N, C], C known at run time: label != 0 if C == 1, else argmax != 0"
+    raise LabelsError(f"labels {labels.name} have shape {shape}: no default positive rule for rank "
+                      f"{rank}; pass positive=lambda y: ... (a bool [N] of the positive samples).")
+
+
+def _default_positive(labels: tf.Tensor) -> tf.Tensor:
+    """bool [N] per ``default_rule``: [N] and [N, 1] are class ids, [N, C > 1] one-hot or probabilities."""
+    default_rule(labels)  # refuses what has no rule
+    if labels.shape.rank == 1:
+        return tf.not_equal(labels, tf.zeros([], labels.dtype))
+    ids = tf.reduce_any(tf.not_equal(labels, tf.zeros([], labels.dtype)), axis=1)  # C == 1: the id itself
+    if labels.shape[1] == 1:
+        return ids
+    values = tf.cast(labels, tf.int32) if labels.dtype == tf.bool else labels
+    hot = tf.not_equal(tf.argmax(values, axis=1), 0)
+    if labels.shape[1] is not None:
+        return hot
+    return tf.where(tf.equal(tf.shape(labels)[1], 1), ids, hot)
+
+
 def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
     """int32 [N]: 1 for positive samples, 0 for negative ones.
 
     ``positive`` is a callable on the labels tensor, a precomputed bool tensor, or None:
-    labels != 0 for [N] labels, argmax != 0 for [N, C] one-hot / probability labels."""
+    the default rule (``default_rule``): labels != 0 for class ids [N] or [N, 1], argmax != 0
+    for one-hot / probability labels [N, C > 1]; other labels raise ``LabelsError``."""
     if isinstance(positive, (tf.Tensor, tf.Variable)):
         pos = positive
     elif callable(positive):
         pos = positive(labels)
-    elif labels.shape.rank is not None and labels.shape.rank >= 2:
-        pos = tf.not_equal(tf.argmax(tf.reshape(labels, [tf.shape(labels)[0], -1]), axis=1), 0)
     else:
-        pos = tf.not_equal(labels, tf.zeros([], labels.dtype))
+        pos = _default_positive(labels)
     pos = tf.convert_to_tensor(pos)
     if pos.dtype != tf.bool:
         pos = tf.not_equal(pos, tf.zeros([], pos.dtype))
