@@ -28,7 +28,7 @@ import tensorflow as tf
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, fast_stats, gradient_recorder, native
+from . import capture, fast_stats, gradient_recorder, native, resolve
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
@@ -211,34 +211,10 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
 
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
-        loss = self._tensor(self.loss_arg, "loss")
-        if loss is not None:
-            return loss
-        marked = g.get_collection(LOSS_COLLECTION)
-        if marked:
-            log.info("loss: %s (marked with hooks.mark or hooks.minimize)", marked[-1].name)
-            return marked[-1]
-        losses = g.get_collection(v1.GraphKeys.LOSSES)
-        if losses:
-            log.info("loss: sum of the LOSSES collection (%s)", ", ".join(t.name for t in losses))
-            return tf.add_n(losses) if len(losses) > 1 else losses[0]
-        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
-                    "capturing forward values only, without gradients")
-        return None
+        return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
     def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-        labels = self._tensor(self.labels_arg, "labels")
-        if labels is None and g.get_collection(LABELS_COLLECTION):
-            labels = g.get_collection(LABELS_COLLECTION)[-1]
-            marked = g.get_collection(POSITIVE_COLLECTION)
-            if self.positive is None and marked:
-                log.info("labels: %s, positive samples as marked with hooks.mark", labels.name)
-                return labels, marked[-1]
-        if labels is None:
-            log.info("no labels given: statistics for group 'all' only (pass labels= or hooks.mark(labels=...))")
-            return None, None
-        log.info("labels: %s", labels.name)
-        return labels, capture.group_ids(labels, self.positive)
+        return resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.positive, strict=self.strict)
 
     @_guarded
     def begin(self) -> None:
