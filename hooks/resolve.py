@@ -191,8 +191,8 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
     reg = [r for r in _unique(graph.get_collection(v1.GraphKeys.REGULARIZATION_LOSSES))
            if r.shape.rank == 0 and r.name not in contains[loss.name]]
     if reg and build:
-        with tf.name_scope(None):
-            loss = tf.add_n([loss] + [tf.cast(r, loss.dtype) for r in reg], name="tf_inspector/total_loss")
+        with graph.name_scope(HOOK_SCOPE):  # absolute: tf_inspector/total_loss wherever begin() runs
+            loss = tf.add_n([loss] + [tf.cast(r, loss.dtype) for r in reg], name="total_loss")
         notes.append(f"plus REGULARIZATION_LOSSES {', '.join(r.name for r in reg)}")
     return Choice(loss, "the LOSSES collection: " + "; ".join(notes))
 
