@@ -28,7 +28,7 @@ import tensorflow as tf
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, fast_stats, gradient_recorder, native, resolve
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
@@ -157,12 +157,15 @@ class DumpHook(v1.train.SessionRunHook):
                  max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
-                 native_stats: bool = True) -> None:
+                 native_stats: bool = True, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None) -> None:
         if samples_per_group < 0:
             raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
         if histogram_bins < 1:
             raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        capture._compile(include), capture._compile(exclude)  # fail early on a bad regex
+        for patterns in (include, exclude, batched, unbatched):
+            capture._compile(patterns)  # fail early on a bad regex
+        self.batch_overrides = dict(batched=batched, unbatched=unbatched)
         self.run_dir = Path(run_dir)
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
@@ -229,13 +232,12 @@ class DumpHook(v1.train.SessionRunHook):
         if sel.skipped:
             log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
                      len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
-        dependent = capture.input_dependent(g)
-        batch_dim = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else None
+        axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
-            self.captured.append(capture.Captured(t, capture.is_batched(t, batch_dim, dependent), grad, layer, role))
+            self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
         self._build_fetches(gid, labels, loss)
         self._global_step = v1.train.get_global_step(g)
         log.info("capturing %d tensors (%d with gradients) into %s", len(self.captured),
