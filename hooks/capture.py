@@ -35,7 +35,7 @@ DEFAULT_EXCLUDE_OP_TYPES = frozenset({
     "Fill", "ZerosLike", "OnesLike",
 })
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-#: Source op types whose outputs carry the batch (inputs of the model).
+#: Source op types whose outputs carry the batch (inputs of the model; see ``batch_axis``).
 INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
                             "IteratorGetNextAsOptional", "OptionalGetValue"})
 
@@ -130,27 +130,6 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                 continue
             chosen.append(t)
     return Selection(chosen + forced, skipped)
-
-
-def input_dependent(graph: tf.Graph) -> set[str]:
-    """Names of ops downstream of a model input (placeholder or iterator): they carry the batch."""
-    seen: set[str] = set()
-    stack = [op for op in graph.get_operations() if op.type in INPUT_OP_TYPES]
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(c for out in op.outputs for c in out.consumers())
-    return seen
-
-
-def is_batched(t: tf.Tensor, batch_dim: int | None, dependent: set[str]) -> bool:
-    """Leading dimension is the batch: downstream of an input, rank >= 1, compatible dim 0."""
-    if t.shape.rank is None or t.shape.rank == 0 or t.op.name not in dependent:
-        return False
-    d0 = t.shape.as_list()[0]
-    return d0 is None or batch_dim is None or d0 == batch_dim
 
 
 def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:

@@ -104,12 +104,15 @@ class DumpHook(v1.train.SessionRunHook):
 
     Args:
       run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
-      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the sum of the
-        graph's LOSSES collection.
-      labels: labels tensor or name ([N] or [N, C]). Default: ``hooks.mark(labels=...)``.
-        Without labels there are no positive/negative groups.
+      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
+        optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
+        else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
+        refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
+      labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
+        Estimator passed to the model_fn. Without labels there are no positive/negative groups.
       positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
-        ``labels != 0`` ([N] labels) or ``argmax(labels) != 0`` ([N, C]).
+        ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
+        ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
         leave out the backward pass, optimizer, saver, summaries and init ops).
       op_types / exclude_op_types: capture only / never these op types.
@@ -138,6 +141,9 @@ class DumpHook(v1.train.SessionRunHook):
       native_stats: compute statistics with the fused kernel (``hooks/native``, compiled
         once per machine, ~15 s, where a C++ compiler exists). False, or no compiler: stock
         TensorFlow ops, the same values, ~8x more op time.
+      batched / unbatched: regexes on tensor names forcing a tensor per-sample (axis 0 is
+        the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
+        what is computed from an overridden tensor follows it. ``unbatched`` wins.
 
     Gradients: where the model was built after ``import hooks``, the hook reuses the
     gradients the optimizer's ``tf.gradients`` already computes (``hooks.gradient_recorder``)
