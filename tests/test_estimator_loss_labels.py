@@ -158,3 +158,50 @@ def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path):
     w1 = [n for n in run.tensors.index if n.startswith("w1/Read") or n.startswith("w1:")]
     assert w1, list(run.tensors.index)  # a weight: its gradient includes the weight decay term
     _check_positive_count(run, _batch_labels(labels), "logits:0", 2, _batch_labels(labels) != 0)
+
+
+def _v1_losses_model_fn(spec_loss: list, labels_of=lambda labels: labels):
+    def model_fn(features, labels, mode):
+        reg = lambda w: 1e-1 * tf.nn.l2_loss(w)  # noqa: E731
+        w1 = v1.get_variable("w1", [D, 2], regularizer=reg, initializer=v1.glorot_uniform_initializer(seed=1))
+        logits = tf.matmul(features["x"], w1, name="logits")
+        v1.losses.sparse_softmax_cross_entropy(labels_of(labels), logits)
+        loss = v1.losses.get_total_loss()
+        spec_loss.append(loss)
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+    return model_fn
+
+
+def test_spec_loss_without_a_recorded_pass(tmp_path, monkeypatch):
+    """Rule 4: no recorded optimizer pass (a model built before import hooks): the EstimatorSpec's loss."""
+    from hooks import gradient_recorder
+    monkeypatch.setattr(gradient_recorder, "recorded_losses", lambda graph: {})
+    labels = np.random.default_rng(5).integers(0, 2, size=(4 * N,)).astype(np.int32)
+    spec_loss = []
+    est = tf.estimator.Estimator(_v1_losses_model_fn(spec_loss), model_dir=str(tmp_path / "model"))
+    oracle = Oracle(STEP, loss_fn=lambda: spec_loss[-1])
+    run = _train(tmp_path, est, labels, oracle)
+    assert _check_gradients(run, oracle, ["logits:0"]) >= 2
+
+
+def test_a_dict_of_labels_is_refused_and_one_entry_is_used(tmp_path, caplog):
+    labels = np.random.default_rng(6).integers(0, 2, size=(4 * N,)).astype(np.int32)
+
+    def input_fn(keys):
+        return lambda: tf.data.Dataset.from_tensor_slices(
+            ({"x": FEATURES}, {k: labels for k in keys})).batch(N, drop_remainder=True)
+
+    est = tf.estimator.Estimator(_v1_losses_model_fn([], lambda y: y["a"]), model_dir=str(tmp_path / "m1"))
+    hook = DumpHook(tmp_path / "two", stats_every_n_steps=1, dump_every_n_steps=0)
+    est.train(input_fn(["a", "b"]), hooks=[hook], steps=1)
+    run = inspector.open_run(tmp_path / "two")
+    assert run.manifest["labels"] is None and set(run.stats.group) == {"all"} and not hook._disabled
+    assert "dict of 2 labels (a, b)" in caplog.text and "labels=" in caplog.text
+    from hooks.resolve import AmbiguousError
+    with pytest.raises(AmbiguousError, match="dict of 2 labels"):
+        est.train(input_fn(["a", "b"]), hooks=[DumpHook(tmp_path / "strict", strict=True)], steps=1)
+    est = tf.estimator.Estimator(_v1_losses_model_fn([], lambda y: y["a"]), model_dir=str(tmp_path / "m2"))
+    est.train(input_fn(["a"]), hooks=[DumpHook(tmp_path / "one", stats_every_n_steps=1, strict=True)], steps=1)
+    run = inspector.open_run(tmp_path / "one")
+    assert run.manifest["labels"] == "IteratorGetNext:1" and set(run.stats.group) == {"all", "positive", "negative"}
