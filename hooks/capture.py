@@ -173,7 +173,8 @@ class LabelsError(ValueError):
 def default_rule(labels: tf.Tensor) -> str:
     """The default positive rule for ``labels`` (README, "Loss and labels"); raises ``LabelsError``."""
     shape, rank = labels.shape, labels.shape.rank
-    if labels.dtype == tf.string or not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
+    dtype = labels.dtype
+    if not (dtype.is_integer or dtype.is_floating or dtype == tf.bool):
         raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive rule; pass "
                           f"positive=lambda y: ... (a bool [N] of the positive samples).")
     if rank == 1:

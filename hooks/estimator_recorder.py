@@ -19,7 +19,7 @@ import functools
 import importlib.util
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import tensorflow as tf
 
@@ -29,7 +29,6 @@ class ModelFnCall:
     """Names of what one model_fn call received and returned (None: absent or not a tensor)."""
     mode: str | None = None
     labels: str | None = None
-    labels_keys: tuple[str, ...] = field(default=())  # keys of a dict of labels
     loss: str | None = None
     labels_note: str | None = None  # why ``labels`` is None although labels were passed
 
@@ -67,25 +66,25 @@ def _wrap(call_model_fn):
     return wrapper
 
 
-def _labels_names(labels) -> tuple[str | None, tuple[str, ...], str | None]:
-    """(labels tensor name, dict keys, why no single tensor)."""
+def _labels_name(labels) -> tuple[str | None, str | None]:
+    """(labels tensor name, why there is no single dense tensor)."""
     if labels is None:
-        return None, (), None
+        return None, None
     if isinstance(labels, dict):
-        keys = tuple(sorted(map(str, labels)))
         if len(labels) != 1:
-            return None, keys, f"the model_fn received a dict of {len(labels)} labels ({', '.join(keys)})"
+            keys = ", ".join(sorted(map(str, labels)))
+            return None, f"the model_fn received a dict of {len(labels)} labels ({keys})"
         labels = next(iter(labels.values()))
     if isinstance(labels, tf.Tensor):
-        return labels.name, (), None
-    return None, (), f"the model_fn received labels of type {type(labels).__name__}, not a dense tensor"
+        return labels.name, None
+    return None, f"the model_fn received labels of type {type(labels).__name__}, not a dense tensor"
 
 
 def _record(labels, mode, spec) -> None:
     loss = getattr(spec, "loss", None)
-    name, keys, note = _labels_names(labels)
+    name, note = _labels_name(labels)
     graph = tf.compat.v1.get_default_graph()
-    entry = ModelFnCall(mode=str(mode) if mode is not None else None, labels=name, labels_keys=keys,
+    entry = ModelFnCall(mode=str(mode) if mode is not None else None, labels=name,
                         loss=loss.name if isinstance(loss, tf.Tensor) else None, labels_note=note)
     with _lock:
         _calls[graph] = entry  # the graph's latest call: the one its session will run

@@ -138,7 +138,8 @@ def _from_recorded(graph: tf.Graph, recorded: list[tf.Tensor], spec: tf.Tensor |
     except AmbiguousError:
         listed = None
     if listed is not None and listed.tensor.name in names:
-        return Choice(listed.tensor, f"{why}, and the LOSSES collection's (other passes: {_names(recorded, listed.tensor)})")
+        others = _names(recorded, listed.tensor)
+        return Choice(listed.tensor, f"{why}, and the LOSSES collection's (other passes: {others})")
     raise AmbiguousError(f"cannot tell the loss: tf.gradients differentiated several scalars with respect to "
                          f"variables ({', '.join(sorted(names))}). Pass DumpHook(loss=...) or call "
                          f"hooks.mark(loss=...).")
