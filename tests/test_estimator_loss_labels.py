@@ -133,7 +133,7 @@ def test_keras_model_to_estimator(tmp_path):
     _check_positive_count(run, _batch_labels(labels), "probs/BiasAdd:0", 3, y != 0)
 
 
-def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path):
+def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path, caplog):
     """tf.compat.v1.losses puts the cross entropy in LOSSES, the Estimator appends spec.loss (the
     total): summing the collection doubled every gradient. The hook must take the total alone."""
     labels = np.random.default_rng(4).integers(0, 2, size=(4 * N,)).astype(np.int32)
@@ -155,6 +155,7 @@ def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path):
     oracle = Oracle(STEP, loss_fn=lambda: spec_loss[-1])
     run = _train(tmp_path, est, labels, oracle)
     assert _check_gradients(run, oracle, ["hidden:0", "logits:0", "MatMul:0"]) >= 4
+    assert "reusing the optimizer's backward pass" in caplog.text  # the total is what it differentiated
     w1 = [n for n in run.tensors.index if n.startswith("w1/Read") or n.startswith("w1:")]
     assert w1, list(run.tensors.index)  # a weight: its gradient includes the weight decay term
     _check_positive_count(run, _batch_labels(labels), "logits:0", 2, _batch_labels(labels) != 0)
