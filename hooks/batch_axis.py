@@ -14,6 +14,8 @@ order outside v1 while loops):
   (or whose new shape starts with ``tf.shape(batched)[0]``), slices taking all of axis 0,
   ``Tile`` / ``Pad`` leaving it alone, ``Gather`` of batched indices on axis 0 (embedding
   lookups: the rows looked up are batched, the table is not), softmax cross entropy;
+  ``Fill`` / ``BroadcastTo`` / ``Tile`` to a shape that starts with a batched tensor's
+  ``tf.shape(x)[0]`` (``tf.ones(tf.shape(x))``, a row tiled to the batch);
 - everything else derived from a batched tensor is not batched: reductions over axis 0
   (batch-norm mean and variance, their moving averages), transposes moving axis 0,
   ``Shape`` / ``Size``, weight gradients;
@@ -50,7 +52,7 @@ SOURCE_OP_TYPES = capture.INPUT_OP_TYPES | frozenset({
 NEVER = frozenset({
     "Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs", "Where", "Unique", "UniqueV2",
     "Conv2DBackpropFilter", "Conv3DBackpropFilter", "Conv3DBackpropFilterV2", "DepthwiseConv2dNativeBackpropFilter",
-    "BiasAddGrad", "TensorArrayV3", "TensorArraySizeV3",
+    "BiasAddGrad", "TensorArrayV3", "TensorArraySizeV3", "DynamicPartition",
 })
 REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"})
 Rule = Callable[[tf.Operation, Callable[[tf.Tensor], bool]], Sequence[bool]]
@@ -80,6 +82,8 @@ class BatchAxis:
     def _op_outputs(self, op: tf.Operation) -> Sequence[bool]:
         if op.type in SOURCE_OP_TYPES:
             return [True] * len(op.outputs)
+        if op.type in SHAPED:  # the batch may come from the shape operand alone
+            return SHAPED[op.type](op, self._b)
         if op.type in NEVER or not any(self._b(x) for x in op.inputs):
             return [False] * len(op.outputs)
         return RULES.get(op.type, same_leading)(op, self._b)
@@ -192,7 +196,7 @@ def _concat(axis_first: bool) -> Rule:
 
 def _pack(op: tf.Operation, b) -> list[bool]:
     axis = _axis(_attr(op, "axis", 0), op.outputs[0].shape.rank)
-    return [axis not in (None, 0) and all(b(x) for x in op.inputs)]
+    return [axis not in (None, 0) and any(b(x) for x in op.inputs)]
 
 
 def _unpack(op: tf.Operation, b) -> list[bool]:
@@ -235,6 +239,23 @@ def _is_batch_size(t: tf.Tensor, b) -> bool:
         bool(_attr(t.op, "shrink_axis_mask", 0) & 1)
 
 
+def _leads_with_batch(shape: tf.Tensor, b) -> bool:
+    """The shape vector ``shape`` starts with a batched tensor's batch size: ``tf.shape(x)``,
+    ``tf.shape(x)[:k]``, ``tf.stack([tf.shape(x)[0], ...])``, ``tf.concat([tf.shape(x)[:1], ...], 0)``."""
+    op = shape.op
+    if op.type == "Shape":
+        return b(op.inputs[0])
+    if op.type == "StridedSlice" and op.inputs[0].op.type == "Shape" and not _attr(op, "shrink_axis_mask", 0) & 1:
+        begin = _const(op.inputs[1])
+        zero = begin is not None and begin.size > 0 and int(begin[0]) == 0
+        return (zero or bool(_attr(op, "begin_mask", 0) & 1)) and b(op.inputs[0].op.inputs[0])
+    if op.type == "Pack" and op.inputs:
+        return _is_batch_size(op.inputs[0], b)
+    if op.type == "ConcatV2" and len(op.inputs) > 1:
+        return _leads_with_batch(op.inputs[0], b)
+    return False
+
+
 def _reshape(op: tf.Operation, b) -> list[bool]:
     x, shape, out = op.inputs[0], op.inputs[1], op.outputs[0]
     if not b(x) or not out.shape.rank:
@@ -244,8 +265,25 @@ def _reshape(op: tf.Operation, b) -> list[bool]:
     a, c = _per_sample(x), _per_sample(out)
     if a is not None and c is not None:
         return [a == c]
-    lead = shape.op.inputs[0] if shape.op.type == "Pack" and shape.op.inputs else None
-    return [lead is not None and _is_batch_size(lead, b)]
+    return [_leads_with_batch(shape, b)]
+
+
+# ---- ops whose batch can come from their shape operand: tf.fill(tf.shape(x), v), tf.tile(row, [n, 1]) ----
+def _fill(op: tf.Operation, b) -> list[bool]:
+    return [bool(op.outputs[0].shape.rank) and _leads_with_batch(op.inputs[0], b)]
+
+
+def _broadcast_to(op: tf.Operation, b) -> list[bool]:
+    return [bool(op.outputs[0].shape.rank) and (same_leading(op, b)[0] or _leads_with_batch(op.inputs[1], b))]
+
+
+def _tile(op: tf.Operation, b) -> list[bool]:
+    x, multiples = op.inputs
+    m = _const(multiples)
+    if b(x):
+        return [m is not None and m.size > 0 and int(m[0]) == 1]
+    return [_dim0(x) == 1 and multiples.op.type == "Pack" and bool(multiples.op.inputs)
+            and _is_batch_size(multiples.op.inputs[0], b)]
 
 
 def _slice(op: tf.Operation, b) -> list[bool]:
@@ -276,7 +314,7 @@ def _strided_slice(op: tf.Operation, b) -> list[bool]:
 
 
 def _leading_row(value_index: int, row_index: int, unit) -> Rule:
-    """Tile / Pad: batched when the op leaves axis 0 alone (multiples[0] == 1, paddings[0] == 0)."""
+    """Pad: batched when the op leaves axis 0 alone (paddings[0] == [0, 0])."""
     def rule(op, b):
         v = _const(op.inputs[row_index])
         return [b(op.inputs[value_index]) and v is not None and v.size > 0 and bool(np.all(v[0] == unit))]
@@ -319,10 +357,12 @@ RULES: dict[str, Rule] = {
     "ConcatV2": _concat(False), "Concat": _concat(True), "Pack": _pack, "Unpack": _unpack,
     "Split": _split(1, 0), "SplitV": _split(0, 2), "ExpandDims": _expand_dims, "Squeeze": _squeeze,
     "Reshape": _reshape, "Slice": _slice, "StridedSlice": _strided_slice,
-    "Tile": _leading_row(0, 1, 1), "Pad": _leading_row(0, 1, 0), "PadV2": _leading_row(0, 1, 0),
+    "Pad": _leading_row(0, 1, 0), "PadV2": _leading_row(0, 1, 0),
     "MirrorPad": _leading_row(0, 1, 0),
     "GatherV2": _gather(0, 1, 2), "Gather": _gather(0, 1, None), "ResourceGather": _gather(0, 1, None),
     "OneHot": _one_hot,
     "FusedBatchNorm": _first_input, "FusedBatchNormV2": _first_input, "FusedBatchNormV3": _first_input,
     "SparseSoftmaxCrossEntropyWithLogits": _all_outputs, "SoftmaxCrossEntropyWithLogits": _all_outputs,
 }
+#: rules applied even when no input is batched (the batch size comes in through a shape)
+SHAPED: dict[str, Rule] = {"Fill": _fill, "BroadcastTo": _broadcast_to, "Tile": _tile}

@@ -133,6 +133,15 @@ def test_reshape_slice_concat_and_reductions():
             "padded": (tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]]), True),
             "shape": (tf.cast(tf.shape(x), tf.float32), False),
             "softmax": (tf.nn.softmax(tf.reshape(x, [-1, 32])), True),
+            "concat_flat": (tf.reshape(x, tf.concat([tf.shape(x)[:1], [-1]], 0)), True),
+            "ones_like_shape": (tf.ones(tf.shape(x)), True),
+            "per_sample_ones": (tf.ones(tf.shape(x)[:1]), True),
+            "tiled_row": (tf.tile(tf.zeros([1, 3]), tf.stack([tf.shape(x)[0], 1])), True),
+            "broadcast": (tf.broadcast_to(tf.zeros([3]), tf.stack([tf.shape(x)[0], 3])), True),
+            "constant_row": (tf.zeros([4, 3]), False),
+            "partitioned": (tf.dynamic_partition(x, tf.zeros([tf.shape(x)[0]], tf.int32), 2)[0], False),
+            "masked": (tf.boolean_mask(x, x[:, 0, 0, 0] > 0), False),
+            "stack_mixed": (tf.stack([tf.reduce_sum(x, [1, 2, 3]), tf.ones(tf.shape(x)[:1])], axis=1), True),
         }
         axis = BatchAxis(g)
         wrong = {k: want for k, (t, want) in cases.items() if axis.is_batched(t) != want}
