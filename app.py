@@ -16,6 +16,7 @@ import streamlit as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run from any directory
 
 from inspector.errors import InspectorError  # noqa: E402
+from inspector.format import MODES  # noqa: E402
 from viewer import browser, compare, data, distributions, featuremaps, masks, overview, summary  # noqa: E402
 from viewer.ui import Ctx, guard  # noqa: E402
 
@@ -33,7 +34,7 @@ def default_root() -> str:
 @st.fragment(run_every=3)
 def watch(path: str, sig: tuple) -> None:
     """Auto-refresh: rerun the whole app when the run's files change (checked every 3 s)."""
-    if data.signature(path) != sig:
+    if data.signature(path) != sig:  # the files' signature, without the view
         st.rerun()
 
 
@@ -61,7 +62,26 @@ def sidebar() -> Ctx | None:
     sig = data.signature(path)
     if sb.toggle("Auto-refresh (3 s)", key="auto", help="follow a run that is still being written"):
         watch(path, sig)
-    return Ctx(path, sig, tuple(runs))
+    return Ctx(path, view_picker(path, sig), tuple(runs))
+
+
+def view_picker(path: str, sig: tuple) -> tuple:
+    """Mode, worker and eval batch to show, offered where the run has more than one; returns
+    the signature every page reads with (``data.with_view``). One worker at a time: the pages
+    plot one row per step."""
+    try:
+        run = data.get_run(path, sig)
+    except InspectorError:
+        return sig  # main() says what is wrong with the run
+    sb, sessions = st.sidebar, run.sessions
+    modes = [m for m in MODES if m in set(sessions["mode"])] or ["train"]
+    mode = sb.selectbox("Mode", modes, key="mode", bind="query-params") if len(modes) > 1 else modes[0]
+    workers = run.workers
+    worker = sb.selectbox("Worker", workers, key="worker", bind="query-params") if len(workers) > 1 else None
+    batch = None
+    if mode != "train":
+        batch = int(sb.number_input("Batch of each evaluation", min_value=0, value=0, step=1, key="batch"))
+    return data.with_view(sig, mode, worker, batch)
 
 
 def main() -> None:

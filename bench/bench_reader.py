@@ -109,7 +109,7 @@ def sparse_run(path: Path, files: int) -> int:
     header = safetensors_io.header_for(arrays, {"step": "0"})
     size = len(header) + sum(a.nbytes for a in arrays.values())
     for step in range(1, files + 1):
-        p = path / dump_name("chief", step)
+        p = path / dump_name("chief", 1, step)
         with open(p, "wb") as f:
             f.write(header)
             f.truncate(size)

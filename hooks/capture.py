@@ -352,8 +352,18 @@ def value_source(t: tf.Tensor) -> tf.Tensor:
     return t
 
 
-def build_dump(captured: Sequence[Captured], keep: tf.Tensor,
-               keep_all_of: int | None = None) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
+def only_when(pred: tf.Tensor, t: tf.Tensor, then=lambda x: x) -> tf.Tensor:
+    """``then(t)`` where ``pred`` is true, else an empty tensor [0] of t's dtype. ``then`` runs
+    only when ``pred`` holds (v1 Switch/Merge: its ops are dead otherwise), so a fetch of the
+    result costs a Switch and a Merge on other steps, not a copy of ``t``."""
+    _, taken = tf.raw_ops.Switch(data=t, pred=pred)
+    value = then(taken)
+    skipped, _ = tf.raw_ops.Switch(data=tf.zeros([0], value.dtype), pred=pred)
+    return tf.raw_ops.Merge(inputs=[value, skipped])[0]
+
+
+def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None,
+               gate: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
     """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor,
     and aliases: key -> the key holding the same tensor (fetched and written once).
 
@@ -363,7 +373,8 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor,
     the ones ``gate_gradients`` puts around an optimizer's gradients).
     ``keep_all_of``: the static batch size when the budget keeps every sample; batched tensors
     of exactly that leading size are then fetched as they are (gathering all rows is a copy
-    of every dumped byte)."""
+    of every dumped byte). ``gate``: a boolean scalar; the dump then holds empty arrays
+    except on steps where it is true (see :func:`only_when`)."""
     out: dict[str, tf.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple[str, bool], str] = {}
@@ -377,10 +388,16 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor,
                 if seen != key:
                     aliases[key] = seen
                     continue
-                if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
-                    t = tf.cast(t, tf.float32)
-                if cap.batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
-                    mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
-                    t = tf.gather(t, mine)
-                out[key] = t
+                out[key] = _kept(t, cap.batched, keep, keep_all_of) if gate is None else only_when(
+                    gate, t, lambda x, b=cap.batched: _kept(x, b, keep, keep_all_of))
     return out, aliases
+
+
+def _kept(t: tf.Tensor, batched: bool, keep: tf.Tensor, keep_all_of: int | None) -> tf.Tensor:
+    """What a dump stores of ``t``: the kept samples (batched) or all of it; bfloat16 as float32."""
+    if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
+        t = tf.cast(t, tf.float32)
+    if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
+        mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
+        t = tf.gather(t, mine)
+    return t

@@ -19,13 +19,14 @@ import json
 import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
+from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve
@@ -76,20 +77,32 @@ def _guarded(method):
                       "Pass strict=True to raise instead.", method.__name__, type(e).__name__, e)
             if self._writer is not None:
                 try:
-                    self._writer.update_manifest(hook_error=f"{method.__name__}: {type(e).__name__}: {e}")
-                    self._writer.close(status="failed")
+                    error = f"{method.__name__}: {type(e).__name__}: {e}"
+                    self._writer.update_manifest(hook_error=error)
+                    self._writer.close(status="failed", error=f"the hook failed in {error}")
                 except Exception:
                     pass
             return None
     return wrapper
 
 
-def worker_from_env() -> tuple[str, bool]:
-    """(worker name, is_chief) from TF_CONFIG; ('chief', True) without a cluster."""
+def _tf_config() -> dict:
     try:
         config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     except ValueError:
         config = {}
+    return config if isinstance(config, dict) else {}
+
+
+def cluster_tasks() -> int:
+    """Number of tasks in TF_CONFIG's cluster (0 without one)."""
+    cluster = _tf_config().get("cluster") or {}
+    return sum(len(v) for v in cluster.values() if isinstance(v, (list, dict)))
+
+
+def worker_from_env() -> tuple[str, bool]:
+    """(worker name, is_chief) from TF_CONFIG; ('chief', True) without a cluster."""
+    config = _tf_config()
     task = config.get("task", {})
     kind, index = task.get("type"), task.get("index", 0)
     if not kind:
@@ -141,9 +154,20 @@ class DumpHook(v1.train.SessionRunHook):
       native_stats: compute statistics with the fused kernel (``hooks/native``, compiled
         once per machine, ~15 s, where a C++ compiler exists). False, or no compiler: stock
         TensorFlow ops, the same values, ~8x more op time.
+      mode: 'train', 'eval' or 'predict', recorded with every row and file. Default: 'eval'
+        in a graph built by ``Estimator.evaluate`` (it has an eval step counter), 'predict'
+        where no loss is found and nothing advances the global step, else 'train'.
+      eval_stats_batches: in eval/predict sessions, statistics of the first this many batches
+        of each evaluation (None: every batch), each kept apart by its batch index.
+      eval_dump_batches: in eval/predict sessions, full dumps of the first this many batches.
       batched / unbatched: regexes on tensor names forcing a tensor per-sample (axis 0 is
         the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
         what is computed from an overridden tensor follows it. ``unbatched`` wins.
+
+    Sessions: every ``train``/``evaluate``/``predict`` call (and every session MonitoredSession
+    recreates after an error) is a new writer session of this worker in ``run_dir``, so a run
+    accumulates (FORMAT.md, "Sessions"). If the session ends with an exception (``end()`` is
+    then not called), the hook still writes what it holds and records status 'failed'.
 
     Gradients: where the model was built after ``import hooks``, the hook reuses the
     gradients the optimizer's ``tf.gradients`` already computes (``hooks.gradient_recorder``)
@@ -163,8 +187,11 @@ class DumpHook(v1.train.SessionRunHook):
                  max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
-                 native_stats: bool = True, batched: str | Sequence[str] | None = None,
+                 native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
+                 eval_dump_batches: int = 1, batched: str | Sequence[str] | None = None,
                  unbatched: str | Sequence[str] | None = None) -> None:
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
         if samples_per_group < 0:
             raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
         if histogram_bins < 1:
@@ -188,6 +215,10 @@ class DumpHook(v1.train.SessionRunHook):
         self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
         self.fsync = fsync
         self.share_gradients, self.native_stats = share_gradients, native_stats
+        self.mode_arg, self.eval_stats_batches, self.eval_dump_batches = mode, eval_stats_batches, eval_dump_batches
+        # Under asynchronous multi-worker training the global step moves between this worker's
+        # runs: read it with every run (one scalar) so the schedule sees each crossing.
+        self._track_step = cluster_tasks() > 1
         self._disabled = False
         self._writer: RunWriter | None = None
         self._reset()
@@ -201,10 +232,15 @@ class DumpHook(v1.train.SessionRunHook):
         self._global_step = None
         self._loss_finite = None
         self._step = 0
+        self._checked = 0         # the schedule has considered every global step up to this one
+        self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
         self._force_dump = False
         self._first_nonfinite: dict | None = None
         self._dump_bytes_estimate = 0
+        self._nan_dump: dict[str, tf.Tensor] = {}
+        self._writer_args: dict[str, Any] = {}
+        self.mode = self.mode_arg or "train"
 
     # ---- graph construction ----------------------------------------------------------------
     def _tensor(self, value, what: str) -> tf.Tensor | None:
@@ -227,6 +263,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     @_guarded
     def begin(self) -> None:
+        self._close_writer("failed", "a new session began before this one ended (end() was not called)")
         self._reset()
         g = v1.get_default_graph()
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
@@ -244,15 +281,18 @@ class DumpHook(v1.train.SessionRunHook):
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
             self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
-        self._build_fetches(gid, labels, loss)
         self._global_step = v1.train.get_global_step(g)
-        log.info("capturing %d tensors (%d with gradients) into %s", len(self.captured),
-                 sum(c.gradient is not None for c in self.captured), self.run_dir)
+        self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
+        self._build_fetches(gid, labels, loss)
+        log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
+                 sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
+                 "" if self.mode_arg else " (from the graph; pass mode= to set it)")
         layout = StatsLayout(*map(tuple, zip(*self._stats.rows)), self.bins) if self._stats else None
-        self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
+        # The writer (a new session of this worker) opens with the session, in after_create_session.
+        self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
-                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs, strict=self.strict,
-                                 fsync=self.fsync)
+                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
+                                 strict=self.strict, fsync=self.fsync, mode=self.mode)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
@@ -296,6 +336,13 @@ class DumpHook(v1.train.SessionRunHook):
         if self.dump_on_nonfinite and loss is not None:
             self._loss_finite = tf.reduce_all(tf.math.is_finite(loss))
             self._loss_name = loss.name
+            if self._dump:
+                # The step whose loss is NaN/Inf is dumped from the same run: the training run that
+                # follows may never come (the Estimator's NanTensorHook raises). Other steps fetch
+                # empty arrays through a Switch/Merge per key, not the tensors.
+                bad = tf.logical_not(self._loss_finite)
+                self._nan_dump, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad)
+                self._nan_dump.update({k: capture.only_when(bad, v) for k, v in self._samples.items()})
         kept = max(1, 2 * self.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
@@ -308,6 +355,8 @@ class DumpHook(v1.train.SessionRunHook):
                        "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
                        "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
                        "share_gradients": self.share_gradients, "native_stats": bool(self.native_stats and native.library() is not None),
+                       "mode": self.mode, "eval_stats_batches": self.eval_stats_batches,
+                       "eval_dump_batches": self.eval_dump_batches,
                        "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
                        "op_types": _jsonable(self.filters["op_types"]),
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
@@ -316,23 +365,57 @@ class DumpHook(v1.train.SessionRunHook):
             "skipped": skipped, "first_nonfinite": None,
         }
 
-    # ---- the training loop -------------------------------------------------------------------
+    # ---- the session ----------------------------------------------------------------------
     @_guarded
     def after_create_session(self, session, coord) -> None:
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
+        self._checked, self._batch = self._step, 0
+        if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
+            self._writer = RunWriter(self.run_dir, **self._writer_args)
+            log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
+                     self.worker, self.mode, self._step)
+        if coord is not None:
+            # MonitoredSession skips end() when the session ends with an exception, but always
+            # stops the coordinator and joins its threads on close: close the writer there.
+            watcher = threading.Thread(target=self._watch, args=(coord, self._writer), daemon=True,
+                                       name=f"tf-inspector-watch-{self.worker}")
+            watcher.start()
+            coord.register_thread(watcher)
 
+    def _watch(self, coord, writer: RunWriter) -> None:
+        coord.wait_for_stop()
+        if not writer.closed:
+            writer.close("failed", error=self._abnormal_end())
+
+    def _abnormal_end(self) -> str:
+        why = "the session ended with an error before DumpHook.end() (training raised)"
+        nf = self._first_nonfinite
+        return why + (f"; NaN/Inf first seen at step {nf['step']} in {nf['tensor']}" if nf else "")
+
+    def _close_writer(self, status: str, error: str | None = None) -> None:
+        if self._writer is not None and not self._writer.closed:
+            self._writer.close(status, error=error)
+
+    # ---- the training loop -------------------------------------------------------------------
     @_guarded
     def before_run(self, run_context):
-        step = self._step + 1
-        stats = self._stats is not None and self.schedule.wants_stats(step)
-        dump = bool(self._dump) and (self.schedule.wants_dump(step) or self._force_dump)
+        fetches: dict[str, Any] = {}
+        if self.mode == "train":
+            step = self._step + 1
+            stats = self._stats is not None and self.schedule.wants_stats(step, self._checked)
+            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._checked) or self._force_dump)
+            self._checked = max(self._checked, step)
+        else:  # eval / predict: batches of one evaluation, at one global step
+            step, b = self._step, self._batch
+            stats = self._stats is not None and bool(self.schedule.stats_every) and (
+                self.eval_stats_batches is None or b < self.eval_stats_batches)
+            dump = bool(self._dump) and b < self.eval_dump_batches
         if dump:
             reason = self._writer.would_drop(self._dump_bytes_estimate)
             if reason:
                 self._writer.record_drop(step, reason, self._dump_bytes_estimate)
                 dump = False
-        fetches: dict[str, Any] = {}
         if stats:
             fetches["stats"] = (self._stats.values, self._stats.hist_range, self._stats.hist)
         if dump:
@@ -340,6 +423,11 @@ class DumpHook(v1.train.SessionRunHook):
             fetches["samples"] = self._samples
         if self._loss_finite is not None:
             fetches["loss_finite"] = self._loss_finite
+            if not dump and self._nan_dump and self._first_nonfinite is None \
+                    and not self._writer.would_drop(self._dump_bytes_estimate):
+                fetches["nan_dump"] = self._nan_dump
+        if self._track_step and self._global_step is not None:
+            fetches["global_step"] = self._global_step
         self._pending = (step, stats, dump)
         return v1.train.SessionRunArgs(fetches) if fetches else None
 
@@ -347,21 +435,33 @@ class DumpHook(v1.train.SessionRunHook):
     def after_run(self, run_context, run_values) -> None:
         step, stats, dump = self._pending
         results = run_values.results or {}
-        if (stats or dump) and self._global_step is not None:
-            # The exact step, read after this step's update (cheap, and only on sampled steps).
-            step = int(run_context.session.run(self._global_step))
-        self._step = step
+        batch = None if self.mode == "train" else self._batch
+        if self.mode == "train":
+            if (stats or dump) and self._global_step is not None:
+                # The exact step, read after this step's update (cheap, and only on sampled steps).
+                step = int(run_context.session.run(self._global_step))
+            elif "global_step" in results:
+                step = max(self._step, int(results["global_step"]))
+            self._step = step
+        else:
+            self._batch += 1
+        finite = bool(results.get("loss_finite", True))
         if stats:
             values, hist_range, hist = results["stats"]
-            self._writer.add_stats(step, values, hist_range, hist)
+            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
             self._check_nonfinite(step, values)
-        if dump:
-            self._force_dump = False
-            arrays = {**results["dump"], **results["samples"]}
-            self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
-            self._writer.add_dump(step, arrays, self._dump_metadata)
-        if "loss_finite" in results and not results["loss_finite"]:
+        if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
+        if dump:
+            why = "after NaN/Inf" if self._force_dump else "schedule"
+            self._force_dump = False
+            self._add_dump(step, {**results["dump"], **results["samples"]}, why, batch)
+        elif not finite and "nan_dump" in results:
+            self._add_dump(step, results["nan_dump"], "NaN/Inf in the loss", batch)
+
+    def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
+        self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
+        self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": why}, batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         bad = np.flatnonzero((values[:, 7] > 0) | (values[:, 8] > 0))
@@ -374,17 +474,37 @@ class DumpHook(v1.train.SessionRunHook):
             return
         self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind}
         log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor, kind,
-                    "; dumping the next step" if self.dump_on_nonfinite else "")
+                    "; dumping this step and the next" if self.dump_on_nonfinite else "")
         self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
         self._force_dump = self.dump_on_nonfinite
 
     @_guarded
     def end(self, session) -> None:
-        if self._writer is not None:
+        if self._writer is not None and not self._writer.closed:
             self._writer.close("finished")
             st = self._writer.state
-            log.info("run %s finished: %d dumps, %d statistics rows, %.1f MB, %d dumps dropped", self.run_dir,
-                     st.dumps, st.stats_rows, st.bytes_written / 1e6, len(st.dropped))
+            log.info("run %s session %d finished: %d dumps, %d statistics rows, %.1f MB, %d files dropped, "
+                     "%d write errors", self.run_dir, self._writer.session, st.dumps, st.stats_rows,
+                     st.bytes_written / 1e6, st.dropped.count(), st.errors.count())
+
+
+def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
+    """'eval' in a graph with an eval step counter (``Estimator.evaluate``), 'predict' where no
+    loss was found and no op advances the global step, else 'train'."""
+    if g.get_collection(v1.GraphKeys.EVAL_STEP):
+        return "eval"
+    if loss is None and not _advances(g, global_step):
+        return "predict"
+    return "train"
+
+
+def _advances(g: tf.Graph, global_step) -> bool:
+    """Whether some op of ``g`` assigns to the global step (an optimizer's ``global_step=``)."""
+    if global_step is None:
+        return False
+    handle = global_step.op.name if hasattr(global_step, "op") else None
+    return any(op.type.startswith(("Assign", "ResourceApply", "ResourceScatter")) and op.inputs
+               and op.inputs[0].op.name == handle for op in g.get_operations())
 
 
 def _static_bytes(t: tf.Tensor, batched: bool) -> int:

@@ -51,14 +51,26 @@ class Schedule:
             if lo > hi or lo < 0:
                 raise ValueError(f"dump_steps range {lo}:{hi} is empty or negative")
 
-    def wants_stats(self, step: int) -> bool:
-        return bool(self.stats_every) and step % self.stats_every == 0
+    def wants_stats(self, step: int, since: int | None = None) -> bool:
+        """Statistics due at ``step``: the global step crossed a multiple of N in (since, step]
+        (``since`` defaults to step - 1: exactly the multiples). Under asynchronous training
+        the global step jumps between one worker's runs; crossing fires once per multiple
+        passed, at the first run after it."""
+        return _crossed(self.stats_every, step - 1 if since is None else since, step)
 
-    def wants_dump(self, step: int) -> bool:
-        if self.dump_every and step % self.dump_every == 0:
+    def wants_dump(self, step: int, since: int | None = None) -> bool:
+        """A full dump due at ``step``: a multiple of ``dump_every_n_steps`` crossed, or a listed
+        step or range reached, in (since, step]."""
+        since = step - 1 if since is None else since
+        if _crossed(self.dump_every, since, step):
             return True
-        return any(lo <= step <= hi for lo, hi in self.ranges)
+        return any(lo <= step and hi > since for lo, hi in self.ranges)
 
     def to_json(self) -> dict:
         return {"stats_every_n_steps": self.stats_every, "dump_every_n_steps": self.dump_every,
                 "dump_steps": [list(r) for r in self.ranges]}
+
+
+def _crossed(every: int, since: int, step: int) -> bool:
+    """Whether a multiple of ``every`` lies in (since, step]."""
+    return bool(every) and step > since and step // every > since // every

@@ -122,13 +122,29 @@ def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds()) -> list[
 
 
 def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
-    """One alert summarising the dumps the hook dropped (``Run.dropped``)."""
+    """One alert summarising what the writers dropped (``Run.dropped``: aggregated records)."""
     if dropped is None or dropped.empty:
         return []
-    reasons = "; ".join(f"{r} ({n}x)" for r, n in dropped["reason"].value_counts().items())
-    steps = sorted(int(s) for s in dropped["step"])
-    return [Alert("warning", "dropped_dumps", f"{len(dropped)} dump(s) dropped at steps "
-                  f"{steps[:8]}{' ...' if len(steps) > 8 else ''}: {reasons}", steps[0])]
+    total = int(dropped["count"].sum())
+    reasons = "; ".join(f"{r.what} {r.reason} ({int(r.count)}x, steps {r.first_step}..{r.last_step})"
+                        for r in dropped.itertuples())
+    first = dropped["first_step"].dropna()
+    return [Alert("warning", "dropped_dumps", f"{total} file(s) dropped: {reasons}",
+                  int(first.min()) if len(first) else None)]
+
+
+def error_alerts(errors: pd.DataFrame, sessions: pd.DataFrame) -> list[Alert]:
+    """Write errors, hook errors and sessions that ended with an error or crashed: errors."""
+    out = [Alert("error", "writer_error", f"{r.what}: {r.reason} ({int(r.count)}x)"
+                 + (f", steps {r.first_step}..{r.last_step}" if pd.notna(r.first_step) else ""),
+                 int(r.first_step) if pd.notna(r.first_step) else None)
+           for r in errors.itertuples()]
+    for r in sessions.itertuples():
+        if r.state in ("failed", "crashed"):
+            out.append(Alert("error", f"session_{r.state}", f"{r.worker} session {r.session} ({r.mode}) {r.state}"
+                             + (f": {r.error}" if isinstance(r.error, str) and r.error else ""),
+                             int(r.last_step) if pd.notna(r.last_step) else None))
+    return out
 
 
 def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
@@ -137,7 +153,7 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     out = nonfinite_alert(run.first_nonfinite())
     if not stats.empty:
         out += gradient_alerts(stats, th) + dead_relus(stats, run.tensors, th)
-    out += dropped_alerts(run.dropped)
+    out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
     out += [Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":
         out.append(Alert("info", "running", "the run is still being written; press Refresh for new steps"))

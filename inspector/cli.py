@@ -49,15 +49,32 @@ def summary(run: Run) -> str:
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
-    nf = run.first_nonfinite() or m.get("first_nonfinite")
-    lines.append("anomalies  " + (f"first NaN/Inf at step {nf['step']} in {nf['tensor']} ({nf.get('kind', '?')})"
-                                  if nf else "no NaN/Inf seen"))
-    dropped = run.dropped
-    if len(dropped):
-        lines.append(f"dropped    {len(dropped)} dumps, e.g. step {dropped.iloc[0]['step']}: {dropped.iloc[0]['reason']}")
+    nf = run.first_nonfinite()
+    lines.append("anomalies  " + (f"first NaN/Inf at step {nf['step']} in {nf['tensor']} ({nf.get('kind', '?')}, "
+                                  f"seen by the {nf['source']})" if nf else "no NaN/Inf seen"))
+    lines += _sessions_lines(run)
+    for r in run.errors.itertuples():
+        lines.append(f"ERROR      {r.worker} session {r.session}: {r.what} {r.reason} ({r.count}x"
+                     + (f", steps {r.first_step}..{r.last_step})" if r.first_step == r.first_step
+                        and r.first_step is not None else ")"))
+    for r in run.dropped.itertuples():
+        lines.append(f"dropped    {r.count} {r.what}(s) of {r.worker} session {r.session}, steps "
+                     f"{r.first_step}..{r.last_step}: {r.reason}")
     for p in run.problems:
         lines.append(f"problem    {p}")
     return "\n".join(lines)
+
+
+def _sessions_lines(run: Run) -> list[str]:
+    """One line per writer session: worker, number, mode, state, steps; failures with their error."""
+    out = []
+    for r in run.sessions.itertuples():
+        steps = f"steps {r.first_step}..{r.last_step}" if r.first_step is not None and r.first_step == r.first_step \
+            else "no steps"
+        flag = "FAILED " if r.state in ("failed", "crashed") else ""
+        out.append(f"session    {flag}{r.worker} s{r.session} {r.mode:<7} {r.state:<8} {steps}"
+                   + (f": {r.error}" if isinstance(r.error, str) and r.error else ""))
+    return out
 
 
 def _short(steps: Sequence[int], n: int = 8) -> str:

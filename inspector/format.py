@@ -3,16 +3,21 @@
 A run is a directory any tool can read without TensorFlow (see FORMAT.md)::
 
     runs/exp1/
-      manifest.<worker>.json                     catalog, config, status (one per worker)
-      graph.<worker>.pb                          GraphDef of the captured graph
-      stats/<worker>.<seq>.parquet               statistics parts
-      dumps/<worker>.step-<step>.safetensors     full tensors of one dump step
+      manifest.<worker>.s<session>.json                 catalog, config, status (one per writer session)
+      graph.<worker>.s<session>.pb                      GraphDef of the captured graph
+      stats/<worker>.s<session>.<seq>.parquet           statistics parts
+      dumps/<worker>.s<session>.step-<step>[.b<batch>].safetensors   full tensors of one dump
+      lock.<worker>.json                                held by the live writer of <worker>
+
+Each ``DumpHook`` session (every ``train``/``evaluate`` call, every resume) appends a new
+session; the reader merges them (the latest session wins a step recorded twice).
 
 Every file is written to a temporary name and renamed, so a crash never leaves a
 half-written file under a final name.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -21,13 +26,25 @@ from pathlib import Path
 from typing import Any, Iterable
 
 FORMAT_NAME = "tf-inspector-run"
-FORMAT_VERSION = 1
-TOOL_VERSION = "0.1.0"
+#: 2: files carry their writer session (``<worker>.s<session>``), statistics rows carry
+#: worker/session/mode/batch, ``dropped`` and ``errors`` are aggregated records.
+#: Version 1 runs (no session in file names) are read as session 0, mode ``train``.
+FORMAT_VERSION = 2
+TOOL_VERSION = "0.2.0"
 
-MANIFEST_RE = re.compile(r"^manifest\.([A-Za-z0-9_-]+)\.json$")
-STATS_RE = re.compile(r"^([A-Za-z0-9_-]+)\.(\d+)\.parquet$")
-DUMP_RE = re.compile(r"^([A-Za-z0-9_-]+)\.step-(\d+)\.safetensors$")
+_W = r"(?P<worker>[A-Za-z0-9_-]+)"
+_S = r"\.s(?P<session>\d+)"
+MANIFEST_RE = re.compile(rf"^manifest\.{_W}{_S}\.json$")
+STATS_RE = re.compile(rf"^{_W}{_S}\.(?P<seq>\d+)\.parquet$")
+DUMP_RE = re.compile(rf"^{_W}{_S}\.step-(?P<step>\d+)(?:\.b(?P<batch>\d+))?\.safetensors$")
+#: Version 1 names (no session): read as session 0.
+MANIFEST_V1_RE = re.compile(rf"^manifest\.{_W}\.json$")
+STATS_V1_RE = re.compile(rf"^{_W}\.(?P<seq>\d+)\.parquet$")
+DUMP_V1_RE = re.compile(rf"^{_W}\.step-(?P<step>\d+)\.safetensors$")
 WORKER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
+#: The lock a live writer holds on its worker name: ``lock.<worker>.json`` (FORMAT.md).
+LOCK_RE = re.compile(rf"^lock\.{_W}\.json$")
+MODES = ("train", "eval", "predict")
 
 KINDS = ("forward", "gradient")
 GROUPS = ("all", "positive", "negative")
@@ -118,20 +135,65 @@ def parse_shared_gradient_entry(entry: str | bytes) -> tuple[str, str, str | Non
     return d["loss"], d["tensor"], d["gradient"]
 
 
-def manifest_name(worker: str) -> str:
-    return f"manifest.{check_worker(worker)}.json"
+def _wid(worker: str, session: int) -> str:
+    """``<worker>.s<session>``: the identity of one writer session in file names."""
+    if not isinstance(session, int) or isinstance(session, bool) or session < 1:
+        raise ValueError(f"session {session!r} must be an int >= 1")
+    return f"{check_worker(worker)}.s{session:04d}"
 
 
-def graph_name(worker: str) -> str:
-    return f"graph.{check_worker(worker)}.pb"
+def manifest_name(worker: str, session: int) -> str:
+    return f"manifest.{_wid(worker, session)}.json"
 
 
-def stats_name(worker: str, seq: int) -> str:
-    return f"stats/{check_worker(worker)}.{seq:06d}.parquet"
+def graph_name(worker: str, session: int) -> str:
+    return f"graph.{_wid(worker, session)}.pb"
 
 
-def dump_name(worker: str, step: int) -> str:
-    return f"dumps/{check_worker(worker)}.step-{step:010d}.safetensors"
+def stats_name(worker: str, session: int, seq: int) -> str:
+    return f"stats/{_wid(worker, session)}.{seq:06d}.parquet"
+
+
+def dump_name(worker: str, session: int, step: int, batch: int | None = None) -> str:
+    """A dump's file: ``batch`` is the batch index within an evaluation/prediction (None in training)."""
+    tail = "" if batch is None else f".b{batch:06d}"
+    return f"dumps/{_wid(worker, session)}.step-{step:010d}{tail}.safetensors"
+
+
+def lock_name(worker: str) -> str:
+    return f"lock.{check_worker(worker)}.json"
+
+
+def is_temporary(name: str) -> bool:
+    """A writer's temporary file (``.<final name>.<random>.tmp``): never part of a run."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def parse_manifest_name(name: str) -> tuple[str, int] | None:
+    """(worker, session) of a manifest file name (version 1 names: session 0), or None."""
+    m = MANIFEST_RE.match(name)
+    if m:
+        return m["worker"], int(m["session"])
+    m = MANIFEST_V1_RE.match(name)
+    return (m["worker"], 0) if m else None
+
+
+def parse_stats_name(name: str) -> tuple[str, int] | None:
+    """(worker, session) of a statistics part's file name, or None."""
+    m = STATS_RE.match(name)
+    if m:
+        return m["worker"], int(m["session"])
+    m = STATS_V1_RE.match(name)
+    return (m["worker"], 0) if m else None
+
+
+def parse_dump_name(name: str) -> tuple[str, int, int, int] | None:
+    """(worker, session, step, batch) of a dump's file name (training dumps: batch 0), or None."""
+    m = DUMP_RE.match(name)
+    if m:
+        return m["worker"], int(m["session"]), int(m["step"]), int(m["batch"] or 0)
+    m = DUMP_V1_RE.match(name)
+    return (m["worker"], 0, int(m["step"]), 0) if m else None
 
 
 def check_worker(worker: str) -> str:
@@ -178,8 +240,9 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
         if size and hasattr(os, "posix_fallocate"):
             try:
                 os.posix_fallocate(fd, 0, size)
-            except OSError:  # a filesystem without it: write as usual
-                pass
+            except OSError as e:  # a filesystem without it: write as usual; but no space is no space
+                if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+                    raise
         with os.fdopen(fd, "wb") as f:
             for chunk in chunks:
                 f.write(chunk)

@@ -15,12 +15,10 @@ Example::
 """
 from __future__ import annotations
 
-import datetime as _dt
+import copy
 import json
 import os
 import re
-import socket
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -29,13 +27,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunError, UnknownTensorError,
-                     nearest, suggest)
-from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE,
-                     STALE_HEARTBEATS, STATS_RE, graph_name, safe_join)
+from .errors import (DamagedFileError, FormatVersionError, InspectorError, NoDumpError, NotARunError,
+                     UnknownTensorError, nearest, suggest)
+from .format import (ALIASES_KEY, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MODES, graph_name, is_temporary,
+                     parse_dump_name, parse_manifest_name, parse_stats_name, safe_join)
+from .liveness import writer_state
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role")
@@ -44,7 +44,7 @@ CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_grad
 def is_run(path: str | Path) -> bool:
     """True if ``path`` is a run directory (holds at least one worker manifest)."""
     p = Path(path)
-    return p.is_dir() and any(MANIFEST_RE.match(c.name) for c in p.iterdir())
+    return p.is_dir() and any(parse_manifest_name(c.name) for c in p.iterdir())
 
 
 def find_runs(path: str | Path) -> list[Path]:
@@ -63,35 +63,9 @@ def open_run(path: str | Path) -> "Run":
 
 
 def worker_status(manifest: dict, now: float | None = None) -> str:
-    """One worker's state from its manifest: its ``status``, or for a 'running' worker whose
-    writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
-    status = manifest.get("status", "running")
-    if status != "running":
-        return status
-    pid, host = manifest.get("pid"), manifest.get("host")
-    if isinstance(pid, int) and host == socket.gethostname() and not _alive(pid):
-        return "crashed"
-    beat = manifest.get("heartbeat_secs")
-    try:
-        updated = _dt.datetime.fromisoformat(manifest["updated"]).timestamp()
-    except (KeyError, TypeError, ValueError):
-        return status
-    if isinstance(beat, (int, float)) and beat > 0:
-        # at least 10 s: `updated` has whole seconds, and clocks of two hosts differ a little
-        if (now if now is not None else time.time()) - updated > max(STALE_HEARTBEATS * beat, 10.0):
-            return "stalled"
-    return status
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # another user's process, or cannot tell: do not call it crashed
-    return True
-
+    """One writer session's state from its manifest: its ``status``, or for a 'running' one
+    whose writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
+    return writer_state(manifest, now)
 
 
 def _aliases(path: Path, header: dict) -> dict[str, str]:
@@ -114,38 +88,51 @@ def _aliases(path: Path, header: dict) -> dict[str, str]:
 @dataclass(frozen=True)
 class DumpFile:
     worker: str
+    session: int
     step: int
+    batch: int
     path: Path
 
 
+#: Selects every worker (``worker="all"``) or every session, unmerged (``session="all"``).
+ALL = "all"
+
+
 class Run:
-    """A run directory, read lazily. See the module docstring for an example."""
+    """A run directory, read lazily. See the module docstring for an example.
+
+    A run holds one or more writer sessions per worker (every ``train``/``evaluate`` call and
+    every resume adds one). Queries pick, by default: mode ``train``; the chief worker (the
+    only worker, or ``worker="all"`` when several run without a chief); and for a step that
+    two sessions of one worker recorded, the later session (FORMAT.md, "Sessions"). Pass
+    ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
-                               f"(it holds manifest.<worker>.json files)")
+                               f"(it holds manifest.<worker>.s<session>.json files)")
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
+        self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
         self._headers: dict[Path, tuple[dict, int]] = {}
         self._alias_maps: dict[Path, dict[str, str]] = {}
 
     def __repr__(self) -> str:
-        return f"Run({str(self.path)!r}, status={self.status!r}, workers={list(self.manifests)})"
+        return f"Run({str(self.path)!r}, status={self.status!r}, workers={self.workers})"
 
-    # ---- manifests -----------------------------------------------------------------------
-    def _read_manifests(self) -> dict[str, dict]:
-        names = sorted(c.name for c in self.path.iterdir() if MANIFEST_RE.match(c.name))
-        if not names:
+    # ---- manifests and sessions --------------------------------------------------------------
+    def _read_manifests(self) -> dict[tuple[str, int], dict]:
+        found = sorted((ids, c.name) for c in self.path.iterdir() if (ids := parse_manifest_name(c.name)))
+        if not found:
             hint = ""
             inner = [c.name for c in self.path.iterdir() if c.is_dir() and is_run(c)]
             if inner:
                 hint = f" It holds runs: {', '.join(sorted(inner)[:5])}; open one of those."
-            raise NotARunError(f"{self.path} is not a run directory: no manifest.<worker>.json inside.{hint}")
-        out: dict[str, dict] = {}
-        for name in names:
-            worker = MANIFEST_RE.match(name).group(1)
+            raise NotARunError(f"{self.path} is not a run directory: no manifest.<worker>.s<session>.json "
+                               f"inside.{hint}")
+        out: dict[tuple[str, int], dict] = {}
+        for ids, name in found:
             try:
                 m = json.loads((self.path / name).read_text())
                 if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
@@ -158,33 +145,91 @@ class Run:
                 raise FormatVersionError(
                     f"{self.path / name} has format version {version!r}, newer than this reader "
                     f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
-            out[worker] = m
+            out[ids] = _upgrade_manifest(m, *ids)
         if not out:
             raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
         return out
 
     def refresh(self) -> "Run":
         """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
+        view = self._view
         self.__init__(self.path)
+        self._view = view
         for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
             self.__dict__.pop(attr, None)
         return self
 
     @property
-    def manifest(self) -> dict:
-        """The first (chief's, if any) worker's manifest."""
-        return self.manifests.get("chief") or next(iter(self.manifests.values()))
+    def workers(self) -> list[str]:
+        """Worker names, the chief first."""
+        names = sorted({w for w, _ in self.manifests})
+        chief = self.default_worker
+        return ([chief] if chief else []) + [w for w in names if w != chief]
 
     @property
-    def workers(self) -> list[str]:
-        return list(self.manifests)
+    def default_worker(self) -> str | None:
+        """The worker queries use by default: the chief, else the only worker; None (all
+        workers) when several run without a chief."""
+        names = {w for w, _ in self.manifests}
+        chiefs = sorted({w for (w, _), m in self.manifests.items() if m.get("is_chief")})
+        if "chief" in names:
+            return "chief"
+        if chiefs:
+            return chiefs[0]
+        return next(iter(names)) if len(names) == 1 else None
+
+    def view(self, mode: str = "train", worker: str | None = None, batch: int | None = None) -> "Run":
+        """This run with other defaults for every query: ``mode`` (train, eval, predict, 'all'),
+        ``worker`` (a name, 'all', None: the default worker) and ``batch`` (an eval/predict
+        batch index; None: every batch). Shares the file caches; statistics are re-read.
+
+        Example::
+
+            ev = run.view(mode="eval", batch=0)
+            ev.stats, ev.steps, ev.tensor("conv1/Relu:0", 200)
+        """
+        self._check_mode(mode)
+        if worker not in (None, ALL):
+            self._workers_for(worker)  # raises for a worker that wrote nothing
+        out = copy.copy(self)
+        out.__dict__.pop("stats", None)
+        out._view = {"mode": mode, "worker": worker, "batch": batch}
+        return out
+
+    def _where(self, mode: str | None, worker: str | None, batch: int | None = None) -> tuple[str, str | None, int | None]:
+        """The explicit arguments, else this view's defaults."""
+        v = self._view
+        return (mode or v["mode"], worker or v["worker"], v["batch"] if batch is None else batch)
+
+    def _latest(self, worker: str | None = None, mode: str | None = None) -> dict | None:
+        keys = [k for k, m in self.manifests.items()
+                if (worker is None or k[0] == worker) and (mode is None or m["mode"] == mode)]
+        return self.manifests[max(keys, key=lambda k: (k[1], k[0]))] if keys else None
+
+    @property
+    def manifest(self) -> dict:
+        """The manifest of the default worker's latest training session (else its latest, else any)."""
+        w = self.default_worker
+        return self._latest(w, "train") or self._latest(w) or self._latest()
+
+    @property
+    def sessions(self) -> pd.DataFrame:
+        """One row per writer session: worker, session, mode, state, steps, times, error."""
+        rows = [{"worker": w, "session": s, "mode": m["mode"], "state": worker_status(m),
+                 "first_step": (m.get("steps") or [None, None])[0], "last_step": (m.get("steps") or [None, None])[1],
+                 "dumps": m.get("dumps_written"), "bytes": m.get("bytes_written"), "created": m.get("created"),
+                 "updated": m.get("updated"), "error": m.get("error")}
+                for (w, s), m in self.manifests.items()]
+        return pd.DataFrame(rows, columns=["worker", "session", "mode", "state", "first_step", "last_step", "dumps",
+                                           "bytes", "created", "updated", "error"])
 
     @property
     def status(self) -> str:
-        """'finished' if every worker finished; else the worst worker state: 'failed' (the hook
-        disabled itself), 'crashed' (its process is gone: same host, pid not alive), 'stalled'
-        (no heartbeat for STALE_HEARTBEATS heartbeats: crashed on another host, or hung), 'running'."""
-        states = {worker_status(m) for m in self.manifests.values()}
+        """The worst state of each worker's latest session: 'failed' (the hook or the session
+        ended with an error), 'crashed' (its process is gone: same host, pid not alive),
+        'stalled' (no heartbeat for STALE_HEARTBEATS heartbeats: crashed on another host, or
+        hung), 'running'; else 'finished'. Earlier sessions' states are in :attr:`sessions`."""
+        states = {worker_status(self._latest(w)) for w in {w for w, _ in self.manifests}}
         for state in ("failed", "crashed", "stalled", "running"):
             if state in states:
                 return state
@@ -196,14 +241,25 @@ class Run:
 
     @property
     def dropped(self) -> pd.DataFrame:
-        """Dumps the hook dropped (byte budget, full queue, errors), with the reason."""
-        rows = [{"worker": w, **d} for w, m in self.manifests.items() for d in m.get("dropped", [])]
-        return pd.DataFrame(rows, columns=["worker", "step", "reason", "bytes"])
+        """What the writers did not write (byte budget, full queue, write errors), aggregated by
+        (what, reason): count, bytes, first and last step."""
+        return self._records("dropped")
+
+    @property
+    def errors(self) -> pd.DataFrame:
+        """Write errors of every session (aggregated like :attr:`dropped`), and hook errors."""
+        return self._records("errors")
+
+    def _records(self, key: str) -> pd.DataFrame:
+        cols = ["worker", "session", "mode", "what", "reason", "count", "bytes", "first_step", "last_step"]
+        rows = [{"worker": w, "session": s, "mode": m["mode"], **{c: r.get(c) for c in cols[3:]}}
+                for (w, s), m in self.manifests.items() for r in m.get(key, [])]
+        return pd.DataFrame(rows, columns=cols)
 
     # ---- catalog -------------------------------------------------------------------------
     @cached_property
     def tensors(self) -> pd.DataFrame:
-        """The catalog of captured tensors, one row per tensor (union over workers)."""
+        """The catalog of captured tensors, one row per tensor (union over sessions and workers)."""
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
             for t in m.get("tensors", []):
@@ -218,33 +274,97 @@ class Run:
                                      f" ({len(self.tensors)} tensors; see run.tensors)")
         return name
 
-    def graph_def_bytes(self, worker: str | None = None) -> bytes:
-        """The serialized GraphDef (parse with tf.compat.v1.GraphDef.FromString)."""
-        return (self.path / graph_name(worker or next(iter(self.manifests)))).read_bytes()
+    def graph_def_bytes(self, worker: str | None = None, session: int | None = None) -> bytes:
+        """The serialized GraphDef of a session (default: that of :attr:`manifest`); parse with
+        tf.compat.v1.GraphDef.FromString."""
+        m = self.manifest if worker is None and session is None else self._latest(worker)
+        if session is not None:
+            m = self.manifests.get((worker or m["worker"], session))
+            if m is None:
+                raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
+        w, s = m["worker"], m["session"]
+        name = graph_name(w, s) if s else f"graph.{w}.pb"
+        return safe_join(self.path, name).read_bytes()
+
+    # ---- selection -----------------------------------------------------------------------
+    def _workers_for(self, worker: str | None) -> set[str]:
+        names = {w for w, _ in self.manifests}
+        if worker == ALL or (worker is None and self.default_worker is None):
+            return names
+        worker = worker or self.default_worker
+        if worker not in names:
+            raise InspectorError(f"worker {worker!r} wrote nothing in {self.path}; its workers: {sorted(names)} "
+                                 f"(or worker='all')")
+        return {worker}
+
+    def _mode_of(self, worker: str, session: int) -> str:
+        m = self.manifests.get((worker, session))
+        return m["mode"] if m else "train"  # a session whose manifest is damaged: its files are training's
+
+    @staticmethod
+    def _check_mode(mode: str | None) -> None:
+        if mode is not None and mode != ALL and mode not in MODES:
+            raise ValueError(f"mode={mode!r} must be one of {MODES} or 'all'")
+
+    def _selected(self, items: Iterable[tuple[str, int, Any]], mode: str | None, worker: str | None,
+                  session: int | str | None) -> list[tuple[str, int, Any]]:
+        """The (worker, session, item) triples of the chosen workers, mode and session."""
+        mode, worker, _ = self._where(mode, worker)
+        self._check_mode(mode)
+        workers = self._workers_for(worker)
+        out = [(w, s, x) for w, s, x in items if w in workers
+               and (mode == ALL or self._mode_of(w, s) == mode)
+               and (session in (None, ALL) or s == session)]
+        if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
+            raise InspectorError(f"no session {session} in {self.path}; sessions: {sorted({s for _, s in self.manifests})}")
+        return out
 
     # ---- statistics ----------------------------------------------------------------------
     @cached_property
-    def _stats_files(self) -> list[Path]:
+    def _stats_files(self) -> list[tuple[str, int, Path]]:
         d = self.path / "stats"
-        return sorted(p for p in d.iterdir() if STATS_RE.match(p.name)) if d.is_dir() else []
+        if not d.is_dir():
+            return []
+        return sorted((*ids, p) for p in d.iterdir() if (ids := parse_stats_name(p.name)))
 
-    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None) -> pa.Table:
-        tables = []
-        for p in self._stats_files:
-            try:
-                tables.append(pq.read_table(p, columns=columns, filters=filters))
-            except (OSError, pa.ArrowException) as e:
-                msg = f"damaged statistics file {p}: {e}"
-                if msg not in self.problems:
-                    self.problems.append(msg)
+    def _read_part(self, worker: str, session: int, path: Path, columns: Sequence[str] | None,
+                   filters: Any) -> pa.Table | None:
+        try:
+            t = pq.read_table(path, columns=columns, filters=filters)
+        except (OSError, pa.ArrowException) as e:
+            msg = f"damaged statistics file {path}: {e}"
+            if msg not in self.problems:
+                self.problems.append(msg)
+            return None
+        return _with_identity(t, worker, session, self._mode_of(worker, session))
+
+    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = None,
+                    worker: str | None = None, session: int | str | None = None,
+                    batch: int | None = None) -> pa.Table:
+        files = self._selected(self._stats_files, mode, worker, session)
+        batch = self._where(mode, worker, batch)[2]
+        v1_cols = None if columns is None else [c for c in columns if c == "step" or c not in _IDENTITY]
+        parts: dict[tuple[str, int], list[pa.Table]] = {}
+        for w, s, p in files:
+            t = self._read_part(w, s, p, v1_cols if s == 0 else columns, filters)  # session 0: version 1
+            if t is not None and batch is not None:
+                t = t.filter(pc.equal(t.column("batch"), batch))
+            if t is not None and t.num_rows:
+                parts.setdefault((w, s), []).append(t)
+        if session is None:
+            parts = _latest_session_wins(parts)
+        tables = [t for ts in parts.values() for t in ts]
         if not tables:
             return pa.table({})
-        return pa.concat_tables(tables, promote_options="permissive")
+        table = pa.concat_tables(tables, promote_options="permissive")
+        return table.select([c for c in columns if c in table.column_names]) if columns is not None else table
 
     @cached_property
     def stats(self) -> pd.DataFrame:
-        """All statistics: one row per (step, tensor, kind, group). Columns: step, tensor, kind,
-        group, count, mean, std, min, max, l2, zero_fraction, nan, inf, hist_lo, hist_hi, histogram.
+        """Training statistics of the default worker, a step recorded twice taken from the later
+        session: one row per (step, tensor, kind, group). Columns: worker, session, mode, step,
+        batch, tensor, kind, group, count, mean, std, min, max, l2, zero_fraction, nan, inf,
+        hist_lo, hist_hi, histogram. Use :meth:`query_stats` for other modes, workers, sessions.
 
         ``histogram`` holds the bin counts (Arrow-backed lists); the bin edges are
         ``np.linspace(hist_lo, hist_hi, bins + 1)`` (see :meth:`histogram`)."""
@@ -252,13 +372,30 @@ class Run:
 
     def query_stats(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                     kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                    columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """Statistics filtered at read time (only the matching rows and columns are read)."""
-        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns))
+                    columns: Sequence[str] | None = None, *, mode: str | None = None,
+                    worker: str | None = None, session: int | str | None = None,
+                    batch: int | None = None) -> pd.DataFrame:
+        """Statistics filtered at read time (only the matching files, rows and columns are read).
+
+        ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
+        or None for the default worker (:attr:`default_worker`). ``session``: None merges
+        sessions (the later session wins a step recorded twice), an int reads that session
+        only, 'all' keeps every session's rows. ``batch``: only that eval/predict batch.
+        Defaults come from :meth:`view` (train, the default worker, every batch).
+
+        Example::
+
+            run.query_stats(["conv1/Relu:0"], steps=(100, 500), kinds=["gradient"], groups=["all"])
+            run.query_stats(mode="eval", columns=["mean"])      # one row per eval batch
+        """
+        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
+                                                      worker=worker, session=session, batch=batch))
 
     def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                           kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                          columns: Sequence[str] | None = None) -> pa.Table:
+                          columns: Sequence[str] | None = None, *, mode: str | None = None,
+                          worker: str | None = None, session: int | str | None = None,
+                          batch: int | None = None) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
         filters = []
         if tensors is not None:
@@ -271,59 +408,92 @@ class Run:
         if groups is not None:
             filters.append(("group", "in", list(groups)))
         if columns is not None:
-            columns = list(dict.fromkeys(["step", "tensor", "kind", "group", *columns]))
-        return self._read_stats(columns, filters or None)
+            columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
+        return self._read_stats(columns, filters or None, mode, worker, session, batch)
 
     @staticmethod
     def _to_pandas(table: pa.Table) -> pd.DataFrame:
         if table.num_columns == 0:
-            return pd.DataFrame(columns=["step", "tensor", "kind", "group"])
+            return pd.DataFrame(columns=[*_IDENTITY, "tensor", "kind", "group"])
         df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t) else None)
-        for c in ("tensor", "kind", "group"):
+        for c in ("tensor", "kind", "group", "worker", "mode"):
             if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
                 df[c] = df[c].astype("category")
         return df
 
-    def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all") -> tuple[np.ndarray, np.ndarray]:
-        """Bin edges and counts of the in-graph histogram of ``tensor`` at ``step``."""
+    def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
+                  mode: str | None = None, worker: str | None = None, session: int | None = None,
+                  batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Bin edges and counts of the in-graph histogram of ``tensor`` at ``step``. Raises
+        InspectorError when the choice is ambiguous (rows of several workers: pass ``worker=``)."""
         df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
-                              columns=["hist_lo", "hist_hi", "histogram"])
+                              columns=["hist_lo", "hist_hi", "histogram"], mode=mode, worker=worker, session=session)
+        df = df[df["batch"] == (self._where(mode, worker, batch)[2] or 0)]
         if df.empty:
-            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[])["step"].unique()
+            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode, worker=worker,
+                                    session=session)["step"].unique()
             raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step {step}; "
                               f"nearest steps with statistics: {nearest(step, have)}")
-        row = df.iloc[-1]
+        _one_source(df, f"statistics of {tensor!r} at step {step}")
+        row = df.iloc[0]
         counts = np.asarray(row["histogram"], dtype=np.int64)
         return np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1), counts
 
     # ---- full dumps ----------------------------------------------------------------------
     @cached_property
-    def _dump_files(self) -> dict[int, list[DumpFile]]:
+    def _dump_files(self) -> list[DumpFile]:
         d = self.path / "dumps"
-        out: dict[int, list[DumpFile]] = {}
+        out = []
         if d.is_dir():
             for p in sorted(d.iterdir()):
-                m = DUMP_RE.match(p.name)
-                if m and m.group(1) in self.manifests:
-                    out.setdefault(int(m.group(2)), []).append(DumpFile(m.group(1), int(m.group(2)), p))
+                ids = parse_dump_name(p.name)
+                if ids and any(w == ids[0] for w, _ in self.manifests):
+                    out.append(DumpFile(*ids, p))
+        return out
+
+    def dump_index(self, *, mode: str | None = None, worker: str | None = None,
+                   session: int | str | None = None) -> dict[tuple[int, int], list[DumpFile]]:
+        """{(step, batch): dump files} of the chosen mode, workers and sessions; a step two
+        sessions of one worker dumped keeps the later session's (unless ``session=``)."""
+        chosen = self._selected(((f.worker, f.session, f) for f in self._dump_files), mode, worker, session)
+        latest: dict[tuple[str, str, int], int] = {}
+        for w, s, f in chosen:
+            key = (w, self._mode_of(w, s), f.step)
+            latest[key] = max(latest.get(key, -1), s)
+        out: dict[tuple[int, int], list[DumpFile]] = {}
+        for w, s, f in chosen:
+            if session is not None or latest[(w, self._mode_of(w, s), f.step)] == s:
+                out.setdefault((f.step, f.batch), []).append(f)
         return out
 
     @property
     def steps(self) -> list[int]:
-        """Steps with a full dump (any worker), sorted."""
-        return sorted(self._dump_files)
+        """Training steps with a full dump (default worker, sessions merged), sorted."""
+        return self.dump_steps()
 
-    def _dump(self, step: int, worker: str | None) -> DumpFile:
-        files = self._dump_files.get(int(step))
+    def dump_steps(self, *, mode: str | None = None, worker: str | None = None,
+                   session: int | str | None = None) -> list[int]:
+        """Steps with a full dump of the chosen mode, worker and session, sorted."""
+        return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker, session=session)})
+
+    def _dump(self, step: int, worker: str | None, mode: str | None = None, batch: int | None = None,
+              session: int | str | None = None) -> DumpFile:
+        index = self.dump_index(mode=mode, worker=worker, session=session)
+        mode, _, batch = self._where(mode, worker, batch)
+        batch = batch or 0
+        files = index.get((int(step), int(batch)))
         if not files:
-            raise NoDumpError(f"no full dump at step {step} in {self.path}; nearest dumped steps: "
-                              f"{nearest(int(step), self.steps) or 'none (run.steps is empty)'}")
-        if worker is None:
-            return files[0]
-        for f in files:
-            if f.worker == worker:
-                return f
-        raise NoDumpError(f"step {step} has no dump from worker {worker!r}; it has {[f.worker for f in files]}")
+            others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get((int(step), int(batch)), [])})
+            where = f" (workers {others} dumped it: pass worker=)" if others else ""
+            have = sorted({s for s, _ in index})
+            raise NoDumpError(f"no {mode} dump at step {step}" + (f" batch {batch}" if batch else "") +
+                              f" in {self.path}{where}; nearest dumped steps: "
+                              f"{nearest(int(step), have) or 'none (run.steps is empty)'}")
+        if len(files) > 1:
+            raise InspectorError(f"step {step} was dumped by {len(files)} writers "
+                                 f"({', '.join(f'{f.worker} session {f.session}' for f in files)}): pass worker= "
+                                 f"(and session=) to choose one")
+        return files[0]
 
     def _header(self, path: Path) -> tuple[dict, int]:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
@@ -343,72 +513,159 @@ class Run:
         self._header(path)
         return self._alias_maps[path]
 
-    def dump_keys(self, step: int, worker: str | None = None) -> list[str]:
+    def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
+                  session: int | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
-        f = self._dump(step, worker)
+        f = self._dump(step, worker, mode, batch, session)
         return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
 
-    def dump_array(self, step: int, key: str, worker: str | None = None) -> np.ndarray:
+    def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
+                   session: int | None = None) -> np.ndarray:
         """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
-        f = self._dump(step, worker)
+        f = self._dump(step, worker, mode, batch, session)
         header, start = self._header(f.path)
         key = self._aliases(f.path).get(key, key)
         if key not in header or key == "__metadata__":
             raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
         return safetensors_io.load(f.path, key, header, start)
 
-    def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None) -> np.ndarray:
+    def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
+               mode: str | None = None, batch: int | None = None, session: int | None = None) -> np.ndarray:
         """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
 
         For a batched tensor only the samples kept by the sample budget are there; see
-        :meth:`samples` for which ones."""
+        :meth:`samples` for which ones. ``mode="eval"`` with ``batch=`` reads an evaluation's
+        dumps (taken at global step ``step``)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.check_tensor(name)
         if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
             raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
-        if key not in self.dump_keys(step, worker):
+        where = dict(mode=mode, batch=batch, session=session)
+        if key not in self.dump_keys(step, worker, **where):
             raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r}; see run.dump_keys({step})")
-        return self.dump_array(step, key, worker)
+        return self.dump_array(step, key, worker, **where)
 
-    def samples(self, step: int, worker: str | None = None) -> pd.DataFrame:
-        """The samples kept in the dump of ``step``: batch index, label and group per row."""
-        keys = self.dump_keys(step, worker)
+    def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
+                session: int | None = None) -> pd.DataFrame:
+        """The samples kept in the dump of ``step``: batch index, label and group per row, and the
+        worker and session that wrote them."""
+        f = self._dump(step, worker, mode, batch, session)
+        where = dict(mode=mode, batch=batch, session=session)
+        keys = self.dump_keys(step, worker, **where)
         cols = {}
         for col in ("index", "label", "group"):
             if f"samples/{col}" in keys:
-                arr = np.asarray(self.dump_array(step, f"samples/{col}", worker))
+                arr = np.asarray(self.dump_array(step, f"samples/{col}", worker, **where))
                 cols[col] = list(arr) if arr.ndim > 1 else arr
         df = pd.DataFrame(cols)
         if "group" in df:
             df["group"] = np.where(df["group"].astype(int) == 1, "positive", "negative")
+        df.insert(0, "session", f.session)
+        df.insert(0, "worker", f.worker)
         return df
 
-    def dump_metadata(self, step: int, worker: str | None = None) -> dict:
-        return dict(self._header(self._dump(step, worker).path)[0].get("__metadata__", {}))
+    def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
+                      session: int | None = None) -> dict:
+        return dict(self._header(self._dump(step, worker, mode, batch, session).path)[0].get("__metadata__", {}))
 
     # ---- sizes and anomalies -------------------------------------------------------------
     def size_bytes(self) -> int:
-        """Bytes on disk of every file of the run."""
-        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+        """Bytes on disk of every file of the run (a writer's temporary files excluded)."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
 
-    def first_nonfinite(self) -> dict | None:
-        """The first (step, tensor, kind) whose statistics count a NaN or Inf, or None."""
-        df = self.query_stats(groups=["all"], columns=["nan", "inf"])
-        if df.empty:
-            return None
-        bad = df[(df["nan"] > 0) | (df["inf"] > 0)]
-        if bad.empty:
-            return None
-        row = bad.sort_values(["step"], kind="stable").iloc[0]
-        return {"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
-                "nan": int(row["nan"]), "inf": int(row["inf"])}
+    def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
+        """The earliest evidence of a NaN or Inf: the first (step, tensor, kind) whose statistics
+        count one, or the hook's own record (its every-step loss check), whichever step is
+        earlier; ``source`` says which ('statistics' or 'loss check'). None if neither saw one."""
+        found = []
+        df = self.query_stats(groups=["all"], columns=["nan", "inf"], mode=mode, worker=worker)
+        mode, worker, _ = self._where(mode, worker)
+        bad = df[(df["nan"] > 0) | (df["inf"] > 0)] if not df.empty else df
+        if not bad.empty:
+            row = bad.sort_values(["step"], kind="stable").iloc[0]
+            found.append({"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
+                          "nan": int(row["nan"]), "inf": int(row["inf"]), "worker": str(row["worker"]),
+                          "source": "statistics"})
+        workers = self._workers_for(worker)
+        for (w, _), m in self.manifests.items():
+            rec = m.get("first_nonfinite")
+            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
+                    and isinstance(rec.get("step"), int):
+                found.append({**rec, "worker": w, "source": "loss check"})
+        return min(found, key=lambda r: r["step"]) if found else None
 
     def icnn_layers(self) -> pd.DataFrame:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""
         from .templates import icnn_layers  # numpy-only module
         return icnn_layers(self.tensors)
+
+
+#: Columns naming where a statistics row comes from (added to version 1 parts on read).
+_IDENTITY = ("worker", "session", "mode", "step", "batch")
+
+
+def _with_identity(t: pa.Table, worker: str, session: int, mode: str) -> pa.Table:
+    """Add the identity columns a version 1 part lacks (its file name and manifest give them)."""
+    n = t.num_rows
+    const = {"worker": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [worker]),
+             "session": lambda: pa.array(np.full(n, session, np.int64)),
+             "mode": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [mode]),
+             "batch": lambda: pa.array(np.zeros(n, np.int64))}
+    for i, name in enumerate(("worker", "session", "mode")):
+        if name not in t.column_names:
+            t = t.add_column(i, name, const[name]())
+    if "batch" not in t.column_names and "step" in t.column_names:
+        t = t.add_column(t.column_names.index("step") + 1, "batch", const["batch"]())
+    return t
+
+
+def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]]) -> dict[tuple[str, int], list[pa.Table]]:
+    """Drop the rows of a step that a later session of the same worker and mode also recorded."""
+    out: dict[tuple[str, int], list[pa.Table]] = {}
+    claimed: dict[tuple[str, str], set[int]] = {}
+    for (w, s) in sorted(parts, key=lambda k: (k[0], -k[1])):
+        mode = parts[(w, s)][0].column("mode")[0].as_py()
+        taken = claimed.setdefault((w, mode), set())
+        steps: set[int] = set()
+        kept = []
+        for t in parts[(w, s)]:
+            steps.update(pc.unique(t.column("step")).to_pylist())
+            if taken:
+                t = t.filter(pc.invert(pc.is_in(t.column("step"), value_set=pa.array(sorted(taken), pa.int64()))))
+            if t.num_rows:
+                kept.append(t)
+        taken |= steps
+        if kept:
+            out[(w, s)] = kept
+    return out
+
+
+def _one_source(df: pd.DataFrame, what: str) -> None:
+    """Refuse to pick one of several workers' or sessions' rows arbitrarily."""
+    sources = df[["worker", "session"]].drop_duplicates()
+    if len(sources) > 1:
+        names = ", ".join(f"{w} session {s}" for w, s in sources.itertuples(index=False))
+        raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and session=)")
+
+
+def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
+    """A manifest in the current shape: version 1 ones get their session (0), mode and the
+    aggregated ``dropped``/``errors`` records."""
+    m = dict(m)
+    m.setdefault("worker", worker)
+    m["session"] = session
+    if m.get("mode") not in MODES:
+        m["mode"] = "train"
+    if m.get("format_version", 1) < 2:
+        m["dropped"] = [{"what": "dump", "reason": d.get("reason"), "count": 1, "bytes": d.get("bytes", 0),
+                         "first_step": d.get("step"), "last_step": d.get("step")}
+                        for d in m.get("dropped") or [] if isinstance(d, dict)]
+        m["errors"] = ([{"what": "writer", "reason": m["writer_error"], "count": 1}] if m.get("writer_error") else [])
+    if m.get("hook_error"):
+        m["errors"] = [*m.get("errors", []), {"what": "hook", "reason": m["hook_error"], "count": 1}]
+    return m
 
 
 def parse_steps(spec: str | None) -> tuple[int, int] | None:

@@ -332,7 +332,7 @@ class SyntheticRun:
         token = self._sync_token
         self.writer.update_manifest(synthetic_sync=token)
         deadline = time.monotonic() + timeout
-        path = self.path / manifest_name(self.writer.worker)
+        path = self.path / manifest_name(self.writer.worker, self.writer.session)
         while time.monotonic() < deadline:
             try:
                 if json.loads(path.read_text()).get("synthetic_sync") == token:

@@ -1,9 +1,15 @@
-"""Background writer of a run directory: bounded queues, background threads, atomic files.
+"""Background writer of one writer session in a run directory: bounded queues, background
+threads, atomic files.
 
 The training loop only enqueues numpy arrays; background threads turn them into Parquet parts
 and safetensors files. A dump that would overflow the queue or the byte budget is dropped and
-recorded in the manifest instead of blocking training. Any error in a writer thread is logged
-once; the writer then stops writing (or, with ``strict=True``, re-raises in the caller).
+recorded in the manifest instead of blocking training. A file that fails to write (a full
+disk) is recorded as dropped with its reason; later files are still tried, after a back-off
+that grows while errors persist (FORMAT.md, "Write errors").
+
+Each writer is one session: it takes its worker's lock (``inspector.claim``), gets the next
+session number, and writes only files named for that session, so a run directory accumulates
+over reruns, evaluations and resumes and no writer touches another's files.
 
 Example (TensorFlow-free; the hook does this for you)::
 
@@ -14,13 +20,15 @@ Example (TensorFlow-free; the hook does this for you)::
 """
 from __future__ import annotations
 
-import datetime as _dt
+import atexit
+import errno as _errno
 import logging
 import os
 import queue
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,14 +38,24 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, STAT_COLUMNS, TOOL_VERSION, atomic_write,
+from .claim import Claim, run_bytes
+from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
+from .liveness import now_iso
 
 log = logging.getLogger("tf_inspector")
 
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+#: Statistics rows kept in memory while their part cannot be written; beyond this the
+#: oldest are dropped (and recorded), so a long disk outage cannot exhaust memory.
+MAX_BUFFERED_ROWS = 1_000_000
+#: Back-off after a failed write: BACKOFF_SECS, doubling per consecutive failure of that kind
+#: of file (dump, stats), at most MAX_BACKOFF_SECS; dumps queued meanwhile are dropped and
+#: recorded, statistics are kept and retried.
+BACKOFF_SECS = 0.5
+MAX_BACKOFF_SECS = 60.0
+#: Distinct (what, reason) records kept in ``dropped`` / ``errors``; more are counted under
+#: one "other" record, so the manifest stays small however long the run.
+MAX_RECORDS = 50
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,7 @@ class StatsLayout:
 @dataclass
 class _Stats:
     step: int
+    batch: int
     values: np.ndarray      # [R, len(STAT_COLUMNS)]
     hist_range: np.ndarray  # [R, 2]
     hist: np.ndarray        # [R, bins]
@@ -64,6 +83,7 @@ class _Stats:
 @dataclass
 class _Dump:
     step: int
+    batch: int | None
     data: safetensors_io.Encoded
 
     @property
@@ -71,87 +91,175 @@ class _Dump:
         return self.data.size
 
 
+class Tally:
+    """Aggregated records for the manifest: one per (what, reason), with a count, bytes and the
+    first/last steps and times, so a long run of drops or errors does not grow the manifest."""
+
+    def __init__(self, limit: int = MAX_RECORDS) -> None:
+        self.limit = limit
+        self._records: dict[tuple[str, str], dict] = {}
+
+    def add(self, what: str, reason: str, step: int | None = None, nbytes: int = 0) -> bool:
+        """Count one event; True if it is the first with this (what, reason)."""
+        key = (what, reason)
+        if key not in self._records and len(self._records) >= self.limit:
+            key = (what, "other reasons (too many distinct ones to list)")
+        r = self._records.get(key)
+        first = r is None
+        if first:
+            r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0, "first_step": step,
+                                      "last_step": step, "steps": [], "first_time": now_iso()}
+        r["count"] += 1
+        r["bytes"] += int(nbytes)
+        r["last_time"] = now_iso()
+        if step is not None:
+            r["first_step"] = step if r["first_step"] is None else min(r["first_step"], step)
+            r["last_step"] = step if r["last_step"] is None else max(r["last_step"], step)
+            if len(r["steps"]) < 10:
+                r["steps"].append(int(step))
+        return first
+
+    def records(self) -> list[dict]:
+        return [dict(r, steps=list(r["steps"])) for r in self._records.values()]
+
+    def count(self) -> int:
+        return sum(r["count"] for r in self._records.values())
+
+
 @dataclass
 class WriterState:
+    bytes_before: int = 0   # the run's bytes when this session began: the byte budget counts them
     bytes_written: int = 0
     dumps: int = 0
     stats_rows: int = 0
-    dropped: list = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
+    dropped: Tally = field(default_factory=Tally)
+    errors: Tally = field(default_factory=Tally)
+
+    def saw(self, step: int) -> None:
+        self.first_step = step if self.first_step is None else min(self.first_step, step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+
+
+def describe_error(e: BaseException) -> str:
+    """A reason that is the same for the same error on different files (so drops aggregate)."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror or _errno.errorcode.get(e.errno, '')}"
+    return f"{type(e).__name__}: {e}"
+
+
+#: Writers of this process not yet closed: closed as 'failed' at interpreter exit.
+_OPEN: "weakref.WeakSet[RunWriter]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_writers() -> None:
+    for w in list(_OPEN):
+        w.close("failed", error="the process exited before the session ended (DumpHook.end() was not called)",
+                timeout=30)
 
 
 class RunWriter:
-    """Owns one worker's files in a run directory and writes them from background threads: one
-    for statistics and the manifest (in order), ``dump_threads`` for full dumps."""
+    """One writer session's files in a run directory, written from background threads: one for
+    statistics and the manifest (in order), ``dump_threads`` for full dumps."""
 
     def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
-                 dump_threads: int = 2) -> None:
+                 dump_threads: int = 2, mode: str = "train") -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
-        rewrites its manifest (``updated``), so readers can tell a crashed run (FORMAT.md).
-        ``queue_size``: dumps waiting to be written (more are dropped and recorded);
-        ``dump_threads``: threads writing dumps, each its own file. Two wrote a ResNet-8 full
-        dump every step with no drops where one dropped 30-50% (the kernel's page-cache and
-        writeback work per write overlaps); memory held is at most queue_size +
-        dump_threads dumps."""
+        rewrites its manifest (``updated``) and its lock, so readers can tell a crashed run
+        (FORMAT.md). ``queue_size``: dumps waiting to be written (more are dropped and
+        recorded); ``dump_threads``: threads writing dumps, each its own file. Two wrote a
+        ResNet-8 full dump every step with no drops where one dropped 30-50% (the kernel's
+        page-cache and writeback work per write overlaps); memory held is at most queue_size +
+        dump_threads dumps. ``max_bytes`` bounds the whole run directory: the files already
+        there (earlier sessions, other workers) count. ``mode``: train, eval or predict.
+
+        Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
             raise ValueError(f"dump_threads={dump_threads} must be >= 1")
+        if mode not in MODES:
+            raise ValueError(f"mode={mode!r} must be one of {MODES}")
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
+        self.mode = mode
         self.layout = stats_layout
         self.max_bytes = max_bytes
         self.strict = strict
         self.stats_flush_secs = stats_flush_secs
         self.heartbeat_secs = heartbeat_secs
+        self.claim = Claim.take(self.run_dir, self.worker, heartbeat_secs)
+        self.session = self.claim.session
         self._last_manifest = time.monotonic()
-        self.state = WriterState()
-        self.error: BaseException | None = None
+        self.state = WriterState(bytes_before=run_bytes(self.run_dir))
+        self.error: BaseException | None = None  # the last write error (strict mode raises it)
+        self.closed = False
+        self._close_lock = threading.Lock()
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)  # statistics, manifest updates, close
         self._dumps: queue.Queue = queue.Queue(maxsize=queue_size)  # full dumps, for the dump threads
         self._pending_bytes = 0
         self._lock = threading.Lock()
         self._manifest_lock = threading.Lock()
         self._stats_buffer: list[pa.RecordBatch] = []
+        self._buffered_rows = 0
+        self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
         self._last_flush = time.monotonic()
         self._seq = 0
         self._manifest = {
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
-            "worker": self.worker, "created": now_iso(), "updated": now_iso(), "status": "running",
-            "host": socket.gethostname(), "pid": os.getpid(), "heartbeat_secs": heartbeat_secs,
-            **dict(manifest),
+            "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
+            "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
+            "heartbeat_secs": heartbeat_secs, **dict(manifest),
         }
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "stats").mkdir(exist_ok=True)
         (self.run_dir / "dumps").mkdir(exist_ok=True)
-        if graph_def is not None:
-            self.state.bytes_written += atomic_write(self.run_dir / graph_name(self.worker), [graph_def])
-        self._write_manifest()
+        try:
+            if graph_def is not None:
+                self.state.bytes_written += atomic_write(self.run_dir / graph_name(self.worker, self.session),
+                                                         [graph_def])
+            self._write_manifest()
+        except BaseException:
+            self.claim.release()
+            raise
         self._static = self._static_columns() if stats_layout else None
-        self._dump_threads = [threading.Thread(target=self._dump_loop, name=f"tf-inspector-dumps-{worker}-{i}",
-                                               daemon=True) for i in range(dump_threads)]
+        self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
+                                               name=f"tf-inspector-dumps-{worker}-s{self.session}-{i}")
+                              for i in range(dump_threads)]
         for t in self._dump_threads:
             t.start()
-        self._thread = threading.Thread(target=self._loop, name=f"tf-inspector-writer-{worker}", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"tf-inspector-writer-{worker}-s{self.session}",
+                                        daemon=True)
         self._thread.start()
+        _OPEN.add(self)
 
     # ---- called from the training loop -------------------------------------------------
-    def add_stats(self, step: int, values: np.ndarray, hist_range: np.ndarray, hist: np.ndarray) -> None:
-        """Queue one step of statistics (blocks only while the bounded queue is full)."""
+    def add_stats(self, step: int, values: np.ndarray, hist_range: np.ndarray, hist: np.ndarray,
+                  batch: int = 0) -> None:
+        """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
+        the batch index within an evaluation or prediction (0 in training)."""
         self._raise_if_strict()
-        if self.error is None:
-            self._queue.put(_Stats(int(step), values, hist_range, hist))
+        if not self.closed:
+            self.state.saw(int(step))
+            self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist))
 
-    def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bool:
-        """Queue a full dump; returns False (and records why) if it was dropped."""
+    def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
+                 batch: int | None = None) -> bool:
+        """Queue a full dump; returns False (and records why) if it was dropped. ``batch``: the
+        batch index within an evaluation or prediction (None in training)."""
         self._raise_if_strict()
         # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
-        meta = {"step": str(step), "worker": self.worker, "format_version": str(FORMAT_VERSION), **(metadata or {})}
+        meta = {"step": str(step), "worker": self.worker, "session": str(self.session), "mode": self.mode,
+                "format_version": str(FORMAT_VERSION), **({"batch": str(batch)} if batch is not None else {}),
+                **(metadata or {})}
         data = safetensors_io.Encoded(arrays, meta)
         nbytes = data.size
+        self.state.saw(int(step))
         reason = self._drop_reason(nbytes)
         if reason:
             self.record_drop(step, reason, nbytes)
@@ -159,7 +267,7 @@ class RunWriter:
         with self._lock:
             self._pending_bytes += nbytes
         try:
-            self._dumps.put_nowait(_Dump(int(step), data))
+            self._dumps.put_nowait(_Dump(int(step), batch, data))
         except queue.Full:
             with self._lock:
                 self._pending_bytes -= nbytes
@@ -173,29 +281,64 @@ class RunWriter:
             return "writer queue full (disk slower than dumps)"
         return self._drop_reason(nbytes)
 
-    def record_drop(self, step: int, reason: str, nbytes: int = 0) -> None:
+    def record_drop(self, step: int | None, reason: str, nbytes: int = 0, what: str = "dump") -> None:
+        """Record that a ``what`` (dump or stats) of ``step`` was not written, and why."""
         with self._lock:
-            self.state.dropped.append({"step": int(step), "reason": reason, "bytes": int(nbytes)})
+            self.state.dropped.add(what, reason, None if step is None else int(step), nbytes)
 
     def update_manifest(self, **fields: Any) -> None:
         """Merge ``fields`` into the manifest; written by the thread (in order with the data)."""
-        self._queue.put(("manifest", fields))
+        if not self.closed:
+            self._queue.put(("manifest", fields))
 
-    def close(self, status: str = "finished", timeout: float | None = None) -> None:
-        """Flush everything, write the final manifest with ``status``, stop the thread."""
-        self._queue.put(("close", status))
+    def close(self, status: str = "finished", timeout: float | None = None, error: str | None = None) -> None:
+        """Flush everything, write the final manifest with ``status`` (and ``error``), stop the
+        threads, release the lock. Safe to call twice and from two threads: the first call wins."""
+        with self._close_lock:
+            if self.closed:
+                return
+            self.closed = True
+        _OPEN.discard(self)
+        self._queue.put(("close", status, error))
         self._thread.join(timeout)
         self._raise_if_strict()
 
-    # ---- the thread ----------------------------------------------------------------------
+    # ---- the threads -----------------------------------------------------------------------
     def _drop_reason(self, nbytes: int) -> str | None:
-        if self.error is not None:
-            return f"writer stopped after an error: {self.error}"
+        if self.closed:
+            return "writer closed"
+        retry = self._backing_off("dump")
+        if retry:
+            return retry
         with self._lock:
-            total = self.state.bytes_written + self._pending_bytes + nbytes
+            total = self.state.bytes_before + self.state.bytes_written + self._pending_bytes + nbytes
         if self.max_bytes is not None and total > self.max_bytes:
             return f"byte budget max_bytes={self.max_bytes} would be exceeded"
         return None
+
+    def _backing_off(self, what: str) -> str | None:
+        failures, retry_at = self._backoff.get(what, (0, 0.0))
+        if failures and time.monotonic() < retry_at:
+            return f"writer backing off after {failures} failed {what} write(s)"
+        return None
+
+    def _succeeded(self, what: str) -> None:
+        self._backoff.pop(what, None)
+
+    def _failed(self, what: str, e: BaseException, step: int | None = None, nbytes: int = 0,
+                drop: bool = True) -> None:
+        """One file failed: record it (dropped, errors), back off, training goes on."""
+        reason = describe_error(e)
+        failures = self._backoff.get(what, (0, 0.0))[0] + 1
+        self._backoff[what] = failures, time.monotonic() + min(MAX_BACKOFF_SECS, BACKOFF_SECS * 2 ** (failures - 1))
+        with self._lock:
+            first = self.state.errors.add(what, reason, step, nbytes)
+            if drop:
+                self.state.dropped.add(what, f"write error: {reason}", step, nbytes)
+        self.error = e
+        if first:
+            log.error("tf_inspector: writing a %s of %s failed (%s); recorded in the manifest, later files are "
+                      "still tried. Training continues.", what, self.run_dir, reason)
 
     def _loop(self) -> None:
         while True:
@@ -203,18 +346,28 @@ class RunWriter:
                 item = self._queue.get(timeout=self._wait())
             except queue.Empty:
                 item = None
+            if isinstance(item, tuple) and item[0] == "close":
+                self._finish(item[1], item[2])
+                return
             try:
-                if isinstance(item, tuple) and item[0] == "close":
-                    self._stop_dump_threads()
-                    self._flush_stats()
-                    self._manifest["status"] = item[1]
-                    self._write_manifest()
-                    return
                 self._handle(item)
             except BaseException as e:  # the writer must never take training down
-                self._fail(e)
-                if isinstance(item, tuple) and item[0] == "close":
-                    return
+                self._failed("manifest", e, drop=False)
+
+    def _finish(self, status: str, error: str | None) -> None:
+        """Close: every queued dump, the last statistics, the final manifest, the lock."""
+        try:
+            self._stop_dump_threads()
+            self._flush_stats(final=True)
+            self._manifest["status"] = status
+            if error:
+                self._manifest["error"] = error
+            self._write_manifest()
+        except BaseException as e:
+            self._failed("manifest", e, drop=False)
+            log.error("tf_inspector: could not write the final manifest of %s: %s", self.run_dir, describe_error(e))
+        finally:
+            self.claim.release()
 
     def _dump_loop(self) -> None:
         """One dump thread: write dumps until the None that close() sends."""
@@ -223,10 +376,14 @@ class RunWriter:
             if item is None:
                 return
             try:
-                if self.error is None:
+                retry = self._backing_off("dump")
+                if retry:
+                    self.record_drop(item.step, retry, item.nbytes)
+                else:
                     self._write_dump(item)
+                    self._succeeded("dump")
             except BaseException as e:  # the writer must never take training down
-                self._fail(e)
+                self._failed("dump", e, item.step, item.nbytes)
             finally:
                 with self._lock:
                     self._pending_bytes -= item.nbytes
@@ -239,15 +396,26 @@ class RunWriter:
 
     def _handle(self, item: Any) -> None:
         if isinstance(item, _Stats):
-            self._stats_buffer.append(self._stats_batch(item))
+            self._buffer_stats(self._stats_batch(item))
             self.state.stats_rows += len(item.values)
         elif isinstance(item, tuple) and item[0] == "manifest":
             self._manifest.update(item[1])
             self._write_manifest()
         if self._stats_buffer and time.monotonic() - self._last_flush >= self.stats_flush_secs:
             self._flush_stats()
-        if time.monotonic() - self._last_manifest >= self.heartbeat_secs and self.error is None:
+        if time.monotonic() - self._last_manifest >= self.heartbeat_secs:
             self._write_manifest()  # the heartbeat: a live run's manifest is never older than this
+            self.claim.refresh()
+
+    def _buffer_stats(self, batch: pa.RecordBatch) -> None:
+        self._stats_buffer.append(batch)
+        self._buffered_rows += batch.num_rows
+        while self._buffered_rows > MAX_BUFFERED_ROWS and len(self._stats_buffer) > 1:
+            old = self._stats_buffer.pop(0)  # parts keep failing: bound the memory, record the loss
+            self._buffered_rows -= old.num_rows
+            for step in np.unique(old.column("step").to_numpy()):
+                self.record_drop(int(step), "statistics buffer full while their parts could not be written",
+                                 what="stats")
 
     def _wait(self) -> float:
         """Seconds until the next statistics flush or heartbeat is due."""
@@ -257,23 +425,12 @@ class RunWriter:
             due = min(due, self._last_flush + self.stats_flush_secs)
         return max(due - now, 0.001)
 
-    def _fail(self, e: BaseException) -> None:
-        if self.error is None:
-            self.error = e
-            log.error("tf_inspector: writer for %s failed (%s: %s); no more data will be written. "
-                      "Training continues.", self.run_dir, type(e).__name__, e)
-            try:
-                self._manifest["writer_error"] = f"{type(e).__name__}: {e}"
-                self._write_manifest()
-            except BaseException:
-                pass
-
     def _raise_if_strict(self) -> None:
         if self.strict and self.error is not None:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
-        size = d.data.write(self.run_dir / dump_name(self.worker, d.step), fsync=self.fsync)
+        size = d.data.write(self.run_dir / dump_name(self.worker, self.session, d.step, d.batch), fsync=self.fsync)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
@@ -285,7 +442,13 @@ class RunWriter:
 
     def _stats_batch(self, s: _Stats) -> pa.RecordBatch:
         rows = len(s.values)
-        cols: dict[str, pa.Array] = {"step": pa.array(np.full(rows, s.step, np.int64))}
+        cols: dict[str, pa.Array] = {
+            "worker": pa.DictionaryArray.from_arrays(np.zeros(rows, np.int32), [self.worker]),
+            "session": pa.array(np.full(rows, self.session, np.int64)),
+            "mode": pa.DictionaryArray.from_arrays(np.zeros(rows, np.int32), [self.mode]),
+            "step": pa.array(np.full(rows, s.step, np.int64)),
+            "batch": pa.array(np.full(rows, s.batch, np.int64)),
+        }
         cols.update(self._static)
         for i, name in enumerate(STAT_COLUMNS):
             v = s.values[:, i]
@@ -296,17 +459,27 @@ class RunWriter:
         cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, s.hist.shape[1])
         return pa.RecordBatch.from_pydict(cols)
 
-    def _flush_stats(self) -> None:
+    def _flush_stats(self, final: bool = False) -> None:
+        """Write the buffered statistics as one part; on failure keep them for a retry (and at
+        the final flush, record them as dropped)."""
         self._last_flush = time.monotonic()
-        if not self._stats_buffer:
+        if not self._stats_buffer or (not final and self._backing_off("stats")):
             return
         table = pa.Table.from_batches(self._stats_buffer)
-        self._stats_buffer = []
+        try:
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            size = atomic_write(self.run_dir / stats_name(self.worker, self.session, self._seq + 1),
+                                [sink.getvalue().to_pybytes()], fsync=self.fsync)
+        except BaseException as e:
+            self._failed("stats", e, drop=False)
+            if final:
+                for step in np.unique(table.column("step").to_numpy()):
+                    self.record_drop(int(step), f"write error: {describe_error(e)}", what="stats")
+            return
+        self._succeeded("stats")
         self._seq += 1
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        size = atomic_write(self.run_dir / stats_name(self.worker, self._seq), [sink.getvalue().to_pybytes()],
-                            fsync=self.fsync)
+        self._stats_buffer, self._buffered_rows = [], 0
         with self._lock:
             self.state.bytes_written += size
 
@@ -314,6 +487,8 @@ class RunWriter:
         self._last_manifest = time.monotonic()
         with self._manifest_lock:  # the main thread and a failing dump thread may both write it
             with self._lock:
-                self._manifest.update(updated=now_iso(), bytes_written=self.state.bytes_written,
-                                      dumps_written=self.state.dumps, dropped=list(self.state.dropped))
-            write_json(self.run_dir / manifest_name(self.worker), self._manifest)
+                st = self.state
+                self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
+                                      steps=[st.first_step, st.last_step] if st.first_step is not None else None,
+                                      dropped=st.dropped.records(), errors=st.errors.records())
+            write_json(self.run_dir / manifest_name(self.worker, self.session), self._manifest)

@@ -259,7 +259,7 @@ def test_damaged_files_every_page(runs, tmp_path, page):
 def test_damaged_manifest_is_a_message(tmp_path):
     run = tmp_path / "bad"
     run.mkdir()
-    (run / manifest_name("chief")).write_text("{not json")
+    (run / manifest_name("chief", 1)).write_text("{not json")
     at = start(run)
     assert not at.exception
     assert any("damaged" in e.value for e in at.error)
@@ -268,7 +268,7 @@ def test_damaged_manifest_is_a_message(tmp_path):
 def test_newer_format_is_a_message(runs, tmp_path):
     path = tmp_path / "future"
     shutil.copytree(runs / "exp2", path)
-    m = path / manifest_name("chief")
+    m = path / manifest_name("chief", 1)
     m.write_text(json.dumps({**json.loads(m.read_text()), "format_version": 99}))
     at = start(path)
     assert not at.exception
@@ -284,9 +284,34 @@ def test_crashed_run_says_so(runs, tmp_path):
     shutil.copytree(runs / "exp2", path)
     gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True).stdout)
-    m = path / manifest_name("chief")
+    m = path / manifest_name("chief", 1)
     m.write_text(json.dumps({**json.loads(m.read_text()), "status": "running", "host": socket.gethostname(),
                              "pid": gone, "heartbeat_secs": 60}))
     at = ok(start(path))
     assert {mt.label: mt.value for mt in at.metric}["Status"] == "crashed"
     assert any("gone without closing it" in w.value for w in at.warning)
+
+
+def test_mode_and_worker_pickers_show_one_view(tmp_path):
+    """A run with eval sessions and two workers: the sidebar offers mode, worker and batch, and
+    the pages show the chosen view (an eval batch's steps; another worker's)."""
+    from test_sessions import session
+    session(tmp_path / "r", range(1, 11), 0.0, dumps=(5,))
+    session(tmp_path / "r", [10, 10], 5.0, dumps=(10,), mode="eval")
+    session(tmp_path / "r", range(1, 4), 1.0, worker="worker-1")
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["root"] = str(tmp_path / "r")
+    at.run()
+    assert not at.exception
+    assert [s.label for s in at.sidebar.selectbox] == ["Run", "Mode", "Worker"]
+    assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-1"]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Statistics steps"] == "10" and metrics["Dump steps"] == "1"
+    at.sidebar.selectbox(key="mode").set_value("eval").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert not at.exception and metrics["Statistics steps"] == "1" and metrics["Last step"] == "10"
+    assert metrics["Dump steps"] == "1"
+    at.sidebar.selectbox(key="mode").set_value("train").run()
+    at.sidebar.selectbox(key="worker").set_value("worker-1").run()
+    metrics = {m.label: m.value for m in at.metric}
+    assert not at.exception and metrics["Statistics steps"] == "3"

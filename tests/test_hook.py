@@ -93,7 +93,7 @@ def test_a_gradient_under_several_keys_is_written_once(tmp_path):
             wv = sess.run_step_fn(lambda step_context: step_context.session.run(w))
             sess.run(train_op, {x: xv})
     run = inspector.open_run(tmp_path / "run")
-    stored = load_file(str(tmp_path / "run" / dump_name("chief", 1)))
+    stored = load_file(str(tmp_path / "run" / dump_name("chief", 1, 1)))
     assert sum(k in stored for k in ("gradient/a:0", "gradient/c:0", "gradient/sum:0")) == 1, sorted(stored)
     expected = 2 * (xv @ wv + np.tanh(xv))  # d sum(s^2) / d s, and the add passes it to a and c
     for name in names:
@@ -210,7 +210,7 @@ def test_byte_budget_drops_dumps_and_records_them(tmp_path):
                         max_bytes=60_000, strict=True)
         train(m, hook, 6)
     run = inspector.open_run(tmp_path / "run")
-    assert 0 < len(run.steps) < 6 and len(run.dropped) == 6 - len(run.steps)
+    assert 0 < len(run.steps) < 6 and run.dropped["count"].sum() == 6 - len(run.steps)
     assert sum(p.stat().st_size for p in (tmp_path / "run" / "dumps").iterdir()) <= 60_000
 
 
@@ -224,7 +224,11 @@ def test_nonfinite_is_found_and_next_step_dumped(tmp_path):
     nf = run.first_nonfinite()
     assert nf["step"] == 3 and nf["tensor"] == "x:0"
     assert run.manifest["first_nonfinite"]["step"] == 3
-    assert run.steps == [4]
+    # the NaN step itself is dumped from the same run (the next run may never come), and the next
+    assert run.steps == [3, 4]
+    assert np.isnan(run.tensor("x:0", 3)).any() and not np.isnan(run.tensor("x:0", 4)).any()
+    assert run.dump_metadata(3)["reason"] == "NaN/Inf in the loss"
+    assert run.dump_metadata(4)["reason"] == "after NaN/Inf"
 
 
 def test_marked_loss_and_labels_need_no_names(tmp_path):
@@ -273,7 +277,7 @@ def test_worker_names_files_and_reads_tf_config(tmp_path, monkeypatch):
                         strict=True)
         train(m, hook, 1)
     run = inspector.open_run(tmp_path / "run")
-    assert run.workers == ["worker-1"] and (tmp_path / "run" / "dumps" / "worker-1.step-0000000001.safetensors").exists()
+    assert run.workers == ["worker-1"] and (tmp_path / "run" / "dumps" / "worker-1.s0001.step-0000000001.safetensors").exists()
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"chief": ["a:1"], "worker": ["b:1"]}, "task": {"type": "worker", "index": 0}}')
     assert worker_from_env() == ("worker-0", False)
     monkeypatch.setenv("TF_CONFIG", '{"cluster": {"chief": ["a:1"]}, "task": {"type": "chief", "index": 0}}')
@@ -317,4 +321,5 @@ def test_nonfinite_loss_is_caught_between_stats_steps(tmp_path):
         train(m, hook, 4, nan_at=2)
     run = inspector.open_run(tmp_path / "run")
     assert run.manifest["first_nonfinite"] == {"step": 2, "tensor": "loss:0", "kind": "forward"}
-    assert run.steps == [3]
+    assert run.steps == [2, 3]  # the NaN step from its own run, then the next
+    assert np.isnan(run.tensor("x:0", 2)).any()

@@ -64,7 +64,7 @@ def test_roundtrip_stats_dumps_samples(tmp_path):
 def test_dump_files_are_plain_safetensors(tmp_path):
     from safetensors.numpy import load_file
     written = write_run(tmp_path / "r")
-    loaded = load_file(str(tmp_path / "r" / dump_name("chief", 2)))
+    loaded = load_file(str(tmp_path / "r" / dump_name("chief", 1, 2)))
     np.testing.assert_array_equal(loaded["forward/a:0"], written[("dump", 2)])
     assert set(loaded) >= {"samples/index", "samples/group", "gradient/a:0"}
 
@@ -74,7 +74,7 @@ def _write_aliased_dump(path: Path, aliases: dict) -> np.ndarray:
     write_run(path, dumps=())
     from inspector import safetensors_io
     g = np.arange(6, dtype=np.float32).reshape(2, 3)
-    safetensors_io.write(path / dump_name("chief", 4), {"gradient/a:0": g, "forward/a:0": g + 1},
+    safetensors_io.write(path / dump_name("chief", 1, 4), {"gradient/a:0": g, "forward/a:0": g + 1},
                          {"step": "4", "worker": "chief", "format_version": str(FORMAT_VERSION),
                           "aliases": json.dumps(aliases)})
     return g
@@ -87,7 +87,7 @@ def test_aliases_resolve_to_the_stored_array(tmp_path):
     np.testing.assert_array_equal(run.tensor("b:0", 4), g)
     np.testing.assert_array_equal(run.dump_array(4, "forward/b:0"), run.tensor("a:0", 4, "gradient"))
     from safetensors.numpy import load_file  # plain readers: the stored keys only
-    assert set(load_file(str(tmp_path / "r" / dump_name("chief", 4)))) == {"gradient/a:0", "forward/a:0"}
+    assert set(load_file(str(tmp_path / "r" / dump_name("chief", 1, 4)))) == {"gradient/a:0", "forward/a:0"}
 
 
 def test_dangling_alias_is_a_damaged_file(tmp_path):
@@ -118,7 +118,7 @@ def test_status_tells_running_crashed_and_stalled_runs(tmp_path):
 
 def test_live_writer_beats_and_its_run_reads_running(tmp_path):
     w = RunWriter(tmp_path / "r", manifest={"tensors": []}, heartbeat_secs=0.02)
-    path = tmp_path / "r" / manifest_name("chief")
+    path = tmp_path / "r" / manifest_name("chief", 1)
     first = path.stat().st_ino
     deadline = time.monotonic() + 30
     while path.stat().st_ino == first and time.monotonic() < deadline:
@@ -170,7 +170,7 @@ def test_no_gradient_is_not_zeros(tmp_path):
 
 def test_future_format_version(tmp_path):
     write_run(tmp_path / "r")
-    path = tmp_path / "r" / manifest_name("chief")
+    path = tmp_path / "r" / manifest_name("chief", 1)
     m = json.loads(path.read_text())
     m["format_version"] = FORMAT_VERSION + 1
     path.write_text(json.dumps(m))
@@ -180,7 +180,7 @@ def test_future_format_version(tmp_path):
 
 def test_truncated_dump_is_named_and_the_rest_reads(tmp_path):
     written = write_run(tmp_path / "r")
-    bad = tmp_path / "r" / dump_name("chief", 2)
+    bad = tmp_path / "r" / dump_name("chief", 1, 2)
     bad.write_bytes(bad.read_bytes()[:-10])
     run = inspector.open_run(tmp_path / "r")
     with pytest.raises(inspector.DamagedFileError, match=str(bad.name)):
@@ -191,7 +191,7 @@ def test_truncated_dump_is_named_and_the_rest_reads(tmp_path):
 
 def test_damaged_stats_part_is_skipped(tmp_path):
     write_run(tmp_path / "r")
-    (tmp_path / "r" / "stats" / "chief.000099.parquet").write_bytes(b"not parquet")
+    (tmp_path / "r" / "stats" / "chief.s0001.000099.parquet").write_bytes(b"not parquet")
     run = inspector.open_run(tmp_path / "r")
     assert len(run.stats) == 9
     assert any("000099" in p for p in run.problems)
@@ -199,7 +199,7 @@ def test_damaged_stats_part_is_skipped(tmp_path):
 
 def test_damaged_manifest_of_one_worker(tmp_path):
     write_run(tmp_path / "r")
-    (tmp_path / "r" / manifest_name("worker-1")).write_text("{truncated")
+    (tmp_path / "r" / manifest_name("worker-1", 1)).write_text("{truncated")
     run = inspector.open_run(tmp_path / "r")
     assert run.workers == ["chief"] and any("worker-1" in p for p in run.problems)
 
@@ -208,7 +208,7 @@ def test_byte_budget_drops_and_records(tmp_path):
     write_run(tmp_path / "r", dumps=(1, 2, 3, 4), max_bytes=2000)
     run = inspector.open_run(tmp_path / "r")
     assert 0 < len(run.steps) < 4
-    assert len(run.dropped) == 4 - len(run.steps)
+    assert run.dropped["count"].sum() == 4 - len(run.steps)
     assert run.dropped["reason"].str.contains("max_bytes").all()
     dumped = sum(p.stat().st_size for p in (tmp_path / "r" / "dumps").iterdir())
     assert dumped <= 2000
@@ -270,7 +270,7 @@ def test_writer_fsyncs_manifest_always_and_data_files_only_when_asked(tmp_path, 
     w.add_dump(1, {"forward/a:0": np.ones(3, np.float32)})
     w.close()
     names = [Path(p).name for p in synced]
-    assert any(n.startswith(".manifest.chief.json.") for n in names)
+    assert any(n.startswith(".manifest.chief.s0001.json.") for n in names)
     data = [n for n in names if ".safetensors." in n or ".parquet." in n]
     assert len(data) == (2 if fsync else 0)
     run = inspector.open_run(tmp_path / "r")  # either way, complete and readable
@@ -301,7 +301,7 @@ def test_byte_budget_counts_the_exact_file_size(tmp_path):
     w = RunWriter(tmp_path / "free", manifest={"tensors": []})
     assert w.add_dump(7, a, {"aliases": "{}"})
     w.close()
-    size = (tmp_path / "free" / dump_name("chief", 7)).stat().st_size
+    size = (tmp_path / "free" / dump_name("chief", 1, 7)).stat().st_size
     for budget, kept in ((size - 1, False), (size, True)):
         w = RunWriter(tmp_path / f"b{budget}", manifest={"tensors": []}, max_bytes=budget)
         assert w.add_dump(7, a, {"aliases": "{}"}) is kept

@@ -40,10 +40,23 @@ def signature(path: str | Path) -> Sig:
     return tuple(sorted(out))
 
 
+def with_view(sig: Sig, mode: str = "train", worker: str | None = None, batch: int | None = None) -> Sig:
+    """``sig`` plus the sidebar's choice of mode, worker and eval batch: every cached read is
+    keyed by the signature, so one key serves both "files changed" and "another view"."""
+    return tuple(sig) + ((_VIEW, mode, worker, batch),)
+
+
+_VIEW = "view"
+
+
 @st.cache_resource(max_entries=16, show_spinner=False)
 def get_run(path: str, sig: Sig) -> inspector.Run:
-    """The reader for ``path`` at signature ``sig`` (a new one when files changed)."""
-    return inspector.open_run(path)
+    """The reader for ``path`` at signature ``sig`` (a new one when files changed), seen
+    through the view ``sig`` ends with (:func:`with_view`; default: training, the chief)."""
+    run = inspector.open_run(path)
+    if sig and isinstance(sig[-1], tuple) and sig[-1][:1] == (_VIEW,):
+        run = run.view(*sig[-1][1:])
+    return run
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

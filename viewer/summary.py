@@ -43,7 +43,7 @@ def render(ctx: Ctx) -> None:
     c[4].metric("Size on disk", human_bytes(run.size_bytes()))
     c = st.columns(5)
     c[0].metric("Dump steps", f"{len(run.steps)}")
-    c[1].metric("Dropped dumps", f"{len(run.dropped)}")
+    c[1].metric("Dropped dumps", f"{int(run.dropped['count'].sum())}")
     c[2].metric("Workers", ", ".join(run.workers))
     c[3].metric("Format", f"v{m.get('format_version')}")
     c[4].metric("TensorFlow", str(m.get("tensorflow_version") or "–"))
@@ -81,3 +81,7 @@ def render(ctx: Ctx) -> None:
     if not run.dropped.empty:
         st.subheader("Dropped dumps")
         st.dataframe(run.dropped, hide_index=True, width="stretch")
+    st.subheader("Sessions")
+    st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded is "
+               "shown from the later one.")
+    st.dataframe(run.sessions, hide_index=True, width="stretch")

@@ -1,0 +1,175 @@
+"""DumpHook over real training lifecycles: reruns, resumes, evaluation, exceptions, async steps."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+import inspector  # noqa: E402
+from hooks import DumpHook, mark  # noqa: E402
+from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
+
+v1 = tf.compat.v1
+HAS_ESTIMATOR = hasattr(tf, "estimator") and hasattr(getattr(tf, "estimator", None), "Estimator")
+needs_estimator = pytest.mark.skipif(not HAS_ESTIMATOR, reason="this TensorFlow has no tf.estimator (2.16+)")
+
+
+def train_session(model, hooks, steps, ckpt=None, nan_at=None, between=None):
+    """``steps`` runs of the train op in a MonitoredTrainingSession (resuming from ``ckpt``);
+    ``between`` is run before each step outside the hooks (another worker's steps)."""
+    with v1.train.MonitoredTrainingSession(checkpoint_dir=ckpt, hooks=hooks, save_checkpoint_steps=1,
+                                           save_summaries_steps=None, log_step_count_steps=None) as sess:
+        for _ in range(steps):
+            if between is not None:
+                sess.run_step_fn(lambda step_context: step_context.session.run(between))
+            step = int(sess.run_step_fn(lambda step_context: step_context.session.run(model.global_step))) + 1
+            sess.run(model.train_op, model.feed(step, nan=step == nan_at))
+
+
+def test_reruns_into_one_run_dir_accumulate(tmp_path):
+    """Three sessions of 10 steps resuming from a checkpoint: every step's statistics stay,
+    and each session is recorded with its step range."""
+    for _ in range(3):
+        with tf.Graph().as_default():
+            m = build_cnn()
+            hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=5, strict=True)
+            train_session(m, [hook], 10, ckpt=str(tmp_path / "ckpt"))
+    run = inspector.open_run(tmp_path / "run")
+    assert sorted(run.stats["step"].unique()) == list(range(1, 31))
+    assert run.steps == [5, 10, 15, 20, 25, 30]
+    s = run.sessions
+    assert list(s["session"]) == [1, 2, 3] and list(s["state"]) == ["finished"] * 3
+    assert list(zip(s["first_step"], s["last_step"])) == [(1, 10), (11, 20), (21, 30)]
+
+
+def test_an_exception_ends_training_and_nothing_is_lost(tmp_path):
+    """NanTensorHook raises at the NaN step: end() never runs. The buffered statistics, the
+    dump of the NaN step itself and a 'failed' status with the reason are all on disk, the
+    writer's threads are gone, and the next session in the same process starts cleanly."""
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=0,
+                        dump_on_nonfinite=True, stats_flush_secs=1000, strict=True)
+        with pytest.raises(v1.train.NanLossDuringTrainingError):
+            train_session(m, [hook, v1.train.NanTensorHook(m.loss)], 6, nan_at=3)
+        old = hook._writer
+    assert old.closed and not old._thread.is_alive() and not any(t.is_alive() for t in old._dump_threads)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.status == "failed" and "NaN/Inf first seen at step 3" in run.sessions.iloc[0]["error"]
+    assert sorted(run.stats["step"].unique()) == [1, 2, 3]          # buffered for 1000 s, flushed anyway
+    assert run.steps == [3] and np.isnan(run.tensor("x:0", 3)).any()
+    assert run.dump_metadata(3)["reason"] == "NaN/Inf in the loss"
+    assert run.first_nonfinite()["step"] == 3
+    with tf.Graph().as_default():                                     # the notebook's next cell
+        m = build_cnn()
+        hook2 = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, strict=True)
+        train_session(m, [hook2], 2)
+    run = inspector.open_run(tmp_path / "run")
+    assert list(run.sessions["state"]) == ["failed", "finished"] and run.status == "finished"
+    assert json.loads((tmp_path / "run" / "manifest.chief.s0001.json").read_text())["status"] == "failed"
+
+
+def test_a_second_hook_on_a_live_run_is_refused(tmp_path, caplog):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        first = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1)
+        second = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1)
+        train_session(m, [first, second], 2)
+    assert second._disabled and "already has a live writer for worker 'chief'" in caplog.text
+    run = inspector.open_run(tmp_path / "run")
+    assert list(run.sessions["session"]) == [1] and sorted(run.stats["step"].unique()) == [1, 2]
+
+
+def test_eval_mode_keeps_batches_apart(tmp_path):
+    with tf.Graph().as_default():
+        m = build_cnn()
+        train_session(m, [DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1)], 4,
+                      ckpt=str(tmp_path / "ckpt"))
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, mode="eval", eval_dump_batches=2)
+        creator = v1.train.ChiefSessionCreator(checkpoint_dir=str(tmp_path / "ckpt"))
+        with v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as sess:
+            for b in range(3):
+                sess.run(m.loss, m.feed(100 + b))
+    run = inspector.open_run(tmp_path / "run")
+    assert sorted(run.stats["step"].unique()) == [1, 2, 3, 4]
+    ev = run.query_stats(mode="eval", tensors=["x:0"], groups=["all"], kinds=["forward"])
+    assert list(ev["step"]) == [4, 4, 4] and list(ev["batch"]) == [0, 1, 2]
+    np.testing.assert_allclose(ev["mean"], [batch_images(100 + b).mean() for b in range(3)], rtol=1e-5)
+    assert run.dump_steps(mode="eval") == [4] and run.steps == []
+    np.testing.assert_array_equal(run.tensor("x:0", 4, mode="eval", batch=1),
+                                  batch_images(101)[run.samples(4, mode="eval", batch=1)["index"]])
+
+
+def test_the_schedule_fires_once_per_crossing_when_the_global_step_jumps(tmp_path, monkeypatch):
+    """Asynchronous workers move the global step between one worker's runs (here: by 2, then
+    this worker's own step): statistics fire once per multiple crossed, at this worker's first
+    run after it saw the crossing, never before the multiple."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    with tf.Graph().as_default():
+        m = build_cnn()
+        others = v1.assign_add(m.global_step, 2)
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=5, dump_every_n_steps=10, strict=True)
+        train_session(m, [hook], 12, between=others)                   # global step 3, 6, ..., 36
+    run = inspector.open_run(tmp_path / "run")
+    steps = sorted(run.stats["step"].unique())
+    crossed = list(range(5, steps[-1] + 1, 5))
+    assert len(steps) == len(crossed) >= 5, steps
+    assert all(k <= s <= k + 6 for k, s in zip(crossed, steps)), steps
+    assert len(run.steps) == len(range(10, run.steps[-1] + 1, 10)) and run.workers == ["worker-0"]
+
+
+@needs_estimator
+def test_estimator_train_evaluate_loop(tmp_path):
+    """The classic loop: train 10 steps, evaluate 2 batches, three times, one hook for both."""
+    images = np.concatenate([batch_images(s) for s in range(1, 11)])
+    labels = np.concatenate([batch_labels(s) for s in range(1, 11)])
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(BATCH, drop_remainder=True)
+
+    def model_fn(features, labels, mode):
+        labels = tf.identity(labels, name="labels")
+        loss = conv_net(features, labels)
+        mark(loss=loss, labels=labels)
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=10, strict=True)
+    for _ in range(3):
+        est.train(input_fn, hooks=[hook], steps=10)
+        est.evaluate(input_fn, hooks=[hook], steps=2)
+    run = inspector.open_run(tmp_path / "run")
+    assert list(run.sessions["mode"]) == ["train", "eval"] * 3 and set(run.sessions["state"]) == {"finished"}
+    assert sorted(run.stats["step"].unique()) == list(range(1, 31)) and set(run.stats["mode"]) == {"train"}
+    ev = run.query_stats(mode="eval", tensors=["labels:0"] if "labels:0" in run.tensors.index else None)
+    assert sorted(set(zip(ev["step"], ev["batch"]))) == [(s, b) for s in (10, 20, 30) for b in (0, 1)]
+    assert run.steps == [10, 20, 30] and run.dump_steps(mode="eval") == [10, 20, 30]
+
+
+@needs_estimator
+def test_estimator_nan_dump_is_on_disk_when_training_raises(tmp_path):
+    images = np.concatenate([batch_images(s, nan=s == 4) for s in range(1, 9)])
+    labels = np.concatenate([batch_labels(s) for s in range(1, 9)])
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH, drop_remainder=True)
+
+    def model_fn(features, labels, mode):
+        loss = conv_net(features, labels)
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
+    hook = DumpHook(tmp_path / "run", loss="loss:0", stats_every_n_steps=0, dump_every_n_steps=0,
+                    dump_on_nonfinite=True, strict=True)
+    with pytest.raises(v1.train.NanLossDuringTrainingError):
+        est.train(input_fn, hooks=[hook], steps=8)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.status == "failed" and run.steps == [4]
+    assert np.isnan(run.tensor("IteratorGetNext:0", 4)).any()

@@ -1,0 +1,275 @@
+"""A run over a lifecycle, without TensorFlow: sessions, merge rules, locks, write errors, leftovers."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import inspector
+from inspector import claim, cli, writer
+from inspector.claim import RunLockedError
+from inspector.format import dump_name, lock_name, manifest_name, stats_name
+from inspector.writer import RunWriter, StatsLayout
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYOUT = StatsLayout(("a:0", "a:0"), ("forward", "gradient"), ("all", "all"), 4)
+CATALOG = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
+            "has_gradient": True, "batched": True, "icnn_layer": None, "icnn_role": None}]
+
+
+def session(path: Path, steps, value: float, dumps=(), mode: str = "train", worker: str = "chief",
+            close: str | None = "finished", **kw) -> RunWriter:
+    """One writer session: statistics rows whose mean is ``value`` + step, dumps of ``value``."""
+    w = RunWriter(path, worker=worker, manifest={"tensors": CATALOG, "is_chief": worker == "chief"},
+                  stats_layout=LAYOUT, mode=mode, stats_flush_secs=1000, **kw)
+    for i, s in enumerate(steps):
+        vals = np.zeros((2, 9))
+        vals[:, 0], vals[:, 1] = 4, value + s
+        w.add_stats(s, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)), batch=i if mode != "train" else 0)
+    for s in dumps:
+        w.add_dump(s, {"forward/a:0": np.full((2, 3), value, np.float32), "samples/index": np.array([0, 1], np.int32)},
+                   batch=None if mode == "train" else 0)
+    if close:
+        w.close(close)
+    return w
+
+
+def means(df, step):
+    return sorted(df[(df.step == step) & (df.kind == "forward")]["mean"])
+
+
+def test_sessions_accumulate_and_the_later_session_wins_a_step(tmp_path):
+    """A resume after a crash re-runs steps 6..10: the reader shows them from the later session,
+    and the earlier session stays readable by number."""
+    session(tmp_path, range(1, 11), 100.0, dumps=(5, 10), close="failed")
+    session(tmp_path, range(6, 16), 200.0, dumps=(10, 15))
+    run = inspector.open_run(tmp_path)
+    assert list(run.sessions["session"]) == [1, 2]
+    assert sorted(run.stats["step"].unique()) == list(range(1, 16))
+    assert means(run.stats, 3) == [103.0] and means(run.stats, 8) == [208.0]   # one row per step, no mix
+    assert set(run.stats["session"][run.stats.step >= 6]) == {2}
+    assert means(run.query_stats(session=1), 8) == [108.0]                    # the earlier, by number
+    assert means(run.query_stats(session="all"), 8) == [108.0, 208.0]
+    assert run.steps == [5, 10, 15]
+    assert run.tensor("a:0", 10)[0, 0] == 200.0 and run.tensor("a:0", 10, session=1)[0, 0] == 100.0
+    assert run.tensor("a:0", 5)[0, 0] == 100.0
+
+
+def test_eval_sessions_are_kept_apart_per_batch(tmp_path):
+    session(tmp_path, range(1, 11), 0.0)
+    session(tmp_path, [10, 10, 10], 50.0, dumps=(10,), mode="eval")      # three eval batches at step 10
+    session(tmp_path, range(11, 21), 0.0)
+    run = inspector.open_run(tmp_path)
+    assert sorted(run.stats["step"].unique()) == list(range(1, 21)) and set(run.stats["mode"]) == {"train"}
+    ev = run.query_stats(mode="eval")
+    assert sorted(ev["batch"].unique()) == [0, 1, 2] and set(ev["step"]) == {10}
+    assert run.steps == [] and run.dump_steps(mode="eval") == [10]
+    assert run.tensor("a:0", 10, mode="eval")[0, 0] == 50.0
+    assert list(run.sessions["mode"]) == ["train", "eval", "train"]
+
+
+def test_a_second_live_writer_with_one_identity_is_refused(tmp_path):
+    first = session(tmp_path, [1], 0.0, close=None)
+    with pytest.raises(RunLockedError, match="already has a live writer for worker 'chief'.*session 1"):
+        RunWriter(tmp_path, manifest={"tensors": []})
+    other = RunWriter(tmp_path, worker="worker-1", manifest={"tensors": []})  # another identity: fine
+    other.close()
+    first.close()
+    assert RunWriter(tmp_path, manifest={"tensors": []}).session == 2  # once it ended, the next session
+
+
+def test_a_writer_in_another_process_holds_its_lock(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {str(ROOT)!r})
+        from inspector.writer import RunWriter
+        w = RunWriter({str(tmp_path)!r}, manifest={{"tensors": []}})
+        print("ready", flush=True); sys.stdin.readline(); w.close()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        with pytest.raises(RunLockedError, match=f"pid {proc.pid}"):
+            RunWriter(tmp_path, manifest={"tensors": []})
+    finally:
+        proc.communicate("\n", timeout=60)
+    assert RunWriter(tmp_path, manifest={"tensors": []}).session == 2
+
+
+def test_the_lock_of_a_dead_writer_is_taken_over(tmp_path):
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    import socket
+    (tmp_path / lock_name("chief")).write_text(json.dumps(
+        {"worker": "chief", "session": 1, "host": socket.gethostname(), "pid": int(gone.stdout),
+         "updated": "2026-01-01T00:00:00+00:00", "heartbeat_secs": 60}))
+    w = RunWriter(tmp_path, manifest={"tensors": []})
+    assert json.loads((tmp_path / lock_name("chief")).read_text())["pid"] == os.getpid()
+    w.close()
+    assert not (tmp_path / lock_name("chief")).exists()
+
+
+def test_byte_budget_covers_the_whole_run(tmp_path):
+    a = {"forward/a:0": np.ones((64, 64), np.float32)}  # 16 KiB
+    w = RunWriter(tmp_path, manifest={"tensors": []}, max_bytes=40_000)
+    assert w.add_dump(1, a) and w.add_dump(2, a)
+    w.close()
+    w = RunWriter(tmp_path, manifest={"tensors": []}, max_bytes=40_000)  # the next session starts at ~33 KB
+    assert not w.add_dump(3, a)
+    w.close()
+    run = inspector.open_run(tmp_path)
+    assert run.steps == [1, 2] and run.dropped.iloc[0]["session"] == 2
+    assert "max_bytes" in run.dropped.iloc[0]["reason"]
+
+
+def test_leftover_temporary_files_are_cleaned_and_not_counted(tmp_path):
+    session(tmp_path, [1], 0.0, dumps=(1,))
+    mine = [tmp_path / "dumps" / f".{Path(dump_name('chief', 1, 7)).name}.abc.tmp",
+            tmp_path / "stats" / f".{Path(stats_name('chief', 1, 9)).name}.abc.tmp",
+            tmp_path / f".{manifest_name('chief', 1)}.abc.tmp"]
+    theirs = tmp_path / "dumps" / f".{Path(dump_name('worker-1', 1, 7)).name}.abc.tmp"
+    for p in [*mine, theirs]:
+        p.write_bytes(b"x" * 100_000)
+    before = inspector.open_run(tmp_path).size_bytes()
+    assert before < 100_000  # temporary files are not part of the run
+    session(tmp_path, [2], 0.0)
+    assert not any(p.exists() for p in mine) and theirs.exists()  # only this worker's leftovers
+
+
+def test_drops_aggregate_so_the_manifest_stays_small(tmp_path):
+    w = RunWriter(tmp_path, manifest={"tensors": []}, max_bytes=1)
+    for s in range(5000):
+        w.add_dump(s, {"forward/a:0": np.ones(4, np.float32)})
+    w.close()
+    run = inspector.open_run(tmp_path)
+    assert len(run.dropped) == 1 and run.dropped.iloc[0]["count"] == 5000
+    assert (run.dropped.iloc[0]["first_step"], run.dropped.iloc[0]["last_step"]) == (0, 4999)
+    assert (tmp_path / manifest_name("chief", 1)).stat().st_size < 5000
+
+
+WRITE_ERRORS = """
+import resource, signal, sys
+sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
+import numpy as np
+from inspector import writer
+from test_sessions import session
+writer.BACKOFF_SECS = {backoff}
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # writes past the limit fail with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+w = session({run!r}, range(1, 6), 0.0, close=None)
+w.add_dump(1, {{"forward/a:0": np.ones(100_000, np.float32)}})   # 400 KB: fails
+import time
+deadline = time.monotonic() + 30
+while w.state.errors.count() == 0 and time.monotonic() < deadline:
+    time.sleep(0.01)   # wait for the dump thread to have tried (not for luck: a condition)
+w.add_dump(2, {{"forward/a:0": np.ones(100, np.float32)}})     # small: written, or dropped while backing off
+for s in range(6, 9):
+    vals = np.zeros((2, 9)); vals[:, 0] = 4
+    w.add_stats(s, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+w.close()
+"""
+
+
+@pytest.mark.parametrize("backoff", [0.0, 1000.0])
+def test_a_failed_file_is_recorded_and_later_files_are_still_written(tmp_path, backoff):
+    """A dump larger than the file-size limit fails (EFBIG, a real kernel error): it is dropped
+    with its reason, statistics and smaller dumps keep being written (or, while backing off,
+    dropped with that reason), the run still finishes, and `info` shows the error."""
+    script = WRITE_ERRORS.format(root=str(ROOT), tests=str(ROOT / "tests"), run=str(tmp_path), backoff=backoff)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    run = inspector.open_run(tmp_path)
+    assert run.status == "finished"
+    assert sorted(run.stats["step"].unique()) == list(range(1, 9))
+    errors = run.errors
+    assert len(errors) == 1 and "Errno 27" in errors.iloc[0]["reason"] and errors.iloc[0]["first_step"] == 1
+    reasons = dict(zip(run.dropped["first_step"], run.dropped["reason"]))
+    assert "write error" in reasons[1] and "Errno 27" in reasons[1]
+    if backoff:
+        assert "backing off" in reasons[2] and run.steps == []
+    else:
+        assert run.steps == [2]
+    out = subprocess.run([sys.executable, "-m", "inspector", "info", str(tmp_path)], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert "ERROR" in out.stdout and "Errno 27" in out.stdout
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_a_full_disk_drops_big_dumps_and_keeps_statistics(tmp_path):
+    """ENOSPC on a real (tiny tmpfs) filesystem."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "256k"):
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        writer_mod = writer
+        old, writer_mod.BACKOFF_SECS = writer_mod.BACKOFF_SECS, 0.0
+        try:
+            w = session(disk / "run", range(1, 4), 0.0, close=None)
+            for s in range(1, 4):
+                w.add_dump(s, {"forward/a:0": np.ones(40_000, np.float32)})   # 160 KB each: the 2nd fills it
+            w.close()
+        finally:
+            writer_mod.BACKOFF_SECS = old
+        run = inspector.open_run(disk / "run")
+        assert run.status == "finished" and sorted(run.stats["step"].unique()) == [1, 2, 3]
+        assert len(run.steps) == 1 and "Errno 28" in run.errors.iloc[0]["reason"]
+        assert run.dropped["count"].sum() == 2
+        assert not [p for p in (disk / "run" / "dumps").iterdir() if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: detach even if a handle lingers
+
+
+def test_version_1_runs_read_as_session_0(tmp_path):
+    """A run written before sessions (format 1): file names without a session, no identity
+    columns, a list of single drops. The reader shows it as session 0, mode train."""
+    session(tmp_path, range(1, 4), 10.0, dumps=(2,))
+    m = json.loads((tmp_path / manifest_name("chief", 1)).read_text())
+    for k in ("session", "mode", "errors", "steps"):
+        m.pop(k)
+    m.update(format_version=1, dropped=[{"step": 3, "reason": "byte budget", "bytes": 10}], writer_error="OSError: x")
+    (tmp_path / "manifest.chief.json").write_text(json.dumps(m))
+    (tmp_path / manifest_name("chief", 1)).unlink()
+    (tmp_path / dump_name("chief", 1, 2)).rename(tmp_path / "dumps" / "chief.step-0000000002.safetensors")
+    part = next((tmp_path / "stats").iterdir())
+    pq.write_table(pq.read_table(part).drop(["worker", "session", "mode", "batch"]),
+                   tmp_path / "stats" / "chief.000001.parquet")
+    part.unlink()
+    run = inspector.open_run(tmp_path)
+    assert list(run.sessions[["session", "mode"]].itertuples(index=False)) == [(0, "train")]
+    assert means(run.stats, 2) == [12.0] and set(run.stats["session"]) == {0} and set(run.stats["batch"]) == {0}
+    assert run.steps == [2] and run.tensor("a:0", 2)[0, 0] == 10.0
+    assert run.dropped.iloc[0][["first_step", "count"]].tolist() == [3, 1]
+    assert run.errors.iloc[0]["reason"] == "OSError: x"
+
+
+def test_several_workers_are_told_apart(tmp_path):
+    session(tmp_path, range(1, 4), 1.0, dumps=(2,))
+    session(tmp_path, range(1, 4), 2.0, dumps=(2,), worker="worker-1")
+    run = inspector.open_run(tmp_path)
+    assert run.workers == ["chief", "worker-1"] and run.default_worker == "chief"
+    assert means(run.stats, 2) == [3.0]                                       # the chief by default
+    both = run.query_stats(worker="all")
+    assert sorted(map(str, both["worker"].unique())) == ["chief", "worker-1"] and means(both, 2) == [3.0, 4.0]
+    with pytest.raises(inspector.InspectorError, match="several writers"):
+        run.histogram("a:0", 2, worker="all")
+    assert run.tensor("a:0", 2, worker="worker-1")[0, 0] == 2.0 and run.tensor("a:0", 2)[0, 0] == 1.0
+    assert list(run.samples(2, worker="worker-1")["worker"]) == ["worker-1"] * 2
+    with pytest.raises(inspector.InspectorError, match="worker 'ps-0' wrote nothing"):
+        run.query_stats(worker="ps-0")
+
+
+def test_cli_info_lists_sessions_and_failures(tmp_path):
+    session(tmp_path, range(1, 4), 0.0, close="failed")
+    session(tmp_path, range(4, 6), 0.0)
+    text = cli.summary(inspector.open_run(tmp_path))
+    assert "FAILED chief s1" in text and "chief s2 train" in text
