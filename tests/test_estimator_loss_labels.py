@@ -206,3 +206,21 @@ def test_a_dict_of_labels_is_refused_and_one_entry_is_used(tmp_path, caplog):
     est.train(input_fn(["a"]), hooks=[DumpHook(tmp_path / "one", stats_every_n_steps=1, strict=True)], steps=1)
     run = inspector.open_run(tmp_path / "one")
     assert run.manifest["labels"] == "IteratorGetNext:1" and set(run.stats.group) == {"all", "positive", "negative"}
+
+
+def test_evaluate_finds_the_spec_loss_and_labels(tmp_path):
+    """No optimizer pass in an eval graph: the EstimatorSpec's loss (rule 4) and the model_fn's labels."""
+    labels = np.random.default_rng(7).integers(0, 3, size=(4 * N, 1)).astype(np.int64)
+    cols = [tf.feature_column.numeric_column("x", shape=[D])]
+    est = tf.estimator.DNNClassifier([5], cols, n_classes=3, model_dir=str(tmp_path / "model"))
+    est.train(_input_fn(labels), steps=1)
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=N, strict=True)
+    est.evaluate(_input_fn(labels), hooks=[hook], steps=1)
+    run = inspector.open_run(tmp_path / "run")
+    m = run.manifest
+    assert m["mode"] == "eval" and m["labels"] == "IteratorGetNext:1"
+    assert m["loss"].startswith("head/losses/") and run.tensors.loc["dnn/logits/BiasAdd:0", "has_gradient"]
+    stats = run.view("eval").stats
+    s = stats[(stats.tensor == "dnn/logits/BiasAdd:0") & (stats.kind == "forward")].set_index("group")["count"]
+    positive = labels[:N, 0] != 0  # the first batch
+    assert s["positive"] == positive.sum() * 3 and s["negative"] == (~positive).sum() * 3
