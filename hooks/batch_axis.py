@@ -37,7 +37,6 @@ Example::
 """
 from __future__ import annotations
 
-import re
 from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
@@ -64,29 +63,26 @@ class BatchAxis:
 
     def __init__(self, graph: tf.Graph, labels: tf.Tensor | None = None, batched: Patterns = None,
                  unbatched: Patterns = None) -> None:
-        self._force = _compile(batched)
-        self._cut = _compile(unbatched)
+        self._force = capture._compile(batched)
+        self._cut = capture._compile(unbatched)
         self._sources = {labels.name} if labels is not None else set()
-        self._batched: set[str] = set()
+        self.is_batchedatched: set[str] = set()
         for op in graph.get_operations():
             for t, b in zip(op.outputs, self._op_outputs(op)):
                 if self._override(t, b):
-                    self._batched.add(t.name)
+                    self.is_batchedatched.add(t.name)
 
     def is_batched(self, t: tf.Tensor) -> bool:
-        return t.name in self._batched
-
-    def _b(self, t: tf.Tensor) -> bool:
-        return t.name in self._batched
+        return t.name in self.is_batchedatched
 
     def _op_outputs(self, op: tf.Operation) -> Sequence[bool]:
         if op.type in SOURCE_OP_TYPES:
             return [True] * len(op.outputs)
         if op.type in SHAPED:  # the batch may come from the shape operand alone
-            return SHAPED[op.type](op, self._b)
-        if op.type in NEVER or not any(self._b(x) for x in op.inputs):
+            return SHAPED[op.type](op, self.is_batched)
+        if op.type in NEVER or not any(self.is_batched(x) for x in op.inputs):
             return [False] * len(op.outputs)
-        return RULES.get(op.type, same_leading)(op, self._b)
+        return RULES.get(op.type, same_leading)(op, self.is_batched)
 
     def _override(self, t: tf.Tensor, batched: bool) -> bool:
         batched = batched or t.name in self._sources
@@ -97,13 +93,13 @@ class BatchAxis:
         return batched and t.shape.rank is not None and t.shape.rank >= 1
 
 
-def _compile(patterns: Patterns) -> list[re.Pattern]:
-    return capture._compile(patterns)
-
-
 # ---- rules: op -> batched per output, given which inputs are batched ---------------------------
-def _const(t: tf.Tensor):
-    v = tf.get_static_value(t)
+def _const(t: tf.Tensor) -> np.ndarray | None:
+    """The value of ``t`` when known while building the graph (axes, perms, shapes), else None."""
+    try:
+        v = tf.get_static_value(t)
+    except Exception:  # noqa: BLE001 - an unfoldable input is simply not constant
+        return None
     return None if v is None else np.asarray(v)
 
 
