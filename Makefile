@@ -6,6 +6,7 @@ VENV ?= .venv
 REQ ?= requirements.txt
 RUNS ?= runs
 PORT ?= 8501
+ADDRESS ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(shell sha256sum $(REQ) pyproject.toml | sha256sum | cut -c1-12)
 
 .PHONY: venv test demo demo-train clean-runs
@@ -28,7 +29,8 @@ demo-train: venv
 
 demo: demo-train
 	@echo "Viewer: http://localhost:$(PORT)  (Ctrl-C to stop)"
-	$(VENV)/bin/python -m streamlit run app.py --server.headless true --server.port $(PORT) -- $(RUNS)
+	$(VENV)/bin/python -m streamlit run app.py --server.headless true --server.port $(PORT) \
+		--server.address $(ADDRESS) -- $(RUNS)
 
 clean-runs:
 	rm -rf $(RUNS)

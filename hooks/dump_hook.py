@@ -499,12 +499,13 @@ def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
 
 
 def _advances(g: tf.Graph, global_step) -> bool:
-    """Whether some op of ``g`` assigns to the global step (an optimizer's ``global_step=``)."""
+    """Whether some op of ``g`` adds to the global step (an optimizer's ``global_step=``)."""
     if global_step is None:
         return False
     handle = global_step.op.name if hasattr(global_step, "op") else None
-    return any(op.type.startswith(("Assign", "ResourceApply", "ResourceScatter")) and op.inputs
-               and op.inputs[0].op.name == handle for op in g.get_operations())
+    # AssignAdd only: a checkpoint restore assigns every variable, the global step included
+    return any(op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle
+               for op in g.get_operations())
 
 
 def _static_bytes(t: tf.Tensor, batched: bool) -> int:

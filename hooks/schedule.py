@@ -4,17 +4,21 @@ Example::
 
     s = Schedule(stats_every_n_steps=10, dump_every_n_steps=100, dump_steps=[1, "500:510", (900, 905)])
     s.wants_stats(20), s.wants_dump(505)   # (True, True)
+
+String entries use the project's one step grammar (``inspector.steps``): ``N``, ``A:B``,
+``A:``, ``:B`` (inclusive), ``A-B`` as an alias of ``A:B``.
 """
 from __future__ import annotations
 
-import re
 from typing import Iterable, Union
+
+from inspector.steps import FORMS, parse_step_range
 
 StepSpec = Union[int, str, tuple, range]
 
 
 def _parse_range(spec: StepSpec) -> tuple[int, int]:
-    """An int, 'A:B' / 'A-B' string, (A, B) tuple or range -> inclusive (lo, hi)."""
+    """An int, a step-range string (``inspector.steps``), (A, B) tuple or range -> inclusive (lo, hi)."""
     if isinstance(spec, bool):
         raise ValueError(f"dump_steps entry {spec!r} is not a step")
     if isinstance(spec, int):
@@ -26,12 +30,12 @@ def _parse_range(spec: StepSpec) -> tuple[int, int]:
     if isinstance(spec, tuple) and len(spec) == 2 and all(isinstance(v, int) for v in spec):
         return spec
     if isinstance(spec, str):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:[:-]\s*(\d+)\s*)?", spec)
-        if m:
-            lo = int(m.group(1))
-            return lo, int(m.group(2)) if m.group(2) else lo
-    raise ValueError(f"dump_steps entry {spec!r} must be a step (200), an inclusive range "
-                     f"'100:110' or (100, 110), or a range(100, 111)")
+        try:
+            return parse_step_range(spec)
+        except ValueError as e:
+            raise ValueError(f"dump_steps entry: {e}; or a tuple (100, 110) or a range(100, 111)") from None
+    raise ValueError(f"dump_steps entry {spec!r} must be a step (200), a string {FORMS}, "
+                     f"a tuple (100, 110) or a range(100, 111)")
 
 
 class Schedule:

@@ -6,22 +6,28 @@ Examples::
     python -m inspector export runs/exp1 --format npz --out exp1.npz --tensors 'conv' --steps 100:500
     python -m inspector export runs/exp1 --format parquet --out stats.parquet
     python -m inspector app runs/
+
+Exit status: 0 when everything was read, 1 when ``info`` found damaged files (reported, the
+rest still read), 2 when a run could not be read or the command was refused.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import BinaryIO, Callable, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from .errors import InspectorError
+from .errors import DamagedFileError, InspectorError, NotARunError
 from .run import Run, find_runs, open_run, parse_steps
+from .safepath import inside, real, special_entries
 
 
 def _human(n: float) -> str:
@@ -33,7 +39,8 @@ def _human(n: float) -> str:
 
 
 def summary(run: Run) -> str:
-    """A readable summary: status, steps, tensors, bytes, anomalies."""
+    """A readable summary: status, steps, tensors, bytes, anomalies, damaged files."""
+    damaged = run.check_dumps()
     m, t = run.manifest, run.tensors
     stats_steps = run.query_stats(groups=["all"], kinds=["forward"], columns=[])["step"]
     lines = [
@@ -43,7 +50,8 @@ def summary(run: Run) -> str:
         f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
         f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
         f"statistics {stats_steps.nunique()} steps" + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
-        f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else ""),
+        f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else "")
+        + (f" ({damaged} damaged, see below)" if damaged else ""),
         f"size       {_human(run.size_bytes())}",
     ]
     roles = t[t["icnn_role"].notna()] if len(t) else t
@@ -96,64 +104,187 @@ def _select(run: Run, pattern: str | None) -> list[str]:
     return chosen
 
 
-def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None) -> str:
-    """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out``."""
+def output_path(run: Run, fmt: str, out: Path, force: bool = False) -> Path:
+    """Where ``export`` writes: ``out``, or ``out/<run name>.<fmt>`` when ``out`` is a folder.
+
+    InspectorError (nothing written) for a symlink (the output or its folder), a path inside
+    the run being read, or an existing file without ``force``."""
+    if os.path.islink(out):
+        raise InspectorError(f"--out {out} is a symlink; refusing to write through it")
+    target = out / f"{real(run.path).name}.{fmt}" if out.is_dir() else out
+    target = Path(os.path.abspath(target))
+    for p, what in ((target, "the output"), (target.parent, "the output's folder")):
+        if os.path.islink(p):
+            raise InspectorError(f"{what} {p} is a symlink; refusing to write through it")
+    if inside(target, run.path):
+        raise InspectorError(f"{target} is inside the run {run.path} being read; write it elsewhere")
+    if os.path.isdir(target):
+        raise InspectorError(f"{target} is a directory")
+    if os.path.lexists(target) and not force:
+        raise InspectorError(f"{target} exists; pass --force to replace it")
+    return target
+
+
+def _publish(tmp: str, target: Path, force: bool) -> None:
+    """Move the finished ``tmp`` to ``target``: replacing it only with ``force``."""
+    if force:
+        os.replace(tmp, target)
+        return
+    try:
+        os.link(tmp, target)  # fails if target appeared meanwhile: never overwrites
+    except FileExistsError:
+        raise InspectorError(f"{target} exists; pass --force to replace it") from None
+    except OSError:  # a file system without hard links
+        if os.path.lexists(target):
+            raise InspectorError(f"{target} exists; pass --force to replace it") from None
+        os.replace(tmp, target)
+
+
+def write_file(target: Path, write: Callable[[BinaryIO], None], force: bool = False) -> None:
+    """Call ``write(file)`` on a new hidden file beside ``target``, then move it to ``target``
+    (a crash leaves no half-written output under the final name)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)  # as a plain open() would create it
+            write(f)
+        _publish(tmp, target, force)
+    finally:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None) -> dict[str, np.ndarray]:
+    arrays = {}
+    steps = [s for s in run.steps if not rng or rng[0] <= s <= rng[1]]
+    for step in tqdm(steps, desc="export", unit="dump", disable=len(steps) < 20):
+        for key in sorted(run.dump_keys(step)):
+            kind, _, name = key.partition("/")
+            if kind == "samples" or name in names:
+                arrays[f"step{step}/{key}"] = np.asarray(run.dump_array(step, key))
+    if not arrays:
+        raise InspectorError(f"no dumped tensors match (dumped steps: {_short(run.steps) or 'none'})")
+    return arrays
+
+
+def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None,
+           force: bool = False) -> str:
+    """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out`` (see
+    :func:`output_path`); returns a line naming what was written and where."""
+    if fmt not in ("npz", "csv", "parquet"):
+        raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
     names, rng = _select(run, tensors), parse_steps(steps)
+    target = output_path(run, fmt, Path(out), force)
     if fmt == "npz":
-        arrays = {}
-        steps = [s for s in run.steps if not rng or rng[0] <= s <= rng[1]]
-        for step in tqdm(steps, desc="export", unit="dump", disable=len(steps) < 20):
-            for key in sorted(run.dump_keys(step)):
-                kind, _, name = key.partition("/")
-                if kind == "samples" or name in names:
-                    arrays[f"step{step}/{key}"] = np.asarray(run.dump_array(step, key))
-        if not arrays:
-            raise InspectorError(f"no dumped tensors match (dumped steps: {_short(run.steps) or 'none'})")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(out, **arrays)
-        return f"wrote {len(arrays)} arrays to {out}"
-    if fmt in ("csv", "parquet"):
-        table = run.query_stats_table(tensors=names, steps=rng)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if fmt == "parquet":
-            pq.write_table(table, out)
-        else:
-            df = run._to_pandas(table)
-            if "histogram" in df:
-                df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
-            df.to_csv(out, index=False)
-        return f"wrote {table.num_rows} statistics rows to {out}"
-    raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
+        arrays = _npz_arrays(run, names, rng)
+        write_file(target, lambda f: np.savez(f, **arrays), force)
+        return f"wrote {len(arrays)} arrays to {target}"
+    table = run.query_stats_table(tensors=names, steps=rng)
+    if fmt == "parquet":
+        write_file(target, lambda f: pq.write_table(table, f), force)
+    else:
+        df = run._to_pandas(table)
+        if "histogram" in df:
+            df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
+        write_file(target, lambda f: df.to_csv(f, index=False), force)
+    return f"wrote {table.num_rows} statistics rows to {target}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _one_line(e: BaseException) -> str:
+    text = str(e) if isinstance(e, InspectorError) else f"{type(e).__name__}: {e}"
+    return " ".join(text.split())
+
+
+def _runs(path: str) -> list[Path]:
+    p = Path(path)
+    if not p.exists():
+        raise NotARunError(f"{p} does not exist; give a run directory or a folder of runs")
+    if not p.is_dir():
+        raise NotARunError(f"{p} is not a directory; give a run directory or a folder of runs")
+    runs = find_runs(p)
+    if not runs:
+        open_run(p)  # raises a NotARunError that says what is there
+    return runs
+
+
+def _open_checked(path: Path) -> Run:
+    """The run at ``path``, refused (never opened) if a file it would read is a FIFO or other
+    special file: opening one would block forever."""
+    bad = special_entries(path)
+    if bad:
+        raise InspectorError(f"{path}: refused to read it: {'; '.join(bad)}")
+    return open_run(path)
+
+
+def info(path: str) -> int:
+    """Print the summary of the run at ``path``, or of every run in it; 0 if all were read
+    cleanly, 1 if some have damaged files, 2 if some could not be read."""
+    status = 0
+    for i, r in enumerate(_runs(path)):
+        try:
+            run = _open_checked(r)
+            text = summary(run)
+        except Exception as e:  # noqa: BLE001 - one bad run must not hide the others
+            print(f"error: {r}: {_one_line(e)}", file=sys.stderr, flush=True)
+            status = 2
+            continue
+        print(("\n" if i else "") + text, flush=True)
+        if run.problems:
+            status = max(status, 1)
+    return status
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("info", help="summary of a run (or of every run in a folder)")
+    p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
     p.add_argument("run")
     p = sub.add_parser("export", help="write dumped tensors (npz) or statistics (csv, parquet)")
     p.add_argument("run")
     p.add_argument("--format", required=True, choices=["npz", "csv", "parquet"])
-    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path,
+                   help="output file, or an existing folder to write <folder>/<run name>.<format> in")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--tensors", help="regex on tensor names")
-    p.add_argument("--steps", help="inclusive step range A:B")
+    p.add_argument("--steps", help="inclusive steps: N, A:B, A: or :B")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
     p.add_argument("run")
     p.add_argument("--port", type=int, default=8501)
-    args = ap.parse_args(argv)
+    p.add_argument("--address", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
+    return ap
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.cmd == "info":
-            runs = find_runs(args.run)
-            if not runs:
-                open_run(args.run)  # raises a NotARunError that says what is there
-            print("\n\n".join(summary(open_run(r)) for r in runs))
-        elif args.cmd == "export":
-            print(export(open_run(args.run), args.format, args.out, args.tensors, args.steps))
+            return info(args.run)
+        if args.cmd == "export":
+            print(export(_open_checked(Path(args.run)), args.format, args.out, args.tensors, args.steps, args.force))
         elif args.cmd == "app":
             app = Path(__file__).resolve().parent.parent / "app.py"
             return subprocess.call([sys.executable, "-m", "streamlit", "run", str(app), "--server.port",
-                                    str(args.port), "--", args.run])
-    except (InspectorError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+                                    str(args.port), "--server.address", args.address, "--", args.run])
+    except BrokenPipeError:
+        raise
+    except (InspectorError, ValueError, OSError) as e:
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; a closed output pipe (``info | head -1``) ends it quietly."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 141  # as if killed by SIGPIPE, like other tools in a pipe
+    except KeyboardInterrupt:
+        return 130

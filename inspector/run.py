@@ -495,6 +495,17 @@ class Run:
                                  f"(and session=) to choose one")
         return files[0]
 
+    def check_dumps(self) -> int:
+        """Read and check the header of every dump file (every session, worker and mode);
+        returns how many are damaged (each is named in :attr:`problems`)."""
+        damaged = 0
+        for f in self._dump_files:
+            try:
+                self._header(f.path)
+            except DamagedFileError:
+                damaged += 1
+        return damaged
+
     def _header(self, path: Path) -> tuple[dict, int]:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
         if path not in self._headers:
@@ -669,15 +680,9 @@ def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
 
 
 def parse_steps(spec: str | None) -> tuple[int, int] | None:
-    """'A:B' -> (A, B) inclusive; 'A:' or ':B' leave a side open; None -> None."""
-    if not spec:
-        return None
-    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", spec)
-    if not m:
-        raise ValueError(f"steps {spec!r} must look like A:B (e.g. 100:500, 100: or :500)")
-    lo = int(m.group(1)) if m.group(1) else 0
-    hi = int(m.group(2)) if m.group(2) else 2 ** 62
-    return lo, hi
+    """Alias of ``inspector.steps.parse_step_range`` (the one step grammar); None or '' -> None."""
+    from .steps import parse_step_range
+    return parse_step_range(spec) if spec else None
 
 
 __all__ = ["Run", "open_run", "find_runs", "is_run", "parse_steps", "GROUPS", "safe_join"]

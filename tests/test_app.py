@@ -3,6 +3,8 @@ that change what is shown, live refresh, and bad input (shown as messages, never
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,13 +34,26 @@ def runs(tmp_path_factory) -> Path:
     return root
 
 
-def start(root: Path | str, page: str = "Summary", **state) -> AppTest:
+@pytest.fixture(autouse=True)
+def _restore_runs_env(monkeypatch):
+    monkeypatch.setenv("TF_INSPECTOR_RUNS", "")   # start() sets it; restored after each test
+
+
+def start(root: Path | str, page: str = "Summary", query: dict | None = None, **state) -> AppTest:
+    """The viewer started on the runs folder ``root`` (as ``streamlit run app.py -- root``)."""
+    os.environ["TF_INSPECTOR_RUNS"] = str(root)
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["root"] = str(root)
     at.session_state["page"] = page
+    for k, v in (query or {}).items():
+        at.query_params[k] = v
     for k, v in state.items():
         at.session_state[k] = v
     return at.run()
+
+
+def unescape(text: str) -> str:
+    """What a Markdown body shows: backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def ok(at: AppTest) -> AppTest:
@@ -53,7 +68,7 @@ def images(at: AppTest) -> list[str]:
 
 
 def captions(at: AppTest) -> str:
-    return "\n".join(c.value for c in at.caption)
+    return "\n".join(unescape(c.value) for c in at.caption)
 
 
 # ---- every page --------------------------------------------------------------------------
@@ -65,7 +80,7 @@ def test_summary(runs):
     assert metrics["Status"] == "finished"
     assert metrics["Statistics steps"] == "30" and metrics["Last step"] == "29"
     assert metrics["Dump steps"] == "2" and metrics["Dropped dumps"] == "1"       # step 20 dropped
-    errors = " ".join(e.value for e in at.error)
+    errors = unescape(" ".join(e.value for e in at.error))
     assert "first non-finite value at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
@@ -92,7 +107,7 @@ def test_overview_heatmaps_and_series(runs):
 
 def test_overview_positive_negative_curves(runs):
     at = ok(start(runs / "exp1", "Training overview", ov_tensor="icnn/post_mask:0"))
-    cap = next(c.value for c in at.caption if c.value.startswith("icnn/post_mask:0"))
+    cap = next(c for c in captions(at).splitlines() if c.startswith("icnn/post_mask:0"))
     assert "positive" in cap and "negative" in cap
     pos = float(cap.split("positive ")[1].split(",")[0])
     neg = float(cap.split("negative ")[1].split(",")[0])
@@ -148,7 +163,7 @@ def test_tensor_browser(runs):
     assert 0 < n < 20
     at.text_input(key="tb_search").input("icnn").run()
     at.selectbox(key="tb_tensor").select("icnn/mu:0").run()
-    md = " ".join(m.value for m in ok(at).markdown)
+    md = unescape(" ".join(m.value for m in ok(at).markdown))
     assert "ICNN mu" in md and "shape **[8, 8, 2]**" in md
     labels = [b.proto.label for b in at.get("download_button")]
     assert "Download .npz (forward, gradient, samples)" in labels and "Download PNG" in labels
@@ -177,11 +192,11 @@ def test_every_page_of_a_single_run_path(runs):
 def test_viewer_never_imports_tensorflow(runs):
     """In a fresh interpreter (other tests here import TensorFlow): every page, then check."""
     code = textwrap.dedent(f"""
-        import sys
+        import os, sys
         from streamlit.testing.v1 import AppTest
         for page in {PAGES!r}:
+            os.environ["TF_INSPECTOR_RUNS"] = {str(runs)!r}
             at = AppTest.from_file({APP!r}, default_timeout=120)
-            at.session_state["root"] = {str(runs)!r}
             at.session_state["page"] = page
             at.run()
             assert not at.exception, (page, [e.value for e in at.exception])
@@ -218,7 +233,7 @@ def test_missing_path_is_a_message(tmp_path):
     at = start(tmp_path / "nope")
     assert not at.exception
     assert any("does not exist" in e.value for e in at.error)
-    assert at.text_input(key="root").value.endswith("nope")   # the sidebar stays usable
+    assert at.text_input(key="path").value == ""                # the sidebar stays usable
 
 
 def test_folder_without_runs_is_a_message(tmp_path):
@@ -299,10 +314,7 @@ def test_mode_and_worker_pickers_show_one_view(tmp_path):
     session(tmp_path / "r", range(1, 11), 0.0, dumps=(5,))
     session(tmp_path / "r", [10, 10], 5.0, dumps=(10,), mode="eval")
     session(tmp_path / "r", range(1, 4), 1.0, worker="worker-1")
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
-    at.session_state["root"] = str(tmp_path / "r")
-    at.run()
-    assert not at.exception
+    at = ok(start(tmp_path / "r"))
     assert [s.label for s in at.sidebar.selectbox] == ["Run", "Mode", "Worker"]
     assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-1"]
     metrics = {m.label: m.value for m in at.metric}
@@ -315,3 +327,138 @@ def test_mode_and_worker_pickers_show_one_view(tmp_path):
     at.sidebar.selectbox(key="worker").set_value("worker-1").run()
     metrics = {m.label: m.value for m in at.metric}
     assert not at.exception and metrics["Statistics steps"] == "3"
+
+
+# ---- hostile input: the viewer never reads outside its runs folder ---------------------
+
+def outside_message(at: AppTest) -> str:
+    """The path box's refusal with the echoed input removed (to compare two refusals)."""
+    (msg,) = [unescape(e.value) for e in at.error if "outside the runs folder" in unescape(e.value)]
+    return msg.split(" is outside", 1)[1]
+
+
+@pytest.fixture
+def jail(runs, tmp_path) -> Path:
+    """A runs folder holding a run, a link to a run outside it, and a run beside it outside."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copytree(runs / "exp2", root / "inside")
+    shutil.copytree(runs / "exp2", tmp_path / "outside_run")
+    (root / "evil").symlink_to(tmp_path / "outside_run")
+    return root
+
+
+@pytest.mark.parametrize("text", ["/etc/passwd", "/etc", "../outside_run", "evil", "inside/../../outside_run",
+                                  "/nonexistent/x", "../nonexistent"])
+def test_path_box_refuses_outside_paths_alike(jail, text):
+    at = start(jail, path=text)
+    assert not at.exception, [e.value for e in at.exception]
+    assert outside_message(at) == outside_message(start(jail, path="/no/such/place"))
+    assert not at.header                                            # no page drawn
+    assert not [m for m in at.markdown if "outside_run" in unescape(m.value) and "outside the" not in m.value]
+
+
+def test_path_box_accepts_a_run_inside(jail):
+    at = ok(start(jail, path="inside"))
+    assert at.header[0].value == "Run inside"
+    at = ok(start(jail, path=str(jail / "inside")))                # absolute, inside
+    assert at.header[0].value == "Run inside"
+
+
+def test_listing_skips_links_leading_outside(jail):
+    at = ok(start(jail))
+    assert at.selectbox(key="run").options == ["inside"]
+    assert "1 entry leading outside the runs folder: skipped" in captions(at)
+
+
+def test_run_holding_a_link_out_is_refused(jail, tmp_path):
+    secret = tmp_path / "secret.safetensors"
+    secret.write_bytes(b"\0" * 64)
+    (jail / "inside" / "dumps" / "chief.step-0000000099.safetensors").symlink_to(secret)
+    at = start(jail)
+    assert not at.exception
+    assert any("leads outside" in unescape(e.value) for e in at.error)
+    assert not at.header
+
+
+def test_fifo_named_like_a_run_file_is_never_opened(jail):
+    os.mkfifo(jail / "inside" / "dumps" / "chief.step-0000000099.safetensors")
+    os.mkdir(jail / "fifo_only")
+    os.mkfifo(jail / "fifo_only" / "manifest.chief.json")
+    at = start(jail)                                                # would block if either were opened
+    assert not at.exception
+    assert at.selectbox(key="run").options == ["inside"]            # a FIFO manifest makes no run
+    assert any("is not a regular file" in unescape(e.value) for e in at.error)
+
+
+def test_unknown_run_in_the_url_is_a_message(runs):
+    at = start(runs, query={"run": "nope"})
+    assert not at.exception
+    assert any("No run named 'nope'" in unescape(e.value) for e in at.error)
+    assert not at.header                                            # not silently another run
+    assert at.selectbox(key="run").value is None
+    at.selectbox(key="run").select("exp2").run()
+    assert ok(at).header[0].value == "Run exp2"
+
+
+def test_known_run_in_the_url_is_shown(runs):
+    assert ok(start(runs, query={"run": "exp2"})).header[0].value == "Run exp2"
+
+
+def test_unexpected_error_is_a_short_message(runs, monkeypatch):
+    import viewer.summary
+    import viewer.data
+
+    def boom(*a, **k):
+        raise RuntimeError("/very/secret/path exists")
+    monkeypatch.setattr(viewer.summary, "render", boom)
+    at = start(runs / "exp1")
+    assert not at.exception
+    (msg,) = [e.value for e in at.error]
+    assert "could not be drawn (RuntimeError)" in msg and "secret" not in msg
+    monkeypatch.setattr(viewer.data, "list_runs", boom)             # outside any page's guard
+    at = start(runs)
+    assert not at.exception
+    assert [e.value for e in at.error] == ["The viewer could not draw this page (RuntimeError); "
+                                           "the details are in the server log."]
+
+
+EVIL = "![x](http://127.0.0.1:9/leak.png)"
+
+
+def markdown_bodies(at: AppTest) -> list[str]:
+    """The Markdown source of every element that renders Markdown."""
+    kinds = ("markdown", "caption", "error", "warning", "info", "success", "title", "header", "subheader")
+    out = [el.value for k in kinds for el in at.get(k)]
+    return out + [m.proto.body for m in at.metric]
+
+
+def test_run_strings_are_rendered_as_text(runs, tmp_path):
+    root = tmp_path / "md"
+    path = root / "exp"
+    shutil.copytree(runs / "exp1", path)
+    m = path / manifest_name("chief", 1)
+    man = json.loads(m.read_text())
+    man["tensorflow_version"] = man["created"] = EVIL
+    man["dropped"] = [{"what": "dump", "reason": EVIL, "count": 1, "bytes": 1, "first_step": 20, "last_step": 20}]
+    entry = dict(man["tensors"][0], name=f"a{EVIL}:0", op=EVIL, op_type=EVIL, scope=EVIL, icnn_role=None)
+    man["tensors"].append(entry)
+    m.write_text(json.dumps(man))
+    bodies = []
+    for page, state in (("Summary", {}), ("Tensor browser", {"tb_search": "leak", "tb_tensor": entry["name"]})):
+        at = ok(start(root, page, **state))
+        bodies += markdown_bodies(at)
+    shown = "\n".join(unescape(b) for b in bodies)
+    assert shown.count(EVIL) >= 5                                   # the strings are there, as text
+    assert not [b for b in bodies if "](" in b or "![" in b]        # and never as Markdown
+
+
+def test_write_errors_and_failed_sessions_are_errors_on_the_summary(tmp_path):
+    from test_sessions import session
+    w = session(tmp_path / "r", range(1, 4), 0.0, close=None)
+    w._failed("dump", OSError(28, "No space left on device"), step=2, nbytes=10)
+    w.close("failed", error="the session ended with an error before DumpHook.end() (training raised)")
+    at = ok(start(tmp_path / "r"))
+    errors = [unescape(e.value) for e in at.error]
+    assert any("writer error" in e and "Errno 28" in e for e in errors), errors
+    assert any("session failed" in e and "training raised" in e for e in errors), errors

@@ -5,6 +5,7 @@ Screenshots go to ``$TF_INSPECTOR_SCREENSHOTS`` if set, else ``<tmp>/.screenshot
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ from urllib.parse import quote
 
 import pytest
 
+from inspector.format import manifest_name
 from inspector.synthetic import make_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +62,7 @@ def server(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     make_synthetic_run(runs / "exp1", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
     make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
+    hostile_run(runs / "zz_evil")
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
@@ -77,6 +80,19 @@ def server(tmp_path_factory):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+EVIL = "![leak](http://leak.invalid/x.png)"
+
+
+def hostile_run(path: Path) -> None:
+    """A run whose manifest strings are Markdown that would load an external image."""
+    make_synthetic_run(path, steps=10, tensors=8, dump_every=5, seed=2, dropped_steps=(5,))
+    m = path / manifest_name("chief", 1)
+    man = json.loads(m.read_text())
+    man["tensorflow_version"] = man["created"] = EVIL
+    man["dropped"] = [{"step": 5, "reason": EVIL, "bytes": 1}]
+    m.write_text(json.dumps(man))
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +179,30 @@ def test_not_a_run_shows_message(browser, tmp_path):
         proc.terminate()
         proc.wait(10)
 
+
+
+def test_run_strings_load_nothing(server, browser):
+    """Markdown in a run's manifest is shown as text: the browser never requests its image."""
+    page = browser.new_page()
+    requested: list[str] = []
+    page.on("request", lambda r: requested.append(r.url))
+    try:
+        page.goto(f"{server}/?page=Summary&run=zz_evil", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Run zz_evil").first.wait_for(timeout=60_000)
+        wait_rendered(page, 0)
+        page.get_by_text(EVIL).first.wait_for(timeout=30_000)       # shown, literally
+        assert page.locator('img[src*="leak"]').count() == 0
+        assert not [u for u in requested if "leak" in u], requested
+    finally:
+        page.close()
+
+
+def test_unknown_run_in_the_url_is_a_message(server, browser):
+    page = browser.new_page()
+    try:
+        page.goto(f"{server}/?page=Summary&run=nope", wait_until="domcontentloaded")
+        page.get_by_text("No run named 'nope'").first.wait_for(timeout=60_000)
+        assert page.get_by_role("heading", name="Run exp1").count() == 0
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()

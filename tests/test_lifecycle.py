@@ -9,10 +9,11 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 import inspector  # noqa: E402
 from hooks import DumpHook, mark  # noqa: E402
-from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
+from tfmodels import BATCH, HW, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
 
 v1 = tf.compat.v1
 HAS_ESTIMATOR = hasattr(tf, "estimator") and hasattr(getattr(tf, "estimator", None), "Estimator")
+HW_FLAT = HW * HW
 needs_estimator = pytest.mark.skipif(not HAS_ESTIMATOR, reason="this TensorFlow has no tf.estimator (2.16+)")
 
 
@@ -133,6 +134,11 @@ def test_estimator_train_evaluate_loop(tmp_path):
         return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(BATCH, drop_remainder=True)
 
     def model_fn(features, labels, mode):
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            w = v1.get_variable("w", [HW_FLAT, 2])
+            logits = tf.matmul(tf.reshape(features, [-1, HW_FLAT]), w, name="logits")
+            return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+        v1.get_variable("w", [HW_FLAT, 2])
         labels = tf.identity(labels, name="labels")
         loss = conv_net(features, labels)
         mark(loss=loss, labels=labels)
@@ -144,8 +150,13 @@ def test_estimator_train_evaluate_loop(tmp_path):
     for _ in range(3):
         est.train(input_fn, hooks=[hook], steps=10)
         est.evaluate(input_fn, hooks=[hook], steps=2)
+    preds = est.predict(lambda: tf.data.Dataset.from_tensor_slices(images[:16]).batch(BATCH), hooks=[hook])
+    assert len(list(preds)) == 16
     run = inspector.open_run(tmp_path / "run")
-    assert list(run.sessions["mode"]) == ["train", "eval"] * 3 and set(run.sessions["state"]) == {"finished"}
+    assert list(run.sessions["mode"]) == ["train", "eval"] * 3 + ["predict"]
+    assert set(run.sessions["state"]) == {"finished"}
+    pr = run.query_stats(mode="predict", tensors=["logits:0"], groups=["all"])
+    assert sorted(set(zip(pr["step"], pr["batch"]))) == [(30, 0), (30, 1)] and set(pr["kind"]) == {"forward"}
     assert sorted(run.stats["step"].unique()) == list(range(1, 31)) and set(run.stats["mode"]) == {"train"}
     ev = run.query_stats(mode="eval", tensors=["labels:0"] if "labels:0" in run.tensors.index else None)
     assert sorted(set(zip(ev["step"], ev["batch"]))) == [(s, b) for s in (10, 20, 30) for b in (0, 1)]

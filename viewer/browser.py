@@ -10,7 +10,7 @@ import streamlit as st
 from inspector import analysis, plots
 
 from . import data
-from .ui import Ctx, need, show_figure, slug
+from .ui import Ctx, need, plain, show_figure, slug
 
 
 def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:
@@ -65,10 +65,11 @@ def render(ctx: Ctx) -> None:
         return
     tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor")
     row = cat.loc[tensor]
-    st.markdown(f"**{tensor}**: op `{row['op']}` ({row['op_type']}), dtype {row['dtype']}, static shape "
-                f"`{row['shape']}`, scope `{row['scope']}`, gradient: {'yes' if row['has_gradient'] else 'no'}, "
-                f"batched: {'yes' if row['batched'] else 'no'}"
-                + (f", ICNN {row['icnn_role']} of `{row['icnn_layer']}`" if isinstance(row["icnn_role"], str) else ""))
+    st.markdown(f"**{plain(tensor)}**: op {plain(row['op'])} ({plain(row['op_type'])}), dtype {plain(row['dtype'])}, "
+                f"static shape {plain(row['shape'])}, scope {plain(row['scope'])}, "
+                f"gradient: {'yes' if row['has_gradient'] else 'no'}, batched: {'yes' if row['batched'] else 'no'}"
+                + (f", ICNN {plain(row['icnn_role'])} of {plain(row['icnn_layer'])}"
+                   if isinstance(row["icnn_role"], str) else ""))
 
     if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
         return
@@ -76,14 +77,14 @@ def render(ctx: Ctx) -> None:
     step = c[0].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="tb_step")
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     kinds = [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys]
-    if not need(bool(kinds), f"The dump of step {step} holds no values of {tensor}."):
+    if not need(bool(kinds), f"The dump of step {step} holds no values of {plain(tensor)}."):
         return
     kind = c[1].radio("Kind", kinds, key="tb_kind", horizontal=True)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample")
     channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel")
     finite = x[np.isfinite(x)] if x.size else x
-    st.markdown(f"Values: shape **{list(x.shape)}**, dtype {x.dtype}; "
+    st.markdown(f"Values: shape **{plain(list(x.shape))}**, dtype {x.dtype}; "
                 + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "
                    f"{x.size - finite.size} non-finite" if finite.size else "no finite values"))
     st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch", height=240)

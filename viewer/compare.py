@@ -11,7 +11,7 @@ from inspector import plots
 
 from . import data
 from .distributions import kinds_of, pick_groups
-from .ui import Ctx, download_figure, need, show_figure
+from .ui import Ctx, download_figure, need, plain, show_figure
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
@@ -55,7 +55,7 @@ def two_steps(ctx: Ctx) -> None:
     table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
                           if g in frame.index})
     st.dataframe(table, width="stretch")
-    st.caption(f"{kind} statistics of {tensor} at step {picked[0]} (A) and {picked[1]} (B), per group")
+    st.caption(f"{kind} statistics of {plain(tensor)} at step {picked[0]} (A) and {picked[1]} (B), per group")
 
 
 def shared_range(hists: list[dict]) -> tuple[float, float]:
@@ -70,7 +70,7 @@ def two_runs(ctx: Ctx) -> None:
         return
     run_a = data.get_run(ctx.path, ctx.sig)
     c = st.columns(2)
-    c[0].markdown(f"**Run A**: `{Path(ctx.path).name}` (chosen in the sidebar)")
+    c[0].markdown(f"**Run A**: {plain(Path(ctx.path).name)} (chosen in the sidebar)")
     default_b = next((i for i, r in enumerate(others) if r != ctx.path), 0)
     path_b = c[1].selectbox("Run B", others, index=default_b, format_func=lambda p: Path(p).name, key="cmp_run_b")
     sig_b = data.signature(path_b)

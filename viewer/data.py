@@ -21,19 +21,29 @@ import streamlit as st
 import inspector
 from inspector import analysis
 
+from . import paths
+
 Sig = tuple
+_root: Path | None = None
+
+
+def set_root(root: Path) -> None:
+    """The runs folder this server shows (one per process: from its command line)."""
+    global _root
+    _root = root
 
 
 def signature(path: str | Path) -> Sig:
-    """(name, size, mtime_ns) of every manifest, statistics part and dump of a run: cheap
-    (directory listings only) and changes whenever the writer adds or replaces a file."""
+    """(name, size, mtime_ns) of every entry of a run, its statistics and dumps: cheap
+    (directory listings and lstat only, links not followed) and changes whenever the writer
+    adds or replaces a file."""
     out = []
     for sub in ("", "stats", "dumps"):
         try:
             with os.scandir(os.path.join(path, sub)) as it:
                 for e in it:
-                    if e.is_file() and not e.name.startswith("."):
-                        st_ = e.stat()
+                    if not e.is_dir(follow_symlinks=False) and not e.name.startswith("."):
+                        st_ = e.stat(follow_symlinks=False)
                         out.append((sub, e.name, st_.st_size, st_.st_mtime_ns))
         except OSError:
             continue
@@ -51,8 +61,11 @@ _VIEW = "view"
 
 @st.cache_resource(max_entries=16, show_spinner=False)
 def get_run(path: str, sig: Sig) -> inspector.Run:
-    """The reader for ``path`` at signature ``sig`` (a new one when files changed), seen
-    through the view ``sig`` ends with (:func:`with_view`; default: training, the chief)."""
+    """The reader for ``path`` at signature ``sig`` (a new one when files changed), once
+    :func:`viewer.paths.check_run` accepts it (every file it would open is a regular file
+    inside the runs folder), seen through the view ``sig`` ends with (:func:`with_view`;
+    default: training, the chief)."""
+    paths.check_run(path, _root)
     run = inspector.open_run(path)
     if sig and isinstance(sig[-1], tuple) and sig[-1][:1] == (_VIEW,):
         run = run.view(*sig[-1][1:])
@@ -60,8 +73,10 @@ def get_run(path: str, sig: Sig) -> inspector.Run:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def find_runs(root: str) -> list[str]:
-    return [str(p) for p in inspector.find_runs(root)]
+def list_runs(folder: str, root: str) -> tuple[list[str], int]:
+    """(runs, links skipped) in ``folder``: see :func:`viewer.paths.list_runs`."""
+    runs, outside = paths.list_runs(Path(folder), Path(root))
+    return [str(p) for p in runs], outside
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -8,7 +8,7 @@ import streamlit as st
 from inspector import analysis, plots
 
 from . import data
-from .ui import Ctx, need, show_figure
+from .ui import Ctx, need, plain, show_figure
 
 
 def kinds_of(run, tensor: str) -> list[str]:
@@ -54,7 +54,7 @@ def render(ctx: Ctx) -> None:
         for g, (edges, counts) in groups.items():
             mids = (edges[:-1] + edges[1:]) / 2
             mean = float((mids * counts).sum() / max(counts.sum(), 1))
-            desc.append(f"{kind} {g}: n={int(counts.sum())}, histogram mean≈{mean:.4g}")
+            desc.append(f"{kind} {plain(g)}: n={int(counts.sum())}, histogram mean≈{mean:.4g}")
     st.caption("; ".join(desc))
 
     st.subheader("From dumped samples")
@@ -76,7 +76,7 @@ def render(ctx: Ctx) -> None:
 
 def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool) -> None:
     if not bool(run.tensors.loc[tensor, "batched"]):
-        st.caption(f"{tensor} has no batch dimension: no per-sample split.")
+        st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
     groups = data.samples(ctx.path, ctx.sig, step)["group"].to_numpy()
     panels = {}
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
@@ -90,6 +90,6 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             split = {"all": x}
         edges = analysis.common_bins(*split.values())
         panels[kind] = {g: plots.hist_from_values(v, edges) for g, v in split.items() if v.size}
-    if need(bool(panels), f"The dump of step {step} holds no values of {tensor}."):
+    if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
         show_figure(plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)", log=log),
                     f"samples_hist_{tensor}_{step}", key="di_samples")

@@ -9,7 +9,7 @@ import streamlit as st
 from inspector import analysis, plots
 
 from . import data
-from .ui import Ctx, need, show_figure
+from .ui import Ctx, need, plain, show_figure
 
 
 def sample_label(samples: pd.DataFrame, i: int) -> str:
@@ -57,7 +57,7 @@ def render(ctx: Ctx) -> None:
         show_figure(plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, {sample_label(samples, sample)}",
                                        symmetric=kind == "gradient"),
                     f"channels_{tensor}_{kind}_{step}_{sample}", key="fm_grid")
-        st.caption(f"shape {list(x.shape)} (samples, H, W, C); sample {sample}: "
+        st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
                    f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
 
     layers = data.icnn_layers(ctx.path, ctx.sig)
@@ -68,7 +68,7 @@ def render(ctx: Ctx) -> None:
     layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer")
     m = icnn_maps(ctx, layers.loc[layer], step)
     if not need({"pre_mask", "post_mask", "mask", "mu"} <= set(m),
-                f"The dump of step {step} lacks some of {layer}'s maps (have: {sorted(m)})."):
+                f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: {plain(sorted(m))})."):
         return
     n_filters = m["pre_mask"].shape[-1]
     filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter")

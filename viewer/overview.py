@@ -9,7 +9,7 @@ import streamlit as st
 from inspector import plots
 
 from . import data
-from .ui import Ctx, download_figure, need, show_png
+from .ui import Ctx, download_figure, need, plain, show_png
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -78,13 +78,13 @@ def render(ctx: Ctx) -> None:
     stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
-    if not need(not df.empty, f"No {kind} statistics for {tensor}."):
+    if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
     shown = np.log10(df.where(df > 0)) if logy else df
     st.line_chart(shown, x_label="step", y_label=f"log10 {stat}" if logy else stat,
                   color=[plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns])
     last = df.iloc[-1]
-    st.caption(f"{tensor} {kind} {stat} at step {int(df.index[-1])}: "
-               + ", ".join(f"{g} {v:.4g}" for g, v in last.items()))
+    st.caption(f"{plain(tensor)} {kind} {stat} at step {int(df.index[-1])}: "
+               + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from . import data
-from .ui import Ctx
+from .ui import Ctx, plain
 
 ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
@@ -33,10 +33,10 @@ def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     m = run.manifest
     steps = data.stats_steps(ctx.path, ctx.sig)
-    st.header(f"Run {run.path.name}")
-    st.caption(str(run.path))
+    st.header(f"Run {plain(run.path.name)}")
+    st.caption(plain(run.path))
     c = st.columns(5)
-    c[0].metric("Status", run.status)
+    c[0].metric("Status", plain(run.status))
     c[1].metric("Statistics steps", f"{len(steps)}", help="steps with in-graph statistics")
     c[2].metric("Last step", f"{int(steps[-1])}" if len(steps) else "–")
     c[3].metric("Tensors", f"{len(run.tensors)}")
@@ -44,10 +44,10 @@ def render(ctx: Ctx) -> None:
     c = st.columns(5)
     c[0].metric("Dump steps", f"{len(run.steps)}")
     c[1].metric("Dropped dumps", f"{int(run.dropped['count'].sum())}")
-    c[2].metric("Workers", ", ".join(run.workers))
-    c[3].metric("Format", f"v{m.get('format_version')}")
-    c[4].metric("TensorFlow", str(m.get("tensorflow_version") or "–"))
-    st.caption(f"created {m.get('created', '?')}, updated {m.get('updated', '?')} "
+    c[2].metric("Workers", plain(", ".join(run.workers)))
+    c[3].metric("Format", f"v{plain(m.get('format_version'))}")
+    c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
+    st.caption(f"created {plain(m.get('created', '?'))}, updated {plain(m.get('updated', '?'))} "
                f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
     if run.status in STATUS_NOTES:
         st.warning(STATUS_NOTES[run.status])
@@ -61,7 +61,7 @@ def render(ctx: Ctx) -> None:
     if alerts.empty:
         st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, no dropped dumps.")
     for a in alerts.itertuples():
-        text = f"{ICONS.get(a.severity, '')} **{a.kind.replace('_', ' ')}**: {a.message}"
+        text = f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: {plain(a.message)}"
         {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
 
     left, right = st.columns(2)

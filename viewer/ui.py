@@ -1,8 +1,15 @@
-"""Small Streamlit helpers shared by the pages: figures with a PNG download, error guard.
+"""Small Streamlit helpers shared by the pages: figures with a PNG download, error guard,
+Markdown escaping.
+
+Every string that comes from a run's files (manifest fields, tensor names, reasons, error
+messages, paths) goes through :func:`plain` before it reaches a Streamlit element that renders
+Markdown (markdown, caption, info, warning, error, header, metric...): a run file must not be
+able to make the browser load an image (``![x](http://...)``) or format the page.
 
 Example::
 
     show_figure(plots.time_series(df), "series.png", key="ov_series")
+    st.caption(f"{plain(tensor)} at step {step}")
     with guard("Training overview"):
         overview.render(ctx)
 """
@@ -21,6 +28,17 @@ from inspector import plots
 from inspector.errors import InspectorError
 
 log = logging.getLogger("tf_inspector.viewer")
+_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+
+
+def plain(text: object) -> str:
+    r"""``text`` with every ASCII punctuation character backslash-escaped: Markdown shows it as
+    it is (no link, image, HTML, emphasis, LaTeX or directive).
+
+    >>> print(plain("![x](http://h/x.png)"))
+    \!\[x\]\(http\:\/\/h\/x\.png\)
+    """
+    return _PUNCTUATION.sub(r"\\\1", str(text))
 
 
 @dataclass(frozen=True)
@@ -64,18 +82,20 @@ def guard(what: str) -> Iterator[None]:
     """Show any error of the block as a message in the page, never a traceback.
 
     Reader errors (bad path, damaged file, missing step) are expected and shown as they are;
-    anything else is a bug in the viewer, logged with its traceback on the server."""
+    anything else is a bug in the viewer, logged with its traceback on the server, and shown
+    by its type only (its message may name files the page must not reveal)."""
     try:
         yield
     except InspectorError as e:
-        st.error(f"{what}: {e}")
+        st.error(f"{plain(what)}: {plain(e)}")
     except Exception as e:  # the page must stay usable; details go to the server log
         log.exception("viewer: %s failed", what)
-        st.error(f"{what} could not be drawn: {type(e).__name__}: {e}")
+        st.error(f"{plain(what)} could not be drawn ({type(e).__name__}); the details are in the server log.")
 
 
 def need(condition: bool, message: str) -> bool:
-    """Show ``message`` as an info box and return False when ``condition`` is false."""
+    """Show ``message`` (Markdown: escape run strings in it with :func:`plain`) as an info box
+    and return False when ``condition`` is false."""
     if not condition:
         st.info(message)
     return bool(condition)

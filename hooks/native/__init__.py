@@ -3,8 +3,10 @@
 ``library()`` compiles ``stats_ops.cc`` against the installed TensorFlow's headers (about
 15 s, once; the shared object is cached under ``$TF_INSPECTOR_CACHE``, else
 ``$XDG_CACHE_HOME/tf-inspector``, else ``~/.cache/tf-inspector``) and returns the loaded
-op module, or ``None`` when there is no C++ compiler, the build fails, or
-``TF_INSPECTOR_NATIVE=0``. ``None`` is never an error: ``hooks.fast_stats`` then builds the
+op module, or ``None`` when there is no C++ compiler, the build fails, the cache is not
+private, or ``TF_INSPECTOR_NATIVE=0``. The cache folder is created 0700; a cache folder or
+shared object that another user owns, or that group or others may write, is never loaded
+(anyone who can replace it runs code in the training process). ``None`` is never an error: ``hooks.fast_stats`` then builds the
 same statistics from stock TensorFlow ops, only slower, and logs why once.
 
 Example::
@@ -22,6 +24,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -44,6 +47,41 @@ def cache_dir() -> Path:
     return Path(base) / "tf-inspector"
 
 
+class UnsafeCacheError(RuntimeError):
+    """A cache folder or file that someone else could have written."""
+
+
+def _why_unsafe(st: os.stat_result, kind: str) -> str | None:
+    if not (stat.S_ISDIR(st.st_mode) if kind == "folder" else stat.S_ISREG(st.st_mode)):
+        return "is not a directory" if kind == "folder" else "is not a regular file"
+    if st.st_uid != os.getuid():
+        return f"is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def check_private(path: Path, kind: str) -> None:
+    """UnsafeCacheError unless ``path`` (links followed) is a ``kind`` ('folder' or 'file')
+    owned by this user and not writable by group or others."""
+    why = _why_unsafe(os.stat(path), kind)
+    if why:
+        raise UnsafeCacheError(f"the kernel cache {kind} {path} {why}; not loading from it (chmod go-w / chown it, "
+                               f"or set TF_INSPECTOR_CACHE to a private folder)")
+
+
+def private_cache_dir() -> Path:
+    """:func:`cache_dir`, created with mode 0700 if missing, checked by :func:`check_private`."""
+    d = cache_dir()
+    d.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    check_private(d, "folder")
+    return d
+
+
 def _compiler() -> str | None:
     found = (shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++") if name)
     return next((path for path in found if path), None)
@@ -64,11 +102,13 @@ def shared_object_path(cxx: str) -> Path:
 
 
 def build(cxx: str) -> Path:
-    """Compile into the cache (atomically: concurrent builders each rename a whole file)."""
+    """Compile into the private cache (atomically: concurrent builders each rename a whole
+    file); a cached build is reused only if :func:`check_private` accepts it."""
+    private_cache_dir()
     target = shared_object_path(cxx)
-    if target.exists():
+    if os.path.lexists(target):
+        check_private(target, "file")
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     log.info("building the fused statistics kernels (once per machine and TF version, ~15 s) into %s", target)
@@ -76,6 +116,7 @@ def build(cxx: str) -> Path:
         proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"{cxx} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        os.chmod(tmp, 0o700)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):

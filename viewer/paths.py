@@ -1,0 +1,68 @@
+"""The viewer's one runs folder: what it may list and open (no Streamlit here).
+
+The viewer is started on one folder (the *root*). A path typed in the sidebar, a run listed
+in a folder and a file a run holds are accepted only if they lie inside the root with every
+symlink resolved; the refusal reads the same whether the outside path exists or not.
+
+Example::
+
+    root = real("runs")
+    folder = resolve_inside(root, "exp1")        # InspectorError if outside root
+    runs, outside = list_runs(folder, root)
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inspector.errors import InspectorError, NotARunError
+from inspector.safepath import has_manifest, inside, real, special_entries
+
+
+class OutsideRootError(InspectorError):
+    """A path that leads outside the viewer's runs folder."""
+
+
+def resolve_inside(root: Path, text: str) -> Path:
+    """``text`` (empty: the root; relative: to the root; or absolute) resolved, if it lies in
+    ``root``; else OutsideRootError, with the same message whether the path exists or not."""
+    text = (text or "").strip()
+    path = root / text if text else root
+    if "\x00" in text or not inside(path, root):
+        raise OutsideRootError(f"{text!r} is outside the runs folder {root}; the viewer only opens runs inside it. "
+                               f"Give a path relative to that folder.")
+    return real(path)
+
+
+def list_runs(folder: Path, root: Path) -> tuple[list[Path], int]:
+    """(runs, links skipped): ``folder`` itself if it is a run, else the runs directly inside
+    it. Entries leading outside ``root`` are skipped (and counted), never looked into; a run
+    needs a manifest that is a regular file (a FIFO is never opened)."""
+    if not folder.exists():
+        raise NotARunError(f"{folder} does not exist; give a run or a folder of runs inside the runs folder")
+    if not folder.is_dir():
+        raise NotARunError(f"{folder} is not a folder; give a run or a folder of runs")
+    if has_manifest(folder):
+        return [folder], 0
+    runs, outside = [], 0
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as e:
+        raise NotARunError(f"cannot list {folder}: {e.strerror}") from None
+    for e in entries:
+        if not inside(e.path, root):
+            outside += 1
+        elif e.is_dir() and has_manifest(e.path):
+            runs.append(Path(e.path))
+    return runs, outside
+
+
+def check_run(path: str | Path, root: Path | None) -> None:
+    """InspectorError unless every file the reader would open in the run at ``path`` is a
+    regular file inside ``root`` (FIFOs block the reader forever; links may leave the root)."""
+    if root is not None and not inside(path, root):
+        raise OutsideRootError(f"run {Path(path).name!r} is outside the runs folder {root}")
+    bad = special_entries(path, root)
+    if bad:
+        raise InspectorError(f"refused to read run {Path(path).name!r}: {'; '.join(bad)}")
