@@ -29,7 +29,7 @@ import tensorflow as tf
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, fast_stats, gradient_recorder, native
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
@@ -117,12 +117,15 @@ class DumpHook(v1.train.SessionRunHook):
 
     Args:
       run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
-      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the sum of the
-        graph's LOSSES collection.
-      labels: labels tensor or name ([N] or [N, C]). Default: ``hooks.mark(labels=...)``.
-        Without labels there are no positive/negative groups.
+      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
+        optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
+        else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
+        refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
+      labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
+        Estimator passed to the model_fn. Without labels there are no positive/negative groups.
       positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
-        ``labels != 0`` ([N] labels) or ``argmax(labels) != 0`` ([N, C]).
+        ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
+        ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
         leave out the backward pass, optimizer, saver, summaries and init ops).
       op_types / exclude_op_types: capture only / never these op types.
@@ -157,6 +160,9 @@ class DumpHook(v1.train.SessionRunHook):
       eval_stats_batches: in eval/predict sessions, statistics of the first this many batches
         of each evaluation (None: every batch), each kept apart by its batch index.
       eval_dump_batches: in eval/predict sessions, full dumps of the first this many batches.
+      batched / unbatched: regexes on tensor names forcing a tensor per-sample (axis 0 is
+        the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
+        what is computed from an overridden tensor follows it. ``unbatched`` wins.
 
     Sessions: every ``train``/``evaluate``/``predict`` call (and every session MonitoredSession
     recreates after an error) is a new writer session of this worker in ``run_dir``, so a run
@@ -182,14 +188,17 @@ class DumpHook(v1.train.SessionRunHook):
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
                  native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
-                 eval_dump_batches: int = 1) -> None:
+                 eval_dump_batches: int = 1, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
         if samples_per_group < 0:
             raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
         if histogram_bins < 1:
             raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        capture._compile(include), capture._compile(exclude)  # fail early on a bad regex
+        for patterns in (include, exclude, batched, unbatched):
+            capture._compile(patterns)  # fail early on a bad regex
+        self.batch_overrides = dict(batched=batched, unbatched=unbatched)
         self.run_dir = Path(run_dir)
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
@@ -247,34 +256,10 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
 
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
-        loss = self._tensor(self.loss_arg, "loss")
-        if loss is not None:
-            return loss
-        marked = g.get_collection(LOSS_COLLECTION)
-        if marked:
-            log.info("loss: %s (marked with hooks.mark or hooks.minimize)", marked[-1].name)
-            return marked[-1]
-        losses = g.get_collection(v1.GraphKeys.LOSSES)
-        if losses:
-            log.info("loss: sum of the LOSSES collection (%s)", ", ".join(t.name for t in losses))
-            return tf.add_n(losses) if len(losses) > 1 else losses[0]
-        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
-                    "capturing forward values only, without gradients")
-        return None
+        return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
     def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-        labels = self._tensor(self.labels_arg, "labels")
-        if labels is None and g.get_collection(LABELS_COLLECTION):
-            labels = g.get_collection(LABELS_COLLECTION)[-1]
-            marked = g.get_collection(POSITIVE_COLLECTION)
-            if self.positive is None and marked:
-                log.info("labels: %s, positive samples as marked with hooks.mark", labels.name)
-                return labels, marked[-1]
-        if labels is None:
-            log.info("no labels given: statistics for group 'all' only (pass labels= or hooks.mark(labels=...))")
-            return None, None
-        log.info("labels: %s", labels.name)
-        return labels, capture.group_ids(labels, self.positive)
+        return resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.positive, strict=self.strict)
 
     @_guarded
     def begin(self) -> None:
@@ -290,13 +275,12 @@ class DumpHook(v1.train.SessionRunHook):
         if sel.skipped:
             log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
                      len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
-        dependent = capture.input_dependent(g)
-        batch_dim = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else None
+        axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
-            self.captured.append(capture.Captured(t, capture.is_batched(t, batch_dim, dependent), grad, layer, role))
+            self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
         self._global_step = v1.train.get_global_step(g)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         self._build_fetches(gid, labels, loss)
