@@ -28,7 +28,7 @@ CATALOG = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "sh
 def session(path: Path, steps, value: float, dumps=(), mode: str = "train", worker: str = "chief",
             close: str | None = "finished", **kw) -> RunWriter:
     """One writer session: statistics rows whose mean is ``value`` + step, dumps of ``value``."""
-    w = RunWriter(path, worker=worker, manifest={"tensors": CATALOG, "is_chief": worker == "chief"},
+    w = RunWriter(path, worker=worker, manifest={"tensors": CATALOG, "is_chief": worker in ("chief", "chief-0")},
                   stats_layout=LAYOUT, mode=mode, stats_flush_secs=1000, **kw)
     for i, s in enumerate(steps):
         vals = np.zeros((2, 9))
@@ -273,3 +273,19 @@ def test_cli_info_lists_sessions_and_failures(tmp_path):
     session(tmp_path, range(4, 6), 0.0)
     text = cli.summary(inspector.open_run(tmp_path))
     assert "FAILED chief s1" in text and "chief s2 train" in text
+
+
+def test_a_mode_only_one_worker_ran_defaults_to_that_worker(tmp_path):
+    """In a TF_CONFIG cluster the evaluator runs every evaluation and the chief none:
+    mode='eval' reads the evaluator without worker=; a chief that evaluated stays the default."""
+    session(tmp_path, range(1, 4), 0.0, worker="chief-0")
+    session(tmp_path, range(1, 4), 0.0, worker="worker-0")
+    session(tmp_path, [3, 3], 7.0, dumps=(3,), mode="eval", worker="evaluator-0")
+    run = inspector.open_run(tmp_path)
+    assert set(run.stats["worker"]) == {"chief-0"}
+    ev = run.query_stats(mode="eval")
+    assert set(ev["worker"]) == {"evaluator-0"} and sorted(ev["batch"].unique()) == [0, 1]
+    assert run.dump_steps(mode="eval") == [3] and run.tensor("a:0", 3, mode="eval")[0, 0] == 7.0
+    assert run.query_stats(mode="predict").empty
+    session(tmp_path, [3], 1.0, mode="eval", worker="chief-0")
+    assert set(inspector.open_run(tmp_path).query_stats(mode="eval")["worker"]) == {"chief-0"}
