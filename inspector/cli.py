@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .errors import InspectorError
-from .run import Run, find_runs, open_run, parse_steps
+from .run import ALL, Run, find_runs, open_run, parse_steps
 
 
 def _human(n: float) -> str:
@@ -96,24 +96,46 @@ def _select(run: Run, pattern: str | None) -> list[str]:
     return chosen
 
 
-def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None) -> str:
-    """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out``."""
+def _session_arg(value: str | None) -> int | str | None:
+    """--session: a number, 'all', or None (sessions merged, the later one wins a step)."""
+    if value is None or value == ALL:
+        return value
+    if not value.isdigit():
+        raise InspectorError(f"--session {value!r} must be a session number or 'all'")
+    return int(value)
+
+
+def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None, *,
+           worker: str | None = None, mode: str = "train", session: int | str | None = None) -> str:
+    """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out``.
+
+    ``worker``, ``mode``, ``session`` choose as the reader does (default: the chief's training,
+    sessions merged). npz keys are ``step<N>/<key>``, with ``batch<B>/`` after the step in
+    eval/predict, prefixed by ``<worker>/`` when several workers are exported and by
+    ``s<session>/`` with ``session='all'``, so that no two writers' arrays share a key."""
     names, rng = _select(run, tensors), parse_steps(steps)
     if fmt == "npz":
         arrays = {}
-        steps = [s for s in run.steps if not rng or rng[0] <= s <= rng[1]]
-        for step in tqdm(steps, desc="export", unit="dump", disable=len(steps) < 20):
-            for key in sorted(run.dump_keys(step)):
+        index = run.dump_index(mode=mode, worker=worker, session=session)
+        files = sorted((f for (step, _), fs in index.items() if not rng or rng[0] <= step <= rng[1] for f in fs),
+                       key=lambda f: (f.worker, f.session, f.step, f.batch))
+        by_worker = worker == ALL or (worker is None and run.default_worker is None)  # several workers
+        for f in tqdm(files, desc="export", unit="dump", disable=len(files) < 20):
+            where = dict(mode=mode, batch=f.batch, session=f.session)
+            prefix = (f"{f.worker}/" if by_worker else "") + (f"s{f.session}/" if session == ALL else "") \
+                + f"step{f.step}/" + (f"batch{f.batch}/" if mode != "train" else "")
+            for key in sorted(run.dump_keys(f.step, f.worker, **where)):
                 kind, _, name = key.partition("/")
                 if kind == "samples" or name in names:
-                    arrays[f"step{step}/{key}"] = np.asarray(run.dump_array(step, key))
+                    arrays[prefix + key] = np.asarray(run.dump_array(f.step, key, f.worker, **where))
         if not arrays:
-            raise InspectorError(f"no dumped tensors match (dumped steps: {_short(run.steps) or 'none'})")
+            dumped = run.dump_steps(mode=mode, worker=worker, session=session)
+            raise InspectorError(f"no dumped tensors match (dumped {mode} steps: {_short(dumped) or 'none'})")
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez(out, **arrays)
         return f"wrote {len(arrays)} arrays to {out}"
     if fmt in ("csv", "parquet"):
-        table = run.query_stats_table(tensors=names, steps=rng)
+        table = run.query_stats_table(tensors=names, steps=rng, mode=mode, worker=worker, session=session)
         out.parent.mkdir(parents=True, exist_ok=True)
         if fmt == "parquet":
             pq.write_table(table, out)
@@ -137,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--tensors", help="regex on tensor names")
     p.add_argument("--steps", help="inclusive step range A:B")
+    p.add_argument("--worker", help="a worker name, or 'all' (default: the chief)")
+    p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
+    p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
     p.add_argument("run")
     p.add_argument("--port", type=int, default=8501)
@@ -148,7 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 open_run(args.run)  # raises a NotARunError that says what is there
             print("\n\n".join(summary(open_run(r)) for r in runs))
         elif args.cmd == "export":
-            print(export(open_run(args.run), args.format, args.out, args.tensors, args.steps))
+            print(export(open_run(args.run), args.format, args.out, args.tensors, args.steps, worker=args.worker,
+                         mode=args.mode, session=_session_arg(args.session)))
         elif args.cmd == "app":
             app = Path(__file__).resolve().parent.parent / "app.py"
             return subprocess.call([sys.executable, "-m", "streamlit", "run", str(app), "--server.port",

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -157,6 +158,7 @@ WRITE_ERRORS = """
 import resource, signal, sys
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 import numpy as np
+import pandas as pd
 from inspector import writer
 from test_sessions import session
 writer.BACKOFF_SECS = {backoff}
@@ -289,3 +291,32 @@ def test_a_mode_only_one_worker_ran_defaults_to_that_worker(tmp_path):
     assert run.query_stats(mode="predict").empty
     session(tmp_path, [3], 1.0, mode="eval", worker="chief-0")
     assert set(inspector.open_run(tmp_path).query_stats(mode="eval")["worker"]) == {"chief-0"}
+
+
+def test_cli_export_takes_worker_mode_and_session(tmp_path, capsys):
+    session(tmp_path, range(1, 4), 1.0, dumps=(2,))
+    session(tmp_path, range(1, 4), 2.0, dumps=(2,), worker="worker-1")
+    session(tmp_path, [3, 3], 5.0, dumps=(3,), mode="eval")
+    session(tmp_path, [3], 6.0, dumps=(3,), mode="eval")
+
+    def export(name, *args):
+        assert cli.main(["export", str(tmp_path), "--out", str(tmp_path / name), *args]) == 0, capsys.readouterr()
+        return tmp_path / name
+
+    csv = pd.read_csv(export("a.csv", "--format", "csv", "--worker", "all"))
+    assert sorted(csv["worker"].unique()) == ["chief", "worker-1"] and set(csv["mode"]) == {"train"}
+    assert set(pd.read_csv(export("w.csv", "--format", "csv", "--worker", "worker-1"))["worker"]) == {"worker-1"}
+    ev = pq.read_table(export("e.parquet", "--format", "parquet", "--mode", "eval", "--session", "2")).to_pandas()
+    assert set(ev["session"]) == {2} and list(ev["batch"].unique()) == [0, 1]
+    with np.load(export("c.npz", "--format", "npz")) as z:
+        assert sorted(z.files) == ["step2/forward/a:0", "step2/samples/index"] and z["step2/forward/a:0"][0, 0] == 1
+    with np.load(export("all.npz", "--format", "npz", "--worker", "all")) as z:
+        assert z["worker-1/step2/forward/a:0"][0, 0] == 2 and z["chief/step2/forward/a:0"][0, 0] == 1
+    with np.load(export("ev.npz", "--format", "npz", "--mode", "eval", "--session", "all")) as z:
+        assert z["s2/step3/batch0/forward/a:0"][0, 0] == 5 and z["s3/step3/batch0/forward/a:0"][0, 0] == 6
+    with np.load(export("ev1.npz", "--format", "npz", "--mode", "eval")) as z:    # the later session wins
+        assert sorted(z.files) == ["step3/batch0/forward/a:0", "step3/batch0/samples/index"]
+        assert z["step3/batch0/forward/a:0"][0, 0] == 6
+    assert cli.main(["export", str(tmp_path), "--out", str(tmp_path / "x.csv"), "--format", "csv",
+                     "--worker", "ps-0"]) == 2
+    assert "worker 'ps-0' wrote nothing" in capsys.readouterr().err
