@@ -232,7 +232,9 @@ class DumpHook(v1.train.SessionRunHook):
         self._global_step = None
         self._loss_finite = None
         self._step = 0
-        self._checked = 0         # the schedule has considered every global step up to this one
+        # Each schedule has considered every global step up to these (a firing run also
+        # covers the steps other workers added during it, up to the step read after it).
+        self._stats_since = self._dump_since = 0
         self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
         self._force_dump = False
@@ -370,7 +372,8 @@ class DumpHook(v1.train.SessionRunHook):
     def after_create_session(self, session, coord) -> None:
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
-        self._checked, self._batch = self._step, 0
+        self._stats_since = self._dump_since = self._step
+        self._batch = 0
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
             self._writer = RunWriter(self.run_dir, **self._writer_args)
             log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
@@ -403,9 +406,9 @@ class DumpHook(v1.train.SessionRunHook):
         fetches: dict[str, Any] = {}
         if self.mode == "train":
             step = self._step + 1
-            stats = self._stats is not None and self.schedule.wants_stats(step, self._checked)
-            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._checked) or self._force_dump)
-            self._checked = max(self._checked, step)
+            stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
+            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
+            self._stats_since, self._dump_since = max(self._stats_since, step), max(self._dump_since, step)
         else:  # eval / predict: batches of one evaluation, at one global step
             step, b = self._step, self._batch
             stats = self._stats is not None and bool(self.schedule.stats_every) and (
@@ -440,6 +443,12 @@ class DumpHook(v1.train.SessionRunHook):
             if (stats or dump) and self._global_step is not None:
                 # The exact step, read after this step's update (cheap, and only on sampled steps).
                 step = int(run_context.session.run(self._global_step))
+                # This row stands for every multiple up to the step it carries: other workers may
+                # have crossed the next one during this run (FORMAT.md, "Schedule").
+                if stats:
+                    self._stats_since = max(self._stats_since, step)
+                if dump:
+                    self._dump_since = max(self._dump_since, step)
             elif "global_step" in results:
                 step = max(self._step, int(results["global_step"]))
             self._step = step
