@@ -32,13 +32,11 @@ from inspector.writer import RunWriter, StatsLayout
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve
 from .schedule import Schedule, StepSpec
 
+# A library leaves logging to the application: records propagate to its handlers (absl,
+# files); the NullHandler only keeps Python from warning that none is configured. What the hook
+# picked is INFO: logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
 log = logging.getLogger("tf_inspector")
-if not log.handlers:  # say what the hook picked even where the user configured no logging
-    _h = logging.StreamHandler(sys.stderr)
-    _h.setFormatter(logging.Formatter("tf_inspector %(levelname)s: %(message)s"))
-    log.addHandler(_h)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+log.addHandler(logging.NullHandler())
 v1 = tf.compat.v1
 
 

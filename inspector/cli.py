@@ -13,6 +13,8 @@ rest still read), 2 when a run could not be read or the command was refused.
 from __future__ import annotations
 
 import argparse
+import importlib.resources
+import importlib.util
 import os
 import re
 import subprocess
@@ -261,6 +263,29 @@ def info(path: str) -> int:
     return status
 
 
+#: What the viewer imports beyond the core install (the ``viewer`` extra).
+VIEWER_MODULES = ("streamlit", "matplotlib")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a half-imported module
+        return False
+
+
+def app(run: str, port: int, address: str) -> int:
+    """Serve the viewer on ``run``: ``streamlit run`` on the script shipped in the ``viewer``
+    package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
+    missing = [m for m in VIEWER_MODULES if not _importable(m)]
+    if missing:
+        raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
+    script = importlib.resources.files("viewer").joinpath("app_main.py")
+    with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
+        return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
+                                "--server.address", address, "--", run])
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -294,9 +319,7 @@ def _main(argv: Sequence[str] | None) -> int:
             print(export(_open_checked(Path(args.run)), args.format, args.out, args.tensors, args.steps, args.force,
                          worker=args.worker, mode=args.mode, session=_session_arg(args.session)))
         elif args.cmd == "app":
-            app = Path(__file__).resolve().parent.parent / "app.py"
-            return subprocess.call([sys.executable, "-m", "streamlit", "run", str(app), "--server.port",
-                                    str(args.port), "--server.address", args.address, "--", args.run])
+            return app(args.run, args.port, args.address)
     except BrokenPipeError:
         raise
     except (InspectorError, ValueError, OSError) as e:
