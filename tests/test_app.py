@@ -266,9 +266,16 @@ def test_damaged_files_every_page(runs, tmp_path, page):
     assert not at.exception, [e.value for e in at.exception]
     if page == "Summary":
         assert any("damaged" in w.value for w in at.warning)
-    if page in ("Feature maps", "Masks & templates", "Tensor browser"):
-        # the last dump step is chosen by default and is the truncated one
-        assert any("damaged dump file" in e.value for e in at.error), [e.value for e in at.error]
+    pickers = {"Distributions": "di_dump_step", "Feature maps": "fm_step", "Masks & templates": "mt_step",
+               "Tensor browser": "tb_step"}
+    if page in pickers:
+        # the newest dump (step 10) is the truncated one: the page shows the newest readable
+        # dump instead, and the picker marks the damaged one
+        assert not [e.value for e in at.error if "damaged dump file" in e.value]
+        box = at.selectbox(key=pickers[page])
+        assert box.value == 0 and box.format_func(10) == "10 (damaged: unreadable)"
+        assert box.format_func(0) == "0 (schedule)"
+        assert images(at), page
 
 
 def test_damaged_manifest_is_a_message(tmp_path):
@@ -462,3 +469,61 @@ def test_write_errors_and_failed_sessions_are_errors_on_the_summary(tmp_path):
     errors = [unescape(e.value) for e in at.error]
     assert any("writer error" in e and "Errno 28" in e for e in errors), errors
     assert any("session failed" in e and "training raised" in e for e in errors), errors
+
+
+# ---- issue 14: first NaN, loss, dump reasons, log axes, dead filters, damaged dumps -----
+
+@pytest.fixture(scope="module")
+def reasons_run(tmp_path_factory) -> Path:
+    """Dumps at 0, 10, 20 (schedule, no reason key: an older run), 7 (listed in dump_steps),
+    25 (NaN/Inf in the loss) and 26 (the step after)."""
+    path = tmp_path_factory.mktemp("reasons") / "r"
+    b = SyntheticRun(path, tensors=20, steps_hint=30, dump_every=10)
+    b.write_steps(0, 30)
+    for step, why in ((7, "schedule"), (25, "NaN/Inf in the loss"), (26, "after NaN/Inf")):
+        b.writer.add_dump(step, b.dump_arrays(step), {"reason": why})
+    b.writer.update_manifest(config={"stats_every_n_steps": 1, "dump_every_n_steps": 10, "dump_steps": [[7, 7]]})
+    b.close()
+    return path
+
+
+@pytest.mark.parametrize("page,key", [("Distributions", "di_dump_step"), ("Feature maps", "fm_step"),
+                                      ("Masks & templates", "mt_step"), ("Tensor browser", "tb_step")])
+def test_dump_pickers_say_why_a_step_was_dumped(reasons_run, page, key):
+    at = ok(start(reasons_run, page))
+    box = at.selectbox(key=key)
+    assert box.options == ["0 (schedule)", "7 (explicit step)", "10 (schedule)", "20 (schedule)",
+                           "25 (NaN/Inf in the loss)", "26 (after NaN/Inf)"]
+    assert box.value == 26                                      # the newest (distributions: nearest step 29)
+
+
+def test_distributions_log_toggle_and_log_bins_change_the_figures(runs):
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    before = images(at)
+    assert at.image[1].captions[0] == "forward: 40 equal bins; gradient: 40 equal bins"
+    at.toggle(key="di_log").set_value(True).run()
+    after = images(ok(at))
+    assert after[0] != before[0] and after[2] != before[2]      # in-graph histograms and the ridge
+    at.radio(key="di_bins").set_value("symlog").run()
+    assert images(ok(at))[1] != after[1]
+    assert at.image[1].captions[0].count("symmetric-log bins") == 2
+
+
+@pytest.fixture(scope="module")
+def dead_run(tmp_path_factory) -> Path:
+    return make_synthetic_run(tmp_path_factory.mktemp("dead") / "d", steps=20, tensors=20, dump_every=10,
+                              dead_filter=3)
+
+
+def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
+    at = ok(start(dead_run, "Masks & templates"))
+    table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
+    assert table["dead"].tolist() == [c == 3 for c in range(8)]
+    assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
+    cap = captions(at)
+    assert "1 dead filter(s) at step 10: 3 (zero in every dumped sample; left out of the judgement)" in cap
+    assert "tightest live filters" in cap and "3 (0.000)" not in cap
+    assert at.selectbox(key="mt_filter").options[2:5] == ["2", "3 (dead)", "4"]
+    at.selectbox(key="mt_filter").set_value(3).run()
+    assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
+    assert "mean distance of mu" not in captions(at)
