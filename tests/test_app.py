@@ -527,3 +527,13 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     at.selectbox(key="mt_filter").set_value(3).run()
     assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
     assert "mean distance of mu" not in captions(at)
+
+
+def test_overview_log_y_is_a_log_axis(runs):
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
+    spec = at.get("vega_lite_chart")[0].proto.spec
+    assert '"log"' not in spec
+    at.toggle(key="ov_logy").set_value(True).run()
+    spec = json.loads(ok(at).get("vega_lite_chart")[0].proto.spec)
+    assert spec["encoding"]["y"]["scale"]["type"] == "log"
+    assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
