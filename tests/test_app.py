@@ -537,3 +537,45 @@ def test_overview_log_y_is_a_log_axis(runs):
     spec = json.loads(ok(at).get("vega_lite_chart")[0].proto.spec)
     assert spec["encoding"]["y"]["scale"]["type"] == "log"
     assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
+
+
+def edit_manifest(path: Path, **fields) -> Path:
+    m = path / manifest_name("chief", 1)
+    m.write_text(json.dumps({**json.loads(m.read_text()), **fields}))
+    return path
+
+
+def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_path):
+    at = ok(start(runs / "exp1"))
+    assert "First NaN/Inf: step 25, found by the statistics (forward of conv" in captions(at)
+    errors = unescape(" ".join(e.value for e in at.error))
+    assert "first non-finite value at step 25 (found by the statistics)" in errors
+    assert "loss/Mean:0, forward mean (group all)" in captions(at)
+    assert len(at.get("vega_lite_chart")) == 2                   # the loss curve and the op-type bars
+    # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
+    path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
+                         first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
+    at = ok(start(path))
+    assert ("First NaN/Inf: step 24, found by the hook's every-step loss check (forward of loss/Mean:0)"
+            in captions(at))
+    assert "first non-finite value at step 24 (found by the hook's every-step loss check)" in \
+        unescape(" ".join(e.value for e in at.error))
+
+
+def test_summary_without_loss_statistics_says_so(runs, tmp_path):
+    at = ok(start(edit_manifest(shutil.copytree(runs / "exp2", tmp_path / "noloss"), loss=None)))
+    assert "No loss statistics: the manifest names no loss tensor." in captions(at)
+    assert "First NaN/Inf: none seen" in captions(at)
+    at = ok(start(edit_manifest(shutil.copytree(runs / "exp2", tmp_path / "other"), loss="gone:0")))
+    assert "the loss tensor gone:0 has no forward statistics" in captions(at)
+
+
+def test_summary_warns_of_dead_filters(dead_run):
+    at = ok(start(dead_run))
+    warnings = unescape(" ".join(w.value for w in at.warning))
+    assert "dead filter" in warnings and "icnn: filter(s) 3 zero in every dumped sample at step 10" in warnings
+
+
+def test_no_dead_filter_alert_on_a_healthy_run(runs):
+    at = ok(start(runs / "exp2"))
+    assert "dead filter" not in " ".join(w.value for w in at.warning)
