@@ -509,6 +509,19 @@ def test_distributions_log_toggle_and_log_bins_change_the_figures(runs):
     assert at.image[1].captions[0].count("symmetric-log bins") == 2
 
 
+def test_distributions_caption_gives_real_counts(runs, monkeypatch):
+    """n is the statistics row's count; where the histogram counts a subsample, the caption says so."""
+    import inspector
+    import viewer.distributions
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"])
+    n = dict(zip(df["group"].astype(str), df["count"]))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert f"forward positive: n={n['positive']:,}," in captions(at) and "subsample" not in captions(at)
+    monkeypatch.setattr(viewer.distributions, "HIST_MAX_ELEMENTS", 1000)
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert "the histogram counts a subsample of about 1,000 values; n is every element" in captions(at)
+
+
 @pytest.fixture(scope="module")
 def dead_run(tmp_path_factory) -> Path:
     return make_synthetic_run(tmp_path_factory.mktemp("dead") / "d", steps=20, tensors=20, dump_every=10,

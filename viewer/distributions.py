@@ -100,13 +100,14 @@ def render(ctx: Ctx) -> None:
 
 def hist_caption(panels: dict, totals: dict) -> str:
     """Per kind and group: the real element count, the values the histogram counts, its mean."""
-    desc, sampled = [], False
+    desc = []
+    # the subsample rule reads the 'all' row's count (FORMAT.md), also for the groups
+    sampled = any(t.get("all", max(t.values(), default=0)) > HIST_MAX_ELEMENTS for t in totals.values())
     for kind, groups in panels.items():
         for g, (edges, counts) in groups.items():
             mids = (edges[:-1] + edges[1:]) / 2
             mean = float((mids * counts).sum() / max(counts.sum(), 1))
             n = totals.get(kind, {}).get(g)
-            sampled |= n is not None and n > HIST_MAX_ELEMENTS
             desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}, "
                         f"histogram mean≈{mean:.4g}")
     note = (f" (tensors over {HIST_MAX_ELEMENTS:,} elements: the histogram counts a subsample of about "
