@@ -212,7 +212,8 @@ def readable_steps(path: str, sig: Sig) -> list[int]:
 @st.cache_data(max_entries=16, show_spinner=False)
 def dead_filters(path: str, sig: Sig, step: int | None = None) -> dict[str, list[int]]:
     """{ICNN layer: dead filters} at dump ``step`` (default: the newest readable dump), see
-    :func:`inspector.templates.dead_filters`; layers whose maps that dump lacks are left out."""
+    :func:`inspector.templates.dead_filters`; layers whose maps that dump lacks (or holds in an
+    unexpected shape) are left out."""
     steps = readable_steps(path, sig)
     step = steps[-1] if step is None and steps else step
     if step is None:
@@ -222,9 +223,13 @@ def dead_filters(path: str, sig: Sig, step: int | None = None) -> dict[str, list
     for layer, roles in icnn_layers(path, sig).iterrows():
         have = {r: roles.get(r) for r in ("pre_mask", "mu")
                 if isinstance(roles.get(r), str) and f"forward/{roles.get(r)}" in keys}
-        if have:
-            arrays = {r: dumped(path, sig, name, step) for r, name in have.items()}
-            out[str(layer)] = [int(c) for c in np.flatnonzero(templates.dead_filters(**arrays))]
+        if not have:
+            continue
+        try:
+            dead = templates.dead_filters(**{r: dumped(path, sig, name, step) for r, name in have.items()})
+        except ValueError:  # maps of an unexpected shape: no verdict for this layer
+            continue
+        out[str(layer)] = [int(c) for c in np.flatnonzero(dead)]
     return out
 
 

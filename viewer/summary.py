@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from inspector.analysis import NONFINITE_SOURCES
+from inspector.errors import InspectorError
 
 from . import data
 from .ui import Ctx, plain
@@ -103,9 +104,13 @@ def dead_filter_alerts(ctx: Ctx) -> list[str]:
     if data.icnn_layers(ctx.path, ctx.sig).empty:
         return []
     steps = data.readable_steps(ctx.path, ctx.sig)
+    try:
+        found = data.dead_filters(ctx.path, ctx.sig)
+    except InspectorError as e:  # a dump whose header reads but whose data does not
+        return [f"could not check the newest dump for dead filters: {plain(e)}"]
     return [f"{plain(layer)}: filter(s) {', '.join(map(str, dead))} zero in every dumped sample at step "
             f"{steps[-1]} (mu pinned at (-1, -1)): dead, not tight part filters"
-            for layer, dead in data.dead_filters(ctx.path, ctx.sig).items() if dead]
+            for layer, dead in found.items() if dead]
 
 
 def show_alerts(ctx: Ctx) -> None:
