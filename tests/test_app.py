@@ -592,3 +592,22 @@ def test_summary_warns_of_dead_filters(dead_run):
 def test_no_dead_filter_alert_on_a_healthy_run(runs):
     at = ok(start(runs / "exp2"))
     assert "dead filter" not in " ".join(w.value for w in at.warning)
+
+
+def test_dump_headers_are_not_reread_for_new_statistics(tmp_path):
+    """A live run's new statistics parts and manifest heartbeats change the signature but not
+    what the dump pickers read (their cache key); a new dump does."""
+    from viewer.data import dumps_key, signature, with_view
+    b = SyntheticRun(tmp_path / "live", tensors=15, steps_hint=40, dump_every=10, stats_flush_secs=0)
+    b.write_steps(0, 11)
+    b.sync()
+    s1 = with_view(signature(tmp_path / "live"))
+    b.write_steps(11, 15)
+    b.sync()
+    s2 = with_view(signature(tmp_path / "live"))
+    assert s1 != s2 and dumps_key(s1) == dumps_key(s2)
+    assert dumps_key(with_view(s2, "eval")) != dumps_key(s2)
+    b.write_steps(15, 21)
+    b.sync()
+    assert dumps_key(with_view(signature(tmp_path / "live"))) != dumps_key(s2)
+    b.close()

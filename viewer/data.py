@@ -174,12 +174,31 @@ def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], k
     return out
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
+def dumps_key(sig: Sig) -> Sig:
+    """The part of ``sig`` that what dumps hold depends on: the dump files, the names of the
+    manifests (sessions; not their heartbeat rewrites) and the view. New statistics parts of a
+    live run leave it unchanged, so the dump headers are not re-read for them."""
+    out = []
+    for e in sig:
+        if e[0] in ("dumps", _VIEW):
+            out.append(e)
+        elif e[0] == "" and str(e[1]).startswith("manifest."):
+            out.append(e[:2])
+    return tuple(out)
+
+
 def dump_infos(path: str, sig: Sig) -> list[dict]:
     """One ``{step, reason, damaged}`` per dump step of the view, from the dump headers only
     (``reason``: why the hook dumped it, see :func:`viewer.dumps.reason_of`; ``damaged``: the
     reader's message for a file that cannot be read, else None)."""
+    return _dump_infos(path, dumps_key(sig), sig)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _dump_infos(path: str, key: Sig, _sig: Sig) -> list[dict]:
+    """:func:`dump_infos`, cached by :func:`dumps_key` (``_sig``, not hashed, opens the run)."""
     from .dumps import reason_of  # no cycle at import time
+    sig = _sig
     run = get_run(path, sig)
     out = []
     for step in run.steps:
@@ -209,11 +228,16 @@ def readable_steps(path: str, sig: Sig) -> list[int]:
     return [d["step"] for d in dump_infos(path, sig) if not d["damaged"]]
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
 def dead_filters(path: str, sig: Sig, step: int | None = None) -> dict[str, list[int]]:
     """{ICNN layer: dead filters} at dump ``step`` (default: the newest readable dump), see
     :func:`inspector.templates.dead_filters`; layers whose maps that dump lacks (or holds in an
-    unexpected shape) are left out."""
+    unexpected shape) are left out. Cached by :func:`dumps_key`: new statistics read nothing."""
+    return _dead_filters(path, dumps_key(sig), step, sig)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _dead_filters(path: str, key: Sig, step: int | None, _sig: Sig) -> dict[str, list[int]]:
+    sig = _sig
     steps = readable_steps(path, sig)
     step = steps[-1] if step is None and steps else step
     if step is None:
