@@ -12,6 +12,7 @@ import streamlit as st
 from . import data
 from .ui import Ctx, need
 
+
 def explicit(step: int, config: dict) -> bool:
     """True if ``step`` is in one of ``config['dump_steps']`` ([first, last] inclusive ranges)
     and not a multiple of ``dump_every_n_steps``: the hook dumped it because it was listed.
@@ -22,8 +23,9 @@ def explicit(step: int, config: dict) -> bool:
     every = config.get("dump_every_n_steps")
     if isinstance(every, int) and every > 0 and step % every == 0:
         return False
-    ranges = config.get("dump_steps") or []
-    return any(isinstance(r, (list, tuple)) and len(r) == 2 and r[0] <= step <= r[1] for r in ranges)
+    ranges = config.get("dump_steps")
+    return any(isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(v, int) for v in r)
+               and r[0] <= step <= r[1] for r in (ranges if isinstance(ranges, list) else []))
 
 
 def reason_of(meta: dict, step: int, run) -> str:
@@ -37,7 +39,8 @@ def reason_of(meta: dict, step: int, run) -> str:
         manifest = run.manifests.get((meta.get("worker"), int(meta.get("session", -1))), run.manifest)
     except (TypeError, ValueError):
         manifest = run.manifest
-    return "explicit step" if explicit(int(step), manifest.get("config") or {}) else "schedule"
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    return "explicit step" if explicit(int(step), config if isinstance(config, dict) else {}) else "schedule"
 
 
 def label(info: dict) -> str:
