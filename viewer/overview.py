@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+import altair as alt
+import pandas as pd
 import streamlit as st
 
 from inspector import plots
@@ -80,11 +81,27 @@ def render(ctx: Ctx) -> None:
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
-    shown = np.log10(df.where(df > 0)) if logy else df
-    st.line_chart(shown, x_label="step", y_label=f"log10 {stat}" if logy else stat,
-                  color=[plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns])
+    st.altair_chart(series_chart(df, stat, logy), width="stretch")
+    if logy and (df <= 0).any().any():
+        st.caption("log axis: zero and negative values are not drawn")
     last = df.iloc[-1]
     st.caption(f"{plain(tensor)} {kind} {stat} at step {int(df.index[-1])}: "
                + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")
+
+
+def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:
+    """One line per group (column of ``df``, index step) in the group colours; ``logy``: a log
+    y axis (the values themselves, labelled as such; values <= 0 left out, since a log axis
+    cannot place them)."""
+    long = df.rename_axis("step").reset_index().melt("step", var_name="group", value_name="value").dropna()
+    if logy:
+        long = long[long["value"] > 0]
+    colors = [plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns]
+    return alt.Chart(long).mark_line().encode(
+        x=alt.X("step:Q", title="step"),
+        y=alt.Y("value:Q", title=f"{stat} (log scale)" if logy else stat,
+                scale=alt.Scale(type="log") if logy else alt.Scale(zero=False)),
+        color=alt.Color("group:N", scale=alt.Scale(domain=list(df.columns), range=colors), sort=list(df.columns)),
+        tooltip=["step:Q", "group:N", "value:Q"])
