@@ -474,12 +474,12 @@ class DumpHook(v1.train.SessionRunHook):
         bad = np.flatnonzero((values[:, 7] > 0) | (values[:, 8] > 0))
         if bad.size and self._first_nonfinite is None:
             tensor, kind, _ = self._stats.rows[bad[0]]
-            self._note_nonfinite(step, tensor, kind)
+            self._note_nonfinite(step, tensor, kind, "statistics")
 
-    def _note_nonfinite(self, step: int, tensor: str, kind: str) -> None:
+    def _note_nonfinite(self, step: int, tensor: str, kind: str, source: str = "loss check") -> None:
         if self._first_nonfinite is not None:
             return
-        self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind}
+        self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
         log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor, kind,
                     "; dumping this step and the next" if self.dump_on_nonfinite else "")
         self._writer.update_manifest(first_nonfinite=self._first_nonfinite)

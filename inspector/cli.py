@@ -59,9 +59,11 @@ def summary(run: Run) -> str:
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
-    nf = run.first_nonfinite()
-    lines.append("anomalies  " + (f"first NaN/Inf at step {nf['step']} in {nf['tensor']} ({nf.get('kind', '?')}, "
-                                  f"seen by the {nf['source']})" if nf else "no NaN/Inf seen"))
+    evidence = run.nonfinite_evidence()
+    lines += [f"anomalies  {'first' if i == 0 else 'also'} NaN/Inf at step {nf['step']} in {nf.get('tensor')} "
+              f"({nf.get('kind', '?')}, seen by the {nf['source']}, {nf['worker']})" for i, nf in enumerate(evidence)]
+    if not evidence:
+        lines.append("anomalies  no NaN/Inf seen")
     lines += _sessions_lines(run)
     for r in run.errors.itertuples():
         lines.append(f"ERROR      {r.worker} session {r.session}: {r.what} {r.reason} ({r.count}x"

@@ -596,10 +596,12 @@ class Run:
         """Bytes on disk of every file of the run (a writer's temporary files excluded)."""
         return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
 
-    def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
-        """The earliest evidence of a NaN or Inf: the first (step, tensor, kind) whose statistics
-        count one, or the hook's own record (its every-step loss check), whichever step is
-        earlier; ``source`` says which ('statistics' or 'loss check'). None if neither saw one."""
+    def nonfinite_evidence(self, mode: str | None = None, worker: str | None = None) -> list[dict]:
+        """Every first sighting of a NaN or Inf, ordered by step: the first (step, tensor, kind)
+        whose statistics count one (``source`` 'statistics'), and each session's own record
+        from the hook (its every-step loss check, or its statistics check), with its worker.
+        The two can disagree (the loss check sees step 5 in ``loss:0``, statistics every 2
+        steps see step 6 in a gradient): both are listed."""
         found = []
         df = self.query_stats(groups=["all"], columns=["nan", "inf"], mode=mode, worker=worker)
         mode, worker, _ = self._where(mode, worker)
@@ -613,9 +615,15 @@ class Run:
         for (w, _), m in self.manifests.items():
             rec = m.get("first_nonfinite")
             if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
-                    and isinstance(rec.get("step"), int):
-                found.append({**rec, "worker": w, "source": "loss check"})
-        return min(found, key=lambda r: r["step"]) if found else None
+                    and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
+                found.append({**rec, "worker": w, "source": str(rec.get("source", "loss check"))})
+        return sorted(found, key=lambda r: r["step"])
+
+    def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
+        """The earliest evidence of a NaN or Inf (see :meth:`nonfinite_evidence`); ``source``
+        says what saw it ('statistics' or 'loss check'). None if nothing saw one."""
+        found = self.nonfinite_evidence(mode, worker)
+        return found[0] if found else None
 
     def icnn_layers(self) -> pd.DataFrame:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""

@@ -321,6 +321,6 @@ def test_nonfinite_loss_is_caught_between_stats_steps(tmp_path):
                         dump_on_nonfinite=True, strict=True)
         train(m, hook, 4, nan_at=2)
     run = inspector.open_run(tmp_path / "run")
-    assert run.manifest["first_nonfinite"] == {"step": 2, "tensor": "loss:0", "kind": "forward"}
+    assert run.manifest["first_nonfinite"] == {"step": 2, "tensor": "loss:0", "kind": "forward", "source": "loss check"}
     assert run.steps == [2, 3]  # the NaN step from its own run, then the next
     assert np.isnan(run.tensor("x:0", 2)).any()

@@ -337,3 +337,20 @@ def test_cli_export_takes_worker_mode_and_session(tmp_path, capsys):
     assert cli.main(["export", str(run), "--out", str(out / "x.csv"), "--format", "csv",
                      "--worker", "ps-0"]) == 2
     assert "worker 'ps-0' wrote nothing" in capsys.readouterr().err
+
+
+def test_nonfinite_evidence_lists_both_sightings_by_step(tmp_path):
+    """The hook's loss check saw step 5 in loss:0; statistics (every 2 steps) see step 6."""
+    w = session(tmp_path, [2, 4], 0.0, close=None)
+    vals = np.zeros((2, 9))
+    vals[:, 0], vals[1, 7] = 4, 3          # gradient row: 3 NaN
+    w.add_stats(6, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+    w.update_manifest(first_nonfinite={"step": 5, "tensor": "loss:0", "kind": "forward", "source": "loss check"})
+    w.close()
+    run = inspector.open_run(tmp_path)
+    ev = run.nonfinite_evidence()
+    assert [(e["step"], e["source"], e["tensor"]) for e in ev] == [(5, "loss check", "loss:0"),
+                                                                    (6, "statistics", "a:0")]
+    assert run.first_nonfinite()["step"] == 5
+    text = cli.summary(run)
+    assert "first NaN/Inf at step 5 in loss:0" in text and "also NaN/Inf at step 6 in a:0" in text
