@@ -38,7 +38,10 @@ from .format import (ALIASES_KEY, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MO
 from .liveness import writer_state
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
-                   "icnn_layer", "icnn_role")
+                   "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
+                   "has_update", "gradient_note")
+#: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
+CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
 
 def is_run(path: str | Path) -> bool:
@@ -263,7 +266,7 @@ class Run:
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
             for t in m.get("tensors", []):
-                rows.setdefault(t["name"], {c: t.get(c) for c in CATALOG_COLUMNS})
+                rows.setdefault(t["name"], {c: t.get(c, CATALOG_DEFAULTS.get(c)) for c in CATALOG_COLUMNS})
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
         return df.set_index("name", drop=False).rename_axis(None)
 
