@@ -193,6 +193,28 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
 
 
+def update_ratios(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
+    """Per variable and statistics step: L2 of the step's update over L2 of the weights before it
+    (a healthy SGD run sits around 1e-3). One column per variable record, indexed by step.
+
+    >>> stats = pd.DataFrame({"step": [1, 1], "tensor": ["w", "w"], "kind": ["forward", "update"],
+    ...                       "group": "all", "l2": [2.0, 0.002]})
+    >>> update_ratios(stats, pd.DataFrame({"name": ["w"], "kind": ["variable"]}))["w"].tolist()
+    [0.001]
+    """
+    if "kind" not in catalog:
+        return pd.DataFrame()
+    names = set(catalog.loc[catalog["kind"] == "variable", "name"])
+    df = stats[stats["tensor"].isin(names) & (stats["group"] == "all") & stats["kind"].isin(["forward", "update"])]
+    if df.empty:
+        return pd.DataFrame()
+    wide = df.pivot_table(index="step", columns=["kind", "tensor"], values="l2", observed=True, aggfunc="last")
+    if "update" not in wide.columns.get_level_values(0):
+        return pd.DataFrame()
+    ratio = wide["update"] / wide["forward"].reindex(columns=wide["update"].columns).replace(0, np.nan)
+    return ratio.rename_axis(columns=None)
+
+
 # ---- positive vs negative ------------------------------------------------------------------
 
 def group_series(stats: pd.DataFrame, tensor: str, stat: str, kind: str = "forward") -> pd.DataFrame:

@@ -270,6 +270,11 @@ class Run:
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
         return df.set_index("name", drop=False).rename_axis(None)
 
+    @property
+    def variables(self) -> pd.DataFrame:
+        """The catalog's variable records (``kind == 'variable'``), named by variable: ``conv1/w``."""
+        return self.tensors[self.tensors["kind"] == "variable"]
+
     def check_tensor(self, name: str) -> str:
         """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names."""
         if name not in self.tensors.index:

@@ -6,7 +6,7 @@ import re
 import numpy as np
 import streamlit as st
 
-from inspector import plots
+from inspector import analysis, plots
 
 from . import data
 from .ui import Ctx, download_figure, need, plain, show_png
@@ -73,7 +73,9 @@ def render(ctx: Ctx) -> None:
     c = st.columns([3, 1, 1, 1])
     default = next((i for i, n in enumerate(names) if "Relu" in n), 0)
     tensor = c[0].selectbox("Tensor", names, index=default, key="ov_tensor")
-    kinds = ["forward"] + (["gradient"] if bool(run.tensors.loc[tensor, "has_gradient"]) else [])
+    row = run.tensors.loc[tensor]
+    kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
+        ["update"] if bool(row["has_update"]) else [])
     kind = c[1].radio("Kind", kinds, key="ov_kind", horizontal=True)
     stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
@@ -88,3 +90,15 @@ def render(ctx: Ctx) -> None:
                + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")
+    update_ratio_block(ctx, pattern)
+
+
+def update_ratio_block(ctx: Ctx, pattern: str) -> None:
+    """log10 of |update| / |weights| per variable over steps (runs with variable records only)."""
+    ratios = data.update_ratios(ctx.path, ctx.sig)
+    if ratios.empty:
+        return
+    st.subheader("Update / weight ratio per variable")
+    shown = ratios[filter_tensors(list(ratios.columns), pattern) or list(ratios.columns)]
+    st.line_chart(np.log10(shown.where(shown > 0)), x_label="step", y_label="log10 (L2 update / L2 weights)")
+    st.caption("L2 of the step's update over L2 of the variable before it; around -3 is typical for SGD")
