@@ -156,29 +156,55 @@ def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
     return [(r.variable, "update", "all") for r in records]
 
 
-def numpy_stats(x: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One row of statistics of ``x`` (not batched) as the in-graph kernels compute them.
+def numpy_stats(arrays: Sequence[np.ndarray], bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Statistics of each array (not batched), as the in-graph kernels compute them: values
+    [n, 9] in STAT_COLUMNS order, histogram ranges [n, 2], histograms [n, bins]. Vectorized
+    over the arrays (a per-array loop cost ~0.3 ms each on a ResNet's 25 variables).
 
-    >>> values, rng, hist = numpy_stats(np.array([0.0, 1.0, np.nan]), 2)
-    >>> values.tolist()[:2], hist.tolist()
-    ([3.0, 0.5], [1, 1])
+    >>> values, rng, hist = numpy_stats([np.array([0.0, 1.0, np.nan]), np.ones(2)], 2)
+    >>> values[:, :2].tolist(), hist.tolist()
+    ([[3.0, 0.5], [2.0, 1.0]], [[1, 1], [0, 2]])
     """
-    x = np.asarray(x, np.float64).ravel()
-    fin = x[np.isfinite(x)]
-    nan, inf = int(np.isnan(x).sum()), int(np.isinf(x).sum())
-    if fin.size:
-        mean, std, lo, hi, l2 = fin.mean(), fin.std(), fin.min(), fin.max(), float(np.sqrt((fin ** 2).sum()))
-    else:
-        mean = std = lo = hi = np.nan
-        l2 = 0.0
-    values = np.array([x.size, mean, std, lo, hi, l2, (x == 0).mean() if x.size else 0.0, nan, inf], np.float64)
-    h_lo, h_hi = (lo, hi) if fin.size else (0.0, 1.0)
-    if not h_hi > h_lo:
-        h_lo, h_hi = h_lo - 0.5, h_hi + 0.5
-    sample = hist_sample(x, 1).ravel()
-    hist, _ = np.histogram(sample[np.isfinite(sample)], bins, (h_lo, h_hi))
-    assert len(values) == len(STAT_COLUMNS)
-    return values, np.array([h_lo, h_hi], np.float64), hist.astype(np.int32)
+    n = len(arrays)
+    flat = [np.asarray(a, np.float64).ravel() for a in arrays]
+    sizes = np.array([a.size for a in flat])
+    seg = np.repeat(np.arange(n), sizes)
+    x = np.concatenate(flat) if n else np.zeros(0)
+    fin = np.isfinite(x)
+    xf = np.where(fin, x, 0.0)
+
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else np.zeros(0, np.int64)
+    full = sizes > 0
+
+    def ssum(v: np.ndarray) -> np.ndarray:  # per-array sums (reduceat: no empty segments)
+        out = np.zeros(n)
+        out[full] = np.add.reduceat(v, starts[full]) if v.size else 0.0
+        return out
+
+    c = ssum(fin.astype(np.float64))
+    mean = ssum(xf) / np.maximum(c, 1)
+    m2 = ssum(np.where(fin, x - mean[seg], 0.0) ** 2)  # two passes: exact when |mean| >> std
+    lo, hi = np.full(n, np.inf), np.full(n, -np.inf)
+    lo[full] = np.minimum.reduceat(np.where(fin, x, np.inf), starts[full])
+    hi[full] = np.maximum.reduceat(np.where(fin, x, -np.inf), starts[full])
+    nan = ssum(np.isnan(x).astype(np.float64))
+    has = c > 0
+    values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan), np.where(has, np.sqrt(m2 / np.maximum(c, 1)), np.nan),
+                       np.where(has, lo, np.nan), np.where(has, hi, np.nan), np.sqrt(m2 + c * mean ** 2),
+                       ssum((x == 0).astype(np.float64)) / np.maximum(sizes, 1), nan, sizes - c - nan], 1)
+    h_lo, h_hi = np.where(has, lo, 0.0), np.where(has, hi, 1.0)
+    same = ~(h_hi > h_lo)
+    h_lo, h_hi = np.where(same, h_lo - 0.5, h_lo), np.where(same, h_hi + 0.5, h_hi)
+    # a histogram counts a subsample of large tensors (FORMAT.md); one bincount for all of them
+    samples = [hist_sample(a, 1).ravel() if a.size else a for a in flat]
+    hseg = np.repeat(np.arange(n), [a.size for a in samples])
+    h = np.concatenate(samples) if n else np.zeros(0)
+    ok = np.isfinite(h)
+    h, hseg = h[ok], hseg[ok]
+    idx = np.clip(np.floor((h - h_lo[hseg]) / (h_hi[hseg] - h_lo[hseg]) * bins).astype(np.int64), 0, bins - 1)
+    hist = np.bincount(idx + hseg * bins, minlength=n * bins).reshape(n, bins)
+    assert values.shape[1] == len(STAT_COLUMNS)
+    return values, np.stack([h_lo, h_hi], 1), hist.astype(np.int32)
 
 
 class Updates:
@@ -199,8 +225,7 @@ class Updates:
 
     def stats(self, updates: dict[str, np.ndarray], bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows for :func:`stats_rows`, in record order."""
-        rows = [numpy_stats(updates[r.variable], bins) for r in self.records]
-        return tuple(np.stack([row[i] for row in rows]) for i in range(3))
+        return numpy_stats([updates[r.variable] for r in self.records], bins)
 
 
 def _host(t: tf.Tensor) -> tf.Tensor:

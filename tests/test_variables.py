@@ -125,3 +125,23 @@ def test_viewer_shows_variables(decayed):
                   tb_tensor="conv1/w"))
     kinds = [r for r in at.radio if r.key == "tb_kind"][0]
     assert list(kinds.options) == ["forward", "gradient", "update"]
+
+
+def test_numpy_statistics_match_numpy_per_array():
+    from hooks.variables import numpy_stats
+    from inspector.format import hist_sample
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=(3, 3, 4)), np.zeros(0), rng.normal(size=200_000), np.float32([7.0]),
+              np.array([np.nan, np.inf, 0.0, 2.0])]
+    values, ranges, hists = numpy_stats(arrays, 16)
+    for a, v, (lo, hi), h in zip(arrays, values, ranges, hists):
+        x = a.astype(np.float64).ravel()
+        f = x[np.isfinite(x)]
+        assert v[0] == x.size and v[7] == np.isnan(x).sum() and v[8] == np.isinf(x).sum()
+        if not f.size:
+            assert np.isnan(v[1:5]).all() and h.sum() == 0
+            continue
+        np.testing.assert_allclose(v[1:7], [f.mean(), f.std(), f.min(), f.max(), np.linalg.norm(f), (x == 0).mean()])
+        s = hist_sample(x, 1).ravel()
+        ref, _ = np.histogram(s[np.isfinite(s)], 16, (lo, hi))
+        assert np.abs(ref - h).sum() <= 2
