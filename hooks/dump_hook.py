@@ -158,6 +158,10 @@ class DumpHook(v1.train.SessionRunHook):
         of each evaluation (None: every batch), each kept apart by its batch index.
       eval_dump_batches: in eval/predict sessions, full dumps of the first this many batches.
 
+    Variables: every trainable resource variable also gets a record named by the variable
+    (``conv1/w``): its value, d loss / d variable summed over all its reads, and on sampled
+    training steps its update (value after the step minus before); see ``hooks/variables.py``.
+
     Sessions: every ``train``/``evaluate``/``predict`` call (and every session MonitoredSession
     recreates after an error) is a new writer session of this worker in ``run_dir``, so a run
     accumulates (FORMAT.md, "Sessions"). If the session ends with an exception (``end()`` is

@@ -109,13 +109,13 @@ def find_records(graph: tf.Graph, backward: set[str],
 
     ``gradients_of(tensors)``: d loss / d t for each t (the hook's shared machinery), or None
     without a loss. ``filters``: the hook's include/exclude/op_types (see :func:`selected`)."""
-    plans = []
+    plans, refs = [], []
     for var in graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES):
         if not selected(var.op.name, **(filters or {})):
             continue
         handle = getattr(var, "handle", None)
         if handle is None or handle.dtype != tf.resource:
-            log.info("variable %s is not a resource variable: no variable record", var.op.name)
+            refs.append(var.op.name)
             continue
         uses = [op for op in handle.consumers() if _forward(op, backward) and op.type not in _NOT_READS]
         reads = [op.outputs[0] for op in uses if op.type == "ReadVariableOp"]
@@ -123,6 +123,9 @@ def find_records(graph: tf.Graph, backward: set[str],
         others = sorted({op.type for op in uses} - {"ReadVariableOp", "ResourceGather"})
         if reads or gathers:
             plans.append((var, reads, gathers, others))
+    if refs:  # reference variables: their reads are captured (Identity 'w/read'), not summed
+        log.info("no variable records for %d reference (non-resource) variables: %s", len(refs),
+                 ", ".join(refs[:10]) + (" ..." if len(refs) > 10 else ""))
     wanted = [t for _, reads, gathers, _ in plans for t in reads + [g.outputs[0] for g in gathers]]
     grads = dict(zip((t.name for t in wanted), gradients_of(wanted))) if gradients_of and wanted else {}
     keep = {op.name for op in graph.get_operations() if _forward(op, backward)}
@@ -144,11 +147,10 @@ def _record(var, reads: list[tf.Tensor], gathers: list[tf.Operation], others: li
         before = (connected or reads or [tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype.base_dtype)])[0]
         after = tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype.base_dtype)
     zero = bool(reads) and not gathers and all(zero_gradient_expected(t, keep) for t in connected or reads)
-    name = var.op.name
-    return VariableRecord(before, False, gradient, variable=name, handle_op=var.handle.op.name,
+    uses = sorted({k for t in reads for k in feeds(t, keep)} | {g.type for g in gathers})
+    return VariableRecord(before, False, gradient, variable=var.op.name, handle_op=var.handle.op.name,
                           reads=[t.name for t in reads], after=after, note=note,
-                          extra={"feeds": sorted({k for t in reads for k in feeds(t, keep)} | {g.type for g in gathers}),
-                                 "zero_gradient_expected": zero})
+                          extra={"feeds": uses, "zero_gradient_expected": zero})
 
 
 def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
@@ -189,7 +191,8 @@ def numpy_stats(arrays: Sequence[np.ndarray], bins: int) -> tuple[np.ndarray, np
     hi[full] = np.maximum.reduceat(np.where(fin, x, -np.inf), starts[full])
     nan = ssum(np.isnan(x).astype(np.float64))
     has = c > 0
-    values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan), np.where(has, np.sqrt(m2 / np.maximum(c, 1)), np.nan),
+    std = np.sqrt(m2 / np.maximum(c, 1))
+    values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan), np.where(has, std, np.nan),
                        np.where(has, lo, np.nan), np.where(has, hi, np.nan), np.sqrt(m2 + c * mean ** 2),
                        ssum((x == 0).astype(np.float64)) / np.maximum(sizes, 1), nan, sizes - c - nan], 1)
     h_lo, h_hi = np.where(has, lo, 0.0), np.where(has, hi, 1.0)

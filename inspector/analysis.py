@@ -43,6 +43,7 @@ class Thresholds:
     - ``dead_zero_fraction``: a ReLU whose forward ``zero_fraction`` is at least this over the
       last ``window`` statistics steps is "dead" (almost no unit ever fires).
     - ``vanishing_l2``: a gradient whose L2 norm (median over the window) is below this vanishes.
+      The gradient thresholds judge layer outputs only (:func:`layer_outputs`).
     - ``exploding_l2``: a gradient whose L2 norm (median over the window) is above this explodes.
     - ``layer_ratio``: the largest over the smallest non-zero gradient L2 across tensors at one
       step; above it, gradients vanish/explode *across depth* even if each looks fine alone.
