@@ -165,4 +165,7 @@ def main(argv=None) -> Dict[str, Dict[str, float]]:
 
 
 if __name__ == "__main__":
+    # the application configures logging (the hook only logs): show what the hook picked
+    logging.basicConfig(format="%(name)s %(levelname)s: %(message)s")
+    logging.getLogger("tf_inspector").setLevel(logging.INFO)
     main()

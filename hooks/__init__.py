@@ -1,7 +1,9 @@
 """Training-loop integrations (import TensorFlow).
 
 Importing this package records the gradients of every ``tf.gradients`` built afterwards
-(``hooks.gradient_recorder``), so ``DumpHook`` reuses the optimizer's backward pass.
+(``hooks.gradient_recorder``), so ``DumpHook`` reuses the optimizer's backward pass and
+knows which loss it minimizes, and, with ``tf.estimator``, the labels and loss of every
+``model_fn`` call (``hooks.estimator_recorder``), so ``DumpHook`` needs no tensor names.
 
 Example::
 

@@ -35,7 +35,7 @@ DEFAULT_EXCLUDE_OP_TYPES = frozenset({
     "Fill", "ZerosLike", "OnesLike",
 })
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-#: Source op types whose outputs carry the batch (inputs of the model).
+#: Source op types whose outputs carry the batch (inputs of the model; see ``batch_axis``).
 INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
                             "IteratorGetNextAsOptional", "OptionalGetValue"})
 
@@ -134,27 +134,6 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     return Selection(chosen + forced, skipped)
 
 
-def input_dependent(graph: tf.Graph) -> set[str]:
-    """Names of ops downstream of a model input (placeholder or iterator): they carry the batch."""
-    seen: set[str] = set()
-    stack = [op for op in graph.get_operations() if op.type in INPUT_OP_TYPES]
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(c for out in op.outputs for c in out.consumers())
-    return seen
-
-
-def is_batched(t: tf.Tensor, batch_dim: int | None, dependent: set[str]) -> bool:
-    """Leading dimension is the batch: downstream of an input, rank >= 1, compatible dim 0."""
-    if t.shape.rank is None or t.shape.rank == 0 or t.op.name not in dependent:
-        return False
-    d0 = t.shape.as_list()[0]
-    return d0 is None or batch_dim is None or d0 == batch_dim
-
-
 def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
     """tensor name -> (layer, role) from the ICNN layer's registrations."""
     out = {}
@@ -189,19 +168,56 @@ def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | 
     return out
 
 
+class LabelsError(ValueError):
+    """No default rule says which samples of these labels are positive."""
+
+
+def default_rule(labels: tf.Tensor) -> str:
+    """The default positive rule for ``labels`` (README, "Loss and labels"); raises ``LabelsError``."""
+    shape, rank = labels.shape, labels.shape.rank
+    dtype = labels.dtype
+    if not (dtype.is_integer or dtype.is_floating or dtype == tf.bool):
+        raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive rule; pass "
+                          f"positive=lambda y: ... (a bool [N] of the positive samples).")
+    if rank == 1:
+        return "class ids [N]: label != 0"
+    if rank == 2 and shape[1] == 1:
+        return "class ids [N, 1]: label != 0"
+    if rank == 2 and shape[1] is not None:
+        return f"one-hot / probabilities [N, {shape[1]}]: argmax != 0"
+    if rank == 2:
+        return "[N, C], C known at run time: label != 0 if C == 1, else argmax != 0"
+    raise LabelsError(f"labels {labels.name} have shape {shape}: no default positive rule for rank "
+                      f"{rank}; pass positive=lambda y: ... (a bool [N] of the positive samples).")
+
+
+def _default_positive(labels: tf.Tensor) -> tf.Tensor:
+    """bool [N] per ``default_rule``: [N] and [N, 1] are class ids, [N, C > 1] one-hot or probabilities."""
+    default_rule(labels)  # refuses what has no rule
+    if labels.shape.rank == 1:
+        return tf.not_equal(labels, tf.zeros([], labels.dtype))
+    ids = tf.reduce_any(tf.not_equal(labels, tf.zeros([], labels.dtype)), axis=1)  # C == 1: the id itself
+    if labels.shape[1] == 1:
+        return ids
+    values = tf.cast(labels, tf.int32) if labels.dtype == tf.bool else labels
+    hot = tf.not_equal(tf.argmax(values, axis=1), 0)
+    if labels.shape[1] is not None:
+        return hot
+    return tf.where(tf.equal(tf.shape(labels)[1], 1), ids, hot)
+
+
 def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
     """int32 [N]: 1 for positive samples, 0 for negative ones.
 
     ``positive`` is a callable on the labels tensor, a precomputed bool tensor, or None:
-    labels != 0 for [N] labels, argmax != 0 for [N, C] one-hot / probability labels."""
+    the default rule (``default_rule``): labels != 0 for class ids [N] or [N, 1], argmax != 0
+    for one-hot / probability labels [N, C > 1]; other labels raise ``LabelsError``."""
     if isinstance(positive, (tf.Tensor, tf.Variable)):
         pos = positive
     elif callable(positive):
         pos = positive(labels)
-    elif labels.shape.rank is not None and labels.shape.rank >= 2:
-        pos = tf.not_equal(tf.argmax(tf.reshape(labels, [tf.shape(labels)[0], -1]), axis=1), 0)
     else:
-        pos = tf.not_equal(labels, tf.zeros([], labels.dtype))
+        pos = _default_positive(labels)
     pos = tf.convert_to_tensor(pos)
     if pos.dtype != tf.bool:
         pos = tf.not_equal(pos, tf.zeros([], pos.dtype))

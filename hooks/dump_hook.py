@@ -29,16 +29,14 @@ import tensorflow as tf
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, fast_stats, gradient_recorder, native, structure, variables
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
 from .schedule import Schedule, StepSpec
 
+# A library leaves logging to the application: records propagate to its handlers (absl,
+# files); the NullHandler only keeps Python from warning that none is configured. What the hook
+# picked is INFO: logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
 log = logging.getLogger("tf_inspector")
-if not log.handlers:  # say what the hook picked even where the user configured no logging
-    _h = logging.StreamHandler(sys.stderr)
-    _h.setFormatter(logging.Formatter("tf_inspector %(levelname)s: %(message)s"))
-    log.addHandler(_h)
-    log.setLevel(logging.INFO)
-    log.propagate = False
+log.addHandler(logging.NullHandler())
 v1 = tf.compat.v1
 
 
@@ -117,12 +115,15 @@ class DumpHook(v1.train.SessionRunHook):
 
     Args:
       run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
-      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the sum of the
-        graph's LOSSES collection.
-      labels: labels tensor or name ([N] or [N, C]). Default: ``hooks.mark(labels=...)``.
-        Without labels there are no positive/negative groups.
+      loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
+        optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
+        else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
+        refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
+      labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
+        Estimator passed to the model_fn. Without labels there are no positive/negative groups.
       positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
-        ``labels != 0`` ([N] labels) or ``argmax(labels) != 0`` ([N, C]).
+        ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
+        ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
         leave out the backward pass, optimizer, saver, summaries and init ops).
       op_types / exclude_op_types: capture only / never these op types.
@@ -157,6 +158,9 @@ class DumpHook(v1.train.SessionRunHook):
       eval_stats_batches: in eval/predict sessions, statistics of the first this many batches
         of each evaluation (None: every batch), each kept apart by its batch index.
       eval_dump_batches: in eval/predict sessions, full dumps of the first this many batches.
+      batched / unbatched: regexes on tensor names forcing a tensor per-sample (axis 0 is
+        the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
+        what is computed from an overridden tensor follows it. ``unbatched`` wins.
 
     Variables: every trainable resource variable also gets a record named by the variable
     (``conv1/w``): its value, d loss / d variable summed over all its reads, and on sampled
@@ -186,14 +190,17 @@ class DumpHook(v1.train.SessionRunHook):
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
                  native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
-                 eval_dump_batches: int = 1) -> None:
+                 eval_dump_batches: int = 1, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
         if samples_per_group < 0:
             raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
         if histogram_bins < 1:
             raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        capture._compile(include), capture._compile(exclude)  # fail early on a bad regex
+        for patterns in (include, exclude, batched, unbatched):
+            capture._compile(patterns)  # fail early on a bad regex
+        self.batch_overrides = dict(batched=batched, unbatched=unbatched)
         self.run_dir = Path(run_dir)
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
@@ -227,7 +234,9 @@ class DumpHook(v1.train.SessionRunHook):
         self._global_step = None
         self._loss_finite = None
         self._step = 0
-        self._checked = 0         # the schedule has considered every global step up to this one
+        # Each schedule has considered every global step up to these (a firing run also
+        # covers the steps other workers added during it, up to the step read after it).
+        self._stats_since = self._dump_since = 0
         self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
         self._force_dump = False
@@ -252,34 +261,10 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
 
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
-        loss = self._tensor(self.loss_arg, "loss")
-        if loss is not None:
-            return loss
-        marked = g.get_collection(LOSS_COLLECTION)
-        if marked:
-            log.info("loss: %s (marked with hooks.mark or hooks.minimize)", marked[-1].name)
-            return marked[-1]
-        losses = g.get_collection(v1.GraphKeys.LOSSES)
-        if losses:
-            log.info("loss: sum of the LOSSES collection (%s)", ", ".join(t.name for t in losses))
-            return tf.add_n(losses) if len(losses) > 1 else losses[0]
-        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
-                    "capturing forward values only, without gradients")
-        return None
+        return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
     def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-        labels = self._tensor(self.labels_arg, "labels")
-        if labels is None and g.get_collection(LABELS_COLLECTION):
-            labels = g.get_collection(LABELS_COLLECTION)[-1]
-            marked = g.get_collection(POSITIVE_COLLECTION)
-            if self.positive is None and marked:
-                log.info("labels: %s, positive samples as marked with hooks.mark", labels.name)
-                return labels, marked[-1]
-        if labels is None:
-            log.info("no labels given: statistics for group 'all' only (pass labels= or hooks.mark(labels=...))")
-            return None, None
-        log.info("labels: %s", labels.name)
-        return labels, capture.group_ids(labels, self.positive)
+        return resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.positive, strict=self.strict)
 
     @_guarded
     def begin(self) -> None:
@@ -295,13 +280,12 @@ class DumpHook(v1.train.SessionRunHook):
         if sel.skipped:
             log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
                      len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
-        dependent = capture.input_dependent(g)
-        batch_dim = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else None
+        axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
-            self.captured.append(capture.Captured(t, capture.is_batched(t, batch_dim, dependent), grad, layer, role))
+            self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
         self._global_step = v1.train.get_global_step(g)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         self._add_variable_records(g, loss)
@@ -407,7 +391,8 @@ class DumpHook(v1.train.SessionRunHook):
     def after_create_session(self, session, coord) -> None:
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
-        self._checked, self._batch = self._step, 0
+        self._stats_since = self._dump_since = self._step
+        self._batch = 0
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
             self._writer = RunWriter(self.run_dir, **self._writer_args)
             log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
@@ -440,9 +425,9 @@ class DumpHook(v1.train.SessionRunHook):
         fetches: dict[str, Any] = {}
         if self.mode == "train":
             step = self._step + 1
-            stats = self._stats is not None and self.schedule.wants_stats(step, self._checked)
-            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._checked) or self._force_dump)
-            self._checked = max(self._checked, step)
+            stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
+            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
+            self._stats_since, self._dump_since = max(self._stats_since, step), max(self._dump_since, step)
         else:  # eval / predict: batches of one evaluation, at one global step
             step, b = self._step, self._batch
             stats = self._stats is not None and bool(self.schedule.stats_every) and (
@@ -479,6 +464,12 @@ class DumpHook(v1.train.SessionRunHook):
             if (stats or dump) and self._global_step is not None:
                 # The exact step, read after this step's update (cheap, and only on sampled steps).
                 step = int(run_context.session.run(self._global_step))
+                # This row stands for every multiple up to the step it carries: other workers may
+                # have crossed the next one during this run (FORMAT.md, "Schedule").
+                if stats:
+                    self._stats_since = max(self._stats_since, step)
+                if dump:
+                    self._dump_since = max(self._dump_since, step)
             elif "global_step" in results:
                 step = max(self._step, int(results["global_step"]))
             self._step = step

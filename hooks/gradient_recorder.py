@@ -118,6 +118,12 @@ def lookup(graph: tf.Graph, loss: tf.Tensor) -> dict[str, str | None]:
         return dict(_recordings.get(graph, {}).get(loss.name, {}))
 
 
+def recorded_losses(graph: tf.Graph) -> dict[str, dict[str, str | None]]:
+    """{loss name: its recording} for every loss some ``tf.gradients`` in ``graph`` differentiated."""
+    with _lock:
+        return {name: dict(table) for name, table in _recordings.get(graph, {}).items()}
+
+
 def complete(graph: tf.Graph, loss: tf.Tensor, tensors: Sequence[tf.Tensor],
              recorded: dict[str, str | None]) -> dict[str, tf.Tensor | None]:
     """d loss / d t for the ``tensors`` the recording does not cover, built from it.

@@ -13,6 +13,8 @@ rest still read), 2 when a run could not be read or the command was refused.
 from __future__ import annotations
 
 import argparse
+import importlib.resources
+import importlib.util
 import os
 import re
 import subprocess
@@ -26,7 +28,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .errors import DamagedFileError, InspectorError, NotARunError
-from .run import Run, find_runs, open_run, parse_steps
+from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
 
 
@@ -162,32 +164,56 @@ def write_file(target: Path, write: Callable[[BinaryIO], None], force: bool = Fa
             os.unlink(tmp)
 
 
-def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None) -> dict[str, np.ndarray]:
+def _session_arg(value: str | None) -> int | str | None:
+    """--session: a number, 'all', or None (sessions merged, the later one wins a step)."""
+    if value is None or value == ALL:
+        return value
+    if not value.isdigit():
+        raise InspectorError(f"--session {value!r} must be a session number or 'all'")
+    return int(value)
+
+
+def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None, where: dict) -> dict[str, np.ndarray]:
+    """The dumped arrays to export. Keys are ``step<N>/<key>``, with ``batch<B>/`` after the
+    step in eval/predict, prefixed by ``<worker>/`` when several workers are exported and by
+    ``s<session>/`` with ``session='all'``, so that no two writers' arrays share a key."""
+    mode, worker, session = where["mode"], where["worker"], where["session"]
+    index = run.dump_index(**where)
+    files = sorted((f for (step, _), fs in index.items() if not rng or rng[0] <= step <= rng[1] for f in fs),
+                   key=lambda f: (f.worker, f.session, f.step, f.batch))
+    by_worker = worker == ALL or (worker is None and run.default_worker is None)  # several workers
     arrays = {}
-    steps = [s for s in run.steps if not rng or rng[0] <= s <= rng[1]]
-    for step in tqdm(steps, desc="export", unit="dump", disable=len(steps) < 20):
-        for key in sorted(run.dump_keys(step)):
+    for f in tqdm(files, desc="export", unit="dump", disable=len(files) < 20):
+        at = dict(mode=mode, batch=f.batch, session=f.session)
+        prefix = (f"{f.worker}/" if by_worker else "") + (f"s{f.session}/" if session == ALL else "") \
+            + f"step{f.step}/" + (f"batch{f.batch}/" if mode != "train" else "")
+        for key in sorted(run.dump_keys(f.step, f.worker, **at)):
             kind, _, name = key.partition("/")
             if kind == "samples" or name in names:
-                arrays[f"step{step}/{key}"] = np.asarray(run.dump_array(step, key))
+                arrays[prefix + key] = np.asarray(run.dump_array(f.step, key, f.worker, **at))
     if not arrays:
-        raise InspectorError(f"no dumped tensors match (dumped steps: {_short(run.steps) or 'none'})")
+        dumped = run.dump_steps(**where)
+        raise InspectorError(f"no dumped tensors match (dumped {mode} steps: {_short(dumped) or 'none'})")
     return arrays
 
 
 def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None,
-           force: bool = False) -> str:
+           force: bool = False, *, worker: str | None = None, mode: str = "train",
+           session: int | str | None = None) -> str:
     """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out`` (see
-    :func:`output_path`); returns a line naming what was written and where."""
+    :func:`output_path`); returns a line naming what was written and where. ``worker``,
+    ``mode``, ``session`` choose as the reader does (default: the chief's training, sessions
+    merged)."""
     if fmt not in ("npz", "csv", "parquet"):
         raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
     names, rng = _select(run, tensors), parse_steps(steps)
+    where = dict(mode=mode, worker=worker, session=session)
     target = output_path(run, fmt, Path(out), force)
     if fmt == "npz":
-        arrays = _npz_arrays(run, names, rng)
+        arrays = _npz_arrays(run, names, rng, where)
         write_file(target, lambda f: np.savez(f, **arrays), force)
         return f"wrote {len(arrays)} arrays to {target}"
-    table = run.query_stats_table(tensors=names, steps=rng)
+    table = run.query_stats_table(tensors=names, steps=rng, **where)
     if fmt == "parquet":
         write_file(target, lambda f: pq.write_table(table, f), force)
     else:
@@ -242,6 +268,29 @@ def info(path: str) -> int:
     return status
 
 
+#: What the viewer imports beyond the core install (the ``viewer`` extra).
+VIEWER_MODULES = ("streamlit", "matplotlib")
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a half-imported module
+        return False
+
+
+def app(run: str, port: int, address: str) -> int:
+    """Serve the viewer on ``run``: ``streamlit run`` on the script shipped in the ``viewer``
+    package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
+    missing = [m for m in VIEWER_MODULES if not _importable(m)]
+    if missing:
+        raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
+    script = importlib.resources.files("viewer").joinpath("app_main.py")
+    with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
+        return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
+                                "--server.address", address, "--", run])
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -255,6 +304,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.add_argument("--tensors", help="regex on tensor names")
     p.add_argument("--steps", help="inclusive steps: N, A:B, A: or :B")
+    p.add_argument("--worker", help="a worker name, or 'all' (default: the chief)")
+    p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
+    p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
     p.add_argument("run")
     p.add_argument("--port", type=int, default=8501)
@@ -269,11 +321,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.cmd == "info":
             return info(args.run)
         if args.cmd == "export":
-            print(export(_open_checked(Path(args.run)), args.format, args.out, args.tensors, args.steps, args.force))
+            print(export(_open_checked(Path(args.run)), args.format, args.out, args.tensors, args.steps, args.force,
+                         worker=args.worker, mode=args.mode, session=_session_arg(args.session)))
         elif args.cmd == "app":
-            app = Path(__file__).resolve().parent.parent / "app.py"
-            return subprocess.call([sys.executable, "-m", "streamlit", "run", str(app), "--server.port",
-                                    str(args.port), "--server.address", args.address, "--", args.run])
+            return app(args.run, args.port, args.address)
     except BrokenPipeError:
         raise
     except (InspectorError, ValueError, OSError) as e:

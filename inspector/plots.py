@@ -17,9 +17,13 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+try:
+    from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+except ModuleNotFoundError as e:  # the core install (a training node) has no matplotlib
+    raise ModuleNotFoundError(f"inspector.plots needs matplotlib ({e}): pip install 'tf-inspector[viewer]'",
+                              name=e.name) from e
 
 #: One colour per sample group, used by every figure (positive warm, negative cool).
 GROUP_COLORS = {"all": "0.35", "positive": "#d62728", "negative": "#1f77b4"}

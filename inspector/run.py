@@ -106,7 +106,8 @@ class Run:
 
     A run holds one or more writer sessions per worker (every ``train``/``evaluate`` call and
     every resume adds one). Queries pick, by default: mode ``train``; the chief worker (the
-    only worker, or ``worker="all"`` when several run without a chief); and for a step that
+    only worker, or ``worker="all"`` when several run without a chief; for a mode the chief
+    never ran, the only worker that ran it: a cluster's evaluator); and for a step that
     two sessions of one worker recorded, the later session (FORMAT.md, "Sessions"). Pass
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
@@ -204,6 +205,15 @@ class Run:
         v = self._view
         return (mode or v["mode"], worker or v["worker"], v["batch"] if batch is None else batch)
 
+    def _default_for(self, mode: str | None) -> str | None:
+        """The default worker, or for a mode it never ran (a cluster's evaluator runs every
+        evaluation, the chief none) the only worker that ran that mode."""
+        chief = self.default_worker
+        if mode in (None, ALL) or any(w == chief and m["mode"] == mode for (w, _), m in self.manifests.items()):
+            return chief
+        ran = {w for (w, _), m in self.manifests.items() if m["mode"] == mode}
+        return ran.pop() if len(ran) == 1 else chief
+
     def _latest(self, worker: str | None = None, mode: str | None = None) -> dict | None:
         keys = [k for k, m in self.manifests.items()
                 if (worker is None or k[0] == worker) and (mode is None or m["mode"] == mode)]
@@ -295,11 +305,11 @@ class Run:
         return safe_join(self.path, name).read_bytes()
 
     # ---- selection -----------------------------------------------------------------------
-    def _workers_for(self, worker: str | None) -> set[str]:
+    def _workers_for(self, worker: str | None, mode: str | None = None) -> set[str]:
         names = {w for w, _ in self.manifests}
         if worker == ALL or (worker is None and self.default_worker is None):
             return names
-        worker = worker or self.default_worker
+        worker = worker or self._default_for(mode)
         if worker not in names:
             raise InspectorError(f"worker {worker!r} wrote nothing in {self.path}; its workers: {sorted(names)} "
                                  f"(or worker='all')")
@@ -319,7 +329,7 @@ class Run:
         """The (worker, session, item) triples of the chosen workers, mode and session."""
         mode, worker, _ = self._where(mode, worker)
         self._check_mode(mode)
-        workers = self._workers_for(worker)
+        workers = self._workers_for(worker, mode)
         out = [(w, s, x) for w, s, x in items if w in workers
                and (mode == ALL or self._mode_of(w, s) == mode)
                and (session in (None, ALL) or s == session)]
@@ -607,7 +617,7 @@ class Run:
             found.append({"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
                           "nan": int(row["nan"]), "inf": int(row["inf"]), "worker": str(row["worker"]),
                           "source": "statistics"})
-        workers = self._workers_for(worker)
+        workers = self._workers_for(worker, mode)
         for (w, _), m in self.manifests.items():
             rec = m.get("first_nonfinite")
             if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \

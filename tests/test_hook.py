@@ -254,6 +254,7 @@ def test_errors_degrade_unless_strict(tmp_path, caplog):
         hook = DumpHook(tmp_path / "run", labels="no_such_labels", stats_every_n_steps=1)
         train(m, hook, 2)  # training goes on
         assert hook._disabled
+    assert "the hook is disabled and training continues" in caplog.text  # said through logging
     with tf.Graph().as_default():
         m = build_cnn()
         with pytest.raises(ValueError, match="no_such_labels"):

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -28,7 +29,7 @@ CATALOG = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "sh
 def session(path: Path, steps, value: float, dumps=(), mode: str = "train", worker: str = "chief",
             close: str | None = "finished", **kw) -> RunWriter:
     """One writer session: statistics rows whose mean is ``value`` + step, dumps of ``value``."""
-    w = RunWriter(path, worker=worker, manifest={"tensors": CATALOG, "is_chief": worker == "chief"},
+    w = RunWriter(path, worker=worker, manifest={"tensors": CATALOG, "is_chief": worker in ("chief", "chief-0")},
                   stats_layout=LAYOUT, mode=mode, stats_flush_secs=1000, **kw)
     for i, s in enumerate(steps):
         vals = np.zeros((2, 9))
@@ -157,6 +158,7 @@ WRITE_ERRORS = """
 import resource, signal, sys
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
 import numpy as np
+import pandas as pd
 from inspector import writer
 from test_sessions import session
 writer.BACKOFF_SECS = {backoff}
@@ -273,3 +275,65 @@ def test_cli_info_lists_sessions_and_failures(tmp_path):
     session(tmp_path, range(4, 6), 0.0)
     text = cli.summary(inspector.open_run(tmp_path))
     assert "FAILED chief s1" in text and "chief s2 train" in text
+
+
+def test_a_process_that_exits_without_closing_its_writer_flushes_it(tmp_path):
+    """A script that ends without end() (no exception handler closed the session): the writer is
+    closed at interpreter exit, buffered statistics included, status 'failed' with the reason."""
+    script = textwrap.dedent(f"""
+        import sys; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'tests')!r}]
+        from test_sessions import session
+        w = session({str(tmp_path)!r}, range(1, 4), 0.0, close=None)   # buffered for 1000 s
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    run = inspector.open_run(tmp_path)
+    assert run.status == "failed" and "process exited" in run.sessions.iloc[0]["error"]
+    assert sorted(run.stats["step"].unique()) == [1, 2, 3]
+    assert not (tmp_path / lock_name("chief")).exists()
+
+
+def test_a_mode_only_one_worker_ran_defaults_to_that_worker(tmp_path):
+    """In a TF_CONFIG cluster the evaluator runs every evaluation and the chief none:
+    mode='eval' reads the evaluator without worker=; a chief that evaluated stays the default."""
+    session(tmp_path, range(1, 4), 0.0, worker="chief-0")
+    session(tmp_path, range(1, 4), 0.0, worker="worker-0")
+    session(tmp_path, [3, 3], 7.0, dumps=(3,), mode="eval", worker="evaluator-0")
+    run = inspector.open_run(tmp_path)
+    assert set(run.stats["worker"]) == {"chief-0"}
+    ev = run.query_stats(mode="eval")
+    assert set(ev["worker"]) == {"evaluator-0"} and sorted(ev["batch"].unique()) == [0, 1]
+    assert run.dump_steps(mode="eval") == [3] and run.tensor("a:0", 3, mode="eval")[0, 0] == 7.0
+    assert run.query_stats(mode="predict").empty
+    session(tmp_path, [3], 1.0, mode="eval", worker="chief-0")
+    assert set(inspector.open_run(tmp_path).query_stats(mode="eval")["worker"]) == {"chief-0"}
+
+
+def test_cli_export_takes_worker_mode_and_session(tmp_path, capsys):
+    run, out = tmp_path / "run", tmp_path / "out"
+    session(run, range(1, 4), 1.0, dumps=(2,))
+    session(run, range(1, 4), 2.0, dumps=(2,), worker="worker-1")
+    session(run, [3, 3], 5.0, dumps=(3,), mode="eval")
+    session(run, [3], 6.0, dumps=(3,), mode="eval")
+    out.mkdir()
+
+    def export(name, *args):
+        assert cli.main(["export", str(run), "--out", str(out / name), *args]) == 0, capsys.readouterr()
+        return out / name
+
+    csv = pd.read_csv(export("a.csv", "--format", "csv", "--worker", "all"))
+    assert sorted(csv["worker"].unique()) == ["chief", "worker-1"] and set(csv["mode"]) == {"train"}
+    assert set(pd.read_csv(export("w.csv", "--format", "csv", "--worker", "worker-1"))["worker"]) == {"worker-1"}
+    ev = pq.read_table(export("e.parquet", "--format", "parquet", "--mode", "eval", "--session", "2")).to_pandas()
+    assert set(ev["session"]) == {2} and list(ev["batch"].unique()) == [0, 1]
+    with np.load(export("c.npz", "--format", "npz")) as z:
+        assert sorted(z.files) == ["step2/forward/a:0", "step2/samples/index"] and z["step2/forward/a:0"][0, 0] == 1
+    with np.load(export("all.npz", "--format", "npz", "--worker", "all")) as z:
+        assert z["worker-1/step2/forward/a:0"][0, 0] == 2 and z["chief/step2/forward/a:0"][0, 0] == 1
+    with np.load(export("ev.npz", "--format", "npz", "--mode", "eval", "--session", "all")) as z:
+        assert z["s2/step3/batch0/forward/a:0"][0, 0] == 5 and z["s3/step3/batch0/forward/a:0"][0, 0] == 6
+    with np.load(export("ev1.npz", "--format", "npz", "--mode", "eval")) as z:    # the later session wins
+        assert sorted(z.files) == ["step3/batch0/forward/a:0", "step3/batch0/samples/index"]
+        assert z["step3/batch0/forward/a:0"][0, 0] == 6
+    assert cli.main(["export", str(run), "--out", str(out / "x.csv"), "--format", "csv",
+                     "--worker", "ps-0"]) == 2
+    assert "worker 'ps-0' wrote nothing" in capsys.readouterr().err

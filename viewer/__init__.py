@@ -1,2 +1,2 @@
-"""Streamlit pages of the TF Inspector viewer (``app.py``); one module per page, plus
+"""The TF Inspector viewer: ``app_main`` (its entry), one module per page, plus
 ``data`` (cached reads) and ``ui`` (shared widgets). Imports no TensorFlow."""

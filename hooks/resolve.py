@@ -1,0 +1,250 @@
+"""Which tensor is the loss and which the labels, when ``DumpHook`` is not told.
+
+Loss, first match wins:
+
+1. ``DumpHook(loss=...)``;
+2. ``hooks.mark(loss=...)`` (or ``hooks.minimize``, which marks the loss it minimizes);
+3. the loss the optimizer's ``tf.gradients`` differentiated (recorded by
+   ``hooks.gradient_recorder``): scalar losses whose pass reached a variable. One: that
+   one. Several: the one that is also the EstimatorSpec's loss (or the LOSSES
+   collection's), else ambiguous;
+4. the ``loss`` of the EstimatorSpec the model_fn returned (``hooks.estimator_recorder``);
+5. the LOSSES collection, deduplicated: each tensor once, non-scalar entries (per-example
+   losses of canned heads) left out, and entries another entry is computed from left out
+   (the Estimator appends ``spec.loss``, a total that already contains them). One left:
+   that, plus the REGULARIZATION_LOSSES it does not already contain (what
+   ``tf.compat.v1.losses.get_total_loss()`` minimizes). Several: ambiguous;
+6. none: forward values only.
+
+Labels: ``DumpHook(labels=...)``, else ``hooks.mark(labels=...)``, else the ``labels`` the
+Estimator passed to the model_fn (a single tensor, or a dict of one), else none.
+
+Ambiguous cases are refused, never guessed: the hook logs an error naming the candidates
+(``strict=True``: raises ``AmbiguousError``) and goes on without gradients (loss) or
+without positive/negative groups (labels).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import tensorflow as tf
+
+from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
+
+from . import capture, estimator_recorder, gradient_recorder
+
+log = logging.getLogger("tf_inspector")
+v1 = tf.compat.v1
+#: op types whose outputs in a recorded pass show that it differentiated a variable
+VARIABLE_OP_TYPES = frozenset({"ReadVariableOp", "ResourceGather", "VarHandleOp", "VariableV2", "Variable"})
+HOOK_SCOPE = "tf_inspector/"
+
+
+class AmbiguousError(ValueError):
+    """The hook cannot tell which tensor is meant; the message names the candidates."""
+
+
+@dataclass
+class Choice:
+    tensor: tf.Tensor
+    reason: str
+
+
+# ---- loss ------------------------------------------------------------------------------------
+def resolve_loss(graph: tf.Graph, explicit: tf.Tensor | None, *, strict: bool) -> tf.Tensor | None:
+    """The loss per the rules above, logged with the reason; None (logged) when there is none."""
+    try:
+        choice = choose_loss(graph, explicit)
+    except AmbiguousError as e:
+        if strict:
+            raise
+        log.error("%s Capturing forward values only, without gradients.", e)
+        return None
+    if choice is None:
+        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
+                    "capturing forward values only, without gradients")
+        return None
+    log.info("loss: %s (%s)", choice.tensor.name, choice.reason)
+    return choice.tensor
+
+
+def choose_loss(graph: tf.Graph, explicit: tf.Tensor | None = None) -> Choice | None:
+    """The loss and why it was chosen; raises ``AmbiguousError``."""
+    if explicit is not None:
+        return Choice(explicit, "the loss= argument")
+    marked = graph.get_collection(LOSS_COLLECTION)
+    if marked:
+        return Choice(marked[-1], "marked with hooks.mark or hooks.minimize")
+    spec = _spec_loss(graph)
+    recorded = optimizer_losses(graph)
+    if recorded:
+        return _from_recorded(graph, recorded, spec)
+    if spec is not None:
+        return Choice(spec, "the loss of the EstimatorSpec the model_fn returned")
+    return collection_loss(graph)
+
+
+def _spec_loss(graph: tf.Graph) -> tf.Tensor | None:
+    call = estimator_recorder.lookup(graph)
+    t = _by_name(graph, call.loss) if call is not None and call.loss else None
+    return t if t is not None and t.shape.rank == 0 else None
+
+
+def _by_name(graph: tf.Graph, name: str) -> tf.Tensor | None:
+    try:
+        return graph.get_tensor_by_name(name)
+    except (KeyError, ValueError):
+        return None
+
+
+def optimizer_losses(graph: tf.Graph) -> list[tf.Tensor]:
+    """Scalar losses whose recorded ``tf.gradients`` pass reached a variable (an optimizer's),
+    leaving out the hook's own passes."""
+    out = []
+    for name, table in gradient_recorder.recorded_losses(graph).items():
+        grads = [g for g in table.values() if g not in (None, gradient_recorder.INDEXED)]
+        if grads and all(g.startswith(HOOK_SCOPE) for g in grads):
+            continue  # built by a DumpHook, not by the model
+        t = _by_name(graph, name)
+        if t is None or t.shape.rank != 0:
+            continue
+        ops = {graph.get_operation_by_name(k.rsplit(":", 1)[0]).type for k in table if _has_op(graph, k)}
+        if ops & VARIABLE_OP_TYPES:
+            out.append(t)
+    return out
+
+
+def _has_op(graph: tf.Graph, tensor_name: str) -> bool:
+    try:
+        graph.get_operation_by_name(tensor_name.rsplit(":", 1)[0])
+        return True
+    except (KeyError, ValueError):
+        return False
+
+
+def _from_recorded(graph: tf.Graph, recorded: list[tf.Tensor], spec: tf.Tensor | None) -> Choice:
+    why = "the loss the optimizer's tf.gradients differentiated"
+    if len(recorded) == 1:
+        t = recorded[0]
+        differs = f"; the EstimatorSpec's loss is {spec.name}" if spec is not None and spec.name != t.name else ""
+        return Choice(t, why + differs)
+    names = {t.name for t in recorded}
+    if spec is not None and spec.name in names:
+        return Choice(spec, f"{why}, and the EstimatorSpec's loss (other passes: {_names(recorded, spec)})")
+    try:
+        listed = collection_loss(graph, build=False)
+    except AmbiguousError:
+        listed = None
+    if listed is not None and listed.tensor.name in names:
+        others = _names(recorded, listed.tensor)
+        return Choice(listed.tensor, f"{why}, and the LOSSES collection's (other passes: {others})")
+    raise AmbiguousError(f"cannot tell the loss: tf.gradients differentiated several scalars with respect to "
+                         f"variables ({', '.join(sorted(names))}). Pass DumpHook(loss=...) or call "
+                         f"hooks.mark(loss=...).")
+
+
+def _names(tensors: Iterable[tf.Tensor], chosen: tf.Tensor) -> str:
+    return ", ".join(sorted(t.name for t in tensors if t.name != chosen.name))
+
+
+def _unique(tensors: Iterable) -> list[tf.Tensor]:
+    seen, out = set(), []
+    for t in tensors:
+        if isinstance(t, tf.Tensor) and t.name not in seen:
+            seen.add(t.name)
+            out.append(t)
+    return out
+
+
+def ancestors(t: tf.Tensor) -> set[str]:
+    """Names of every tensor ``t`` is computed from (data inputs, transitively), ``t`` included."""
+    seen, stack = {t.name}, [t]
+    while stack:
+        for x in stack.pop().op.inputs:
+            if x.name not in seen:
+                seen.add(x.name)
+                stack.append(x)
+    return seen
+
+
+def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
+    """Rule 5: the deduplicated LOSSES collection plus the regularization it lacks.
+    ``build=False``: the collection's loss alone, nothing added to the graph."""
+    entries = _unique(graph.get_collection(v1.GraphKeys.LOSSES))
+    scalars = [t for t in entries if t.shape.rank == 0]
+    dropped = [t.name for t in entries if t.shape.rank != 0]
+    contains = {t.name: ancestors(t) for t in scalars}
+    kept = [t for t in scalars if not any(t.name in contains[u.name] for u in scalars if u is not t)]
+    if not kept:
+        return None
+    if len(kept) > 1:
+        raise AmbiguousError(f"cannot tell the loss: the LOSSES collection holds several scalars, none computed from "
+                             f"the others ({', '.join(t.name for t in kept)}), and no optimizer pass was recorded. "
+                             f"Pass DumpHook(loss=...), e.g. loss=tf.compat.v1.losses.get_total_loss().")
+    loss = kept[0]
+    notes = [f"{len(entries)} distinct entries"]
+    if len(scalars) > 1:
+        notes.append(f"{', '.join(t.name for t in scalars if t is not loss)} already in it")
+    if dropped:
+        notes.append(f"non-scalar {', '.join(dropped)} left out")
+    reg = [r for r in _unique(graph.get_collection(v1.GraphKeys.REGULARIZATION_LOSSES))
+           if r.shape.rank == 0 and r.name not in contains[loss.name]]
+    if reg and build:
+        with graph.name_scope(HOOK_SCOPE):  # absolute: tf_inspector/total_loss wherever begin() runs
+            loss = tf.add_n([loss] + [tf.cast(r, loss.dtype) for r in reg], name="total_loss")
+        notes.append(f"plus REGULARIZATION_LOSSES {', '.join(r.name for r in reg)}")
+    return Choice(loss, "the LOSSES collection: " + "; ".join(notes))
+
+
+# ---- labels ----------------------------------------------------------------------------------
+def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, positive: Callable | tf.Tensor | None, *,
+                   strict: bool) -> tuple[tf.Tensor | None, tf.Tensor | None]:
+    """(labels, group ids int32 [N]: 1 positive, 0 negative), either None when unknown (logged)."""
+    try:
+        labels, reason, marked = choose_labels(graph, explicit)
+    except AmbiguousError as e:
+        _refuse(e, strict)
+        return None, None
+    if labels is None:
+        log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
+        return None, None
+    if positive is None and marked is not None:
+        log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
+        return labels, marked
+    try:
+        gid = capture.group_ids(labels, positive)
+    except capture.LabelsError as e:
+        _refuse(e, strict)
+        return labels, None
+    rule = "the positive= argument" if positive is not None else capture.default_rule(labels)
+    log.info("labels: %s (%s); positive samples: %s", labels.name, reason, rule)
+    return labels, gid
+
+
+def _refuse(error: ValueError, strict: bool) -> None:
+    """Raise under strict=True, else log: the hook goes on without groups."""
+    if strict:
+        raise error
+    log.error("%s Statistics for group 'all' only.", error)
+
+
+def choose_labels(graph: tf.Graph, explicit: tf.Tensor | None
+                  ) -> tuple[tf.Tensor | None, str, tf.Tensor | None]:
+    """(labels, why, group ids marked with them) per the rules above; raises ``AmbiguousError``."""
+    if explicit is not None:
+        return explicit, "the labels= argument", None
+    if graph.get_collection(LABELS_COLLECTION):
+        marked = graph.get_collection(POSITIVE_COLLECTION)
+        return graph.get_collection(LABELS_COLLECTION)[-1], "marked with hooks.mark", (marked[-1] if marked else None)
+    call = estimator_recorder.lookup(graph)
+    if call is None:
+        return None, "none given, and no Estimator model_fn was recorded", None
+    if call.labels_note:
+        raise AmbiguousError(f"cannot tell the labels: {call.labels_note}. Pass DumpHook(labels=...) or call "
+                             f"hooks.mark(labels=...).")
+    labels = _by_name(graph, call.labels) if call.labels else None
+    if labels is None:
+        return None, "the Estimator's model_fn received none", None
+    return labels, "the labels the Estimator passed to the model_fn", None
