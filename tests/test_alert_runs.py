@@ -78,3 +78,24 @@ def test_injected_nan_is_found(tmp_path):
     found = kinds(train_bn_cnn(tmp_path / "nan", steps=6, stats_every=1, nan_at=4))
     nf = found["nonfinite"][0]
     assert nf.severity == "error" and nf.step == 4 and np.isfinite(nf.step)
+
+
+def test_healthy_resnet8_with_weight_decay_is_silent(tmp_path):
+    """bench/resnet.py's ResNet-8 (BN, weight decay, momentum): the run that showed 18 warnings."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location("bench_resnet", Path(__file__).parents[1] / "bench" / "resnet.py")
+    resnet = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(resnet)
+    with tf.Graph().as_default():
+        m = resnet.build_resnet(n=1, batch=16, hw=16, examples=64)
+        hook = DumpHook(tmp_path / "resnet", loss=m.loss, labels=m.labels, stats_every_n_steps=3,
+                        dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook], checkpoint_dir=None) as sess:
+            for _ in range(30):
+                sess.run(m.train_op)
+    run = inspector.open_run(tmp_path / "resnet")
+    assert analysis.run_alerts(run) == []
+    assert len(run.variables) == 25 and run.variables["has_update"].all()
+    ratios = analysis.update_ratios(run.query_stats(kinds=["forward", "update"], groups=["all"]), run.tensors)
+    assert ratios.shape[1] == 25 and ((ratios > 0) & (ratios < 1)).all().all()
