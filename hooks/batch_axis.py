@@ -66,14 +66,14 @@ class BatchAxis:
         self._force = capture._compile(batched)
         self._cut = capture._compile(unbatched)
         self._sources = {labels.name} if labels is not None else set()
-        self.is_batchedatched: set[str] = set()
+        self._batched: set[str] = set()
         for op in graph.get_operations():
             for t, b in zip(op.outputs, self._op_outputs(op)):
                 if self._override(t, b):
-                    self.is_batchedatched.add(t.name)
+                    self._batched.add(t.name)
 
     def is_batched(self, t: tf.Tensor) -> bool:
-        return t.name in self.is_batchedatched
+        return t.name in self._batched
 
     def _op_outputs(self, op: tf.Operation) -> Sequence[bool]:
         if op.type in SOURCE_OP_TYPES:

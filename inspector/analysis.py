@@ -76,13 +76,19 @@ def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
     return stats[stats["step"] >= steps[-min(window, len(steps))]] if len(steps) else stats
 
 
+#: ``Run.first_nonfinite()['source']`` in words.
+NONFINITE_SOURCES = {"statistics": "the statistics", "loss check": "the hook's every-step loss check"}
+
+
 def nonfinite_alert(first: dict | None) -> list[Alert]:
     """Alert for the first NaN/Inf (``Run.first_nonfinite()``'s result), or nothing."""
     if not first:
         return []
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
-    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']}: {first['kind']} of "
-                  f"{first['tensor']} ({what})", first["step"], first["tensor"])]
+    source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
+    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
+                  f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else ""),
+                  first["step"], first.get("tensor"))]
 
 
 def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:

@@ -56,6 +56,9 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
             log: bool = False, cbar_label: str = "", max_labels: int = 40) -> Figure:
     """Rows (tensors, in graph order) x steps image of one statistic; NaN/Inf cells are grey.
 
+    Columns are categorical: one cell per statistics step, in order, labelled with its step
+    (steps [10, 20, 30, 1000] get four equal columns), so no step is squeezed or stretched.
+
     >>> heatmap(np.ones((3, 5)), ["a", "b", "c"], range(5)).axes[0].images[0].get_array().shape
     (3, 5)
     """
@@ -70,16 +73,24 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
     else:
         norm = Normalize(finite.min(), finite.max()) if finite.size else Normalize(0, 1)
     cmap = _cmap("viridis")
-    steps = np.asarray(steps)
-    extent = (steps[0] - 0.5, steps[-1] + 0.5, len(rows) - 0.5, -0.5) if len(steps) else None
-    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm,
-                   extent=extent)
+    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm)
+    _step_ticks(ax, np.asarray(steps))
     every = max(1, int(np.ceil(len(rows) / max_labels)))
     ax.set_yticks(range(0, len(rows), every), [rows[i] for i in range(0, len(rows), every)], fontsize=7)
-    ax.set_xlabel("step")
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label=cbar_label, fraction=0.03, pad=0.01)
     return fig
+
+
+def _step_ticks(ax, steps: np.ndarray, max_ticks: int = 10) -> None:
+    """Label categorical step columns (column k is ``steps[k]``) with their steps; say so when
+    the steps are unevenly spaced, since the x axis then is not to scale."""
+    if not len(steps):
+        return
+    at = np.unique(np.linspace(0, len(steps) - 1, min(max_ticks, len(steps))).round().astype(int))
+    ax.set_xticks(at, [str(int(steps[k])) for k in at])
+    even = len(steps) < 3 or len(np.unique(np.diff(steps))) == 1
+    ax.set_xlabel("step" if even else "step (one column per statistics step; spacing not to scale)")
 
 
 def _cmap(name: str):
@@ -138,27 +149,51 @@ def hist_from_values(values: np.ndarray, edges: np.ndarray) -> Hist:
     return edges, np.histogram(v[np.isfinite(v)], edges)[0]
 
 
+def _log_floor(*ys: np.ndarray) -> float:
+    """A floor under the smallest positive value: zero bins are drawn there on a log axis."""
+    pos = [float(y[y > 0].min()) for y in ys if np.asarray(y).size and (np.asarray(y) > 0).any()]
+    return min(pos) / 2 if pos else 1.0
+
+
+def _legend_label(group: str, shown: int, total: int | None) -> str:
+    """'positive (n=70,000; histogram of 65,536)': the real element count and, separately,
+    how many values the histogram counts where that differs (a subsample, non-finite values)."""
+    if total is None or total == shown:
+        return f"{group} (n={shown:,})"
+    return f"{group} (n={total:,}; histogram of {shown:,})"
+
+
 def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, title: str = "",
-               log: bool = False, xlim: Mapping[str, tuple[float, float]] | None = None) -> Figure:
+               log: bool = False, xlim: Mapping[str, tuple[float, float]] | None = None,
+               totals: Mapping[str, Mapping[str, int]] | None = None,
+               xscale: Mapping[str, float] | None = None) -> Figure:
     """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one step
     histogram per group (positive vs negative); ``density`` normalises each to area 1 so
-    groups of different sizes compare. ``xlim`` ({panel: (lo, hi)}) aligns figures to compare."""
+    groups of different sizes compare. ``log``: a log y axis (empty bins drawn at its floor).
+    ``xlim`` ({panel: (lo, hi)}) aligns figures to compare. ``totals`` ({panel: {group: n}})
+    are the real element counts, stated beside the counted ones where they differ (a
+    subsampled histogram). ``xscale`` ({panel: linthresh}): the panel's bins are symmetric-log
+    (:mod:`inspector.binning`): a symlog x axis, and y = the fraction of values per bin."""
     fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
     for ax, (name, groups) in zip(axes, panels.items()):
+        lin = (xscale or {}).get(name)
+        ys = {g: _hist_y(edges, counts, density, lin is not None) for g, (edges, counts) in groups.items()}
+        floor = _log_floor(*ys.values()) if log else 0.0
         for i, (g, (edges, counts)) in enumerate(groups.items()):
-            counts = np.asarray(counts, np.float64)
-            widths = np.diff(edges)
-            total = counts.sum()
-            y = counts / (total * np.where(widths > 0, widths, 1)) if density and total else counts
-            ax.stairs(y, edges, label=f"{g} (n={int(total)})", color=_color(g, i), lw=1.5,
-                      fill=g == "positive", alpha=0.35 if g == "positive" else 1.0)
+            y = np.where(ys[g] > 0, ys[g], floor) if log else ys[g]
+            total = (totals or {}).get(name, {}).get(g)
+            ax.stairs(y, edges, baseline=floor, label=_legend_label(g, int(np.sum(counts)), total),
+                      color=_color(g, i), lw=1.5, fill=g == "positive", alpha=0.35 if g == "positive" else 1.0)
         if log:
-            ax.set_yscale("symlog" if density else "log")
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=floor)
+        if lin is not None:
+            ax.set_xscale("symlog", linthresh=lin)
         if xlim and name in xlim:
             ax.set_xlim(*xlim[name])
         ax.set_title(name)
-        ax.set_ylabel("density" if density else "count")
+        ax.set_ylabel("fraction per bin" if lin is not None else "density" if density else "count")
         if groups:
             ax.legend(fontsize=8)
         else:
@@ -167,30 +202,49 @@ def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, t
     return fig
 
 
-def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 0.9) -> Figure:
+def _hist_y(edges: np.ndarray, counts: np.ndarray, density: bool, per_bin: bool) -> np.ndarray:
+    """Bar heights: counts, density (area 1) or, for uneven (log) bins, fraction per bin."""
+    c = np.asarray(counts, np.float64)
+    total = c.sum()
+    if not (density or per_bin) or not total:
+        return c
+    if per_bin:
+        return c / total
+    w = np.diff(edges)
+    return c / (total * np.where(w > 0, w, 1))
+
+
+def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 0.9, log: bool = False,
+          decades: float = 4.0) -> Figure:
     """Ridge plot across steps: one baseline per step (top = first), each group's density
     drawn on that baseline, scaled to the tallest group *of that step*, so one step's spike
-    (e.g. the zeros of a ReLU) does not flatten every other row."""
+    (e.g. the zeros of a ReLU) does not flatten every other row. ``log``: each row's height
+    is log10 of its density, over the ``decades`` below that row's peak (zero: nothing)."""
     steps = list(rows)
     fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
     ax = fig.subplots()
     for k, s in enumerate(steps):
         base = len(steps) - 1 - k
-        dens = {}
-        for g, (edges, counts) in rows[s].items():
-            c = np.asarray(counts, np.float64)
-            w = np.diff(edges)
-            dens[g] = (edges, c / (c.sum() * np.where(w > 0, w, 1)) if c.sum() else c)
+        dens = {g: (edges, _hist_y(edges, counts, True, False)) for g, (edges, counts) in rows[s].items()}
         peak = max((float(np.nanmax(d)) for _, d in dens.values() if d.size), default=0.0) or 1.0
         for i, (g, (edges, d)) in enumerate(dens.items()):
-            ax.stairs(base + overlap * d / peak, edges, baseline=base, fill=True, alpha=0.35,
-                      color=_color(g, i), label=g if k == 0 else None)
+            ax.stairs(base + overlap * _ridge_height(d, peak, log, decades), edges, baseline=base, fill=True,
+                      alpha=0.35, color=_color(g, i), label=g if k == 0 else None)
     ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
     ax.set_ylabel("step")
-    ax.set_title(title)
+    ax.set_title(title + (f" (row height: log10 density, {decades:g} decades)" if log else ""))
     if steps:
         ax.legend(fontsize=8, loc="upper right")
     return fig
+
+
+def _ridge_height(d: np.ndarray, peak: float, log: bool, decades: float) -> np.ndarray:
+    """Height in [0, 1] of a density row: linear in d / peak, or log10 over ``decades``."""
+    if not log:
+        return d / peak
+    with np.errstate(divide="ignore"):
+        r = np.log10(np.where(d > 0, d / peak, 0.0))
+    return np.clip(1 + r / decades, 0.0, 1.0)
 
 
 # ---- feature maps and ICNN --------------------------------------------------------------------

@@ -8,7 +8,8 @@ positive / negative, with histograms) are drawn from closed-form distributions, 
 samples put each ICNN filter's activation on a consistent "part".
 
 Built-in anomalies, for alerts: one dead ReLU (``dead_relu=True``), gradients that shrink
-with depth from the loss, and optionally NaN/Inf from ``nonfinite_at``.
+with depth from the loss, and optionally NaN/Inf from ``nonfinite_at`` and a dead ICNN filter
+(``dead_filter``).
 
 Example::
 
@@ -88,8 +89,9 @@ class SyntheticRun:
     def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
-                 dropped_steps: tuple[int, ...] = ()) -> None:
+                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None) -> None:
         self.path = Path(path)
+        self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn)
         self.rng = np.random.default_rng(seed)
         self.seed, self.steps_hint, self.dump_every, self.samples = seed, max(steps_hint, 1), dump_every, samples
@@ -301,6 +303,8 @@ class SyntheticRun:
         sharp = 0.3 + 0.7 * min(step / self.steps_hint, 1.0)     # parts get sharper with training
         x = _blobs(rng, group, pre.shape, self.parts, 1 + sharp, jitter=1.5 * (1 - sharp) + 0.4)
         x = np.maximum(x - 0.3, 0).astype(np.float32)
+        if self.dead_filter is not None:
+            x[..., self.dead_filter] = 0.0                          # never fires: mu pinned at (-1, -1)
         mu, sqrtvar = icnn_mu(x)
         beta = self.beta(step).astype(np.float32)
         mask = icnn_mask(mu, beta, hw, hw)
@@ -369,17 +373,18 @@ def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain:
 def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
                        icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
                        dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
-                       finish: bool = True) -> Path:
+                       finish: bool = True, dead_filter: int | None = None) -> Path:
     """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
 
     Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
-    the hook dropped. ``finish=False`` leaves the run's status 'running'.
+    the hook dropped. ``finish=False`` leaves the run's status 'running'. ``dead_filter``: an
+    ICNN filter whose pre-mask map is zero in every dump.
 
     >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)  # doctest: +SKIP
     """
     b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
                      seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
-                     dropped_steps=dropped_steps)
+                     dropped_steps=dropped_steps, dead_filter=dead_filter)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
     return Path(path)

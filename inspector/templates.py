@@ -101,3 +101,28 @@ def icnn_layers(catalog: pd.DataFrame) -> pd.DataFrame:
         by_role = dict(zip(sub["icnn_role"].astype(str), sub["name"].astype(str)))
         out.append([layer] + [by_role.get(role) for role in ICNN_ROLES])
     return pd.DataFrame(out, columns=columns, dtype=object)
+
+
+def dead_filters(pre_mask: Optional[np.ndarray] = None, mu: Optional[np.ndarray] = None) -> np.ndarray:
+    """Dead filters of an ICNN layer in a dump: bool [C], True where the filter never fires.
+
+    With ``pre_mask`` ([N, H, W, C], the ReLU map the mask is applied to): its values are
+    zero in every dumped sample (NaN/Inf count as firing). Without it, from ``mu``
+    ([N, C, 2]): mu is pinned at (-1, -1) in every sample, which is where an all-zero map
+    puts it (``getMu``). A dead filter has no part: its mu spread of 0 is not a "tight" filter.
+
+    >>> x = np.ones((2, 3, 3, 2)); x[..., 1] = 0
+    >>> dead_filters(x).tolist()
+    [False, True]
+    """
+    if pre_mask is not None:
+        x = np.asarray(pre_mask)
+        if x.ndim != 4:
+            raise ValueError(f"pre_mask must be [N, H, W, C], got shape {x.shape}")
+        return ~(x != 0).any(axis=(0, 1, 2)) if x.shape[0] else np.zeros(x.shape[-1], bool)
+    if mu is None:
+        raise ValueError("give pre_mask or mu")
+    m = np.asarray(mu, np.float64)
+    if m.ndim != 3 or m.shape[2] != 2:
+        raise ValueError(f"mu must be [N, C, 2], got shape {m.shape}")
+    return (m == -1.0).all(axis=(0, 2)) if m.shape[0] else np.zeros(m.shape[1], bool)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import sys
 import time
@@ -25,6 +26,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from hooks import DumpHook, mark  # noqa: E402
+
+logging.basicConfig(level=logging.WARNING)
+logging.getLogger("tf_inspector").setLevel(logging.INFO)  # an application: show the hook's choices
 from tfmodels import BATCH, batch_images, batch_labels, conv_net  # noqa: E402
 
 v1 = tf.compat.v1

@@ -266,9 +266,16 @@ def test_damaged_files_every_page(runs, tmp_path, page):
     assert not at.exception, [e.value for e in at.exception]
     if page == "Summary":
         assert any("damaged" in w.value for w in at.warning)
-    if page in ("Feature maps", "Masks & templates", "Tensor browser"):
-        # the last dump step is chosen by default and is the truncated one
-        assert any("damaged dump file" in e.value for e in at.error), [e.value for e in at.error]
+    pickers = {"Distributions": "di_dump_step", "Feature maps": "fm_step", "Masks & templates": "mt_step",
+               "Tensor browser": "tb_step"}
+    if page in pickers:
+        # the newest dump (step 10) is the truncated one: the page shows the newest readable
+        # dump instead, and the picker marks the damaged one
+        assert not [e.value for e in at.error if "damaged dump file" in e.value]
+        box = at.selectbox(key=pickers[page])
+        assert box.value == 0 and box.format_func(10) == "10 (damaged: unreadable)"
+        assert box.format_func(0) == "0 (schedule)"
+        assert images(at), page
 
 
 def test_damaged_manifest_is_a_message(tmp_path):
@@ -462,3 +469,145 @@ def test_write_errors_and_failed_sessions_are_errors_on_the_summary(tmp_path):
     errors = [unescape(e.value) for e in at.error]
     assert any("writer error" in e and "Errno 28" in e for e in errors), errors
     assert any("session failed" in e and "training raised" in e for e in errors), errors
+
+
+# ---- issue 14: first NaN, loss, dump reasons, log axes, dead filters, damaged dumps -----
+
+@pytest.fixture(scope="module")
+def reasons_run(tmp_path_factory) -> Path:
+    """Dumps at 0, 10, 20 (schedule, no reason key: an older run), 7 (listed in dump_steps),
+    25 (NaN/Inf in the loss) and 26 (the step after)."""
+    path = tmp_path_factory.mktemp("reasons") / "r"
+    b = SyntheticRun(path, tensors=20, steps_hint=30, dump_every=10)
+    b.write_steps(0, 30)
+    for step, why in ((7, "schedule"), (25, "NaN/Inf in the loss"), (26, "after NaN/Inf")):
+        b.writer.add_dump(step, b.dump_arrays(step), {"reason": why})
+    b.writer.update_manifest(config={"stats_every_n_steps": 1, "dump_every_n_steps": 10, "dump_steps": [[7, 7]]})
+    b.close()
+    return path
+
+
+@pytest.mark.parametrize("page,key", [("Distributions", "di_dump_step"), ("Feature maps", "fm_step"),
+                                      ("Masks & templates", "mt_step"), ("Tensor browser", "tb_step")])
+def test_dump_pickers_say_why_a_step_was_dumped(reasons_run, page, key):
+    at = ok(start(reasons_run, page))
+    box = at.selectbox(key=key)
+    assert box.options == ["0 (schedule)", "7 (explicit step)", "10 (schedule)", "20 (schedule)",
+                           "25 (NaN/Inf in the loss)", "26 (after NaN/Inf)"]
+    assert box.value == 26                                      # the newest (distributions: nearest step 29)
+
+
+def test_distributions_log_toggle_and_log_bins_change_the_figures(runs):
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    before = images(at)
+    assert at.image[1].captions[0] == "forward: 40 equal bins; gradient: 40 equal bins"
+    at.toggle(key="di_log").set_value(True).run()
+    after = images(ok(at))
+    assert after[0] != before[0] and after[2] != before[2]      # in-graph histograms and the ridge
+    at.radio(key="di_bins").set_value("symlog").run()
+    assert images(ok(at))[1] != after[1]
+    assert at.image[1].captions[0].count("symmetric-log bins") == 2
+
+
+def test_distributions_caption_gives_real_counts(runs, monkeypatch):
+    """n is the statistics row's count; where the histogram counts a subsample, the caption says so."""
+    import inspector
+    import viewer.distributions
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"])
+    n = dict(zip(df["group"].astype(str), df["count"]))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert f"forward positive: n={n['positive']:,}," in captions(at) and "subsample" not in captions(at)
+    monkeypatch.setattr(viewer.distributions, "HIST_MAX_ELEMENTS", 1000)
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert "the histogram counts a subsample of about 1,000 values; n is every element" in captions(at)
+
+
+@pytest.fixture(scope="module")
+def dead_run(tmp_path_factory) -> Path:
+    return make_synthetic_run(tmp_path_factory.mktemp("dead") / "d", steps=20, tensors=20, dump_every=10,
+                              dead_filter=3)
+
+
+def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
+    at = ok(start(dead_run, "Masks & templates"))
+    table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
+    assert table["dead"].tolist() == [c == 3 for c in range(8)]
+    assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
+    cap = captions(at)
+    assert "1 dead filter(s) at step 10: 3 (zero in every dumped sample; left out of the judgement)" in cap
+    assert "tightest live filters" in cap and "3 (0.000)" not in cap
+    assert at.selectbox(key="mt_filter").options[2:5] == ["2", "3 (dead)", "4"]
+    at.selectbox(key="mt_filter").set_value(3).run()
+    assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
+    assert "mean distance of mu" not in captions(at)
+
+
+def test_overview_log_y_is_a_log_axis(runs):
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
+    spec = at.get("vega_lite_chart")[0].proto.spec
+    assert '"log"' not in spec
+    at.toggle(key="ov_logy").set_value(True).run()
+    spec = json.loads(ok(at).get("vega_lite_chart")[0].proto.spec)
+    assert spec["encoding"]["y"]["scale"]["type"] == "log"
+    assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
+
+
+def edit_manifest(path: Path, **fields) -> Path:
+    m = path / manifest_name("chief", 1)
+    m.write_text(json.dumps({**json.loads(m.read_text()), **fields}))
+    return path
+
+
+def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_path):
+    at = ok(start(runs / "exp1"))
+    assert "First NaN/Inf: step 25, found by the statistics (forward of conv" in captions(at)
+    errors = unescape(" ".join(e.value for e in at.error))
+    assert "first non-finite value at step 25 (found by the statistics)" in errors
+    assert "loss/Mean:0, forward mean (group all)" in captions(at)
+    assert len(at.get("vega_lite_chart")) == 2                   # the loss curve and the op-type bars
+    # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
+    path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
+                         first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
+    at = ok(start(path))
+    assert ("First NaN/Inf: step 24, found by the hook's every-step loss check (forward of loss/Mean:0)"
+            in captions(at))
+    assert "first non-finite value at step 24 (found by the hook's every-step loss check)" in \
+        unescape(" ".join(e.value for e in at.error))
+
+
+def test_summary_without_loss_statistics_says_so(runs, tmp_path):
+    at = ok(start(edit_manifest(shutil.copytree(runs / "exp2", tmp_path / "noloss"), loss=None)))
+    assert "No loss statistics: the manifest names no loss tensor." in captions(at)
+    assert "First NaN/Inf: none seen" in captions(at)
+    at = ok(start(edit_manifest(shutil.copytree(runs / "exp2", tmp_path / "other"), loss="gone:0")))
+    assert "the loss tensor gone:0 has no forward statistics" in captions(at)
+
+
+def test_summary_warns_of_dead_filters(dead_run):
+    at = ok(start(dead_run))
+    warnings = unescape(" ".join(w.value for w in at.warning))
+    assert "dead filter" in warnings and "icnn: filter(s) 3 zero in every dumped sample at step 10" in warnings
+
+
+def test_no_dead_filter_alert_on_a_healthy_run(runs):
+    at = ok(start(runs / "exp2"))
+    assert "dead filter" not in " ".join(w.value for w in at.warning)
+
+
+def test_dump_headers_are_not_reread_for_new_statistics(tmp_path):
+    """A live run's new statistics parts and manifest heartbeats change the signature but not
+    what the dump pickers read (their cache key); a new dump does."""
+    from viewer.data import dumps_key, signature, with_view
+    b = SyntheticRun(tmp_path / "live", tensors=15, steps_hint=40, dump_every=10, stats_flush_secs=0)
+    b.write_steps(0, 11)
+    b.sync()
+    s1 = with_view(signature(tmp_path / "live"))
+    b.write_steps(11, 15)
+    b.sync()
+    s2 = with_view(signature(tmp_path / "live"))
+    assert s1 != s2 and dumps_key(s1) == dumps_key(s2)
+    assert dumps_key(with_view(s2, "eval")) != dumps_key(s2)
+    b.write_steps(15, 21)
+    b.sync()
+    assert dumps_key(with_view(signature(tmp_path / "live"))) != dumps_key(s2)
+    b.close()

@@ -206,3 +206,22 @@ def test_unknown_run_in_the_url_is_a_message(server, browser):
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
+
+
+def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
+    """Summary: the first NaN's step and source as text, and the loss curve drawn; a dump picker
+    shows why its step was dumped."""
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        page.goto(f"{server}/?page=Summary&run=exp1", wait_until="domcontentloaded")
+        page.get_by_text("First NaN/Inf: step 35, found by the statistics").first.wait_for(timeout=60_000)
+        page.get_by_text("loss/Mean:0, forward mean").first.wait_for(timeout=30_000)
+        page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= 2",
+                               timeout=30_000, polling=200)        # the loss curve and the op-type bars
+        page.goto(f"{server}/?page={quote('Feature maps')}&run=exp1", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Feature maps").first.wait_for(timeout=60_000)
+        wait_rendered(page, 1)
+        assert page.get_by_role("combobox", name="Dump step").first.input_value() == "20 (schedule)"
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()

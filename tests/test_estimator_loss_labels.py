@@ -2,6 +2,8 @@
 step), and the labels the model_fn received give the positive/negative groups (TF 2.15 + estimator)."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,7 @@ def test_keras_model_to_estimator(tmp_path):
 
 
 def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="tf_inspector")
     """tf.compat.v1.losses puts the cross entropy in LOSSES, the Estimator appends spec.loss (the
     total): summing the collection doubled every gradient. The hook must take the total alone."""
     labels = np.random.default_rng(4).integers(0, 2, size=(4 * N,)).astype(np.int32)

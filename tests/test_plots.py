@@ -98,3 +98,81 @@ def test_mu_scatter_and_channel_lines():
     fig = plots.channel_lines({"beta": ([0, 10, 20], np.ones((3, 4)))}, highlight=2)
     lines = fig.axes[0].get_lines()
     assert len(lines) == 5 and lines[2].get_linewidth() > lines[0].get_linewidth()
+
+
+def test_heatmap_columns_are_the_recorded_steps():
+    """Steps [10, 20, 30, 1000]: four equal columns labelled with their steps (not step 30 at a
+    third of a linear 10..1000 axis)."""
+    fig = plots.heatmap(np.arange(8.0).reshape(2, 4), ["a", "b"], [10, 20, 30, 1000])
+    ax = fig.axes[0]
+    img = ax.images[0]
+    assert img.get_extent() == [-0.5, 3.5, 1.5, -0.5]            # one unit per recorded step
+    ticks = {float(t): lab.get_text() for t, lab in zip(ax.get_xticks(), ax.get_xticklabels())}
+    assert ticks == {0.0: "10", 1.0: "20", 2.0: "30", 3.0: "1000"}
+    assert "not to scale" in ax.get_xlabel()
+    even = plots.heatmap(np.ones((1, 3)), ["a"], [5, 10, 15]).axes[0]
+    assert even.get_xlabel() == "step"
+
+
+def test_log_density_is_a_log_axis_even_below_2():
+    """Densities below 2 (where symlog is linear) still get a log axis; empty bins sit at its floor."""
+    edges = np.linspace(0, 10, 6)
+    counts = np.array([1000, 100, 10, 0, 1])
+    lin, log = (plots.histograms({"forward": {"all": (edges, counts)}}, log=v).axes[0] for v in (False, True))
+    assert lin.get_yscale() == "linear" and log.get_yscale() == "log"
+    y = [p for p in log.patches if isinstance(p, StepPatch)][0].get_data().values
+    assert (y > 0).all() and y[3] == log.get_ylim()[0] < y[4]    # the empty bin at the floor
+    assert np.isclose(y[0], 1000 / 1111 / 2)                     # densities, unchanged
+
+
+def test_ridge_log_changes_the_rows():
+    edges = np.linspace(0, 1, 4)
+    rows = {s: {"all": (edges, np.array([1000, 10, 1]))} for s in (0, 10)}
+    heights = [[p.get_data().values for p in plots.ridge(rows, log=v).axes[0].patches
+                if isinstance(p, StepPatch)][0] for v in (False, True)]
+    base = 1                                                     # the first step is the top row
+    lin, log = heights[0] - base, heights[1] - base
+    assert lin[2] < 0.001 and log[2] > 0.1                       # the small bin shows on the log scale
+    assert "log10 density" in plots.ridge(rows, log=True).axes[0].get_title()
+
+
+def test_legend_states_real_count_and_subsample():
+    edges = np.linspace(0, 1, 3)
+    fig = plots.histograms({"forward": {"positive": (edges, np.array([30000, 35536])),
+                                        "negative": (edges, np.array([5, 5]))}},
+                           totals={"forward": {"positive": 200_000, "negative": 10}})
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels == ["positive (n=200,000; histogram of 65,536)", "negative (n=10)"]
+
+
+def test_symlog_bins_for_long_tailed_values():
+    from inspector.binning import long_tailed, value_bins
+    rng = np.random.default_rng(0)
+    grad = rng.laplace(0, 1e-6, 50_000) * np.exp(rng.normal(0, 3, 50_000))   # heavy tails, both signs
+    grad[:1000] = 0.0
+    lin = value_bins(grad, scale="linear")
+    assert lin.scale == "linear" and np.histogram(grad, lin.edges)[0].max() > 0.9 * grad.size  # one spike
+    b = value_bins(grad)
+    assert long_tailed(grad) and b.scale == "symlog" and np.all(np.diff(b.edges) > 0)
+    counts = np.histogram(grad, b.edges)[0]
+    assert counts.max() < 0.5 * grad.size and counts.sum() == grad.size
+    assert b.edges[0] <= grad.min() and b.edges[-1] >= grad.max()
+    zero_bin = np.searchsorted(b.edges, 0.0) - 1
+    assert b.edges[zero_bin] == -b.linthresh and counts[zero_bin] >= 1000
+    assert value_bins(np.linspace(-1, 1, 100)).scale == "linear"             # not long-tailed: linear
+    assert value_bins(np.abs(grad), scale="symlog").edges[0] == -value_bins(np.abs(grad), scale="symlog").linthresh
+    fig = plots.histograms({"gradient": {"all": plots.hist_from_values(grad, b.edges)}}, density=False,
+                           xscale={"gradient": b.linthresh})
+    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_ylabel() == "fraction per bin"
+
+
+def test_dead_filters():
+    x = np.random.default_rng(0).uniform(0, 1, (4, 5, 5, 3))
+    x[..., 1] = 0.0
+    x[0, 2, 2, 2] = np.nan                                       # NaN is not "never fires"
+    x[1:, ..., 2] = 0.0
+    assert templates.dead_filters(pre_mask=x).tolist() == [False, True, False]
+    mu = np.zeros((4, 3, 2))
+    mu[:, 1] = -1.0
+    mu[0, 2] = -1.0                                              # once at the corner: alive
+    assert templates.dead_filters(mu=mu).tolist() == [False, True, False]

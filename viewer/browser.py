@@ -7,9 +7,12 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import analysis, plots
+from inspector import plots
+from inspector.binning import value_bins
 
 from . import data
+from .distributions import bins_caption, bins_choice
+from .dumps import dump_step_picker
 from .ui import Ctx, need, plain, show_figure, slug
 
 
@@ -77,7 +80,9 @@ def render(ctx: Ctx) -> None:
     if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
         return
     c = st.columns(4)
-    step = c[0].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="tb_step")
+    step = dump_step_picker(ctx, "Dump step", "tb_step", container=c[0])
+    if step is None:
+        return
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     kinds = [k for k in ("forward", "gradient", "update") if f"{k}/{tensor}" in keys]
     if not need(bool(kinds), f"The dump of step {step} holds no values of {plain(tensor)}."):
@@ -103,7 +108,8 @@ def render(ctx: Ctx) -> None:
 
     st.download_button("Download .npz (forward, gradient, update, samples)", bundle,
                        file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream", key="tb_npz")
-    edges = analysis.common_bins(x)
-    fig = plots.histograms({kind: {"all": plots.hist_from_values(x, edges)}}, density=False,
-                           title=f"{tensor} {kind} @ step {step}: every dumped value")
-    show_figure(fig, f"values_{tensor}_{kind}_{step}", key="tb_fig")
+    bins = value_bins(x, scale=bins_choice("tb_bins"))
+    fig = plots.histograms({kind: {"all": plots.hist_from_values(x, bins.edges)}}, density=False,
+                           title=f"{tensor} {kind} @ step {step}: every dumped value",
+                           xscale={kind: bins.linthresh} if bins.scale == "symlog" else None)
+    show_figure(fig, f"values_{tensor}_{kind}_{step}", key="tb_fig", caption=bins_caption(bins))

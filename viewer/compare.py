@@ -10,7 +10,7 @@ import streamlit as st
 from inspector import plots
 
 from . import data
-from .distributions import kinds_of, pick_groups
+from .distributions import kinds_of, pick_groups, totals_of
 from .ui import Ctx, download_figure, need, plain, show_figure
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
@@ -49,7 +49,8 @@ def two_steps(ctx: Ctx) -> None:
     xlim = shared_range(hists)
     for col, side, s, h in zip(cols, "AB", picked, hists):
         with col:
-            show_figure(plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}", xlim={kind: xlim}),
+            show_figure(plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}", xlim={kind: xlim},
+                                         totals=totals_of(ctx.path, ctx.sig, tensor, s, [kind])),
                         f"cmp_{side}_{tensor}_{s}", key=f"cmp_hist_{side}")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
     table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
@@ -101,7 +102,8 @@ def two_runs(ctx: Ctx) -> None:
     sides = ((la, ctx.path, ctx.sig), (lb, path_b, sig_b))
     hists = [pick_groups(data.histograms(p, s, tensor, (step,), kind).get(step, {})) for _, p, s in sides]
     xlim = shared_range(hists)
-    for col, (label, _, _), h in zip(st.columns(2), sides, hists):
+    for col, (label, p, s), h in zip(st.columns(2), sides, hists):
         with col:
-            show_figure(plots.histograms({kind: h}, title=f"{label}: {tensor} @ step {step}", xlim={kind: xlim}),
+            show_figure(plots.histograms({kind: h}, title=f"{label}: {tensor} @ step {step}", xlim={kind: xlim},
+                                         totals=totals_of(p, s, tensor, step, [kind])),
                         f"cmp_{label}_{tensor}_{step}", key=f"cmp_run_hist_{label[0]}")

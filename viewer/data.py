@@ -19,7 +19,8 @@ import pandas as pd
 import streamlit as st
 
 import inspector
-from inspector import analysis
+from inspector import analysis, templates
+from inspector.errors import InspectorError
 
 from . import paths
 
@@ -169,3 +170,105 @@ def alerts(path: str, sig: Sig) -> pd.DataFrame:
 def icnn_layers(path: str, sig: Sig) -> pd.DataFrame:
     """ICNN layers, index = layer name, one column per role (tensor name or None)."""
     return get_run(path, sig).icnn_layers().set_index("layer")
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
+    """{step: {group: real element count}} (the rows' ``count``), to state beside histograms
+    that count a subsample (tensors over 65,536 elements, FORMAT.md)."""
+    run = get_run(path, sig)
+    lo, hi = (min(steps), max(steps)) if steps else (0, -1)
+    df = run.query_stats([tensor], steps=(lo, hi), kinds=[kind], columns=["count"])
+    out: dict = {}
+    for row in df[df["step"].isin(steps)].itertuples(index=False):
+        out.setdefault(int(row.step), {})[str(row.group)] = int(row.count)
+    return out
+
+
+def dumps_key(sig: Sig) -> Sig:
+    """The part of ``sig`` that what dumps hold depends on: the dump files, the names of the
+    manifests (sessions; not their heartbeat rewrites) and the view. New statistics parts of a
+    live run leave it unchanged, so the dump headers are not re-read for them."""
+    out = []
+    for e in sig:
+        if e[0] in ("dumps", _VIEW):
+            out.append(e)
+        elif e[0] == "" and str(e[1]).startswith("manifest."):
+            out.append(e[:2])
+    return tuple(out)
+
+
+def dump_infos(path: str, sig: Sig) -> list[dict]:
+    """One ``{step, reason, damaged}`` per dump step of the view, from the dump headers only
+    (``reason``: why the hook dumped it, see :func:`viewer.dumps.reason_of`; ``damaged``: the
+    reader's message for a file that cannot be read, else None)."""
+    return _dump_infos(path, dumps_key(sig), sig)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _dump_infos(path: str, key: Sig, _sig: Sig) -> list[dict]:
+    """:func:`dump_infos`, cached by :func:`dumps_key` (``_sig``, not hashed, opens the run)."""
+    from .dumps import reason_of  # no cycle at import time
+    sig = _sig
+    run = get_run(path, sig)
+    out = []
+    for step in run.steps:
+        try:
+            meta = run.dump_metadata(step)
+        except InspectorError as e:
+            out.append({"step": int(step), "reason": None, "damaged": str(e)})
+            continue
+        out.append({"step": int(step), "reason": reason_of(meta, step, run), "damaged": None})
+    return out
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def loss_series(path: str, sig: Sig) -> tuple[str | None, pd.Series]:
+    """(the manifest's loss tensor, its forward ``mean`` of group ``all`` over steps); an empty
+    series if the manifest names no loss or the run has no statistics of it."""
+    run = get_run(path, sig)
+    name = run.manifest.get("loss")
+    if not isinstance(name, str) or name not in set(run.tensors["name"]):
+        return (name if isinstance(name, str) else None), pd.Series(dtype=float)
+    df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean"])
+    return name, df.groupby("step")["mean"].last() if not df.empty else pd.Series(dtype=float)
+
+
+def readable_steps(path: str, sig: Sig) -> list[int]:
+    """Dump steps whose file header reads (damaged ones left out)."""
+    return [d["step"] for d in dump_infos(path, sig) if not d["damaged"]]
+
+
+def dead_filters(path: str, sig: Sig, step: int | None = None) -> dict[str, list[int]]:
+    """{ICNN layer: dead filters} at dump ``step`` (default: the newest readable dump), see
+    :func:`inspector.templates.dead_filters`; layers whose maps that dump lacks (or holds in an
+    unexpected shape) are left out. Cached by :func:`dumps_key`: new statistics read nothing."""
+    return _dead_filters(path, dumps_key(sig), step, sig)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _dead_filters(path: str, key: Sig, step: int | None, _sig: Sig) -> dict[str, list[int]]:
+    sig = _sig
+    steps = readable_steps(path, sig)
+    step = steps[-1] if step is None and steps else step
+    if step is None:
+        return {}
+    keys = set(dump_keys(path, sig, step))
+    out = {}
+    for layer, roles in icnn_layers(path, sig).iterrows():
+        have = {r: roles.get(r) for r in ("pre_mask", "mu")
+                if isinstance(roles.get(r), str) and f"forward/{roles.get(r)}" in keys}
+        if not have:
+            continue
+        try:
+            dead = templates.dead_filters(**{r: dumped(path, sig, name, step) for r, name in have.items()})
+        except ValueError:  # maps of an unexpected shape: no verdict for this layer
+            continue
+        out[str(layer)] = [int(c) for c in np.flatnonzero(dead)]
+    return out
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def first_nonfinite(path: str, sig: Sig) -> dict | None:
+    """``Run.first_nonfinite()``: the earliest NaN/Inf evidence, with its ``source``."""
+    return get_run(path, sig).first_nonfinite()

@@ -6,8 +6,11 @@ import numpy as np
 import streamlit as st
 
 from inspector import analysis, plots
+from inspector.binning import Bins, value_bins
+from inspector.format import HIST_MAX_ELEMENTS
 
 from . import data
+from .dumps import dump_step_picker
 from .ui import Ctx, need, plain, show_figure
 
 
@@ -28,6 +31,31 @@ def evenly(values: np.ndarray, n: int) -> list[int]:
     return [int(values[i]) for i in np.unique(np.linspace(0, len(values) - 1, n).round().astype(int))]
 
 
+BIN_LABELS = {"auto": "auto", "linear": "linear", "symlog": "symmetric log"}
+
+
+def bins_choice(key: str, container=st) -> str:
+    """How to re-bin dumped values: 'auto' (symmetric log for long-tailed values), 'linear'
+    or 'symlog' (:mod:`inspector.binning`)."""
+    return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get, key=key,
+                           horizontal=True, help="symmetric log: bins spaced geometrically in |x| on both "
+                           "sides of a small linear zone around 0 (like TensorBoard's exponential buckets), "
+                           "so a long-tailed gradient is not one spike")
+
+
+def bins_caption(bins: Bins) -> str:
+    """What the bins are, for the figure's caption."""
+    if bins.scale == "symlog":
+        return (f"{len(bins.edges) - 1} symmetric-log bins (linear within ±{bins.linthresh:.2g}); "
+                f"y = fraction of values per bin")
+    return f"{len(bins.edges) - 1} equal bins"
+
+
+def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str]) -> dict:
+    """{kind: {group: real element count}} at ``step`` (legends state it beside the histogram's)."""
+    return {k: data.histogram_totals(path, sig, tensor, (step,), k).get(step, {}) for k in kinds}
+
+
 def render(ctx: Ctx) -> None:
     st.header("Distributions")
     run = data.get_run(ctx.path, ctx.sig)
@@ -40,29 +68,25 @@ def render(ctx: Ctx) -> None:
                           key="di_tensor")
     step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step")
     kinds = kinds_of(run, tensor)
-    log = st.toggle("Log density", key="di_log")
+    log = st.toggle("Log density", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: "
+                    "log10 density per row")
 
     st.subheader(f"In-graph histograms at step {step}")
-    panels = {}
-    for kind in kinds:
-        h = data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {})
-        panels[kind] = pick_groups(h)
-    show_figure(plots.histograms(panels, title=f"{tensor} @ step {step}", log=log), f"hist_{tensor}_{step}",
-                key="di_hist")
-    desc = []
-    for kind, groups in panels.items():
-        for g, (edges, counts) in groups.items():
-            mids = (edges[:-1] + edges[1:]) / 2
-            mean = float((mids * counts).sum() / max(counts.sum(), 1))
-            desc.append(f"{kind} {plain(g)}: n={int(counts.sum())}, histogram mean≈{mean:.4g}")
-    st.caption("; ".join(desc))
+    panels = {kind: pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
+              for kind in kinds}
+    totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
+    show_figure(plots.histograms(panels, title=f"{tensor} @ step {step}", log=log, totals=totals),
+                f"hist_{tensor}_{step}", key="di_hist")
+    st.caption(hist_caption(panels, totals))
 
     st.subheader("From dumped samples")
-    if need(len(run.steps) > 0, "No full dumps in this run (the hook dumps every dump_every_n_steps)."):
-        dstep = int(min(run.steps, key=lambda s: (abs(s - step), s)))
-        dstep = st.selectbox("Dump step", run.steps, index=run.steps.index(dstep), key="di_dump_step",
-                             help="defaults to the dump nearest the chosen step")
-        sample_hist(ctx, run, tensor, dstep, kinds, log)
+    if len(run.steps) > 0:
+        c1, c2 = st.columns([2, 3])
+        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step, container=c1,
+                                 help="defaults to the readable dump nearest the chosen step")
+        sample_hist(ctx, run, tensor, dstep, kinds, log, bins_choice("di_bins", c2))
+    else:
+        need(False, "No full dumps in this run (the hook dumps every dump_every_n_steps).")
 
     st.subheader("Across steps")
     c1, c2 = st.columns(2)
@@ -70,15 +94,32 @@ def render(ctx: Ctx) -> None:
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
-    show_figure(plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps"), f"ridge_{tensor}_{rkind}",
-                key="di_ridge")
+    show_figure(plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps", log=log),
+                f"ridge_{tensor}_{rkind}", key="di_ridge")
 
 
-def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool) -> None:
+def hist_caption(panels: dict, totals: dict) -> str:
+    """Per kind and group: the real element count, the values the histogram counts, its mean."""
+    desc = []
+    # the subsample rule reads the 'all' row's count (FORMAT.md), also for the groups
+    sampled = any(t.get("all", max(t.values(), default=0)) > HIST_MAX_ELEMENTS for t in totals.values())
+    for kind, groups in panels.items():
+        for g, (edges, counts) in groups.items():
+            mids = (edges[:-1] + edges[1:]) / 2
+            mean = float((mids * counts).sum() / max(counts.sum(), 1))
+            n = totals.get(kind, {}).get(g)
+            desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}, "
+                        f"histogram mean≈{mean:.4g}")
+    note = (f" (tensors over {HIST_MAX_ELEMENTS:,} elements: the histogram counts a subsample of about "
+            f"{HIST_MAX_ELEMENTS:,} values; n is every element)") if sampled else ""
+    return "; ".join(desc) + note
+
+
+def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scale: str) -> None:
     if not bool(run.tensors.loc[tensor, "batched"]):
         st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
     groups = data.samples(ctx.path, ctx.sig, step)["group"].to_numpy()
-    panels = {}
+    panels, xscale, shown = {}, {}, []
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     for kind in kinds:
         if f"{kind}/{tensor}" not in keys:
@@ -88,8 +129,12 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             split = analysis.split_by_group(x, groups == "positive")
         else:
             split = {"all": x}
-        edges = analysis.common_bins(*split.values())
-        panels[kind] = {g: plots.hist_from_values(v, edges) for g, v in split.items() if v.size}
+        bins = value_bins(*split.values(), scale=scale)
+        panels[kind] = {g: plots.hist_from_values(v, bins.edges) for g, v in split.items() if v.size}
+        if bins.scale == "symlog":
+            xscale[kind] = bins.linthresh
+        shown.append(f"{kind}: {bins_caption(bins)}")
     if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
-        show_figure(plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)", log=log),
-                    f"samples_hist_{tensor}_{step}", key="di_samples")
+        show_figure(plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)", log=log,
+                                     xscale=xscale), f"samples_hist_{tensor}_{step}", key="di_samples",
+                    caption="; ".join(shown))

@@ -9,6 +9,7 @@ import streamlit as st
 from inspector import analysis, plots
 
 from . import data
+from .dumps import dump_step_picker
 from .ui import Ctx, need, plain, show_figure
 
 
@@ -39,7 +40,7 @@ def render(ctx: Ctx) -> None:
                                     "(the hook dumps every dump_every_n_steps)."):
         return
     c = st.columns(3)
-    step = c[0].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="fm_step")
+    step = dump_step_picker(ctx, "Dump step", "fm_step", container=c[0])
     samples = data.samples(ctx.path, ctx.sig, step)
     if not need(len(samples) > 0, f"The dump of step {step} holds no samples."):
         return

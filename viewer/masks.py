@@ -1,5 +1,6 @@
 """Page: ICNN masks and templates: the T_mu grid with the chosen samples' mu, the negative
-template, beta and filter loss over steps, and mu of positive vs negative samples."""
+template, beta and filter loss over steps, mu of positive vs negative samples, and every
+filter's mu spread with dead filters (never firing in the dump) flagged and left unjudged."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +10,7 @@ import streamlit as st
 from inspector import analysis, plots, templates
 
 from . import data
+from .dumps import dump_step_picker
 from .featuremaps import sample_label
 from .ui import Ctx, need, show_figure
 
@@ -46,7 +48,7 @@ def render(ctx: Ctx) -> None:
     roles: pd.Series = layers.loc[layer]
     if not need(len(run.steps) > 0, "No full dumps: templates need mu and beta from a dump step."):
         return
-    step = c[1].selectbox("Dump step", run.steps, index=len(run.steps) - 1, key="mt_step")
+    step = dump_step_picker(ctx, "Dump step", "mt_step", container=c[1])
     mu_name, beta_name = roles.get("mu"), roles.get("beta")
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     if not need(isinstance(mu_name, str) and f"forward/{mu_name}" in keys, f"The dump of step {step} has no mu."):
@@ -54,7 +56,9 @@ def render(ctx: Ctx) -> None:
     mu = data.dumped(ctx.path, ctx.sig, mu_name, step)                       # [N, C, 2]
     pre_shape = run.tensors.loc[roles["pre_mask"], "shape"] if isinstance(roles.get("pre_mask"), str) else None
     h, w = (pre_shape[1], pre_shape[2]) if pre_shape and len(pre_shape) == 4 else (8, 8)
-    filt = c[2].selectbox("Filter", range(mu.shape[1]), key="mt_filter")
+    dead = dead_at(ctx, roles, step, mu)
+    filt = c[2].selectbox("Filter", range(mu.shape[1]), key="mt_filter",
+                          format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
     samples = data.samples(ctx.path, ctx.sig, step)
     sample = c[3].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
                             key="mt_sample")
@@ -75,7 +79,7 @@ def render(ctx: Ctx) -> None:
     st.subheader("beta and filter loss over steps")
     panels = {}
     for label, role in (("beta", "beta"), ("filter loss", "filter_loss")):
-        s, v = per_step(ctx, roles.get(role), run.steps)
+        s, v = per_step(ctx, roles.get(role), data.readable_steps(ctx.path, ctx.sig))
         if len(s) < 2 and isinstance(roles.get(role), str):
             s, v = stats_lines(ctx, roles[role])
             label += " (min / mean / max over filters, from statistics)"
@@ -88,7 +92,7 @@ def render(ctx: Ctx) -> None:
     st.subheader("mu of positive vs negative samples")
     pool = st.toggle("Pool every dump step", key="mt_pool")
     groups: dict[str, list] = {"positive": [], "negative": []}
-    for s in (run.steps if pool else [step]):
+    for s in (data.readable_steps(ctx.path, ctx.sig) if pool else [step]):
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
         g = data.samples(ctx.path, ctx.sig, s)["group"].to_numpy()
@@ -99,7 +103,46 @@ def render(ctx: Ctx) -> None:
     show_figure(plots.mu_scatter(pts, f"{layer} filter {filt}: mu ({'all dump steps' if pool else f'step {step}'})",
                                  jitter=0.02),
                 f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
-    spread = {k: float(np.linalg.norm(v - v.mean(0), axis=1).mean()) for k, v in pts.items() if len(v)}
-    st.caption("mean distance of mu to its group centre: "
-               + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
-               + " (a part filter keeps positives tight)")
+    if dead[filt]:
+        st.warning(f"Filter {filt} is dead at step {step}: zero in every dumped sample, mu pinned at (-1, -1). "
+                   f"Its mu spread says nothing about a part, so it is left out of the judgement.")
+    else:
+        spread = {k: float(np.linalg.norm(v - v.mean(0), axis=1).mean()) for k, v in pts.items() if len(v)}
+        st.caption("mean distance of mu to its group centre: "
+                   + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
+                   + " (a part filter keeps positives tight)")
+    filter_table(mu, samples["group"].to_numpy(), dead, step)
+
+
+def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray:
+    """Dead filters [C] of the layer at ``step``: from its pre-mask map if dumped, else from mu."""
+    name = roles.get("pre_mask")
+    if isinstance(name, str) and f"forward/{name}" in set(data.dump_keys(ctx.path, ctx.sig, step)):
+        return templates.dead_filters(pre_mask=data.dumped(ctx.path, ctx.sig, name, step))
+    return templates.dead_filters(mu=mu)
+
+
+def filter_spread(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray) -> pd.DataFrame:
+    """Per filter: dead, and the mean distance of positives' / negatives' mu to their centre
+    (NaN for dead filters: no part, so no tightness)."""
+    out = {"filter": np.arange(mu.shape[1]), "dead": dead}
+    for g in ("positive", "negative"):
+        m = mu[groups == g]
+        d = np.linalg.norm(m - m.mean(0), axis=2).mean(0) if len(m) else np.full(mu.shape[1], np.nan)
+        out[f"{g} mu spread"] = np.where(dead, np.nan, d)
+    return pd.DataFrame(out)
+
+
+def filter_table(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray, step: int) -> None:
+    """Every filter at ``step``, dead ones flagged; the summary judges the live ones only."""
+    st.subheader("Filters at this dump step")
+    table = filter_spread(mu, groups, dead)
+    st.dataframe(table, hide_index=True, width="stretch")
+    best = table[~table["dead"]].dropna(subset=["positive mu spread"]).nsmallest(3, "positive mu spread")
+    judged = ("tightest live filters (positive mu spread): "
+              + ", ".join(f"{f} ({v:.3f})" for f, v in zip(best["filter"], best["positive mu spread"]))
+              if len(best) else "no live filter to judge")
+    dead_ids = [int(f) for f in table.loc[table["dead"], "filter"]]
+    st.caption(f"{len(dead_ids)} dead filter(s) at step {step}"
+               + (f": {', '.join(map(str, dead_ids))} (zero in every dumped sample; left out of the judgement)"
+                  if dead_ids else "") + f"; {judged}")

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
+import altair as alt
+import pandas as pd
 import streamlit as st
 
-from inspector import analysis, plots
+from inspector import plots
 
 from . import data
 from .ui import Ctx, download_figure, need, plain, show_png
@@ -82,9 +83,9 @@ def render(ctx: Ctx) -> None:
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
-    shown = np.log10(df.where(df > 0)) if logy else df
-    st.line_chart(shown, x_label="step", y_label=f"log10 {stat}" if logy else stat,
-                  color=[plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns])
+    st.altair_chart(series_chart(df, stat, logy), width="stretch")
+    if logy and (df <= 0).any().any():
+        st.caption("log axis: zero and negative values are not drawn")
     last = df.iloc[-1]
     st.caption(f"{plain(tensor)} {kind} {stat} at step {int(df.index[-1])}: "
                + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
@@ -93,12 +94,33 @@ def render(ctx: Ctx) -> None:
     update_ratio_block(ctx, pattern)
 
 
+def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:
+    """One line per group (column of ``df``, index step) in the group colours; ``logy``: a log
+    y axis (the values themselves, labelled as such; values <= 0 left out, since a log axis
+    cannot place them)."""
+    long = df.rename_axis("step").reset_index().melt("step", var_name="group", value_name="value").dropna()
+    if logy:
+        long = long[long["value"] > 0]
+    colors = [plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns]
+    return alt.Chart(long).mark_line().encode(
+        x=alt.X("step:Q", title="step"),
+        y=alt.Y("value:Q", title=f"{stat} (log scale)" if logy else stat,
+                scale=alt.Scale(type="log") if logy else alt.Scale(zero=False)),
+        color=alt.Color("group:N", scale=alt.Scale(domain=list(df.columns), range=colors), sort=list(df.columns)),
+        tooltip=["step:Q", "group:N", "value:Q"])
+
+
 def update_ratio_block(ctx: Ctx, pattern: str) -> None:
-    """log10 of |update| / |weights| per variable over steps (runs with variable records only)."""
+    """|update| / |weights| per variable over steps, log axis (runs with variable records only)."""
     ratios = data.update_ratios(ctx.path, ctx.sig)
     if ratios.empty:
         return
     st.subheader("Update / weight ratio per variable")
     shown = ratios[filter_tensors(list(ratios.columns), pattern) or list(ratios.columns)]
-    st.line_chart(np.log10(shown.where(shown > 0)), x_label="step", y_label="log10 (L2 update / L2 weights)")
-    st.caption("L2 of the step's update over L2 of the variable before it; around -3 is typical for SGD")
+    long = shown.rename_axis("step").reset_index().melt("step", var_name="variable", value_name="ratio").dropna()
+    chart = alt.Chart(long[long["ratio"] > 0]).mark_line().encode(
+        x=alt.X("step:Q"), y=alt.Y("ratio:Q", title="L2 update / L2 weights (log scale)", scale=alt.Scale(type="log")),
+        color=alt.Color("variable:N", legend=alt.Legend(title="variable")), tooltip=["step:Q", "variable:N", "ratio:Q"])
+    st.altair_chart(chart, width="stretch")
+    st.caption("L2 of the step's update over L2 of the variable before it (around 1e-3 is typical for SGD); "
+               "the tensor filter above applies")

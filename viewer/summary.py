@@ -1,10 +1,14 @@
-"""Page: the run's summary: status, sizes, hook settings, alerts, dropped dumps, problems."""
+"""Page: the run's summary: status, first NaN/Inf, alerts beside the loss curve, hook settings,
+dropped dumps, sessions."""
 from __future__ import annotations
 
 import datetime as dt
 
 import pandas as pd
 import streamlit as st
+
+from inspector.analysis import NONFINITE_SOURCES
+from inspector.errors import InspectorError
 
 from . import data
 from .ui import Ctx, plain
@@ -49,6 +53,7 @@ def render(ctx: Ctx) -> None:
     c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
     st.caption(f"created {plain(m.get('created', '?'))}, updated {plain(m.get('updated', '?'))} "
                f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
+    st.caption(nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig)))
     if run.status in STATUS_NOTES:
         st.warning(STATUS_NOTES[run.status])
     if run.tensors.empty:
@@ -56,13 +61,11 @@ def render(ctx: Ctx) -> None:
     elif not len(steps):
         st.warning("This run has no statistics yet (the hook writes them every few seconds while training).")
 
-    st.subheader("Alerts")
-    alerts = data.alerts(ctx.path, ctx.sig)
-    if alerts.empty:
-        st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, no dropped dumps.")
-    for a in alerts.itertuples():
-        text = f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: {plain(a.message)}"
-        {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
+    left, right = st.columns([3, 2])
+    with left:
+        show_alerts(ctx)
+    with right:
+        loss_curve(ctx)
 
     left, right = st.columns(2)
     with left:
@@ -85,3 +88,52 @@ def render(ctx: Ctx) -> None:
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded is "
                "shown from the later one.")
     st.dataframe(run.sessions, hide_index=True, width="stretch")
+
+
+def nonfinite_text(first: dict | None) -> str:
+    """'First NaN/Inf: step 25, found by the statistics (forward of conv4/Relu:0)' (Markdown-safe)."""
+    if not first:
+        return "First NaN/Inf: none seen (statistics and the hook's loss check)."
+    source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
+    where = f"{first.get('kind')} of {first.get('tensor')}" if first.get("tensor") else "the loss"
+    return f"First NaN/Inf: step {int(first['step'])}, found by {plain(source)} ({plain(where)})."
+
+
+def dead_filter_alerts(ctx: Ctx) -> list[str]:
+    """One warning per ICNN layer with dead filters at the newest readable dump."""
+    if data.icnn_layers(ctx.path, ctx.sig).empty:
+        return []
+    steps = data.readable_steps(ctx.path, ctx.sig)
+    try:
+        found = data.dead_filters(ctx.path, ctx.sig)
+    except InspectorError as e:  # a dump whose header reads but whose data does not
+        return [f"could not check the newest dump for dead filters: {plain(e)}"]
+    return [f"{plain(layer)}: filter(s) {', '.join(map(str, dead))} zero in every dumped sample at step "
+            f"{steps[-1]} (mu pinned at (-1, -1)): dead, not tight part filters"
+            for layer, dead in found.items() if dead]
+
+
+def show_alerts(ctx: Ctx) -> None:
+    """The run's alerts (``analysis.run_alerts``) and the viewer's dead-filter check."""
+    st.subheader("Alerts")
+    alerts = data.alerts(ctx.path, ctx.sig)
+    dead = dead_filter_alerts(ctx)
+    if alerts.empty and not dead:
+        st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, no dropped dumps.")
+    for a in alerts.itertuples():
+        text = f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: {plain(a.message)}"
+        {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
+    for text in dead:
+        st.warning(f"{ICONS['warning']} **dead filter**: {text}")
+
+
+def loss_curve(ctx: Ctx) -> None:
+    """The loss (the manifest's ``loss`` tensor, forward mean) over steps, or why there is none."""
+    st.subheader("Loss")
+    name, loss = data.loss_series(ctx.path, ctx.sig)
+    if loss.empty:
+        st.caption("No loss statistics: " + (f"the loss tensor {plain(name)} has no forward statistics in this view."
+                                             if name else "the manifest names no loss tensor."))
+        return
+    st.line_chart(loss.rename("loss"), x_label="step", y_label="loss (mean)", height=260)
+    st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf")
