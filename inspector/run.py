@@ -569,7 +569,9 @@ class Run:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.check_tensor(name)
         if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
-            raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
+            note = self.tensors.loc[name, "gradient_note"]
+            why = note if isinstance(note, str) and note else "does not reach the loss"
+            raise NoDumpError(f"{name!r} {why}, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
         where = dict(mode=mode, batch=batch, session=session)
         if key not in self.dump_keys(step, worker, **where):

@@ -145,3 +145,21 @@ def test_numpy_statistics_match_numpy_per_array():
         s = hist_sample(x, 1).ravel()
         ref, _ = np.histogram(s[np.isfinite(s)], 16, (lo, hi))
         assert np.abs(ref - h).sum() <= 2
+
+
+def test_a_variable_read_by_another_op_type_says_why_it_has_no_gradient(tmp_path):
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        w = v1.get_variable("w", [4, 3], initializer=v1.random_normal_initializer(seed=5))
+        picked = tf.raw_ops.ResourceGatherNd(resource=w.handle, indices=[[1], [2]], dtype=tf.float32)
+        loss = tf.reduce_sum(tf.square(picked)) + tf.nn.l2_loss(w)
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op)
+    run = inspector.open_run(tmp_path / "run")
+    row = run.variables.loc["w"]
+    assert not row["has_gradient"] and "ResourceGatherNd" in row["gradient_note"]
+    assert run.tensor("w", 1, "update").shape == (4, 3)  # value and update are still recorded
+    with pytest.raises(inspector.NoDumpError, match="read by ResourceGatherNd.*no gradient"):
+        run.tensor("w", 1, "gradient")
