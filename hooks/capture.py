@@ -48,6 +48,8 @@ class Captured:
     gradient: tf.Tensor | None = None
     icnn_layer: str | None = None
     icnn_role: str | None = None
+    #: more catalog fields: feeds, zero_gradient_expected (structure.py), variable (variables.py)
+    extra: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -58,7 +60,7 @@ class Captured:
         shape = None if t.shape.rank is None else [d for d in t.shape.as_list()]
         return {"name": t.name, "op": op.name, "op_type": op.type, "dtype": t.dtype.name, "shape": shape,
                 "scope": op.name.rpartition("/")[0], "has_gradient": self.gradient is not None,
-                "batched": self.batched, "icnn_layer": self.icnn_layer, "icnn_role": self.icnn_role}
+                "batched": self.batched, "icnn_layer": self.icnn_layer, "icnn_role": self.icnn_role, **self.extra}
 
 
 @dataclass

@@ -29,7 +29,7 @@ import tensorflow as tf
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION
 from inspector.writer import RunWriter, StatsLayout
 
-from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
@@ -162,6 +162,10 @@ class DumpHook(v1.train.SessionRunHook):
         the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
         what is computed from an overridden tensor follows it. ``unbatched`` wins.
 
+    Variables: every trainable resource variable also gets a record named by the variable
+    (``conv1/w``): its value, d loss / d variable summed over all its reads, and on sampled
+    training steps its update (value after the step minus before); see ``hooks/variables.py``.
+
     Sessions: every ``train``/``evaluate``/``predict`` call (and every session MonitoredSession
     recreates after an error) is a new writer session of this worker in ``run_dir``, so a run
     accumulates (FORMAT.md, "Sessions"). If the session ends with an exception (``end()`` is
@@ -240,6 +244,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._dump_bytes_estimate = 0
         self._nan_dump: dict[str, tf.Tensor] = {}
         self._writer_args: dict[str, Any] = {}
+        self._updates: variables.Updates | None = None
         self.mode = self.mode_arg or "train"
 
     # ---- graph construction ----------------------------------------------------------------
@@ -283,16 +288,32 @@ class DumpHook(v1.train.SessionRunHook):
             self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
         self._global_step = v1.train.get_global_step(g)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
+        self._add_variable_records(g, loss)
         self._build_fetches(gid, labels, loss)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
-        layout = StatsLayout(*map(tuple, zip(*self._stats.rows)), self.bins) if self._stats else None
+        rows = self._stats.rows + (variables.stats_rows(self._updates.records) if self._updates else [])
+        layout = StatsLayout(*map(tuple, zip(*rows)), self.bins) if self._stats else None
         # The writer (a new session of this worker) opens with the session, in after_create_session.
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode=self.mode)
+
+    def _add_variable_records(self, g: tf.Graph, loss: tf.Tensor | None) -> None:
+        """Catalog extras (what each tensor feeds, which variable a read reads) and one record per
+        trainable variable (hooks/variables.py); its update is measured in training only."""
+        backward = capture.backward_ops(g)
+        for c in self.captured:
+            name = variables.variable_of(c.tensor)
+            if name:
+                c.extra["variable"] = name
+        structure.annotate(self.captured, g, backward)
+        grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
+        records = variables.find_records(g, backward, grads, self.filters)
+        self.captured += records
+        self._updates = variables.Updates(records) if records and self.mode == "train" else None
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
@@ -422,6 +443,8 @@ class DumpHook(v1.train.SessionRunHook):
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
+        if (stats or dump) and self._updates is not None:
+            fetches["var_before"] = self._updates.before
         if self._loss_finite is not None:
             fetches["loss_finite"] = self._loss_finite
             if not dump and self._nan_dump and self._first_nonfinite is None \
@@ -453,16 +476,21 @@ class DumpHook(v1.train.SessionRunHook):
         else:
             self._batch += 1
         finite = bool(results.get("loss_finite", True))
+        updates = self._updates.compute(run_context.session, results["var_before"]) if "var_before" in results else {}
         if stats:
             values, hist_range, hist = results["stats"]
-            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
             self._check_nonfinite(step, values)
+            if updates:  # the update rows follow the in-graph rows (the layout's order)
+                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
+                    (values, hist_range, hist), self._updates.stats(updates, self.bins)))
+            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
             why = "after NaN/Inf" if self._force_dump else "schedule"
             self._force_dump = False
-            self._add_dump(step, {**results["dump"], **results["samples"]}, why, batch)
+            self._add_dump(step, {**results["dump"], **results["samples"],
+                                  **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
             self._add_dump(step, results["nan_dump"], "NaN/Inf in the loss", batch)
 

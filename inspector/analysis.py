@@ -26,6 +26,14 @@ if TYPE_CHECKING:  # the reader is only needed for run_alerts; keep the import l
     from .run import Run
 
 SEVERITIES = ("error", "warning", "info")
+#: Ops whose first output is a layer's activations (or pre-activations): the gradients that
+#: vanishing/exploding alerts compare. Variable reads, biases, batch-norm statistics, losses
+#: and shape plumbing have gradients on other scales and are left out.
+LAYER_OP_TYPES = frozenset({
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "MatMul", "BatchMatMul", "BatchMatMulV2",
+    "BatchMatMulV3", "BiasAdd", "Add", "AddV2", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Softplus", "Tanh",
+    "Sigmoid", "Gelu", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "MaxPool", "AvgPool",
+})
 
 
 @dataclass(frozen=True)
@@ -35,6 +43,7 @@ class Thresholds:
     - ``dead_zero_fraction``: a ReLU whose forward ``zero_fraction`` is at least this over the
       last ``window`` statistics steps is "dead" (almost no unit ever fires).
     - ``vanishing_l2``: a gradient whose L2 norm (median over the window) is below this vanishes.
+      The gradient thresholds judge layer outputs only (:func:`layer_outputs`).
     - ``exploding_l2``: a gradient whose L2 norm (median over the window) is above this explodes.
     - ``layer_ratio``: the largest over the smallest non-zero gradient L2 across tensors at one
       step; above it, gradients vanish/explode *across depth* even if each looks fine alone.
@@ -97,14 +106,39 @@ def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thre
                   f"{th.window} steps (dead ReLU)", int(df["step"].max()), str(t)) for t in dead.index]
 
 
-def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:
+def layer_outputs(catalog: pd.DataFrame) -> set[str]:
+    """Names of the tensors whose gradients the gradient alerts compare: the first output of a
+    layer op (``LAYER_OP_TYPES``) that carries the batch, is no variable record, and whose
+    gradient is not ~0 by construction (``zero_gradient_expected``: a bias before batch norm).
+
+    >>> cat = pd.DataFrame({"name": ["c/Conv2D:0", "c/ReadVariableOp:0", "bn:1"], "batched": True,
+    ...                     "op_type": ["Conv2D", "ReadVariableOp", "FusedBatchNormV3"]})
+    >>> sorted(layer_outputs(cat))
+    ['c/Conv2D:0']
+    """
+    def col(name: str, default) -> pd.Series:
+        values = catalog[name] if name in catalog else pd.Series(default, index=catalog.index)
+        return values.where(values.notna(), default)
+
+    names = catalog["name"].astype(str)
+    keep = (col("op_type", "").isin(LAYER_OP_TYPES) & names.str.endswith(":0") & col("batched", True).astype(bool)
+            & (col("kind", "tensor") != "variable") & ~col("zero_gradient_expected", False).astype(bool))
+    return set(names[keep])
+
+
+def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds(),
+                    catalog: pd.DataFrame | None = None) -> list[Alert]:
     """Vanishing / exploding gradients, per tensor and as a ratio across tensors (layers).
 
     Uses the gradient L2 norm of group ``all``; medians over the last ``th.window`` steps make
     one noisy step harmless. Tensors with an exactly-zero gradient (e.g. dead ReLUs, reported
-    elsewhere) are left out of the vanishing test and of the ratio.
+    elsewhere) are left out of the vanishing test and of the ratio. With a ``catalog``, only
+    :func:`layer_outputs` are judged, so like is compared with like (a weight-decay read's or a
+    BN-fed bias's tiny gradient is not a vanishing gradient).
     """
     df = stats[(stats["kind"] == "gradient") & (stats["group"] == "all")]
+    if catalog is not None and not catalog.empty:
+        df = df[df["tensor"].isin(layer_outputs(catalog))]
     if df.empty:
         return []
     win = _last_window(df, th.window)
@@ -158,12 +192,34 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction"])
     out = nonfinite_alert(run.first_nonfinite())
     if not stats.empty:
-        out += gradient_alerts(stats, th) + dead_relus(stats, run.tensors, th)
+        out += gradient_alerts(stats, th, run.tensors) + dead_relus(stats, run.tensors, th)
     out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
     out += [Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":
         out.append(Alert("info", "running", "the run is still being written; press Refresh for new steps"))
     return sorted(out, key=lambda a: SEVERITIES.index(a.severity))
+
+
+def update_ratios(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
+    """Per variable and statistics step: L2 of the step's update over L2 of the weights before it
+    (a healthy SGD run sits around 1e-3). One column per variable record, indexed by step.
+
+    >>> stats = pd.DataFrame({"step": [1, 1], "tensor": ["w", "w"], "kind": ["forward", "update"],
+    ...                       "group": "all", "l2": [2.0, 0.002]})
+    >>> update_ratios(stats, pd.DataFrame({"name": ["w"], "kind": ["variable"]}))["w"].tolist()
+    [0.001]
+    """
+    if "kind" not in catalog:
+        return pd.DataFrame()
+    names = set(catalog.loc[catalog["kind"] == "variable", "name"])
+    df = stats[stats["tensor"].isin(names) & (stats["group"] == "all") & stats["kind"].isin(["forward", "update"])]
+    if df.empty:
+        return pd.DataFrame()
+    wide = df.pivot_table(index="step", columns=["kind", "tensor"], values="l2", observed=True, aggfunc="last")
+    if "update" not in wide.columns.get_level_values(0):
+        return pd.DataFrame()
+    ratio = wide["update"] / wide["forward"].reindex(columns=wide["update"].columns).replace(0, np.nan)
+    return ratio.rename_axis(columns=None)
 
 
 # ---- positive vs negative ------------------------------------------------------------------

@@ -56,6 +56,11 @@ def summary(run: Run) -> str:
         + (f" ({damaged} damaged, see below)" if damaged else ""),
         f"size       {_human(run.size_bytes())}",
     ]
+    variables = run.variables
+    if len(variables):
+        reads = int(((t["kind"] != "variable") & t["variable"].isin(variables.index)).sum())
+        lines.insert(4, f"variables  {len(variables)} trainable ({int(variables['has_update'].sum())} with updates), "
+                        f"read by {reads} captured tensors")
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")

@@ -46,7 +46,7 @@ WORKER_RE = re.compile(r"^[A-Za-z0-9_-]+$")
 LOCK_RE = re.compile(rf"^lock\.{_W}\.json$")
 MODES = ("train", "eval", "predict")
 
-KINDS = ("forward", "gradient")
+KINDS = ("forward", "gradient", "update")
 GROUPS = ("all", "positive", "negative")
 #: Scalar statistics, in the order the hook's in-graph matrix holds them.
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")

@@ -38,7 +38,10 @@ from .format import (ALIASES_KEY, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MO
 from .liveness import writer_state
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
-                   "icnn_layer", "icnn_role")
+                   "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
+                   "has_update", "gradient_note")
+#: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
+CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
 
 def is_run(path: str | Path) -> bool:
@@ -273,9 +276,14 @@ class Run:
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
             for t in m.get("tensors", []):
-                rows.setdefault(t["name"], {c: t.get(c) for c in CATALOG_COLUMNS})
+                rows.setdefault(t["name"], {c: t.get(c, CATALOG_DEFAULTS.get(c)) for c in CATALOG_COLUMNS})
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
         return df.set_index("name", drop=False).rename_axis(None)
+
+    @property
+    def variables(self) -> pd.DataFrame:
+        """The catalog's variable records (``kind == 'variable'``), named by variable: ``conv1/w``."""
+        return self.tensors[self.tensors["kind"] == "variable"]
 
     def check_tensor(self, name: str) -> str:
         """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names."""
@@ -561,7 +569,9 @@ class Run:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.check_tensor(name)
         if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
-            raise NoDumpError(f"{name!r} does not reach the loss, so it has no gradient (has_gradient=False)")
+            note = self.tensors.loc[name, "gradient_note"]
+            why = note if isinstance(note, str) and note else "does not reach the loss"
+            raise NoDumpError(f"{name!r} {why}, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
         where = dict(mode=mode, batch=batch, session=session)
         if key not in self.dump_keys(step, worker, **where):

@@ -115,3 +115,41 @@ def test_alerts_on_fewer_steps_than_the_window():
     rows = [(s, "a:0", "gradient", "all", 1e-9, 0.0, 0.0, 1.0) for s in (100, 200, 300)]
     kinds = [a.kind for a in analysis.gradient_alerts(stats_frame(rows), Thresholds(window=10))]
     assert kinds == ["vanishing_gradient"]
+
+
+def test_gradient_alerts_compare_layer_outputs_only():
+    """With the catalog, reads, BN statistics, variable records and biases that feed batch norm
+    (zero gradient by construction) are not judged; a layer output still is."""
+    cat = pd.DataFrame({
+        "name": ["c/Conv2D:0", "c/relu:0", "c/b/read:0", "bn:1", "c/w", "d/MatMul:0", "c/BiasAdd:0"],
+        "op_type": ["Conv2D", "Relu", "ReadVariableOp", "FusedBatchNormV3", "VarHandleOp", "MatMul", "BiasAdd"],
+        "batched": [True, True, False, False, False, True, True],
+        "kind": ["tensor"] * 4 + ["variable"] + ["tensor"] * 2,
+        "zero_gradient_expected": [False] * 6 + [True],
+    })
+    l2 = {"c/Conv2D:0": 0.3, "c/relu:0": 0.2, "c/b/read:0": 1e-11, "bn:1": 1e-12, "c/w": 1e-9, "d/MatMul:0": 0.5,
+          "c/BiasAdd:0": 1e-10}
+    rows = [(s, t, "gradient", "all", v, 0.0, 0.0, 1.0) for s in range(12) for t, v in l2.items()]
+    assert analysis.layer_outputs(cat) == {"c/Conv2D:0", "c/relu:0", "d/MatMul:0"}
+    assert analysis.gradient_alerts(stats_frame(rows), catalog=cat) == []
+    assert {a.kind for a in analysis.gradient_alerts(stats_frame(rows))} == {"vanishing_gradient", "gradient_ratio"}
+    rows += [(s, t, "gradient", "all", 1e-9 if t == "c/relu:0" else v, 0.0, 0.0, 1.0)
+             for s in range(12, 24) for t, v in l2.items()]
+    found = analysis.gradient_alerts(stats_frame(rows), catalog=cat)
+    assert [(a.kind, a.tensor) for a in found] == [("vanishing_gradient", "c/relu:0"), ("gradient_ratio", "c/relu:0")]
+
+
+def test_layer_outputs_of_an_old_catalog_use_op_types():
+    cat = pd.DataFrame({"name": ["a/Relu:0", "a/ReadVariableOp:0"], "op_type": ["Relu", "ReadVariableOp"]})
+    assert analysis.layer_outputs(cat) == {"a/Relu:0"}
+
+
+def test_update_ratios():
+    cat = pd.DataFrame({"name": ["w", "x:0"], "kind": ["variable", "tensor"]})
+    stats = pd.DataFrame({"step": [1, 1, 2, 2, 1], "tensor": ["w", "w", "w", "w", "x:0"],
+                          "kind": ["forward", "update", "forward", "update", "forward"], "group": "all",
+                          "l2": [2.0, 0.002, 4.0, 0.0, 1.0]})
+    r = analysis.update_ratios(stats, cat)
+    assert list(r.columns) == ["w"] and r["w"].tolist() == [0.001, 0.0]
+    assert analysis.update_ratios(stats[stats["kind"] == "forward"], cat).empty
+    assert analysis.update_ratios(stats, pd.DataFrame({"name": ["w"]})).empty

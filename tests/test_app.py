@@ -166,7 +166,7 @@ def test_tensor_browser(runs):
     md = unescape(" ".join(m.value for m in ok(at).markdown))
     assert "ICNN mu" in md and "shape **[8, 8, 2]**" in md
     labels = [b.proto.label for b in at.get("download_button")]
-    assert "Download .npz (forward, gradient, samples)" in labels and "Download PNG" in labels
+    assert "Download .npz (forward, gradient, update, samples)" in labels and "Download PNG" in labels
 
 
 def test_compare_two_steps_and_two_runs(runs):

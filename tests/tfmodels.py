@@ -58,3 +58,30 @@ def build_cnn() -> Model:
     v1.losses.add_loss(loss)  # the hook's default: the LOSSES collection
     train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
     return Model(x, y, loss, train, gs)
+
+
+def bn_cnn(x: tf.Tensor, y: tf.Tensor, scale: float = 1.0, dead_bias: float = 0.0,
+           weight_decay: float = 1e-3) -> tf.Tensor:
+    """x [N,8,8,1] -> (conv + bias -> batch norm -> relu) x 2 -> * scale -> fc; softmax cross
+    entropy plus L2 weight decay. The conv biases feed batch norm, so their gradients are ~0 by
+    construction. ``scale`` multiplies the last activations (1e-8: vanishing gradients below,
+    1e8: exploding); ``dead_bias`` starts the second batch norm's beta there (-100: dead ReLU)."""
+    init = v1.glorot_uniform_initializer(seed=3)
+    h = x
+    for i, c in enumerate((8, 8), start=1):
+        with v1.variable_scope(f"block{i}"):
+            w = v1.get_variable("w", [3, 3, int(h.shape[-1]), c], initializer=init)
+            b = v1.get_variable("b", [c], initializer=v1.zeros_initializer())
+            gamma = v1.get_variable("gamma", [c], initializer=v1.ones_initializer())
+            beta = v1.get_variable("beta", [c], initializer=v1.constant_initializer(dead_bias if i == 2 else 0.0))
+            z = tf.nn.bias_add(tf.nn.conv2d(h, w, 1 + (i == 2), "SAME"), b, name="conv")
+            bn, _, _ = v1.nn.fused_batch_norm(z, gamma, beta, is_training=True)
+            h = tf.nn.relu(bn, name="relu")
+    h = tf.multiply(h, scale, name="scaled")
+    flat = tf.reshape(h, [-1, 4 * 4 * 8], name="flat")
+    w3 = v1.get_variable("fc/w", [128, 2], initializer=init)
+    b3 = v1.get_variable("fc/b", [2], initializer=v1.zeros_initializer())
+    logits = tf.nn.bias_add(tf.matmul(flat, w3), b3, name="fc/logits")
+    xent = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="xent")
+    decay = weight_decay * tf.add_n([tf.nn.l2_loss(v) for v in v1.trainable_variables()])
+    return tf.add(xent, decay, name="loss")

@@ -63,7 +63,8 @@ def render(ctx: Ctx) -> None:
     ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
     found = search(cat, text, ops)
     st.caption(f"{len(found)} of {len(cat)} tensors")
-    st.dataframe(found.astype({"shape": str}), hide_index=True, width="stretch", height=260)
+    listed = [c for c in ("shape", "feeds", "reads") if c in found]  # lists: shown as text
+    st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch", height=260)
     if not need(len(found) > 0, "No tensor matches the search."):
         return
     tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor")
@@ -72,7 +73,9 @@ def render(ctx: Ctx) -> None:
                 f"static shape {plain(row['shape'])}, scope {plain(row['scope'])}, "
                 f"gradient: {'yes' if row['has_gradient'] else 'no'}, batched: {'yes' if row['batched'] else 'no'}"
                 + (f", ICNN {plain(row['icnn_role'])} of {plain(row['icnn_layer'])}"
-                   if isinstance(row["icnn_role"], str) else ""))
+                   if isinstance(row["icnn_role"], str) else "")
+                + (f", variable {plain(row['variable'])}" if isinstance(row.get("variable"), str) else "")
+                + (f", read by {plain(', '.join(row['reads']))}" if isinstance(row.get("reads"), list) else ""))
 
     if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
         return
@@ -81,7 +84,7 @@ def render(ctx: Ctx) -> None:
     if step is None:
         return
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
-    kinds = [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys]
+    kinds = [k for k in ("forward", "gradient", "update") if f"{k}/{tensor}" in keys]
     if not need(bool(kinds), f"The dump of step {step} holds no values of {plain(tensor)}."):
         return
     kind = c[1].radio("Kind", kinds, key="tb_kind", horizontal=True)
@@ -103,7 +106,7 @@ def render(ctx: Ctx) -> None:
             arrays["samples/group"] = (s["group"] == "positive").to_numpy().astype(np.int64)
         return npz_bytes(arrays)
 
-    st.download_button("Download .npz (forward, gradient, samples)", bundle,
+    st.download_button("Download .npz (forward, gradient, update, samples)", bundle,
                        file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream", key="tb_npz")
     bins = value_bins(x, scale=bins_choice("tb_bins"))
     fig = plots.histograms({kind: {"all": plots.hist_from_values(x, bins.edges)}}, density=False,

@@ -146,6 +146,17 @@ def samples(path: str, sig: Sig, step: int) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
+def update_ratios(path: str, sig: Sig) -> pd.DataFrame:
+    """Update / weight L2 ratio per variable record (columns) and statistics step (index)."""
+    run = get_run(path, sig)
+    variables = list(run.variables.index)
+    if not variables:
+        return pd.DataFrame()
+    stats = run.query_stats(tensors=variables, kinds=["forward", "update"], groups=["all"], columns=["l2"])
+    return analysis.update_ratios(stats, run.tensors)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
 def dump_keys(path: str, sig: Sig, step: int) -> list[str]:
     return get_run(path, sig).dump_keys(step)
 

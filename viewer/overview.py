@@ -74,7 +74,9 @@ def render(ctx: Ctx) -> None:
     c = st.columns([3, 1, 1, 1])
     default = next((i for i, n in enumerate(names) if "Relu" in n), 0)
     tensor = c[0].selectbox("Tensor", names, index=default, key="ov_tensor")
-    kinds = ["forward"] + (["gradient"] if bool(run.tensors.loc[tensor, "has_gradient"]) else [])
+    row = run.tensors.loc[tensor]
+    kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
+        ["update"] if bool(row["has_update"]) else [])
     kind = c[1].radio("Kind", kinds, key="ov_kind", horizontal=True)
     stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
@@ -89,6 +91,7 @@ def render(ctx: Ctx) -> None:
                + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")
+    update_ratio_block(ctx, pattern)
 
 
 def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:
@@ -105,3 +108,19 @@ def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:
                 scale=alt.Scale(type="log") if logy else alt.Scale(zero=False)),
         color=alt.Color("group:N", scale=alt.Scale(domain=list(df.columns), range=colors), sort=list(df.columns)),
         tooltip=["step:Q", "group:N", "value:Q"])
+
+
+def update_ratio_block(ctx: Ctx, pattern: str) -> None:
+    """|update| / |weights| per variable over steps, log axis (runs with variable records only)."""
+    ratios = data.update_ratios(ctx.path, ctx.sig)
+    if ratios.empty:
+        return
+    st.subheader("Update / weight ratio per variable")
+    shown = ratios[filter_tensors(list(ratios.columns), pattern) or list(ratios.columns)]
+    long = shown.rename_axis("step").reset_index().melt("step", var_name="variable", value_name="ratio").dropna()
+    chart = alt.Chart(long[long["ratio"] > 0]).mark_line().encode(
+        x=alt.X("step:Q"), y=alt.Y("ratio:Q", title="L2 update / L2 weights (log scale)", scale=alt.Scale(type="log")),
+        color=alt.Color("variable:N", legend=alt.Legend(title="variable")), tooltip=["step:Q", "variable:N", "ratio:Q"])
+    st.altair_chart(chart, width="stretch")
+    st.caption("L2 of the step's update over L2 of the variable before it (around 1e-3 is typical for SGD); "
+               "the tensor filter above applies")
