@@ -31,11 +31,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import safetensors_io
+from . import safe_files, safetensors_io
+from .dump_schema import check_samples
 from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunError, UnknownTensorError,
                      nearest, suggest)
 from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE,
                      STALE_HEARTBEATS, STATS_RE, graph_name, safe_join)
+from .manifest_schema import load_manifest
+from .stats_schema import check_stats_table
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role")
@@ -57,9 +60,10 @@ def find_runs(path: str | Path) -> list[Path]:
     return sorted(c for c in p.iterdir() if c.is_dir() and is_run(c))
 
 
-def open_run(path: str | Path) -> "Run":
-    """Open the run at ``path`` (reads its manifests only)."""
-    return Run(path)
+def open_run(path: str | Path, verify: bool = True) -> "Run":
+    """Open the run at ``path`` (reads its manifests only). ``verify=False`` skips the
+    checksums of dumped arrays and statistics pages (faster; see FORMAT.md)."""
+    return Run(path, verify=verify)
 
 
 def worker_status(manifest: dict, now: float | None = None) -> str:
@@ -96,20 +100,10 @@ def _alive(pid: int) -> bool:
 
 def _aliases(path: Path, header: dict) -> dict[str, str]:
     """{alias key: stored key} from a dump header's metadata; DamagedFileError if they dangle."""
-    raw = header.get("__metadata__", {}).get(ALIASES_KEY)
-    if not raw:
-        return {}
     try:
-        aliases = json.loads(raw)
-        ok = isinstance(aliases, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and v in header and v != "__metadata__"
-            for k, v in aliases.items())
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DamagedFileError(f"damaged dump file {path}: its {ALIASES_KEY!r} metadata does not name arrays "
-                               f"of the file")
-    return aliases
+        return safetensors_io.aliases(header)  # checked by read_header already
+    except ValueError as e:
+        raise DamagedFileError(f"damaged dump file {path}: {e}") from None
 
 @dataclass(frozen=True)
 class DumpFile:
@@ -121,8 +115,10 @@ class DumpFile:
 class Run:
     """A run directory, read lazily. See the module docstring for an example."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, verify: bool = True) -> None:
         self.path = Path(path)
+        self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
+        self._verified: set | None = set() if verify else None
         if not self.path.is_dir():
             raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
                                f"(it holds manifest.<worker>.json files)")
@@ -146,18 +142,11 @@ class Run:
         out: dict[str, dict] = {}
         for name in names:
             worker = MANIFEST_RE.match(name).group(1)
-            try:
-                m = json.loads((self.path / name).read_text())
-                if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
-                    raise ValueError(f"not a {FORMAT_NAME} manifest")
-            except (OSError, ValueError) as e:
-                self.problems.append(f"damaged manifest {self.path / name}: {e}")
+            try:  # DamagedFileError skips this worker; FormatVersionError stops
+                m = load_manifest(self.path / name, self.path)
+            except DamagedFileError as e:
+                self.problems.append(str(e))
                 continue
-            version = m.get("format_version")
-            if not isinstance(version, int) or version > FORMAT_VERSION:
-                raise FormatVersionError(
-                    f"{self.path / name} has format version {version!r}, newer than this reader "
-                    f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
             out[worker] = m
         if not out:
             raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
@@ -165,7 +154,7 @@ class Run:
 
     def refresh(self) -> "Run":
         """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
-        self.__init__(self.path)
+        self.__init__(self.path, self.verify)
         for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
             self.__dict__.pop(attr, None)
         return self
@@ -220,7 +209,7 @@ class Run:
 
     def graph_def_bytes(self, worker: str | None = None) -> bytes:
         """The serialized GraphDef (parse with tf.compat.v1.GraphDef.FromString)."""
-        return (self.path / graph_name(worker or next(iter(self.manifests)))).read_bytes()
+        return safe_files.read_bytes(self.path / graph_name(worker or next(iter(self.manifests))), self.path)
 
     # ---- statistics ----------------------------------------------------------------------
     @cached_property
@@ -232,9 +221,11 @@ class Run:
         tables = []
         for p in self._stats_files:
             try:
-                tables.append(pq.read_table(p, columns=columns, filters=filters))
-            except (OSError, pa.ArrowException) as e:
-                msg = f"damaged statistics file {p}: {e}"
+                safe_files.check_regular(p, self.path)
+                tables.append(check_stats_table(pq.read_table(p, columns=columns, filters=filters,
+                                                              page_checksum_verification=self.verify), p))
+            except (OSError, pa.ArrowException, DamagedFileError) as e:
+                msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {p}: {e}"
                 if msg not in self.problems:
                     self.problems.append(msg)
         if not tables:
@@ -329,7 +320,7 @@ class Run:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
         if path not in self._headers:
             try:
-                header, start = safetensors_io.read_header(path)
+                header, start = safetensors_io.read_header(path, self.path)
                 self._alias_maps[path] = _aliases(path, header)
                 self._headers[path] = header, start
             except DamagedFileError as e:
@@ -355,7 +346,12 @@ class Run:
         key = self._aliases(f.path).get(key, key)
         if key not in header or key == "__metadata__":
             raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
-        return safetensors_io.load(f.path, key, header, start)
+        try:
+            return safetensors_io.load(f.path, key, header, start, root=self.path, verified=self._verified)
+        except DamagedFileError as e:
+            if str(e) not in self.problems:
+                self.problems.append(str(e))
+            raise
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None) -> np.ndarray:
         """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
@@ -375,11 +371,12 @@ class Run:
     def samples(self, step: int, worker: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row."""
         keys = self.dump_keys(step, worker)
+        arrays = {col: np.asarray(self.dump_array(step, f"samples/{col}", worker))
+                  for col in ("index", "label", "group") if f"samples/{col}" in keys}
+        check_samples(self._dump(step, worker).path, *(arrays.get(c) for c in ("index", "group", "label")))
         cols = {}
-        for col in ("index", "label", "group"):
-            if f"samples/{col}" in keys:
-                arr = np.asarray(self.dump_array(step, f"samples/{col}", worker))
-                cols[col] = list(arr) if arr.ndim > 1 else arr
+        for col, arr in arrays.items():
+            cols[col] = list(arr) if arr.ndim > 1 else arr
         df = pd.DataFrame(cols)
         if "group" in df:
             df["group"] = np.where(df["group"].astype(int) == 1, "positive", "negative")
