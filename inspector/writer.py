@@ -304,7 +304,7 @@ class RunWriter:
         self._stats_buffer = []
         self._seq += 1
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table, sink, compression="zstd", write_page_checksum=True)  # the reader verifies them
         size = atomic_write(self.run_dir / stats_name(self.worker, self._seq), [sink.getvalue().to_pybytes()],
                             fsync=self.fsync)
         with self._lock:
