@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from .errors import DamagedFileError
-from .format import STAT_COLUMNS
+from .format import GROUPS, KINDS, STAT_COLUMNS
 
 _INT = ("count", "nan", "inf")
 #: Each column the writer writes (``writer.RunWriter._stats_batch``) and a test of its type.
@@ -30,6 +30,8 @@ COLUMNS = {
 }
 #: Columns every part must have.
 REQUIRED = ("step", "tensor", "kind", "group")
+#: The values ``kind`` and ``group`` may hold (checked on their dictionaries: cheap).
+VALUES = {"kind": KINDS, "group": GROUPS}
 
 
 def check_stats_schema(schema: pa.Schema, path: Path) -> None:
@@ -49,6 +51,21 @@ def check_stats_schema(schema: pa.Schema, path: Path) -> None:
 
 
 def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
-    """``table`` (read from ``path``) if its schema passes :func:`check_stats_schema`."""
-    check_stats_schema(table.schema, path)
-    return table
+    """``table`` (read from ``path``) without its schema metadata (a damaged ``pandas`` entry
+    would break ``to_pandas``), if its schema passes :func:`check_stats_schema`, its data is
+    valid (``Table.validate(full=True)``: with ``verify=False`` a damaged page can decode to
+    dictionary indices out of range) and ``kind`` and ``group`` hold only the values of VALUES
+    (so swapped columns are caught)."""
+    try:
+        check_stats_schema(table.schema, path)
+        table.validate(full=True)  # dictionary indices in range, valid UTF-8, list sizes
+        for name in REQUIRED[1:]:
+            for chunk in table.column(name).chunks:
+                allowed = VALUES.get(name)
+                bad = set(chunk.dictionary.to_pylist()) - set(allowed) if allowed else set()
+                if bad:
+                    raise DamagedFileError(f"damaged statistics file {path}: column {name!r} holds "
+                                           f"{sorted(map(str, bad))[:3]}, not one of {allowed}")
+    except (ValueError, pa.ArrowException) as e:  # invalid UTF-8 in names or values
+        raise DamagedFileError(f"damaged statistics file {path}: {type(e).__name__}: {e}") from None
+    return table.replace_schema_metadata(None)
