@@ -23,6 +23,8 @@ from .safe_files import read_bytes
 #: is about 4 MB; every dropped dump adds about 100 bytes).
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
+#: The values of ``status`` (FORMAT.md).
+STATUSES = ("running", "finished", "failed")
 _NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
           list: "a list", type(None): "null"}
 
@@ -70,6 +72,19 @@ def _scalar(*types: type) -> Callable[[Any, str], None]:
     return lambda value, where: _want(value, types, where)
 
 
+def _pid(value: Any, where: str) -> None:
+    """A process id (os.kill raises OverflowError, not OSError, on one beyond C int), or null."""
+    _want(value, (int, type(None)), where)
+    if value is not None and not 0 < value < 2 ** 31:
+        raise TypeError(f"field {where} must be a process id (1 to 2**31 - 1), not {_short(value)}")
+
+
+def _status(value: Any, where: str) -> None:
+    _want(value, (str,), where)
+    if value not in STATUSES:
+        raise TypeError(f"field {where} must be one of {', '.join(STATUSES)}, not {_short(value)}")
+
+
 def _shape(value: Any, where: str) -> None:
     _want(value, (list, type(None)), where)
     for i, dim in enumerate(value or []):
@@ -90,8 +105,8 @@ def _tensor(value: Any, where: str) -> None:
 
 #: The fields the reader uses, each with its check. Other fields are not checked.
 FIELDS: dict[str, Callable[[Any, str], None]] = {
-    "worker": _scalar(str), "is_chief": _scalar(bool), "status": _scalar(str), "host": _scalar(str, type(None)),
-    "pid": _scalar(int, type(None)), "heartbeat_secs": _scalar(float, type(None)), "created": _scalar(str),
+    "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status, "host": _scalar(str, type(None)),
+    "pid": _pid, "heartbeat_secs": _scalar(float, type(None)), "created": _scalar(str),
     "updated": _scalar(str), "loss": _scalar(str, type(None)), "labels": _scalar(str, type(None)),
     "config": _scalar(dict), "tensors": _list_of(_tensor), "skipped": _list_of(_scalar(str)),
     "first_nonfinite": lambda v, w: None if v is None else _object(
