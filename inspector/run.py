@@ -1,8 +1,9 @@
 """The lazy reader of a run directory.
 
 Opening a run reads the manifests only; statistics load on first use; a dumped tensor is
-memory-mapped from its safetensors file. Damaged files are named in ``run.problems`` and
-skipped; the rest of the run stays readable.
+read from its safetensors file when asked for (memory-mapped beyond 64 MiB), its CRC32
+checked once. Damaged files are named in ``run.problems`` and skipped; the rest of the run
+stays readable.
 
 Example::
 
@@ -11,7 +12,7 @@ Example::
     run.tensors                                     # catalog (DataFrame)
     run.stats                                       # statistics (DataFrame)
     run.steps                                       # steps with full dumps
-    g = run.tensor("conv2/Relu:0", step=200, kind="gradient")   # numpy (memory-mapped)
+    g = run.tensor("conv2/Relu:0", step=200, kind="gradient")   # numpy
 """
 from __future__ import annotations
 
@@ -340,7 +341,8 @@ class Run:
         return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
 
     def dump_array(self, step: int, key: str, worker: str | None = None) -> np.ndarray:
-        """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
+        """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), read into memory
+        (memory-mapped beyond 64 MiB, see FORMAT.md)."""
         f = self._dump(step, worker)
         header, start = self._header(f.path)
         key = self._aliases(f.path).get(key, key)
@@ -354,7 +356,7 @@ class Run:
             raise
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None) -> np.ndarray:
-        """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
+        """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (numpy).
 
         For a batched tensor only the samples kept by the sample budget are there; see
         :meth:`samples` for which ones."""
