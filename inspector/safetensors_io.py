@@ -1,4 +1,4 @@
-"""Minimal safetensors writer and memory-mapping reader.
+"""Minimal safetensors writer and defensive reader.
 
 The file layout is the public safetensors format: 8 bytes little-endian header length,
 a JSON header ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``
