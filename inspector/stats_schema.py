@@ -6,16 +6,20 @@ Columns the writer does not write are allowed (newer writers may add some).
 
 Example::
 
-    check_stats_table(pq.read_table(path), path)
+    check_stats_file(path, root)                    # regular file inside the run, full schema
+    table = check_stats_table(pq.read_table(path), path)
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .errors import DamagedFileError
 from .format import GROUPS, KINDS, STAT_COLUMNS
+from .safe_files import check_regular
 
 _INT = ("count", "nan", "inf")
 #: Each column the writer writes (``writer.RunWriter._stats_batch``) and a test of its type.
@@ -34,13 +38,15 @@ REQUIRED = ("step", "tensor", "kind", "group")
 VALUES = {"kind": KINDS, "group": GROUPS}
 
 
-def check_stats_schema(schema: pa.Schema, path: Path) -> None:
+def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | None = None) -> None:
     """DamagedFileError naming ``path`` unless ``schema`` has the REQUIRED columns and every
-    known column (COLUMNS) has the writer's type."""
-    missing = [c for c in REQUIRED if c not in schema.names]
+    known column (COLUMNS) has the writer's type. ``columns``: the columns read (None: all,
+    so every column of COLUMNS must be there: a damaged name would else read as missing)."""
+    wanted = COLUMNS if columns is None else [c for c in columns if c in COLUMNS]
+    missing = [c for c in dict.fromkeys([*REQUIRED, *wanted]) if c not in schema.names]
     if missing:
-        raise DamagedFileError(f"damaged statistics file {path}: not a statistics part (no column "
-                               f"{', '.join(missing)}; has {', '.join(schema.names[:8]) or 'none'})")
+        raise DamagedFileError(f"damaged statistics file {path}: no column {', '.join(missing)} "
+                               f"(has {', '.join(schema.names[:8]) or 'none'}{', ...' * (len(schema) > 8)})")
     if len(set(schema.names)) != len(schema.names):
         raise DamagedFileError(f"damaged statistics file {path}: a column name appears twice")
     for field in schema:
@@ -50,6 +56,29 @@ def check_stats_schema(schema: pa.Schema, path: Path) -> None:
                                    f"{field.type}, not the type the writer writes (see FORMAT.md)")
 
 
+_checked: dict[tuple, str | None] = {}  # (path, inode, size, mtime) -> error message or None
+
+
+def check_stats_file(path: Path, root: Path | None = None) -> None:
+    """DamagedFileError unless ``path`` is a regular file (inside ``root``) whose full schema
+    (read from its footer) passes :func:`check_stats_schema` with every column of COLUMNS, so
+    a part is skipped or not whatever columns a query reads. Cached per file version."""
+    st = check_regular(path, root)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _checked:
+        if len(_checked) > 4096:
+            _checked.clear()
+        try:
+            check_stats_schema(pq.read_schema(path), path)
+            _checked[key] = None
+        except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
+            _checked[key] = f"damaged statistics file {path}: {type(e).__name__}: {e}"
+        except DamagedFileError as e:
+            _checked[key] = str(e)
+    if _checked[key] is not None:
+        raise DamagedFileError(_checked[key])
+
+
 def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
     """``table`` (read from ``path``) without its schema metadata (a damaged ``pandas`` entry
     would break ``to_pandas``), if its schema passes :func:`check_stats_schema`, its data is
@@ -57,7 +86,7 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
     dictionary indices out of range) and ``kind`` and ``group`` hold only the values of VALUES
     (so swapped columns are caught)."""
     try:
-        check_stats_schema(table.schema, path)
+        check_stats_schema(table.schema, path, table.schema.names)
         table.validate(full=True)  # dictionary indices in range, valid UTF-8, list sizes
         for name in REQUIRED[1:]:
             for chunk in table.column(name).chunks:

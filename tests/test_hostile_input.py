@@ -347,6 +347,19 @@ def test_foreign_stats_part_is_skipped_and_listed(tmp_path, table):
     assert any("000099" in p for p in run.problems)
 
 
+def test_stats_part_with_a_renamed_column_is_skipped(tmp_path):
+    """Found by the fuzz test: a flipped byte in a column name read as an extra column and
+    a missing one (NaN), without a problem listed."""
+    run_dir = write_run(tmp_path / "r")
+    t = pq.read_table(run_dir / stats_name("chief", 1))
+    pq.write_table(t.rename_columns(["zero_fragtion" if c == "zero_fraction" else c for c in t.column_names]),
+                   run_dir / stats_name("chief", 99))
+    run = inspector.open_run(run_dir)
+    assert len(run.stats) == 6 and "zero_fragtion" not in run.stats and not run.stats.zero_fraction.isna().any()
+    assert any("000099" in p and "zero_fraction" in p for p in run.problems)
+    assert len(run.query_stats(["a:0"], columns=["mean"])) == 6  # a projection without that column
+
+
 # ---- 7. samples ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("arrays, match", [
     ({"samples/group": np.array([1, 2], np.int32)}, "0 .negative. and 1"),
