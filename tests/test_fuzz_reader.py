@@ -419,5 +419,5 @@ if __name__ == "__main__":
             res = run_fuzz(Path(d), *(int(a) for a in sys.argv[1:3]))
             print(tallies(res))
             for r in res:
-                if r["verdict"] == "bad":
-                    print(f"#{r['i']} {r['file']} {r['what']}: {r['detail']}")
+                if r["verdict"] in ("bad", "tolerated"):
+                    print(f"{r['verdict']} #{r['i']} {r['file']} {r['what']}: {r['detail']}")
