@@ -39,7 +39,7 @@ from .errors import (DamagedFileError, FormatVersionError, NoDumpError, NotARunE
 from .format import (ALIASES_KEY, DUMP_RE, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MANIFEST_RE,
                      STALE_HEARTBEATS, STATS_RE, graph_name, safe_join)
 from .manifest_schema import load_manifest
-from .stats_schema import check_stats_file, check_stats_table
+from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role")
@@ -223,8 +223,7 @@ class Run:
         for p in self._stats_files:
             try:
                 check_stats_file(p, self.path)  # a regular file inside the run, with the writer's schema
-                tables.append(check_stats_table(pq.read_table(p, columns=columns, filters=filters,
-                                                              page_checksum_verification=self.verify), p))
+                tables.append(read_part(p, columns, filters, self.verify))
             except (OSError, pa.ArrowException, DamagedFileError) as e:
                 msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {p}: {e}"
                 if msg not in self.problems:

@@ -360,6 +360,23 @@ def test_stats_part_with_a_renamed_column_is_skipped(tmp_path):
     assert len(run.query_stats(["a:0"], columns=["mean"])) == 6  # a projection without that column
 
 
+def test_stats_part_whose_footer_disagrees_with_its_schema_does_not_abort(tmp_path):
+    """Found by the fuzz test (seed 5, #601): one flipped footer byte makes a column chunk's
+    type INT64 where the schema says BYTE_ARRAY; pyarrow 24 then aborts the process (SIGABRT,
+    an uncaught C++ exception) when a filtered read looks at that chunk's statistics."""
+    run_dir = write_run(tmp_path / "r")
+    (run_dir / stats_name("chief", 99)).write_bytes((ROOT / "tests/data/stats_footer_type_mismatch.parquet").read_bytes())
+    out = run_child(f"""
+        import inspector
+        run = inspector.open_run({str(run_dir)!r})
+        assert len(run.query_stats(["a:0"], steps=(2, 5), kinds=["gradient"], columns=["mean"])) == 2
+        assert len(run.stats) == 6
+        print(run.problems)
+    """)
+    assert out.returncode == 0, f"rc {out.returncode} (-6: aborted)\n{out.stderr[-2000:]}"
+    assert "000099" in out.stdout and "BYTE_ARRAY" in out.stdout
+
+
 # ---- 7. samples ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("arrays, match", [
     ({"samples/group": np.array([1, 2], np.int32)}, "0 .negative. and 1"),
