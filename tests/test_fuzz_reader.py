@@ -349,6 +349,7 @@ def child(run_dir: Path, start: int, stop: int, seed: int) -> list[dict]:
         original = (run_dir / rel).read_bytes()
         what, forged = mutate(run_dir, outside, rel, rng)
         row = {"i": i, "file": rel, "kind": kind_of(rel), "what": what}
+        print(f"mutation {i}: {rel} {what}", file=sys.stderr, flush=True)  # names the culprit of a crash
         signal.alarm(TIME_LIMIT_S)
         try:
             row["verdict"], row["detail"] = judge(truth, read_all(run_dir, steps, keys), rel, forged)
