@@ -25,7 +25,8 @@ _INT = ("count", "nan", "inf")
 #: Each column the writer writes (``writer.RunWriter._stats_batch``) and a test of its type.
 COLUMNS = {
     "step": pa.types.is_int64,
-    **{c: (lambda t: pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))
+    **{c: (lambda t: pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
+           and pa.types.is_int32(t.index_type) and not t.ordered)  # as dictionary_encode() makes
        for c in ("tensor", "kind", "group")},
     **{c: (pa.types.is_int64 if c in _INT else pa.types.is_float64) for c in STAT_COLUMNS},
     "hist_lo": pa.types.is_float64,

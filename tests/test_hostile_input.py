@@ -360,6 +360,19 @@ def test_stats_part_with_a_renamed_column_is_skipped(tmp_path):
     assert len(run.query_stats(["a:0"], columns=["mean"])) == 6  # a projection without that column
 
 
+def test_stats_part_with_an_ordered_dictionary_is_skipped(tmp_path):
+    """Found by the fuzz test (seed 5, #744): a flipped bit made ``kind`` an ordered
+    dictionary, and concatenating the parts raised ArrowTypeError for all of run.stats."""
+    run_dir = write_run(tmp_path / "r")
+    t = pq.read_table(run_dir / stats_name("chief", 1))
+    kind = t.column("kind").combine_chunks()
+    t = t.set_column(t.schema.get_field_index("kind"), "kind",
+                     pa.DictionaryArray.from_arrays(kind.indices, kind.dictionary, ordered=True))
+    pq.write_table(t, run_dir / stats_name("chief", 99))
+    run = inspector.open_run(run_dir)
+    assert len(run.stats) == 6 and any("000099" in p and "'kind'" in p for p in run.problems)
+
+
 def test_stats_part_whose_footer_disagrees_with_its_schema_does_not_abort(tmp_path):
     """Found by the fuzz test (seed 5, #601): one flipped footer byte makes a column chunk's
     type INT64 where the schema says BYTE_ARRAY; pyarrow 24 then aborts the process (SIGABRT,
