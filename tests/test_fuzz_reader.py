@@ -268,10 +268,14 @@ def mutate(run_dir: Path, outside: Path, rel: str, rng: random.Random) -> tuple[
         if kind == "dump":
             header, rest = _header_split(data)
             what = _edit_header(header, rng)
-            forged = rng.random() < 0.5 and isinstance(header.get("__metadata__"), dict)
+            meta = header.get("__metadata__")
+            forged = rng.random() < 0.5 and isinstance(meta, dict)
             if forged:
-                header["__metadata__"].pop("header_crc32", None)
+                meta.pop("header_crc32", None)
                 what += ":crc-stripped"
+            elif isinstance(meta, dict) and "header_crc32" not in meta:
+                forged = True  # the edit replaced the metadata: checksums gone, like an older file
+                what += ":crc-gone"
             path.write_bytes(_header_join(header, rest))
             return what, forged
         if kind == "manifest":
