@@ -49,6 +49,10 @@ HEADER_CRC_KEY = "header_crc32"
 #: Arrays up to this many bytes are read into memory (a copy); larger ones are memory-mapped.
 READ_MAX = 64 * 1024 * 1024
 _CRC_MAX = 0xFFFFFFFF
+#: The ``__metadata__`` keys this project writes. An unknown key of the same length as one of
+#: them, differing in at most 2 characters, is taken for a damaged one (a flipped byte in
+#: ``header_crc32`` would otherwise turn the checksum off).
+KNOWN_METADATA = ("step", "worker", "format_version", ALIASES_KEY, CRC_KEY, HEADER_CRC_KEY)
 
 
 def _entries(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None) -> dict:
@@ -235,6 +239,7 @@ def check_header(header: dict, data_len: int) -> None:
     meta = header.get("__metadata__", {})
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise ValueError("__metadata__ is not an object of strings")
+    _check_metadata_keys(meta)
     spans = sorted((_check_entry(k, v), k) for k, v in header.items() if k != "__metadata__")
     pos = 0
     for (begin, end), name in spans:
@@ -248,6 +253,17 @@ def check_header(header: dict, data_len: int) -> None:
     crcs(header)
     if HEADER_CRC_KEY in meta and meta[HEADER_CRC_KEY] != str(header_crc(header)):
         raise ValueError(f"the header does not match its checksum {HEADER_CRC_KEY} (corrupted)")
+
+
+def _check_metadata_keys(meta: dict) -> None:
+    """ValueError if a metadata key looks like a damaged known one, or only one of the two
+    checksum keys is there (the writer writes both)."""
+    for key in meta:
+        for known in KNOWN_METADATA:
+            if key != known and len(key) == len(known) and sum(a != b for a, b in zip(key, known)) <= 2:
+                raise ValueError(f"metadata key {key!r} looks like a damaged {known!r}")
+    if (CRC_KEY in meta) != (HEADER_CRC_KEY in meta):
+        raise ValueError(f"the metadata holds only one of {CRC_KEY!r} and {HEADER_CRC_KEY!r}")
 
 
 def _stored(header: dict) -> set[str]:

@@ -135,6 +135,8 @@ BAD_HEADERS = {
     "alias target not a string": ({"__metadata__": {"aliases": '{"x": 1}'}, "t": _entry()}, b"\0" * 8),
     "crc of a key not stored": ({"__metadata__": {"crc32": '{"x": 1}'}, "t": _entry()}, b"\0" * 8),
     "crc not a 32-bit int": ({"__metadata__": {"crc32": '{"t": 4294967296}'}, "t": _entry()}, b"\0" * 8),
+    "crc without header crc": ({"__metadata__": {"crc32": '{"t": 0}'}, "t": _entry()}, b"\0" * 8),
+    "damaged metadata key": ({"__metadata__": {"aliises": "{}"}, "t": _entry()}, b"\0" * 8),
 }
 
 
@@ -207,6 +209,17 @@ def test_a_flipped_dtype_is_caught_by_the_header_checksum(tmp_path):
     path.write_bytes(path.read_bytes().replace(b'"dtype":"F32"', b'"dtype":"I32"', 1))
     with pytest.raises(inspector.DamagedFileError, match="header_crc32"):
         inspector.open_run(run_dir).tensor("a:0", 2)
+
+
+def test_two_flips_that_turn_the_checksum_off_are_caught(tmp_path):
+    """Found by the fuzz test (seed 77, #256): one flip in the key 'header_crc32', one in
+    'aliases', and the file read as one without checksums or aliases."""
+    run_dir = write_run(tmp_path / "r")
+    safetensors_io.write(run_dir / dump_name("chief", 4), {"forward/a:0": A}, {"aliases": '{"forward/b:0": "forward/a:0"}'})
+    path = run_dir / dump_name("chief", 4)
+    path.write_bytes(path.read_bytes().replace(b'"aliases"', b'"aliises"').replace(b'"header_crc32"', b'"headeb_crc32"'))
+    with pytest.raises(inspector.DamagedFileError, match="looks like a damaged"):
+        inspector.open_run(run_dir).dump_keys(4)
 
 
 def test_files_without_checksums_read_as_before(tmp_path):
