@@ -83,8 +83,8 @@ def check_stats_file(path: Path, root: Path | None = None) -> None:
 def read_part(path: Path, columns: Sequence[str] | None, filters: Any, verify: bool) -> pa.Table:
     """The statistics part at ``path``: ``columns`` (None: all), rows matching ``filters``
     (``pq.read_table``'s form), checked by :func:`check_stats_table`; ``verify``: check the
-    Parquet page checksums. Filters apply after reading, in Arrow (as fast here: one row group
-    per part), and no row group's metadata is looked at: pyarrow 24 aborts the process (an
+    Parquet page checksums. Filters apply after reading, in Arrow (as fast: 100-130 ms for one
+    tensor of 1,774,000 rows either way), and no row group's metadata is looked at: pyarrow 24 aborts the process (an
     uncaught C++ exception) on some damaged footers when filtering by row-group statistics
     or listing column chunks (``FileMetaData.row_group(i).column(j)``), where reading the
     data raises a Python exception or reads correctly."""
