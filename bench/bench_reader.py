@@ -15,6 +15,11 @@ wrote the run): open time, first ``query_stats`` of one tensor over all steps, t
 statistics table, a dumped tensor read into memory, and peak RSS (``ru_maxrss``) while reading
 one 16 MiB tensor from every dump file of a small and of a large run. If the reader holds on
 to what it read, peak RSS grows with the run; it should not.
+
+Checksums (FORMAT.md): the CRC32s the writer adds to a 60 MB dump (timed on their own, as the
+dump thread computes them), and one 16 MiB tensor of that dump read into memory in a fresh
+process with ``open_run(verify=True)`` (the default: the CRC32 is checked on first read) and
+``verify=False``.
 """
 from __future__ import annotations
 
@@ -71,6 +76,15 @@ def _child_dump(path: str) -> dict:
     return {"read_ms": 1e3 * statistics.median(times), "first_ms": 1e3 * times[0], "shape": list(a.shape)}
 
 
+def _child_verify(path: str, verify: bool) -> dict:
+    import inspector
+    run = inspector.open_run(path, verify=verify)
+    run.dump_keys(run.steps[0])  # the header: not what is timed
+    t = time.perf_counter()
+    a = np.array(run.dump_array(run.steps[0], "forward/small:0"))
+    return {"read_ms": 1e3 * (time.perf_counter() - t), "mib": a.nbytes / 2 ** 20}
+
+
 def _child_mem(path: str) -> dict:
     import inspector
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -82,7 +96,8 @@ def _child_mem(path: str) -> dict:
     return {"base_kib": base, "peak_kib": peak, "files": len(run.steps), "checksum": total}
 
 
-CHILDREN = {"stats": _child_stats, "dump": _child_dump, "mem": _child_mem}
+CHILDREN = {"stats": _child_stats, "dump": _child_dump, "mem": _child_mem,
+            "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
 
 
 def child(kind: str, path: Path) -> dict:
@@ -116,6 +131,26 @@ def sparse_run(path: Path, files: int) -> int:
     return size * files
 
 
+def crc_run(path: Path) -> float:
+    """A run with one 60 MB dump (11 x 4 MiB + one 16 MiB float32 tensor, random values).
+    Returns the seconds its CRC32s took (``Encoded.final_header``, on the dump thread)."""
+    from inspector import safetensors_io
+    from inspector.format import dump_name
+    from inspector.writer import RunWriter
+    rng = np.random.default_rng(0)
+    arrays = {f"forward/big{i}:0": rng.random((1024, 1024), np.float32) for i in range(11)}
+    arrays["forward/small:0"] = rng.random((TENSOR_MB, 1024, 256), np.float32)
+    RunWriter(path, manifest={"tensors": []}).close()
+    enc = safetensors_io.Encoded(arrays, {"step": "1"})
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        enc.final_header()
+        times.append(time.perf_counter() - t)
+    enc.write(path / dump_name("chief", 1), fsync=False)
+    return statistics.median(times)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=1000)
@@ -145,9 +180,12 @@ def main(argv: list[str] | None = None) -> None:
             bar.update()
             big_bytes = sparse_run(root / "mem-big", args.big_files)
             bar.update()
+            crc_s = crc_run(root / "crc")
         reps = [child("stats", stats_run) for _ in tqdm(range(args.reps), desc="stats queries", file=sys.stderr)]
         dumps = [child("dump", dump_run) for _ in range(args.reps)]
         mem = {k: child("mem", root / k) for k in tqdm(("mem-small", "mem-big"), desc="memory", file=sys.stderr)}
+        verify = {k: statistics.median(child(k, root / "crc")["read_ms"] for _ in range(max(args.reps, 3)))
+                  for k in ("verify", "noverify")}
         med = {k: statistics.median(r[k] for r in reps) for k in ("import", "open", "first_query", "all_stats")}
         rows = [
             [f"open run ({args.steps} steps x {args.tensors} tensors, {reps[0]['rows']:,} stats rows)",
@@ -159,6 +197,10 @@ def main(argv: list[str] | None = None) -> None:
             [f"one dumped tensor {dumps[0]['shape']} into memory (median)",
              f"{statistics.median(d['read_ms'] for d in dumps):.2f} ms", "< 20 ms"],
             ["  first read of a process (header parse)", f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
+            [f"CRC32s of a {human_bytes(11 * 2 ** 22 + TENSOR_MB * 2 ** 20)} dump (writer's dump thread)",
+             f"{1e3 * crc_s:.1f} ms", ""],
+            [f"one {TENSOR_MB} MiB tensor of it into memory, verify=True (CRC32 checked)", f"{verify['verify']:.2f} ms", ""],
+            ["  the same, verify=False", f"{verify['noverify']:.2f} ms", ""],
         ]
         mrows = [[k, mem[k]["files"], human_bytes(b), human_bytes(1024 * mem[k]["base_kib"]),
                   human_bytes(1024 * mem[k]["peak_kib"])]

@@ -18,7 +18,6 @@ import functools
 import json
 import logging
 import os
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from .errors import DamagedFileError, InspectorError, NotARunError
+from .errors import InspectorError, NotARunError
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
 

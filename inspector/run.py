@@ -1,8 +1,9 @@
 """The lazy reader of a run directory.
 
 Opening a run reads the manifests only; statistics load on first use; a dumped tensor is
-memory-mapped from its safetensors file. Damaged files are named in ``run.problems`` and
-skipped; the rest of the run stays readable.
+read from its safetensors file when asked for (memory-mapped beyond 64 MiB), its CRC32
+checked once. Damaged files are named in ``run.problems`` and skipped; the rest of the run
+stays readable.
 
 Example::
 
@@ -11,14 +12,11 @@ Example::
     run.tensors                                     # catalog (DataFrame)
     run.stats                                       # statistics (DataFrame)
     run.steps                                       # steps with full dumps
-    g = run.tensor("conv2/Relu:0", step=200, kind="gradient")   # numpy (memory-mapped)
+    g = run.tensor("conv2/Relu:0", step=200, kind="gradient")   # numpy
 """
 from __future__ import annotations
 
 import copy
-import json
-import os
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,14 +26,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from . import safetensors_io
-from .errors import (DamagedFileError, FormatVersionError, InspectorError, NoDumpError, NotARunError,
-                     UnknownTensorError, nearest, suggest)
-from .format import (ALIASES_KEY, FORMAT_NAME, FORMAT_VERSION, GROUPS, KINDS, MODES, graph_name, is_temporary,
-                     parse_dump_name, parse_manifest_name, parse_stats_name, safe_join)
+from . import safe_files, safetensors_io
+from .dump_schema import check_samples
+from .errors import DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownTensorError, nearest, suggest
+from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
+                     parse_stats_name, safe_join)
 from .liveness import writer_state
+from .manifest_schema import load_manifest
+from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
@@ -60,9 +59,10 @@ def find_runs(path: str | Path) -> list[Path]:
     return sorted(c for c in p.iterdir() if c.is_dir() and is_run(c))
 
 
-def open_run(path: str | Path) -> "Run":
-    """Open the run at ``path`` (reads its manifests only)."""
-    return Run(path)
+def open_run(path: str | Path, verify: bool = True) -> "Run":
+    """Open the run at ``path`` (reads its manifests only). ``verify=False`` skips the
+    checksums of dumped arrays and statistics pages (faster; see FORMAT.md)."""
+    return Run(path, verify=verify)
 
 
 def worker_status(manifest: dict, now: float | None = None) -> str:
@@ -73,20 +73,11 @@ def worker_status(manifest: dict, now: float | None = None) -> str:
 
 def _aliases(path: Path, header: dict) -> dict[str, str]:
     """{alias key: stored key} from a dump header's metadata; DamagedFileError if they dangle."""
-    raw = header.get("__metadata__", {}).get(ALIASES_KEY)
-    if not raw:
-        return {}
     try:
-        aliases = json.loads(raw)
-        ok = isinstance(aliases, dict) and all(
-            isinstance(k, str) and isinstance(v, str) and v in header and v != "__metadata__"
-            for k, v in aliases.items())
-    except ValueError:
-        ok = False
-    if not ok:
-        raise DamagedFileError(f"damaged dump file {path}: its {ALIASES_KEY!r} metadata does not name arrays "
-                               f"of the file")
-    return aliases
+        return safetensors_io.aliases(header)  # checked by read_header already
+    except ValueError as e:
+        raise DamagedFileError(f"damaged dump file {path}: {e}") from None
+
 
 @dataclass(frozen=True)
 class DumpFile:
@@ -111,8 +102,10 @@ class Run:
     two sessions of one worker recorded, the later session (FORMAT.md, "Sessions"). Pass
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, verify: bool = True) -> None:
         self.path = Path(path)
+        self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
+        self._verified: set | None = set() if verify else None
         if not self.path.is_dir():
             raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
                                f"(it holds manifest.<worker>.s<session>.json files)")
@@ -137,18 +130,11 @@ class Run:
                                f"inside.{hint}")
         out: dict[tuple[str, int], dict] = {}
         for ids, name in found:
-            try:
-                m = json.loads((self.path / name).read_text())
-                if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
-                    raise ValueError(f"not a {FORMAT_NAME} manifest")
-            except (OSError, ValueError) as e:
-                self.problems.append(f"damaged manifest {self.path / name}: {e}")
+            try:  # DamagedFileError skips this session; FormatVersionError stops
+                m = load_manifest(self.path / name, self.path)
+            except DamagedFileError as e:
+                self.problems.append(str(e))
                 continue
-            version = m.get("format_version")
-            if not isinstance(version, int) or version > FORMAT_VERSION:
-                raise FormatVersionError(
-                    f"{self.path / name} has format version {version!r}, newer than this reader "
-                    f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
             out[ids] = _upgrade_manifest(m, *ids)
         if not out:
             raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
@@ -157,7 +143,7 @@ class Run:
     def refresh(self) -> "Run":
         """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
         view = self._view
-        self.__init__(self.path)
+        self.__init__(self.path, self.verify)
         self._view = view
         for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
             self.__dict__.pop(attr, None)
@@ -302,7 +288,7 @@ class Run:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
         w, s = m["worker"], m["session"]
         name = graph_name(w, s) if s else f"graph.{w}.pb"
-        return safe_join(self.path, name).read_bytes()
+        return safe_files.read_bytes(self.path / name, self.path)
 
     # ---- selection -----------------------------------------------------------------------
     def _workers_for(self, worker: str | None, mode: str | None = None) -> set[str]:
@@ -348,9 +334,12 @@ class Run:
     def _read_part(self, worker: str, session: int, path: Path, columns: Sequence[str] | None,
                    filters: Any) -> pa.Table | None:
         try:
-            t = pq.read_table(path, columns=columns, filters=filters)
-        except (OSError, pa.ArrowException) as e:
-            msg = f"damaged statistics file {path}: {e}"
+            names = check_stats_file(path, self.path)  # a regular file inside the run, the writer's schema
+            # a version 1 part lacks the identity columns: _with_identity adds them
+            t = read_part(path, None if columns is None else [c for c in columns if c in names], filters,
+                          self.verify)
+        except (OSError, pa.ArrowException, DamagedFileError) as e:
+            msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {path}: {e}"
             if msg not in self.problems:
                 self.problems.append(msg)
             return None
@@ -361,10 +350,9 @@ class Run:
                     batch: int | None = None) -> pa.Table:
         files = self._selected(self._stats_files, mode, worker, session)
         batch = self._where(mode, worker, batch)[2]
-        v1_cols = None if columns is None else [c for c in columns if c == "step" or c not in _IDENTITY]
         parts: dict[tuple[str, int], list[pa.Table]] = {}
         for w, s, p in files:
-            t = self._read_part(w, s, p, v1_cols if s == 0 else columns, filters)  # session 0: version 1
+            t = self._read_part(w, s, p, columns, filters)
             if t is not None and batch is not None:
                 t = t.filter(pc.equal(t.column("batch"), batch))
             if t is not None and t.num_rows:
@@ -528,7 +516,7 @@ class Run:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
         if path not in self._headers:
             try:
-                header, start = safetensors_io.read_header(path)
+                header, start = safetensors_io.read_header(path, self.path)
                 self._alias_maps[path] = _aliases(path, header)
                 self._headers[path] = header, start
             except DamagedFileError as e:
@@ -556,7 +544,12 @@ class Run:
         key = self._aliases(f.path).get(key, key)
         if key not in header or key == "__metadata__":
             raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
-        return safetensors_io.load(f.path, key, header, start)
+        try:
+            return safetensors_io.load(f.path, key, header, start, root=self.path, verified=self._verified)
+        except DamagedFileError as e:
+            if str(e) not in self.problems:
+                self.problems.append(str(e))
+            raise
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
                mode: str | None = None, batch: int | None = None, session: int | None = None) -> np.ndarray:
@@ -585,11 +578,10 @@ class Run:
         f = self._dump(step, worker, mode, batch, session)
         where = dict(mode=mode, batch=batch, session=session)
         keys = self.dump_keys(step, worker, **where)
-        cols = {}
-        for col in ("index", "label", "group"):
-            if f"samples/{col}" in keys:
-                arr = np.asarray(self.dump_array(step, f"samples/{col}", worker, **where))
-                cols[col] = list(arr) if arr.ndim > 1 else arr
+        arrays = {col: np.asarray(self.dump_array(step, f"samples/{col}", worker, **where))
+                  for col in ("index", "label", "group") if f"samples/{col}" in keys}
+        check_samples(f.path, *(arrays.get(c) for c in ("index", "group", "label")))
+        cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
         df = pd.DataFrame(cols)
         if "group" in df:
             df["group"] = np.where(df["group"].astype(int) == 1, "positive", "negative")

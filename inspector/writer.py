@@ -468,7 +468,7 @@ class RunWriter:
         table = pa.Table.from_batches(self._stats_buffer)
         try:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd")
+            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)  # the reader verifies them
             size = atomic_write(self.run_dir / stats_name(self.worker, self.session, self._seq + 1),
                                 [sink.getvalue().to_pybytes()], fsync=self.fsync)
         except BaseException as e:

@@ -1,0 +1,179 @@
+"""Reading and type-checking a worker manifest (``manifest.<worker>.json``, see FORMAT.md).
+
+Every field the reader uses is checked for its JSON type, so a damaged or hand-edited
+manifest gives a DamagedFileError naming the file, the field and the type expected, never a
+TypeError deep inside the reader. Missing fields keep their defaults (older runs); unknown
+fields are ignored (newer writers of the same version may add some).
+
+Example::
+
+    m = load_manifest(Path("runs/exp1/manifest.chief.json"), root=Path("runs/exp1"))
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import DamagedFileError, FormatVersionError
+from .format import FORMAT_NAME, FORMAT_VERSION, MODES
+from .safe_files import read_bytes
+
+#: A manifest larger than this is refused before it is read (a catalog of 10,000 tensors
+#: is about 4 MB; every dropped dump adds about 100 bytes).
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+
+#: The values of ``status`` (FORMAT.md).
+STATUSES = ("running", "finished", "failed")
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
+          list: "a list", type(None): "null"}
+
+
+def _is(value: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):  # JSON true is not an integer here
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    return isinstance(value, types)
+
+
+def _want(value: Any, types: tuple[type, ...], where: str) -> None:
+    if not _is(value, types):
+        expected = " or ".join(_NAMES[t] for t in types)
+        raise TypeError(f"field {where} must be {expected}, not {type(value).__name__} {_short(value)}")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _list_of(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    def run(value: Any, where: str) -> None:
+        _want(value, (list,), where)
+        for i, item in enumerate(value):
+            check(item, f"{where}[{i}]")
+    return run
+
+
+def _object(fields: dict[str, tuple[type, ...]], required: tuple[str, ...] = ()) -> Callable[[Any, str], None]:
+    def run(value: Any, where: str) -> None:
+        _want(value, (dict,), where)
+        for key in required:
+            if key not in value:
+                raise TypeError(f"field {where}.{key} is missing")
+        for key, types in fields.items():
+            if key in value:
+                _want(value[key], types, f"{where}.{key}")
+    return run
+
+
+def _scalar(*types: type) -> Callable[[Any, str], None]:
+    return lambda value, where: _want(value, types, where)
+
+
+def _pid(value: Any, where: str) -> None:
+    """A process id (os.kill raises OverflowError, not OSError, on one beyond C int), or null."""
+    _want(value, (int, type(None)), where)
+    if value is not None and not 0 < value < 2 ** 31:
+        raise TypeError(f"field {where} must be a process id (1 to 2**31 - 1), not {_short(value)}")
+
+
+def _status(value: Any, where: str) -> None:
+    _want(value, (str,), where)
+    if value not in STATUSES:
+        raise TypeError(f"field {where} must be one of {', '.join(STATUSES)}, not {_short(value)}")
+
+
+def _shape(value: Any, where: str) -> None:
+    _want(value, (list, type(None)), where)
+    for i, dim in enumerate(value or []):
+        _want(dim, (int, type(None)), f"{where}[{i}]")
+
+
+_STR, _OPT_STR = (str,), (str, type(None))
+_TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR, "scope": _OPT_STR,
+                   "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
+                   "icnn_role": _OPT_STR}, required=("name",))
+
+
+def _tensor(value: Any, where: str) -> None:
+    _TENSOR(value, where)
+    if "shape" in value:
+        _shape(value["shape"], f"{where}.shape")
+
+
+def _one_of(values: tuple[str, ...]) -> Callable[[Any, str], None]:
+    def run(value: Any, where: str) -> None:
+        _want(value, (str,), where)
+        if value not in values:
+            raise TypeError(f"field {where} must be one of {', '.join(values)}, not {_short(value)}")
+    return run
+
+
+def _steps(value: Any, where: str) -> None:
+    _want(value, (list, type(None)), where)
+    if value is not None:
+        if len(value) != 2:
+            raise TypeError(f"field {where} must be [first, last], not {_short(value)}")
+        for i, step in enumerate(value):
+            _want(step, (int, type(None)), f"{where}[{i}]")
+
+
+_OPT_INT = (int, type(None))
+#: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
+_RECORD = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
+                   "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
+#: Version 1's ``dropped``: one entry per dropped dump.
+_DROPPED_V1 = _list_of(_object({"step": (int,), "reason": _STR, "bytes": (int,)}))
+
+#: The fields the reader uses, each with its check. Other fields are not checked.
+FIELDS: dict[str, Callable[[Any, str], None]] = {
+    "session": _scalar(int), "mode": _one_of(MODES), "steps": _steps, "error": _scalar(str, type(None)),
+    "errors": _list_of(_RECORD),
+    "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status, "host": _scalar(str, type(None)),
+    "pid": _pid, "heartbeat_secs": _scalar(float, type(None)), "created": _scalar(str),
+    "updated": _scalar(str), "loss": _scalar(str, type(None)), "labels": _scalar(str, type(None)),
+    "config": _scalar(dict), "tensors": _list_of(_tensor), "skipped": _list_of(_scalar(str)),
+    "first_nonfinite": lambda v, w: None if v is None else _object(
+        {"step": (int,), "tensor": _STR, "kind": _STR, "source": _STR})(v, w),
+    "dropped": _list_of(_RECORD),
+    "bytes_written": _scalar(int), "dumps_written": _scalar(int), "hook_error": _scalar(str),
+    "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
+    "tensorflow_version": _scalar(str, type(None)),
+}
+
+
+def check_manifest(m: Any, path: Path) -> dict:
+    """``m`` if every field the reader uses has its type (see FIELDS), else DamagedFileError
+    naming ``path``, the field and the type expected."""
+    try:
+        _want(m, (dict,), "(the whole manifest)")
+        for key, check in FIELDS.items():
+            if key in m:
+                v1 = key == "dropped" and m.get("format_version") == 1
+                (_DROPPED_V1 if v1 else check)(m[key], key)
+    except TypeError as e:
+        raise DamagedFileError(f"damaged manifest {path}: {e}") from None
+    return m
+
+
+def load_manifest(path: Path, root: Path | None = None) -> dict:
+    """Read, parse and check the manifest at ``path``: DamagedFileError naming it if it is not
+    a regular file inside ``root``, larger than MAX_MANIFEST_BYTES, not JSON, not a manifest or
+    of wrong types; FormatVersionError if a newer format wrote it."""
+    try:
+        m = json.loads(read_bytes(path, root, MAX_MANIFEST_BYTES).decode("utf-8"))
+        if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
+            raise ValueError(f"not a {FORMAT_NAME} manifest")
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
+        raise DamagedFileError(f"damaged manifest {path}: {type(e).__name__}: {e}") from None
+    version = m.get("format_version")
+    if not _is(version, (int,)):
+        raise DamagedFileError(f"damaged manifest {path}: field format_version must be an integer, "
+                               f"not {_short(version)}")
+    if version > FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path} has format version {version!r}, newer than this reader "
+            f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
+    return check_manifest(m, path)
