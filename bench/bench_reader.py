@@ -147,7 +147,7 @@ def crc_run(path: Path) -> float:
         t = time.perf_counter()
         enc.final_header()
         times.append(time.perf_counter() - t)
-    enc.write(path / dump_name("chief", 1), fsync=False)
+    enc.write(path / dump_name("chief", 1, 1), fsync=False)
     return statistics.median(times)
 
 

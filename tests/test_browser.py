@@ -91,7 +91,7 @@ def hostile_run(path: Path) -> None:
     m = path / manifest_name("chief", 1)
     man = json.loads(m.read_text())
     man["tensorflow_version"] = man["created"] = EVIL
-    man["dropped"] = [{"step": 5, "reason": EVIL, "bytes": 1}]
+    man["dropped"] = [{"what": "dump", "reason": EVIL, "count": 1, "bytes": 1, "first_step": 5, "last_step": 5}]
     m.write_text(json.dumps(man))
 
 
