@@ -184,3 +184,18 @@ def test_compute_gradients_returns_grads_and_vars_for_apply(tmp_path):
         with v1.Session() as s:
             s.run(v1.global_variables_initializer())
             s.run(train, feed(x, y, 1))
+
+
+def test_after_uninstall_the_hook_builds_its_own_pass(tmp_path):
+    """A model built after gradient_recorder.uninstall(): optimizer.minimize is not recorded,
+    so the hook's statistics step runs a second backward pass (and sharing still works with
+    hooks.minimize, which needs no wrapping)."""
+    from hooks import gradient_recorder
+    assert gradient_recorder.uninstall()
+    try:
+        plain, stats = _backprop_counts(tmp_path, shared=False)
+        assert stats["Conv2DBackpropFilter"] == 2 * plain["Conv2DBackpropFilter"]
+        plain, stats = _backprop_counts(tmp_path / "explicit", shared=True)
+        assert stats["Conv2DBackpropFilter"] == plain["Conv2DBackpropFilter"]
+    finally:
+        assert gradient_recorder.install()
