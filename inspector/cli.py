@@ -19,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Sequence
 
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .errors import DamagedFileError, InspectorError, NotARunError
+from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
 
@@ -146,12 +146,9 @@ def write_file(target: Path, write: Callable[[BinaryIO], None], force: bool = Fa
     """Call ``write(file)`` on a new hidden file beside ``target``, then move it to ``target``
     (a crash leaves no half-written output under the final name)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = create_temporary(target)  # the umask applied, as a plain open() would
     try:
         with os.fdopen(fd, "wb") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(f.fileno(), 0o666 & ~umask)  # as a plain open() would create it
             write(f)
         _publish(tmp, target, force)
     finally:

@@ -21,7 +21,7 @@ import errno
 import json
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -212,8 +212,20 @@ def safe_join(root: Path, relative: str) -> Path:
     return path
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def create_temporary(path: Path) -> tuple[int, str]:
+    """(fd, name) of a new hidden file ``.<name>.<random>.tmp`` beside ``path``, opened for writing.
+
+    Created with mode 0666 so the kernel applies the process umask, as a plain ``open()``
+    would (``mkstemp`` makes 0600, and reading the umask means setting it, which races with
+    other threads); ``O_EXCL`` makes the random name ours alone."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside", str(path))
 
 
 def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool = True, size: int | None = None) -> int:
@@ -234,7 +246,7 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temporary(path)
     written = 0
     try:
         if size and hasattr(os, "posix_fallocate"):
@@ -250,7 +262,6 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         try:
