@@ -169,22 +169,23 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def parse_manifest_name(name: str) -> tuple[str, int] | None:
-    """(worker, session) of a manifest file name (version 1 names: session 0), or None."""
-    m = MANIFEST_RE.match(name)
+def _worker_session(name: str, current: re.Pattern, v1: re.Pattern) -> tuple[str, int] | None:
+    """(worker, session) of ``name`` by the current pattern, else by the version 1 one (session 0)."""
+    m = current.match(name)
     if m:
         return m["worker"], int(m["session"])
-    m = MANIFEST_V1_RE.match(name)
+    m = v1.match(name)
     return (m["worker"], 0) if m else None
+
+
+def parse_manifest_name(name: str) -> tuple[str, int] | None:
+    """(worker, session) of a manifest file name (version 1 names: session 0), or None."""
+    return _worker_session(name, MANIFEST_RE, MANIFEST_V1_RE)
 
 
 def parse_stats_name(name: str) -> tuple[str, int] | None:
     """(worker, session) of a statistics part's file name, or None."""
-    m = STATS_RE.match(name)
-    if m:
-        return m["worker"], int(m["session"])
-    m = STATS_V1_RE.match(name)
-    return (m["worker"], 0) if m else None
+    return _worker_session(name, STATS_RE, STATS_V1_RE)
 
 
 def parse_dump_name(name: str) -> tuple[str, int, int, int] | None:

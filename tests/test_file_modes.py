@@ -49,3 +49,9 @@ def test_no_import_touches_the_umask():
                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_human_bytes_uses_binary_units():
+    from inspector.units import human_bytes
+    assert [human_bytes(n) for n in (0, 1023, 1536, 3 * 2**20, 5 * 2**30, 2**41)] == [
+        "0 B", "1023 B", "1.5 KiB", "3.0 MiB", "5.0 GiB", "2.0 TiB"]
