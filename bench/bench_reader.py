@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -30,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
 
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -158,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
             ["import inspector (once per process)", f"{1e3 * med['import']:.0f} ms", ""],
             [f"one dumped tensor {dumps[0]['shape']} into memory (median)",
              f"{statistics.median(d['read_ms'] for d in dumps):.2f} ms", "< 20 ms"],
-            ["  first read of a process (header parse)", f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
+            ["  first read of a process (header parse)",
+             f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
         ]
         mrows = [[k, mem[k]["files"], human_bytes(b), human_bytes(1024 * mem[k]["base_kib"]),
                   human_bytes(1024 * mem[k]["peak_kib"])]

@@ -104,7 +104,7 @@ def uninstall() -> bool:
     with _lock:
         if _originals is None or gu is None:
             return False
-        if not (getattr(gu._GradientsHelper, "_tf_inspector", False) and getattr(gu._AggregatedGrads, "_tf_inspector", False)):
+        if not all(getattr(f, "_tf_inspector", False) for f in (gu._GradientsHelper, gu._AggregatedGrads)):
             log.warning("gradient recorder: something wrapped gradients_util after it; leaving both in place")
             return False
         gu._GradientsHelper, gu._AggregatedGrads = _originals

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-tf = pytest.importorskip("tensorflow")
-# after the skip: importing hooks needs TensorFlow
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 from hooks import estimator_recorder, gradient_recorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

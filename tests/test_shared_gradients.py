@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import hooks  # noqa: E402
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
@@ -153,7 +153,8 @@ def test_training_equals_optimizer_minimize(tmp_path, use_resource):
             with v1.train.MonitoredSession(hooks=[hook]) as sess:
                 for step in range(1, 7):
                     sess.run(train, feed(x, y, step))
-                weights.append(sess.run_step_fn(lambda step_context: step_context.session.run(v1.trainable_variables())))
+                weights.append(sess.run_step_fn(
+                    lambda step_context: step_context.session.run(v1.trainable_variables())))
     assert len(weights[0]) == 3
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
