@@ -1,6 +1,7 @@
 # make demo  - train the example ICNN and its plain twin with DumpHook, then open the viewer
 # make test  - run the test suite (TensorFlow 2.15 + estimator)
 # make test VENV=.venv-latest REQ=requirements-latest.txt   - the same under the latest TensorFlow
+# make lint  - ruff over the tree, mypy over inspector/ (tools pinned in requirements-lint.txt)
 PY ?= python3
 VENV ?= .venv
 REQ ?= requirements.txt
@@ -8,8 +9,11 @@ RUNS ?= runs
 PORT ?= 8501
 ADDRESS ?= 127.0.0.1
 STAMP := $(VENV)/.installed-$(shell sha256sum $(REQ) pyproject.toml | sha256sum | cut -c1-12)
+# the lint tools live in their own small venv: no TensorFlow, rebuilt only when their pins change
+LINT_VENV ?= .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed-$(shell sha256sum requirements-lint.txt | cut -c1-12)
 
-.PHONY: venv test demo demo-train clean-runs
+.PHONY: venv test lint demo demo-train clean-runs
 
 $(STAMP):
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -22,6 +26,15 @@ venv: $(STAMP)
 
 test: venv
 	$(VENV)/bin/python -m pytest -q tests
+
+$(LINT_STAMP): requirements-lint.txt
+	@test -x $(LINT_VENV)/bin/python || $(PY) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/python -m pip install -q -r requirements-lint.txt
+	@rm -f $(LINT_VENV)/.installed-* && touch $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/mypy
 
 demo-train: venv
 	$(VENV)/bin/python -m examples.train_demo --runs $(RUNS)

@@ -6,7 +6,8 @@ which ``python -m inspector app runs/`` runs); see its docstring.
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the checkout's packages, from any directory
+# first (hence noqa: E402 below): the checkout's packages, from any directory
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from viewer.app_main import main  # noqa: E402
 

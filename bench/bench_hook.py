@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
 
 import logging  # noqa: E402
 
@@ -115,7 +115,8 @@ def configs(batch: int) -> list[Config]:
         Config("plain", "(1) plain training", lambda d, m: []),
         Config("hook-idle", "(2) hook, idle steps", dump_hook(stats_every_n_steps=0, dump_every_n_steps=0)),
         Config("defaults", "(3) defaults, amortised", dump_hook()),
-        Config("dump-2/grp", "    default dump (2/grp), every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1)),
+        Config("dump-2/grp", "    default dump (2/grp), every step",
+               dump_hook(stats_every_n_steps=0, dump_every_n_steps=1)),
         Config("stats-every", "(4) statistics every step", dump_hook(stats_every_n_steps=1, dump_every_n_steps=0)),
         Config("dump-full", "(5) full dump every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1,
                                                                samples_per_group=batch, max_bytes=None)),

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -35,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
 
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
@@ -196,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
             ["import inspector (once per process)", f"{1e3 * med['import']:.0f} ms", ""],
             [f"one dumped tensor {dumps[0]['shape']} into memory (median)",
              f"{statistics.median(d['read_ms'] for d in dumps):.2f} ms", "< 20 ms"],
-            ["  first read of a process (header parse)", f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
+            ["  first read of a process (header parse)",
+             f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
             [f"CRC32s of a {human_bytes(11 * 2 ** 22 + TENSOR_MB * 2 ** 20)} dump (writer's dump thread)",
              f"{1e3 * crc_s:.1f} ms", ""],
             [f"one {TENSOR_MB} MiB tensor of it into memory, verify=True (CRC32 checked)", f"{verify['verify']:.2f} ms", ""],

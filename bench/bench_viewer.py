@@ -19,13 +19,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT))  # first: the imports below (noqa: E402) from this checkout
 
 import numpy as np  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector import plots  # noqa: E402
 from inspector.synthetic import make_synthetic_run  # noqa: E402
+from inspector.units import human_bytes  # noqa: E402
 
 
 def timed(fn):
@@ -54,7 +55,7 @@ def main() -> None:
                                                     dump_every=args.dump_every))
             rows.append(("generate synthetic run", t, f"{args.steps} steps x {args.tensors} tensors"))
         run, t = timed(lambda: inspector.open_run(path))
-        rows.append(("reader: open_run", t, f"{run.size_bytes() / 2**20:.0f} MiB on disk, {len(run.steps)} dumps"))
+        rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
         df, t = timed(lambda: run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]))
         rows.append(("reader: first statistics query", t, f"gradient l2, {len(df):,} rows"))
         name = next(n for n in run.tensors["name"] if n.endswith("Relu:0"))

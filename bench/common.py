@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
+from inspector.units import human_bytes as human_bytes  # noqa: E402 - after the path set-up; re-exported
+
 
 def du_bytes(path: str | os.PathLike) -> int:
     """Bytes on disk under ``path``; 0 if missing. Per file the larger of its allocated blocks
@@ -33,15 +35,6 @@ def du_bytes(path: str | os.PathLike) -> int:
             except FileNotFoundError:  # a temporary file renamed away meanwhile
                 pass
     return total
-
-
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

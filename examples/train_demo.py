@@ -30,7 +30,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before the imports below (noqa: E402): TF reads it once
 import tensorflow as tf  # noqa: E402
 
 from examples import models  # noqa: E402

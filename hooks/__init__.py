@@ -1,9 +1,13 @@
 """Training-loop integrations (import TensorFlow).
 
-Importing this package records the gradients of every ``tf.gradients`` built afterwards
-(``hooks.gradient_recorder``), so ``DumpHook`` reuses the optimizer's backward pass and
-knows which loss it minimizes, and, with ``tf.estimator``, the labels and loss of every
-``model_fn`` call (``hooks.estimator_recorder``), so ``DumpHook`` needs no tensor names.
+Importing this package installs two recorders, each wrapping private TensorFlow functions
+to record names and changing nothing else (docs/ARCHITECTURE.md lists them): the gradients
+of every ``tf.gradients`` built afterwards (``hooks.gradient_recorder``), so ``DumpHook``
+reuses the optimizer's backward pass and knows which loss it minimizes, and, with
+``tf.estimator``, the labels and loss of every ``model_fn`` call
+(``hooks.estimator_recorder``), so ``DumpHook`` needs no tensor names. Each logs its install
+at DEBUG; ``TF_INSPECTOR_RECORD_GRADIENTS=0`` / ``TF_INSPECTOR_RECORD_MODEL_FN=0`` opt out,
+``hooks.gradient_recorder.uninstall()`` / ``hooks.estimator_recorder.uninstall()`` undo them.
 
 Example::
 
@@ -12,8 +16,12 @@ Example::
     # a model built before the import: share the backward pass explicitly in the model_fn
     train_op = minimize(optimizer, loss, global_step=tf.compat.v1.train.get_global_step())
 """
+from . import estimator_recorder, gradient_recorder
 from .dump_hook import DumpHook, mark
 from .schedule import Schedule
 from .shared_gradients import compute_gradients, minimize
 
 __all__ = ["DumpHook", "mark", "Schedule", "minimize", "compute_gradients"]
+
+gradient_recorder.install()
+estimator_recorder.install()

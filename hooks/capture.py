@@ -85,6 +85,7 @@ def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
 
 def _in_control_flow(op: tf.Operation) -> bool:
     # v1 while/cond bodies have a control-flow context; their tensors cannot be fetched.
+    # Private Operation._control_flow_context: no public test (TF 2.15, 2.21; docs/ARCHITECTURE.md).
     return getattr(op, "_control_flow_context", None) is not None
 
 
@@ -96,6 +97,7 @@ def backward_ops(graph: tf.Graph) -> set[str]:
     stack = list(seeds)
     while stack:
         op = stack.pop()
+        # private Operation._control_outputs: the ops gated on this one (TF 2.15, 2.21)
         consumers = [c for out in op.outputs for c in out.consumers()] + list(op._control_outputs)
         for c in consumers:
             if c.name not in seen:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION
+from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
+from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
@@ -374,7 +375,8 @@ class DumpHook(v1.train.SessionRunHook):
             "config": {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
                        "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
-                       "share_gradients": self.share_gradients, "native_stats": bool(self.native_stats and native.library() is not None),
+                       "share_gradients": self.share_gradients,
+                       "native_stats": bool(self.native_stats and native.library() is not None),
                        "mode": self.mode, "eval_stats_batches": self.eval_stats_batches,
                        "eval_dump_batches": self.eval_dump_batches,
                        "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
@@ -498,7 +500,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": why}, batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
-        bad = np.flatnonzero((values[:, 7] > 0) | (values[:, 8] > 0))
+        nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
+        bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
         if bad.size and self._first_nonfinite is None:
             tensor, kind, _ = self._stats.rows[bad[0]]
             self._note_nonfinite(step, tensor, kind, "statistics")
@@ -517,9 +520,9 @@ class DumpHook(v1.train.SessionRunHook):
         if self._writer is not None and not self._writer.closed:
             self._writer.close("finished")
             st = self._writer.state
-            log.info("run %s session %d finished: %d dumps, %d statistics rows, %.1f MB, %d files dropped, "
+            log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "
                      "%d write errors", self.run_dir, self._writer.session, st.dumps, st.stats_rows,
-                     st.bytes_written / 1e6, st.dropped.count(), st.errors.count())
+                     human_bytes(st.bytes_written), st.dropped.count(), st.errors.count())
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:

@@ -1,11 +1,14 @@
 """Record what an Estimator's ``model_fn`` received and returned: its labels and its loss.
 
-``import hooks`` wraps ``Estimator._call_model_fn`` (tf.estimator, TensorFlow <= 2.15) to
-remember, per graph, the ``labels`` the model_fn was called with and the ``loss`` of the
-``EstimatorSpec`` it returned. ``DumpHook`` then needs no tensor names for canned
-estimators, ``model_to_estimator`` or a custom model_fn. The wrapper records names only
-and swallows its own errors: the Estimator behaves exactly as before. Where
-``tf.estimator`` does not exist (TensorFlow 2.16+) nothing is installed.
+``import hooks`` calls :func:`install`, which wraps ``Estimator._call_model_fn``
+(tf.estimator, TensorFlow <= 2.15) to remember, per graph, the ``labels`` the model_fn was
+called with and the ``loss`` of the ``EstimatorSpec`` it returned. ``DumpHook`` then needs no
+tensor names for canned estimators, ``model_to_estimator`` or a custom model_fn. The wrapper
+records names only and swallows its own errors: the Estimator behaves exactly as before.
+Where ``tf.estimator`` does not exist (TensorFlow 2.16+) nothing is installed. The install
+is logged once at DEBUG on ``tf_inspector``; ``TF_INSPECTOR_RECORD_MODEL_FN=0`` (before
+``import hooks``) opts out and :func:`uninstall` puts the original method back: ``DumpHook``
+then needs ``loss=``/``labels=`` or ``hooks.mark`` where the other rules find none.
 
 Example::
 
@@ -17,11 +20,17 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
+import os
 import threading
 import weakref
 from dataclasses import dataclass
 
 import tensorflow as tf
+
+log = logging.getLogger("tf_inspector")
+#: ``TF_INSPECTOR_RECORD_MODEL_FN=0`` (or false, no, off): :func:`install` wraps nothing.
+ENV_VAR = "TF_INSPECTOR_RECORD_MODEL_FN"
 
 
 @dataclass(frozen=True)
@@ -35,22 +44,65 @@ class ModelFnCall:
 
 _lock = threading.Lock()
 _calls: "weakref.WeakKeyDictionary[tf.Graph, ModelFnCall]" = weakref.WeakKeyDictionary()
+_original = None  # Estimator._call_model_fn as tf.estimator defined it, while wrapped
 
 
-def install() -> bool:
-    """Wrap ``Estimator._call_model_fn`` once; False where tf.estimator is absent."""
+def _estimator_class():
+    """``tf.estimator.Estimator``, or None where tf.estimator is absent or broken.
+
+    Private API: ``Estimator._call_model_fn`` is the one place every Estimator (canned,
+    ``model_to_estimator``, custom) calls the model_fn with its labels and receives the
+    EstimatorSpec; no public callback sees both. Tested with tensorflow-estimator 2.15, its
+    last release (TensorFlow 2.21 is tested without an estimator)."""
     if importlib.util.find_spec("tensorflow_estimator") is None:
-        return False
+        return None
     try:
         from tensorflow_estimator.python.estimator import estimator as est
     except Exception:  # noqa: BLE001 - a broken estimator install means "no estimator"
+        return None
+    return est.Estimator
+
+
+def install() -> bool:
+    """Wrap ``Estimator._call_model_fn`` once (``import hooks`` calls this). False where opted
+    out by ``TF_INSPECTOR_RECORD_MODEL_FN=0`` or where tf.estimator is absent."""
+    global _original
+    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+        log.debug("model_fn recorder not installed: %s=%s", ENV_VAR, os.environ[ENV_VAR])
         return False
-    call = getattr(est.Estimator, "_call_model_fn", None)
+    cls = _estimator_class()
+    call = getattr(cls, "_call_model_fn", None)  # private API: see _estimator_class
     if call is None:
         return False
-    if not getattr(call, "_tf_inspector", False):
-        est.Estimator._call_model_fn = _wrap(call)
+    with _lock:
+        if getattr(call, "_tf_inspector", False):
+            return True
+        _original = call
+        cls._call_model_fn = _wrap(call)
+    log.debug("model_fn recorder installed: Estimator model_fn calls record their labels and loss "
+              "(%s=0 or hooks.estimator_recorder.uninstall() to opt out)", ENV_VAR)
     return True
+
+
+def uninstall() -> bool:
+    """Put the Estimator's own ``_call_model_fn`` back; True if it had been wrapped."""
+    global _original
+    cls = _estimator_class()
+    with _lock:
+        if _original is None or cls is None:
+            return False
+        if not getattr(cls.__dict__.get("_call_model_fn"), "_tf_inspector", False):
+            log.warning("model_fn recorder: something replaced Estimator._call_model_fn after it; leaving it")
+            return False
+        cls._call_model_fn = _original
+        _original = None
+    log.debug("model_fn recorder uninstalled")
+    return True
+
+
+def installed() -> bool:
+    """Whether Estimator model_fn calls are recorded now."""
+    return _original is not None
 
 
 def _wrap(call_model_fn):
@@ -94,6 +146,3 @@ def lookup(graph: tf.Graph) -> ModelFnCall | None:
     """The latest model_fn call recorded in ``graph``, or None (no Estimator)."""
     with _lock:
         return _calls.get(graph)
-
-
-install()

@@ -1,11 +1,19 @@
 """Reuse the optimizer's own backward pass with no change to the training code.
 
-``import hooks`` wraps two private functions of ``tensorflow.python.ops.gradients_util``
-(``_GradientsHelper``, ``_AggregatedGrads``) to *record*, for every ``tf.gradients(loss,
-...)`` built afterwards (``optimizer.minimize`` included), the aggregated gradient it
-creates for each op output on its way: exactly d loss / d t for every tensor ``t`` between
-the variables and the loss. The wrappers only record names (they change nothing, and any
-error in them is swallowed); a recording holds strings, so graphs are freed as before.
+``import hooks`` calls :func:`install`, which wraps two private functions of
+``tensorflow.python.ops.gradients_util`` (``_GradientsHelper``, ``_AggregatedGrads``) to
+*record*, for every ``tf.gradients(loss, ...)`` built afterwards (``optimizer.minimize``
+included), the aggregated gradient it creates for each op output on its way: exactly
+d loss / d t for every tensor ``t`` between the variables and the loss. The wrappers only
+record names (they change nothing, and any error in them is swallowed); a recording holds
+strings, so graphs are freed as before. The install is logged once at DEBUG on
+``tf_inspector``.
+
+Opt out with ``TF_INSPECTOR_RECORD_GRADIENTS=0`` (before ``import hooks``) or undo it with
+:func:`uninstall`: TensorFlow's functions are then the originals again, and a ``DumpHook``
+on a model built afterwards builds its own ``tf.gradients`` (a second backward pass on
+statistics and dump steps) unless the model uses ``hooks.minimize``, which shares its
+pass explicitly without any wrapping.
 
 ``DumpHook`` then takes d loss / d t from the recording for every captured tensor the
 optimizer's pass covered, and builds only the missing part itself (``complete``): the
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import weakref
 from typing import Sequence
@@ -43,19 +52,70 @@ _lock = threading.Lock()
 _recordings: "weakref.WeakKeyDictionary[tf.Graph, dict[str, dict[str, str | None]]]" = weakref.WeakKeyDictionary()
 
 
-def install() -> bool:
-    """Wrap ``gradients_util`` once; False where this TensorFlow lacks the functions."""
+#: ``TF_INSPECTOR_RECORD_GRADIENTS=0`` (or false, no, off): :func:`install` wraps nothing.
+ENV_VAR = "TF_INSPECTOR_RECORD_GRADIENTS"
+_originals: tuple | None = None  # (_GradientsHelper, _AggregatedGrads) as TensorFlow had them
+
+
+def _gradients_util():
+    """TensorFlow's ``gradients_util`` module, or None.
+
+    Private TensorFlow API: ``tf.gradients`` (tensorflow/python/ops/gradients_impl.py) calls
+    ``gradients_util._GradientsHelper``, which calls ``_AggregatedGrads`` once per op of the
+    backward pass, both looked up as module globals at call time, so replacing the module
+    attributes reaches every later ``tf.gradients``. No public API exposes the per-op
+    gradients of a pass. Tested with TensorFlow 2.15 and 2.21; where a version lacks them,
+    nothing is wrapped and ``hooks.minimize`` still shares the pass explicitly."""
     try:
-        from tensorflow.python.ops import gradients_util as gu
+        from tensorflow.python.ops import gradients_util
     except ImportError:
+        return None
+    return gradients_util
+
+
+def install() -> bool:
+    """Wrap ``gradients_util`` once (``import hooks`` calls this). False where opted out by
+    ``TF_INSPECTOR_RECORD_GRADIENTS=0`` or where this TensorFlow lacks the functions."""
+    global _originals
+    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
+        log.debug("gradient recorder not installed: %s=%s", ENV_VAR, os.environ[ENV_VAR])
         return False
-    helper, aggregated = getattr(gu, "_GradientsHelper", None), getattr(gu, "_AggregatedGrads", None)
+    gu = _gradients_util()
+    helper = getattr(gu, "_GradientsHelper", None)  # private TF API: see _gradients_util
+    aggregated = getattr(gu, "_AggregatedGrads", None)
     if helper is None or aggregated is None:
+        log.debug("gradient recorder not installed: this TensorFlow has no gradients_util._GradientsHelper")
         return False
-    if getattr(helper, "_tf_inspector", False):
-        return True
-    gu._GradientsHelper, gu._AggregatedGrads = _wrap_helper(helper), _wrap_aggregated(aggregated)
+    with _lock:
+        if getattr(helper, "_tf_inspector", False):
+            return True
+        _originals = (helper, aggregated)
+        gu._GradientsHelper, gu._AggregatedGrads = _wrap_helper(helper), _wrap_aggregated(aggregated)
+    log.debug("gradient recorder installed: tf.gradients built from now on record their per-op gradients "
+              "(%s=0 or hooks.gradient_recorder.uninstall() to opt out)", ENV_VAR)
     return True
+
+
+def uninstall() -> bool:
+    """Put TensorFlow's own ``_GradientsHelper`` and ``_AggregatedGrads`` back; True if they had
+    been wrapped. Recordings already made stay readable; later ``tf.gradients`` are not recorded."""
+    global _originals
+    gu = _gradients_util()
+    with _lock:
+        if _originals is None or gu is None:
+            return False
+        if not all(getattr(f, "_tf_inspector", False) for f in (gu._GradientsHelper, gu._AggregatedGrads)):
+            log.warning("gradient recorder: something wrapped gradients_util after it; leaving both in place")
+            return False
+        gu._GradientsHelper, gu._AggregatedGrads = _originals
+        _originals = None
+    log.debug("gradient recorder uninstalled")
+    return True
+
+
+def installed() -> bool:
+    """Whether ``tf.gradients`` built now are recorded."""
+    return _originals is not None
 
 
 def _loss_of_call(ys, grad_ys) -> tf.Tensor | None:
@@ -95,6 +155,7 @@ def _wrap_aggregated(aggregated):
             except Exception:  # noqa: BLE001 - recording must never break tf.gradients
                 pass
         return out
+    wrapper._tf_inspector = True
     return wrapper
 
 
@@ -184,7 +245,5 @@ def _entry_ops(upstream: set, processed: set[str]) -> list:
                 if c.name in processed and c not in seen:
                     seen.add(c)
                     out.append(c)
-    return sorted(out, key=lambda o: o._id)
+    return sorted(out, key=lambda o: o._id)  # private Operation._id (TF 2.15, 2.21): creation order
 
-
-install()

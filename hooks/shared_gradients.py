@@ -40,7 +40,7 @@ GradsAndVars = list[tuple[Any, Any]]
 def _target(v: Any) -> Any:
     """What ``tf.gradients`` differentiates for ``v``, as the v1 optimizer does it."""
     if isinstance(v, tf.Variable) and getattr(v, "op", None) is not None and v.op.type in ("VariableV2", "Variable"):
-        return v._ref()  # ref variables: the variable itself, not its read snapshot
+        return v._ref()  # ref variables: the variable itself, not its read (private, as v1 optimizers; TF 2.15, 2.21)
     return v  # resource variables (tf.gradients takes their handle), plain tensors
 
 
@@ -73,12 +73,14 @@ def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: 
     if gate_gradients not in (optimizer.GATE_NONE, optimizer.GATE_OP, optimizer.GATE_GRAPH):
         raise ValueError(f"gate_gradients={gate_gradients} must be GATE_NONE, GATE_OP or GATE_GRAPH")
     g = v1.get_default_graph()
-    scale = getattr(optimizer, "_scale_loss", None)  # 1/replicas under a MEAN-reducing strategy
+    # private Optimizer._scale_loss, as compute_gradients calls it: 1/replicas under a MEAN strategy (TF 2.15, 2.21)
+    scale = getattr(optimizer, "_scale_loss", None)
     scaled = scale(loss) if scale is not None else loss
     if var_list is None:
         var_list = v1.trainable_variables() + g.get_collection(v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
     else:
         var_list = tf.nest.flatten(var_list)
+    # private GraphKeys._STREAMING_MODEL_PORTS: compute_gradients adds these too (TF 2.15, 2.21)
     var_list = list(var_list) + g.get_collection(v1.GraphKeys._STREAMING_MODEL_PORTS)
     if not var_list:
         raise ValueError("No variables to optimize.")

@@ -19,25 +19,18 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .errors import InspectorError, NotARunError
+from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+from .units import human_bytes
 
 
 def summary(run: Run) -> str:
@@ -51,10 +44,11 @@ def summary(run: Run) -> str:
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
         f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
         f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
-        f"statistics {stats_steps.nunique()} steps" + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
+        f"statistics {stats_steps.nunique()} steps"
+        + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
         f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else "")
         + (f" ({damaged} damaged, see below)" if damaged else ""),
-        f"size       {_human(run.size_bytes())}",
+        f"size       {human_bytes(run.size_bytes())}",
     ]
     variables = run.variables
     if len(variables):
@@ -153,12 +147,9 @@ def write_file(target: Path, write: Callable[[BinaryIO], None], force: bool = Fa
     """Call ``write(file)`` on a new hidden file beside ``target``, then move it to ``target``
     (a crash leaves no half-written output under the final name)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = create_temporary(target)  # the umask applied, as a plain open() would
     try:
         with os.fdopen(fd, "wb") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(f.fileno(), 0o666 & ~umask)  # as a plain open() would create it
             write(f)
         _publish(tmp, target, force)
     finally:
@@ -209,7 +200,7 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
     if fmt not in ("npz", "csv", "parquet"):
         raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
     names, rng = _select(run, tensors), parse_steps(steps)
-    where = dict(mode=mode, worker=worker, session=session)
+    where: dict[str, Any] = dict(mode=mode, worker=worker, session=session)
     target = output_path(run, fmt, Path(out), force)
     if fmt == "npz":
         arrays = _npz_arrays(run, names, rng, where)
@@ -219,7 +210,7 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
     if fmt == "parquet":
         write_file(target, lambda f: pq.write_table(table, f), force)
     else:
-        df = run._to_pandas(table)
+        df = Run.to_pandas(table)
         if "histogram" in df:
             df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
         write_file(target, lambda f: df.to_csv(f, index=False), force)

@@ -21,7 +21,7 @@ import errno
 import json
 import os
 import re
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -169,22 +169,23 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
-def parse_manifest_name(name: str) -> tuple[str, int] | None:
-    """(worker, session) of a manifest file name (version 1 names: session 0), or None."""
-    m = MANIFEST_RE.match(name)
+def _worker_session(name: str, current: re.Pattern, v1: re.Pattern) -> tuple[str, int] | None:
+    """(worker, session) of ``name`` by the current pattern, else by the version 1 one (session 0)."""
+    m = current.match(name)
     if m:
         return m["worker"], int(m["session"])
-    m = MANIFEST_V1_RE.match(name)
+    m = v1.match(name)
     return (m["worker"], 0) if m else None
+
+
+def parse_manifest_name(name: str) -> tuple[str, int] | None:
+    """(worker, session) of a manifest file name (version 1 names: session 0), or None."""
+    return _worker_session(name, MANIFEST_RE, MANIFEST_V1_RE)
 
 
 def parse_stats_name(name: str) -> tuple[str, int] | None:
     """(worker, session) of a statistics part's file name, or None."""
-    m = STATS_RE.match(name)
-    if m:
-        return m["worker"], int(m["session"])
-    m = STATS_V1_RE.match(name)
-    return (m["worker"], 0) if m else None
+    return _worker_session(name, STATS_RE, STATS_V1_RE)
 
 
 def parse_dump_name(name: str) -> tuple[str, int, int, int] | None:
@@ -212,8 +213,20 @@ def safe_join(root: Path, relative: str) -> Path:
     return path
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
+def create_temporary(path: Path) -> tuple[int, str]:
+    """(fd, name) of a new hidden file ``.<name>.<random>.tmp`` beside ``path``, opened for writing.
+
+    Created with mode 0666 so the kernel applies the process umask, as a plain ``open()``
+    would (``mkstemp`` makes 0600, and reading the umask means setting it, which races with
+    other threads); ``O_EXCL`` makes the random name ours alone."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = os.path.join(path.parent, f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name beside", str(path))
 
 
 def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool = True, size: int | None = None) -> int:
@@ -234,7 +247,7 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = create_temporary(path)
     written = 0
     try:
         if size and hasattr(os, "posix_fallocate"):
@@ -250,7 +263,6 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the usual permissions
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -3,7 +3,7 @@
 Imports TensorFlow: ``import inspector`` never imports this module; import it
 explicitly (``from inspector import icnn``) inside a ``model_fn``. Built only from
 ``tf.nn`` / ``tf.compat.v1`` primitives (no Keras, no ``tf.compat.v1.layers``), so it
-runs under TensorFlow 2.15 and the latest TensorFlow alike. See ICNN.md for the spec;
+runs under TensorFlow 2.15 and the latest TensorFlow alike. docs/ICNN.md describes it;
 where the paper and the authors' MatConvNet release differ, the release is followed.
 
 Example (inside a model_fn)::
@@ -203,7 +203,7 @@ def _filter_loss_value(x, beta, part, positive, h, w):
             + tf.abs(gx[None, None, :] - tf.reshape(tf.tile(gx[None, :], [h, 1]), [-1])[:, None, None]))
     temps = tf.maximum(1.0 - dist[..., None] * beta[None, None, None, :], -1.0)  # [L, H, W, C]
     temps = tf.where(tf.broadcast_to(part, tf.shape(temps)), temps, tf.ones_like(temps))
-    l = h * w
+    n_t = h * w  # L: the number of positive templates
     scores_pos = tf.einsum("nhwc,lhwc->ncl", x, temps) / (h * w * ALPHA)       # [N, C, L]
     scores_neg = -tf.reduce_mean(x, axis=[1, 2])[..., None] / ALPHA            # [N, C, 1]
     scores = tf.concat([scores_neg, scores_pos], axis=2)                       # [N, C, L+1]
@@ -211,8 +211,8 @@ def _filter_loss_value(x, beta, part, positive, h, w):
     alpha = tf.reduce_mean(tf.cast(positive, dtype))
     tiny = tf.cast(1e-30, dtype)
     log_prior = tf.concat([tf.math.log(tf.maximum(1.0 - alpha, tiny))[None],
-                           tf.fill([l], tf.math.log(tf.maximum(alpha / l, tiny)))], axis=0)
-    prior = tf.concat([(1.0 - alpha)[None], tf.fill([l], alpha / l)], axis=0)   # [L+1]
+                           tf.fill([n_t], tf.math.log(tf.maximum(alpha / n_t, tiny)))], axis=0)
+    prior = tf.concat([(1.0 - alpha)[None], tf.fill([n_t], alpha / n_t)], axis=0)   # [L+1]
     log_p_x = tf.reduce_logsumexp(log_p_x_t + log_prior, axis=2, keepdims=True)  # [N, C, 1]
     mi = tf.reduce_sum(prior * tf.reduce_sum(tf.exp(log_p_x_t) * (log_p_x_t - log_p_x), axis=0), axis=1)
     return -mi
@@ -286,7 +286,7 @@ def conv_mask(x: tf.Tensor,
         pre = tf.identity(x, name="pre_mask")
         beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
         part = tf.constant(part_np)
-        out = {}
+        out: dict[str, tf.Tensor] = {}  # role -> tensor
 
         @tf.custom_gradient
         def _masked(x_in, beta_v):

@@ -353,8 +353,8 @@ def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float 
     rng = np.random.default_rng(seed)
     for i, (g, mu) in enumerate(groups.items()):
         mu = np.asarray(mu, np.float64).reshape(-1, 2)
-        j = rng.normal(0, jitter, mu.shape) if jitter else 0
-        ax.scatter(mu[:, 1] + (j[:, 1] if jitter else 0), mu[:, 0] + (j[:, 0] if jitter else 0),
+        j = rng.normal(0, jitter, mu.shape) if jitter else np.zeros_like(mu)
+        ax.scatter(mu[:, 1] + j[:, 1], mu[:, 0] + j[:, 0],
                    color=_color(g, i), label=f"{g} (n={len(mu)})", alpha=0.75, edgecolor="k", lw=0.5)
     ax.set_xlim(-1.1, 1.1)
     ax.set_ylim(1.1, -1.1)

@@ -140,15 +140,6 @@ class Run:
             raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
         return out
 
-    def refresh(self) -> "Run":
-        """Re-read manifests and forget cached statistics and file lists (for a run still being written)."""
-        view = self._view
-        self.__init__(self.path, self.verify)
-        self._view = view
-        for attr in ("tensors", "stats", "_dump_files", "_stats_files"):
-            self.__dict__.pop(attr, None)
-        return self
-
     @property
     def workers(self) -> list[str]:
         """Worker names, the chief first."""
@@ -186,7 +177,8 @@ class Run:
         out._view = {"mode": mode, "worker": worker, "batch": batch}
         return out
 
-    def _where(self, mode: str | None, worker: str | None, batch: int | None = None) -> tuple[str, str | None, int | None]:
+    def _where(self, mode: str | None, worker: str | None,
+               batch: int | None = None) -> tuple[str, str | None, int | None]:
         """The explicit arguments, else this view's defaults."""
         v = self._view
         return (mode or v["mode"], worker or v["worker"], v["batch"] if batch is None else batch)
@@ -320,7 +312,8 @@ class Run:
                and (mode == ALL or self._mode_of(w, s) == mode)
                and (session in (None, ALL) or s == session)]
         if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
-            raise InspectorError(f"no session {session} in {self.path}; sessions: {sorted({s for _, s in self.manifests})}")
+            sessions = sorted({s for _, s in self.manifests})
+            raise InspectorError(f"no session {session} in {self.path}; sessions: {sessions}")
         return out
 
     # ---- statistics ----------------------------------------------------------------------
@@ -418,7 +411,9 @@ class Run:
         return self._read_stats(columns, filters or None, mode, worker, session, batch)
 
     @staticmethod
-    def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    def to_pandas(table: pa.Table) -> pd.DataFrame:
+        """A statistics table (:meth:`query_stats_table`) as :attr:`stats` shows it: names as
+        categories, histograms as Arrow lists."""
         if table.num_columns == 0:
             return pd.DataFrame(columns=[*_IDENTITY, "tensor", "kind", "group"])
         df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t) else None)
@@ -426,6 +421,8 @@ class Run:
             if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
                 df[c] = df[c].astype("category")
         return df
+
+    _to_pandas = to_pandas  # the name this module's callers used
 
     def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                   mode: str | None = None, worker: str | None = None, session: int | None = None,
@@ -536,8 +533,8 @@ class Run:
         f = self._dump(step, worker, mode, batch, session)
         return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
 
-    def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                   session: int | None = None) -> np.ndarray:
+    def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None,
+                   batch: int | None = None, session: int | None = None) -> np.ndarray:
         """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
         f = self._dump(step, worker, mode, batch, session)
         header, start = self._header(f.path)

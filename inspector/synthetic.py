@@ -108,7 +108,7 @@ class SyntheticRun:
         self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
         self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
         # the same manifest keys as hooks.DumpHook writes
-        config = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
+        config: dict[str, object] = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
                   "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins, "gradients": True,
                   "dump_on_nonfinite": False, "strict": False}
         manifest = {"tensorflow_version": None, "is_chief": True, "loss": "loss/Mean:0", "labels": "labels:0",
@@ -125,7 +125,10 @@ class SyntheticRun:
         for i, t in enumerate(self.catalog):
             for kind in ("forward", "gradient") if t.has_gradient else ("forward",):
                 for g in GROUPS if t.batched else ("all",):
-                    tens.append(t.name), kinds.append(kind), groups.append(g), idx.append(i)
+                    tens.append(t.name)
+                    kinds.append(kind)
+                    groups.append(g)
+                    idx.append(i)
         self.row_tensor, self.row_kind, self.row_group = tens, kinds, groups
         self.row_idx = np.array(idx)
         r = len(idx)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # first: the imports below (noqa: E402) from this checkout
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("streamlit")
+pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need Streamlit
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from inspector.format import manifest_name  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 from hooks import capture, fast_stats, native  # noqa: E402
 
 v1 = tf.compat.v1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook, mark  # noqa: E402
 from hooks.dump_hook import worker_from_env  # noqa: E402
@@ -47,7 +47,7 @@ def test_dumped_forward_and_gradients_equal_separate_runs(tmp_path):
 
 
 def test_gradients_agree_with_finite_differences(tmp_path):
-    with tf.Graph().as_default() as g:
+    with tf.Graph().as_default():
         gs = v1.train.get_or_create_global_step()
         x = v1.placeholder(tf.float64, [3, 4], name="x")
         w = v1.get_variable("w", [4, 2], tf.float64, initializer=v1.random_normal_initializer(seed=2))
@@ -76,7 +76,7 @@ def test_a_gradient_under_several_keys_is_written_once(tmp_path):
     three keys that read back the independent gradient."""
     from safetensors.numpy import load_file
     from inspector.format import dump_name
-    with tf.Graph().as_default() as g:
+    with tf.Graph().as_default():
         gs = v1.train.get_or_create_global_step()
         x = v1.placeholder(tf.float32, [4, 3], name="x")
         w = v1.get_variable("w", [3, 3], initializer=v1.random_normal_initializer(seed=1))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook, mark  # noqa: E402
 from tfmodels import BATCH, batch_images, conv_net  # noqa: E402

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 tf1 = tf.compat.v1
 
 from inspector import format as fmt  # noqa: E402

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook, mark  # noqa: E402
 from tfmodels import BATCH, HW, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402

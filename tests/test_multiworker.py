@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 from inspector import cli  # noqa: E402

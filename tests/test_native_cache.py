@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 from hooks import native  # noqa: E402
 
 

@@ -33,7 +33,7 @@ def test_time_series_group_colours_and_marks():
     df = pd.DataFrame({"positive": [1, 2, 3], "negative": [3, 2, 1]}, index=[0, 10, 20])
     fig = plots.time_series(df, marks={"first NaN": 10})
     lines = fig.axes[0].get_lines()
-    assert [l.get_label() for l in lines[:2]] == ["positive", "negative"]
+    assert [line.get_label() for line in lines[:2]] == ["positive", "negative"]
     assert lines[0].get_color() == plots.GROUP_COLORS["positive"]
     assert lines[2].get_xdata()[0] == 10               # the vertical mark
 

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook, capture, resolve  # noqa: E402
 from tfmodels import BATCH, batch_images, batch_labels, conv_net  # noqa: E402

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
-from inspector import claim, cli, writer
+from inspector import cli, writer
 from inspector.claim import RunLockedError
 from inspector.format import dump_name, lock_name, manifest_name, stats_name
 from inspector.writer import RunWriter, StatsLayout

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import hooks  # noqa: E402
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
@@ -153,7 +153,8 @@ def test_training_equals_optimizer_minimize(tmp_path, use_resource):
             with v1.train.MonitoredSession(hooks=[hook]) as sess:
                 for step in range(1, 7):
                     sess.run(train, feed(x, y, step))
-                weights.append(sess.run_step_fn(lambda step_context: step_context.session.run(v1.trainable_variables())))
+                weights.append(sess.run_step_fn(
+                    lambda step_context: step_context.session.run(v1.trainable_variables())))
     assert len(weights[0]) == 3
     for a, b in zip(*weights):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
@@ -184,3 +185,18 @@ def test_compute_gradients_returns_grads_and_vars_for_apply(tmp_path):
         with v1.Session() as s:
             s.run(v1.global_variables_initializer())
             s.run(train, feed(x, y, 1))
+
+
+def test_after_uninstall_the_hook_builds_its_own_pass(tmp_path):
+    """A model built after gradient_recorder.uninstall(): optimizer.minimize is not recorded,
+    so the hook's statistics step runs a second backward pass (and sharing still works with
+    hooks.minimize, which needs no wrapping)."""
+    from hooks import gradient_recorder
+    assert gradient_recorder.uninstall()
+    try:
+        plain, stats = _backprop_counts(tmp_path, shared=False)
+        assert stats["Conv2DBackpropFilter"] == 2 * plain["Conv2DBackpropFilter"]
+        plain, stats = _backprop_counts(tmp_path / "explicit", shared=True)
+        assert stats["Conv2DBackpropFilter"] == plain["Conv2DBackpropFilter"]
+    finally:
+        assert gradient_recorder.install()

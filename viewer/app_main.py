@@ -21,7 +21,7 @@ import streamlit as st
 
 if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sys.path:
     # run as a script (`streamlit run .../viewer/app_main.py`) from a checkout that is not
-    # installed: import viewer/ and inspector/ from beside this file
+    # installed: import viewer/ and inspector/ from beside this file (hence noqa: E402 below)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inspector.errors import InspectorError  # noqa: E402

@@ -11,7 +11,7 @@ from inspector import plots
 
 from . import data
 from .distributions import kinds_of, pick_groups, totals_of
-from .ui import Ctx, download_figure, need, plain, show_figure
+from .ui import Ctx, default_tensor, download_figure, need, plain, show_figure
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
@@ -39,7 +39,7 @@ def two_steps(ctx: Ctx) -> None:
         return
     names = list(run.tensors["name"])
     c = st.columns([3, 1])
-    tensor = c[0].selectbox("Tensor", names, index=next((i for i, n in enumerate(names) if "Relu" in n), 0),
+    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names),
                             key="cmp_tensor")
     kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", horizontal=True)
     cols = st.columns(2)
@@ -81,7 +81,7 @@ def two_runs(ctx: Ctx) -> None:
         return
     c = st.columns([3, 1, 1, 1])
     tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor",
-                            index=next((i for i, n in enumerate(common) if "Relu" in n), 0))
+                            index=default_tensor(common))
     kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", horizontal=True)
     stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat")
     group = c[3].selectbox("Group", ("all", "positive", "negative"), key="cmp_run_group")

@@ -11,7 +11,7 @@ from inspector.format import HIST_MAX_ELEMENTS
 
 from . import data
 from .dumps import dump_step_picker
-from .ui import Ctx, need, plain, show_figure
+from .ui import Ctx, default_tensor, need, plain, show_figure
 
 
 def kinds_of(run, tensor: str) -> list[str]:
@@ -64,7 +64,7 @@ def render(ctx: Ctx) -> None:
         return
     names = list(run.tensors["name"])
     c1, c2 = st.columns([2, 3])
-    tensor = c1.selectbox("Tensor", names, index=next((i for i, n in enumerate(names) if "Relu" in n), 0),
+    tensor = c1.selectbox("Tensor", names, index=default_tensor(names),
                           key="di_tensor")
     step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step")
     kinds = kinds_of(run, tensor)

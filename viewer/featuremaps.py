@@ -2,6 +2,8 @@
 layers pre-mask | mask | post-mask side by side with mu, per filter, positive and negative."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import streamlit as st
@@ -76,8 +78,9 @@ def render(ctx: Ctx) -> None:
     groups = samples["group"].to_numpy()
     pos = [i for i in range(len(samples)) if groups[i] == "positive"]
     neg = [i for i in range(len(samples)) if groups[i] == "negative"]
-    ip = c[2].selectbox("Positive sample", pos, format_func=lambda i: sample_label(samples, i), key="fm_pos") if pos else None
-    ineg = c[3].selectbox("Negative sample", neg, format_func=lambda i: sample_label(samples, i), key="fm_neg") if neg else None
+    label = functools.partial(sample_label, samples)
+    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos") if pos else None
+    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg") if neg else None
     h, w = m["pre_mask"].shape[1:3]
     rows = []
     for label, i in (("positive", ip), ("negative", ineg)):

@@ -10,7 +10,7 @@ import streamlit as st
 from inspector import plots
 
 from . import data
-from .ui import Ctx, download_figure, need, plain, show_png
+from .ui import Ctx, default_tensor, download_figure, need, plain, show_png
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -72,8 +72,7 @@ def render(ctx: Ctx) -> None:
     st.subheader("One tensor over steps, positive vs negative")
     names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
     c = st.columns([3, 1, 1, 1])
-    default = next((i for i, n in enumerate(names) if "Relu" in n), 0)
-    tensor = c[0].selectbox("Tensor", names, index=default, key="ov_tensor")
+    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor")
     row = run.tensors.loc[tensor]
     kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
         ["update"] if bool(row["has_update"]) else [])

@@ -9,20 +9,12 @@ import streamlit as st
 
 from inspector.analysis import NONFINITE_SOURCES
 from inspector.errors import InspectorError
+from inspector.units import human_bytes
 
 from . import data
 from .ui import Ctx, plain
 
 ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
-
-
-def human_bytes(n: float) -> str:
-    """``human_bytes(1536) == '1.5 KiB'``"""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 STATUS_NOTES = {

@@ -49,6 +49,12 @@ class Ctx:
     runs: tuple[str, ...]
 
 
+def default_tensor(names: list[str]) -> int:
+    """Index of the tensor a tensor picker opens on: the first ReLU output (an activation most
+    users look at first), else the first tensor. ``default_tensor(["x:0", "c/Relu:0"]) == 1``"""
+    return next((i for i, n in enumerate(names) if "Relu" in n), 0)
+
+
 def slug(text: str) -> str:
     """A file-name-safe version of ``text``: ``slug("conv1/Relu:0") == "conv1_Relu_0"``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "figure"
