@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> None:
              f"{statistics.median(d['first_ms'] for d in dumps):.2f} ms", ""],
             [f"CRC32s of a {human_bytes(11 * 2 ** 22 + TENSOR_MB * 2 ** 20)} dump (writer's dump thread)",
              f"{1e3 * crc_s:.1f} ms", ""],
-            [f"one {TENSOR_MB} MiB tensor of it into memory, verify=True (CRC32 checked)", f"{verify['verify']:.2f} ms", ""],
+            [f"one {TENSOR_MB} MiB tensor of it into memory, verify=True (CRC32 checked)",
+             f"{verify['verify']:.2f} ms", ""],
             ["  the same, verify=False", f"{verify['noverify']:.2f} ms", ""],
         ]
         mrows = [[k, mem[k]["files"], human_bytes(b), human_bytes(1024 * mem[k]["base_kib"]),

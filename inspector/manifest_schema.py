@@ -169,7 +169,7 @@ def load_manifest(path: Path, root: Path | None = None) -> dict:
     except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply
         raise DamagedFileError(f"damaged manifest {path}: {type(e).__name__}: {e}") from None
     version = m.get("format_version")
-    if not _is(version, (int,)):
+    if not isinstance(version, int) or not _is(version, (int,)):
         raise DamagedFileError(f"damaged manifest {path}: field format_version must be an integer, "
                                f"not {_short(version)}")
     if version > FORMAT_VERSION:

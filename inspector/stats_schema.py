@@ -83,9 +83,10 @@ def check_stats_file(path: Path, root: Path | None = None) -> tuple[str, ...]:
             _checked[key] = f"damaged statistics file {path}: {type(e).__name__}: {e}"
         except DamagedFileError as e:
             _checked[key] = str(e)
-    if isinstance(_checked[key], str):
-        raise DamagedFileError(_checked[key])
-    return _checked[key]
+    found = _checked[key]
+    if isinstance(found, str):
+        raise DamagedFileError(found)
+    return found
 
 
 def read_part(path: Path, columns: Sequence[str] | None, filters: Any, verify: bool) -> pa.Table:
