@@ -120,6 +120,7 @@ def configs(batch: int) -> list[Config]:
         Config("stats-every", "(4) statistics every step", dump_hook(stats_every_n_steps=1, dump_every_n_steps=0)),
         Config("dump-full", "(5) full dump every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1,
                                                                samples_per_group=batch, max_bytes=None)),
+        Config("nan-watch", "(3c) defaults + dump_on_nonfinite", dump_hook(dump_on_nonfinite=True), optional=True),
         Config("defaults-shared", "(3b) defaults, hooks.minimize", dump_hook(), shared=True),
         Config("dump-2/grp-shared", "    default dump (2/grp), hooks.minimize",
                dump_hook(stats_every_n_steps=0, dump_every_n_steps=1), shared=True),
