@@ -243,6 +243,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._first_nonfinite: dict | None = None
         self._dump_bytes_estimate = 0
         self._nan_dump: dict[str, tf.Tensor] = {}
+        self._nan_layout: tuple[list[str], list[str]] = ([], [])
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self.mode = self.mode_arg or "train"
@@ -359,11 +360,13 @@ class DumpHook(v1.train.SessionRunHook):
             self._loss_name = loss.name
             if self._dump:
                 # The step whose loss is NaN/Inf is dumped from the same run: the training run that
-                # follows may never come (the Estimator's NanTensorHook raises). Other steps fetch
-                # empty arrays through a Switch/Merge per key, not the tensors.
+                # follows may never come (the Estimator's NanTensorHook raises). Its tensors pass a
+                # Switch, and are packed into a few vectors that are empty on other steps.
                 bad = tf.logical_not(self._loss_finite)
-                self._nan_dump, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad)
-                self._nan_dump.update({k: capture.only_when(bad, v) for k, v in self._samples.items()})
+                gated, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad)
+                gated.update(self._samples)
+                self._nan_dump = capture.pack_when(bad, gated)
+                self._nan_layout = (list(gated), [t.dtype.name for t in gated.values()])
         kept = max(1, 2 * self.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
@@ -493,7 +496,7 @@ class DumpHook(v1.train.SessionRunHook):
             self._add_dump(step, {**results["dump"], **results["samples"],
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
-            self._add_dump(step, results["nan_dump"], "NaN/Inf in the loss", batch)
+            self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())

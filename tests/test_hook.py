@@ -228,6 +228,11 @@ def test_nonfinite_is_found_and_next_step_dumped(tmp_path):
     assert run.steps == [3, 4]
     assert np.isnan(run.tensor("x:0", 3)).any() and not np.isnan(run.tensor("x:0", 4)).any()
     assert run.dump_metadata(3)["reason"] == "NaN/Inf in the loss"
+    scheduled = [k for k in run.dump_keys(4) if not k.startswith("update/")]  # updates need a read before
+    assert set(run.dump_keys(3)) == set(scheduled)                     # the packed dump unpacks whole
+    for key in scheduled:
+        assert run.dump_array(3, key).shape == run.dump_array(4, key).shape, key
+    np.testing.assert_array_equal(run.samples(3)["index"], run.samples(4)["index"])
     assert run.dump_metadata(4)["reason"] == "after NaN/Inf"
 
 
