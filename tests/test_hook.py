@@ -232,7 +232,9 @@ def test_nonfinite_is_found_and_next_step_dumped(tmp_path):
     assert set(run.dump_keys(3)) == set(scheduled)                     # the packed dump unpacks whole
     for key in scheduled:
         assert run.dump_array(3, key).shape == run.dump_array(4, key).shape, key
-    np.testing.assert_array_equal(run.samples(3)["index"], run.samples(4)["index"])
+    kept = run.samples(3)                                              # step 3's own kept samples
+    np.testing.assert_array_equal(kept["label"], batch_labels(3)[kept["index"]])
+    assert sorted(kept["group"]) == ["negative"] * 2 + ["positive"] * 2
     assert run.dump_metadata(4)["reason"] == "after NaN/Inf"
 
 
