@@ -132,6 +132,7 @@ class Run:
         for ids, name in found:
             try:  # DamagedFileError skips this session; FormatVersionError stops
                 m = load_manifest(self.path / name, self.path)
+                _check_identity(m, *ids, self.path / name)
             except DamagedFileError as e:
                 self.problems.append(str(e))
                 continue
@@ -678,12 +679,20 @@ def _one_source(df: pd.DataFrame, what: str) -> None:
         raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and session=)")
 
 
+def _check_identity(m: dict, worker: str, session: int, path: Path) -> None:
+    """DamagedFileError if the manifest names another writer than its file name does (the file
+    name is what the reader trusts: other files of the session are found by it)."""
+    for field, want in (("worker", worker), ("session", session if session else None)):
+        if field in m and want is not None and m[field] != want:
+            raise DamagedFileError(f"damaged manifest {path}: its {field} {m[field]!r} is not the {want!r} "
+                                   f"its file name says")
+
+
 def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
     """A manifest in the current shape: version 1 ones get their session (0), mode and the
     aggregated ``dropped``/``errors`` records."""
     m = dict(m)
-    m.setdefault("worker", worker)
-    m["session"] = session
+    m["worker"], m["session"] = worker, session
     if m.get("mode") not in MODES:
         m["mode"] = "train"
     if m.get("format_version", 1) < 2:

@@ -353,3 +353,15 @@ def test_nonfinite_evidence_lists_both_sightings_by_step(tmp_path):
     assert run.first_nonfinite()["step"] == 5
     text = cli.summary(run)
     assert "first NaN/Inf at step 5 in loss:0" in text and "also NaN/Inf at step 6 in a:0" in text
+
+
+@pytest.mark.parametrize("field, value", [("worker", "{}"), ("worker", "worker-9"), ("session", 7)])
+def test_a_manifest_naming_another_writer_than_its_file_is_damaged(tmp_path, field, value):
+    """Found by the fuzz test: a manifest's own worker field reached file-name building."""
+    session(tmp_path, [1], 0.0)
+    session(tmp_path, [2], 0.0)
+    path = tmp_path / manifest_name("chief", 2)
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    run = inspector.open_run(tmp_path)
+    assert list(run.sessions["session"]) == [1] and run.manifest["session"] == 1
+    assert any(f"its {field}" in p and "file name" in p for p in run.problems), run.problems
