@@ -328,7 +328,8 @@ class Run:
     def _read_part(self, worker: str, session: int, path: Path, columns: Sequence[str] | None,
                    filters: Any) -> pa.Table | None:
         try:
-            names = check_stats_file(path, self.path)  # a regular file inside the run, the writer's schema
+            # a regular file inside the run, with the writer's schema (session 0: version 1's)
+            names = check_stats_file(path, self.path, version1=session == 0)
             # a version 1 part lacks the identity columns: _with_identity adds them
             t = read_part(path, None if columns is None else [c for c in columns if c in names], filters,
                           self.verify)

@@ -38,18 +38,21 @@ COLUMNS = {
 }
 #: Columns every part must have.
 REQUIRED = ("step", "tensor", "kind", "group")
-#: Columns a version 1 part lacks (the reader adds them from the file name): checked only if there.
+#: Columns a version 1 part lacks (the reader adds them from the file name); a version 2 part
+#: (a session in its file name) must have them.
 OPTIONAL = ("worker", "session", "mode", "batch")
 #: The values ``kind`` and ``group`` may hold (checked on their dictionaries: cheap).
 VALUES = {"kind": KINDS, "group": GROUPS}
 
 
-def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | None = None) -> None:
+def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | None = None,
+                       version1: bool = False) -> None:
     """DamagedFileError naming ``path`` unless ``schema`` has the REQUIRED columns and every
     known column (COLUMNS) has the writer's type. ``columns``: the columns read (None: all,
     so every column of COLUMNS must be there: a damaged name would else read as missing)."""
     wanted = COLUMNS if columns is None else [c for c in columns if c in COLUMNS]
-    missing = [c for c in dict.fromkeys([*REQUIRED, *wanted]) if c not in schema.names and c not in OPTIONAL]
+    missing = [c for c in dict.fromkeys([*REQUIRED, *wanted]) if c not in schema.names
+               and not (version1 and c in OPTIONAL)]
     if missing:
         raise DamagedFileError(f"damaged statistics file {path}: no column {', '.join(missing)} "
                                f"(has {', '.join(schema.names[:8]) or 'none'}{', ...' * (len(schema) > 8)})")
@@ -65,19 +68,19 @@ def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | N
 _checked: dict[tuple, str | tuple[str, ...]] = {}  # (path, inode, size, mtime) -> error message or column names
 
 
-def check_stats_file(path: Path, root: Path | None = None) -> tuple[str, ...]:
+def check_stats_file(path: Path, root: Path | None = None, version1: bool = False) -> tuple[str, ...]:
     """The column names of the part at ``path``; DamagedFileError unless it is a regular file
     (inside ``root``) whose full schema (read from its footer) passes
     :func:`check_stats_schema` with every column of COLUMNS, so a part is skipped or not
     whatever columns a query reads. Cached per file version."""
     st = check_regular(path, root)
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, version1)
     if key not in _checked:
         if len(_checked) > 4096:
             _checked.clear()
         try:
             schema = pq.read_schema(path)  # never row groups' metadata: see read_part
-            check_stats_schema(schema, path)
+            check_stats_schema(schema, path, version1=version1)
             _checked[key] = tuple(schema.names)
         except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
             _checked[key] = f"damaged statistics file {path}: {type(e).__name__}: {e}"

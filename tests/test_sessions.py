@@ -365,3 +365,14 @@ def test_a_manifest_naming_another_writer_than_its_file_is_damaged(tmp_path, fie
     run = inspector.open_run(tmp_path)
     assert list(run.sessions["session"]) == [1] and run.manifest["session"] == 1
     assert any(f"its {field}" in p and "file name" in p for p in run.problems), run.problems
+
+
+def test_a_session_part_without_its_identity_columns_is_damaged(tmp_path):
+    """Found by the fuzz test (seed 311): a flipped byte renamed `session` in a part's footer.
+    Only version 1 parts (no session in the file name) may lack the identity columns."""
+    session(tmp_path, [1, 2], 0.0)
+    part = next((tmp_path / "stats").iterdir())
+    t = pq.read_table(part)
+    pq.write_table(t.rename_columns(["ses{ion" if c == "session" else c for c in t.column_names]), part)
+    run = inspector.open_run(tmp_path)
+    assert run.stats.empty and any("no column session" in p for p in run.problems), run.problems
