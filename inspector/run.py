@@ -113,6 +113,9 @@ class Run:
         self.manifests = self._read_manifests()
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
         self._headers: dict[Path, tuple[dict, int]] = {}
+        # dump_index per (mode, worker, session) as resolved: every tensor/dump_keys/dump_array
+        # call needs it, and building it walks every dump file (shared with views: keys resolved)
+        self._indexes: dict[tuple, dict[tuple[int, int], list[DumpFile]]] = {}
         self._alias_maps: dict[Path, dict[str, str]] = {}
 
     def __repr__(self) -> str:
@@ -460,6 +463,13 @@ class Run:
                    session: int | str | None = None) -> dict[tuple[int, int], list[DumpFile]]:
         """{(step, batch): dump files} of the chosen mode, workers and sessions; a step two
         sessions of one worker dumped keeps the later session's (unless ``session=``)."""
+        key = (*self._where(mode, worker)[:2], session)
+        if key not in self._indexes:
+            self._indexes[key] = self._build_index(*key)
+        return self._indexes[key]
+
+    def _build_index(self, mode: str, worker: str | None,
+                     session: int | str | None) -> dict[tuple[int, int], list[DumpFile]]:
         chosen = self._selected(((f.worker, f.session, f) for f in self._dump_files), mode, worker, session)
         latest: dict[tuple[str, str, int], int] = {}
         for w, s, f in chosen:
