@@ -1,14 +1,14 @@
 """The ICNN conv-mask layer (Zhang, Wu, Zhu, CVPR 2018) for TF1-style graphs.
 
 Imports TensorFlow: ``import inspector`` never imports this module; import it
-explicitly (``from inspector import icnn``) inside a ``model_fn``. Built only from
+explicitly (``from inspector.icnn import layer``) inside a ``model_fn``. Built only from
 ``tf.nn`` / ``tf.compat.v1`` primitives (no Keras, no ``tf.compat.v1.layers``), so it
 runs under TensorFlow 2.15 and the latest TensorFlow alike. docs/ICNN.md describes it;
 where the paper and the authors' MatConvNet release differ, the release is followed.
 
 Example (inside a model_fn)::
 
-    from inspector import icnn
+    from inspector.icnn import layer as icnn
     x = tf.nn.relu(conv3)                                   # [N, H, W, C], x >= 0
     epoch = icnn.epoch_from_step(tf.compat.v1.train.get_or_create_global_step(), 60)
     post = icnn.conv_mask(x, tf.equal(labels, 1), epoch, name="icnn_mask")

@@ -13,7 +13,7 @@ with depth from the loss, and optionally NaN/Inf from ``nonfinite_at`` and a dea
 
 Example::
 
-    from inspector.synthetic import make_synthetic_run
+    from inspector.testing import make_synthetic_run
     path = make_synthetic_run("runs/demo", steps=200, tensors=40, dump_every=50)
 
     # a run that is still being written (the viewer's live mode):
