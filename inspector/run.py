@@ -638,7 +638,7 @@ class Run:
 
     def icnn_layers(self) -> pd.DataFrame:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""
-        from .templates import icnn_layers  # numpy-only module
+        from .icnn.templates import icnn_layers  # numpy-only module
         return icnn_layers(self.tensors)
 
 

@@ -221,7 +221,8 @@ def test_safe_join_refuses_escape(tmp_path):
 
 
 def test_import_inspector_leaves_tensorflow_out():
-    code = "import sys, inspector, inspector.cli, inspector.run; print('tensorflow' in sys.modules)"
+    code = ("import sys, inspector, inspector.cli, inspector.run, inspector.testing, inspector.icnn.templates, "
+            "inspector.icnn.stability; print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -66,7 +66,7 @@ fraction of positives in the batch, and ``p(x|T) = exp(mean_hw(x * T) / a) / Z_T
 Z_T summed over the batch. Lower is better: it is low when each map matches one template
 sharply (a single compact peak). Like the paper's MI it does not see labels (a filter that
 also fires on negatives is not penalised; watch ``strength`` per group for that), it cannot
-know where ground-truth parts are (use ``inspector.stability``), and it scales with the
+know where ground-truth parts are (use ``inspector.icnn.stability``), and it scales with the
 activation energy: maps with small activations give values near 0 for every filter.
 Its internals live under ``<layer>/monitor/``; ``DumpHook(exclude=r"/monitor/")`` keeps their
 [H*W, H, W, C] template tensors out of the dumps. Cost O(N * C * (H*W)^2); pass ``monitor=False`` to
