@@ -33,7 +33,7 @@ from .errors import DamagedFileError, InspectorError, NoDumpError, NotARunError,
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
-from .manifest_schema import load_manifest
+from .manifest_schema import load_manifest, with_caller_defaults
 from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -700,9 +700,10 @@ def _check_identity(m: dict, worker: str, session: int, path: Path) -> None:
 
 
 def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
-    """A manifest in the current shape: version 1 ones get their session (0), mode and the
+    """A manifest in the current shape: every caller key (its default where missing, see
+    ``manifest_schema.CALLER_DEFAULTS``); version 1 ones get their session (0), mode and the
     aggregated ``dropped``/``errors`` records."""
-    m = dict(m)
+    m = with_caller_defaults(m)
     m["worker"], m["session"] = worker, session
     if m.get("mode") not in MODES:
         m["mode"] = "train"

@@ -42,6 +42,7 @@ from .claim import Claim, run_bytes
 from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 from .liveness import now_iso
+from .manifest_schema import WRITER_KEYS, with_caller_defaults
 
 log = logging.getLogger("tf_inspector")
 
@@ -185,6 +186,10 @@ class RunWriter:
             raise ValueError(f"dump_threads={dump_threads} must be >= 1")
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES}")
+        overridden = sorted(set(manifest) & set(WRITER_KEYS))
+        if overridden:
+            raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
+                             f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
@@ -215,7 +220,7 @@ class RunWriter:
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, **dict(manifest),
+            "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
         }
         (self.run_dir / "stats").mkdir(exist_ok=True)
         (self.run_dir / "dumps").mkdir(exist_ok=True)
