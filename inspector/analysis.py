@@ -85,7 +85,8 @@ def nonfinite_alert(first: dict | None) -> list[Alert]:
     if not first:
         return []
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
-    source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
+    source = str(first.get("source") or "the run")
+    source = NONFINITE_SOURCES.get(source, source)
     return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
                   f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else ""),
                   first["step"], first.get("tensor"))]

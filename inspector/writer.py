@@ -107,7 +107,7 @@ class Tally:
             key = (what, "other reasons (too many distinct ones to list)")
         r = self._records.get(key)
         first = r is None
-        if first:
+        if r is None:
             r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0, "first_step": step,
                                       "last_step": step, "steps": [], "first_time": now_iso()}
         r["count"] += 1
@@ -159,6 +159,12 @@ def _close_open_writers() -> None:
     for w in list(_OPEN):
         w.close("failed", error="the process exited before the session ended (DumpHook.end() was not called)",
                 timeout=30)
+
+
+def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
+    """The tensor, kind and group columns of every statistics part (dictionary-encoded)."""
+    return {name: pa.array(list(values)).dictionary_encode()
+            for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
 
 class RunWriter:
@@ -232,7 +238,8 @@ class RunWriter:
         except BaseException:
             self.claim.release()
             raise
-        self._static = self._static_columns() if stats_layout else None
+        # the tensor/kind/group columns, the same for every statistics step (none without a layout)
+        self._static = _static_columns(stats_layout) if stats_layout else {}
         self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
                                                name=f"tf-inspector-dumps-{worker}-s{self.session}-{i}")
                               for i in range(dump_threads)]
@@ -249,6 +256,8 @@ class RunWriter:
         """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
         the batch index within an evaluation or prediction (0 in training)."""
         self._raise_if_strict()
+        if self.layout is None:
+            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist))
@@ -439,11 +448,6 @@ class RunWriter:
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
-
-    def _static_columns(self) -> dict[str, pa.Array]:
-        lay = self.layout
-        return {name: pa.array(list(values)).dictionary_encode()
-                for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
     def _stats_batch(self, s: _Stats) -> pa.RecordBatch:
         rows = len(s.values)
