@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
+from inspector.manifest_schema import hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
@@ -372,20 +373,18 @@ class DumpHook(v1.train.SessionRunHook):
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
 
     def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
+        filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
         return {
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
             "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
-            "config": {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
-                       "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
-                       "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
-                       "share_gradients": self.share_gradients,
-                       "native_stats": bool(self.native_stats and native.library() is not None),
-                       "mode": self.mode, "eval_stats_batches": self.eval_stats_batches,
-                       "eval_dump_batches": self.eval_dump_batches,
-                       "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
-                       "op_types": _jsonable(self.filters["op_types"]),
-                       "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
-                       "dtypes": [d.name for d in self.filters["dtypes"]]},
+            "config": hook_config(**self.schedule.to_json(), samples_per_group=self.samples_per_group,
+                                  max_bytes=self.max_bytes, histogram_bins=self.bins, gradients=self.with_gradients,
+                                  dump_on_nonfinite=self.dump_on_nonfinite, strict=self.strict, fsync=self.fsync,
+                                  share_gradients=self.share_gradients,
+                                  native_stats=bool(self.native_stats and native.library() is not None),
+                                  mode=self.mode, eval_stats_batches=self.eval_stats_batches,
+                                  eval_dump_batches=self.eval_dump_batches, **filters,
+                                  dtypes=[d.name for d in self.filters["dtypes"]]),
             "tensors": [c.catalog_entry() for c in self.captured],
             "skipped": skipped, "first_nonfinite": None,
         }

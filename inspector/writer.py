@@ -42,6 +42,7 @@ from .claim import Claim, run_bytes
 from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 from .liveness import now_iso
+from .manifest_schema import WRITER_KEYS, with_caller_defaults
 
 log = logging.getLogger("tf_inspector")
 
@@ -106,7 +107,7 @@ class Tally:
             key = (what, "other reasons (too many distinct ones to list)")
         r = self._records.get(key)
         first = r is None
-        if first:
+        if r is None:
             r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0, "first_step": step,
                                       "last_step": step, "steps": [], "first_time": now_iso()}
         r["count"] += 1
@@ -160,6 +161,12 @@ def _close_open_writers() -> None:
                 timeout=30)
 
 
+def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
+    """The tensor, kind and group columns of every statistics part (dictionary-encoded)."""
+    return {name: pa.array(list(values)).dictionary_encode()
+            for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
+
+
 class RunWriter:
     """One writer session's files in a run directory, written from background threads: one for
     statistics and the manifest (in order), ``dump_threads`` for full dumps."""
@@ -185,6 +192,10 @@ class RunWriter:
             raise ValueError(f"dump_threads={dump_threads} must be >= 1")
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES}")
+        overridden = sorted(set(manifest) & set(WRITER_KEYS))
+        if overridden:
+            raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
+                             f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
@@ -215,7 +226,7 @@ class RunWriter:
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, **dict(manifest),
+            "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
         }
         (self.run_dir / "stats").mkdir(exist_ok=True)
         (self.run_dir / "dumps").mkdir(exist_ok=True)
@@ -227,7 +238,8 @@ class RunWriter:
         except BaseException:
             self.claim.release()
             raise
-        self._static = self._static_columns() if stats_layout else None
+        # the tensor/kind/group columns, the same for every statistics step (none without a layout)
+        self._static = _static_columns(stats_layout) if stats_layout else {}
         self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
                                                name=f"tf-inspector-dumps-{worker}-s{self.session}-{i}")
                               for i in range(dump_threads)]
@@ -244,6 +256,8 @@ class RunWriter:
         """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
         the batch index within an evaluation or prediction (0 in training)."""
         self._raise_if_strict()
+        if self.layout is None:
+            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist))
@@ -434,11 +448,6 @@ class RunWriter:
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
-
-    def _static_columns(self) -> dict[str, pa.Array]:
-        lay = self.layout
-        return {name: pa.array(list(values)).dictionary_encode()
-                for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
     def _stats_batch(self, s: _Stats) -> pa.RecordBatch:
         rows = len(s.values)
