@@ -27,11 +27,14 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .analysis import icnn_mask, icnn_mu
+from .errors import InspectorError
 from .format import GROUPS, STAT_COLUMNS, manifest_name
+from .storage import normalize
 from .writer import RunWriter, StatsLayout
 
 BATCH = 32
@@ -90,7 +93,7 @@ class SyntheticRun:
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
                  dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None) -> None:
-        self.path = Path(path)
+        self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn)
         self.rng = np.random.default_rng(seed)
@@ -339,12 +342,12 @@ class SyntheticRun:
         token = self._sync_token
         self.writer.update_manifest(synthetic_sync=token)
         deadline = time.monotonic() + timeout
-        path = self.path / manifest_name(self.writer.worker, self.writer.session)
+        name = manifest_name(self.writer.worker, self.writer.session)
         while time.monotonic() < deadline:
             try:
-                if json.loads(path.read_text()).get("synthetic_sync") == token:
+                if json.loads(self.writer.store.read(name)).get("synthetic_sync") == token:
                     return
-            except (OSError, ValueError):
+            except (OSError, ValueError, InspectorError):
                 pass
             time.sleep(0.02)
         raise TimeoutError(f"writer did not reach sync point {token} within {timeout}s")
@@ -390,4 +393,4 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
                      dropped_steps=dropped_steps, dead_filter=dead_filter)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
-    return Path(path)
+    return b.path
