@@ -92,7 +92,8 @@ class SyntheticRun:
     def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
-                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None) -> None:
+                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
+                 storage_options: dict | None = None) -> None:
         self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn)
@@ -114,12 +115,12 @@ class SyntheticRun:
         config: dict[str, object] = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
                   "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins, "gradients": True,
                   "dump_on_nonfinite": False, "strict": False}
-        manifest = {"tensorflow_version": None, "is_chief": True, "loss": "loss/Mean:0", "labels": "labels:0",
+        manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0", "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
                     "first_nonfinite": None, "synthetic_seed": seed}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
-                                stats_flush_secs=stats_flush_secs)
+                                stats_flush_secs=stats_flush_secs, worker=worker, storage_options=storage_options)
 
     # ---- statistics ------------------------------------------------------------------------
     def _layout_rows(self) -> None:
@@ -379,7 +380,8 @@ def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain:
 def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
                        icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
                        dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
-                       finish: bool = True, dead_filter: int | None = None) -> Path:
+                       finish: bool = True, dead_filter: int | None = None,
+                       storage_options: dict | None = None) -> Any:
     """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
 
     Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
@@ -390,7 +392,7 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
     """
     b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
                      seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
-                     dropped_steps=dropped_steps, dead_filter=dead_filter)
+                     dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
     return b.path

@@ -1,0 +1,233 @@
+"""Run directories in object storage: memory:// and a real S3 server (moto, over HTTP via s3fs).
+
+The oracle for every remote read is the same run written to local disk: identical catalog,
+statistics, sessions, dump keys, arrays and samples. Lazy reads are checked by counting the
+requests and bytes an s3fs filesystem serves (a subclass that counts; the client is not patched).
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import inspector
+from inspector.claim import Claim, RunLockedError, next_session
+from inspector.storage import FsspecStorage, check_relative, open_storage
+from inspector.synthetic import SyntheticRun, make_synthetic_run
+from s3server import s3  # noqa: F401  (the fixture)
+
+fsspec = pytest.importorskip("fsspec")
+
+RUN = dict(steps=12, tensors=14, dump_every=4, seed=3)
+
+
+def _memory_url(name: str) -> str:
+    import uuid
+    return f"memory://tfi-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def assert_same_reads(a: inspector.Run, b: inspector.Run) -> None:
+    """Everything a reader shows of ``a`` (local) equals that of ``b`` (remote)."""
+    assert a.problems == [] and b.problems == []
+    pd.testing.assert_frame_equal(a.tensors, b.tensors)
+    pd.testing.assert_frame_equal(a.stats, b.stats)
+    cols = ["worker", "session", "mode", "state", "first_step", "last_step", "dumps", "bytes", "error"]
+    pd.testing.assert_frame_equal(a.sessions[cols], b.sessions[cols])
+    assert a.status == b.status and a.workers == b.workers and a.steps == b.steps and a.steps
+    assert a.size_bytes() == b.size_bytes()
+    q = dict(tensors=list(a.tensors.index[:3]), steps=(4, 8), kinds=["forward"], columns=["mean", "l2"])
+    pd.testing.assert_frame_equal(a.query_stats(**q), b.query_stats(**q))
+    for step in a.steps:
+        assert a.dump_keys(step) == b.dump_keys(step)
+        assert a.dump_metadata(step) == b.dump_metadata(step)
+        pd.testing.assert_frame_equal(a.samples(step), b.samples(step))
+        for key in a.dump_keys(step):
+            x, y = a.dump_array(step, key), b.dump_array(step, key)
+            assert x.dtype == y.dtype and x.shape == y.shape
+            np.testing.assert_array_equal(x, y)
+    t = a.tensors.index[2]
+    edges_a, counts_a = a.histogram(t, 4)
+    edges_b, counts_b = b.histogram(t, 4)
+    np.testing.assert_array_equal(edges_a, edges_b)
+    np.testing.assert_array_equal(counts_a, counts_b)
+
+
+def _plain(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with categories as strings (several workers' rows have more categories)."""
+    df = df.reset_index(drop=True).copy()
+    for c in df.columns:
+        if isinstance(df[c].dtype, pd.CategoricalDtype):
+            df[c] = df[c].astype(str)
+    return df
+
+
+def test_memory_run_reads_like_local(tmp_path):
+    local = inspector.open_run(make_synthetic_run(tmp_path / "r", **RUN))
+    url = _memory_url("run")
+    make_synthetic_run(url, **RUN)
+    remote = inspector.open_run(url)
+    assert remote.path == url and not remote.store.is_local
+    assert_same_reads(local, remote)
+    # nothing but the run's files: no temporary object, and the lock is gone after close
+    names = sorted(p.rsplit("/", 1)[-1] for p in fsspec.filesystem("memory").find(url.split("://")[1]))
+    assert not any(n.startswith(".") or n.startswith("lock.") for n in names), names
+    assert inspector.find_runs(url.rsplit("/", 1)[0] + "/") != [] and inspector.is_run(url)
+
+
+def test_file_url_is_local(tmp_path):
+    make_synthetic_run(tmp_path / "r", steps=4, tensors=10, dump_every=2)
+    run = inspector.open_run(f"file://{tmp_path / 'r'}")
+    assert run.store.is_local and run.steps == [0, 2]
+
+
+def test_s3_run_reads_like_local(tmp_path, s3):
+    local = inspector.open_run(make_synthetic_run(tmp_path / "r", **RUN))
+    url = s3.url("same")
+    make_synthetic_run(url, storage_options=s3.options, **RUN)
+    remote = inspector.open_run(url, storage_options=s3.options)
+    assert_same_reads(local, remote)
+    fs = s3.filesystem()
+    keys = [k.rsplit("/", 1)[-1] for k in fs.find(url)]
+    assert not any(k.startswith(".") or k.startswith("lock.") for k in keys), keys
+    assert inspector.find_runs(url.rsplit("/", 1)[0], storage_options=s3.options)
+
+
+def test_a_url_needs_its_package_named(monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_fsspec(name, *args, **kwargs):
+        if name == "fsspec" or name.startswith("fsspec."):
+            raise ImportError("No module named 'fsspec'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_fsspec)
+    with pytest.raises(ImportError, match=r"s3fs.*tf-inspector\[s3\]"):
+        inspector.open_run("s3://bucket/runs/x")
+
+
+def test_names_never_leave_the_run():
+    for bad in ("../x", "a/../b", "/abs", "a//b", "x\\y", "s3://other/x", ".", "a/./b", "x\x00"):
+        with pytest.raises(ValueError, match="escapes"):
+            check_relative(bad)
+    store = open_storage(_memory_url("esc"))
+    with pytest.raises(ValueError, match="escapes"):
+        store.child("..")
+    with pytest.raises(ValueError, match="escapes"):
+        store.read("../other/manifest.chief.s0001.json")
+    assert check_relative("dumps/chief.s0001.step-0000000001.safetensors")
+
+
+def test_an_object_under_a_run_name_that_is_a_folder_is_damaged_not_fatal():
+    url = _memory_url("dir")
+    make_synthetic_run(url, steps=4, tensors=10, dump_every=2)
+    fs = fsspec.filesystem("memory")
+    root = url.split("://")[1]
+    fs.pipe_file(f"{root}/stats/chief.s0002.000001.parquet/inner", b"x")
+    fs.pipe_file(f"{root}/manifest.chief.s0002.json", fs.cat_file(f"{root}/manifest.chief.s0001.json")
+                 .replace(b'"session": 1', b'"session": 2'))
+    run = inspector.open_run(url)
+    assert len(run.stats) and any("not a file" in p for p in run.problems), run.problems
+
+
+@pytest.mark.parametrize("where", ["memory", "s3"])
+def test_lock_is_exclusive_and_sessions_count_up(where, request):
+    if where == "s3":
+        s3 = request.getfixturevalue("s3")
+        url, opts = s3.url("lock"), s3.options
+    else:
+        url, opts = _memory_url("lock"), None
+    store = open_storage(url, opts)
+    first = Claim.take(store, "chief", heartbeat_secs=60)
+    assert first.session == 1 and store.exclusive == "atomic"
+    with pytest.raises(RunLockedError, match="live writer for worker 'chief'"):
+        Claim.take(store, "chief", heartbeat_secs=60)
+    other = Claim.take(store, "worker-0", heartbeat_secs=60)  # another identity: its own lock
+    store.write("manifest.chief.s0001.json", [b"{}"])
+    first.release()
+    other.release()
+    assert next_session(store, "chief") == 2
+    again = Claim.take(store, "chief", heartbeat_secs=60)
+    assert again.session == 2
+    again.release()
+    assert not any(e.name.startswith("lock.") for e in store.list(""))
+
+
+def test_s3_create_is_a_conditional_put(s3):
+    """Many threads create one object at once: the server lets exactly one in each time
+    (If-None-Match: *), which a check-then-write would not guarantee."""
+    store = FsspecStorage(s3.url("race"), s3.options)
+    for round_ in range(5):
+        wins, barrier = [], threading.Barrier(6)
+
+        def create(i: int) -> None:
+            barrier.wait()
+            if store.create(f"lock.r{round_}.json", f"{i}".encode()):
+                wins.append(i)
+
+        threads = [threading.Thread(target=create, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(wins) == 1, wins
+        assert store.read(f"lock.r{round_}.json") == f"{wins[0]}".encode()
+
+
+def test_several_workers_write_one_s3_run_while_a_reader_reads(s3):
+    """Three workers (threads, each its own writer and lock) write one remote run; a reader
+    opens it again and again meanwhile: every read sees whole files only (no problems), and
+    what it sees only grows. At the end each worker's statistics are its own run's."""
+    url = s3.url("multi")
+    workers = ["chief", "worker-0", "worker-1"]
+    runs = {w: SyntheticRun(url, 12, steps_hint=12, dump_every=3, seed=i, worker=w, stats_flush_secs=0,
+                            storage_options=s3.options) for i, w in enumerate(workers)}
+    done = threading.Event()
+    seen: list[tuple[int, int]] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                run = inspector.open_run(url, storage_options=s3.options)
+                rows = len(run.query_stats(worker="all", columns=["mean"]))
+                dumps = sum(len(run.dump_steps(worker=w)) for w in run.workers)
+                assert run.problems == [], run.problems
+                seen.append((rows, dumps))
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+                return
+
+    def write(w: str) -> None:
+        for step in range(0, 12, 2):
+            runs[w].write_steps(step, step + 2)
+            runs[w].sync()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [threading.Thread(target=write, args=(w,)) for w in workers]
+    for t in writers:
+        t.start()
+    for t in writers:
+        t.join()
+    for r in runs.values():
+        r.close()
+    done.set()
+    reader.join()
+    assert not errors, errors
+    assert len(seen) >= 2 and all(a <= b for a, b in zip(seen, seen[1:])), seen
+    run = inspector.open_run(url, storage_options=s3.options)
+    assert sorted(run.workers) == sorted(workers) and run.status == "finished" and run.problems == []
+    stats = run.query_stats(worker="all")
+    for i, w in enumerate(workers):  # the oracle: the same worker written alone to memory://
+        alone = _memory_url(w)
+        b = SyntheticRun(alone, 12, steps_hint=12, dump_every=3, seed=i, worker=w, stats_flush_secs=0)
+        for step in range(0, 12, 2):  # the same calls: the generator's draws follow them
+            b.write_steps(step, step + 2)
+        b.close()
+        mine = _plain(stats[stats["worker"] == w])
+        pd.testing.assert_frame_equal(mine, _plain(inspector.open_run(alone).query_stats(worker=w)))
+        np.testing.assert_array_equal(run.tensor(run.tensors.index[1], 3, worker=w),
+                                      inspector.open_run(alone).tensor(run.tensors.index[1], 3, worker=w))
