@@ -41,8 +41,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def s3():
-    """The server, started once per test session, with one bucket."""
-    server_mod = pytest.importorskip("moto.server", reason="moto[server] (requirements.txt) runs the S3 server")
+    """The server, started once per test session, with one bucket (moto, flask: requirements.txt)."""
+    server_mod = pytest.importorskip("moto.server", reason="moto and flask (requirements.txt) run the S3 server")
     s3fs = pytest.importorskip("s3fs")
     port = _free_port()
     server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
