@@ -231,3 +231,87 @@ def test_several_workers_write_one_s3_run_while_a_reader_reads(s3):
         pd.testing.assert_frame_equal(mine, _plain(inspector.open_run(alone).query_stats(worker=w)))
         np.testing.assert_array_equal(run.tensor(run.tensors.index[1], 3, worker=w),
                                       inspector.open_run(alone).tensor(run.tensors.index[1], 3, worker=w))
+
+
+def _counting_fs(s3):
+    """An s3fs filesystem on the test server that logs every request it makes: listings,
+    object infos and GETs with their byte range and the bytes that came back."""
+    import s3fs
+
+    class Counting(s3fs.S3FileSystem):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.log: list[tuple] = []
+
+        async def _cat_file(self, path, version_id=None, start=None, end=None, **kwargs):
+            data = await super()._cat_file(path, version_id=version_id, start=start, end=end, **kwargs)
+            self.log.append(("get", path.rsplit("/", 1)[-1], start, end, len(data)))
+            return data
+
+        async def _info(self, path, **kwargs):
+            self.log.append(("info", path.rsplit("/", 1)[-1]))
+            return await super()._info(path, **kwargs)
+
+        async def _ls(self, path, detail=False, **kwargs):
+            self.log.append(("list", path.rsplit("/", 1)[-1]))
+            return await super()._ls(path, detail=detail, **kwargs)
+
+        def take(self) -> list[tuple]:
+            out, self.log = self.log, []
+            return out
+
+    return s3.filesystem(Counting)
+
+
+def test_remote_reads_are_lazy_byte_ranges(tmp_path, s3):
+    """Opening a run reads its manifest only; the first statistics query reads each part's
+    footer and the column chunks it needs (not the histograms); one tensor reads its dump's
+    header and its own bytes. Counted at the filesystem: requests, ranges and bytes."""
+    import pyarrow.parquet as pq
+    from inspector.safetensors_io import HEADER_PROBE
+    kw = dict(steps=100, tensors=30, dump_every=50, bins=64, seed=5)
+    local = inspector.open_run(make_synthetic_run(tmp_path / "r", **kw))
+    url = s3.url("lazy")
+    make_synthetic_run(url, storage_options=s3.options, **kw)
+    fs = _counting_fs(s3)
+
+    run = inspector.open_run(url, filesystem=fs)
+    log = fs.take()
+    gets = [e for e in log if e[0] == "get"]
+    manifest = local.path / "manifest.chief.s0001.json"
+    assert [g[1] for g in gets] == [manifest.name] and gets[0][4] == manifest.stat().st_size, log
+    assert len(log) <= 3, log  # the folder listed (exists, names) and one GET
+
+    tensor = local.tensors.index[4]
+    got = run.query_stats([tensor], kinds=["forward"], groups=["all"], columns=["mean"])
+    pd.testing.assert_frame_equal(got, local.query_stats([tensor], kinds=["forward"], groups=["all"],
+                                                         columns=["mean"]))
+    log = fs.take()
+    gets = [e for e in log if e[0] == "get"]
+    (part,) = (local.path / "stats").iterdir()
+    meta = pq.ParquetFile(part).metadata  # our own valid file: listing its column chunks is safe
+    wanted = {"worker", "session", "mode", "step", "batch", "tensor", "kind", "group", "mean"}
+    needed = sum(meta.row_group(i).column(j).total_compressed_size for i in range(meta.num_row_groups)
+                 for j in range(meta.num_columns) if meta.schema.column(j).path in wanted)
+    read = sum(g[4] for g in gets)
+    assert all(g[1] == part.name and g[2] is not None and g[3] is not None for g in gets), gets
+    assert read <= needed + 64 * 1024 + meta.serialized_size, (read, needed)  # the footer read: 64 KiB
+    assert read < part.stat().st_size / 2, (read, part.stat().st_size)
+    assert not [e for e in log if e[0] == "info"], log  # sizes come from the listing
+
+    fs.take()
+    step = local.steps[-1]
+    key = f"forward/{tensor}"
+    x = run.tensor(tensor, step)
+    np.testing.assert_array_equal(x, local.tensor(tensor, step))
+    log = fs.take()
+    gets = [e for e in log if e[0] == "get"]
+    dump = local._dump(step, None)
+    size = (local.path / dump.rel).stat().st_size
+    header, start = local._header(dump)
+    begin, end = header[key]["data_offsets"]
+    assert [(g[2], g[3]) for g in gets] == [(0, min(size, HEADER_PROBE)), (start + begin, start + end)], gets
+    assert sum(g[4] for g in gets) == min(size, HEADER_PROBE) + x.nbytes < size / 4
+    run.tensor(tensor, step, kind="gradient")  # the header is cached: one GET, the array's bytes
+    gets = [e for e in fs.take() if e[0] == "get"]
+    assert len(gets) == 1 and gets[0][4] == local.tensor(tensor, step, kind="gradient").nbytes
