@@ -115,12 +115,14 @@ class SyntheticRun:
         config: dict[str, object] = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
                   "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins, "gradients": True,
                   "dump_on_nonfinite": False, "strict": False}
-        manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0", "labels": "labels:0",
+        manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0",
+                    "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
                     "first_nonfinite": None, "synthetic_seed": seed}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
-                                stats_flush_secs=stats_flush_secs, worker=worker, storage_options=storage_options)
+                                stats_flush_secs=stats_flush_secs, worker=worker,
+                                storage_options=storage_options)
 
     # ---- statistics ------------------------------------------------------------------------
     def _layout_rows(self) -> None:

@@ -3,7 +3,7 @@ s3fs over HTTP exactly as a bucket is (endpoint, credentials, signed requests; n
 
 Example (in a test module)::
 
-    from s3server import s3  # noqa: F401  (the fixture)
+    from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 
     def test_x(s3):
         run = inspector.open_run(f"s3://{s3.bucket}/runs/a", storage_options=s3.options)
@@ -39,8 +39,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def s3():
+@pytest.fixture(scope="session", name="s3")
+def s3_fixture():
     """The server, started once per test session, with one bucket (moto, flask: requirements.txt)."""
     server_mod = pytest.importorskip("moto.server", reason="moto and flask (requirements.txt) run the S3 server")
     s3fs = pytest.importorskip("s3fs")

@@ -16,7 +16,7 @@ import inspector
 from inspector.claim import Claim, RunLockedError, next_session
 from inspector.storage import FsspecStorage, check_relative, open_storage
 from inspector.synthetic import SyntheticRun, make_synthetic_run
-from s3server import s3  # noqa: F401  (the fixture)
+from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 
 fsspec = pytest.importorskip("fsspec")
 

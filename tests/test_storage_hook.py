@@ -9,7 +9,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
-from s3server import s3  # noqa: E402,F401  (the fixture)
+from s3server import s3_fixture  # noqa: E402,F401  (registers the fixture ``s3``)
 from test_storage import assert_same_reads  # noqa: E402
 from tfmodels import build_cnn  # noqa: E402
 
