@@ -315,3 +315,24 @@ def test_remote_reads_are_lazy_byte_ranges(tmp_path, s3):
     run.tensor(tensor, step, kind="gradient")  # the header is cached: one GET, the array's bytes
     gets = [e for e in fs.take() if e[0] == "get"]
     assert len(gets) == 1 and gets[0][4] == local.tensor(tensor, step, kind="gradient").nbytes
+
+
+def test_cli_reads_a_bucket(tmp_path, s3, capsys):
+    import json
+
+    from inspector import cli
+    url = s3.url("cli")
+    make_synthetic_run(f"{url}/exp1", storage_options=s3.options, **RUN)
+    local = make_synthetic_run(tmp_path / "exp1", **RUN)
+    opts = json.dumps(s3.options)
+    assert cli.main(["info", url, "--storage-options", opts]) == 0  # a folder of runs in the bucket
+    out = capsys.readouterr().out
+    assert f"{url}/exp1" in out and "finished" in out
+    assert cli.main(["export", f"{url}/exp1", "--storage-options", opts, "--format", "parquet",
+                     "--out", str(tmp_path / "remote.parquet")]) == 0
+    assert cli.main(["export", str(local), "--format", "parquet", "--out", str(tmp_path / "local.parquet")]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "remote.parquet"),
+                                  pd.read_parquet(tmp_path / "local.parquet"))
+    with pytest.raises(SystemExit):  # argparse names the bad --storage-options value
+        cli.main(["info", url, "--storage-options", "[1]"])
+    assert "storage-options" in capsys.readouterr().err
