@@ -145,6 +145,11 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, workers={self.workers})"
 
+    @property
+    def name(self) -> str:
+        """The run directory's own name (``exp1`` of ``runs/exp1`` or ``s3://bucket/runs/exp1``)."""
+        return str(self.path).rstrip("/").rsplit("/", 1)[-1]
+
     # ---- manifests and sessions --------------------------------------------------------------
     def _read_manifests(self) -> dict[tuple[str, int], dict]:
         entries = self.store.list("")

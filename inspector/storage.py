@@ -22,6 +22,7 @@ naming the package to install. Example::
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -68,10 +69,31 @@ def normalize(path: "str | os.PathLike | Storage") -> "str | Path | Storage":
     return local_path(path)
 
 
+#: Environment variable: a JSON object of fsspec storage options for every URL opened without
+#: ``storage_options=`` (the viewer and ``python -m inspector app`` have no other way in).
+OPTIONS_ENV = "TF_INSPECTOR_STORAGE_OPTIONS"
+
+
+def env_storage_options() -> dict | None:
+    """The storage options in $TF_INSPECTOR_STORAGE_OPTIONS, or None; ValueError naming the
+    variable if it is not a JSON object."""
+    text = os.environ.get(OPTIONS_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options: {e}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options, not {text[:40]!r}")
+    return value
+
+
 def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[str, Any] | None = None,
                  filesystem: Any = None) -> "Storage":
     """The storage of the run directory ``path``: local for plain paths and ``file://``, fsspec
     for other URLs (``storage_options`` go to the fsspec filesystem, as fsspec documents them;
+    default: $TF_INSPECTOR_STORAGE_OPTIONS, else none: credentials from the environment;
     ``filesystem``: an fsspec filesystem instance to use instead, e.g. one that counts requests)."""
     if isinstance(path, Storage):
         return path
@@ -80,6 +102,8 @@ def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[s
             raise ValueError(f"storage_options={dict(storage_options)!r} apply to URLs (s3://, gs://...), "
                              f"not to the local path {os.fspath(path)!r}")
         return LocalStorage(local_path(path))
+    if storage_options is None and filesystem is None:
+        storage_options = env_storage_options()
     return FsspecStorage(os.fspath(path), storage_options, filesystem)
 
 

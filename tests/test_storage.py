@@ -336,3 +336,29 @@ def test_cli_reads_a_bucket(tmp_path, s3, capsys):
     with pytest.raises(SystemExit):  # argparse names the bad --storage-options value
         cli.main(["info", url, "--storage-options", "[1]"])
     assert "storage-options" in capsys.readouterr().err
+
+
+def test_viewer_shows_a_bucket_run(s3, monkeypatch):
+    """The viewer started on a folder of runs in the bucket (storage options from the
+    environment): every page renders; a path leading out of that folder is refused."""
+    pytest.importorskip("streamlit")
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+    url = s3.url("viewer")
+    make_synthetic_run(f"{url}/exp1", storage_options=s3.options, steps=20, tensors=20, dump_every=10)
+    monkeypatch.setenv("TF_INSPECTOR_STORAGE_OPTIONS", json.dumps(s3.options))
+    monkeypatch.setenv("TF_INSPECTOR_RUNS", url)
+    app = str(Path(__file__).resolve().parents[1] / "app.py")
+    for page in ("Summary", "Training overview", "Distributions", "Tensor browser"):
+        at = AppTest.from_file(app, default_timeout=120)
+        at.session_state["page"] = page
+        at.run()
+        assert not at.exception and not at.error, (page, [e.value for e in at.error], at.exception)
+        if page == "Summary":
+            assert any("exp1" in h.value for h in at.header), [h.value for h in at.header]
+    at = AppTest.from_file(app, default_timeout=120)
+    at.session_state["path"] = "../other"
+    at.run()
+    assert any("outside the runs folder" in e.value for e in at.error)
