@@ -92,7 +92,10 @@ def _child_read(path: str, options: dict | None) -> dict:
         times.append(time.perf_counter() - t)
         sizes.append(x.nbytes)
     assert len(df) > 0
-    return {"import": t_import - t0, "open": t_open - t_import, "first_query": t_query - t_open,
+    t = time.perf_counter()
+    inspector.open_run(path, storage_options=options)
+    t_again = time.perf_counter() - t
+    return {"import": t_import - t0, "open": t_open - t_import, "again": t_again, "first_query": t_query - t_open,
             "header": t_keys - t_query, "tensor": times[0], "next": statistics.median(times[1:]),
             "tensor_bytes": int(statistics.median(sizes))}
 
@@ -153,6 +156,7 @@ def main() -> None:
             b = child_read(f"s3://{BUCKET}/run", options)
             rows.append(("import s3fs (once per process) (ms)", "-", f"{1e3 * b['import']:.0f}", "-"))
             for key, label in (("open", "open_run, a new S3 client included (ms)"),
+                               ("again", "open_run again, same process (ms)"),
                                ("first_query", "first query, one tensor (ms)"),
                                ("header", "a dump's header (ms)"),
                                ("tensor", f"first tensor, {human_bytes(a['tensor_bytes'])} (ms)"),

@@ -31,7 +31,7 @@ from .errors import InspectorError, NotARunError
 from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
-from .storage import is_url, local_path
+from .storage import OPTIONS_ENV, is_url, local_path
 from .units import human_bytes
 
 
@@ -283,16 +283,17 @@ def _importable(name: str) -> bool:
         return False
 
 
-def app(run: str, port: int, address: str) -> int:
+def app(run: str, port: int, address: str, storage_options: dict | None = None) -> int:
     """Serve the viewer on ``run``: ``streamlit run`` on the script shipped in the ``viewer``
     package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
     missing = [m for m in VIEWER_MODULES if not _importable(m)]
     if missing:
         raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
     script = importlib.resources.files("viewer").joinpath("app_main.py")
+    env = dict(os.environ, **({OPTIONS_ENV: json.dumps(storage_options)} if storage_options else {}))
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--", run])
+                                "--server.address", address, "--", run], env=env)
 
 
 RUN_HELP = "a run directory or a folder of runs: a path, file://, or an fsspec URL (s3://bucket/runs/exp1)"
@@ -327,7 +328,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
     p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
@@ -344,7 +346,7 @@ def _main(argv: Sequence[str] | None) -> int:
                          args.steps, args.force, worker=args.worker, mode=args.mode,
                          session=_session_arg(args.session)))
         elif args.cmd == "app":
-            return app(args.run, args.port, args.address)
+            return app(args.run, args.port, args.address, args.storage_options)
     except BrokenPipeError:
         raise
     except (InspectorError, ValueError, OSError) as e:

@@ -362,3 +362,20 @@ def test_viewer_shows_a_bucket_run(s3, monkeypatch):
     at.session_state["path"] = "../other"
     at.run()
     assert any("outside the runs folder" in e.value for e in at.error)
+
+
+def test_local_runs_never_import_fsspec(tmp_path):
+    """fsspec and s3fs are for URLs only: reading and writing on local disk imports neither
+    (nor TensorFlow)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import sys, inspector\n"
+            "from inspector.synthetic import make_synthetic_run\n"
+            f"run = inspector.open_run(make_synthetic_run({str(tmp_path / 'r')!r}, steps=4, tensors=10, dump_every=2))\n"
+            "run.stats; run.tensor(run.tensors.index[1], 2)\n"
+            "print(sorted(m for m in ('fsspec', 's3fs', 'botocore', 'tensorflow') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
