@@ -379,3 +379,34 @@ def test_local_runs_never_import_fsspec(tmp_path):
                          cwd=Path(__file__).resolve().parents[1])
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_missing_and_partial_objects_are_damaged_files_not_crashes():
+    """An object listed then deleted, and partial objects another tool wrote (a dump cut
+    short, a Parquet part without its footer): each is named in run.problems and skipped;
+    the rest of the run reads as before."""
+    url = _memory_url("partial")
+    make_synthetic_run(url, steps=8, tensors=12, dump_every=4)
+    fs = fsspec.filesystem("memory")
+    root = url.split("://")[1]
+    run = inspector.open_run(url)
+    steps, tensor = run.steps, run.tensors.index[3]
+    good = run.tensor(tensor, steps[0])
+    fs.rm_file(f"{root}/dumps/chief.s0001.step-{steps[-1]:010d}.safetensors")  # gone after the listing
+    with pytest.raises(inspector.DamagedFileError, match="no such object|cannot be read"):
+        run.tensor(tensor, steps[-1])
+    assert any(f"step-{steps[-1]:010d}" in p for p in run.problems)
+    np.testing.assert_array_equal(run.tensor(tensor, steps[0]), good)
+
+    dump = fs.cat_file(f"{root}/dumps/chief.s0001.step-{steps[0]:010d}.safetensors")
+    part = fs.cat_file(f"{root}/stats/chief.s0001.000001.parquet")
+    fs.pipe_file(f"{root}/dumps/chief.s0002.step-{steps[0]:010d}.safetensors", dump[:len(dump) // 2])
+    fs.pipe_file(f"{root}/stats/chief.s0002.000001.parquet", part[:-200])
+    manifest = fs.cat_file(f"{root}/manifest.chief.s0001.json").replace(b'"session": 1', b'"session": 2')
+    fs.pipe_file(f"{root}/manifest.chief.s0002.json", manifest)
+    run = inspector.open_run(url)
+    stats = run.query_stats(session="all")  # every part: the cut one is named and skipped
+    assert len(stats) and any("chief.s0002.000001.parquet" in p for p in run.problems), run.problems
+    with pytest.raises(inspector.DamagedFileError, match="damaged dump file"):
+        run.tensor(tensor, steps[0], session=2)
+    np.testing.assert_array_equal(run.tensor(tensor, steps[0], session=1), good)
