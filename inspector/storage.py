@@ -432,7 +432,7 @@ class FsspecStorage(Storage):
         # One object, sent whole: s3fs puts it in one request, or above 100 MiB as a multipart
         # upload that is completed only after every part arrived (and aborted on an error), so
         # no reader ever sees it partial. fsync has no meaning here: a completed PUT is durable.
-        data = b"".join(bytes(c) if isinstance(c, memoryview) else c for c in chunks)
+        data = b"".join(chunks)  # one copy of the arrays' bytes (join takes memoryviews as they are)
         self.fs.pipe_file(self._abs(rel), data)
         self.fs.invalidate_cache(self._abs(rel))
         return len(data)

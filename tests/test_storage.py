@@ -410,3 +410,30 @@ def test_missing_and_partial_objects_are_damaged_files_not_crashes():
     with pytest.raises(inspector.DamagedFileError, match="damaged dump file"):
         run.tensor(tensor, steps[0], session=2)
     np.testing.assert_array_equal(run.tensor(tensor, steps[0], session=1), good)
+
+
+def test_check_then_write_backends_refuse_a_lost_race():
+    """Where the backend has no exclusive create (gs://, abfs://: exists?, then PUT), a second
+    writer's PUT can land right after ours: the lock read back holds its token, not ours, and
+    the writer refuses (RunLockedError) instead of guessing which one holds the worker."""
+    import json
+
+    from inspector.liveness import now_iso
+
+    class Racy(FsspecStorage):
+        def create(self, rel, data):
+            created = super().create(rel, data)
+            if created:  # another host's writer of the same worker wins the race
+                other = {"worker": "chief", "session": 1, "host": "elsewhere", "pid": 1, "updated": now_iso(),
+                         "heartbeat_secs": 60, "token": "theirs"}
+                self.fs.pipe_file(self._abs(rel), json.dumps(other).encode())
+            return created
+
+    store = Racy(_memory_url("racy"))
+    store.kind, store.exclusive = "other", "check-then-write"
+    with pytest.raises(RunLockedError, match="at the same moment"):
+        Claim.take(store, "chief", heartbeat_secs=60)
+    plain = FsspecStorage(store.url)
+    plain.kind, plain.exclusive = "other", "check-then-write"
+    with pytest.raises(RunLockedError, match="live writer"):  # the winner's lock stands
+        Claim.take(plain, "chief", heartbeat_secs=60)
