@@ -33,7 +33,8 @@ from .errors import DamagedFileError, InspectorError, NoDumpError, NotARunError,
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
-from .manifest_schema import MAX_MANIFEST_BYTES, load_manifest
+from . import manifest_schema
+from .manifest_schema import load_manifest
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
 
@@ -164,10 +165,8 @@ class Run:
         out: dict[tuple[str, int], dict] = {}
         for ids, name in found:
             try:  # DamagedFileError skips this session; FormatVersionError stops
-                if self.store.is_local:
-                    m = load_manifest(self.path / name, self.path)
-                else:
-                    m = load_manifest(self.store.display(name), data=self.store.read(name, MAX_MANIFEST_BYTES))
+                data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)  # the cap checked before reading
+                m = load_manifest(self.store.display(name), data=data)
                 _check_identity(m, *ids, self.store.display(name))
             except DamagedFileError as e:
                 self.problems.append(str(e))
@@ -374,7 +373,7 @@ class Run:
             else:
                 if size is None:
                     raise DamagedFileError(f"{path}: not a file (a folder); refused")
-                with self.store.ranged(rel, size) as r:  # type: ignore[call-arg]
+                with self.store.ranged(rel, size) as r:
                     t, self._footers[(rel, size, stamp)] = read_ranged_part(
                         r, columns, filters, self.verify, session == 0, self._footers.get((rel, size, stamp)))
         except (OSError, pa.ArrowException, DamagedFileError) as e:
@@ -564,22 +563,17 @@ class Run:
 
     def _ranged(self, f: DumpFile) -> Any:
         """The dump file open for range reads (a listed size is trusted: objects are never rewritten)."""
-        if self.store.is_local:
-            return self.store.ranged(f.rel)
-        if f.size is None:
+        if f.size is None and not self.store.is_local:  # (locally, opening it says what it is)
             raise DamagedFileError(f"{f.path}: not a file (a folder); refused")
-        return self.store.ranged(f.rel, f.size)  # type: ignore[call-arg]
+        return self.store.ranged(f.rel, f.size)
 
     def _header(self, f: DumpFile) -> tuple[dict, int]:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
         path = f.rel
         if path not in self._headers:
             try:
-                if self.store.is_local:
-                    header, start = safetensors_io.read_header(self.path / f.rel, self.path)
-                else:
-                    with self._ranged(f) as r:
-                        header, start = safetensors_io.header_of(r)
+                with self._ranged(f) as r:  # locally a regular file inside the run (safe_files)
+                    header, start = safetensors_io.header_of(r)
                 self._alias_maps[path] = _aliases(f.path, header)
                 self._headers[path] = header, start
             except DamagedFileError as e:

@@ -135,9 +135,10 @@ class Storage:
         ``limit`` bytes (checked before reading), or changes size while read."""
         raise NotImplementedError
 
-    def ranged(self, rel: str) -> "Ranged":
+    def ranged(self, rel: str, size: int | None = None) -> "Ranged":
         """The file opened for byte-range reads (a context manager); DamagedFileError if it is
-        not a readable file."""
+        not a readable file. ``size``: its size from a listing (saves asking a store for it;
+        run files are never rewritten in place)."""
         raise NotImplementedError
 
     def write(self, rel: str, chunks: Iterable[bytes | memoryview], fsync: bool = False,
@@ -263,8 +264,8 @@ class LocalStorage(Storage):
         from .safe_files import read_bytes
         return read_bytes(self.path(rel), self.root, limit)
 
-    def ranged(self, rel: str) -> "_LocalRanged":
-        return _LocalRanged(self.path(rel), self.root)
+    def ranged(self, rel: str, size: int | None = None) -> "_LocalRanged":
+        return _LocalRanged(self.path(rel), self.root)  # the size is the open file's own
 
     def write(self, rel: str, chunks: Iterable[bytes | memoryview], fsync: bool = False,
               size: int | None = None) -> int:
