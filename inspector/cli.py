@@ -291,7 +291,7 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
         raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
     script = importlib.resources.files("viewer").joinpath("app_main.py")
     # the viewer process reads its storage options from the environment (storage.OPTIONS_ENV)
-    env = {"env": dict(os.environ, **{OPTIONS_ENV: json.dumps(storage_options)})} if storage_options else {}
+    env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
                                 "--server.address", address, "--", run], **env)
