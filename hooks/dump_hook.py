@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import threading
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -29,6 +28,7 @@ from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MO
 from inspector.manifest_schema import hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
+from inspector.storage import normalize
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
 from .schedule import Schedule, StepSpec
@@ -116,6 +116,11 @@ class DumpHook(v1.train.SessionRunHook):
 
     Args:
       run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
+        An fsspec URL writes to object storage (``s3://bucket/runs/exp1``, ``gs://...``): each
+        file one object, written whole; needs ``pip install 'tf-inspector[s3]'`` (README,
+        "Distributed training").
+      storage_options: for a URL ``run_dir``: options of its fsspec filesystem (endpoint,
+        credentials; default: the environment's, as fsspec and s3fs document).
       loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
         optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
@@ -192,7 +197,8 @@ class DumpHook(v1.train.SessionRunHook):
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
                  native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
                  eval_dump_batches: int = 1, batched: str | Sequence[str] | None = None,
-                 unbatched: str | Sequence[str] | None = None) -> None:
+                 unbatched: str | Sequence[str] | None = None,
+                 storage_options: dict[str, Any] | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
         if samples_per_group < 0:
@@ -202,7 +208,8 @@ class DumpHook(v1.train.SessionRunHook):
         for patterns in (include, exclude, batched, unbatched):
             capture._compile(patterns)  # fail early on a bad regex
         self.batch_overrides = dict(batched=batched, unbatched=unbatched)
-        self.run_dir = Path(run_dir)
+        self.run_dir = normalize(run_dir)
+        self.storage_options = storage_options
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
@@ -301,7 +308,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                                 strict=self.strict, fsync=self.fsync, mode=self.mode)
+                                 strict=self.strict, fsync=self.fsync, mode=self.mode,
+                                 storage_options=self.storage_options)
 
     def _add_variable_records(self, g: tf.Graph, loss: tf.Tensor | None) -> None:
         """Catalog extras (what each tensor feeds, which variable a read reads) and one record per

@@ -7,6 +7,11 @@ heartbeat is late: see :mod:`inspector.liveness`) is taken over. Holding the loc
 picks the next session number of its worker, and removes the temporary files that a killed
 writer of that worker left behind (no live writer of that worker can own them).
 
+The lock goes through the run's storage (``inspector.storage``): locally an ``O_EXCL``
+create; in S3 a conditional PUT (``If-None-Match: *``), which the store refuses if the lock
+exists; elsewhere check-then-write (FORMAT.md says what that leaves open). Every lock holds a
+random ``token``, read back after taking it, so a writer never mistakes another's lock for its own.
+
 Example::
 
     claim = Claim.take(Path("runs/x"), "chief", heartbeat_secs=60)
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import threading
 import weakref
@@ -27,6 +33,7 @@ from .errors import InspectorError
 from .format import (LOCK_RE, is_temporary, lock_name, parse_dump_name, parse_manifest_name, parse_stats_name,
                      check_worker)
 from .liveness import now_iso, writer_state
+from .storage import Storage, normalize, open_storage
 
 #: Locks held by writers of this process: a lock naming this pid is live only if it is here
 #: (a notebook may start a second hook while the first one's writer is still open).
@@ -40,82 +47,90 @@ class RunLockedError(InspectorError):
 
 @dataclass(eq=False)
 class Claim:
-    """The lock of one writer session on ``worker`` in ``run_dir``."""
-    run_dir: Path
+    """The lock of one writer session on ``worker`` in ``run_dir`` (a folder, a URL or a Storage)."""
+    run_dir: Path | str | Storage
     worker: str
     session: int
     heartbeat_secs: float
 
+    def __post_init__(self) -> None:
+        self.run_dir = normalize(self.run_dir)
+        self.store = open_storage(self.run_dir)
+        self.token = secrets.token_hex(8)  # tells our lock from another writer's, on any backend
+
     @property
-    def path(self) -> Path:
-        return self.run_dir / lock_name(self.worker)
+    def rel(self) -> str:
+        return lock_name(self.worker)
+
+    @property
+    def path(self) -> Path | str:
+        """The lock file: a Path on local disk, a URL in an object store."""
+        return Path(self.store.display(self.rel)) if self.store.is_local else self.store.display(self.rel)
 
     @classmethod
-    def take(cls, run_dir: Path, worker: str, heartbeat_secs: float) -> "Claim":
+    def take(cls, run_dir: Path | str | Storage, worker: str, heartbeat_secs: float) -> "Claim":
         """Take the lock of ``worker`` (RunLockedError if a live writer holds it), pick the next
         session number and clean the worker's leftover temporary files."""
-        run_dir = Path(run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
         claim = cls(run_dir, check_worker(worker), 0, heartbeat_secs)
+        claim.store.makedirs("")
         claim._acquire()
-        claim.session = next_session(run_dir, worker)
+        claim.session = next_session(claim.store, worker)
         claim.refresh()
-        remove_leftovers(run_dir, worker)
+        remove_leftovers(claim.store, worker)
         return claim
 
     def _record(self) -> dict:
         return {"worker": self.worker, "session": self.session, "host": socket.gethostname(), "pid": os.getpid(),
-                "updated": now_iso(), "heartbeat_secs": self.heartbeat_secs}
+                "updated": now_iso(), "heartbeat_secs": self.heartbeat_secs, "token": self.token}
+
+    def _key(self) -> str:
+        return str(Path(str(self.path)).resolve()) if self.store.is_local else str(self.path)
 
     def _acquire(self) -> None:
-        key = str(self.path.resolve())
+        key = self._key()
         with _HELD_LOCK:
             for _ in range(3):
-                try:
-                    fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-                except FileExistsError:
-                    holder = _read_lock(self.path)
+                if not self.store.create(self.rel, json.dumps(self._record()).encode()):
+                    holder = _read_lock(self.store, self.rel)
                     if holder is not None and _live(holder, key):
-                        raise RunLockedError(_locked_message(self.run_dir, self.worker, holder)) from None
-                    try:  # the holder is gone: take its lock over
-                        os.unlink(self.path)
-                    except FileNotFoundError:
-                        pass
+                        raise RunLockedError(_locked_message(self.store.display(), self.worker, holder)) from None
+                    self.store.delete(self.rel)  # the holder is gone: take its lock over
                     continue
-                with os.fdopen(fd, "w") as f:
-                    json.dump(self._record(), f)
+                if not self._ours(_read_lock(self.store, self.rel)):
+                    # a backend whose create is check-then-write let another writer in meanwhile:
+                    # refuse rather than guess which of the two holds the worker name
+                    raise RunLockedError(f"{self.path}: another writer took the lock of worker {self.worker!r} "
+                                         f"at the same moment; end it or give this hook another worker name")
                 _HELD[key] = self
                 return
         raise RunLockedError(f"could not take {self.path}: other writers keep taking it")
 
+    def _ours(self, holder: dict | None) -> bool:
+        return holder is not None and holder.get("token", self.token) == self.token and \
+            holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+
     def refresh(self) -> None:
         """Rewrite the lock with a fresh heartbeat (and the session number), if it is still ours."""
-        holder = _read_lock(self.path)
-        if holder is None or holder.get("pid") != os.getpid() or holder.get("host") != socket.gethostname():
+        if not self._ours(_read_lock(self.store, self.rel)):
             return  # taken over (we were judged dead): never touch another writer's lock
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self._record()))
-        os.replace(tmp, self.path)
+        self.store.write(self.rel, [json.dumps(self._record()).encode()])
 
     def release(self) -> None:
         """Remove the lock if it is still ours."""
         with _HELD_LOCK:
-            key = str(self.path.resolve())
+            key = self._key()
             if _HELD.get(key) is self:
                 del _HELD[key]
-            holder = _read_lock(self.path)
-            if holder and holder.get("pid") == os.getpid() and holder.get("session") == self.session:
-                try:
-                    os.unlink(self.path)
-                except FileNotFoundError:
-                    pass
+            holder = _read_lock(self.store, self.rel)
+            if holder is not None and self._ours(holder) and holder.get("session") == self.session:
+                self.store.delete(self.rel)
 
 
-def _read_lock(path: Path) -> dict | None:
+def _read_lock(store: Storage, rel: str) -> dict | None:
     try:
-        d = json.loads(path.read_text())
+        d = json.loads(store.read(rel, limit=1 << 20))
         return d if isinstance(d, dict) else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, InspectorError):
         return None  # unreadable or half-written by a killed writer: not a live holder
 
 
@@ -125,7 +140,7 @@ def _live(holder: dict, key: str) -> bool:
     return writer_state(holder) == "running"
 
 
-def _locked_message(run_dir: Path, worker: str, holder: dict) -> str:
+def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
     return (f"{run_dir} already has a live writer for worker {worker!r} (session {holder.get('session')}, "
             f"pid {holder.get('pid')} on {holder.get('host')}, heartbeat {holder.get('updated')}): two writers "
             f"with one identity would interleave. End that session first, give this hook another name "
@@ -133,43 +148,47 @@ def _locked_message(run_dir: Path, worker: str, holder: dict) -> str:
             f"taken over once its heartbeat is late.")
 
 
-def next_session(run_dir: Path, worker: str) -> int:
+_FOLDERS = (("", parse_manifest_name), ("stats", parse_stats_name), ("dumps", parse_dump_name))
+
+
+def next_session(run_dir: Path | str | Storage, worker: str) -> int:
     """1 + the highest session number of ``worker`` found in any file of the run."""
+    store = open_storage(normalize(run_dir))
     found = [0]
-    for folder, parse in ((run_dir, parse_manifest_name), (run_dir / "stats", parse_stats_name),
-                          (run_dir / "dumps", parse_dump_name)):
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                ids = parse(entry.name)
-                if ids and ids[0] == worker:
-                    found.append(ids[1])
+    for sub, parse in _FOLDERS:
+        for entry in store.list(sub):
+            ids = parse(entry.name)
+            if ids and ids[0] == worker:
+                found.append(ids[1])
     return max(found) + 1
 
 
-def remove_leftovers(run_dir: Path, worker: str) -> int:
-    """Delete temporary files a killed writer of ``worker`` left (``.<name>.<random>.tmp``)."""
+def remove_leftovers(run_dir: Path | str | Storage, worker: str) -> int:
+    """Delete temporary files a killed writer of ``worker`` left (``.<name>.<random>.tmp``).
+    Object stores have none (an unfinished multipart upload is no object: the bucket's
+    lifecycle rule for incomplete uploads removes it)."""
+    store = open_storage(normalize(run_dir))
     removed = 0
     prefixes = (f".manifest.{worker}.", f".graph.{worker}.", f".{worker}.", f".lock.{worker}.")
-    for folder in (run_dir, run_dir / "stats", run_dir / "dumps"):
-        if not folder.is_dir():
-            continue
-        for entry in os.scandir(folder):
-            if is_temporary(entry.name) and entry.name.startswith(prefixes) and entry.is_file(follow_symlinks=False):
-                try:
-                    os.unlink(entry.path)
-                    removed += 1
-                except FileNotFoundError:
-                    pass
+    for sub, _ in _FOLDERS:
+        for entry in store.list(sub):
+            if is_temporary(entry.name) and entry.name.startswith(prefixes) and entry.size is not None:
+                rel = f"{sub}/{entry.name}" if sub else entry.name
+                if store.is_local and (os.path.islink(store.display(rel)) or not os.path.isfile(store.display(rel))):
+                    continue
+                store.delete(rel)
+                removed += 1
     return removed
 
 
-def run_bytes(run_dir: Path) -> int:
+def run_bytes(run_dir: Path | str | Storage) -> int:
     """Bytes of the run's files (temporary files and locks excluded): what a byte budget starts from."""
+    store = open_storage(normalize(run_dir))
     total = 0
-    for folder in (run_dir, run_dir / "stats", run_dir / "dumps"):
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                if entry.is_file(follow_symlinks=False) and not is_temporary(entry.name) \
-                        and not LOCK_RE.match(entry.name):
-                    total += entry.stat(follow_symlinks=False).st_size
+    for sub, _ in _FOLDERS:
+        for entry in store.list(sub):
+            if entry.size is not None and not is_temporary(entry.name) and not LOCK_RE.match(entry.name):
+                if store.is_local and os.path.islink(store.display(f"{sub}/{entry.name}" if sub else entry.name)):
+                    continue
+                total += entry.size
     return total

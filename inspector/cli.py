@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.resources
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,7 @@ from .errors import InspectorError, NotARunError
 from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
+from .storage import OPTIONS_ENV, is_url, local_path
 from .units import human_bytes
 
 
@@ -114,12 +116,13 @@ def output_path(run: Run, fmt: str, out: Path, force: bool = False) -> Path:
     the run being read, or an existing file without ``force``."""
     if os.path.islink(out):
         raise InspectorError(f"--out {out} is a symlink; refusing to write through it")
-    target = out / f"{real(run.path).name}.{fmt}" if out.is_dir() else out
+    name = real(run.path).name if run.store.is_local else str(run.path).rstrip("/").rsplit("/", 1)[-1]
+    target = out / f"{name}.{fmt}" if out.is_dir() else out
     target = Path(os.path.abspath(target))
     for p, what in ((target, "the output"), (target.parent, "the output's folder")):
         if os.path.islink(p):
             raise InspectorError(f"{what} {p} is a symlink; refusing to write through it")
-    if inside(target, run.path):
+    if run.store.is_local and inside(target, run.path):
         raise InspectorError(f"{target} is inside the run {run.path} being read; write it elsewhere")
     if os.path.isdir(target):
         raise InspectorError(f"{target} is a directory")
@@ -222,7 +225,12 @@ def _one_line(e: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _runs(path: str) -> list[Path]:
+def _runs(path: str, storage_options: dict | None = None) -> list:
+    if is_url(path):  # a folder in an object store: the runs under it, as URLs
+        runs = find_runs(path, storage_options)
+        if not runs:
+            open_run(path, storage_options=storage_options)  # raises a NotARunError that says what is there
+        return runs
     p = Path(path)
     if not p.exists():
         raise NotARunError(f"{p} does not exist; give a run directory or a folder of runs")
@@ -234,22 +242,25 @@ def _runs(path: str) -> list[Path]:
     return runs
 
 
-def _open_checked(path: Path) -> Run:
+def _open_checked(path: str | Path, storage_options: dict | None = None) -> Run:
     """The run at ``path``, refused (never opened) if a file it would read is a FIFO or other
-    special file: opening one would block forever."""
+    special file: opening one would block forever. A URL (object storage) has no such files."""
+    if is_url(path):
+        return open_run(path, storage_options=storage_options)
+    path = local_path(path)
     bad = special_entries(path)
     if bad:
         raise InspectorError(f"{path}: refused to read it: {'; '.join(bad)}")
     return open_run(path)
 
 
-def info(path: str) -> int:
-    """Print the summary of the run at ``path``, or of every run in it; 0 if all were read
-    cleanly, 1 if some have damaged files, 2 if some could not be read."""
+def info(path: str, storage_options: dict | None = None) -> int:
+    """Print the summary of the run at ``path`` (a folder or a URL), or of every run in it; 0 if
+    all were read cleanly, 1 if some have damaged files, 2 if some could not be read."""
     status = 0
-    for i, r in enumerate(_runs(path)):
+    for i, r in enumerate(_runs(path, storage_options)):
         try:
-            run = _open_checked(r)
+            run = _open_checked(r, storage_options)
             text = summary(run)
         except Exception as e:  # noqa: BLE001 - one bad run must not hide the others
             print(f"error: {r}: {_one_line(e)}", file=sys.stderr, flush=True)
@@ -272,25 +283,42 @@ def _importable(name: str) -> bool:
         return False
 
 
-def app(run: str, port: int, address: str) -> int:
+def app(run: str, port: int, address: str, storage_options: dict | None = None) -> int:
     """Serve the viewer on ``run``: ``streamlit run`` on the script shipped in the ``viewer``
     package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
     missing = [m for m in VIEWER_MODULES if not _importable(m)]
     if missing:
         raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
     script = importlib.resources.files("viewer").joinpath("app_main.py")
+    # the viewer process reads its storage options from the environment (storage.OPTIONS_ENV)
+    env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--", run])
+                                "--server.address", address, "--", run], **env)
+
+
+RUN_HELP = "a run directory or a folder of runs: a path, file://, or an fsspec URL (s3://bucket/runs/exp1)"
+OPTIONS_HELP = ("for a URL: a JSON object of fsspec storage options, e.g. '{\"endpoint_url\": \"http://host:9000\"}' "
+                "(default: credentials and settings from the environment, as s3fs documents)")
+
+
+def _options(text: str) -> dict:
+    """``--storage-options``: a JSON object (argparse reports the ValueError)."""
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"--storage-options must be a JSON object, not {text!r}")
+    return value
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p = sub.add_parser("export", help="write dumped tensors (npz) or statistics (csv, parquet)")
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--format", required=True, choices=["npz", "csv", "parquet"])
     p.add_argument("--out", required=True, type=Path,
                    help="output file, or an existing folder to write <folder>/<run name>.<format> in")
@@ -301,7 +329,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
     p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
-    p.add_argument("run")
+    p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
@@ -312,12 +341,13 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.cmd == "info":
-            return info(args.run)
+            return info(args.run, args.storage_options)
         if args.cmd == "export":
-            print(export(_open_checked(Path(args.run)), args.format, args.out, args.tensors, args.steps, args.force,
-                         worker=args.worker, mode=args.mode, session=_session_arg(args.session)))
+            print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
+                         args.steps, args.force, worker=args.worker, mode=args.mode,
+                         session=_session_arg(args.session)))
         elif args.cmd == "app":
-            return app(args.run, args.port, args.address)
+            return app(args.run, args.port, args.address, args.storage_options)
     except BrokenPipeError:
         raise
     except (InspectorError, ValueError, OSError) as e:

@@ -13,11 +13,11 @@ import numpy as np
 from .errors import DamagedFileError
 
 
-def _fail(path: Path, what: str) -> DamagedFileError:
+def _fail(path: Path | str, what: str) -> DamagedFileError:
     return DamagedFileError(f"damaged dump file {path}: {what}")
 
 
-def check_samples(path: Path, index: np.ndarray | None, group: np.ndarray | None,
+def check_samples(path: Path | str, index: np.ndarray | None, group: np.ndarray | None,
                   label: np.ndarray | None) -> None:
     """DamagedFileError naming ``path`` unless ``samples/index`` is a 1-D integer array,
     ``samples/group`` a 1-D integer (or bool) array of 0 and 1, ``samples/label`` a numeric

@@ -196,7 +196,7 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
 }
 
 
-def check_manifest(m: Any, path: Path) -> dict:
+def check_manifest(m: Any, path: Path | str) -> dict:
     """``m`` if every field the reader uses has its type (see FIELDS), else DamagedFileError
     naming ``path``, the field and the type expected."""
     try:
@@ -210,12 +210,14 @@ def check_manifest(m: Any, path: Path) -> dict:
     return m
 
 
-def load_manifest(path: Path, root: Path | None = None) -> dict:
+def load_manifest(path: Path | str, root: Path | None = None, data: bytes | None = None) -> dict:
     """Read, parse and check the manifest at ``path``: DamagedFileError naming it if it is not
     a regular file inside ``root``, larger than MAX_MANIFEST_BYTES, not JSON, not a manifest or
-    of wrong types; FormatVersionError if a newer format wrote it."""
+    of wrong types; FormatVersionError if a newer format wrote it. ``data``: its bytes, already
+    read (from an object store: ``Storage.read``); ``path`` then only names it."""
     try:
-        m = json.loads(read_bytes(path, root, MAX_MANIFEST_BYTES).decode("utf-8"))
+        raw = read_bytes(path, root, MAX_MANIFEST_BYTES) if data is None else data
+        m = json.loads(raw.decode("utf-8"))
         if not isinstance(m, dict) or m.get("format") != FORMAT_NAME:
             raise ValueError(f"not a {FORMAT_NAME} manifest")
     except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deeply

@@ -27,14 +27,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import safe_files, safetensors_io
+from . import safetensors_io
 from .dump_schema import check_samples
 from .errors import DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownTensorError, nearest, suggest
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
+from . import manifest_schema
 from .manifest_schema import load_manifest, with_caller_defaults
-from .stats_schema import check_stats_file, read_part
+from .stats_schema import check_stats_file, read_part, read_ranged_part
+from .storage import Storage, normalize, open_storage
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
@@ -43,26 +45,43 @@ CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_grad
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
 
-def is_run(path: str | Path) -> bool:
-    """True if ``path`` is a run directory (holds at least one worker manifest)."""
-    p = Path(path)
-    return p.is_dir() and any(parse_manifest_name(c.name) for c in p.iterdir())
+def _is_run(store: Storage) -> bool:
+    return any(parse_manifest_name(e.name) for e in store.list(""))
 
 
-def find_runs(path: str | Path) -> list[Path]:
-    """``path`` itself if it is a run, else the runs directly inside it (sorted)."""
-    p = Path(path)
-    if not p.exists():
-        raise NotARunError(f"{p} does not exist; give a run directory or a folder of runs")
-    if is_run(p):
-        return [p]
-    return sorted(c for c in p.iterdir() if c.is_dir() and is_run(c))
+def is_run(path: str | Path | Storage, storage_options: dict | None = None) -> bool:
+    """True if ``path`` (a folder, or a URL: ``s3://bucket/runs/exp1``) is a run directory
+    (holds at least one worker manifest)."""
+    store = open_storage(path, storage_options)
+    return store.exists() and _is_run(store)
 
 
-def open_run(path: str | Path, verify: bool = True) -> "Run":
-    """Open the run at ``path`` (reads its manifests only). ``verify=False`` skips the
-    checksums of dumped arrays and statistics pages (faster; see FORMAT.md)."""
-    return Run(path, verify=verify)
+def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
+    """``path`` itself if it is a run, else the runs directly inside it (sorted): Paths for a
+    local folder, URLs for a folder in an object store."""
+    store = open_storage(path, storage_options)
+    if not store.exists():
+        raise NotARunError(f"{store.display()} does not exist; give a run directory or a folder of runs")
+    if store.is_local:
+        p = Path(store.display())
+        if _is_run(store):
+            return [p]
+        return sorted(c for c in p.iterdir() if c.is_dir() and is_run(c))
+    if _is_run(store):
+        return [store.display()]
+    return sorted(store.child(e.name).display() for e in store.list("") if e.size is None
+                  and _is_run(store.child(e.name)))
+
+
+def open_run(path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
+             filesystem: Any = None) -> "Run":
+    """Open the run at ``path`` (reads its manifests only): a folder, ``file://``, or an fsspec
+    URL (``s3://bucket/runs/exp1``, ``gs://...``; ``storage_options`` as fsspec documents them,
+    or credentials from the environment; ``filesystem``: an fsspec filesystem to use). Remote
+    files are read by byte ranges: a statistics query reads Parquet footers and the columns it
+    needs, a tensor its dump's header and its own bytes. ``verify=False`` skips the checksums
+    of dumped arrays and statistics pages (faster; see FORMAT.md)."""
+    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem)
 
 
 def worker_status(manifest: dict, now: float | None = None) -> str:
@@ -71,7 +90,7 @@ def worker_status(manifest: dict, now: float | None = None) -> str:
     return writer_state(manifest, now)
 
 
-def _aliases(path: Path, header: dict) -> dict[str, str]:
+def _aliases(path: Path | str, header: dict) -> dict[str, str]:
     """{alias key: stored key} from a dump header's metadata; DamagedFileError if they dangle."""
     try:
         return safetensors_io.aliases(header)  # checked by read_header already
@@ -85,7 +104,9 @@ class DumpFile:
     session: int
     step: int
     batch: int
-    path: Path
+    path: Path | str  # for messages: the local path, or the URL of the object
+    rel: str = ""     # its name inside the run directory (``dumps/...``)
+    size: int | None = None  # from the listing (objects in a store are never rewritten)
 
 
 #: Selects every worker (``worker="all"``) or every session, unmerged (``session="all"``).
@@ -102,31 +123,41 @@ class Run:
     two sessions of one worker recorded, the later session (FORMAT.md, "Sessions"). Pass
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
-    def __init__(self, path: str | Path, verify: bool = True) -> None:
-        self.path = Path(path)
+    def __init__(self, path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
+                 filesystem: Any = None) -> None:
+        self.store = open_storage(normalize(path), storage_options, filesystem)
+        #: the run directory: a Path on local disk, the URL in an object store
+        self.path: Any = Path(self.store.display()) if self.store.is_local else self.store.display()
         self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
         self._verified: set | None = set() if verify else None
-        if not self.path.is_dir():
+        if not self.store.exists() or (self.store.is_local and not Path(self.path).is_dir()):
             raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
                                f"(it holds manifest.<worker>.s<session>.json files)")
+        self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
-        self._headers: dict[Path, tuple[dict, int]] = {}
+        self._headers: dict[str, tuple[dict, int]] = {}
         # dump_index per (mode, worker, session) as resolved: every tensor/dump_keys/dump_array
         # call needs it, and building it walks every dump file (shared with views: keys resolved)
         self._indexes: dict[tuple, dict[tuple[int, int], list[DumpFile]]] = {}
-        self._alias_maps: dict[Path, dict[str, str]] = {}
+        self._alias_maps: dict[str, dict[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, workers={self.workers})"
 
+    @property
+    def name(self) -> str:
+        """The run directory's own name (``exp1`` of ``runs/exp1`` or ``s3://bucket/runs/exp1``)."""
+        return str(self.path).rstrip("/").rsplit("/", 1)[-1]
+
     # ---- manifests and sessions --------------------------------------------------------------
     def _read_manifests(self) -> dict[tuple[str, int], dict]:
-        found = sorted((ids, c.name) for c in self.path.iterdir() if (ids := parse_manifest_name(c.name)))
+        entries = self.store.list("")
+        found = sorted((ids, e.name) for e in entries if (ids := parse_manifest_name(e.name)))
         if not found:
             hint = ""
-            inner = [c.name for c in self.path.iterdir() if c.is_dir() and is_run(c)]
+            inner = [e.name for e in entries if e.size is None and _is_run(self.store.child(e.name))]
             if inner:
                 hint = f" It holds runs: {', '.join(sorted(inner)[:5])}; open one of those."
             raise NotARunError(f"{self.path} is not a run directory: no manifest.<worker>.s<session>.json "
@@ -134,8 +165,9 @@ class Run:
         out: dict[tuple[str, int], dict] = {}
         for ids, name in found:
             try:  # DamagedFileError skips this session; FormatVersionError stops
-                m = load_manifest(self.path / name, self.path)
-                _check_identity(m, *ids, self.path / name)
+                data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)  # the cap checked before reading
+                m = load_manifest(self.store.display(name), data=data)
+                _check_identity(m, *ids, self.store.display(name))
             except DamagedFileError as e:
                 self.problems.append(str(e))
                 continue
@@ -290,7 +322,7 @@ class Run:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
         w, s = m["worker"], m["session"]
         name = graph_name(w, s) if s else f"graph.{w}.pb"
-        return safe_files.read_bytes(self.path / name, self.path)
+        return self.store.read(name)
 
     # ---- selection -----------------------------------------------------------------------
     def _workers_for(self, worker: str | None, mode: str | None = None) -> set[str]:
@@ -328,20 +360,28 @@ class Run:
 
     # ---- statistics ----------------------------------------------------------------------
     @cached_property
-    def _stats_files(self) -> list[tuple[str, int, Path]]:
-        d = self.path / "stats"
-        if not d.is_dir():
-            return []
-        return sorted((*ids, p) for p in d.iterdir() if (ids := parse_stats_name(p.name)))
+    def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]:
+        """(worker, session, (name in the run, size, stamp)) of every statistics part."""
+        return sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
+                      if (ids := parse_stats_name(e.name)))
 
-    def _read_part(self, worker: str, session: int, path: Path, columns: Sequence[str] | None,
-                   filters: Any) -> pa.Table | None:
+    def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
+                   columns: Sequence[str] | None, filters: Any) -> pa.Table | None:
+        rel, size, stamp = part
+        path = self.path / rel if self.store.is_local else self.store.display(rel)
         try:
-            # a regular file inside the run, with the writer's schema (session 0: version 1's)
-            names = check_stats_file(path, self.path, version1=session == 0)
-            # a version 1 part lacks the identity columns: _with_identity adds them
-            t = read_part(path, None if columns is None else [c for c in columns if c in names], filters,
-                          self.verify)
+            if self.store.is_local:
+                # a regular file inside the run, with the writer's schema (session 0: version 1's)
+                names = check_stats_file(Path(path), self.path, version1=session == 0)
+                # a version 1 part lacks the identity columns: _with_identity adds them
+                t = read_part(Path(path), None if columns is None else [c for c in columns if c in names], filters,
+                              self.verify)
+            else:
+                if size is None:
+                    raise DamagedFileError(f"{path}: not a file (a folder); refused")
+                with self.store.ranged(rel, size) as r:
+                    t, self._footers[(rel, size, stamp)] = read_ranged_part(
+                        r, columns, filters, self.verify, session == 0, self._footers.get((rel, size, stamp)))
         except (OSError, pa.ArrowException, DamagedFileError) as e:
             msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {path}: {e}"
             if msg not in self.problems:
@@ -456,13 +496,13 @@ class Run:
     # ---- full dumps ----------------------------------------------------------------------
     @cached_property
     def _dump_files(self) -> list[DumpFile]:
-        d = self.path / "dumps"
         out = []
-        if d.is_dir():
-            for p in sorted(d.iterdir()):
-                ids = parse_dump_name(p.name)
-                if ids and any(w == ids[0] for w, _ in self.manifests):
-                    out.append(DumpFile(*ids, p))
+        for e in sorted(self.store.list("dumps"), key=lambda e: e.name):
+            ids = parse_dump_name(e.name)
+            if ids and any(w == ids[0] for w, _ in self.manifests):
+                rel = f"dumps/{e.name}"
+                path = self.path / rel if self.store.is_local else self.store.display(rel)
+                out.append(DumpFile(*ids, path, rel, e.size))
         return out
 
     def dump_index(self, *, mode: str | None = None, worker: str | None = None,
@@ -522,17 +562,25 @@ class Run:
         damaged = 0
         for f in self._dump_files:
             try:
-                self._header(f.path)
+                self._header(f)
             except DamagedFileError:
                 damaged += 1
         return damaged
 
-    def _header(self, path: Path) -> tuple[dict, int]:
+    def _ranged(self, f: DumpFile) -> Any:
+        """The dump file open for range reads (a listed size is trusted: objects are never rewritten)."""
+        if f.size is None and not self.store.is_local:  # (locally, opening it says what it is)
+            raise DamagedFileError(f"{f.path}: not a file (a folder); refused")
+        return self.store.ranged(f.rel, f.size)
+
+    def _header(self, f: DumpFile) -> tuple[dict, int]:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
+        path = f.rel
         if path not in self._headers:
             try:
-                header, start = safetensors_io.read_header(path, self.path)
-                self._alias_maps[path] = _aliases(path, header)
+                with self._ranged(f) as r:  # locally a regular file inside the run (safe_files)
+                    header, start = safetensors_io.header_of(r)
+                self._alias_maps[path] = _aliases(f.path, header)
                 self._headers[path] = header, start
             except DamagedFileError as e:
                 if str(e) not in self.problems:
@@ -540,27 +588,31 @@ class Run:
                 raise
         return self._headers[path]
 
-    def _aliases(self, path: Path) -> dict[str, str]:
+    def _aliases(self, f: DumpFile) -> dict[str, str]:
         """{alias key: stored key} of a dump file (format.ALIASES_KEY)."""
-        self._header(path)
-        return self._alias_maps[path]
+        self._header(f)
+        return self._alias_maps[f.rel]
 
     def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                   session: int | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
         f = self._dump(step, worker, mode, batch, session)
-        return [k for k in self._header(f.path)[0] if k != "__metadata__"] + list(self._aliases(f.path))
+        return [k for k in self._header(f)[0] if k != "__metadata__"] + list(self._aliases(f))
 
     def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None,
                    batch: int | None = None, session: int | None = None) -> np.ndarray:
         """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
         f = self._dump(step, worker, mode, batch, session)
-        header, start = self._header(f.path)
-        key = self._aliases(f.path).get(key, key)
+        header, start = self._header(f)
+        key = self._aliases(f).get(key, key)
         if key not in header or key == "__metadata__":
             raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
         try:
-            return safetensors_io.load(f.path, key, header, start, root=self.path, verified=self._verified)
+            if self.store.is_local:
+                return safetensors_io.load(self.path / f.rel, key, header, start, root=self.path,
+                                           verified=self._verified)
+            with self._ranged(f) as r:
+                return safetensors_io.load_ranged(r, key, header, start, verified=self._verified)
         except DamagedFileError as e:
             if str(e) not in self.problems:
                 self.problems.append(str(e))
@@ -605,12 +657,15 @@ class Run:
 
     def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                       session: int | None = None) -> dict:
-        return dict(self._header(self._dump(step, worker, mode, batch, session).path)[0].get("__metadata__", {}))
+        return dict(self._header(self._dump(step, worker, mode, batch, session))[0].get("__metadata__", {}))
 
     # ---- sizes and anomalies -------------------------------------------------------------
     def size_bytes(self) -> int:
         """Bytes on disk of every file of the run (a writer's temporary files excluded)."""
-        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
+        if self.store.is_local:
+            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
+        return sum(e.size or 0 for sub in ("", "stats", "dumps") for e in self.store.list(sub)
+                   if not is_temporary(e.name))
 
     def nonfinite_evidence(self, mode: str | None = None, worker: str | None = None) -> list[dict]:
         """Every first sighting of a NaN or Inf, ordered by step: the first (step, tensor, kind)
@@ -695,7 +750,7 @@ def _one_source(df: pd.DataFrame, what: str) -> None:
         raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and session=)")
 
 
-def _check_identity(m: dict, worker: str, session: int, path: Path) -> None:
+def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> None:
     """DamagedFileError if the manifest names another writer than its file name does (the file
     name is what the reader trusts: other files of the session are found by it)."""
     for field, want in (("worker", worker), ("session", session if session else None)):

@@ -21,13 +21,16 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
 from .errors import DamagedFileError
 from .format import ALIASES_KEY, atomic_write
 from .safe_files import open_regular
+
+if TYPE_CHECKING:
+    from .storage import Ranged
 
 _TO_ST = {
     "float16": "F16", "float32": "F32", "float64": "F64",
@@ -130,9 +133,13 @@ class Encoded:
         header["__metadata__"][HEADER_CRC_KEY] = str(header_crc(header))
         return _pack(header, len(self.header) - 8)
 
+    def chunks(self) -> Iterator[bytes | memoryview]:
+        """The file's bytes in order (header with checksums, then each array): what a storage writes."""
+        return _chunks(self.final_header(), self.arrays)
+
     def write(self, path: Path, fsync: bool = True) -> int:
         """Atomically write to ``path`` (fsync: see ``format.atomic_write``); returns the file size."""
-        return atomic_write(Path(path), _chunks(self.final_header(), self.arrays), fsync=fsync, size=self.size)
+        return atomic_write(Path(path), self.chunks(), fsync=fsync, size=self.size)
 
 
 def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
@@ -145,18 +152,36 @@ def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, s
 def read_header(path: Path, root: Path | None = None) -> tuple[dict, int]:
     """Parse and validate the header of ``path`` (a regular file, inside ``root`` when given).
     Returns (header, data_start); DamagedFileError naming the file if anything is wrong."""
+    from .storage import _LocalRanged
     path = Path(path)
     try:
-        with open_regular(path, root) as f:
-            size = os.fstat(f.fileno()).st_size
-            n = _header_length(f.read(8), size)
-            raw = f.read(n)
+        with _LocalRanged(path, root) as r:
+            return header_of(r)
+    except OSError as e:
+        raise DamagedFileError(f"damaged dump file {path}: {e}") from None
+
+
+#: The first read of a header takes this many bytes: the length prefix and, for every dump
+#: but the largest catalogs, the whole header in one request (one range request remotely).
+HEADER_PROBE = 64 * 1024
+
+
+def header_of(r: "Ranged") -> tuple[dict, int]:
+    """(header, data_start) of the dump file open as ``r`` (``storage.Ranged``): the 8-byte
+    length and the JSON header, read as one range when it fits HEADER_PROBE, then checked
+    (see :func:`read_header`)."""
+    try:
+        probe = r.pread(0, min(r.size, HEADER_PROBE))
+        n = _header_length(probe[:8], r.size)
+        raw = probe[8:8 + n]
+        if len(raw) < n and len(probe) == min(r.size, HEADER_PROBE):
+            raw += r.pread(len(probe), 8 + n - len(probe))
         if len(raw) != n:
             raise ValueError("the file shrank while its header was read")
         header = parse_header(raw)
-        check_header(header, size - 8 - n)
+        check_header(header, r.size - 8 - n)
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
-        raise DamagedFileError(f"damaged dump file {path}: {e}") from None
+        raise DamagedFileError(f"damaged dump file {r.name}: {e}") from None
     return header, 8 + n
 
 
@@ -329,6 +354,28 @@ def load(path: Path, name: str, header: dict, data_start: int, *, root: Path | N
     if verified is not None and (path, name) not in verified:
         _verify(path, name, header, arr)
         verified.add((path, name))
+    return arr
+
+
+def load_ranged(r: "Ranged", name: str, header: dict, data_start: int, *,
+                verified: set | None = None) -> np.ndarray:
+    """Tensor ``name`` of the file open as ``r`` (an object in a store): one range request for
+    its bytes, never the whole file; CRC32 checked as in :func:`load`."""
+    info = header[name]
+    begin, end = info["data_offsets"]
+    dtype, shape = _FROM_ST[info["dtype"]], tuple(info["shape"])
+    n = end - begin
+    if data_start + end > r.size:
+        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: the file is {r.size:,} bytes, too short "
+                               f"for bytes {data_start + begin:,}..{data_start + end:,} (truncated?)")
+    raw = r.pread(data_start + begin, n) if n else b""
+    if len(raw) != n:
+        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: {len(raw):,} of {n:,} bytes read "
+                               f"(truncated while read?)")
+    arr = np.frombuffer(bytearray(raw), dtype).reshape(shape) if n else np.zeros(shape, dtype)
+    if verified is not None and (r.name, name) not in verified:
+        _verify(Path(r.name), name, header, arr)
+        verified.add((r.name, name))
     return arr
 
 

@@ -12,7 +12,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -20,6 +20,9 @@ import pyarrow.parquet as pq
 from .errors import DamagedFileError
 from .format import GROUPS, KINDS, STAT_COLUMNS
 from .safe_files import check_regular
+
+if TYPE_CHECKING:
+    from .storage import Ranged
 
 _INT = ("count", "nan", "inf")
 #: Each column the writer writes (``writer.RunWriter._stats_batch``) and a test of its type.
@@ -123,3 +126,23 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
     except (ValueError, pa.ArrowException) as e:  # invalid UTF-8 in names or values
         raise DamagedFileError(f"damaged statistics file {path}: {type(e).__name__}: {e}") from None
     return table.replace_schema_metadata(None)
+
+
+def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, verify: bool, version1: bool = False,
+                     metadata: Any = None) -> tuple[pa.Table, Any]:
+    """(table, footer metadata) of a part in an object store, open as ``r`` (``storage.Ranged``):
+    the footer is read once (or ``metadata`` from an earlier call is reused), then only the
+    column chunks of ``columns``, each a range request. The same checks as a local part:
+    the footer's full schema (:func:`check_stats_schema`), then :func:`check_stats_table`."""
+    name: Any = Path(r.name) if "://" not in r.name else r.name
+    try:
+        pf = pq.ParquetFile(pa.PythonFile(r.pyfile(), mode="r"), metadata=metadata,
+                            page_checksum_verification=verify, pre_buffer=True)
+        schema = pf.schema_arrow
+        check_stats_schema(schema, name, version1=version1)
+        names = set(schema.names)
+        table = pf.read(columns=None if columns is None else [c for c in columns if c in names])
+    except (OSError, ValueError, pa.ArrowException) as e:
+        raise DamagedFileError(f"damaged statistics file {r.name}: {type(e).__name__}: {e}") from None
+    table = check_stats_table(table, name)
+    return (table.filter(pq.filters_to_expression(filters)) if filters else table), pf.metadata

@@ -27,12 +27,15 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from .analysis import icnn_mask, icnn_mu
+from .errors import InspectorError
 from .format import GROUPS, STAT_COLUMNS, manifest_name
 from .manifest_schema import CONFIG_DEFAULTS, hook_config
+from .storage import normalize
 from .writer import RunWriter, StatsLayout
 
 BATCH = 32
@@ -90,8 +93,9 @@ class SyntheticRun:
     def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
-                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None) -> None:
-        self.path = Path(path)
+                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
+                 storage_options: dict | None = None) -> None:
+        self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn)
         self.rng = np.random.default_rng(seed)
@@ -112,12 +116,14 @@ class SyntheticRun:
         config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1, "dump_every_n_steps": dump_every,
                                 "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins,
                                 "native_stats": False})
-        manifest = {"tensorflow_version": None, "is_chief": True, "loss": "loss/Mean:0", "labels": "labels:0",
+        manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0",
+                    "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
                     "first_nonfinite": None, "synthetic_seed": seed}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
-                                stats_flush_secs=stats_flush_secs)
+                                stats_flush_secs=stats_flush_secs, worker=worker,
+                                storage_options=storage_options)
 
     # ---- statistics ------------------------------------------------------------------------
     def _layout_rows(self) -> None:
@@ -340,12 +346,12 @@ class SyntheticRun:
         token = self._sync_token
         self.writer.update_manifest(synthetic_sync=token)
         deadline = time.monotonic() + timeout
-        path = self.path / manifest_name(self.writer.worker, self.writer.session)
+        name = manifest_name(self.writer.worker, self.writer.session)
         while time.monotonic() < deadline:
             try:
-                if json.loads(path.read_text()).get("synthetic_sync") == token:
+                if json.loads(self.writer.store.read(name)).get("synthetic_sync") == token:
                     return
-            except (OSError, ValueError):
+            except (OSError, ValueError, InspectorError):
                 pass
             time.sleep(0.02)
         raise TimeoutError(f"writer did not reach sync point {token} within {timeout}s")
@@ -377,7 +383,8 @@ def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain:
 def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
                        icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
                        dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
-                       finish: bool = True, dead_filter: int | None = None) -> Path:
+                       finish: bool = True, dead_filter: int | None = None,
+                       storage_options: dict | None = None) -> Any:
     """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
 
     Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
@@ -388,7 +395,7 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
     """
     b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
                      seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
-                     dropped_steps=dropped_steps, dead_filter=dead_filter)
+                     dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
-    return Path(path)
+    return b.path

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import atexit
 import errno as _errno
+import json
 import logging
 import os
 import queue
@@ -39,10 +40,11 @@ import pyarrow.parquet as pq
 
 from . import safetensors_io
 from .claim import Claim, run_bytes
-from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
-                     check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
+from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, check_worker,
+                     dump_name, graph_name, manifest_name, stats_name)
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
+from .storage import Storage, normalize, open_storage
 
 log = logging.getLogger("tf_inspector")
 
@@ -171,11 +173,12 @@ class RunWriter:
     """One writer session's files in a run directory, written from background threads: one for
     statistics and the manifest (in order), ``dump_threads`` for full dumps."""
 
-    def __init__(self, run_dir: str | Path, *, worker: str = "chief", manifest: Mapping[str, Any],
+    def __init__(self, run_dir: str | Path | Storage, *, worker: str = "chief", manifest: Mapping[str, Any],
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
-                 dump_threads: int = 2, mode: str = "train") -> None:
+                 dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
+                 filesystem: Any = None) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -186,6 +189,9 @@ class RunWriter:
         page-cache and writeback work per write overlaps); memory held is at most queue_size +
         dump_threads dumps. ``max_bytes`` bounds the whole run directory: the files already
         there (earlier sessions, other workers) count. ``mode``: train, eval or predict.
+        ``run_dir`` may be an fsspec URL (``s3://bucket/runs/exp1``; ``storage_options`` and
+        ``filesystem`` as in ``inspector.open_run``): each file is then one object, written
+        whole (``inspector.storage``).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -196,7 +202,8 @@ class RunWriter:
         if overridden:
             raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
                              f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
-        self.run_dir = Path(run_dir)
+        self.run_dir = normalize(run_dir)
+        self.store = open_storage(self.run_dir, storage_options, filesystem)
         self.fsync = fsync
         self.worker = check_worker(worker)
         self.mode = mode
@@ -205,10 +212,10 @@ class RunWriter:
         self.strict = strict
         self.stats_flush_secs = stats_flush_secs
         self.heartbeat_secs = heartbeat_secs
-        self.claim = Claim.take(self.run_dir, self.worker, heartbeat_secs)
+        self.claim = Claim.take(self.store, self.worker, heartbeat_secs)
         self.session = self.claim.session
         self._last_manifest = time.monotonic()
-        self.state = WriterState(bytes_before=run_bytes(self.run_dir))
+        self.state = WriterState(bytes_before=run_bytes(self.store))
         self.error: BaseException | None = None  # the last write error (strict mode raises it)
         self.closed = False
         self._close_lock = threading.Lock()
@@ -228,12 +235,12 @@ class RunWriter:
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
             "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
         }
-        (self.run_dir / "stats").mkdir(exist_ok=True)
-        (self.run_dir / "dumps").mkdir(exist_ok=True)
+        self.store.makedirs("stats")
+        self.store.makedirs("dumps")
         try:
             if graph_def is not None:
-                self.state.bytes_written += atomic_write(self.run_dir / graph_name(self.worker, self.session),
-                                                         [graph_def])
+                self.state.bytes_written += self.store.write(graph_name(self.worker, self.session), [graph_def],
+                                                             fsync=True)
             self._write_manifest()
         except BaseException:
             self.claim.release()
@@ -444,7 +451,8 @@ class RunWriter:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
-        size = d.data.write(self.run_dir / dump_name(self.worker, self.session, d.step, d.batch), fsync=self.fsync)
+        size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch), d.data.chunks(),
+                                fsync=self.fsync, size=d.data.size)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
@@ -478,8 +486,8 @@ class RunWriter:
         try:
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, compression="zstd", write_page_checksum=True)  # the reader verifies them
-            size = atomic_write(self.run_dir / stats_name(self.worker, self.session, self._seq + 1),
-                                [sink.getvalue().to_pybytes()], fsync=self.fsync)
+            size = self.store.write(stats_name(self.worker, self.session, self._seq + 1),
+                                    [sink.getvalue().to_pybytes()], fsync=self.fsync)
         except BaseException as e:
             self._failed("stats", e, drop=False)
             if final:
@@ -500,4 +508,5 @@ class RunWriter:
                 self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
                                       dropped=st.dropped.records(), errors=st.errors.records())
-            write_json(self.run_dir / manifest_name(self.worker, self.session), self._manifest)
+            data = json.dumps(self._manifest, indent=1, sort_keys=False, allow_nan=False).encode()
+            self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole

@@ -27,3 +27,10 @@ def test_bench_hook_quick():
     out = _run("bench_hook.py")
     assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
     assert "(4b) statistics every step, hooks.minimize" in out and "(5b) full dump, hooks.minimize" in out
+
+
+def test_bench_storage_quick():
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    out = _run("bench_storage.py")
+    assert "write one 8 MiB dump (MB/s)" in out and "first query, one tensor" in out and "S3 (moto)" in out

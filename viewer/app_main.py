@@ -27,6 +27,7 @@ if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sy
 from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
 from inspector.safepath import real  # noqa: E402
+from inspector.storage import is_url  # noqa: E402
 from viewer import browser, compare, data, distributions, featuremaps, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, guard, plain  # noqa: E402
@@ -80,7 +81,8 @@ def sidebar() -> Ctx | None:
     message) if no run can be shown."""
     sb = st.sidebar
     sb.title("TF Inspector")
-    root = real(default_root())
+    given = default_root()
+    root = given.rstrip("/") if is_url(given) else real(given)  # a URL: a folder of runs in a bucket
     data.set_root(root)
     sb.caption(f"Runs folder: {plain(root)}")
     text = sb.text_input("Run or folder inside it", key="path", placeholder="(the runs folder itself)",

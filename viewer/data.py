@@ -22,14 +22,15 @@ import inspector
 from inspector import analysis
 from inspector.icnn import templates
 from inspector.errors import InspectorError
+from inspector.storage import is_url, open_storage
 
 from . import paths
 
 Sig = tuple
-_root: Path | None = None
+_root: Path | str | None = None
 
 
-def set_root(root: Path) -> None:
+def set_root(root: Path | str) -> None:
     """The runs folder this server shows (one per process: from its command line)."""
     global _root
     _root = root
@@ -38,7 +39,11 @@ def set_root(root: Path) -> None:
 def signature(path: str | Path) -> Sig:
     """(name, size, mtime_ns) of every entry of a run, its statistics and dumps: cheap
     (directory listings and lstat only, links not followed) and changes whenever the writer
-    adds or replaces a file."""
+    adds or replaces a file. In an object store: the listings' sizes and ETags."""
+    if isinstance(path, str) and is_url(path):
+        store = open_storage(path)
+        return tuple(sorted((sub, e.name, e.size, e.stamp) for sub in ("", "stats", "dumps")
+                            for e in store.list(sub) if e.size is not None and not e.name.startswith(".")))
     out = []
     for sub in ("", "stats", "dumps"):
         try:
@@ -77,7 +82,7 @@ def get_run(path: str, sig: Sig) -> inspector.Run:
 @st.cache_data(max_entries=32, show_spinner=False)
 def list_runs(folder: str, root: str) -> tuple[list[str], int]:
     """(runs, links skipped) in ``folder``: see :func:`viewer.paths.list_runs`."""
-    runs, outside = paths.list_runs(Path(folder), Path(root))
+    runs, outside = paths.list_runs(folder if is_url(folder) else Path(folder), root if is_url(root) else Path(root))
     return [str(p) for p in runs], outside
 
 

@@ -29,7 +29,7 @@ def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     m = run.manifest
     steps = data.stats_steps(ctx.path, ctx.sig)
-    st.header(f"Run {plain(run.path.name)}")
+    st.header(f"Run {plain(run.name)}")
     st.caption(plain(run.path))
     c = st.columns(5)
     c[0].metric("Status", plain(run.status))
