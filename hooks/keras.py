@@ -155,10 +155,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
-        step = self._step + 1
-        if self._graph is not None and self._wants(step) != (False, False) and self._graph.variables:
-            # the update needs the value before the step: copied on sampled steps only
-            self._before = {r.variable: _tf_var(v).numpy() for r, v in zip(self._graph.variables, self._vars())}
+        if self._wants(self._step + 1) != (False, False):
+            # the update needs the value before the step: copied on sampled steps only (by the
+            # variable's id: the probe graph is traced at the end of the first step)
+            self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
 
     @_guarded
     def on_train_batch_end(self, batch, logs=None) -> None:
@@ -180,10 +180,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         updates = self._updates()
         if stats:
             values, hist_range, hist = (np.asarray(a) for a in out["stats"])
-            if updates:
+            if self._graph.variables:  # update rows follow (count 0: no "before" copy, e.g. an unbuilt model)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
-                    (values, hist_range, hist),
-                    variables.numpy_stats([updates[r.variable] for r in self._graph.variables], self.options.bins)))
+                    (values, hist_range, hist), variables.numpy_stats(
+                        [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
+                        self.options.bins)))
             self._writer.add_stats(step, values, hist_range, hist)
             self._check_nonfinite(step, values)
         if dump:
@@ -204,15 +205,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _wants(self, step: int) -> tuple[bool, bool]:
         return self.schedule.wants_stats(step), self.schedule.wants_dump(step)
 
-    def _vars(self) -> list:
-        return self._graph.tf_vars
-
     def _updates(self) -> dict[str, np.ndarray]:
+        """{variable: value after this step - value before} for the variables copied before it."""
         before, self._before = self._before, None
         if before is None:
             return {}
-        return {r.variable: _tf_var(v).numpy() - before[r.variable]
-                for r, v in zip(self._graph.variables, self._vars())}
+        return {r.variable: _tf_var(v).numpy() - before[id(v)]
+                for r, v in zip(self._graph.variables, self._graph.tf_vars) if id(v) in before}
 
     def _open(self) -> None:
         """Trace the probe graph (the catalog) and open this fit's writer session."""
