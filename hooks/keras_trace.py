@@ -219,7 +219,8 @@ class ProbeGraph:
         region |= {t.op.name for t in tf.nest.flatten((x, y, sw)) if t is not None}
         of_loss = {name.rpartition(":")[0] for name in resolve.ancestors(loss)} if loss is not None else set()
         region |= {op.name for op in ops[middle:end] if op.name in of_loss}
-        sel = capture.select_tensors(g, **self.options.filters)
+        roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras_icnn.py)
+        sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles], **self.options.filters)
         tensors = [t for t in sel.tensors if t.op.name in region]
         labels = y if isinstance(y, tf.Tensor) else None
         gid = self._groups(y)
@@ -230,7 +231,7 @@ class ProbeGraph:
         by_owner = owners(ops, calls)
         captured = []
         for t, grad in zip(tensors, grads):
-            c = capture.Captured(t, axis.is_batched(t), grad)
+            c = capture.Captured(t, axis.is_batched(t), grad, *roles.get(t.name, (None, None)))
             owner = by_owner.get(t.op.name)
             c.extra.update(keras_layer=owner.path if owner else None, keras_call=owner.call if owner else None)
             captured.append(c)
