@@ -151,7 +151,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")
         self._step = int(self.model.optimizer.iterations.numpy())
-        self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
+        if self._graph is not None and self._graph.model is not self.model:
+            self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
@@ -165,7 +166,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step += 1
         step = self._step
         if self._graph is None:
-            self._open()
+            self._trace()
+        if self._writer is None or self._writer.closed:
+            self._open()  # every fit() is a writer session of this worker (FORMAT.md, "Sessions")
         stats, dump = self._wants(step)
         if not (stats or dump):
             return
@@ -213,14 +216,20 @@ class InspectCallback(tf.keras.callbacks.Callback):
         return {r.variable: _tf_var(v).numpy() - before[id(v)]
                 for r, v in zip(self._graph.variables, self._graph.tf_vars) if id(v) in before}
 
-    def _open(self) -> None:
-        """Trace the probe graph (the catalog) and open this fit's writer session."""
+    def _trace(self) -> None:
+        """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
         x, y, sw = self.probe
         graph = ProbeGraph(self.model, x, y, sw, self.options)
-        graph.function(stats=True, dump=False)
-        if self.schedule.dump_every or self.schedule.ranges:
+        graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
+        if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
+            if self.schedule.stats_every:
+                graph.function(stats=True, dump=True)
         self._graph = graph
+
+    def _open(self) -> None:
+        """Open this fit's writer session."""
+        graph, (x, _, _) = self._graph, self.probe
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
         aliases = graph.aliases
