@@ -184,7 +184,8 @@ def main(argv=None) -> None:
     if dbg:
         d = {n: float(np.median(t)) for n, t in dbg.items()}
         rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000"))
-        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{d['debugger-v2'] / d['plain']:.3f}"))
+        dbg_ratio = d["debugger-v2"] / d["plain"]
+        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}"))
     print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; batch {BATCH}, probe {BATCH}; "
           f"{args.reps} reps of {args.block}-step blocks; median ms per step")
     print(format_table(rows, ["config", "ms/step", "ratio to plain"]))
