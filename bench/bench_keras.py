@@ -17,7 +17,7 @@ disk, so writing counts). Per configuration: the median over repetitions of the 
 and its ratio to plain fit's in the same process over the same minutes. Run directories are
 deleted (untimed) after each block and ``os.sync()`` flushes their writeback.
 
-Configurations (probe: 32 fixed samples, the batch size):
+Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
 
 1. ``plain``: fit without callbacks.
 2. ``idle``: InspectCallback attached, on steps where it neither computes statistics nor dumps.
@@ -25,7 +25,7 @@ Configurations (probe: 32 fixed samples, the batch size):
    per group every 1000), amortised: a block is 100 steps, so it holds one statistics step;
    a dump is added with its frequency: ``t(defaults) + (t(dump-2/grp) - t(idle)) / 1000``.
 4. ``stats-every``: statistics on every step.
-5. ``dump-full``: every op's forward value and gradient for all 32 probe samples, every step.
+5. ``dump-full``: every op's forward value and gradient for every probe sample, every step.
 6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
 7. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
    per epoch (a block is one epoch); it records no activations or gradients.
@@ -111,7 +111,7 @@ def configs(root: Path, probe) -> dict[str, list]:
         "idle": cb("idle", **never),
         "defaults": cb("defaults"),
         "stats-every": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
-        "dump-full": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=BATCH),
+        "dump-full": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=len(probe[0])),
         "dump-2/grp": cb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
         "tensorboard": [keras.callbacks.TensorBoard(str(root / "tensorboard"), histogram_freq=1)],
     }
@@ -154,6 +154,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=100)
+    ap.add_argument("--probe", type=int, default=BATCH, help="probe samples (a statistics step's cost scales with it)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep of 4-step blocks")
     ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
@@ -166,7 +167,7 @@ def main(argv=None) -> None:
     x, y, ds = data()
     root = Path(tempfile.mkdtemp(prefix="bench_keras_"))
     try:
-        probe = (x[:BATCH], y[:BATCH])
+        probe = (x[:args.probe], y[:args.probe])
         callbacks = configs(root, probe)
         models = {name: build_model() for name in callbacks}
         times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root)
@@ -186,7 +187,8 @@ def main(argv=None) -> None:
         rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000"))
         dbg_ratio = d["debugger-v2"] / d["plain"]
         rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}"))
-    print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; batch {BATCH}, probe {BATCH}; "
+    print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; batch {BATCH}, "
+          f"probe {args.probe}; "
           f"{args.reps} reps of {args.block}-step blocks; median ms per step")
     print(format_table(rows, ["config", "ms/step", "ratio to plain"]))
 

@@ -180,3 +180,52 @@ def test_bad_probe_is_refused(tmp_path):
         InspectCallback(tmp_path / "r", probe=(1, 2, 3, 4))
     with pytest.raises(ValueError, match="leading batch axis"):
         InspectCallback(tmp_path / "r", probe=(np.float32(1.0), np.int32(0)))
+
+
+class TwoHeads(keras.layers.Layer):
+    """A custom layer with two outputs: class logits and a regression value."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.cls = keras.layers.Dense(2, name="cls")
+        self.reg = keras.layers.Dense(1, name="reg")
+
+    def call(self, h):
+        return self.cls(h), self.reg(h)
+
+
+def test_multi_output_layer_and_weighted_losses(tmp_path):
+    """Two outputs of one custom layer, two losses with loss_weights: the probe's loss and the
+    gradient at the shared trunk equal the tape's on sum_i w_i * loss_i."""
+    keras.utils.set_random_seed(4)
+    x, y = _data(4)
+    r = x[:, 1:2] * 2.0
+    inp = keras.Input((6,))
+    trunk = keras.layers.Dense(5, activation="relu", name="trunk")(inp)
+    cls, reg = TwoHeads(name="heads")(trunk)
+    model = keras.Model(inp, [cls, reg], name="multi")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss_weights=[1.0, 0.5],
+                  loss=[keras.losses.SparseCategoricalCrossentropy(from_logits=True), keras.losses.MeanSquaredError()])
+    cb = InspectCallback(tmp_path / "m", probe=(x[:N], [y[:N], r[:N]]), positive=lambda t: t[0] != 0,
+                         stats_every_n_steps=1, dump_steps=[STEPS], samples_per_group=N, strict=True)
+    model.fit(x, [y, r], batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "m")
+    cat = run.tensors
+    xt = tf.constant(x[:N])
+    trunk_layer, heads = model.get_layer("trunk"), model.get_layer("heads")
+    with tf.GradientTape() as tape:
+        h = tf.nn.relu(tf.matmul(xt, trunk_layer.kernel) + trunk_layer.bias)
+        tape.watch(h)
+        logits = tf.matmul(h, heads.cls.kernel) + heads.cls.bias
+        value = tf.matmul(h, heads.reg.kernel) + heads.reg.bias
+        loss = (tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.constant(y[:N]), logits))
+                + 0.5 * tf.reduce_mean(tf.square(value - r[:N])))
+    grad_h = tape.gradient(loss, h).numpy()
+    np.testing.assert_allclose(run.tensor(run.manifest["loss"], STEPS), loss.numpy(), rtol=1e-5)
+    relu = _find(cat, "trunk/Relu")
+    np.testing.assert_allclose(run.tensor(relu, STEPS), h.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run.tensor(relu, STEPS, "gradient"), grad_h, rtol=1e-4, atol=1e-7)
+    owned = cat[cat["keras_layer"].fillna("").str.endswith("heads/cls") & (cat["op_type"] == "BiasAdd")]
+    assert len(owned) == 1
+    groups = run.samples(STEPS)["group"]
+    assert (groups == np.where(y[:N] != 0, "positive", "negative")).all()
