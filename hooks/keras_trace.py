@@ -281,10 +281,13 @@ class ProbeGraph:
             name = variable_name(v)
             k = names[name] = names.get(name, 0) + 1
             name = name if k == 1 else f"{name}#{k}"   # tf.keras 2.15: nested models may repeat names
-            with tf.name_scope("tf_inspector/variables"):
-                value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
-            reads = [op.outputs[0].name for op in handle.consumers() if op.type == "ReadVariableOp"
+            found = [op.outputs[0] for op in handle.consumers() if op.type == "ReadVariableOp"
                      and not op.name.startswith("tf_inspector/")]
+            reads = [t.name for t in found]
+            # the model's own read where there is one: its statistics and dump are then shared
+            # (fast_stats and build_dump compute a tensor once under every name)
+            with tf.name_scope("tf_inspector/variables"):
+                value = found[0] if found else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
             records.append(VariableRecord(value, False, grad, variable=name, handle_op=handle.op.name, reads=reads,
                                           after=value, extra={"keras_layer": None, "keras_call": None}))
         return records
