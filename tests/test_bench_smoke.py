@@ -27,3 +27,10 @@ def test_bench_hook_quick():
     out = _run("bench_hook.py")
     assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
     assert "(4b) statistics every step, hooks.minimize" in out and "(5b) full dump, hooks.minimize" in out
+
+
+def test_bench_keras_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_keras.py")
+    for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
+        assert f"\n{config} " in out, config
