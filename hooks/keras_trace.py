@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 import tensorflow as tf
 
 from . import batch_axis, capture, fast_stats, resolve, structure
-from .variables import VariableRecord
+from .variables import VariableRecord, selected
 
 log = logging.getLogger("tf_inspector")
 
@@ -107,12 +107,10 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
 def owners(ops: Sequence[tf.Operation], calls: Sequence[_Call]) -> dict[str, _Call]:
     """op name -> the innermost layer call that created it (ops outside every call: absent)."""
     out: dict[str, _Call] = {}
-    index = {op.name: i for i, op in enumerate(ops)}
     # outer calls first: an inner call (later start, or same start and shorter) overwrites
     for c in sorted(calls, key=lambda c: (c.start, -(c.end - c.start))):
         for op in ops[c.start:c.end]:
-            if index[op.name] < c.end:
-                out[op.name] = c
+            out[op.name] = c
     return out
 
 
@@ -252,8 +250,13 @@ class ProbeGraph:
         positive = self.options.positive
         if y is None:
             return None
-        if isinstance(positive, (tf.Tensor, tf.Variable)) or hasattr(positive, "dtype") and not callable(positive):
-            return capture.group_ids(tf.constant(0), tf.convert_to_tensor(positive))
+        if positive is not None and not callable(positive):  # a fixed bool [N] for the fixed probe
+            pos = tf.convert_to_tensor(positive)
+            n = tf.nest.flatten(y)[0].shape[0]
+            if pos.shape.rank != 1 or pos.shape[0] != n:
+                raise ValueError(f"positive= as an array must be [N] = [{n}] (one flag per probe sample), "
+                                 f"got shape {pos.shape}")
+            return capture.group_ids(pos, pos)
         if not isinstance(y, tf.Tensor):
             if callable(positive):
                 return capture.group_ids(y, positive)
@@ -268,7 +271,7 @@ class ProbeGraph:
         handles, out = [], []
         for v in self.model.trainable_variables:
             var = _tf_var(v)
-            if not variables_selected(variable_name(v), self.options.filters):
+            if not selected(variable_name(v), **self.options.filters):
                 continue
             handles.append(g.capture(var.handle))
             out.append(v)
@@ -300,11 +303,11 @@ class ProbeGraph:
             self.loss_name = loss.name if loss is not None else None
             self.labels_name = labels.name if labels is not None else None
         elif names != self._names:
-            raise RuntimeError("tracing the probe twice gave different tensors; pass stats and dump "
-                               "steps that coincide, or report this model (the trace is not deterministic)")
+            raise RuntimeError("tracing the probe again (for dumps) gave other tensor names than the first "
+                               "trace: this model's forward pass is not deterministic; capture statistics only "
+                               "(dump_every_n_steps=0) or report the model")
 
     def _dump(self, captured, gid, labels, x) -> dict:
-        batched = [c for c in captured if c.batched]
         first = tf.nest.flatten(x)[0]
         n = tf.shape(labels)[0] if labels is not None else tf.shape(first)[0]
         keep, kept_groups = capture.kept_samples(gid, n, self.options.samples_per_group)
@@ -318,10 +321,5 @@ class ProbeGraph:
             samples["samples/group"] = kept_groups
         if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
             samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
-        del batched
         return {"dump": dump, "samples": samples}
 
-
-def variables_selected(name: str, filters: dict) -> bool:
-    from .variables import selected
-    return selected(name, **filters)

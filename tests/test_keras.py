@@ -229,3 +229,20 @@ def test_multi_output_layer_and_weighted_losses(tmp_path):
     assert len(owned) == 1
     groups = run.samples(STEPS)["group"]
     assert (groups == np.where(y[:N] != 0, "positive", "negative")).all()
+
+
+def test_positive_array_must_match_the_probe(tmp_path):
+    x, y = _data(5)
+    model = sequential()
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", probe=(x[:N], y[:N]), positive=[True, False], strict=True)
+    with pytest.raises(ValueError, match=r"\[N\] = \[8\]"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    flags = np.arange(N) < 3
+    model = sequential()   # the failed fit above ran a step: a fresh model starts at step 1
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "s", probe=(x[:N], y[:N]), positive=flags, stats_every_n_steps=0,
+                         dump_steps=[1], samples_per_group=N, strict=True)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    groups = inspector.open_run(tmp_path / "s").samples(1)["group"]
+    assert (groups == np.where(flags, "positive", "negative")).all()
