@@ -1,4 +1,5 @@
 # make demo  - train the example ICNN and its plain twin with DumpHook, then open the viewer
+# make demo-keras - the same with model.fit + InspectCallback on the latest TensorFlow (Keras 3; .venv-latest)
 # make test  - run the test suite (TensorFlow 2.15 + estimator)
 # make test VENV=.venv-latest REQ=requirements-latest.txt   - the same under the latest TensorFlow
 # make lint  - ruff over the tree, mypy over inspector/ (tools pinned in requirements-lint.txt)
@@ -13,7 +14,10 @@ STAMP := $(VENV)/.installed-$(shell sha256sum $(REQ) pyproject.toml | sha256sum 
 LINT_VENV ?= .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed-$(shell sha256sum requirements-lint.txt | cut -c1-12)
 
-.PHONY: venv test lint demo demo-train clean-runs
+.PHONY: venv test lint demo demo-train demo-keras demo-keras-train clean-runs
+KERAS_VENV ?= .venv-latest
+KERAS_REQ ?= requirements-latest.txt
+KERAS_RUNS ?= runs-keras
 
 $(STAMP):
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -45,5 +49,16 @@ demo: demo-train
 	$(VENV)/bin/python -m streamlit run app.py --server.headless true --server.port $(PORT) \
 		--server.address $(ADDRESS) -- $(RUNS)
 
+# the Keras path: its own venv (the latest TensorFlow), built by the same rule
+demo-keras-train:
+	$(MAKE) venv VENV=$(KERAS_VENV) REQ=$(KERAS_REQ)
+	$(KERAS_VENV)/bin/python -m examples.train_keras --runs $(KERAS_RUNS)
+	$(KERAS_VENV)/bin/python -m inspector info $(KERAS_RUNS)
+
+demo-keras: demo-keras-train
+	@echo "Viewer: http://localhost:$(PORT)  (Ctrl-C to stop)"
+	$(KERAS_VENV)/bin/python -m streamlit run app.py --server.headless true --server.port $(PORT) \
+		--server.address $(ADDRESS) -- $(KERAS_RUNS)
+
 clean-runs:
-	rm -rf $(RUNS)
+	rm -rf $(RUNS) $(KERAS_RUNS)

@@ -34,3 +34,10 @@ def test_bench_storage_quick():
     pytest.importorskip("s3fs")
     out = _run("bench_storage.py")
     assert "write one 8 MiB dump (MB/s)" in out and "first query, one tensor" in out and "S3 (moto)" in out
+
+
+def test_bench_keras_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_keras.py")
+    for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
+        assert f"\n{config} " in out, config

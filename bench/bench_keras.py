@@ -1,0 +1,197 @@
+"""Cost of InspectCallback on ``model.fit``, side by side with plain fit, Keras TensorBoard and
+Debugger V2.
+
+Run::
+
+    .venv-latest/bin/python bench/bench_keras.py              # 5 reps of 100-step blocks
+    .venv/bin/python bench/bench_keras.py --reps 7            # tf.keras 2.15
+    .venv-latest/bin/python bench/bench_keras.py --quick      # smoke run (seconds, numbers meaningless)
+
+Method. One model per configuration (the same small CNN and seed: conv 16 / pool / conv 32 /
+pool / conv 32 / dense 10 on 32x32x3, batch 32, random images from an in-memory ``tf.data``
+pipeline), compiled and warmed up once. Then, for each repetition, for each configuration (in
+an order shuffled every repetition), one ``model.fit(steps_per_epoch=--block, epochs=1)``; a
+timing callback placed last measures from the end of the block's first step to the end of
+``on_train_end`` (which, for the callback, closes its writer session after the last dump is on
+disk, so writing counts). Per configuration: the median over repetitions of the time per step,
+and its ratio to plain fit's in the same process over the same minutes. Run directories are
+deleted (untimed) after each block and ``os.sync()`` flushes their writeback.
+
+Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
+
+1. ``plain``: fit without callbacks.
+2. ``idle``: InspectCallback attached, on steps where it neither computes statistics nor dumps.
+3. ``defaults``: InspectCallback's defaults (statistics every 100 steps, a dump of 2 samples
+   per group every 1000), amortised: a block is 100 steps, so it holds one statistics step;
+   a dump is added with its frequency: ``t(defaults) + (t(dump-2/grp) - t(idle)) / 1000``.
+4. ``stats-every``: statistics on every step.
+5. ``dump-full``: every op's forward value and gradient for every probe sample, every step.
+6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
+7. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
+   per epoch (a block is one epoch); it records no activations or gradients.
+8. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
+   tensor_debug_mode="FULL_HEALTH", circular_buffer_size=-1)``. It instruments every function
+   traced and every eager op run after it is enabled, process-wide, and
+   ``disable_dump_debug_info`` does not remove the instrumentation from functions already
+   traced. So it runs in its own process segment (this script re-run with ``--segment
+   debugger``): there ``plain`` is compiled and traced before Debugger V2 is enabled, the
+   debugger's model after, and the two are interleaved as above; its ratio is to that
+   segment's plain fit (whose eager function call also passes the debugger's op callback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    from bench.common import format_table
+except ImportError:  # run as `python bench/bench_keras.py`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from bench.common import format_table
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+
+from hooks.keras import InspectCallback  # noqa: E402
+
+keras = tf.keras
+BATCH = 32
+
+
+class Timer(keras.callbacks.Callback):
+    """Seconds from the end of the first step to the end of fit (writers closed)."""
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 0:
+            self.start = time.perf_counter()
+
+    def on_train_end(self, logs=None):
+        self.seconds = time.perf_counter() - self.start
+
+
+def build_model(seed: int = 0):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((32, 32, 3)),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1"),
+        keras.layers.MaxPooling2D(2, name="pool1"),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv2"),
+        keras.layers.MaxPooling2D(2, name="pool2"),
+        keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv3"),
+        keras.layers.GlobalAveragePooling2D(name="gap"),
+        keras.layers.Dense(10, name="logits")], name="cnn")
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def data(n: int = 512):
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 32, 32, 3), dtype=np.float32)
+    y = rng.integers(0, 10, n).astype("int32")
+    return x, y, tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(BATCH, drop_remainder=True).prefetch(2)
+
+
+def configs(root: Path, probe) -> dict[str, list]:
+    def cb(name, **kw):
+        return [InspectCallback(root / name, probe=probe, **kw)]
+    never = dict(stats_every_n_steps=0, dump_every_n_steps=0)
+    return {
+        "plain": [],
+        "idle": cb("idle", **never),
+        "defaults": cb("defaults"),
+        "stats-every": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
+        "dump-full": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=len(probe[0])),
+        "dump-2/grp": cb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
+        "tensorboard": [keras.callbacks.TensorBoard(str(root / "tensorboard"), histogram_freq=1)],
+    }
+
+
+def measure(names, models, callbacks, ds, reps: int, block: int, root: Path) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for name in names:  # warm-up: traces the train function (and the callback's probe graph)
+        models[name].fit(ds, steps_per_epoch=2, epochs=1, verbose=0, callbacks=callbacks[name] + [Timer()])
+    for _ in range(reps):
+        order = list(names)
+        random.shuffle(order)
+        for name in order:
+            timer = Timer()
+            models[name].fit(ds, steps_per_epoch=block, epochs=1, verbose=0, callbacks=callbacks[name] + [timer])
+            times[name].append(timer.seconds / (block - 1))
+            for p in root.iterdir():  # untimed: the block's files, then their writeback
+                if p.name != "debugger":
+                    shutil.rmtree(p, ignore_errors=True)
+            os.sync()
+    return times
+
+
+def debugger_segment(reps: int, block: int) -> dict[str, list[float]]:
+    """plain and Debugger V2 in this process: plain traced before the debugger is enabled."""
+    _, _, ds = data()
+    root = Path(tempfile.mkdtemp(prefix="bench_keras_dbg_"))
+    try:
+        plain = build_model()
+        plain.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+        tf.debugging.experimental.enable_dump_debug_info(str(root / "debugger"), tensor_debug_mode="FULL_HEALTH",
+                                                         circular_buffer_size=-1)
+        models = {"plain": plain, "debugger-v2": build_model()}
+        return measure(list(models), models, {n: [] for n in models}, ds, reps, block, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--block", type=int, default=100)
+    ap.add_argument("--probe", type=int, default=BATCH, help="probe samples (a statistics step's cost scales with it)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep of 4-step blocks")
+    ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
+    ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps, args.block = 1, 4
+    if args.segment == "debugger":
+        print(json.dumps(debugger_segment(args.reps, args.block)))
+        return
+    x, y, ds = data()
+    root = Path(tempfile.mkdtemp(prefix="bench_keras_"))
+    try:
+        probe = (x[:args.probe], y[:args.probe])
+        callbacks = configs(root, probe)
+        models = {name: build_model() for name in callbacks}
+        times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    dbg = {}
+    if not args.no_debugger:
+        out = subprocess.run([sys.executable, __file__, "--segment", "debugger", "--reps", str(args.reps),
+                              "--block", str(args.block)], capture_output=True, text=True, check=True)
+        dbg = json.loads(out.stdout.strip().splitlines()[-1])
+    med = {n: float(np.median(t)) for n, t in times.items()}
+    med["defaults"] += (med["dump-2/grp"] - med["idle"]) / 1000  # one default dump per 1000 steps
+    base = med["plain"]
+    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}") for n in med]
+    if dbg:
+        d = {n: float(np.median(t)) for n, t in dbg.items()}
+        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000"))
+        dbg_ratio = d["debugger-v2"] / d["plain"]
+        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}"))
+    print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; batch {BATCH}, "
+          f"probe {args.probe}; "
+          f"{args.reps} reps of {args.block}-step blocks; median ms per step")
+    print(format_table(rows, ["config", "ms/step", "ratio to plain"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""``InspectCallback``: every op's forward value and gradient for ``model.fit`` users.
+
+Example (tf.keras 2.15 or Keras 3 on the latest TensorFlow)::
+
+    from hooks.keras import InspectCallback
+    cb = InspectCallback("runs/keras1", probe=(x_val[:32], y_val[:32]),
+                         stats_every_n_steps=10, dump_every_n_steps=100)
+    model.fit(x, y, epochs=3, callbacks=[cb])
+    # python -m inspector info runs/keras1   |   streamlit run app.py -- runs/
+
+On a sampled step the callback runs the model and its compiled loss on a fixed probe batch,
+traced once into a graph where the hook's capture machinery (``hooks.capture``,
+``hooks.fast_stats``) selects every op's output, builds ``d loss / d output`` with one
+``tf.gradients`` and computes the statistics in the graph (``hooks/keras_trace.py``). Steps
+are ``optimizer.iterations`` after the step's update (the first step is 1); the values are
+those of the model the step produced (the weights a checkpoint at that step holds). On other
+steps the callback does nothing but count.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from inspector.format import ALIASES_KEY, STAT_COLUMNS
+from inspector.units import human_bytes
+from inspector.writer import RunWriter, StatsLayout
+
+from . import capture, native, variables
+from .dump_hook import _jsonable, worker_from_env
+from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
+from .schedule import Schedule, StepSpec
+
+log = logging.getLogger("tf_inspector")
+
+
+def _guarded(method):
+    """Log an error once and disable the callback instead of raising (unless strict)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        if self._disabled:
+            return None
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            if self.strict:
+                raise
+            self._disabled = True
+            log.error("InspectCallback.%s failed (%s: %s); the callback is disabled and training continues. "
+                      "Pass strict=True to raise instead.", method.__name__, type(e).__name__, e)
+            if self._writer is not None and not self._writer.closed:
+                error = f"{method.__name__}: {type(e).__name__}: {e}"
+                self._writer.update_manifest(hook_error=error)
+                self._writer.close(status="failed", error=f"the callback failed in {error}")
+            return None
+    return wrapper
+
+
+def probe_batch(probe) -> tuple[Any, Any, Any]:
+    """(x, y, sample_weight) tensors from ``(x, y)``, ``(x, y, sample_weight)``, ``x`` alone or a
+    ``tf.data.Dataset`` (its first element). Raises ValueError naming what was given."""
+    if isinstance(probe, tf.data.Dataset):
+        probe = next(iter(probe))
+    if isinstance(probe, (tuple, list)) and len(probe) in (2, 3):
+        parts = list(probe) + [None] * (3 - len(probe))
+    elif isinstance(probe, (tuple, list)):
+        raise ValueError(f"probe has {len(probe)} elements: pass (x, y), (x, y, sample_weight) or a dataset "
+                         f"whose elements are those")
+    else:
+        parts = [probe, None, None]
+    x, y, sw = (None if p is None else tf.nest.map_structure(tf.convert_to_tensor, p) for p in parts)
+    first = tf.nest.flatten(x)[0] if x is not None else None
+    if first is None or first.shape.rank in (None, 0):
+        raise ValueError(f"probe x must be a batch (a tensor with a leading batch axis), got {probe!r:.80}")
+    return x, y, sw
+
+
+class InspectCallback(tf.keras.callbacks.Callback):
+    """Capture forward values and gradients of every op of a Keras model into a run directory.
+
+    Args:
+      run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
+      probe: the fixed batch every sampled step runs: ``(x, y)``, ``(x, y, sample_weight)``, ``x``
+        (no loss: forward values only) or a ``tf.data.Dataset`` (its first batch). The same
+        samples at every step, so the groups and the dumped samples are comparable over time.
+      positive: predicate ``y -> bool [N]`` (or a bool array [N]) choosing positive samples;
+        the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for one-hot).
+      include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
+        tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``).
+      stats_every_n_steps, dump_every_n_steps, dump_steps: the schedule (``hooks.schedule``).
+      samples_per_group, max_bytes, histogram_bins, gradients, native_stats, batched, unbatched,
+        worker, queue_size, stats_flush_secs, fsync, strict: as ``DumpHook``.
+      training: call the model with ``training=True`` on the probe (dropout active, batch-norm
+        in batch mode; batch-norm moving statistics are then updated by the probe). Default
+        False: the inference behaviour, no side effect on the model.
+
+    Variables: a record per trainable variable (``dense/kernel``): its value, d loss / d variable
+    on the probe, and the step's update (value after the step minus before, the "before" copied
+    on sampled steps only).
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, probe, *, positive: Callable | Any = None,
+                 include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
+                 op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
+                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
+                 dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
+                 samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30,
+                 gradients: bool = True, training: bool = False, strict: bool = False, worker: str | None = None,
+                 queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
+                 native_stats: bool = True, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None) -> None:
+        super().__init__()
+        if samples_per_group < 0:
+            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
+        if histogram_bins < 1:
+            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
+        for patterns in (include, exclude, batched, unbatched):
+            capture._compile(patterns)  # fail early on a bad regex
+        self.run_dir = Path(run_dir)
+        self.probe = probe_batch(probe)
+        self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
+        self.filters = dict(include=include, exclude=exclude, op_types=op_types,
+                            exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
+        self.options = ProbeOptions(self.filters, positive, samples_per_group, histogram_bins, gradients,
+                                    native_stats, training, dict(batched=batched, unbatched=unbatched))
+        self.max_bytes, self.strict, self.fsync = max_bytes, strict, fsync
+        self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
+        default_worker, self.is_chief = worker_from_env()
+        self.worker = worker or default_worker
+        self._disabled = False
+        self._writer: RunWriter | None = None
+        self._graph: ProbeGraph | None = None
+        self._step = 0
+        self._before: dict[str, np.ndarray] | None = None
+        # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
+        # without this; the callback never reads the logs.
+        self._supports_tf_logs = True
+
+    # ---- fit's lifecycle -----------------------------------------------------------------------
+    @_guarded
+    def on_train_begin(self, logs=None) -> None:
+        spe = getattr(self.model, "steps_per_execution", None)
+        spe = getattr(self.model, "_steps_per_execution", None) if spe is None else spe
+        if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
+            raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
+                             f"callbacks once per execution, so the step before an update is not observable)")
+        self._step = int(self.model.optimizer.iterations.numpy())
+        if self._graph is not None and self._graph.model is not self.model:
+            self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
+
+    @_guarded
+    def on_train_batch_begin(self, batch, logs=None) -> None:
+        if self._wants(self._step + 1) != (False, False):
+            # the update needs the value before the step: copied on sampled steps only (by the
+            # variable's id: the probe graph is traced at the end of the first step)
+            self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
+
+    @_guarded
+    def on_train_batch_end(self, batch, logs=None) -> None:
+        self._step += 1
+        step = self._step
+        if self._graph is None:
+            self._trace()
+        if self._writer is None or self._writer.closed:
+            self._open()  # every fit() is a writer session of this worker (FORMAT.md, "Sessions")
+        stats, dump = self._wants(step)
+        if not (stats or dump):
+            return
+        if dump:
+            reason = self._writer.would_drop(self._dump_estimate)
+            if reason:
+                self._writer.record_drop(step, reason, self._dump_estimate)
+                dump = False
+                if not stats:
+                    return
+        out = self._graph.function(stats, dump)(*self._graph.args)
+        updates = self._updates()
+        if stats:
+            values, hist_range, hist = (np.asarray(a) for a in out["stats"])
+            if self._graph.variables:  # update rows follow (count 0: no "before" copy, e.g. an unbuilt model)
+                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
+                    (values, hist_range, hist), variables.numpy_stats(
+                        [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
+                        self.options.bins)))
+            self._writer.add_stats(step, values, hist_range, hist)
+            self._check_nonfinite(step, values)
+        if dump:
+            arrays = {k: np.asarray(v) for k, v in {**out["dump"], **out["samples"]}.items()}
+            arrays.update({f"update/{k}": v for k, v in updates.items()})
+            self._dump_estimate = sum(a.nbytes for a in arrays.values())
+            self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": "schedule"})
+
+    @_guarded
+    def on_train_end(self, logs=None) -> None:
+        if self._writer is not None and not self._writer.closed:
+            self._writer.close("finished")
+            st = self._writer.state
+            log.info("run %s session %d finished: %d dumps, %d statistics rows, %s", self.run_dir,
+                     self._writer.session, st.dumps, st.stats_rows, human_bytes(st.bytes_written))
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _wants(self, step: int) -> tuple[bool, bool]:
+        return self.schedule.wants_stats(step), self.schedule.wants_dump(step)
+
+    def _updates(self) -> dict[str, np.ndarray]:
+        """{variable: value after this step - value before} for the variables copied before it."""
+        before, self._before = self._before, None
+        if before is None:
+            return {}
+        return {r.variable: _tf_var(v).numpy() - before[id(v)]
+                for r, v in zip(self._graph.variables, self._graph.tf_vars) if id(v) in before}
+
+    def _trace(self) -> None:
+        """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
+        x, y, sw = self.probe
+        graph = ProbeGraph(self.model, x, y, sw, self.options)
+        graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
+        if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
+            graph.function(stats=False, dump=True)
+            if self.schedule.stats_every:
+                graph.function(stats=True, dump=True)
+        self._graph = graph
+
+    def _open(self) -> None:
+        """Open this fit's writer session."""
+        graph, (x, _, _) = self._graph, self.probe
+        rows = graph.rows + variables.stats_rows(graph.variables)
+        layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
+        aliases = graph.aliases
+        self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
+        kept = max(1, 2 * self.options.samples_per_group)
+        self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
+                                  for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
+        self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
+                                 stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
+                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
+                                 strict=self.strict, fsync=self.fsync, mode="train")
+        log.info("capturing %d tensors (%d with gradients) of Keras model %s on a %d-sample probe into %s",
+                 len(graph.captured), sum(c.gradient is not None for c in graph.captured), self.model.name,
+                 _probe_size(x), self.run_dir)
+
+    def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
+        x, y, sw = self.probe
+        return {
+            "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
+            "source": "keras", "model": self.model.name,
+            "probe": {"samples": _probe_size(x), "training": self.options.training,
+                      "targets": y is not None, "sample_weight": sw is not None},
+            "loss": graph.loss_name, "labels": graph.labels_name,
+            "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
+                       "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,
+                       "gradients": self.options.gradients, "dump_on_nonfinite": False, "strict": self.strict,
+                       "fsync": self.fsync, "share_gradients": False,
+                       "native_stats": bool(self.options.native_stats and native.library() is not None),
+                       "mode": "train", "include": _jsonable(self.filters["include"]),
+                       "exclude": _jsonable(self.filters["exclude"]), "op_types": _jsonable(self.filters["op_types"]),
+                       "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
+                       "dtypes": [d.name for d in self.filters["dtypes"]]},
+            "tensors": [c.catalog_entry() for c in graph.captured],
+            "skipped": graph.skipped, "first_nonfinite": None,
+        }
+
+    def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
+        if getattr(self, "_first_nonfinite", None):
+            return
+        nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
+        bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
+        if bad.size:
+            rows = self._graph.rows + variables.stats_rows(self._graph.variables)
+            tensor, kind, _ = rows[bad[0]]
+            self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": "statistics"}
+            log.warning("NaN/Inf first seen at step %d in %s (%s)", step, tensor, kind)
+            self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
+
+
+def _keras_version() -> str | None:
+    return getattr(tf.keras, "__version__", None) or getattr(__import__("keras"), "__version__", None)
+
+
+def _probe_size(x) -> int:
+    return int(tf.nest.flatten(x)[0].shape[0])
+
+
+def _nbytes(t: tf.Tensor) -> int:
+    dims = t.shape.as_list() if t.shape.rank is not None else [1]
+    return int(np.prod([d or 1 for d in dims], dtype=np.int64)) * (t.dtype.size if t.dtype != tf.bfloat16 else 4)
+
+
+def _batch(t: tf.Tensor) -> int:
+    return (t.shape.as_list()[0] or 1) if t.shape.rank else 1

@@ -1,0 +1,325 @@
+"""Graph side of ``InspectCallback``: trace a Keras model and its compiled loss into a
+``tf.function`` graph and run the hook's capture machinery over that graph's ops.
+
+The traced function returns the statistics and dumps that ``DumpHook`` would fetch from a
+v1 graph; the catalog (``Captured`` records, with the Keras layer owning each op) is built
+once, while tracing. Everything here is TensorFlow; ``hooks/keras.py`` is the callback.
+
+Example::
+
+    probe = ProbeGraph(model, x, y, options)            # options: ProbeOptions
+    fn = probe.function(stats=True, dump=False)         # a concrete function (traced once)
+    out = fn(*probe.args)                               # {"stats": (values, ranges, hists)}
+    probe.captured                                      # catalog, in statistics row order
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import tensorflow as tf
+
+from . import batch_axis, capture, fast_stats, resolve, structure
+from .variables import VariableRecord, selected
+
+log = logging.getLogger("tf_inspector")
+
+
+@dataclass
+class ProbeOptions:
+    """What to capture (the same meaning as ``DumpHook``'s arguments)."""
+    filters: dict
+    positive: Callable | Any = None
+    samples_per_group: int = 2
+    bins: int = 30
+    gradients: bool = True
+    native_stats: bool = True
+    training: bool = False
+    batch_overrides: dict = field(default_factory=dict)
+
+
+# ---- which Keras layer owns each op ------------------------------------------------------------
+def layer_paths(model) -> dict[int, str]:
+    """id(layer) -> its path below ``model`` ('encoder/dense_1'), every nested layer once (a
+    layer reachable along two paths keeps the first). Uses the private ``_flatten_layers``
+    (tf.keras 2.15 and Keras 3 both have it): public ``layers`` misses a custom layer's sublayers."""
+    out: dict[int, str] = {}
+
+    def walk(layer, prefix: str) -> None:
+        for child in layer._flatten_layers(include_self=False, recursive=False):
+            if id(child) in out:
+                continue
+            path = f"{prefix}{child.name}"
+            out[id(child)] = path
+            walk(child, path + "/")
+    out[id(model)] = model.name
+    walk(model, model.name + "/")
+    return out
+
+
+@dataclass
+class _Call:
+    path: str
+    call: int          # 0 for a layer's first call in the trace, 1 for its second (shared layers)
+    start: int         # ops created in [start, end) belong to it unless a nested call claims them
+    end: int = -1
+
+
+@contextlib.contextmanager
+def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
+    """While tracing: which op-creation interval each layer call spans.
+
+    Wraps ``call`` of every layer with an instance attribute for the duration of the trace (the
+    class's method is put back after): Keras has no public per-call hook, and name scopes are
+    ambiguous for a shared layer ('dense_1' is the second call of 'dense' or a layer 'dense_1')."""
+    paths = layer_paths(model)
+    layers = {id(layer): layer for layer in model._flatten_layers(include_self=True, recursive=True)}
+    calls: list[_Call] = []
+    counts: dict[int, int] = {}
+    saved = {}
+
+    def wrap(layer, original):
+        def call(*args, **kwargs):
+            c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0), len(graph.get_operations()))
+            counts[id(layer)] = c.call + 1
+            calls.append(c)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                c.end = len(graph.get_operations())
+        return call
+
+    try:
+        for key, layer in layers.items():
+            saved[key] = layer.__dict__.get("call")
+            object.__setattr__(layer, "call", wrap(layer, layer.call))
+        yield calls
+    finally:
+        for key, layer in layers.items():
+            if saved.get(key) is None:
+                layer.__dict__.pop("call", None)
+            else:
+                object.__setattr__(layer, "call", saved[key])
+
+
+def owners(ops: Sequence[tf.Operation], calls: Sequence[_Call]) -> dict[str, _Call]:
+    """op name -> the innermost layer call that created it (ops outside every call: absent)."""
+    out: dict[str, _Call] = {}
+    # outer calls first: an inner call (later start, or same start and shorter) overwrites
+    for c in sorted(calls, key=lambda c: (c.start, -(c.end - c.start))):
+        for op in ops[c.start:c.end]:
+            out[op.name] = c
+    return out
+
+
+# ---- the loss, without touching the training metrics -------------------------------------------
+def metric_variables(model) -> list:
+    """Variables of the model's metrics (the loss tracker included), deduplicated."""
+    seen, out = set(), []
+    candidates = list(getattr(model, "metrics_variables", None) or [])
+    for m in getattr(model, "metrics", []):
+        candidates += list(m.variables)
+    for v in candidates:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return out
+
+
+@contextlib.contextmanager
+def metrics_untouched(model) -> Iterator[None]:
+    """Inside a traced function: whatever the body does to the model's metric variables is undone.
+
+    ``compute_loss`` also updates the loss trackers that ``fit`` reports (tf.keras 2.15: the
+    loss mean; Keras 3: per-output losses): their values are read before and assigned back
+    after, so the progress bar and History never see the probe (automatic control dependencies
+    order the reads, the body and the assignments)."""
+    tracked = [_tf_var(v) for v in metric_variables(model)]
+    with tf.name_scope("tf_inspector/metrics"):
+        before = [tf.identity(v.read_value()) for v in tracked]
+    yield
+    with tf.name_scope("tf_inspector/metrics"):
+        for v, b in zip(tracked, before):
+            v.assign(b)
+
+
+def _tf_var(v) -> tf.Variable:
+    """The tf.Variable behind a Keras 3 variable (``.value``), or ``v`` itself (tf.keras 2.15)."""
+    return v if isinstance(v, tf.Variable) else v.value
+
+
+def variable_name(v) -> str:
+    """'dense/kernel': Keras 3's ``path``, else the tf.Variable name without ':0'."""
+    path = getattr(v, "path", None)
+    return path if isinstance(path, str) else v.name.split(":")[0]
+
+
+# ---- the probe graph -------------------------------------------------------------------------
+class ProbeGraph:
+    """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
+
+    def __init__(self, model, x, y, sample_weight, options: ProbeOptions) -> None:
+        self.model, self.options = model, options
+        self.args = tuple(a for a in (x, y, sample_weight) if a is not None)
+        self._has_y, self._has_sw = y is not None, sample_weight is not None
+        self.captured: list[capture.Captured] = []
+        self.variables: list[VariableRecord] = []
+        self.tf_vars: list = []    # the Keras variables of ``variables``, in order
+        self.rows: list[tuple[str, str, str]] = []
+        self.aliases: dict[str, str] = {}
+        self.skipped: list[str] = []
+        self.loss_name: str | None = None
+        self.labels_name: str | None = None
+        self.graph_def: bytes | None = None
+        self._names: list[str] | None = None
+        self._functions: dict[tuple[bool, bool], Any] = {}
+
+    def function(self, stats: bool, dump: bool):
+        """The concrete function computing the statistics and/or the dump (traced on first use)."""
+        key = (stats, dump)
+        if key not in self._functions:
+            fn = tf.function(lambda *a: self._body(stats, dump, *a), autograph=False)
+            concrete = fn.get_concrete_function(*self._specs())
+            if self.graph_def is None:
+                self.graph_def = concrete.graph.as_graph_def(add_shapes=True).SerializeToString()
+            self._functions[key] = concrete
+        return self._functions[key]
+
+    def _specs(self) -> list:
+        """Argument specs named probe_x, probe_y, probe_sample_weight (the placeholders' names)."""
+        names = ["probe_x"] + ["probe_y"] * self._has_y + ["probe_sample_weight"] * self._has_sw
+        return [tf.nest.map_structure(lambda t, n=n: tf.TensorSpec(t.shape, t.dtype, name=n), a)
+                for a, n in zip(self.args, names)]
+
+    def _unpack(self, args):
+        args = list(args)
+        x = args.pop(0)
+        y = args.pop(0) if self._has_y else None
+        sw = args.pop(0) if self._has_sw else None
+        return x, y, sw
+
+    def _body(self, want_stats: bool, want_dump: bool, *args) -> dict:
+        g = tf.compat.v1.get_default_graph()
+        x, y, sw = self._unpack(args)
+        with metrics_untouched(self.model):
+            start = len(g.get_operations())
+            with record_calls(self.model, g) as calls:
+                y_pred = self.model(x, training=self.options.training)
+            middle = len(g.get_operations())
+            loss = (self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw) if y is not None else None)
+            end = len(g.get_operations())
+        ops = g.get_operations()
+        # the model's ops, its inputs, and of what compute_loss built only what the loss is computed
+        # from (not the loss trackers' updates, which are undone)
+        region = {op.name for op in ops[start:middle]}
+        region |= {t.op.name for t in tf.nest.flatten((x, y, sw)) if t is not None}
+        of_loss = {name.rpartition(":")[0] for name in resolve.ancestors(loss)} if loss is not None else set()
+        region |= {op.name for op in ops[middle:end] if op.name in of_loss}
+        roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras_icnn.py)
+        sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles], **self.options.filters)
+        tensors = [t for t in sel.tensors if t.op.name in region]
+        labels = y if isinstance(y, tf.Tensor) else None
+        gid = self._groups(y)
+        axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
+        handles, tf_vars = self._handles(g)
+        grads = (capture.gradients(loss, tensors + handles) if loss is not None and self.options.gradients
+                 else [None] * (len(tensors) + len(handles)))
+        by_owner = owners(ops, calls)
+        captured = []
+        for t, grad in zip(tensors, grads):
+            c = capture.Captured(t, axis.is_batched(t), grad, *roles.get(t.name, (None, None)))
+            owner = by_owner.get(t.op.name)
+            c.extra.update(keras_layer=owner.path if owner else None, keras_call=owner.call if owner else None)
+            captured.append(c)
+        structure.annotate(captured, g, set())
+        records = self._variable_records(tf_vars, handles, grads[len(tensors):])
+        everything = captured + records
+        self._remember(everything, records, sel, loss, labels, tf_vars)
+        out: dict[str, Any] = {}
+        if want_stats:
+            st = fast_stats.build_stats(everything, gid, self.options.bins, self.options.native_stats)
+            out["stats"] = (st.values, st.hist_range, st.hist) if st is not None else ()
+            self.rows = st.rows if st is not None else []
+        if want_dump:
+            out.update(self._dump(everything, gid, labels, x))
+        return out
+
+    def _groups(self, y) -> tf.Tensor | None:
+        positive = self.options.positive
+        if y is None:
+            return None
+        if positive is not None and not callable(positive):  # a fixed bool [N] for the fixed probe
+            pos = tf.convert_to_tensor(positive)
+            n = tf.nest.flatten(y)[0].shape[0]
+            if pos.shape.rank != 1 or pos.shape[0] != n:
+                raise ValueError(f"positive= as an array must be [N] = [{n}] (one flag per probe sample), "
+                                 f"got shape {pos.shape}")
+            return capture.group_ids(pos, pos)
+        if not isinstance(y, tf.Tensor):
+            if callable(positive):
+                return capture.group_ids(y, positive)
+            log.info("the probe's targets are nested (several outputs): no positive/negative groups unless "
+                     "positive= is given (a callable on the targets, or a bool array [N])")
+            return None
+        return capture.group_ids(y, positive)
+
+    def _handles(self, g) -> tuple[list[tf.Tensor], list]:
+        """The function's placeholders of the model's trainable variables (d loss / d handle is
+        d loss / d variable summed over every read, as ``tf.gradients(loss, variable)``)."""
+        handles, out = [], []
+        for v in self.model.trainable_variables:
+            var = _tf_var(v)
+            if not selected(variable_name(v), **self.options.filters):
+                continue
+            handles.append(g.capture(var.handle))
+            out.append(v)
+        return handles, out
+
+    def _variable_records(self, tf_vars, handles, grads) -> list[VariableRecord]:
+        records, names = [], {}
+        for v, handle, grad in zip(tf_vars, handles, grads):
+            var = _tf_var(v)
+            name = variable_name(v)
+            k = names[name] = names.get(name, 0) + 1
+            name = name if k == 1 else f"{name}#{k}"   # tf.keras 2.15: nested models may repeat names
+            found = [op.outputs[0] for op in handle.consumers() if op.type == "ReadVariableOp"
+                     and not op.name.startswith("tf_inspector/")]
+            reads = [t.name for t in found]
+            # the model's own read where there is one: its statistics and dump are then shared
+            # (fast_stats and build_dump compute a tensor once under every name)
+            with tf.name_scope("tf_inspector/variables"):
+                value = found[0] if found else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
+            records.append(VariableRecord(value, False, grad, variable=name, handle_op=handle.op.name, reads=reads,
+                                          after=value, extra={"keras_layer": None, "keras_call": None}))
+        return records
+
+    def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
+        names = [c.name for c in everything]
+        if self._names is None:
+            self._names, self.captured, self.variables, self.tf_vars = names, everything, records, tf_vars
+            self.skipped = [n for n in sel.skipped]
+            self.loss_name = loss.name if loss is not None else None
+            self.labels_name = labels.name if labels is not None else None
+        elif names != self._names:
+            raise RuntimeError("tracing the probe again (for dumps) gave other tensor names than the first "
+                               "trace: this model's forward pass is not deterministic; capture statistics only "
+                               "(dump_every_n_steps=0) or report the model")
+
+    def _dump(self, captured, gid, labels, x) -> dict:
+        first = tf.nest.flatten(x)[0]
+        n = tf.shape(labels)[0] if labels is not None else tf.shape(first)[0]
+        keep, kept_groups = capture.kept_samples(gid, n, self.options.samples_per_group)
+        static = first.shape.as_list()[0] if first.shape.rank else None
+        per_group = self.options.samples_per_group * (1 if gid is not None else 2)
+        keep_all_of = static if static and per_group >= static else None
+        dump, aliases = capture.build_dump(captured, keep, keep_all_of)
+        self.aliases = aliases
+        samples = {"samples/index": keep}
+        if kept_groups is not None:
+            samples["samples/group"] = kept_groups
+        if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
+            samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
+        return {"dump": dump, "samples": samples}
+

@@ -1,0 +1,248 @@
+"""InspectCallback under tf.keras 2.15 and Keras 3: every captured value and gradient equals an
+independent eager ``tf.GradientTape`` computation on the same probe batch and weights."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = tf.keras
+
+from hooks.keras import InspectCallback  # noqa: E402
+
+import inspector  # noqa: E402
+
+N = 8           # probe samples
+STEPS = 3       # training steps; the dump of the last one is checked against the final weights
+
+
+def _data(seed=0, n=48, d=6):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)).astype("float32")
+    y = (x[:, 0] + 0.3 * rng.normal(size=n) > 0).astype("int32")
+    return x, y
+
+
+def sequential():
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
+                             keras.layers.Dense(2, name="logits")], name="seq")
+
+
+def functional():
+    """A nested sub-model and a layer called twice."""
+    inp = keras.Input((6,))
+    shared = keras.layers.Dense(6, activation="tanh", name="shared")
+    sub = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu", name="inner")], name="sub")
+    h = sub(shared(shared(inp)))
+    return keras.Model(inp, keras.layers.Dense(2, name="logits")(h), name="fun")
+
+
+class Scale(keras.layers.Layer):
+    """A custom layer with its own weight: x * exp(s)."""
+
+    def build(self, shape):
+        self.s = self.add_weight(name="s", shape=(shape[-1],), initializer="zeros")
+
+    def call(self, x):
+        return x * tf.exp(self.s)
+
+
+class Subclassed(keras.Model):
+    def __init__(self):
+        super().__init__(name="subm")
+        self.hidden = keras.layers.Dense(5, name="hidden")
+        self.scale = Scale(name="scale")
+        self.out = keras.layers.Dense(2, name="logits")
+
+    def call(self, x, training=False):
+        return self.out(tf.nn.relu(self.scale(self.hidden(x))))
+
+
+def _oracle(kind, model, x, y):
+    """Eager forward pass written out from the layers' weights, under a GradientTape: the
+    values and d loss / d value of the named intermediate tensors, and d loss / d variable."""
+    x = tf.constant(x)
+    dense = lambda layer, h: tf.matmul(h, layer.kernel) + layer.bias  # noqa: E731
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        vals = {}
+        if kind == "sequential":
+            vals["hidden/BiasAdd"] = dense(model.get_layer("hidden"), x)
+            vals["hidden/Relu"] = tf.nn.relu(vals["hidden/BiasAdd"])
+            vals["logits/BiasAdd"] = dense(model.get_layer("logits"), vals["hidden/Relu"])
+        elif kind == "functional":
+            shared, inner = model.get_layer("shared"), model.get_layer("sub").get_layer("inner")
+            vals["shared/Tanh#0"] = tf.tanh(dense(shared, x))
+            vals["shared/Tanh#1"] = tf.tanh(dense(shared, vals["shared/Tanh#0"]))
+            vals["sub/inner/Relu"] = tf.nn.relu(dense(inner, vals["shared/Tanh#1"]))
+            vals["logits/BiasAdd"] = dense(model.get_layer("logits"), vals["sub/inner/Relu"])
+        else:
+            vals["hidden/BiasAdd"] = dense(model.hidden, x)
+            vals["scale/Mul"] = vals["hidden/BiasAdd"] * tf.exp(model.scale.s)
+            vals["logits/BiasAdd"] = dense(model.out, tf.nn.relu(vals["scale/Mul"]))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.constant(y), vals["logits/BiasAdd"]))
+        vals["probe_x"] = x
+    grads = dict(zip(vals, tape.gradient(loss, list(vals.values()))))
+    var_grads = tape.gradient(loss, model.trainable_variables)
+    return {k: v.numpy() for k, v in vals.items()}, {k: g.numpy() for k, g in grads.items()}, var_grads
+
+
+def _find(cat, key: str) -> str:
+    """Catalog name of the oracle's ``layer/OpType[#call]`` (names differ between Keras versions)."""
+    if key == "probe_x":
+        return "probe_x:0"
+    path, op_type = key.split("#")[0].rsplit("/", 1)
+    call = int(key.split("#")[1]) if "#" in key else 0
+    rows = cat[(cat["op_type"] == op_type) & cat["keras_layer"].fillna("").str.endswith(path)
+               & (cat["keras_call"] == call)]
+    assert len(rows) == 1, (key, rows["name"].tolist())
+    return rows.index[0]
+
+
+BUILD = {"sequential": sequential, "functional": functional, "subclassed": Subclassed}
+
+
+@pytest.mark.parametrize("kind", sorted(BUILD))
+def test_values_and_gradients_match_gradient_tape(tmp_path, kind):
+    keras.utils.set_random_seed(1)
+    x, y = _data()
+    model = BUILD[kind]()
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "run", probe=(x[:N], y[:N]), stats_every_n_steps=1, dump_steps=[STEPS],
+                         samples_per_group=N, strict=True)
+    hist = model.fit(x, y, batch_size=16, epochs=1, callbacks=[cb], verbose=0)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.status == "finished" and run.manifest["source"] == "keras"
+    assert run.dump_steps() == [STEPS]
+    np.testing.assert_array_equal(run.samples(STEPS)["index"], np.arange(N))
+    cat = run.tensors
+    vals, grads, var_grads = _oracle(kind, model, x[:N], y[:N])
+    for key in vals:
+        name = _find(cat, key)
+        np.testing.assert_allclose(run.tensor(name, STEPS), vals[key], rtol=1e-5, atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(run.tensor(name, STEPS, "gradient"), grads[key], rtol=1e-4, atol=1e-7,
+                                   err_msg=key)
+    variables = run.variables
+    assert len(variables) == len(model.trainable_variables)
+    for v, g in zip(model.trainable_variables, var_grads):
+        name = getattr(v, "path", None) or v.name.split(":")[0]
+        np.testing.assert_allclose(run.tensor(name, STEPS), v.numpy(), rtol=1e-6, err_msg=name)
+        np.testing.assert_allclose(run.tensor(name, STEPS, "gradient"), g.numpy(), rtol=1e-4, atol=1e-7, err_msg=name)
+    assert np.isfinite(hist.history["loss"][0])
+
+
+def test_update_is_the_step_delta_and_groups_match_numpy(tmp_path):
+    keras.utils.set_random_seed(2)
+    x, y = _data(1)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.5),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # one epoch of 3 steps; a dump at step 3 (its update: value after step 3 minus after step 2)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0,
+              callbacks=[InspectCallback(tmp_path / "r", probe=(x[:N], y[:N]), stats_every_n_steps=1,
+                                         dump_steps=[2, 3], samples_per_group=N, strict=True)])
+    run = inspector.open_run(tmp_path / "r")
+    for v in model.trainable_variables:
+        name = getattr(v, "path", None) or v.name.split(":")[0]
+        np.testing.assert_allclose(run.tensor(name, 3, "update"), run.tensor(name, 3) - run.tensor(name, 2),
+                                   rtol=1e-5, atol=1e-7)
+    relu = _find(run.tensors, "hidden/Relu")
+    values = np.asarray(run.tensor(relu, 3)).reshape(N, -1)
+    pos = y[:N] != 0
+    stats = run.stats
+    rows = stats[(stats["tensor"] == relu) & (stats["step"] == 3) & (stats["kind"] == "forward")]
+    for group, mask in (("all", np.ones(N, bool)), ("positive", pos), ("negative", ~pos)):
+        row = rows[rows["group"] == group].iloc[0]
+        part = values[mask]
+        np.testing.assert_allclose([row["mean"], row["std"], row["min"], row["max"], row["count"]],
+                                   [part.mean(), part.std(), part.min(), part.max(), part.size], rtol=1e-6,
+                                   err_msg=group)
+
+
+def test_probe_does_not_change_reported_loss(tmp_path):
+    """fit's History is the same with and without the callback (the loss tracker is restored)."""
+    x, y = _data(3)
+
+    def train(callbacks):
+        keras.utils.set_random_seed(3)
+        m = sequential()
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(True))
+        return m.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False, callbacks=callbacks).history["loss"]
+
+    plain = train([])
+    probed = train([InspectCallback(tmp_path / "r", probe=(x[:N], 1 - y[:N]), stats_every_n_steps=1, strict=True)])
+    np.testing.assert_allclose(probed, plain, rtol=1e-6)
+
+
+def test_bad_probe_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="probe has 4 elements"):
+        InspectCallback(tmp_path / "r", probe=(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="leading batch axis"):
+        InspectCallback(tmp_path / "r", probe=(np.float32(1.0), np.int32(0)))
+
+
+class TwoHeads(keras.layers.Layer):
+    """A custom layer with two outputs: class logits and a regression value."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.cls = keras.layers.Dense(2, name="cls")
+        self.reg = keras.layers.Dense(1, name="reg")
+
+    def call(self, h):
+        return self.cls(h), self.reg(h)
+
+
+def test_multi_output_layer_and_weighted_losses(tmp_path):
+    """Two outputs of one custom layer, two losses with loss_weights: the probe's loss and the
+    gradient at the shared trunk equal the tape's on sum_i w_i * loss_i."""
+    keras.utils.set_random_seed(4)
+    x, y = _data(4)
+    r = x[:, 1:2] * 2.0
+    inp = keras.Input((6,))
+    trunk = keras.layers.Dense(5, activation="relu", name="trunk")(inp)
+    cls, reg = TwoHeads(name="heads")(trunk)
+    model = keras.Model(inp, [cls, reg], name="multi")
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss_weights=[1.0, 0.5],
+                  loss=[keras.losses.SparseCategoricalCrossentropy(from_logits=True), keras.losses.MeanSquaredError()])
+    cb = InspectCallback(tmp_path / "m", probe=(x[:N], [y[:N], r[:N]]), positive=lambda t: t[0] != 0,
+                         stats_every_n_steps=1, dump_steps=[STEPS], samples_per_group=N, strict=True)
+    model.fit(x, [y, r], batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "m")
+    cat = run.tensors
+    xt = tf.constant(x[:N])
+    trunk_layer, heads = model.get_layer("trunk"), model.get_layer("heads")
+    with tf.GradientTape() as tape:
+        h = tf.nn.relu(tf.matmul(xt, trunk_layer.kernel) + trunk_layer.bias)
+        tape.watch(h)
+        logits = tf.matmul(h, heads.cls.kernel) + heads.cls.bias
+        value = tf.matmul(h, heads.reg.kernel) + heads.reg.bias
+        loss = (tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.constant(y[:N]), logits))
+                + 0.5 * tf.reduce_mean(tf.square(value - r[:N])))
+    grad_h = tape.gradient(loss, h).numpy()
+    np.testing.assert_allclose(run.tensor(run.manifest["loss"], STEPS), loss.numpy(), rtol=1e-5)
+    relu = _find(cat, "trunk/Relu")
+    np.testing.assert_allclose(run.tensor(relu, STEPS), h.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(run.tensor(relu, STEPS, "gradient"), grad_h, rtol=1e-4, atol=1e-7)
+    owned = cat[cat["keras_layer"].fillna("").str.endswith("heads/cls") & (cat["op_type"] == "BiasAdd")]
+    assert len(owned) == 1
+    groups = run.samples(STEPS)["group"]
+    assert (groups == np.where(y[:N] != 0, "positive", "negative")).all()
+
+
+def test_positive_array_must_match_the_probe(tmp_path):
+    x, y = _data(5)
+    model = sequential()
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", probe=(x[:N], y[:N]), positive=[True, False], strict=True)
+    with pytest.raises(ValueError, match=r"\[N\] = \[8\]"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    flags = np.arange(N) < 3
+    model = sequential()   # the failed fit above ran a step: a fresh model starts at step 1
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "s", probe=(x[:N], y[:N]), positive=flags, stats_every_n_steps=0,
+                         dump_steps=[1], samples_per_group=N, strict=True)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    groups = inspector.open_run(tmp_path / "s").samples(1)["group"]
+    assert (groups == np.where(flags, "positive", "negative")).all()
