@@ -29,7 +29,8 @@ TOP_LAYER = "conv3/Relu"       # name of the studied map (pre-mask in the ICNN)
 RF_STRIDE = 4.0
 RF_CENTER = 1.5
 DEFAULTS: Dict[str, Any] = dict(icnn=True, learning_rate=1e-3, weight_decay=1e-4, steps_per_epoch=100,
-                                filter_loss_weight=1.0, mu="centroid")
+                                filter_loss_weight=1.0, mu="centroid", optimizer="adam", beta_update="release")
+OPTIMIZERS = {"adam": lambda lr: tf1.train.AdamOptimizer(lr), "sgd": lambda lr: tf1.train.GradientDescentOptimizer(lr)}
 
 
 def _conv(x: tf.Tensor, name: str, k: int, cout: int) -> tf.Tensor:
@@ -63,7 +64,7 @@ def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dic
                     else tf.zeros(tf.shape(top)[:1], tf.bool))   # inference: no labels, mask only
         epoch = icnn.epoch_from_step(step, int(p["steps_per_epoch"]))
         post = icnn.conv_mask(top, positive, epoch, name="icnn_mask", mu=p["mu"],
-                              filter_loss_weight=float(p["filter_loss_weight"]))
+                              filter_loss_weight=float(p["filter_loss_weight"]), beta_update=p["beta_update"])
     else:
         post = top
     out["post"] = post
@@ -85,7 +86,9 @@ def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dic
     out["loss"] = loss
     _mark(loss, labels)
     if mode == "train":
-        opt = tf1.train.AdamOptimizer(p["learning_rate"])
+        if p["optimizer"] not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {p['optimizer']!r}")
+        opt = OPTIMIZERS[p["optimizer"]](p["learning_rate"])
         out["train_op"] = opt.minimize(loss, global_step=step)
     return out
 

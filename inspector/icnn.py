@@ -74,6 +74,7 @@ replace it by zeros.
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -89,6 +90,8 @@ BETA_COLLECTION = "tf_inspector/icnn_beta"
 ALPHA = 0.5            # temperature a of the filter loss (release: alpha = 0.5)
 FILTER_GRAD_SCALE = 1e-5  # release: 0.00001 * w_pos / w_neg
 BETA_GRAD_SCALE = 1e4     # release: (target - beta) * (-10000)
+BETA_TARGET_RANGE = (1.5, 3.0)  # release: min(max(3 ./ t, 1.5), 3)
+BETA_UPDATES = ("release", "stable")
 
 
 def epoch_from_step(step: tf.Tensor, steps_per_epoch: int) -> tf.Tensor:
@@ -234,7 +237,10 @@ def conv_mask(x: tf.Tensor,
               mag: float = 0.1,
               reduction: str = "mean",
               monitor: bool = True,
-              register: bool = True) -> tf.Tensor:
+              register: bool = True,
+              beta_update: str = "release",
+              beta_rate: float = 0.01,
+              beta_watch: bool = True) -> tf.Tensor:
     """Apply the ICNN mask to ``x`` ([N, H, W, C], x >= 0); return ``relu(x * mask)``.
 
     Args:
@@ -253,6 +259,13 @@ def conv_mask(x: tf.Tensor,
       reduction: ``"mean"`` for a batch-mean loss (divide the injected terms by N) or ``"sum"``.
       monitor: build the ``filter_loss`` monitoring value (else zeros).
       register: add the role tensors to ``ICNN_COLLECTION``.
+      beta_update: ``"release"`` (default): beta gets the release's pseudo-gradient and the
+        optimizer moves it (its step can exceed 1 and diverge; see docs/ICNN.md).
+        ``"stable"``: every gradient computation moves beta itself,
+        ``beta += beta_rate * (target - beta)``, and beta's gradient is 0.
+      beta_rate: the stable update's step, in (0, 1).
+      beta_watch: log a warning once (:class:`BetaWatch`) when beta leaves the targets'
+        range or oscillates around its target.
 
     The backward pass treats the mask as a constant: ``dx = upstream * relu(m)`` plus the
     filter-loss term; beta receives only its pseudo-gradient. See the module docstring.
@@ -266,6 +279,10 @@ def conv_mask(x: tf.Tensor,
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if mu not in ("centroid", "argmax"):
         raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+    if beta_update not in BETA_UPDATES:
+        raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
+    if not 0.0 < float(beta_rate) < 1.0:
+        raise ValueError(f"beta_rate must be in (0, 1) so beta cannot overshoot its target, got {beta_rate!r}")
     _, h, w, c = x.shape.as_list()
     dtype = x.dtype
     if epoch is None:
@@ -286,6 +303,7 @@ def conv_mask(x: tf.Tensor,
         pre = tf.identity(x, name="pre_mask")
         beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
         part = tf.constant(part_np)
+        watch = BetaWatch(name, beta_init) if beta_watch else None
         out: dict[str, tf.Tensor] = {}  # role -> tensor
 
         @tf.custom_gradient
@@ -305,6 +323,19 @@ def conv_mask(x: tf.Tensor,
                        sqrtvar=tf.identity(sqrtvar, name="sqrtvar"))
             y = tf.nn.relu(x_in * m)
 
+            def _beta_step(dx, beta_v, s, sqrtvar, scale):
+                """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
+                target = _beta_target(s, sqrtvar, positive)
+                deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
+                if beta_update == "stable":
+                    new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
+                    deps.append(beta_var.assign(new))
+                    with tf.control_dependencies(deps):
+                        return tf.identity(dx), tf.zeros_like(beta_v)
+                dbeta = _beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
+                with tf.control_dependencies(deps):
+                    return dx, tf.identity(dbeta)
+
             def grad(dy):
                 dx = dy * tf.nn.relu(m)
                 n = tf.cast(tf.shape(x_in)[0], dtype)
@@ -312,8 +343,7 @@ def conv_mask(x: tf.Tensor,
                 if filter_loss:
                     dx = dx + _filter_grad(x_in, m, s, positive, part, epoch, mag) * (
                         scale * filter_loss_weight)
-                dbeta = _beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
-                return dx, dbeta
+                return _beta_step(dx, beta_v, s, sqrtvar, scale)
 
             return y, grad
 
@@ -364,8 +394,8 @@ def _filter_grad(x, m, s, positive, part, epoch, mag):
     return tf.cast(term, dtype)
 
 
-def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
-    """(beta - clip(3/t, 1.5, 3)) * 1e4, t = sum_pos(s * sqrtvar) / sum_pos(s); 0 off-part.
+def _beta_target(s, sqrtvar, positive):
+    """clip(3/t, 1.5, 3), t = sum_pos(s * sqrtvar) / sum_pos(s): [C].
 
     A NaN ratio (no positives, or zero strength) gives the target 3.0, because MATLAB's
     min/max ignore NaN.
@@ -373,10 +403,80 @@ def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
     posf = tf.cast(positive, s.dtype)[:, None]
     t = tf.reduce_sum(s * sqrtvar * posf, axis=0) / tf.reduce_sum(s * posf, axis=0)
     q = 3.0 / t
-    target = tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(3.0, s.dtype)),
-                      tf.clip_by_value(q, 1.5, 3.0))
-    g = (beta - target) * BETA_GRAD_SCALE
+    return tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(BETA_TARGET_RANGE[1], s.dtype)),
+                    tf.clip_by_value(q, *BETA_TARGET_RANGE))
+
+
+def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
+    """(beta - clip(3/t, 1.5, 3)) * 1e4 (see :func:`_beta_target`); 0 off-part."""
+    g = (beta - _beta_target(s, sqrtvar, positive)) * BETA_GRAD_SCALE
     return tf.where(part, g, tf.zeros_like(g))
+
+
+class BetaWatch:
+    """Warns once per layer (logger ``tf_inspector.icnn``) when beta runs away.
+
+    Called with beta and its target ([C]) at every training step (a ``tf.numpy_function``
+    in the layer's gradient). Two signs, each warned once per layer:
+
+    - *out of range*: a part channel's beta left ``[min(1.5, init), max(3.0, init)]``. Every
+      target lies in [1.5, 3]; an update with a step below 1 keeps beta between its initial
+      value and the targets, so leaving that range means the step is above 1 (overshoot).
+    - *oscillating*: ``beta - target`` of some part channel changed sign on ``flips``
+      consecutive steps (a step between 1 and 2 overshoots each time but still converges;
+      above 2 it diverges).
+
+    ``events`` keeps what was found (``(kind, step_count, message)``) for tests and callers.
+
+    >>> w = BetaWatch("m", init=2.0)
+    >>> _ = w(np.array([2.0]), np.array([3.0]), np.array([True]))
+    >>> _ = w(np.array([3.5]), np.array([3.0]), np.array([True]))   # warns: out of range
+    >>> [e[0] for e in w.events]
+    ['out_of_range']
+    """
+
+    def __init__(self, layer: str, init: float, flips: int = 3):
+        self.layer, self.flips = layer, int(flips)
+        self.low, self.high = min(BETA_TARGET_RANGE[0], init), max(BETA_TARGET_RANGE[1], init)
+        self.events: list = []
+        self._sign: Optional[np.ndarray] = None
+        self._run = np.zeros(0, np.int64)
+        self._calls = 0
+
+    def __call__(self, beta: np.ndarray, target: np.ndarray, part: np.ndarray) -> np.ndarray:
+        self._calls += 1
+        beta, target, part = np.asarray(beta), np.asarray(target), np.asarray(part, bool)
+        kinds = {e[0] for e in self.events}
+        bad = part & ~((beta >= self.low) & (beta <= self.high))   # NaN counts as out of range
+        if bad.any() and "out_of_range" not in kinds:
+            c = int(np.flatnonzero(bad)[0])
+            self._warn("out_of_range", f"ICNN layer {self.layer}: beta of channel {c} is {beta[c]:.4g}, outside "
+                       f"[{self.low:g}, {self.high:g}] (the targets' range) after {self._calls} update(s): the "
+                       "update overshoots its target (step > 1, e.g. SGD with lr > N / (beta_lr_mult * 1e4)); "
+                       "masks may leave [-1, 1]. Lower the learning rate or use beta_update='stable'.")
+        sign = np.sign(beta - target)
+        if self._sign is not None:
+            flipped = part & (sign * self._sign < 0)
+            self._run = np.where(flipped, self._run + 1, 0)
+            if (self._run >= self.flips).any() and "oscillating" not in kinds:
+                c = int(np.flatnonzero(self._run >= self.flips)[0])
+                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped across its target "
+                           f"on {self.flips} consecutive updates (beta {beta[c]:.4g}, target {target[c]:.4g}): "
+                           "the update's step is above 1. Lower the learning rate or use beta_update='stable'.")
+        else:
+            self._run = np.zeros(beta.shape, np.int64)
+        self._sign = sign
+        return beta
+
+    def _warn(self, kind: str, message: str) -> None:
+        self.events.append((kind, self._calls, message))
+        logging.getLogger("tf_inspector.icnn").warning(message)
+
+
+def _watch_beta(watch: "BetaWatch", beta, target, part):
+    """An op that runs ``watch`` on beta and its target; its output is beta (for a control edge)."""
+    out = tf.numpy_function(watch, [beta, target, part], beta.dtype, stateful=True, name="beta_watch")
+    return tf.reshape(out, tf.shape(beta))
 
 
 def registered(graph: "tf.Graph | None" = None) -> list[tuple[str, str, "tf.Tensor"]]:
