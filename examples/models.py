@@ -48,14 +48,16 @@ def _pool(x: tf.Tensor, name: str) -> tf.Tensor:
 
 def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dict[str, Any]) -> Dict[str, tf.Tensor]:
     """Build the network. ``mode``: "train", "eval" or "infer". Returns a dict with
-    ``logits``, ``probability``, ``top`` (the conv3 map), ``post`` (what conv4 sees) and, with
+    ``logits``, ``probability``, ``top`` (the conv3 map), ``top_raw`` (conv3 before its ReLU),
+    ``post`` (what conv4 sees) and, with
     labels, ``labels`` and ``loss``; in train mode also ``train_op``."""
     p = {**DEFAULTS, **params}
     step = tf1.train.get_or_create_global_step()
     x = _pool(_conv(images, "conv1", 5, 16), "pool1")
     x = _pool(_conv(x, "conv2", 3, 32), "pool2")
     top = _conv(x, "conv3", 3, 32)
-    out: Dict[str, tf.Tensor] = {"top": top}
+    # The release's location instability reads the conv output before its ReLU (and mask).
+    out: Dict[str, tf.Tensor] = {"top": top, "top_raw": top.op.inputs[0]}
     if labels is not None:
         labels = tf.identity(tf.cast(labels, tf.int64), name="labels")
         out["labels"] = labels
