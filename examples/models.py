@@ -29,7 +29,8 @@ TOP_LAYER = "conv3/Relu"       # name of the studied map (pre-mask in the ICNN)
 RF_STRIDE = 4.0
 RF_CENTER = 1.5
 DEFAULTS: Dict[str, Any] = dict(icnn=True, learning_rate=1e-3, weight_decay=1e-4, steps_per_epoch=100,
-                                filter_loss_weight=1.0, mu="centroid", optimizer="adam", beta_update="release")
+                                filter_loss_weight=1.0, mu="centroid", optimizer="adam", beta_update="release",
+                                monitor=True)
 OPTIMIZERS = {"adam": lambda lr: tf1.train.AdamOptimizer(lr), "sgd": lambda lr: tf1.train.GradientDescentOptimizer(lr)}
 
 
@@ -66,7 +67,8 @@ def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dic
                     else tf.zeros(tf.shape(top)[:1], tf.bool))   # inference: no labels, mask only
         epoch = icnn.epoch_from_step(step, int(p["steps_per_epoch"]))
         post = icnn.conv_mask(top, positive, epoch, name="icnn_mask", mu=p["mu"],
-                              filter_loss_weight=float(p["filter_loss_weight"]), beta_update=p["beta_update"])
+                              filter_loss_weight=float(p["filter_loss_weight"]), beta_update=p["beta_update"],
+                              monitor=bool(p["monitor"]))
     else:
         post = top
     out["post"] = post

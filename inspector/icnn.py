@@ -422,9 +422,11 @@ class BetaWatch:
     - *out of range*: a part channel's beta left ``[min(1.5, init), max(3.0, init)]``. Every
       target lies in [1.5, 3]; an update with a step below 1 keeps beta between its initial
       value and the targets, so leaving that range means the step is above 1 (overshoot).
-    - *oscillating*: ``beta - target`` of some part channel changed sign on ``flips``
-      consecutive steps (a step between 1 and 2 overshoots each time but still converges;
-      above 2 it diverges).
+    - *oscillating*: on ``flips`` consecutive updates some part channel's beta moved past
+      the target that drove the update: its step ``k = (beta_t - beta_{t-1}) / (target_{t-1}
+      - beta_{t-1})`` exceeded 1 (between 1 and 2 it overshoots but converges; above 2 it
+      diverges). Updates that start within ``floor`` of their target are not judged (there a
+      noisy target makes any small step look like an overshoot).
 
     ``events`` keeps what was found (``(kind, step_count, message)``) for tests and callers.
 
@@ -435,11 +437,11 @@ class BetaWatch:
     ['out_of_range']
     """
 
-    def __init__(self, layer: str, init: float, flips: int = 3):
-        self.layer, self.flips = layer, int(flips)
+    def __init__(self, layer: str, init: float, flips: int = 3, floor: float = 0.01):
+        self.layer, self.flips, self.floor = layer, int(flips), float(floor)
         self.low, self.high = min(BETA_TARGET_RANGE[0], init), max(BETA_TARGET_RANGE[1], init)
         self.events: list = []
-        self._sign: Optional[np.ndarray] = None
+        self._last: Optional[tuple] = None          # (beta, target) of the previous update
         self._run = np.zeros(0, np.int64)
         self._calls = 0
 
@@ -454,18 +456,22 @@ class BetaWatch:
                        f"[{self.low:g}, {self.high:g}] (the targets' range) after {self._calls} update(s): the "
                        "update overshoots its target (step > 1, e.g. SGD with lr > N / (beta_lr_mult * 1e4)); "
                        "masks may leave [-1, 1]. Lower the learning rate or use beta_update='stable'.")
-        sign = np.sign(beta - target)
-        if self._sign is not None:
-            flipped = part & (sign * self._sign < 0)
-            self._run = np.where(flipped, self._run + 1, 0)
+        if self._last is not None:
+            prev_beta, prev_target = self._last
+            gap = prev_target - prev_beta
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = (beta - prev_beta) / gap
+            over = part & (np.abs(gap) > self.floor) & (step > 1.0)
+            self._run = np.where(over, self._run + 1, 0)
             if (self._run >= self.flips).any() and "oscillating" not in kinds:
                 c = int(np.flatnonzero(self._run >= self.flips)[0])
-                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped across its target "
-                           f"on {self.flips} consecutive updates (beta {beta[c]:.4g}, target {target[c]:.4g}): "
-                           "the update's step is above 1. Lower the learning rate or use beta_update='stable'.")
+                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped past its target "
+                           f"on {self.flips} consecutive updates (last step {step[c]:.3g} x the distance; beta "
+                           f"{beta[c]:.4g}): the update's step is above 1. Lower the learning rate or use "
+                           "beta_update='stable'.")
         else:
             self._run = np.zeros(beta.shape, np.int64)
-        self._sign = sign
+        self._last = (beta.copy(), target.copy())
         return beta
 
     def _warn(self, kind: str, message: str) -> None:

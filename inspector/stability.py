@@ -131,10 +131,10 @@ def part_consistency(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[fl
 
     For filter f, over its top-K images (largest peak, among images with at least one part),
     each peak is assigned the nearest part if that part's landmark lies within ``radius``
-    pixels, else "no part". ``part[f]`` is the part assigned most often (-1: "no part" won or
-    a tie between parts; the lowest index wins ties) and ``consistency[f]`` the fraction of
-    the K images assigned to it (0 when part is -1). Higher is better: a part detector scores 1.
-    Filters with fewer than 2 usable images get NaN.
+    pixels, else no part. ``part[f]`` is the part assigned most often (the lowest index on
+    ties; -1 when no peak lands on any part) and ``consistency[f]`` the fraction of the K
+    images whose peak lands on it. Higher is better: a part detector scores 1. Filters with
+    fewer than 2 usable images get NaN.
 
     >>> maps = np.zeros((3, 4, 4, 1)); parts = np.array([[[0., 0.], [3., 3.]]] * 3)
     >>> maps[0, 0, 0, 0] = maps[1, 0, 0, 0] = maps[2, 3, 3, 0] = 1.0
@@ -162,10 +162,7 @@ def part_consistency(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[fl
         d = np.where(np.isfinite(d), d, np.inf)
         near = np.argmin(d, axis=1)
         near = np.where(d[np.arange(len(chosen)), near] <= radius, near, n_parts)  # n_parts = no part
-        counts = np.bincount(near, minlength=n_parts + 1)
-        k = int(np.argmax(counts[:n_parts]))
-        if counts[k] == 0 or counts[k] < counts[n_parts] or (counts[:n_parts] == counts[k]).sum() > 1:
-            consistency[f] = 0.0
-            continue
-        best[f], consistency[f] = k, counts[k] / chosen.size
+        counts = np.bincount(near, minlength=n_parts + 1)[:n_parts]
+        k = int(np.argmax(counts))
+        best[f], consistency[f] = (k if counts[k] else -1), counts[k] / chosen.size
     return consistency, best

@@ -118,7 +118,7 @@ def test_part_consistency_counts_the_part_each_peak_lands_on():
     # filter 0: img0 (10,6) on part 0 (0 px); img1 (6,6): part 0 is 4 px away -> no part;
     #           img2 (2,2) on part 0 (0 px). Part 0 in 2 of 3 images.
     # filter 1: img0 (2,2) -> nearest part 0 at 8.9 px, part 1 at 12 px: none; img1 (10,10) -> part 0 at
-    #           4 px: none; img2 (6,2) -> 4 px from both: none. "No part" wins: 0.
+    #           4 px: none; img2 (6,2) -> 4 px from both: none. No peak on a part: 0, part -1.
     np.testing.assert_allclose(cons, [2 / 3, 0.0])
     assert part.tolist() == [0, -1]
     cons, part = stability.part_consistency(maps, parts, stride=4.0, center=2.0, radius=4.5)
