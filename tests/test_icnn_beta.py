@@ -134,3 +134,19 @@ def test_diverging_beta_reaches_the_viewers_alerts(tmp_path):
                           if a.kind == "icnn_beta_diverged"]
     assert len(alerts["release"]) == 1 and alerts["release"][0].tensor == "icnn_mask/beta_value:0"
     assert alerts["stable"] == []
+
+
+def test_viewer_notes_what_gradients_mean_below_an_icnn_layer():
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("streamlit")
+    from viewer.browser import icnn_gradient_note
+
+    cat = pd.DataFrame({"icnn_role": [None, "pre_mask", "beta", None], "icnn_layer": [None, "m", "m", None],
+                        "variable": [None, None, None, "m/beta"]},
+                       index=["conv1/Relu:0", "m/pre_mask:0", "m/beta_value:0", "m/beta"])
+    assert "not a pure d loss / d tensor" in icnn_gradient_note(cat, "conv1/Relu:0")
+    assert "ICNN layer(s) m" in icnn_gradient_note(cat, "m/pre_mask:0")
+    for beta in ("m/beta_value:0", "m/beta"):
+        assert "pseudo-gradient" in icnn_gradient_note(cat, beta)
+    plain = cat.assign(icnn_role=None, icnn_layer=None)
+    assert icnn_gradient_note(plain, "conv1/Relu:0") is None
