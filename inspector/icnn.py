@@ -240,12 +240,15 @@ def conv_mask(x: tf.Tensor,
               register: bool = True,
               beta_update: str = "release",
               beta_rate: float = 0.01,
-              beta_watch: bool = True) -> tf.Tensor:
+              beta_watch: bool = True,
+              filter_class=None,
+              class_density=None) -> tf.Tensor:
     """Apply the ICNN mask to ``x`` ([N, H, W, C], x >= 0); return ``relu(x * mask)``.
 
     Args:
       x: a ReLU (or max-pool of a ReLU) output with static H, W, C.
-      labels_positive: bool [N], True for images of the (single) positive class.
+      labels_positive: bool [N], True for images of the (single) positive class; or, for
+        several classes, bool [N, K] (column k: images of class k) with ``filter_class``.
       epoch: current 1-based epoch (float scalar tensor); or give ``step`` and
         ``steps_per_epoch`` instead. Values below 1 are treated as 1.
       name: variable scope and name prefix of the registered tensors.
@@ -266,6 +269,11 @@ def conv_mask(x: tf.Tensor,
       beta_rate: the stable update's step, in (0, 1).
       beta_watch: log a warning once (:class:`BetaWatch`) when beta leaves the targets'
         range or oscillates around its target.
+      filter_class: with [N, K] labels, an int [C]: the class whose filter slice each
+        channel belongs to (the release's argmax of ``sliceMag``); values in [0, K).
+      class_density: with K <= 10 classes, float [K] in (0, 1): each class's share of the
+        training images; the release weighs class k's terms by ``w_pos = 0.5 / density[k]``,
+        ``w_neg = 0.5 / (1 - density[k])`` (with K > 10: ``0.5 * K`` and ``0.5 / (1 - 1 / K)``).
 
     The backward pass treats the mask as a constant: ``dx = upstream * relu(m)`` plus the
     filter-loss term; beta receives only its pseudo-gradient. See the module docstring.
@@ -291,6 +299,8 @@ def conv_mask(x: tf.Tensor,
         epoch = epoch_from_step(step, steps_per_epoch)
     epoch = tf.maximum(tf.cast(epoch, dtype), 1.0)
     part_np = _part_vector(part_filters, c)
+    labels_positive = tf.convert_to_tensor(labels_positive)
+    slices = _class_slices(labels_positive.shape, part_np, filter_class, class_density)
 
     with tf1.variable_scope(name):
         beta_var = tf1.get_variable("beta", shape=[c], dtype=dtype,
@@ -299,7 +309,7 @@ def conv_mask(x: tf.Tensor,
             tf1.add_to_collection(BETA_COLLECTION, beta_var)
         scope = tf1.get_variable_scope().original_name_scope
     with tf1.name_scope(scope):
-        positive = tf.reshape(tf.cast(labels_positive, tf.bool), [-1])
+        positive, groups = _class_groups(labels_positive, part_np, slices)
         pre = tf.identity(x, name="pre_mask")
         beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
         part = tf.constant(part_np)
@@ -325,14 +335,15 @@ def conv_mask(x: tf.Tensor,
 
             def _beta_step(dx, beta_v, s, sqrtvar, scale):
                 """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
-                target = _beta_target(s, sqrtvar, positive)
+                target = _group_target(groups, s, sqrtvar)
                 deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
                 if beta_update == "stable":
                     new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
                     deps.append(beta_var.assign(new))
                     with tf.control_dependencies(deps):
                         return tf.identity(dx), tf.zeros_like(beta_v)
-                dbeta = _beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
+                g = (beta_v - target) * BETA_GRAD_SCALE
+                dbeta = tf.where(part, g, tf.zeros_like(g)) * (scale * beta_lr_mult)
                 with tf.control_dependencies(deps):
                     return dx, tf.identity(dbeta)
 
@@ -341,8 +352,9 @@ def conv_mask(x: tf.Tensor,
                 n = tf.cast(tf.shape(x_in)[0], dtype)
                 scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
                 if filter_loss:
-                    dx = dx + _filter_grad(x_in, m, s, positive, part, epoch, mag) * (
-                        scale * filter_loss_weight)
+                    terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch, mag, w_pos, w_neg)
+                             for pos_k, part_k, w_pos, w_neg in groups]   # disjoint channels
+                    dx = dx + tf.add_n(terms) * (scale * filter_loss_weight)
                 return _beta_step(dx, beta_v, s, sqrtvar, scale)
 
             return y, grad
@@ -364,7 +376,7 @@ def conv_mask(x: tf.Tensor,
     return post
 
 
-def _filter_grad(x, m, s, positive, part, epoch, mag):
+def _filter_grad(x, m, s, positive, part, epoch, mag, w_pos=1.0, w_neg=1.0):
     """The release's filter-loss term at x ([N, H, W, C]), before the 1/N of ``reduction``."""
     dtype = x.dtype
     a = ALPHA
@@ -388,10 +400,56 @@ def _filter_grad(x, m, s, positive, part, epoch, mag):
     g_neg = tf.exp(-sn / a) * (-sn - log_z_neg[None, :] + a)
     g_neg = _normalised_strength(g_neg, tf.logical_not(positive), valid_neg, mag_t)
 
-    w_pos = w_neg = 1.0  # single class
     term = (-m * g_pos[:, None, None, :] * (FILTER_GRAD_SCALE * w_pos)
             + g_neg[:, None, None, :] * (FILTER_GRAD_SCALE * w_neg) * tf.ones_like(x))
     return tf.cast(term, dtype)
+
+
+def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_class, class_density):
+    """None for one class; for [N, K] labels, [(part channels of class k [C] bool, w_pos, w_neg)]
+    with the release's weights (see :func:`conv_mask`). Checked before any op is built."""
+    if labels_shape.rank != 2:
+        if filter_class is not None or class_density is not None:
+            raise ValueError("filter_class and class_density need labels_positive of shape [N, K]")
+        return None
+    k = labels_shape.as_list()[1]
+    if k is None:
+        raise ValueError(f"labels_positive [N, K] needs a static K, got shape {labels_shape}")
+    channels = part_np.size
+    fc = np.asarray(filter_class if filter_class is not None else [], dtype=np.int64)
+    if fc.shape != (channels,) or (fc[part_np] < 0).any() or (fc[part_np] >= k).any():
+        raise ValueError(f"with labels_positive [N, {k}], filter_class must be an int vector of length C={channels} "
+                         f"with values in [0, {k}) on part channels, got {filter_class!r}")
+    if k > 10:
+        weights = [(0.5 * k, 0.5 / (1.0 - 1.0 / k))] * k
+    else:
+        dens = np.asarray(class_density if class_density is not None else [], dtype=np.float64)
+        if dens.shape != (k,) or not ((dens > 0) & (dens < 1)).all():
+            raise ValueError(f"with K={k} <= 10 classes, class_density must be K shares in (0, 1) (the release "
+                             f"weighs class k by 0.5 / density[k]), got {class_density!r}")
+        weights = [(0.5 / d, 0.5 / (1.0 - d)) for d in dens]
+    return [(part_np & (fc == j), w_pos, w_neg) for j, (w_pos, w_neg) in enumerate(weights)]
+
+
+def _class_groups(labels, part_np: np.ndarray, slices):
+    """(any-class positives [N], [(positives [N], part channels [C] bool, w_pos, w_neg)]):
+    one group with weights 1 for one class, one per class otherwise."""
+    if slices is None:
+        positive = tf.reshape(tf.cast(labels, tf.bool), [-1])
+        return positive, [(positive, part_np, 1.0, 1.0)]
+    labels = tf.cast(labels, tf.bool)
+    groups = [(labels[:, j], part_k, w_pos, w_neg) for j, (part_k, w_pos, w_neg) in enumerate(slices)]
+    return tf.reduce_any(labels, axis=1), groups
+
+
+def _group_target(groups, s, sqrtvar):
+    """beta's target per channel, each from its class's positives (:func:`_beta_target`)."""
+    if len(groups) == 1:
+        return _beta_target(s, sqrtvar, groups[0][0])
+    target = tf.fill(tf.shape(s)[1:], tf.cast(BETA_TARGET_RANGE[1], s.dtype))
+    for pos_k, part_k, _, _ in groups:
+        target = tf.where(tf.constant(part_k), _beta_target(s, sqrtvar, pos_k), target)
+    return target
 
 
 def _beta_target(s, sqrtvar, positive):
@@ -405,12 +463,6 @@ def _beta_target(s, sqrtvar, positive):
     q = 3.0 / t
     return tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(BETA_TARGET_RANGE[1], s.dtype)),
                     tf.clip_by_value(q, *BETA_TARGET_RANGE))
-
-
-def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
-    """(beta - clip(3/t, 1.5, 3)) * 1e4 (see :func:`_beta_target`); 0 off-part."""
-    g = (beta - _beta_target(s, sqrtvar, positive)) * BETA_GRAD_SCALE
-    return tf.where(part, g, tf.zeros_like(g))
 
 
 class BetaWatch:
