@@ -247,6 +247,8 @@ def main(argv=None) -> Dict:
     ap.add_argument("--radius", type=float, default=4.0, help="part consistency: a peak within this many "
                                                               "pixels of a part lands on it")
     ap.add_argument("--beta-update", default="release", choices=["release", "stable"])
+    ap.add_argument("--filter-loss-weight", type=float, default=1.0,
+                    help="factor on the ICNN's filter-loss gradient (0: the mask alone, an ablation)")
     ap.add_argument("--quick", action="store_true", help="2 tiny seeds (tests): numbers mean nothing")
     ap.add_argument("--json", default=None, help="also write rows and summary here")
     ap.add_argument("--no-progress", action="store_true")
@@ -258,9 +260,11 @@ def main(argv=None) -> Dict:
         opts.update(QUICK)
     t0 = time.time()
     result = run_study(**opts, threads=args.threads, radius=args.radius, first_seed=args.first_seed,
-                       params=dict(beta_update=args.beta_update), progress=not args.no_progress)
+                       params=dict(beta_update=args.beta_update, filter_loss_weight=args.filter_loss_weight),
+                       progress=not args.no_progress)
     result["settings"] = {**opts, "threads": args.threads, "radius": args.radius, "first_seed": args.first_seed,
-                          "beta_update": args.beta_update, "tensorflow": tf.__version__}
+                          "beta_update": args.beta_update, "filter_loss_weight": args.filter_loss_weight,
+                          "tensorflow": tf.__version__}
     print(f"ICNN vs plain twin, {opts['seeds']} seeds, {opts['steps']} steps of batch {opts['batch']}, "
           f"{opts['train_size']} training / {opts['test_size']} held-out parts_scene images; conv3 raw maps, "
           f"top-{opts['top_k']} positive images per filter")

@@ -9,6 +9,10 @@ viewer) and prints, on a held-out set, classification accuracy and the location 
 of the 32 conv3 filters (the map the ICNN masks) of both networks. Uses ``tf.estimator`` when
 present (TensorFlow <= 2.15), else ``tf.compat.v1.train.MonitoredTrainingSession``.
 
+One seed's comparison proves nothing: ``python -m examples.icnn_study`` is the multi-seed
+study (docs/ICNN.md reports it). The numbers below are one seed's, measured on the post-ReLU
+conv3 maps before ``evaluate`` switched to the raw conv output the release measures.
+
 What we measured (600 steps, 6000 training images, TF 2.15, CPU): both nets reach ~99.5%
 held-out accuracy. The ICNN was more stable for seeds 0 and 1 (0.035 vs 0.046, 0.040 vs
 0.049) but not for seed 2 (0.048 vs 0.040). The same ICNN with ``--filter-loss-weight 0``
