@@ -56,7 +56,7 @@ def test_quick_study_table_statistics_and_reproducibility(tmp_path, capsys, capl
     table_rows = re.findall(r"^\s+(\d+) (icnn|plain) ", printed, flags=re.M)
     assert table_rows == [("0", "icnn"), ("0", "plain"), ("1", "icnn"), ("1", "plain")]
     assert json.loads(out.read_text())["summary"]["accuracy"]["n"] == 2
-    # One seed reproduces its numbers (same data, init, batches; op determinism, 1 thread).
+    # One seed reproduces its numbers (same data, init, batches; 1 thread).
     again = icnn_study.run_study(**{**icnn_study.QUICK, "seeds": 2}, progress=False)
     for r1, r2 in zip(rows, again["rows"]):
         assert {k: v for k, v in r1.items() if k != "seconds"} == {k: v for k, v in r2.items() if k != "seconds"}
