@@ -29,7 +29,9 @@ TOP_LAYER = "conv3/Relu"       # name of the studied map (pre-mask in the ICNN)
 RF_STRIDE = 4.0
 RF_CENTER = 1.5
 DEFAULTS: Dict[str, Any] = dict(icnn=True, learning_rate=1e-3, weight_decay=1e-4, steps_per_epoch=100,
-                                filter_loss_weight=1.0, mu="centroid")
+                                filter_loss_weight=1.0, mu="centroid", optimizer="adam", beta_update="release",
+                                monitor=True)
+OPTIMIZERS = {"adam": lambda lr: tf1.train.AdamOptimizer(lr), "sgd": lambda lr: tf1.train.GradientDescentOptimizer(lr)}
 
 
 def _conv(x: tf.Tensor, name: str, k: int, cout: int) -> tf.Tensor:
@@ -47,14 +49,16 @@ def _pool(x: tf.Tensor, name: str) -> tf.Tensor:
 
 def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dict[str, Any]) -> Dict[str, tf.Tensor]:
     """Build the network. ``mode``: "train", "eval" or "infer". Returns a dict with
-    ``logits``, ``probability``, ``top`` (the conv3 map), ``post`` (what conv4 sees) and, with
+    ``logits``, ``probability``, ``top`` (the conv3 map), ``top_raw`` (conv3 before its ReLU),
+    ``post`` (what conv4 sees) and, with
     labels, ``labels`` and ``loss``; in train mode also ``train_op``."""
     p = {**DEFAULTS, **params}
     step = tf1.train.get_or_create_global_step()
     x = _pool(_conv(images, "conv1", 5, 16), "pool1")
     x = _pool(_conv(x, "conv2", 3, 32), "pool2")
     top = _conv(x, "conv3", 3, 32)
-    out: Dict[str, tf.Tensor] = {"top": top}
+    # The release's location instability reads the conv output before its ReLU (and mask).
+    out: Dict[str, tf.Tensor] = {"top": top, "top_raw": top.op.inputs[0]}
     if labels is not None:
         labels = tf.identity(tf.cast(labels, tf.int64), name="labels")
         out["labels"] = labels
@@ -63,7 +67,8 @@ def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dic
                     else tf.zeros(tf.shape(top)[:1], tf.bool))   # inference: no labels, mask only
         epoch = icnn.epoch_from_step(step, int(p["steps_per_epoch"]))
         post = icnn.conv_mask(top, positive, epoch, name="icnn_mask", mu=p["mu"],
-                              filter_loss_weight=float(p["filter_loss_weight"]))
+                              filter_loss_weight=float(p["filter_loss_weight"]), beta_update=p["beta_update"],
+                              monitor=bool(p["monitor"]))
     else:
         post = top
     out["post"] = post
@@ -85,7 +90,9 @@ def build(images: tf.Tensor, labels: Optional[tf.Tensor], mode: str, params: Dic
     out["loss"] = loss
     _mark(loss, labels)
     if mode == "train":
-        opt = tf1.train.AdamOptimizer(p["learning_rate"])
+        if p["optimizer"] not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {p['optimizer']!r}")
+        opt = OPTIMIZERS[p["optimizer"]](p["learning_rate"])
         out["train_op"] = opt.minimize(loss, global_step=step)
     return out
 

@@ -188,12 +188,53 @@ def error_alerts(errors: pd.DataFrame, sessions: pd.DataFrame) -> list[Alert]:
     return out
 
 
+#: Every target of ICNN's beta lies here (the release's ``min(max(3 ./ t, 1.5), 3)``).
+ICNN_BETA_RANGE = (1.5, 3.0)
+
+
+def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
+    """ICNN beta that left its targets' range: an update overshooting its target (step > 1).
+
+    Reads the forward ``min``/``max`` of each tensor with ``icnn_role == "beta"``. The range is
+    ``[min(1.5, first min), max(3.0, first max)]`` (a beta started outside [1.5, 3] may sit
+    there). An update with a step below 1 never leaves it. Oscillation around the target
+    within the range is only visible to the layer's own watch (the log), not in statistics
+    sampled every few steps.
+
+    >>> cat = pd.DataFrame({"name": ["m/beta_value:0"], "icnn_role": ["beta"], "icnn_layer": ["m"]})
+    >>> st = pd.DataFrame({"step": [0, 5], "tensor": "m/beta_value:0", "kind": "forward", "group": "all",
+    ...                    "min": [2.0, -3.3], "max": [2.0, 11.7]})
+    >>> [a.kind for a in icnn_beta_alerts(st, cat)]
+    ['icnn_beta_diverged']
+    """
+    if "icnn_role" not in catalog or not {"min", "max"} <= set(stats.columns):
+        return []
+    names = set(catalog.loc[catalog["icnn_role"] == "beta", "name"])
+    df = stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(names)]
+    out = []
+    for tensor, rows in df.sort_values("step").groupby("tensor", observed=True):
+        low = min(ICNN_BETA_RANGE[0], float(rows["min"].iloc[0]))
+        high = max(ICNN_BETA_RANGE[1], float(rows["max"].iloc[0]))
+        bad = rows[~((rows["min"] >= low) & (rows["max"] <= high))]   # NaN counts as bad
+        if bad.empty:
+            continue
+        first = bad.iloc[0]
+        out.append(Alert("error", "icnn_beta_diverged",
+                         f"{tensor}: ICNN beta left [{low:g}, {high:g}] (the range of its targets) at step "
+                         f"{int(first['step'])} (min {first['min']:.3g}, max {first['max']:.3g}): its update "
+                         "overshoots (with SGD, lr * 0.05 * 1e4 / batch > 1), so masks leave [-1, 1]. Lower "
+                         "the learning rate or use conv_mask(beta_update='stable').",
+                         int(first["step"]), str(tensor)))
+    return out
+
+
 def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     """Every alert for ``run``, errors first. Reads only the statistics columns it needs."""
-    stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction"])
+    stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction", "min", "max"])
     out = nonfinite_alert(run.first_nonfinite())
     if not stats.empty:
         out += gradient_alerts(stats, th, run.tensors) + dead_relus(stats, run.tensors, th)
+        out += icnn_beta_alerts(stats, run.tensors)
     out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
     out += [Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":

@@ -66,12 +66,66 @@ def test_select_ratio_averages_the_most_stable_filters():
     assert best == pytest.approx(0.0) and full > 0
 
 
-def test_peak_positions_use_row_major_first_maximum_and_separate_strides():
+def test_peak_positions_use_matlabs_column_major_first_maximum_and_separate_strides():
+    # The release: [v, idx] = max(x, [], 1); [v, col] = max(v, [], 2): the lowest column wins,
+    # then the lowest row in it. Row-major order would pick (1, 2).
     maps = np.zeros((1, 3, 4, 1))
     maps[0, 1, 2, 0] = maps[0, 2, 0, 0] = 2.0
     pos, score = stability.peak_positions(maps, stride=(2.0, 3.0), center=(0.5, 1.0))
-    np.testing.assert_allclose(pos[0, 0], [0.5 + 2 * 1, 1.0 + 3 * 2])
+    np.testing.assert_allclose(pos[0, 0], [0.5 + 2 * 2, 1.0 + 3 * 0])
     assert score[0, 0] == 2.0
+
+
+def _hand_example():
+    """3 x 3 raw conv maps (negative values included), 2 filters, 3 images, 2 parts; stride 4,
+    center 2, so map cell (r, c) is pixel (2 + 4r, 2 + 4c). Peaks worked out by hand:
+    filter 0: img0 tie 3 at (0,2) and (2,1) -> column-major first (2,1) = px (10, 6);
+              img1 5 at (1,1) = (6, 6); img2 all negative, tie -0.2 at (0,0), (2,0) -> (0,0) = (2, 2).
+    filter 1: img0 1 at (0,0) = (2, 2); img1 2 at (2,2) = (10, 10); img2 4 at (1,0) = (6, 2)."""
+    maps = np.full((3, 3, 3, 2), -1.0)
+    maps[2, :, :, 0] = -0.5
+    maps[0, 0, 2, 0] = maps[0, 2, 1, 0] = 3.0
+    maps[1, 1, 1, 0] = 5.0
+    maps[2, 0, 0, 0] = maps[2, 2, 0, 0] = -0.2
+    maps[0, 0, 0, 1], maps[1, 2, 2, 1], maps[2, 1, 0, 1] = 1.0, 2.0, 4.0
+    nan = np.nan
+    parts = np.array([[[10, 6], [2, 14]], [[6, 10], [nan, nan]], [[2, 2], [10, 2]]], float)
+    return maps, parts
+
+
+def test_location_instability_matches_a_hand_computed_example():
+    maps, parts = _hand_example()
+    kw = dict(stride=4.0, center=2.0)
+    # Distances peak -> part, by hand (part 1 is missing in image 1).
+    f0 = (np.std([0, 4, 0], ddof=1) + np.std([np.hypot(8, 8), 8], ddof=1)) / 2
+    f1 = (np.std([np.hypot(8, 4), 4, 4], ddof=1) + np.std([12, 4], ddof=1)) / 2
+    np.testing.assert_allclose(stability.filter_instability(maps, parts, **kw), [f0, f1], rtol=1e-12)
+    value = stability.location_instability(maps, parts, image_size=(12, 16), **kw)   # diagonal 20
+    assert value == pytest.approx((f0 + f1) / 2 / 20.0, rel=1e-12)
+    assert value == pytest.approx(0.16455, abs=5e-5)
+    # top-2 by raw peak: filter 0 keeps images 1 (5) and 0 (3) for part 0; the all-negative
+    # image 2 (-0.2) still counts for part 1, where only images 0 and 2 are annotated.
+    top2 = stability.filter_instability(maps, parts, top_k=2, **kw)
+    assert top2[0] == pytest.approx((np.std([4, 0], ddof=1) + np.std([np.hypot(8, 8), 8], ddof=1)) / 2)
+    # select_ratio 0.5 of 2 filters keeps round(1) = 1: the more stable filter 0.
+    best = stability.location_instability(maps, parts, image_size=(12, 16), select_ratio=0.5, **kw)
+    assert best == pytest.approx(f0 / 20.0)
+
+
+def test_part_consistency_counts_the_part_each_peak_lands_on():
+    maps, parts = _hand_example()
+    cons, part = stability.part_consistency(maps, parts, stride=4.0, center=2.0, radius=3.0)
+    # filter 0: img0 (10,6) on part 0 (0 px); img1 (6,6): part 0 is 4 px away -> no part;
+    #           img2 (2,2) on part 0 (0 px). Part 0 in 2 of 3 images.
+    # filter 1: img0 (2,2) -> nearest part 0 at 8.9 px, part 1 at 12 px: none; img1 (10,10) -> part 0 at
+    #           4 px: none; img2 (6,2) -> 4 px from both: none. No peak on a part: 0, part -1.
+    np.testing.assert_allclose(cons, [2 / 3, 0.0])
+    assert part.tolist() == [0, -1]
+    cons, part = stability.part_consistency(maps, parts, stride=4.0, center=2.0, radius=4.5)
+    # radius 4.5: filter 1 img1 -> part 0 (4 px); img2 -> tie at 4 px, argmin takes part 0: part 0 in 2 of 3.
+    np.testing.assert_allclose(cons, [1.0, 2 / 3])
+    with pytest.raises(ValueError, match="radius must be > 0"):
+        stability.part_consistency(maps, parts, radius=0)
 
 
 @pytest.mark.parametrize("maps_shape,parts_shape,match", [

@@ -52,6 +52,29 @@ def value_slice(x: np.ndarray, sample: int, channel: int) -> np.ndarray:
     return x.reshape(-1, x.shape[-1])
 
 
+def icnn_gradient_note(cat: pd.DataFrame, tensor: str) -> str | None:
+    """What a stored gradient means in a run with ICNN layers (None: nothing to say).
+
+    The conv-mask layer adds its filter-loss term to the gradient at its pre-mask map, so that
+    map's gradient and every gradient below it (the layers before the mask) are not pure
+    d loss / d tensor; beta's gradient is the release's pseudo-gradient, not a derivative.
+    """
+    if "icnn_role" not in cat or not cat["icnn_role"].notna().any():
+        return None
+    row = cat.loc[tensor] if tensor in cat.index else None
+    role = row["icnn_role"] if row is not None and isinstance(row["icnn_role"], str) else None
+    is_beta = role == "beta" or (row is not None and isinstance(row.get("variable"), str)
+                                 and str(row["variable"]).rsplit("/", 1)[-1] == "beta")
+    if is_beta:
+        return ("ICNN beta: its stored gradient is the release's pseudo-gradient "
+                "(beta - target) * 1e4 * beta_lr_mult (/ N with a mean loss), not d loss / d beta; with "
+                "beta_update='stable' it is 0 and the layer moves beta itself.")
+    layers = ", ".join(sorted(cat["icnn_layer"].dropna().astype(str).unique()))
+    return (f"This run has ICNN layer(s) {layers}: the gradient stored at each pre-mask map, and at every "
+            "tensor below it (the layers before the mask), includes the ICNN filter-loss term: it is not a "
+            "pure d loss / d tensor. Gradients above the mask are pure.")
+
+
 def render(ctx: Ctx) -> None:
     st.header("Tensor browser")
     run = data.get_run(ctx.path, ctx.sig)
@@ -88,6 +111,9 @@ def render(ctx: Ctx) -> None:
     if not need(bool(kinds), f"The dump of step {step} holds no values of {plain(tensor)}."):
         return
     kind = c[1].radio("Kind", kinds, key="tb_kind", horizontal=True)
+    note = icnn_gradient_note(cat, tensor) if kind == "gradient" else None
+    if note:
+        st.info(note)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample")
     channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel")

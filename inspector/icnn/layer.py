@@ -74,6 +74,7 @@ replace it by zeros.
 """
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -89,6 +90,8 @@ BETA_COLLECTION = "tf_inspector/icnn_beta"
 ALPHA = 0.5            # temperature a of the filter loss (release: alpha = 0.5)
 FILTER_GRAD_SCALE = 1e-5  # release: 0.00001 * w_pos / w_neg
 BETA_GRAD_SCALE = 1e4     # release: (target - beta) * (-10000)
+BETA_TARGET_RANGE = (1.5, 3.0)  # release: min(max(3 ./ t, 1.5), 3)
+BETA_UPDATES = ("release", "stable")
 
 
 def epoch_from_step(step: tf.Tensor, steps_per_epoch: int) -> tf.Tensor:
@@ -234,12 +237,18 @@ def conv_mask(x: tf.Tensor,
               mag: float = 0.1,
               reduction: str = "mean",
               monitor: bool = True,
-              register: bool = True) -> tf.Tensor:
+              register: bool = True,
+              beta_update: str = "release",
+              beta_rate: float = 0.01,
+              beta_watch: bool = True,
+              filter_class=None,
+              class_density=None) -> tf.Tensor:
     """Apply the ICNN mask to ``x`` ([N, H, W, C], x >= 0); return ``relu(x * mask)``.
 
     Args:
       x: a ReLU (or max-pool of a ReLU) output with static H, W, C.
-      labels_positive: bool [N], True for images of the (single) positive class.
+      labels_positive: bool [N], True for images of the (single) positive class; or, for
+        several classes, bool [N, K] (column k: images of class k) with ``filter_class``.
       epoch: current 1-based epoch (float scalar tensor); or give ``step`` and
         ``steps_per_epoch`` instead. Values below 1 are treated as 1.
       name: variable scope and name prefix of the registered tensors.
@@ -253,6 +262,18 @@ def conv_mask(x: tf.Tensor,
       reduction: ``"mean"`` for a batch-mean loss (divide the injected terms by N) or ``"sum"``.
       monitor: build the ``filter_loss`` monitoring value (else zeros).
       register: add the role tensors to ``ICNN_COLLECTION``.
+      beta_update: ``"release"`` (default): beta gets the release's pseudo-gradient and the
+        optimizer moves it (its step can exceed 1 and diverge; see docs/ICNN.md).
+        ``"stable"``: every gradient computation moves beta itself,
+        ``beta += beta_rate * (target - beta)``, and beta's gradient is 0.
+      beta_rate: the stable update's step, in (0, 1).
+      beta_watch: log a warning once (:class:`BetaWatch`) when beta leaves the targets'
+        range or oscillates around its target.
+      filter_class: with [N, K] labels, an int [C]: the class whose filter slice each
+        channel belongs to (the release's argmax of ``sliceMag``); values in [0, K).
+      class_density: with K <= 10 classes, float [K] in (0, 1): each class's share of the
+        training images; the release weighs class k's terms by ``w_pos = 0.5 / density[k]``,
+        ``w_neg = 0.5 / (1 - density[k])`` (with K > 10: ``0.5 * K`` and ``0.5 / (1 - 1 / K)``).
 
     The backward pass treats the mask as a constant: ``dx = upstream * relu(m)`` plus the
     filter-loss term; beta receives only its pseudo-gradient. See the module docstring.
@@ -266,6 +287,10 @@ def conv_mask(x: tf.Tensor,
         raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
     if mu not in ("centroid", "argmax"):
         raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+    if beta_update not in BETA_UPDATES:
+        raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
+    if not 0.0 < float(beta_rate) < 1.0:
+        raise ValueError(f"beta_rate must be in (0, 1) so beta cannot overshoot its target, got {beta_rate!r}")
     _, h, w, c = x.shape.as_list()
     dtype = x.dtype
     if epoch is None:
@@ -274,6 +299,8 @@ def conv_mask(x: tf.Tensor,
         epoch = epoch_from_step(step, steps_per_epoch)
     epoch = tf.maximum(tf.cast(epoch, dtype), 1.0)
     part_np = _part_vector(part_filters, c)
+    labels_positive = tf.convert_to_tensor(labels_positive)
+    slices = _class_slices(labels_positive.shape, part_np, filter_class, class_density)
 
     with tf1.variable_scope(name):
         beta_var = tf1.get_variable("beta", shape=[c], dtype=dtype,
@@ -282,10 +309,11 @@ def conv_mask(x: tf.Tensor,
             tf1.add_to_collection(BETA_COLLECTION, beta_var)
         scope = tf1.get_variable_scope().original_name_scope
     with tf1.name_scope(scope):
-        positive = tf.reshape(tf.cast(labels_positive, tf.bool), [-1])
+        positive, groups = _class_groups(labels_positive, part_np, slices)
         pre = tf.identity(x, name="pre_mask")
         beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
         part = tf.constant(part_np)
+        watch = BetaWatch(name, beta_init) if beta_watch else None
         out: dict[str, tf.Tensor] = {}  # role -> tensor
 
         @tf.custom_gradient
@@ -305,15 +333,28 @@ def conv_mask(x: tf.Tensor,
                        sqrtvar=tf.identity(sqrtvar, name="sqrtvar"))
             y = tf.nn.relu(x_in * m)
 
+            def _beta_step(dx, beta_v, s, sqrtvar, scale):
+                """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
+                target = _group_target(groups, s, sqrtvar)
+                deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
+                if beta_update == "stable":
+                    new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
+                    deps.append(beta_var.assign(new))
+                    with tf.control_dependencies(deps):
+                        return tf.identity(dx), tf.zeros_like(beta_v)
+                dbeta = _pseudo_grad_toward(beta_v, target, part) * (scale * beta_lr_mult)
+                with tf.control_dependencies(deps):
+                    return dx, tf.identity(dbeta)
+
             def grad(dy):
                 dx = dy * tf.nn.relu(m)
                 n = tf.cast(tf.shape(x_in)[0], dtype)
                 scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
                 if filter_loss:
-                    dx = dx + _filter_grad(x_in, m, s, positive, part, epoch, mag) * (
-                        scale * filter_loss_weight)
-                dbeta = _beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
-                return dx, dbeta
+                    terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch, mag, w_pos, w_neg)
+                             for pos_k, part_k, w_pos, w_neg in groups]   # disjoint channels
+                    dx = dx + tf.add_n(terms) * (scale * filter_loss_weight)
+                return _beta_step(dx, beta_v, s, sqrtvar, scale)
 
             return y, grad
 
@@ -334,7 +375,7 @@ def conv_mask(x: tf.Tensor,
     return post
 
 
-def _filter_grad(x, m, s, positive, part, epoch, mag):
+def _filter_grad(x, m, s, positive, part, epoch, mag, w_pos=1.0, w_neg=1.0):
     """The release's filter-loss term at x ([N, H, W, C]), before the 1/N of ``reduction``."""
     dtype = x.dtype
     a = ALPHA
@@ -358,14 +399,71 @@ def _filter_grad(x, m, s, positive, part, epoch, mag):
     g_neg = tf.exp(-sn / a) * (-sn - log_z_neg[None, :] + a)
     g_neg = _normalised_strength(g_neg, tf.logical_not(positive), valid_neg, mag_t)
 
-    w_pos = w_neg = 1.0  # single class
     term = (-m * g_pos[:, None, None, :] * (FILTER_GRAD_SCALE * w_pos)
             + g_neg[:, None, None, :] * (FILTER_GRAD_SCALE * w_neg) * tf.ones_like(x))
     return tf.cast(term, dtype)
 
 
+def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_class, class_density):
+    """None for one class; for [N, K] labels, [(part channels of class k [C] bool, w_pos, w_neg)]
+    with the release's weights (see :func:`conv_mask`). Checked before any op is built."""
+    if labels_shape.rank != 2:
+        if filter_class is not None or class_density is not None:
+            raise ValueError("filter_class and class_density need labels_positive of shape [N, K]")
+        return None
+    k = labels_shape.as_list()[1]
+    if k is None:
+        raise ValueError(f"labels_positive [N, K] needs a static K, got shape {labels_shape}")
+    channels = part_np.size
+    fc = np.asarray(filter_class if filter_class is not None else [], dtype=np.int64)
+    if fc.shape != (channels,) or (fc[part_np] < 0).any() or (fc[part_np] >= k).any():
+        raise ValueError(f"with labels_positive [N, {k}], filter_class must be an int vector of length C={channels} "
+                         f"with values in [0, {k}) on part channels, got {filter_class!r}")
+    if k > 10:
+        weights = [(0.5 * k, 0.5 / (1.0 - 1.0 / k))] * k
+    else:
+        dens = np.asarray(class_density if class_density is not None else [], dtype=np.float64)
+        if dens.shape != (k,) or not ((dens > 0) & (dens < 1)).all():
+            raise ValueError(f"with K={k} <= 10 classes, class_density must be K shares in (0, 1) (the release "
+                             f"weighs class k by 0.5 / density[k]), got {class_density!r}")
+        weights = [(0.5 / d, 0.5 / (1.0 - d)) for d in dens]
+    return [(part_np & (fc == j), w_pos, w_neg) for j, (w_pos, w_neg) in enumerate(weights)]
+
+
+def _class_groups(labels, part_np: np.ndarray, slices):
+    """(any-class positives [N], [(positives [N], part channels [C] bool, w_pos, w_neg)]):
+    one group with weights 1 for one class, one per class otherwise."""
+    if slices is None:
+        positive = tf.reshape(tf.cast(labels, tf.bool), [-1])
+        return positive, [(positive, part_np, 1.0, 1.0)]
+    labels = tf.cast(labels, tf.bool)
+    groups = [(labels[:, j], part_k, w_pos, w_neg) for j, (part_k, w_pos, w_neg) in enumerate(slices)]
+    return tf.reduce_any(labels, axis=1), groups
+
+
+def _group_target(groups, s, sqrtvar):
+    """beta's target per channel, each from its class's positives (:func:`_beta_target`)."""
+    if len(groups) == 1:
+        return _beta_target(s, sqrtvar, groups[0][0])
+    target = tf.fill(tf.shape(s)[1:], tf.cast(BETA_TARGET_RANGE[1], s.dtype))
+    for pos_k, part_k, _, _ in groups:
+        target = tf.where(tf.constant(part_k), _beta_target(s, sqrtvar, pos_k), target)
+    return target
+
+
+def _pseudo_grad_toward(beta, target, part):
+    """The release's pseudo-gradient (beta - target) * 1e4 on the part filters, 0 elsewhere."""
+    g = (beta - target) * BETA_GRAD_SCALE
+    return tf.where(part, g, tf.zeros_like(g))
+
+
 def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
-    """(beta - clip(3/t, 1.5, 3)) * 1e4, t = sum_pos(s * sqrtvar) / sum_pos(s); 0 off-part.
+    """(beta - clip(3/t, 1.5, 3)) * 1e4 on the part filters (single class): the Keras layer's d beta."""
+    return _pseudo_grad_toward(beta, _beta_target(s, sqrtvar, positive), part)
+
+
+def _beta_target(s, sqrtvar, positive):
+    """clip(3/t, 1.5, 3), t = sum_pos(s * sqrtvar) / sum_pos(s): [C].
 
     A NaN ratio (no positives, or zero strength) gives the target 3.0, because MATLAB's
     min/max ignore NaN.
@@ -373,10 +471,80 @@ def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
     posf = tf.cast(positive, s.dtype)[:, None]
     t = tf.reduce_sum(s * sqrtvar * posf, axis=0) / tf.reduce_sum(s * posf, axis=0)
     q = 3.0 / t
-    target = tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(3.0, s.dtype)),
-                      tf.clip_by_value(q, 1.5, 3.0))
-    g = (beta - target) * BETA_GRAD_SCALE
-    return tf.where(part, g, tf.zeros_like(g))
+    return tf.where(tf.math.is_nan(q), tf.fill(tf.shape(q), tf.cast(BETA_TARGET_RANGE[1], s.dtype)),
+                    tf.clip_by_value(q, *BETA_TARGET_RANGE))
+
+
+class BetaWatch:
+    """Warns once per layer (logger ``tf_inspector.icnn``) when beta runs away.
+
+    Called with beta and its target ([C]) at every training step (a ``tf.numpy_function``
+    in the layer's gradient). Two signs, each warned once per layer:
+
+    - *out of range*: a part channel's beta left ``[min(1.5, init), max(3.0, init)]``. Every
+      target lies in [1.5, 3]; an update with a step below 1 keeps beta between its initial
+      value and the targets, so leaving that range means the step is above 1 (overshoot).
+    - *oscillating*: on ``flips`` consecutive updates some part channel's beta moved past
+      the target that drove the update: its step ``k = (beta_t - beta_{t-1}) / (target_{t-1}
+      - beta_{t-1})`` exceeded 1 (between 1 and 2 it overshoots but converges; above 2 it
+      diverges). Updates that start within ``floor`` of their target are not judged (there a
+      noisy target makes any small step look like an overshoot).
+
+    ``events`` keeps what was found (``(kind, step_count, message)``) for tests and callers.
+
+    >>> w = BetaWatch("m", init=2.0)
+    >>> _ = w(np.array([2.0]), np.array([3.0]), np.array([True]))
+    >>> _ = w(np.array([3.5]), np.array([3.0]), np.array([True]))   # warns: out of range
+    >>> [e[0] for e in w.events]
+    ['out_of_range']
+    """
+
+    def __init__(self, layer: str, init: float, flips: int = 3, floor: float = 0.01):
+        self.layer, self.flips, self.floor = layer, int(flips), float(floor)
+        self.low, self.high = min(BETA_TARGET_RANGE[0], init), max(BETA_TARGET_RANGE[1], init)
+        self.events: list = []
+        self._last: Optional[tuple] = None          # (beta, target) of the previous update
+        self._run = np.zeros(0, np.int64)
+        self._calls = 0
+
+    def __call__(self, beta: np.ndarray, target: np.ndarray, part: np.ndarray) -> np.ndarray:
+        self._calls += 1
+        beta, target, part = np.asarray(beta), np.asarray(target), np.asarray(part, bool)
+        kinds = {e[0] for e in self.events}
+        bad = part & ~((beta >= self.low) & (beta <= self.high))   # NaN counts as out of range
+        if bad.any() and "out_of_range" not in kinds:
+            c = int(np.flatnonzero(bad)[0])
+            self._warn("out_of_range", f"ICNN layer {self.layer}: beta of channel {c} is {beta[c]:.4g}, outside "
+                       f"[{self.low:g}, {self.high:g}] (the targets' range) after {self._calls} update(s): the "
+                       "update overshoots its target (step > 1, e.g. SGD with lr > N / (beta_lr_mult * 1e4)); "
+                       "masks may leave [-1, 1]. Lower the learning rate or use beta_update='stable'.")
+        if self._last is not None:
+            prev_beta, prev_target = self._last
+            gap = prev_target - prev_beta
+            with np.errstate(divide="ignore", invalid="ignore"):
+                step = (beta - prev_beta) / gap
+            over = part & (np.abs(gap) > self.floor) & (step > 1.0)
+            self._run = np.where(over, self._run + 1, 0)
+            if (self._run >= self.flips).any() and "oscillating" not in kinds:
+                c = int(np.flatnonzero(self._run >= self.flips)[0])
+                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped past its target "
+                           f"on {self.flips} consecutive updates (last step {step[c]:.3g} x the distance; beta "
+                           f"{beta[c]:.4g}): the update's step is above 1. Lower the learning rate or use "
+                           "beta_update='stable'.")
+        else:
+            self._run = np.zeros(beta.shape, np.int64)
+        self._last = (beta.copy(), target.copy())
+        return beta
+
+    def _warn(self, kind: str, message: str) -> None:
+        self.events.append((kind, self._calls, message))
+        logging.getLogger("tf_inspector.icnn").warning(message)
+
+
+def _watch_beta(watch: "BetaWatch", beta, target, part):
+    """An op that runs ``watch`` on beta and its target; its output is beta (for a control edge)."""
+    out = tf.numpy_function(watch, [beta, target, part], beta.dtype, stateful=True, name="beta_watch")
+    return tf.reshape(out, tf.shape(beta))
 
 
 def registered(graph: "tf.Graph | None" = None) -> list[tuple[str, str, "tf.Tensor"]]:

@@ -1,13 +1,15 @@
 """Location instability of conv filters (the ICNN release's ``computeStability``), NumPy only.
 
-For filter f and image I: take the position of f's largest activation (first in row-major
-order on ties), map it to image pixels through the receptive field
-``p = center + index * stride`` (0-based index and pixel coordinates), and measure its
-Euclidean distance to each ground-truth part k. Over f's top-K images (largest max
-activation, among images where the part is valid) take the standard deviation of that
+For filter f and image I: take the position of f's largest activation (on ties the first in
+MATLAB's column-major order, as the release's ``max(max(x, [], 1), [], 2)`` picks it), map
+it to image pixels through the receptive field ``p = center + index * stride`` (0-based index
+and pixel coordinates), and measure its Euclidean distance to each ground-truth part k. Over
+f's top-K images (largest max activation, among images where the part is valid) take the standard deviation of that
 distance (``ddof=1``, MATLAB ``var``), average over parts, then over filters, and divide by
 the image diagonal. Lower is better: an interpretable filter keeps a constant distance to
-its part.
+its part. The release measures a conv layer's raw output (before its ReLU, and in an ICNN
+before the mask): pass those maps, so that every filter has a peak that means something.
+:func:`part_consistency` is a second reading: how often a filter's peak lands on one part.
 
 Example::
 
@@ -29,18 +31,24 @@ def peak_positions(maps: np.ndarray, stride: Sequence[float] | float, center: Se
                    ) -> Tuple[np.ndarray, np.ndarray]:
     """Image-pixel position of each map's largest activation and that activation.
 
-    Returns ``(pos [N, C, 2] (row, col), score [N, C])``.
+    Returns ``(pos [N, C, 2] (row, col), score [N, C])``. Ties go to the first maximum in
+    column-major order (lowest column, then lowest row), as the release's
+    ``[v, idx] = max(x, [], 1); [v, col] = max(v, [], 2)`` resolves them.
+
+    >>> m = np.zeros((1, 2, 2, 1)); m[0, 0, 1, 0] = m[0, 1, 0, 0] = 1.0
+    >>> peak_positions(m, 1.0, 0.0)[0][0, 0].tolist()          # (1, 0), not (0, 1)
+    [1.0, 0.0]
     """
     maps = np.asarray(maps)
     if maps.ndim != 4:
         raise ValueError(f"maps must be [N, H, W, C], got shape {maps.shape}")
     n, h, w, c = maps.shape
-    flat = maps.transpose(0, 3, 1, 2).reshape(n, c, h * w)
-    idx = np.argmax(flat, axis=2)
+    flat = maps.transpose(0, 3, 2, 1).reshape(n, c, w * h)   # column-major: rows vary fastest
+    idx = np.argmax(flat, axis=2)                              # the first maximum
     score = np.take_along_axis(flat, idx[..., None], axis=2)[..., 0]
     stride = np.broadcast_to(np.asarray(stride, dtype=np.float64), (2,))
     center = np.broadcast_to(np.asarray(center, dtype=np.float64), (2,))
-    rc = np.stack([idx // w, idx % w], axis=2).astype(np.float64)
+    rc = np.stack([idx % h, idx // h], axis=2).astype(np.float64)
     return center + rc * stride, score
 
 
@@ -112,5 +120,49 @@ def location_instability(maps: np.ndarray, parts: np.ndarray, *, image_size: Seq
     good = np.sort(per_filter[np.isfinite(per_filter)])
     if good.size == 0:
         return float("nan")
-    keep = max(1, int(round(per_filter.size * select_ratio)))
+    keep = max(1, int(np.floor(per_filter.size * select_ratio + 0.5)))   # MATLAB round
     return float(good[:keep].mean() / np.hypot(*image_size))
+
+
+def part_consistency(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[float] | float = 1.0,
+                     center: Sequence[float] | float = 0.0, radius: float, top_k: int = 100
+                     ) -> Tuple[np.ndarray, np.ndarray]:
+    """How often each filter's peak falls on the same part: ``(consistency [C], part [C])``.
+
+    For filter f, over its top-K images (largest peak, among images with at least one part),
+    each peak is assigned the nearest part if that part's landmark lies within ``radius``
+    pixels, else no part. ``part[f]`` is the part assigned most often (the lowest index on
+    ties; -1 when no peak lands on any part) and ``consistency[f]`` the fraction of the K
+    images whose peak lands on it. Higher is better: a part detector scores 1. Filters with
+    fewer than 2 usable images get NaN.
+
+    >>> maps = np.zeros((3, 4, 4, 1)); parts = np.array([[[0., 0.], [3., 3.]]] * 3)
+    >>> maps[0, 0, 0, 0] = maps[1, 0, 0, 0] = maps[2, 3, 3, 0] = 1.0
+    >>> c, k = part_consistency(maps, parts, radius=1.0)
+    >>> round(float(c[0]), 3), int(k[0])
+    (0.667, 0)
+    """
+    maps = np.asarray(maps, dtype=np.float64)
+    parts = np.asarray(parts, dtype=np.float64)
+    if parts.ndim != 3 or parts.shape[2] != 2 or maps.ndim != 4 or parts.shape[0] != maps.shape[0]:
+        raise ValueError(f"maps must be [N, H, W, C] and parts [N, P, 2] with the same N, got {maps.shape} "
+                         f"and {parts.shape}")
+    if not radius > 0:
+        raise ValueError(f"radius must be > 0 pixels, got {radius!r}")
+    pos, score = peak_positions(maps, stride, center)
+    usable = np.isfinite(parts).all(axis=2).any(axis=1)              # images with some part
+    n_parts, c = parts.shape[1], maps.shape[3]
+    consistency, best = np.full(c, np.nan), np.full(c, -1)
+    for f in range(c):
+        order = np.argsort(-score[:, f], kind="stable")
+        chosen = order[usable[order]][: int(top_k)]
+        if chosen.size < 2:
+            continue
+        d = np.linalg.norm(parts[chosen] - pos[chosen, f, None, :], axis=2)   # [K, P], NaN = absent
+        d = np.where(np.isfinite(d), d, np.inf)
+        near = np.argmin(d, axis=1)
+        near = np.where(d[np.arange(len(chosen)), near] <= radius, near, n_parts)  # n_parts = no part
+        counts = np.bincount(near, minlength=n_parts + 1)[:n_parts]
+        k = int(np.argmax(counts))
+        best[f], consistency[f] = (k if counts[k] else -1), counts[k] / chosen.size
+    return consistency, best
