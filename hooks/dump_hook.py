@@ -464,10 +464,15 @@ class DumpHook(v1.train.SessionRunHook):
         step, stats, dump = self._pending
         results = run_values.results or {}
         batch = None if self.mode == "train" else self._batch
+        # One extra run on sampled steps: the exact global step and the variables, both read
+        # after this step's update (two runs cost a second client round trip).
+        reads = {"after": self._updates.after} if "var_before" in results else {}
+        if self.mode == "train" and (stats or dump) and self._global_step is not None:
+            reads["step"] = self._global_step
+        after = run_context.session.run(reads) if reads else {}
         if self.mode == "train":
-            if (stats or dump) and self._global_step is not None:
-                # The exact step, read after this step's update (cheap, and only on sampled steps).
-                step = int(run_context.session.run(self._global_step))
+            if "step" in after:
+                step = int(after["step"])
                 # This row stands for every multiple up to the step it carries: other workers may
                 # have crossed the next one during this run (FORMAT.md, "Schedule").
                 if stats:
@@ -480,7 +485,7 @@ class DumpHook(v1.train.SessionRunHook):
         else:
             self._batch += 1
         finite = bool(results.get("loss_finite", True))
-        updates = self._updates.compute(run_context.session, results["var_before"]) if "var_before" in results else {}
+        updates = self._updates.diff(results["var_before"], after["after"]) if "after" in after else {}
         if stats:
             values, hist_range, hist = results["stats"]
             self._check_nonfinite(step, values)

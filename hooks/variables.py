@@ -19,7 +19,7 @@ Example::
     records = find_records(graph, backward_ops, gradients_of)   # list[VariableRecord]
     updates = Updates(records)
     before = session.run(updates.before)          # with the training run
-    deltas = updates.compute(session, before)     # {'conv1/w': after - before}
+    deltas = updates.diff(before, session.run(updates.after))   # {'conv1/w': after - before}
 """
 from __future__ import annotations
 
@@ -214,17 +214,17 @@ class Updates:
     """The update (after - before) of every variable record on sampled training steps.
 
     Cost per sampled step: the variables' bytes copied to the host twice (before, with the
-    training run; after, in one extra ``session.run``), one numpy subtraction and statistics."""
+    training run; after, in the one extra ``session.run`` that also reads the global step),
+    one numpy subtraction and statistics."""
 
     def __init__(self, records: Sequence[VariableRecord]) -> None:
         self.records = [r for r in records if r.after is not None]
         self.before = {r.variable: _host(r.tensor) for r in self.records}
-        self._after = {r.variable: _host(r.after) for r in self.records}
+        self.after = {r.variable: _host(r.after) for r in self.records}
 
-    def compute(self, session, before: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def diff(self, before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """{variable: value after this step's update - value before}."""
-        after = session.run(self._after)
-        return {k: after[k] - before[k] for k in self._after}
+        return {k: after[k] - before[k] for k in self.after}
 
     def stats(self, updates: dict[str, np.ndarray], bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows for :func:`stats_rows`, in record order."""
