@@ -34,6 +34,7 @@ from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_
                      parse_stats_name, safe_join)
 from .liveness import writer_state
 from .manifest_schema import load_manifest
+from .stats_parts import live_parts
 from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -326,7 +327,10 @@ class Run:
         d = self.path / "stats"
         if not d.is_dir():
             return []
-        return sorted((*ids, p) for p in d.iterdir() if (ids := parse_stats_name(p.name)))
+        found = sorted((*ids, p) for p in d.iterdir() if (ids := parse_stats_name(p.name)))
+        live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
+        self.problems += [m for m in problems if m not in self.problems]
+        return live
 
     def _read_part(self, worker: str, session: int, path: Path, columns: Sequence[str] | None,
                    filters: Any) -> pa.Table | None:

@@ -42,6 +42,7 @@ from .claim import Claim, run_bytes
 from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 from .liveness import now_iso
+from .stats_parts import COMPACT_ROWS, Compactor
 
 log = logging.getLogger("tf_inspector")
 
@@ -168,7 +169,7 @@ class RunWriter:
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
-                 dump_threads: int = 2, mode: str = "train") -> None:
+                 dump_threads: int = 2, mode: str = "train", compact_rows: int | None = COMPACT_ROWS) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -179,6 +180,8 @@ class RunWriter:
         page-cache and writeback work per write overlaps); memory held is at most queue_size +
         dump_threads dumps. ``max_bytes`` bounds the whole run directory: the files already
         there (earlier sessions, other workers) count. ``mode``: train, eval or predict.
+        ``compact_rows``: roll the session's small statistics parts into one part per this many
+        rows (``inspector.stats_parts``; None: never).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -211,6 +214,8 @@ class RunWriter:
         self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
         self._last_flush = time.monotonic()
         self._seq = 0
+        self._compactor = Compactor(self.run_dir, self.worker, self.session, compact_rows, fsync,
+                                    on_error=lambda e: self._failed("compaction", e, drop=False))
         self._manifest = {
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
@@ -359,6 +364,7 @@ class RunWriter:
         try:
             self._stop_dump_threads()
             self._flush_stats(final=True)
+            self._compactor.finish()
             self._manifest["status"] = status
             if error:
                 self._manifest["error"] = error
@@ -480,6 +486,7 @@ class RunWriter:
         self._succeeded("stats")
         self._seq += 1
         self._stats_buffer, self._buffered_rows = [], 0
+        self._compactor.added(self._seq, table.num_rows)
         with self._lock:
             self.state.bytes_written += size
 
