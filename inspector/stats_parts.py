@@ -42,9 +42,10 @@ from .format import STATS_RE, STATS_V1_RE, atomic_write, stats_name, stats_range
 
 #: rows per row group of a compacted part: a tensor's rows span one or two of them
 ROW_GROUP_ROWS = 8192
-#: rows per compacted part (the writer's default ``compact_rows``): ~60 MB of Arrow memory
-#: while it is built, ~120 parts for a run of 10,000 statistics steps x 1,000 tensors
-COMPACT_ROWS = 250_000
+#: rows per compacted part (the writer's default ``compact_rows``): ~250 bytes a row (30 bins)
+#: of Arrow memory while it is built (~125 MB, on its own thread); 120 parts for a run of
+#: 10,000 statistics steps x 1,000 tensors (60 million rows)
+COMPACT_ROWS = 500_000
 INDEX_KEY = b"tf_inspector.tensor_row_groups"
 SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
 
@@ -94,21 +95,31 @@ def compact(run_dir: Path, worker: str, session: int, parts: Sequence[tuple[int,
     seqs = [seq for seq, _ in parts]
     if len(parts) < 2 or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         raise ValueError(f"compaction needs two or more consecutive sequence numbers, not {seqs}")
-    table = pa.concat_tables([pq.read_table(p) for _, p in parts]).replace_schema_metadata(None)
-    table = table.unify_dictionaries().combine_chunks()
-    table = table.take(pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS
-                                                            if k in table.column_names]))
-    table = table.replace_schema_metadata({INDEX_KEY: json.dumps(_tensor_row_groups(table)).encode()})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", write_page_checksum=True, row_group_size=ROW_GROUP_ROWS)
+    table = pa.concat_tables([pq.read_table(p) for _, p in parts])
     target = Path(run_dir) / stats_range_name(worker, session, seqs[0], seqs[-1])
-    size = atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
+    size = write_sorted(table, target, fsync)
     for _, p in parts:  # only now: a crash before this leaves duplicates the reader ignores
         try:
             os.unlink(p)
         except FileNotFoundError:
             pass
     return target, size
+
+
+def write_sorted(table: pa.Table, target: Path, fsync: bool = False) -> int:
+    """Write ``table`` as a compacted part at ``target`` (temporary name, then rename): sorted by
+    SORT_KEYS, row groups of ROW_GROUP_ROWS, the tensor -> row groups index. Returns its size."""
+    table = table.replace_schema_metadata(None).unify_dictionaries().combine_chunks()
+    order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
+    index = _tensor_row_groups(table.column("tensor").take(order))
+    schema = table.schema.with_metadata({INDEX_KEY: json.dumps(index).encode()})
+    sink = pa.BufferOutputStream()
+    # sorted one row group at a time: memory is the parts' rows once, not twice
+    with pq.ParquetWriter(sink, schema, compression="zstd", write_page_checksum=True) as w:
+        for start in range(0, max(table.num_rows, 1), ROW_GROUP_ROWS):
+            w.write_table(table.take(order[start:start + ROW_GROUP_ROWS]).replace_schema_metadata(schema.metadata),
+                          row_group_size=ROW_GROUP_ROWS)
+    return atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
 
 
 def _sort_keys(table: pa.Table) -> pa.Table:
@@ -122,9 +133,9 @@ def _sort_keys(table: pa.Table) -> pa.Table:
     return pa.table(cols)
 
 
-def _tensor_row_groups(table: pa.Table) -> dict[str, list[int]]:
-    """{tensor: [first, last] row group} of a table sorted by tensor."""
-    names = np.asarray(table.column("tensor").to_numpy(zero_copy_only=False), dtype=object)
+def _tensor_row_groups(tensor: pa.ChunkedArray) -> dict[str, list[int]]:
+    """{tensor: [first, last] row group} of a part's tensor column, sorted by tensor."""
+    names = np.asarray(tensor.to_numpy(zero_copy_only=False), dtype=object)
     if not len(names):
         return {}
     starts = np.concatenate([[0], np.flatnonzero(names[1:] != names[:-1]) + 1])
