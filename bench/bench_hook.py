@@ -166,6 +166,7 @@ class Trainer:
     n: int
     batch: int
     family: str = "bn-resnet"
+    device: str = "cpu"
     block_times: list[float] = field(default_factory=list)   # seconds per step, one per block
     step_times: list[float] = field(default_factory=list)
     steps: int = 0
@@ -179,9 +180,13 @@ class Trainer:
     def __post_init__(self) -> None:
         self.graph = tf.Graph()
         with self.graph.as_default():
-            self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared, family=self.family)
+            # --device gpu: the model pinned to the GPU (the input pipeline soft-placed on the
+            # host); the hook's ops are built outside the scope, so its own placement decides
+            with tf.device("/device:GPU:0" if self.device == "gpu" else ""):
+                self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared, family=self.family)
             self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
             self.sess = v1.train.MonitoredTrainingSession(
+                config=v1.ConfigProto(allow_soft_placement=True),
                 hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
                 save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None)
         self.baseline = du_bytes(self.run_dir)
@@ -284,7 +289,7 @@ def run(args: argparse.Namespace) -> list[Trainer]:
         trainers = []
         for family, n, batch, c in tqdm(chosen, desc="build graphs + sessions", file=sys.stderr):
             name = f"{family}-n{n}-b{batch}-{c.key.replace('/', '_')}"
-            trainers.append(Trainer(c, root / name, n, batch, family))
+            trainers.append(Trainer(c, root / name, n, batch, family, args.device))
         total = len(trainers) * (args.reps + 1)
         with tqdm(total=total, desc="timing blocks", file=sys.stderr) as bar:
             for t in trainers:  # warm-up: first-use executors (stats/dump fetches), caches
@@ -396,6 +401,8 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", nargs="+", choices=FAMILIES, default=["bn-resnet"],
                    help="model families (bench/resnet.py); several: the sweep table")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="gpu: the model on /device:GPU:0 (needs one; see bench/README.md for what to expect)")
     p.add_argument("--n", type=int, nargs="+", default=[1], help="blocks per stage (6n+2 layers); default 1")
     p.add_argument("--batch", type=int, nargs="+", default=[32])
     p.add_argument("--reps", type=int, default=5, help="timed blocks per configuration")
@@ -412,6 +419,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.n, args.reps, args.block = [1], 1, 20  # numbers meaningless: (3) is not amortised right
     logging.getLogger("tf_inspector").setLevel(logging.WARNING)
+    if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+        raise SystemExit("--device gpu: TensorFlow sees no GPU here (tf.config.list_physical_devices('GPU') is empty)")
     trainers = run(args)
     if len(combos(args)) > 1:
         print(sweep_report(trainers, args, memory_bandwidth()))

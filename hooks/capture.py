@@ -6,6 +6,7 @@ full tensors (only the kept samples) for dump steps, and the kept samples' metad
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -350,6 +351,25 @@ def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tup
     return keep, tf.gather(gid, keep)
 
 
+def accelerator(t: tf.Tensor) -> str | None:
+    """``t``'s device where the graph pins it to an accelerator (GPU, TPU), else None.
+
+    >>> with tf.device("/device:GPU:0"): x = tf.zeros([2])   # doctest: +SKIP
+    >>> accelerator(x)                                        # '/device:GPU:0'
+    """
+    if not t.device:
+        return None
+    kind = (tf.DeviceSpec.from_string(t.device).device_type or "").upper()
+    return t.device if kind in ("GPU", "TPU") else None
+
+
+def on_device_of(t: tf.Tensor):
+    """A device scope putting new ops where ``t`` is pinned (an accelerator), else no scope:
+    what reads ``t`` then runs beside it, and only its (small) result crosses to the host."""
+    dev = accelerator(t)
+    return tf.device(dev) if dev else contextlib.nullcontext()
+
+
 def value_source(t: tf.Tensor) -> tf.Tensor:
     """The tensor ``t`` copies through Identity ops (same value; control inputs only order)."""
     while t.op.type == "Identity" and len(t.op.inputs) == 1:
@@ -442,9 +462,10 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
 
 def _kept(t: tf.Tensor, batched: bool, keep: tf.Tensor, keep_all_of: int | None) -> tf.Tensor:
     """What a dump stores of ``t``: the kept samples (batched) or all of it; bfloat16 as float32."""
-    if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
-        t = tf.cast(t, tf.float32)
-    if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
-        mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
-        t = tf.gather(t, mine)
+    with on_device_of(t):  # kept samples gathered where t lives: only they are copied to the host
+        if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
+            t = tf.cast(t, tf.float32)
+        if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
+            mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
+            t = tf.gather(t, mine)
     return t
