@@ -5,6 +5,19 @@ Run::
     .venv/bin/python bench/bench_hook.py             # n=1 (ResNet-8), 5 reps of 100-step blocks
     .venv/bin/python bench/bench_hook.py --n 3 --reps 7
     .venv/bin/python bench/bench_hook.py --quick     # smoke run (seconds, numbers meaningless)
+    # the statistics sweep (issue 13): every family, depth and batch, one process, interleaved
+    .venv/bin/python bench/bench_hook.py --model bn-resnet resnet-nobn vgg --n 1 3 5 --batch 32 128 \
+        --configs plain stats-every --block 10 --reps 5
+
+Sweep. With several ``--model`` / ``--n`` / ``--batch`` values every combination gets its
+own trainers (default configurations: ``plain`` and ``stats-every``), and all their blocks
+are interleaved in one shuffled order, so each ratio compares blocks timed in the same
+minutes. Per combination it prints the captured bytes a statistics step reads (every
+captured tensor and gradient at the static batch), the statistics step's extra time per
+captured MiB (flat across sizes = cost linear in the captured bytes), the physical floor
+(one read of those bytes at the memory bandwidth measured here with numpy on one core,
+and the ratio plain + floor would give), and the hook's Python time per step
+(``before_run`` + ``after_run``, which includes the global-step read after a sampled step).
 
 Method. Every configuration gets its own graph (the same model, batch 32, random 32x32x3
 images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSession``,
@@ -57,6 +70,7 @@ dump, which is what the tfdbg comparison uses (tfdbg writes every step, blocking
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import re
@@ -78,8 +92,9 @@ import tensorflow as tf  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
-from bench.resnet import ResNet, build_resnet  # noqa: E402
+from bench.resnet import FAMILIES, ResNet, build_resnet  # noqa: E402
 from hooks import DumpHook  # noqa: E402
+from hooks.dump_hook import _static_bytes  # noqa: E402
 from inspector import safetensors_io  # noqa: E402
 
 v1 = tf.compat.v1
@@ -150,6 +165,8 @@ class Trainer:
     run_dir: Path
     n: int
     batch: int
+    family: str = "bn-resnet"
+    device: str = "cpu"
     block_times: list[float] = field(default_factory=list)   # seconds per step, one per block
     step_times: list[float] = field(default_factory=list)
     steps: int = 0
@@ -157,19 +174,50 @@ class Trainer:
     raw_dump_bytes: int = 0
     tensors_per_dump: int = 0
     dumps: int = 0
+    hook_seconds: float = 0.0  # DumpHook's before_run + after_run, recorded blocks only
+    recording: bool = False
 
     def __post_init__(self) -> None:
         self.graph = tf.Graph()
         with self.graph.as_default():
-            self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared)
+            # --device gpu: the model pinned to the GPU (the input pipeline soft-placed on the
+            # host); the hook's ops are built outside the scope, so its own placement decides
+            with tf.device("/device:GPU:0" if self.device == "gpu" else ""):
+                self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared, family=self.family)
             self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
             self.sess = v1.train.MonitoredTrainingSession(
+                config=v1.ConfigProto(allow_soft_placement=True),
                 hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
                 save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None)
         self.baseline = du_bytes(self.run_dir)
+        for h in self.hooks:
+            if isinstance(h, DumpHook):
+                h.before_run, h.after_run = self._timed(h.before_run), self._timed(h.after_run)
+
+    def _timed(self, fn: Callable) -> Callable:
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                if self.recording:
+                    self.hook_seconds += time.perf_counter() - t
+        return wrapper
+
+    @property
+    def combo(self) -> tuple[str, int, int]:
+        return self.family, self.n, self.batch
+
+    @property
+    def captured_bytes(self) -> int:
+        """What one statistics step reads: every captured tensor and gradient at the static batch."""
+        return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
+                   for h in self.hooks if isinstance(h, DumpHook) for c in h.captured
+                   for t in (c.tensor, c.gradient) if t is not None)
 
     def block(self, steps: int, record: bool = True) -> None:
         times = []
+        self.recording = record
         start = time.perf_counter()
         for _ in range(steps):
             t = time.perf_counter()
@@ -224,16 +272,24 @@ class Trainer:
         return self.dumps / max(self.steps, 1)
 
 
+def combos(args: argparse.Namespace) -> list[tuple[str, int, int]]:
+    return list(itertools.product(args.model, args.n, args.batch))
+
+
 def run(args: argparse.Namespace) -> list[Trainer]:
     root = Path(tempfile.mkdtemp(prefix="bench_hook_", dir=args.dir))
     stats_every, dump_every = _hook_defaults()
-    if args.block % max(stats_every, 1) and not args.quick:
+    sweep = len(combos(args)) > 1
+    wanted = args.configs or (["plain", "stats-every"] if sweep else None)
+    chosen = [(family, n, batch, c) for family, n, batch in combos(args) for c in configs(batch)
+              if (c.key in wanted if wanted else not c.optional)]
+    if args.block % max(stats_every, 1) and not args.quick and any(c.key.startswith("defaults") for *_, c in chosen):
         raise SystemExit(f"--block must be a multiple of the default stats_every_n_steps ({stats_every})")
-    chosen = [c for c in configs(args.batch) if (c.key in args.configs if args.configs else not c.optional)]
     try:
         trainers = []
-        for c in tqdm(chosen, desc="build graphs + sessions", file=sys.stderr):
-            trainers.append(Trainer(c, root / c.key.replace("/", "_"), args.n, args.batch))
+        for family, n, batch, c in tqdm(chosen, desc="build graphs + sessions", file=sys.stderr):
+            name = f"{family}-n{n}-b{batch}-{c.key.replace('/', '_')}"
+            trainers.append(Trainer(c, root / name, n, batch, family, args.device))
         total = len(trainers) * (args.reps + 1)
         with tqdm(total=total, desc="timing blocks", file=sys.stderr) as bar:
             for t in trainers:  # warm-up: first-use executors (stats/dump fetches), caches
@@ -251,6 +307,41 @@ def run(args: argparse.Namespace) -> list[Trainer]:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return trainers
+
+
+def memory_bandwidth(mib: int = 256, reps: int = 5) -> float:
+    """Bytes per second of one read of a ``mib`` MiB float32 array (numpy's max, one core; best of ``reps``)."""
+    import numpy as np
+    a = np.ones(mib << 18, np.float32)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a.max()
+        best = min(best, time.perf_counter() - t)
+    return a.nbytes / best
+
+
+def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: float) -> str:
+    """One row per (family, n, batch): statistics every step against plain training."""
+    rows = []
+    for combo in combos(args):
+        by = {t.cfg.key: t for t in trainers if t.combo == combo}
+        plain, stats = by.get("plain"), by.get("stats-every")
+        if plain is None or stats is None:
+            continue
+        p_ms = 1e3 * statistics.median(plain.step_times)
+        s_ms = 1e3 * statistics.median(stats.step_times)
+        mib = stats.captured_bytes / 2 ** 20
+        floor_ms = 1e3 * stats.captured_bytes / bandwidth
+        ratio = s_ms / p_ms
+        hook_ms = 1e3 * stats.hook_seconds / max(len(stats.step_times), 1)
+        rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
+                     "yes" if ratio <= 1.5 else "NO", f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
+                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}"])
+    head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
+            f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
+    return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
+                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms"])
 
 
 def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
@@ -282,7 +373,8 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
             target, met = "tfdbg/x >= 4", "yes" if dbg / per_dump[k] >= 4 else "NO"
         rows.append([t.cfg.label, f"{1e3 * p50:.1f}", f"{p50_ratio:.3f}", f"{1e3 * per_step[k]:.1f}",
                      f"{ratio:.3f}", human_bytes(t.bytes_per_step), target, met])
-    out = [f"TensorFlow {tf.__version__}, ResNet-{6 * args.n + 2} v2 (n={args.n}), batch {args.batch}, "
+    out = [f"TensorFlow {tf.__version__}, {args.model[0]} {6 * args.n[0] + 2} layers (n={args.n[0]}), "
+           f"batch {args.batch[0]}, "
            f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
            f"stats every {stats_every}, dump every {dump_every}",
            format_table(rows, ["config", "p50 step ms", "p50 ratio", "mean ms/step", "mean ratio", "disk/step",
@@ -307,8 +399,12 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=1, help="blocks per stage (6n+2 layers); default 1")
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--model", nargs="+", choices=FAMILIES, default=["bn-resnet"],
+                   help="model families (bench/resnet.py); several: the sweep table")
+    p.add_argument("--device", choices=["cpu", "gpu"], default="cpu",
+                   help="gpu: the model on /device:GPU:0 (needs one; see bench/README.md for what to expect)")
+    p.add_argument("--n", type=int, nargs="+", default=[1], help="blocks per stage (6n+2 layers); default 1")
+    p.add_argument("--batch", type=int, nargs="+", default=[32])
     p.add_argument("--reps", type=int, default=5, help="timed blocks per configuration")
     p.add_argument("--block", type=int, default=max(_hook_defaults()[0], 1),
                    help="steps per timing block (a multiple of the default stats_every_n_steps)")
@@ -321,9 +417,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true", help="smoke run: 1 rep, n=1")
     args = p.parse_args(argv)
     if args.quick:
-        args.n, args.reps, args.block = 1, 1, 20  # numbers meaningless: (3) is not amortised right
+        args.n, args.reps, args.block = [1], 1, 20  # numbers meaningless: (3) is not amortised right
     logging.getLogger("tf_inspector").setLevel(logging.WARNING)
-    print(report(run(args), args))
+    if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+        raise SystemExit("--device gpu: TensorFlow sees no GPU here (tf.config.list_physical_devices('GPU') is empty)")
+    trainers = run(args)
+    if len(combos(args)) > 1:
+        print(sweep_report(trainers, args, memory_bandwidth()))
+    else:
+        print(report(trainers, args), sweep_report(trainers, args, memory_bandwidth()), sep="\n\n")
 
 
 if __name__ == "__main__":

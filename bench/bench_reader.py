@@ -4,6 +4,14 @@ Run::
 
     .venv/bin/python bench/bench_reader.py            # 1,000 steps x 300 tensors; 2 GiB vs 32 GiB of dumps
     .venv/bin/python bench/bench_reader.py --quick    # smoke run
+    .venv/bin/python bench/bench_reader.py --long 10000 --tensors 1000   # a long run (60M rows)
+
+Long runs (``--long STEPS``): ``inspector.testing.make_long_run`` writes a run of STEPS
+statistics steps x ``--tensors`` tensors in compacted parts (100 real steps repeated, as the
+writer's compaction lays them out), and a run of STEPS / 10 steps beside it; for each, in a
+fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's query
+(every tensor's gradient l2 at every step) and peak RSS. Targets: open + first query < 1 s,
+and peak RSS for the first query flat in the run size.
 
 Method. Runs are written into a temporary directory: the statistics run with
 ``inspector.testing.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
@@ -95,7 +103,59 @@ def _child_mem(path: str) -> dict:
     return {"base_kib": base, "peak_kib": peak, "files": len(run.steps), "checksum": total}
 
 
-CHILDREN = {"stats": _child_stats, "dump": _child_dump, "mem": _child_mem,
+def _child_make_long(path: str) -> dict:
+    """Write the long run in its own process: the parent's peak RSS would be inherited by the
+    measuring children (Linux keeps ru_maxrss across fork + exec)."""
+    from inspector.testing import make_long_run
+    steps, tensors = (int(v[1:]) for v in Path(path).name.split("_"))
+    t = time.perf_counter()
+    make_long_run(path, steps=steps, tensors=tensors)
+    return {"seconds": time.perf_counter() - t}
+
+
+def _child_long(path: str) -> dict:
+    t0 = time.perf_counter()
+    import inspector
+    rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run = inspector.open_run(path)
+    t_open = time.perf_counter()
+    name = run.tensors.index[len(run.tensors) // 2]
+    df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean", "std"])
+    t_query = time.perf_counter()
+    rss_query = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    over = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"])
+    t_over = time.perf_counter()
+    return {"open": t_open - t0, "first_query": t_query - t_open, "overview_query": t_over - t_query,
+            "rows_query": len(df), "rows_overview": len(over), "rss_query_kib": rss_query,
+            "rss_overview_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss_import_kib": rss_import,
+            "parts": len(list((Path(path) / "stats").glob("*.parquet")))}
+
+
+def long_runs(args: argparse.Namespace) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench_reader_long_"))
+    try:
+        rows = []
+        for steps in (args.long // 10, args.long):
+            path = root / f"s{steps}_t{args.tensors}"
+            t_write = child("make_long", path)["seconds"]
+            reps = [child("long", path) for _ in range(args.reps)]
+            med = {k: statistics.median(r[k] for r in reps) for k in reps[0]}
+            rows.append([f"{steps} x {args.tensors}", f"{human_bytes(du_bytes(path))}, {med['parts']:.0f} parts",
+                         f"{t_write:.0f} s", f"{1e3 * med['open']:.0f} ms", f"{1e3 * med['first_query']:.0f} ms",
+                         f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
+                         human_bytes(1024 * med["rss_import_kib"]), human_bytes(1024 * med["rss_query_kib"]),
+                         f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
+                         human_bytes(1024 * med["rss_overview_kib"])])
+            shutil.rmtree(path, ignore_errors=True)
+        print(format_table(rows, ["steps x tensors", "on disk", "generated in", "open", "first query (1 tensor)",
+                                  "open + query (< 1 s)", "RSS after import", "peak RSS", "overview query",
+                                  "peak RSS after it"]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
+            "mem": _child_mem,
             "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
 
 
@@ -158,11 +218,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--big-files", type=int, default=64, help="dump files of the big memory run")
     p.add_argument("--reps", type=int, default=3, help="fresh processes per timing")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--long", type=int, metavar="STEPS", help="only the long-run table: STEPS and STEPS/10 steps")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(CHILDREN[args.child[0]](args.child[1])))
         return
+    if args.long:
+        return long_runs(args)
     if args.quick:
         args.steps, args.tensors, args.small_files, args.big_files, args.reps = 50, 30, 1, 2, 1
     from inspector.testing import make_synthetic_run

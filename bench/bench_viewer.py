@@ -7,6 +7,10 @@ change on cached data).
 
     python bench/bench_viewer.py                  # 1000 steps x 300 tensors in a temp dir
     python bench/bench_viewer.py --steps 200 --tensors 60 --keep /tmp/bench_run
+    python bench/bench_viewer.py --long --steps 10000 --tensors 1000   # a long run, no dumps (target: page < 2 s)
+
+``--long``: the run is ``inspector.testing.make_long_run`` (compacted parts, 100 real steps
+repeated; no dumps, so the dumped-tensor row is skipped).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector import plots  # noqa: E402
-from inspector.testing import make_synthetic_run  # noqa: E402
+from inspector.testing import make_long_run, make_synthetic_run  # noqa: E402
 from inspector.units import human_bytes  # noqa: E402
 
 
@@ -40,6 +44,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--tensors", type=int, default=300)
     ap.add_argument("--dump-every", type=int, default=100)
+    ap.add_argument("--long", action="store_true", help="make_long_run: compacted parts, no dumps")
     ap.add_argument("--keep", type=Path, help="write the run here and keep it (reused if it exists)")
     args = ap.parse_args()
     tmp = None
@@ -50,7 +55,10 @@ def main() -> None:
         path = tmp / "run"
     rows: list[tuple[str, float, str]] = []
     try:
-        if not inspector.is_run(path):
+        if not inspector.is_run(path) and args.long:
+            _, t = timed(lambda: make_long_run(path, steps=args.steps, tensors=args.tensors))
+            rows.append(("generate long synthetic run", t, f"{args.steps} steps x {args.tensors} tensors"))
+        elif not inspector.is_run(path):
             _, t = timed(lambda: make_synthetic_run(path, steps=args.steps, tensors=args.tensors,
                                                     dump_every=args.dump_every))
             rows.append(("generate synthetic run", t, f"{args.steps} steps x {args.tensors} tensors"))
@@ -58,10 +66,11 @@ def main() -> None:
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
         df, t = timed(lambda: run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]))
         rows.append(("reader: first statistics query", t, f"gradient l2, {len(df):,} rows"))
-        name = next(n for n in run.tensors["name"] if n.endswith("Relu:0"))
-        step = run.steps[len(run.steps) // 2]
-        x, t = timed(lambda: np.array(run.tensor(name, step, "gradient")))
-        rows.append(("reader: one dumped tensor", t, f"{name} @ {step}, shape {list(x.shape)}"))
+        if run.steps:
+            name = next(n for n in run.tensors["name"] if n.endswith("Relu:0"))
+            step = run.steps[len(run.steps) // 2]
+            x, t = timed(lambda: np.array(run.tensor(name, step, "gradient")))
+            rows.append(("reader: one dumped tensor", t, f"{name} @ {step}, shape {list(x.shape)}"))
 
         from viewer import data  # imports streamlit; its caches work outside a script run
         for name_ in ("streamlit", "streamlit.runtime.caching.cache_data_api"):

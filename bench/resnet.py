@@ -1,5 +1,10 @@
 """CIFAR ResNet v2 (6n+2 layers) from tf.nn / tf.compat.v1 primitives, for the hook benchmark.
 
+Three families of the same depth (``FAMILIES``): ``bn-resnet`` (below), ``resnet-nobn``
+(the same ResNet with each batch norm replaced by a bias: fewer, larger captured
+activations per FLOP) and ``vgg`` (a plain CNN: per stage 2n conv3x3-bias-ReLU, then a 2x2
+max pool, 16/32/64 filters, global average pool, dense 10; no shortcuts, no batch norm).
+
 The model of seed 004 (conv1 3x3x16, three stages of ``n`` pre-activation blocks with
 16/32/64 filters, projection shortcuts where a stage halves the resolution, final BN-ReLU,
 global average pool, dense 10; softmax cross-entropy plus 2e-4 weight decay; momentum 0.9
@@ -26,6 +31,7 @@ import tensorflow as tf
 v1 = tf.compat.v1
 WEIGHT_DECAY = 2e-4
 BN_MOMENTUM = 0.997
+FAMILIES = ("bn-resnet", "resnet-nobn", "vgg")
 
 
 @dataclass
@@ -44,8 +50,17 @@ def _conv(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str) -> tf
     return tf.nn.conv2d(x, w, stride, "SAME", name=name)
 
 
-def _bn_relu(x: tf.Tensor, name: str) -> tf.Tensor:
-    """Training-mode fused batch norm with our own variables; moving averages go to UPDATE_OPS."""
+def _bias_relu(x: tf.Tensor, name: str) -> tf.Tensor:
+    with v1.variable_scope(name):
+        b = v1.get_variable("bias", [int(x.shape[-1])], initializer=v1.zeros_initializer())
+        return tf.nn.relu(tf.nn.bias_add(x, b), name="relu")
+
+
+def _bn_relu(x: tf.Tensor, name: str, bn: bool = True) -> tf.Tensor:
+    """Training-mode fused batch norm with our own variables; moving averages go to UPDATE_OPS.
+    ``bn=False``: a bias and ReLU instead (the ResNet without batch norm)."""
+    if not bn:
+        return _bias_relu(x, name)
     c = int(x.shape[-1])
     with v1.variable_scope(name):
         gamma = v1.get_variable("gamma", [c], initializer=v1.ones_initializer())
@@ -59,25 +74,36 @@ def _bn_relu(x: tf.Tensor, name: str) -> tf.Tensor:
         return tf.nn.relu(y, name="relu")
 
 
-def _block_v2(x: tf.Tensor, filters: int, stride: int, projection: bool, name: str) -> tf.Tensor:
+def _block_v2(x: tf.Tensor, filters: int, stride: int, projection: bool, name: str, bn: bool = True) -> tf.Tensor:
     """Pre-activation block: BN-ReLU-conv3x3-BN-ReLU-conv3x3, plus the (projected) shortcut."""
     with v1.variable_scope(name):
-        pre = _bn_relu(x, "bn1")
+        pre = _bn_relu(x, "bn1", bn)
         shortcut = _conv(pre, filters, 1, stride, "projection") if projection else x
         h = _conv(pre, filters, 3, stride, "conv1")
-        h = _bn_relu(h, "bn2")
+        h = _bn_relu(h, "bn2", bn)
         h = _conv(h, filters, 3, 1, "conv2")
         return tf.add(h, shortcut, name="add")
 
 
-def inference(images: tf.Tensor, n: int, filters: int = 16, classes: int = 10) -> tf.Tensor:
-    """Logits of the 6n+2-layer ResNet v2 on NHWC ``images``."""
+def inference(images: tf.Tensor, n: int, filters: int = 16, classes: int = 10,
+              family: str = "bn-resnet") -> tf.Tensor:
+    """Logits of the 6n+2-layer ``family`` network (FAMILIES) on NHWC ``images``."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; expected one of {', '.join(FAMILIES)}")
+    bn = family == "bn-resnet"
     x = _conv(images, filters, 3, 1, "conv1")
     for stage in range(3):
         for i in range(n):
+            if family == "vgg":
+                for j in range(2):
+                    x = _bias_relu(_conv(x, filters * 2 ** stage, 3, 1, f"stage{stage}/conv{2 * i + j}"),
+                                   f"stage{stage}/act{2 * i + j}")
+                continue
             first = i == 0 and stage > 0
-            x = _block_v2(x, filters * 2 ** stage, 2 if first else 1, first, f"stage{stage}/block{i}")
-    x = _bn_relu(x, "pre_activation_final_norm")
+            x = _block_v2(x, filters * 2 ** stage, 2 if first else 1, first, f"stage{stage}/block{i}", bn)
+        if family == "vgg" and stage < 2:
+            x = tf.nn.max_pool2d(x, 2, 2, "VALID", name=f"stage{stage}/pool")
+    x = _bn_relu(x, "pre_activation_final_norm", bn) if family != "vgg" else x
     x = tf.reduce_mean(x, [1, 2], name="final_reduce_mean")
     w = v1.get_variable("dense1/kernel", [int(x.shape[-1]), classes],
                         initializer=v1.glorot_uniform_initializer(seed=7))
@@ -86,7 +112,7 @@ def inference(images: tf.Tensor, n: int, filters: int = 16, classes: int = 10) -
 
 
 def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256, seed: int = 0,
-                 shared_gradients: bool = False) -> ResNet:
+                 shared_gradients: bool = False, family: str = "bn-resnet") -> ResNet:
     """Input pipeline, model, loss and train op in the default graph.
 
     ``shared_gradients``: train with ``hooks.minimize`` (one backward pass shared with
@@ -98,7 +124,7 @@ def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256,
     images, labels = v1.data.make_one_shot_iterator(ds).get_next()
     images = tf.identity(images, name="images")
     labels = tf.identity(labels, name="labels")
-    logits = inference(images, n)
+    logits = inference(images, n, family=family)
     xent = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits),
                           name="cross_entropy")
     l2 = WEIGHT_DECAY * tf.add_n([tf.nn.l2_loss(v) for v in v1.trainable_variables()])

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from inspector.format import ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry, parse_shared_gradient_entry
 
-from .structure import value_source
+from .structure import on_device_of, value_source
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -325,9 +325,10 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
 
 def _kept(t: tf.Tensor, batched: bool, keep: tf.Tensor, keep_all_of: int | None) -> tf.Tensor:
     """What a dump stores of ``t``: the kept samples (batched) or all of it; bfloat16 as float32."""
-    if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
-        t = tf.cast(t, tf.float32)
-    if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
-        mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
-        t = tf.gather(t, mine)
+    with on_device_of(t):  # kept samples gathered where t lives: only they are copied to the host
+        if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
+            t = tf.cast(t, tf.float32)
+        if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
+            mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
+            t = tf.gather(t, mine)
     return t

@@ -323,7 +323,8 @@ class DumpHook(v1.train.SessionRunHook):
         grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
         records = variables.find_records(g, backward, grads, self.filters)
         self.captured += records
-        self._updates = variables.Updates(records) if records and self.mode == "train" else None
+        self._updates = (variables.Updates(records, self.bins, self.native_stats)
+                         if records and self.mode == "train" else None)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
@@ -471,10 +472,20 @@ class DumpHook(v1.train.SessionRunHook):
         step, stats, dump = self._pending
         results = run_values.results or {}
         batch = None if self.mode == "train" else self._batch
+        # One extra run on sampled steps: the exact global step and the variables' updates and
+        # their statistics, all read after this step's update (the values before are fed back).
+        reads: dict[str, Any] = {}
+        feed = self._updates.feed(results["var_before"]) if "var_before" in results else None
+        if feed is not None and stats:
+            reads["update_stats"] = self._updates.stats
+        if feed is not None and dump:
+            reads["update"] = self._updates.delta
+        if self.mode == "train" and (stats or dump) and self._global_step is not None:
+            reads["step"] = self._global_step
+        after = run_context.session.run(reads, feed_dict=feed) if reads else {}
         if self.mode == "train":
-            if (stats or dump) and self._global_step is not None:
-                # The exact step, read after this step's update (cheap, and only on sampled steps).
-                step = int(run_context.session.run(self._global_step))
+            if "step" in after:
+                step = int(after["step"])
                 # This row stands for every multiple up to the step it carries: other workers may
                 # have crossed the next one during this run (FORMAT.md, "Schedule").
                 if stats:
@@ -487,13 +498,13 @@ class DumpHook(v1.train.SessionRunHook):
         else:
             self._batch += 1
         finite = bool(results.get("loss_finite", True))
-        updates = self._updates.compute(run_context.session, results["var_before"]) if "var_before" in results else {}
+        updates = after.get("update", {})
         if stats:
             values, hist_range, hist = results["stats"]
             self._check_nonfinite(step, values)
-            if updates:  # the update rows follow the in-graph rows (the layout's order)
+            if "update_stats" in after:  # the update rows follow the in-graph rows (the layout's order)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
-                    (values, hist_range, hist), self._updates.stats(updates, self.bins)))
+                    (values, hist_range, hist), after["update_stats"]))
             self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")

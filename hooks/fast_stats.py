@@ -26,6 +26,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Sequence
 
 import numpy as np
@@ -36,7 +37,7 @@ from inspector.format import GROUPS
 
 from . import native
 from .exact_stats import StatsFetch, hist_sample, segments, tensor_stats
-from .structure import value_source
+from .structure import accelerator, value_source
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
 SMALL_MAX = 1 << 15
@@ -75,21 +76,24 @@ def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native
     source = {id(it): first.setdefault((value_source(it.x).name, it.batched), it) for it in items}
     unique = list(first.values())
     lib = native.library() if use_native else None
-    fused = [it for it in unique if lib is not None and it.x.dtype in NATIVE_DTYPES]
-    rest = [it for it in unique if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
-    small = [it for it in rest if it.small]
-    big = [it for it in rest if not it.small]
+    # Tensors on an accelerator (or anywhere, unpinned, on a machine with a GPU) never go
+    # through the CPU-only fused kernel: that would copy each of them to the host every
+    # statistics step. Stock ops beside them reduce them there; only the rows cross.
+    gpu = gpu_visible()
+    on_host = [it for it in unique if accelerator(it.x) is None and not (gpu and not it.x.device)]
+    devices: dict[str, list[_Item]] = {"": [it for it in unique if it not in on_host]}
+    for it in devices.pop(""):
+        devices.setdefault(accelerator(it.x) or "", []).append(it)
+    fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
+    rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
     with tf.name_scope("tf_inspector/stats"):
         parts, order = [], []
         if fused:
             parts.append(_native_stats(fused, gid, bins, lib))
             order += fused
-        if small:
-            parts.append(_small_stats(small, gid, bins))
-            order += small
-        if big:
-            parts.append(_big_stats(big, gid, bins))
-            order += big
+        for dev, items_here in [("", rest), *devices.items()]:
+            with tf.device(dev) if dev else contextlib.nullcontext():
+                parts += _stock_stats(items_here, gid, bins, order)
         values, ranges, hists = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i]
                                  for i in range(3))
         # rows come out grouped by path; put them back in capture order
@@ -101,6 +105,20 @@ def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native
         if not np.array_equal(perm, np.arange(len(perm))):
             values, ranges, hists = (tf.gather(v, perm) for v in (values, ranges, hists))
     return StatsFetch(values, ranges, hists, rows)
+
+
+def gpu_visible() -> bool:
+    """Whether this process sees a GPU: unpinned ops are then placed on it by TensorFlow."""
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def _stock_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, order: list[_Item]) -> list:
+    """The stock-op paths for ``items`` (small ones concatenated, big ones one by one), in the
+    current device scope; appends to ``order`` the items in the order of the returned parts."""
+    small = [it for it in items if it.small]
+    big = [it for it in items if not it.small]
+    order += small + big
+    return ([_small_stats(small, gid, bins)] if small else []) + ([_big_stats(big, gid, bins)] if big else [])
 
 
 # ---- shared finishing: per-leaf partials -> the statistics matrix ---------------------------

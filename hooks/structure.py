@@ -16,6 +16,8 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
+
 import tensorflow as tf
 
 #: Normalizations that remove a per-channel shift of their input (in training mode).
@@ -93,3 +95,22 @@ def value_source(t: tf.Tensor) -> tf.Tensor:
     while t.op.type == "Identity" and len(t.op.inputs) == 1:
         t = t.op.inputs[0]
     return t
+
+
+def accelerator(t: tf.Tensor) -> str | None:
+    """``t``'s device where the graph pins it to an accelerator (GPU, TPU), else None.
+
+    >>> with tf.device("/device:GPU:0"): x = tf.zeros([2])   # doctest: +SKIP
+    >>> accelerator(x)                                        # '/device:GPU:0'
+    """
+    if not t.device:
+        return None
+    kind = (tf.DeviceSpec.from_string(t.device).device_type or "").upper()
+    return t.device if kind in ("GPU", "TPU") else None
+
+
+def on_device_of(t: tf.Tensor):
+    """A device scope putting new ops where ``t`` is pinned (an accelerator), else no scope:
+    what reads ``t`` then runs beside it, and only its (small) result crosses to the host."""
+    dev = accelerator(t)
+    return tf.device(dev) if dev else contextlib.nullcontext()

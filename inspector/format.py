@@ -6,6 +6,7 @@ A run is a directory any tool can read without TensorFlow (see FORMAT.md)::
       manifest.<worker>.s<session>.json                 catalog, config, status (one per writer session)
       graph.<worker>.s<session>.pb                      GraphDef of the captured graph
       stats/<worker>.s<session>.<seq>.parquet           statistics parts
+      stats/<worker>.s<session>.<first>-<last>.parquet  a compacted part (replaces first..last)
       dumps/<worker>.s<session>.step-<step>[.b<batch>].safetensors   full tensors of one dump
       lock.<worker>.json                                held by the live writer of <worker>
 
@@ -35,7 +36,8 @@ TOOL_VERSION = "0.2.0"
 _W = r"(?P<worker>[A-Za-z0-9_-]+)"
 _S = r"\.s(?P<session>\d+)"
 MANIFEST_RE = re.compile(rf"^manifest\.{_W}{_S}\.json$")
-STATS_RE = re.compile(rf"^{_W}{_S}\.(?P<seq>\d+)\.parquet$")
+#: a small part (one flush, ``<seq>``) or a compacted one (``<first>-<last>``: it replaced those)
+STATS_RE = re.compile(rf"^{_W}{_S}\.(?P<seq>\d+)(?:-(?P<last>\d+))?\.parquet$")
 DUMP_RE = re.compile(rf"^{_W}{_S}\.step-(?P<step>\d+)(?:\.b(?P<batch>\d+))?\.safetensors$")
 #: Version 1 names (no session): read as session 0.
 MANIFEST_V1_RE = re.compile(rf"^manifest\.{_W}\.json$")
@@ -152,6 +154,11 @@ def graph_name(worker: str, session: int) -> str:
 
 def stats_name(worker: str, session: int, seq: int) -> str:
     return f"stats/{_wid(worker, session)}.{seq:06d}.parquet"
+
+
+def stats_range_name(worker: str, session: int, first: int, last: int) -> str:
+    """A compacted part: the rows of small parts ``first`` to ``last`` (inspector.stats_parts)."""
+    return f"stats/{_wid(worker, session)}.{first:06d}-{last:06d}.parquet"
 
 
 def dump_name(worker: str, session: int, step: int, batch: int | None = None) -> str:

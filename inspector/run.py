@@ -35,6 +35,7 @@ from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_
 from .liveness import writer_state
 from . import manifest_schema
 from .manifest_schema import load_manifest, with_caller_defaults
+from .stats_parts import live_parts
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
 
@@ -362,8 +363,11 @@ class Run:
     @cached_property
     def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]:
         """(worker, session, (name in the run, size, stamp)) of every statistics part."""
-        return sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
-                      if (ids := parse_stats_name(e.name)))
+        found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
+                       if (ids := parse_stats_name(e.name)))
+        live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
+        self.problems += [m for m in problems if m not in self.problems]
+        return live
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
                    columns: Sequence[str] | None, filters: Any) -> pa.Table | None:

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from .errors import DamagedFileError
 from .format import GROUPS, KINDS, STAT_COLUMNS
 from .safe_files import check_regular
+from .stats_parts import row_groups_for
 
 if TYPE_CHECKING:
     from .storage import Ranged
@@ -103,7 +104,18 @@ def read_part(path: Path, columns: Sequence[str] | None, filters: Any, verify: b
     uncaught C++ exception) on some damaged footers when filtering by row-group statistics
     or listing column chunks (``FileMetaData.row_group(i).column(j)``), where reading the
     data raises a Python exception or reads correctly."""
-    table = check_stats_table(pq.read_table(path, columns=columns, page_checksum_verification=verify), path)
+    tensors = next((v for c, op, v in filters if c == "tensor" and op == "in"), None) if filters else None
+    groups = None
+    if tensors is not None:  # a compacted part reads only the row groups its index names
+        pf = pq.ParquetFile(path, page_checksum_verification=verify)
+        groups = row_groups_for(pf, tensors)
+    if groups is not None:
+        raw = pf.read_row_groups(groups, columns=columns) if groups else pf.schema_arrow.empty_table()
+        if not groups and columns is not None:
+            raw = raw.select([c for c in columns if c in raw.column_names])
+    else:
+        raw = pq.read_table(path, columns=columns, page_checksum_verification=verify)
+    table = check_stats_table(raw, path)
     return table.filter(pq.filters_to_expression(filters)) if filters else table
 
 

@@ -399,3 +399,44 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
     return b.path
+
+
+
+def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, real_steps: int = 100,
+                  part_rows: int | None = None) -> Path:
+    """A run of ``steps`` statistics steps (tens of millions of rows) in minutes, not hours:
+    ``real_steps`` steps are written by :func:`make_synthetic_run` (the writer, compaction
+    included), then their rows are repeated with shifted step numbers into compacted parts as
+    the writer's compaction writes them (``inspector.stats_parts``, ``part_rows`` rows each,
+    default its ``COMPACT_ROWS``); the manifest's step range is extended to match. For
+    benchmarks of the reader at scale; the statistics repeat every ``real_steps`` steps.
+
+    >>> p = make_long_run(tmp_path / "long", steps=1000, tensors=50)  # doctest: +SKIP
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .format import stats_range_name, write_json
+    from .stats_parts import COMPACT_ROWS, write_sorted
+
+    if steps % real_steps:
+        raise ValueError(f"steps={steps} must be a multiple of real_steps={real_steps}")
+    path = Path(make_synthetic_run(path, steps=real_steps, tensors=tensors, dump_every=None, icnn=False,
+                                   dead_relu=False))  # local only: it writes parts with pyarrow
+    files = sorted((path / "stats").glob("*.parquet"))
+    block = pa.concat_tables([pq.read_table(f) for f in files])
+    per_part = max(1, (part_rows or COMPACT_ROWS) // max(block.num_rows, 1))
+    seq = 1000
+    for first in range(1, steps // real_steps, per_part):
+        shifts = range(first, min(first + per_part, steps // real_steps))
+        table = pa.concat_tables([block.set_column(block.schema.get_field_index("step"), "step",
+                                                   pc.add(block.column("step"), k * real_steps))
+                                  for k in shifts])
+        write_sorted(table, path / stats_range_name("chief", 1, seq, seq + 1))
+        seq += 2
+    manifest = path / manifest_name("chief", 1)
+    m = json.loads(manifest.read_text())
+    m["steps"] = [m["steps"][0], m["steps"][0] + steps - 1] if m.get("steps") else m.get("steps")
+    write_json(manifest, m)
+    return path

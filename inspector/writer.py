@@ -45,6 +45,7 @@ from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_CO
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
+from .stats_parts import COMPACT_ROWS, Compactor
 
 log = logging.getLogger("tf_inspector")
 
@@ -178,7 +179,7 @@ class RunWriter:
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
                  dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
-                 filesystem: Any = None) -> None:
+                 filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -192,6 +193,8 @@ class RunWriter:
         ``run_dir`` may be an fsspec URL (``s3://bucket/runs/exp1``; ``storage_options`` and
         ``filesystem`` as in ``inspector.open_run``): each file is then one object, written
         whole (``inspector.storage``).
+        ``compact_rows``: roll the session's small statistics parts into one part per this many
+        rows (``inspector.stats_parts``; None: never; local run directories only).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -229,6 +232,11 @@ class RunWriter:
         self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
         self._last_flush = time.monotonic()
         self._seq = 0
+        # compaction renames and deletes files: local run directories only (an object store's
+        # session keeps its small parts; the reader reads them the same)
+        self._compactor = Compactor(Path(self.store.display()), self.worker, self.session,
+                                    compact_rows if self.store.is_local else None, fsync,
+                                    on_error=lambda e: self._failed("compaction", e, drop=False))
         self._manifest = {
             "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
@@ -380,6 +388,7 @@ class RunWriter:
         try:
             self._stop_dump_threads()
             self._flush_stats(final=True)
+            self._compactor.finish()
             self._manifest["status"] = status
             if error:
                 self._manifest["error"] = error
@@ -497,6 +506,7 @@ class RunWriter:
         self._succeeded("stats")
         self._seq += 1
         self._stats_buffer, self._buffered_rows = [], 0
+        self._compactor.added(self._seq, table.num_rows)
         with self._lock:
             self.state.bytes_written += size
 

@@ -1,8 +1,10 @@
 """The fused statistics kernel (``stats_ops.cc``): built once per machine and TF version, then loaded.
 
-``library()`` compiles ``stats_ops.cc`` against the installed TensorFlow's headers (about
-15 s, once; the shared object is cached under ``$TF_INSPECTOR_CACHE``, else
-``$XDG_CACHE_HOME/tf-inspector``, else ``~/.cache/tf-inspector``) and returns the loaded
+``python -m hooks.native build`` compiles ``stats_ops.cc`` against the installed TensorFlow's
+headers ahead of time (about 15 s; CI and Docker image builds run it); the shared object is
+cached under ``$TF_INSPECTOR_CACHE``, else ``$XDG_CACHE_HOME/tf-inspector``, else
+``~/.cache/tf-inspector``. ``library()`` loads that build, compiling it first if it is
+missing (the lazy fallback, in the first hook's ``begin()``), and returns the loaded
 op module, or ``None`` when there is no C++ compiler, the build fails, the cache is not
 private, or ``TF_INSPECTOR_NATIVE=0``. The cache folder is created 0700; a cache folder or
 shared object that another user owns, or that group or others may write, is never loaded
@@ -36,7 +38,9 @@ import tensorflow as tf
 log = logging.getLogger("tf_inspector")
 SOURCE = Path(__file__).with_name("stats_ops.cc")
 #: -fopenmp-simd: vectorise the reductions' `omp simd` loops without the OpenMP runtime.
-CXXFLAGS = ["-O3", "-fopenmp-simd", "-shared", "-fPIC", "-w"]
+#: -Wall: the kernel's own warnings go to the log (TensorFlow's headers are -isystem: theirs
+#: are not ours to fix and would bury them).
+CXXFLAGS = ["-O3", "-fopenmp-simd", "-shared", "-fPIC", "-Wall"]
 BUILD_TIMEOUT_S = 600
 
 
@@ -89,8 +93,8 @@ def _compiler() -> str | None:
 
 
 def _command(cxx: str, out: Path) -> list[str]:
-    return [cxx, *CXXFLAGS, *tf.sysconfig.get_compile_flags(), str(SOURCE), "-o", str(out),
-            *tf.sysconfig.get_link_flags()]
+    include = [f"-isystem{f[2:]}" if f.startswith("-I") else f for f in tf.sysconfig.get_compile_flags()]
+    return [cxx, *CXXFLAGS, *include, str(SOURCE), "-o", str(out), *tf.sysconfig.get_link_flags()]
 
 
 def shared_object_path(cxx: str) -> Path:
@@ -112,17 +116,28 @@ def build(cxx: str) -> Path:
         return target
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    log.info("building the fused statistics kernels (once per machine and TF version, ~15 s) into %s", target)
+    log.info("building the fused statistics kernels (once per machine and TF version, ~15 s; `python -m "
+             "hooks.native build` does it ahead of time) into %s", target)
     try:
         proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
             raise RuntimeError(f"{cxx} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+        if proc.stderr.strip():  # built, with warnings: shown, not hidden
+            log.warning("compiler output while building %s:\n%s", SOURCE.name, proc.stderr.strip()[-4000:])
         os.chmod(tmp, 0o700)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def compiler() -> str:
+    """The C++ compiler to build with ($CXX, g++, c++, clang++); RuntimeError when none is found."""
+    cxx = _compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set CXX or install g++)")
+    return cxx
 
 
 @functools.lru_cache(maxsize=None)

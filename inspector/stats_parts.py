@@ -1,0 +1,221 @@
+"""Statistics parts of one writer session: which to read, and rolling small parts into one.
+
+A writer flushes a small part every ``stats_flush_secs`` (``<worker>.s<session>.<seq>.parquet``);
+a long run would leave thousands. The writer rolls each run of consecutive small parts that
+together hold ``compact_rows`` rows into one compacted part named for the sequence numbers it
+replaces, ``<worker>.s<session>.<first>-<last>.parquet`` (FORMAT.md, "Compaction"):
+
+1. the new part is written complete under a temporary name and renamed (``atomic_write``);
+2. only then are the small parts it covers deleted.
+
+A crash between 1 and 2 leaves both the compacted part and (some of) the parts it covers: the
+reader keeps, per writer session, only parts whose sequence range no other part's range
+contains (:func:`live_parts`), so no row is counted twice and none is lost. Two ranges that
+overlap without one containing the other are never written; a reader that finds them keeps the
+one starting first and reports the other (its rows may duplicate some of the first's).
+
+Rows of a compacted part are sorted by (tensor, kind, group, step, batch) and written in row
+groups of ``ROW_GROUP_ROWS``; the footer's metadata ``tf_inspector.tensor_row_groups`` maps each
+tensor to the [first, last] row group holding its rows, so a query for one tensor reads only
+those row groups (:func:`row_groups_for`).
+
+Example::
+
+    live, problems = live_parts([("chief", 1, Path("stats/chief.s0001.000001-000040.parquet")),
+                                 ("chief", 1, Path("stats/chief.s0001.000007.parquet"))])
+    # live: the compacted part only (000007 lies in 1-40); problems: []
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Iterable, Sequence, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .format import STATS_RE, STATS_V1_RE, atomic_write, stats_name, stats_range_name
+
+P = TypeVar("P", Path, Any)  # a part: its Path, or a (name in the run, ...) tuple
+
+#: rows per row group of a compacted part: a tensor's rows span one or two of them. Larger
+#: groups decode more rows per query, smaller ones grow the footer every query parses
+#: (~150 bytes per column and group): 32,768 measured best of 8k / 32k / 64k
+ROW_GROUP_ROWS = 32768
+#: rows per compacted part (the writer's default ``compact_rows``): ~250 bytes a row (30 bins)
+#: of Arrow memory while it is built (~125 MB, on its own thread); 120 parts for a run of
+#: 10,000 statistics steps x 1,000 tensors (60 million rows)
+COMPACT_ROWS = 500_000
+INDEX_KEY = b"tf_inspector.tensor_row_groups"
+SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
+
+
+def seq_range(name: str) -> tuple[int, int] | None:
+    """[first, last] sequence numbers a part's file name covers (a small part: [seq, seq])."""
+    m = STATS_RE.match(name) or STATS_V1_RE.match(name)
+    if m is None:
+        return None
+    first = int(m["seq"])
+    last = int(m["last"]) if m.groupdict().get("last") else first
+    return first, last
+
+
+def live_parts(files: Iterable[tuple[str, int, P]]) -> tuple[list[tuple[str, int, P]], list[str]]:
+    """The parts to read from (worker, session, part) triples, ``part`` a Path or a tuple whose
+    first item is the part's name in the run: per session, those whose range no other part's
+    range contains; plus problems (ranges that overlap without containing)."""
+    by_session: dict[tuple[str, int], list[tuple[tuple[int, int], P]]] = {}
+    for w, s, p in files:
+        r = seq_range(PurePosixPath(p if isinstance(p, Path) else p[0]).name)
+        if r is not None and r[0] <= r[1]:
+            by_session.setdefault((w, s), []).append((r, p))
+    kept, problems = [], []
+    for (w, s), parts in by_session.items():
+        # widest first among equal starts: a compacted part precedes the small parts it covers
+        parts.sort(key=lambda rp: (rp[0][0], -rp[0][1]))
+        end = 0  # the highest sequence number covered by a kept part so far
+        for (first, last), p in parts:
+            if last <= end:
+                continue  # contained in a kept part: superseded by compaction
+            if first <= end:
+                problems.append(f"statistics part {p} overlaps another part's sequence numbers "
+                                f"(up to {end:06d}) without being contained in it; skipped so no row counts twice")
+                continue
+            kept.append((w, s, p))
+            end = last
+    return sorted(kept), problems
+
+
+def compact(run_dir: Path, worker: str, session: int, parts: Sequence[tuple[int, Path]],
+            fsync: bool = False) -> tuple[Path, int]:
+    """Roll the small ``parts`` ((seq, path), consecutive) of one session into one part.
+
+    Writes it complete (temporary name, rename), then deletes the small parts. Returns the new
+    part's path and size in bytes. Raises (leaving every small part in place) if a part cannot
+    be read or the new one cannot be written."""
+    seqs = [seq for seq, _ in parts]
+    if len(parts) < 2 or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
+        raise ValueError(f"compaction needs two or more consecutive sequence numbers, not {seqs}")
+    table = pa.concat_tables([pq.read_table(p) for _, p in parts])
+    target = Path(run_dir) / stats_range_name(worker, session, seqs[0], seqs[-1])
+    size = write_sorted(table, target, fsync)
+    for _, p in parts:  # only now: a crash before this leaves duplicates the reader ignores
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+    return target, size
+
+
+def write_sorted(table: pa.Table, target: Path, fsync: bool = False) -> int:
+    """Write ``table`` as a compacted part at ``target`` (temporary name, then rename): sorted by
+    SORT_KEYS, row groups of ROW_GROUP_ROWS, the tensor -> row groups index. Returns its size."""
+    table = table.replace_schema_metadata(None).unify_dictionaries().combine_chunks()
+    order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
+    index = _tensor_row_groups(table.column("tensor").take(order))
+    sink = pa.BufferOutputStream()
+    # sorted one row group at a time: memory is the parts' rows once, not twice
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", write_page_checksum=True) as w:
+        for start in range(0, max(table.num_rows, 1), ROW_GROUP_ROWS):
+            w.write_table(table.take(order[start:start + ROW_GROUP_ROWS]), row_group_size=ROW_GROUP_ROWS)
+        # the Parquet footer's key-value metadata only: in the Arrow schema it would be stored twice
+        w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
+    return atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
+
+
+def _sort_keys(table: pa.Table) -> pa.Table:
+    """The sort columns, dictionary columns as their indices (Arrow cannot sort dictionaries;
+    one shared dictionary per column, so equal names have equal indices: rows stay grouped)."""
+    cols = {}
+    for k in SORT_KEYS:
+        if k in table.column_names:
+            col = table.column(k).combine_chunks()
+            cols[k] = col.indices if pa.types.is_dictionary(col.type) else col
+    return pa.table(cols)
+
+
+def _tensor_row_groups(tensor: pa.ChunkedArray) -> dict[str, list[int]]:
+    """{tensor: [first, last] row group} of a part's tensor column, sorted by tensor."""
+    names = np.asarray(tensor.to_numpy(zero_copy_only=False), dtype=object)
+    if not len(names):
+        return {}
+    starts = np.concatenate([[0], np.flatnonzero(names[1:] != names[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [len(names)]]) - 1
+    return {str(names[a]): [int(a) // ROW_GROUP_ROWS, int(b) // ROW_GROUP_ROWS] for a, b in zip(starts, ends)}
+
+
+def row_groups_for(pf: pq.ParquetFile, tensors: Sequence[str]) -> list[int] | None:
+    """The row groups of a compacted part that hold ``tensors``' rows, or None (not compacted,
+    or an index that does not fit the file: then read it whole)."""
+    meta = pf.metadata.metadata or {}
+    raw = meta.get(INDEX_KEY)
+    if raw is None:
+        return None
+    try:
+        index = json.loads(raw)
+        groups = sorted({g for t in tensors if t in index for g in range(index[t][0], index[t][1] + 1)})
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return groups if all(0 <= g < pf.num_row_groups for g in groups) else None
+
+
+class Compactor:
+    """A writer session's small parts, compacted once they hold ``rows`` rows (and, at the final
+    flush, whatever is left), on a background thread so the writer thread keeps taking
+    statistics; one compaction at a time. ``rows=None``: never compact.
+
+    Example::
+
+        c = Compactor(run_dir, "chief", 1, rows=250_000, on_error=print)
+        c.added(seq=1, rows=3000)          # after each small part is written
+        c.added(seq=2, rows=3000)
+        c.finish()                         # at close: compacts 1-2, waits for it
+    """
+
+    def __init__(self, run_dir: Path, worker: str, session: int, rows: int | None = COMPACT_ROWS,
+                 fsync: bool = False, on_error: Callable[[BaseException], None] | None = None) -> None:
+        if rows is not None and rows < 1:
+            raise ValueError(f"compact_rows={rows} must be >= 1 or None")
+        self.run_dir, self.worker, self.session, self.rows = Path(run_dir), worker, session, rows
+        self.fsync, self.on_error = fsync, on_error
+        self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
+        self._thread: threading.Thread | None = None
+
+    def added(self, seq: int, rows: int) -> None:
+        """Small part ``seq`` of ``rows`` rows was written."""
+        if self.rows is None:
+            return
+        self._parts.append((seq, rows))
+        if sum(r for _, r in self._parts) >= self.rows:
+            self._start()
+
+    def finish(self) -> None:
+        """At close: compact what is left (two parts or more) and wait for it."""
+        self._start()
+        self.join()
+
+    def _start(self) -> None:
+        if len(self._parts) < 2:
+            return
+        todo, self._parts = self._parts, []
+        self.join()
+        self._thread = threading.Thread(target=self._run, args=(todo,), daemon=True,
+                                        name=f"tf-inspector-compact-{self.worker}-s{self.session}")
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self, todo: list[tuple[int, int]]) -> None:
+        paths = [(seq, self.run_dir / stats_name(self.worker, self.session, seq)) for seq, _ in todo]
+        try:
+            compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+        except BaseException as e:  # the small parts stay, every row readable
+            if self.on_error is not None:
+                self.on_error(e)
