@@ -235,6 +235,10 @@ class ProbeGraph:
             captured.append(c)
         structure.annotate(captured, g, set())
         records = self._variable_records(tf_vars, handles, grads[len(tensors):])
+        read_of = {read: r.variable for r in records for read in r.reads}
+        for c in captured:  # a read of a variable names it (FORMAT.md, catalog field `variable`)
+            if c.name in read_of:
+                c.extra["variable"] = read_of[c.name]
         everything = captured + records
         self._remember(everything, records, sel, loss, labels, tf_vars)
         out: dict[str, Any] = {}

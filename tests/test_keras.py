@@ -125,6 +125,8 @@ def test_values_and_gradients_match_gradient_tape(tmp_path, kind):
                                    err_msg=key)
     variables = run.variables
     assert len(variables) == len(model.trainable_variables)
+    reads = cat[(cat["kind"] == "tensor") & cat["variable"].notna()]
+    assert set(reads["variable"]) == set(variables.index)   # every variable's reads name it
     for v, g in zip(model.trainable_variables, var_grads):
         name = getattr(v, "path", None) or v.name.split(":")[0]
         np.testing.assert_allclose(run.tensor(name, STEPS), v.numpy(), rtol=1e-6, err_msg=name)
