@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, STAT_COLUMNS, parse_icnn_entry,
-                              parse_shared_gradient_entry)
+from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, STAT_COLUMNS,
+                              parse_icnn_entry, parse_shared_gradient_entry)
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -51,6 +51,9 @@ class Captured:
     icnn_role: str | None = None
     #: more catalog fields: feeds, zero_gradient_expected (structure.py), variable (variables.py)
     extra: dict = field(default_factory=dict)
+    #: the groups of this tensor's own samples when they are not the labels' batch (a tower's
+    #: slice, hooks/towers.py); None: the run's groups (batched tensors)
+    grouping: "Groups | None" = None
 
     @property
     def name(self) -> str:
@@ -229,21 +232,55 @@ def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Te
     return tf.cast(pos, tf.int32)
 
 
+@dataclass
+class Groups:
+    """The sample groups of one batch: ``ids`` int32 [N], each sample's group index 0..K-1, or
+    K: in no group; ``names`` the K names (rows after ``all``); ``codes`` what a dump's
+    ``samples/group`` stores per group; ``bad`` an int32 scalar: samples breaking the rule
+    (hooks/groups.py; None: none can)."""
+    ids: tf.Tensor
+    names: tuple[str, ...] = DEFAULT_GROUPS
+    codes: tuple[int, ...] = (1, 0)
+    bad: tf.Tensor | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def sliced(self, ids: tf.Tensor) -> "Groups":
+        """The same groups over other samples (a tower's slice of the batch)."""
+        return Groups(ids, self.names, self.codes, None)
+
+
+def from_positive(positive_ids: tf.Tensor) -> Groups:
+    """positive/negative :class:`Groups` from int [N] ids, 1 positive and 0 negative (:func:`group_ids`)."""
+    return Groups(1 - tf.cast(positive_ids, tf.int32), DEFAULT_GROUPS, (1, 0))
+
+
+def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:
+    """``groups``, or positive/negative groups from a :func:`group_ids` tensor (1 positive)."""
+    return groups if groups is None or isinstance(groups, Groups) else from_positive(groups)
+
+
 # ---- in-graph statistics -----------------------------------------------------------------
-def segments(n: tf.Tensor, gid: tf.Tensor | None) -> tuple[tf.Tensor, int]:
-    """Segment id per sample: 0 positive, 1 negative, 2 padding (a tensor whose batch differs)."""
-    if gid is None:
+def segments(n: tf.Tensor, groups: Groups | None) -> tuple[tf.Tensor, int]:
+    """Segment id per sample: its group 0..K-1, K for samples in no group or past the labels'
+    batch (a tensor whose batch differs); K + 1 segments. Without groups: 0, one segment."""
+    if groups is None:
         return tf.zeros([n], tf.int32), 1
-    seg = tf.concat([1 - gid, tf.fill([n], 2)], 0)[:n]  # never fails, whatever n is
-    return seg, 3
+    k = groups.count
+    seg = tf.concat([groups.ids, tf.fill([n], k)], 0)[:n]  # never fails, whatever n is
+    return seg, k + 1
 
 
-def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def tensor_stats(x: tf.Tensor, groups: "Groups | tf.Tensor | None", bins: int
+                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Statistics of ``x`` per group, computed in the graph.
 
     Returns ``values`` [G, 9] float64 in STAT_COLUMNS order, ``hist_range`` [G, 2] and
-    ``hist`` [G, bins] int32, with G = 3 (all, positive, negative) when ``gid`` is given
-    (x's leading dim is the batch) else 1 (all). mean/std/min/max/l2 cover finite values;
+    ``hist`` [G, bins] int32, with G = 1 + K (all, then each of the K groups) when ``groups``
+    is given (x's leading dim is the batch; a :func:`group_ids` tensor: positive, negative)
+    else 1 (all). mean/std/min/max/l2 cover finite values;
     histograms use the 'all' group's finite range for every group so they overlay, and
     count finite values only, so each sums to count - nan - inf (of a subsample of each
     sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_sample``).
@@ -251,9 +288,10 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     if x.dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
     f64 = tf.float64
-    n = tf.shape(x)[0] if gid is not None else tf.constant(1)
+    groups = as_groups(groups)
+    n = tf.shape(x)[0] if groups is not None else tf.constant(1)
     xr = tf.reshape(x, tf.stack([n, -1]))
-    seg, nseg = segments(n, gid)
+    seg, nseg = segments(n, groups)
     finite = tf.math.is_finite(xr)
     xf = tf.where(finite, xr, tf.zeros_like(xr))
     per_elems = tf.cast(tf.shape(xr)[1], f64)
@@ -277,11 +315,11 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     maxs = tf.math.unsorted_segment_max(mx, seg, nseg)
     nans, zs = ssum(nan), ssum(zeros)
     nonfinite = ssum(per_elems - c)
-    if nseg == 3:  # rows: all, positive, negative
+    if nseg > 1:  # rows: all, then each group (the last segment, in no group, only in all)
         c_all, s_all = tf.reduce_sum(cs), tf.reduce_sum(ss)
         mean_all = s_all / tf.maximum(c_all, 1.0)
         m2_all = tf.reduce_sum(m2s + cs * tf.square(mean_seg - mean_all))
-        pick = lambda v, total: tf.stack([total, v[0], v[1]])  # noqa: E731
+        pick = lambda v, total: tf.concat([[total], v[:-1]], 0)  # noqa: E731
         samples = pick(samples, tf.reduce_sum(samples))
         cs, mean, m2 = pick(cs, c_all), pick(mean_seg, mean_all), pick(m2s, m2_all)
         mins, maxs = pick(mins, tf.reduce_min(mins)), pick(maxs, tf.reduce_max(maxs))
@@ -306,9 +344,9 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     idx = tf.where(finite, idx, tf.fill(tf.shape(idx), nseg * bins))  # non-finite: a discarded bin
     counts = tf.math.bincount(tf.reshape(idx, [-1]), minlength=nseg * bins + 1, maxlength=nseg * bins + 1)
     hist = tf.reshape(counts[: nseg * bins], [nseg, bins])
-    if nseg == 3:
-        hist = tf.concat([hist[0:1] + hist[1:2] + hist[2:3], hist[0:2]], 0)
-    hist_range = tf.tile(tf.stack([lo, hi])[None], [3 if nseg == 3 else 1, 1])
+    if nseg > 1:
+        hist = tf.concat([tf.reduce_sum(hist, 0, keepdims=True), hist[:-1]], 0)
+    hist_range = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
     return values, hist_range, tf.cast(hist, tf.int32)
 
 
@@ -321,18 +359,27 @@ class StatsFetch:
     rows: list[tuple[str, str, str]]  # (tensor, kind, group)
 
 
-def build_stats(captured: Sequence[Captured], gid: tf.Tensor | None, bins: int) -> StatsFetch | None:
-    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group."""
+def grouping_of(cap: Captured, groups: Groups | None) -> Groups | None:
+    """The groups ``cap``'s samples are split by: its own (a tower's), else the run's if it is
+    batched, else none."""
+    if not cap.batched:
+        return None
+    return cap.grouping if cap.grouping is not None else groups
+
+
+def build_stats(captured: Sequence[Captured], groups: "Groups | tf.Tensor | None", bins: int) -> StatsFetch | None:
+    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group
+    (the reference implementation; the hook uses ``fast_stats.build_stats``)."""
     parts, rows = [], []
+    groups = as_groups(groups)
     with tf.name_scope("tf_inspector/stats"):
         for cap in captured:
             for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
                 if t is None:
                     continue
-                g = gid if cap.batched else None
+                g = grouping_of(cap, groups)
                 parts.append(tensor_stats(t, g, bins))
-                groups = GROUPS if g is not None else GROUPS[:1]
-                rows += [(cap.name, kind, grp) for grp in groups]
+                rows += [(cap.name, kind, grp) for grp in ("all", *(g.names if g is not None else ()))]
         if not parts:
             return None
         values, ranges, hists = (tf.concat([p[i] for p in parts], 0) for i in range(3))
@@ -340,14 +387,18 @@ def build_stats(captured: Sequence[Captured], gid: tf.Tensor | None, bins: int) 
     return StatsFetch(values, ranges, hists, rows)
 
 
-def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """Batch indices kept by the sample budget: the first ``per_group`` positives and negatives."""
-    if gid is None:
+def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_group: int
+                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """Batch indices kept by the sample budget: the first ``per_group`` samples of each group
+    (in batch order), and each kept sample's group code (``samples/group``); without groups
+    the first ``2 * per_group`` samples."""
+    groups = as_groups(groups)
+    if groups is None:
         return tf.range(tf.minimum(batch, 2 * per_group)), None
-    pos = tf.reshape(tf.where(tf.equal(gid, 1)), [-1])[:per_group]
-    neg = tf.reshape(tf.where(tf.equal(gid, 0)), [-1])[:per_group]
-    keep = tf.cast(tf.sort(tf.concat([pos, neg], 0)), tf.int32)
-    return keep, tf.gather(gid, keep)
+    picked = [tf.reshape(tf.where(tf.equal(groups.ids, k)), [-1])[:per_group] for k in range(groups.count)]
+    keep = tf.cast(tf.sort(tf.concat(picked, 0)), tf.int32)
+    codes = tf.gather(tf.constant(list(groups.codes) + [-1], tf.int32), tf.gather(groups.ids, keep))
+    return keep, codes
 
 
 def value_source(t: tf.Tensor) -> tf.Tensor:

@@ -25,11 +25,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
+from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
+                              PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
+from .groups import GroupSpec, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
@@ -120,10 +122,17 @@ class DumpHook(v1.train.SessionRunHook):
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
         refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
       labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
-        Estimator passed to the model_fn. Without labels there are no positive/negative groups.
+        Estimator passed to the model_fn. Without labels there are no groups.
       positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
         ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
         ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
+      groups: the sample groups of batched tensors' statistics and dumps (``hooks/groups.py``):
+        None (positive/negative), ``"per_class"`` (``class_0`` ... one per class id, at most
+        ``groups.MAX_CLASS_GROUPS``) or a function ``labels[, predictions] -> {name: bool [N]}``
+        of disjoint groups, e.g. correct vs misclassified.
+      num_classes: the number of classes of ``groups="per_class"`` with class-id labels.
+      predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
+        EstimatorSpec's predictions (a tensor, or its dict).
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
         leave out the backward pass, optimizer, saver, summaries and init ops).
       op_types / exclude_op_types: capture only / never these op types.
@@ -133,8 +142,8 @@ class DumpHook(v1.train.SessionRunHook):
         inclusive ranges (``[1, "500:510", (900, 905)]``).
       dump_on_nonfinite: check the loss every step and the statistics on stats steps; when a
         NaN/Inf first appears, record where and dump the next step.
-      samples_per_group: sample budget of a full dump: this many positive and this many
-        negative samples (first ones by batch index); 2x this many without labels.
+      samples_per_group: sample budget of a full dump: this many samples of each group
+        (first ones by batch index); 2x this many without labels.
       max_bytes: byte budget of this worker's files; dumps beyond it are dropped (recorded).
       histogram_bins: bins of the in-graph histograms.
       gradients: also capture d loss / d tensor for every captured tensor.
@@ -181,6 +190,8 @@ class DumpHook(v1.train.SessionRunHook):
 
     def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
                  labels: tf.Tensor | str | None = None, positive: Callable | None = None,
+                 groups: str | Callable | None = None, num_classes: int | None = None,
+                 predictions: tf.Tensor | str | None = None,
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
@@ -204,6 +215,8 @@ class DumpHook(v1.train.SessionRunHook):
         self.run_dir = Path(run_dir)
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
+        self.group_spec = GroupSpec.parse(groups, positive, num_classes)
+        self.predictions_arg = predictions
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
         self.dump_on_nonfinite = dump_on_nonfinite
@@ -231,6 +244,9 @@ class DumpHook(v1.train.SessionRunHook):
         self._dump: dict[str, tf.Tensor] = {}
         self._dump_metadata: dict[str, str] = {}
         self._samples: dict[str, tf.Tensor] = {}
+        self._groups: capture.Groups | None = None
+        self._groups_rule: str | None = None
+        self._bad_groups_logged = False
         self._global_step = None
         self._loss_finite = None
         self._step = 0
@@ -264,8 +280,12 @@ class DumpHook(v1.train.SessionRunHook):
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
         return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
-    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-        return resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.positive, strict=self.strict)
+    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, capture.Groups | None]:
+        labels, groups = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
+                                                self._tensor(self.predictions_arg, "predictions"), strict=self.strict)
+        self._groups = groups
+        self._groups_rule = self.group_spec.describe(labels) if groups is not None else None
+        return labels, groups
 
     @_guarded
     def begin(self) -> None:
@@ -337,7 +357,7 @@ class DumpHook(v1.train.SessionRunHook):
                      len(tensors), "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
-    def _build_fetches(self, gid, labels, loss) -> None:
+    def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.bins, self.native_stats)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
@@ -387,8 +407,17 @@ class DumpHook(v1.train.SessionRunHook):
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
                        "dtypes": [d.name for d in self.filters["dtypes"]]},
             "tensors": [c.catalog_entry() for c in self.captured],
+            **self._groups_manifest(),
             "skipped": skipped, "first_nonfinite": None,
         }
+
+    def _groups_manifest(self) -> dict[str, Any]:
+        """``groups`` (FORMAT.md, "Groups"), and format version 3 where a version 2 reader would
+        not know the group names."""
+        g = self._groups
+        entry = None if g is None else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
+        named = g is not None and tuple(g.names) != DEFAULT_GROUPS
+        return {"groups": entry, "format_version": FORMAT_VERSION if named else PLAIN_FORMAT_VERSION}
 
     # ---- the session ----------------------------------------------------------------------
     @_guarded
@@ -444,6 +473,8 @@ class DumpHook(v1.train.SessionRunHook):
                 dump = False
         if stats:
             fetches["stats"] = (self._stats.values, self._stats.hist_range, self._stats.hist)
+            if self._groups is not None and self._groups.bad is not None:
+                fetches["bad_groups"] = self._groups.bad
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
@@ -487,7 +518,8 @@ class DumpHook(v1.train.SessionRunHook):
             if updates:  # the update rows follow the in-graph rows (the layout's order)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
                     (values, hist_range, hist), self._updates.stats(updates, self.bins)))
-            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
+            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0,
+                                   keep=self._group_rows_check(step, int(results.get("bad_groups", 0)), len(values)))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
@@ -497,6 +529,21 @@ class DumpHook(v1.train.SessionRunHook):
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
+
+    def _group_rows_check(self, step: int, bad: int, rows: int) -> np.ndarray | None:
+        """None (write every row), or, on a step where ``bad`` samples break the group rule, a
+        mask keeping only the ``all`` rows: a group's numbers never cover the wrong samples."""
+        if not bad:
+            return None
+        if not self._bad_groups_logged:
+            self._bad_groups_logged = True
+            log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics are written for "
+                      "group 'all' only, and so is every such step (logged once)", step, bad,
+                      bad_rule(self.group_spec), self._groups_rule)
+            self._writer.update_manifest(groups_refused={"first_step": step, "samples": bad,
+                                                         "why": bad_rule(self.group_spec)})
+        groups = [g for _, _, g in self._stats.rows] + ["all"] * (rows - len(self._stats.rows))
+        return np.asarray([g == "all" for g in groups])
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())

@@ -40,6 +40,8 @@ class ModelFnCall:
     labels: str | None = None
     loss: str | None = None
     labels_note: str | None = None  # why ``labels`` is None although labels were passed
+    #: the EstimatorSpec's predictions: (key, tensor name) pairs; key '' for a single tensor
+    predictions: tuple[tuple[str, str], ...] = ()
 
 
 _lock = threading.Lock()
@@ -137,9 +139,19 @@ def _record(labels, mode, spec) -> None:
     name, note = _labels_name(labels)
     graph = tf.compat.v1.get_default_graph()
     entry = ModelFnCall(mode=str(mode) if mode is not None else None, labels=name,
-                        loss=loss.name if isinstance(loss, tf.Tensor) else None, labels_note=note)
+                        loss=loss.name if isinstance(loss, tf.Tensor) else None, labels_note=note,
+                        predictions=_predictions(getattr(spec, "predictions", None)))
     with _lock:
         _calls[graph] = entry  # the graph's latest call: the one its session will run
+
+
+def _predictions(predictions) -> tuple[tuple[str, str], ...]:
+    """(key, tensor name) of the spec's dense prediction tensors; key '' for a single tensor."""
+    if isinstance(predictions, tf.Tensor):
+        return (("", predictions.name),)
+    if isinstance(predictions, dict):
+        return tuple((str(k), v.name) for k, v in predictions.items() if isinstance(v, tf.Tensor))
+    return ()
 
 
 def lookup(graph: tf.Graph) -> ModelFnCall | None:

@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 
 from . import safetensors_io
 from .claim import Claim, run_bytes
-from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, atomic_write,
+from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 from .liveness import now_iso
 
@@ -78,6 +78,7 @@ class _Stats:
     values: np.ndarray      # [R, len(STAT_COLUMNS)]
     hist_range: np.ndarray  # [R, 2]
     hist: np.ndarray        # [R, bins]
+    keep: np.ndarray | None = None  # bool [R]: the rows to write (None: all)
 
 
 @dataclass
@@ -212,7 +213,7 @@ class RunWriter:
         self._last_flush = time.monotonic()
         self._seq = 0
         self._manifest = {
-            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
+            "format": FORMAT_NAME, "format_version": PLAIN_FORMAT_VERSION, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
             "heartbeat_secs": heartbeat_secs, **dict(manifest),
@@ -240,13 +241,14 @@ class RunWriter:
 
     # ---- called from the training loop -------------------------------------------------
     def add_stats(self, step: int, values: np.ndarray, hist_range: np.ndarray, hist: np.ndarray,
-                  batch: int = 0) -> None:
+                  batch: int = 0, keep: np.ndarray | None = None) -> None:
         """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
-        the batch index within an evaluation or prediction (0 in training)."""
+        the batch index within an evaluation or prediction (0 in training). ``keep``: bool [R],
+        the layout's rows to write (None: all)."""
         self._raise_if_strict()
         if not self.closed:
             self.state.saw(int(step))
-            self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist))
+            self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist, keep))
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
@@ -255,7 +257,8 @@ class RunWriter:
         self._raise_if_strict()
         # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
         meta = {"step": str(step), "worker": self.worker, "session": str(self.session), "mode": self.mode,
-                "format_version": str(FORMAT_VERSION), **({"batch": str(batch)} if batch is not None else {}),
+                "format_version": str(self._manifest["format_version"]),
+                **({"batch": str(batch)} if batch is not None else {}),
                 **(metadata or {})}
         data = safetensors_io.Encoded(arrays, meta)
         nbytes = data.size
@@ -457,7 +460,8 @@ class RunWriter:
         cols["hist_hi"] = pa.array(s.hist_range[:, 1].astype(np.float64))
         flat = pa.array(np.ascontiguousarray(s.hist, dtype=np.int32).ravel())
         cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, s.hist.shape[1])
-        return pa.RecordBatch.from_pydict(cols)
+        batch = pa.RecordBatch.from_pydict(cols)
+        return batch if s.keep is None else batch.filter(pa.array(np.asarray(s.keep, bool)))
 
     def _flush_stats(self, final: bool = False) -> None:
         """Write the buffered statistics as one part; on failure keep them for a retry (and at
