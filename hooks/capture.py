@@ -461,7 +461,8 @@ def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str], dtypes: Seque
 
 
 def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None,
-               gate: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
+               gate: tf.Tensor | None = None, keeps: Mapping[int, tf.Tensor] | None = None
+               ) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
     """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor,
     and aliases: key -> the key holding the same tensor (fetched and written once).
 
@@ -473,7 +474,8 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
     of exactly that leading size are then fetched as they are (gathering all rows is a copy
     of every dumped byte). ``gate``: a boolean scalar; the dump's tensors (and the gathers
     that keep their samples) then run only on steps where it is true (:func:`taken`): pack
-    them with :func:`pack_when` to fetch them."""
+    them with :func:`pack_when` to fetch them. ``keeps``: id(``Captured.grouping``) -> the kept
+    samples of a tower's tensors (rows of its slice of the batch)."""
     out: dict[str, tf.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple[str, bool], str] = {}
@@ -483,11 +485,13 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
                 if t is None:
                     continue
                 key = f"{kind}/{cap.name}"
-                seen = first.setdefault((value_source(t).name, cap.batched), key)
+                own = (keeps or {}).get(id(cap.grouping)) if cap.grouping is not None else None
+                seen = first.setdefault((value_source(t).name, cap.batched, id(own)), key)
                 if seen != key:
                     aliases[key] = seen
                     continue
-                out[key] = _kept(t if gate is None else taken(gate, t), cap.batched, keep, keep_all_of)
+                out[key] = _kept(t if gate is None else taken(gate, t), cap.batched,
+                                 keep if own is None else own, keep_all_of if own is None else None)
     return out, aliases
 
 

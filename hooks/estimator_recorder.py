@@ -1,8 +1,9 @@
-"""Record what an Estimator's ``model_fn`` received and returned: its labels and its loss.
+"""Record what an Estimator's ``model_fn`` received and returned: its labels, loss and predictions.
 
 ``import hooks`` calls :func:`install`, which wraps ``Estimator._call_model_fn``
 (tf.estimator, TensorFlow <= 2.15) to remember, per graph, the ``labels`` the model_fn was
-called with and the ``loss`` of the ``EstimatorSpec`` it returned. ``DumpHook`` then needs no
+called with and the ``loss`` (and ``predictions``, for ``groups=`` functions) of the
+``EstimatorSpec`` it returned. ``DumpHook`` then needs no
 tensor names for canned estimators, ``model_to_estimator`` or a custom model_fn. The wrapper
 records names only and swallows its own errors: the Estimator behaves exactly as before.
 Where ``tf.estimator`` does not exist (TensorFlow 2.16+) nothing is installed. The install

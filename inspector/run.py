@@ -39,7 +39,7 @@ from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
-                   "has_update", "gradient_note")
+                   "has_update", "gradient_note", "tower")
 #: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
@@ -605,14 +605,21 @@ class Run:
         return self.dump_array(step, key, worker, **where)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                session: int | None = None) -> pd.DataFrame:
+                session: int | None = None, tower: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row, and the
-        worker and session that wrote them."""
+        worker and session that wrote them. ``tower``: a tower's kept samples instead (the
+        catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch)."""
         f = self._dump(step, worker, mode, batch, session)
         where = dict(mode=mode, batch=batch, session=session)
         keys = self.dump_keys(step, worker, **where)
-        arrays = {col: np.asarray(self.dump_array(step, f"samples/{col}", worker, **where))
-                  for col in ("index", "label", "group") if f"samples/{col}" in keys}
+        prefix = "samples/" if tower is None else f"samples/{tower}/"
+        if tower is not None and f"{prefix}index" not in keys:
+            towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys if k.count("/") > 1
+                             and k.startswith("samples/")})
+            raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its towers: "
+                              f"{', '.join(towers) or 'none'}")
+        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, **where))
+                  for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
         codes = _group_codes(self.manifests.get((f.worker, f.session), {}))
         check_samples(f.path, *(arrays.get(c) for c in ("index", "group", "label")), codes=codes)
         cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}

@@ -142,3 +142,51 @@ def test_group_arguments_are_checked():
             GroupSpec.parse(lambda labels: {"all": labels > 0}).build(y)
         with pytest.raises(ValueError, match="predictions"):
             GroupSpec.parse(lambda labels, p: {"a": labels > 0}).build(y)
+
+
+HAS_ESTIMATOR = hasattr(tf, "estimator") and hasattr(getattr(tf, "estimator", None), "Estimator")
+
+
+class PredictionsOracle(v1.train.SessionRunHook):
+    """The EstimatorSpec's class ids, labels and logits in the training run of step 1."""
+
+    def begin(self) -> None:
+        from hooks import estimator_recorder
+        g = v1.get_default_graph()
+        call = estimator_recorder.lookup(g)
+        preds = dict(call.predictions)
+        self.fetch = {k: g.get_tensor_by_name(preds[k]) for k in ("class_ids", "logits")}
+        self.fetch["labels"] = g.get_tensor_by_name(call.labels)
+        self.seen: dict = {}
+
+    def before_run(self, run_context):
+        return None if self.seen else v1.train.SessionRunArgs(self.fetch)
+
+    def after_run(self, run_context, run_values) -> None:
+        self.seen = self.seen or run_values.results
+
+
+@pytest.mark.skipif(not HAS_ESTIMATOR, reason="this TensorFlow has no tf.estimator (2.16+)")
+def test_estimator_predictions_found_for_a_groups_function(tmp_path):
+    """A canned DNNClassifier: labels and predictions come from the model_fn call, with no names."""
+    def correct(labels, predictions):
+        hit = tf.equal(tf.reshape(predictions["class_ids"], [-1]), tf.reshape(labels, [-1]))
+        return {"correct": hit, "misclassified": tf.logical_not(hit)}
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": X}, Y % 3)).batch(N, drop_remainder=True)
+    est = tf.estimator.DNNClassifier([H], [tf.feature_column.numeric_column("x", [D])], n_classes=3,
+                                     model_dir=str(tmp_path / "model"))
+    oracle = PredictionsOracle()
+    hook = DumpHook(tmp_path / "run", groups=correct, stats_every_n_steps=1, dump_every_n_steps=1,
+                    histogram_bins=BINS, strict=True)
+    est.train(input_fn, hooks=[hook, oracle], steps=1)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.groups == ["all", "correct", "misclassified"]
+    logits, hit = oracle.seen["logits"], oracle.seen["class_ids"].ravel() == oracle.seen["labels"].ravel()
+    name = next(n for n in run.tensors.index if run.tensors.loc[n, "batched"] and n.endswith("logits/BiasAdd:0"))
+    df = run.query_stats([name], kinds=["forward"]).set_index("group")
+    for group, rows in (("correct", hit), ("misclassified", ~hit)):
+        assert df.loc[group, "count"] == logits[rows].size
+        if rows.any():
+            np.testing.assert_allclose(df.loc[group, "mean"], logits[rows].mean(), rtol=1e-5)
