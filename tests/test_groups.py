@@ -85,6 +85,14 @@ def test_per_class_groups_equal_numpy(tmp_path):
     assert list(samples["group"]) == [f"class_{Y[i]}" for i in samples["index"]]
     with pytest.raises(inspector.UnknownGroupError, match="class_0, class_1"):
         run.query_stats(group="positive")
+    from inspector import cli
+    assert "groups     all, class_0, class_1, class_2, class_3   (per_class: class ids [N])" in cli.summary(run)
+    out = tmp_path / "s.csv"
+    assert cli.main(["export", str(tmp_path / "run"), "--format", "csv", "--out", str(out), "--group", "class_2"]) == 0
+    import pandas as pd
+    assert set(pd.read_csv(out)["group"]) == {"class_2"}
+    assert cli.main(["export", str(tmp_path / "run"), "--format", "csv", "--out", str(out), "--force",
+                     "--group", "class_9"]) == 2  # an unknown group is an error naming the known ones
 
 
 def test_function_groups_with_predictions_equal_numpy(tmp_path):
