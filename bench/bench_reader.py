@@ -6,7 +6,7 @@ Run::
     .venv/bin/python bench/bench_reader.py --quick    # smoke run
 
 Method. Runs are written into a temporary directory: the statistics run with
-``inspector.synthetic.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
+``inspector.testing.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
 stats every step), the memory runs with the project's ``RunWriter`` (manifest) plus dump files
 whose safetensors header is real and whose data is a sparse hole (``truncate``), so many GB
 cost no disk and no time to write yet read back as zeros. Every measurement runs in a fresh
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.quick:
         args.steps, args.tensors, args.small_files, args.big_files, args.reps = 50, 30, 1, 2, 1
-    from inspector.synthetic import make_synthetic_run
+    from inspector.testing import make_synthetic_run
     root = Path(tempfile.mkdtemp(prefix="bench_reader_"))
     try:
         with tqdm(total=4, desc="writing runs", file=sys.stderr) as bar:

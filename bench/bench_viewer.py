@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 import inspector  # noqa: E402
 from inspector import plots  # noqa: E402
-from inspector.synthetic import make_synthetic_run  # noqa: E402
+from inspector.testing import make_synthetic_run  # noqa: E402
 from inspector.units import human_bytes  # noqa: E402
 
 

@@ -5,7 +5,7 @@ Both share one architecture on 48 x 48 images::
     conv1 5x5x16 + ReLU + maxpool 2   -> 24 x 24
     conv2 3x3x32 + ReLU + maxpool 2   -> 12 x 12
     conv3 3x3x32 + ReLU               -> 12 x 12   the "top conv map" (its filters are studied)
-    [ICNN only: inspector.icnn.conv_mask]        named scope "icnn_mask"
+    [ICNN only: inspector.icnn.layer.conv_mask]        named scope "icnn_mask"
     conv4 3x3x32 + ReLU + global max pool + dense -> one logit
 
 Feature-map index i of conv3 sees image pixel ``RF_CENTER + RF_STRIDE * i`` (0-based).
@@ -21,7 +21,7 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
-from inspector import icnn
+from inspector.icnn import layer as icnn
 
 tf1 = tf.compat.v1
 

@@ -36,7 +36,7 @@ import tensorflow as tf  # noqa: E402
 from examples import models  # noqa: E402
 from examples.parts_data import make_parts_dataset  # noqa: E402
 from hooks import DumpHook  # noqa: E402
-from inspector.stability import filter_instability, location_instability  # noqa: E402
+from inspector.icnn.stability import filter_instability, location_instability  # noqa: E402
 
 tf1 = tf.compat.v1
 IMAGE_SIZE = (48, 48)

@@ -1,4 +1,4 @@
-"""Training-loop integrations (import TensorFlow).
+"""Training-loop integrations (import TensorFlow; ``hooks.schedule`` alone does not).
 
 Importing this package installs two recorders, each wrapping private TensorFlow functions
 to record names and changing nothing else (docs/ARCHITECTURE.md lists them): the gradients
@@ -16,12 +16,28 @@ Example::
     # a model built before the import: share the backward pass explicitly in the model_fn
     train_op = minimize(optimizer, loss, global_step=tf.compat.v1.train.get_global_step())
 """
-from . import estimator_recorder, gradient_recorder
-from .dump_hook import DumpHook, mark
-from .schedule import Schedule
-from .shared_gradients import compute_gradients, minimize
+from .schedule import Schedule  # pure Python: `import hooks.schedule` works without TensorFlow
 
 __all__ = ["DumpHook", "mark", "Schedule", "minimize", "compute_gradients"]
 
-gradient_recorder.install()
-estimator_recorder.install()
+try:
+    import tensorflow  # noqa: F401
+except ModuleNotFoundError as e:
+    if e.name != "tensorflow":   # TensorFlow present but broken: say so, as it is
+        raise
+    _NO_TF = e
+else:
+    from . import estimator_recorder, gradient_recorder
+    from .dump_hook import DumpHook, mark
+    from .shared_gradients import compute_gradients, minimize
+
+    gradient_recorder.install()
+    estimator_recorder.install()
+
+
+def __getattr__(name: str):
+    """Without TensorFlow only ``Schedule`` (``hooks.schedule``) exists: the rest says why."""
+    if name in __all__ and "_NO_TF" in globals():
+        raise ImportError(f"hooks.{name} needs TensorFlow, which is not installed: pip install "
+                          "'tf-inspector[tf]' (hooks.schedule alone works without it)") from _NO_TF
+    raise AttributeError(f"module 'hooks' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""Graph side of the dump hook: which tensors to capture, their gradients, in-graph statistics.
+"""Graph side of the dump hook: which tensors to capture, their gradients, the dump fetches.
 
 Everything here runs once, in ``DumpHook.begin()``, before the graph is finalized. The
 result is three kinds of fetches: one fused statistics matrix per step, a dict of
@@ -14,8 +14,10 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, STAT_COLUMNS,
-                              parse_icnn_entry, parse_shared_gradient_entry)
+from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry,
+                              parse_shared_gradient_entry)
+
+from .structure import value_source
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -262,129 +264,12 @@ def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:
     return groups if groups is None or isinstance(groups, Groups) else from_positive(groups)
 
 
-# ---- in-graph statistics -----------------------------------------------------------------
-def segments(n: tf.Tensor, groups: Groups | None) -> tuple[tf.Tensor, int]:
-    """Segment id per sample: its group 0..K-1, K for samples in no group or past the labels'
-    batch (a tensor whose batch differs); K + 1 segments. Without groups: 0, one segment."""
-    if groups is None:
-        return tf.zeros([n], tf.int32), 1
-    k = groups.count
-    seg = tf.concat([groups.ids, tf.fill([n], k)], 0)[:n]  # never fails, whatever n is
-    return seg, k + 1
-
-
-def tensor_stats(x: tf.Tensor, groups: "Groups | tf.Tensor | None", bins: int
-                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Statistics of ``x`` per group, computed in the graph.
-
-    Returns ``values`` [G, 9] float64 in STAT_COLUMNS order, ``hist_range`` [G, 2] and
-    ``hist`` [G, bins] int32, with G = 1 + K (all, then each of the K groups) when ``groups``
-    is given (x's leading dim is the batch; a :func:`group_ids` tensor: positive, negative)
-    else 1 (all). mean/std/min/max/l2 cover finite values;
-    histograms use the 'all' group's finite range for every group so they overlay, and
-    count finite values only, so each sums to count - nan - inf (of a subsample of each
-    sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_sample``).
-    """
-    if x.dtype in (tf.float16, tf.bfloat16):
-        x = tf.cast(x, tf.float32)
-    f64 = tf.float64
-    groups = as_groups(groups)
-    n = tf.shape(x)[0] if groups is not None else tf.constant(1)
-    xr = tf.reshape(x, tf.stack([n, -1]))
-    seg, nseg = segments(n, groups)
-    finite = tf.math.is_finite(xr)
-    xf = tf.where(finite, xr, tf.zeros_like(xr))
-    per_elems = tf.cast(tf.shape(xr)[1], f64)
-    c = tf.cast(tf.math.count_nonzero(finite, 1), f64)
-    s = tf.cast(tf.reduce_sum(xf, 1), f64)
-    nan = tf.cast(tf.math.count_nonzero(tf.math.is_nan(xr), 1), f64)
-    zeros = tf.cast(tf.math.count_nonzero(tf.equal(xr, 0), 1), f64)
-    big = tf.constant(float("inf"), xr.dtype)
-    mn = tf.cast(tf.reduce_min(tf.where(finite, xr, tf.fill(tf.shape(xr), big)), 1), f64)
-    mx = tf.cast(tf.reduce_max(tf.where(finite, xr, tf.fill(tf.shape(xr), -big)), 1), f64)
-
-    def ssum(v):
-        return tf.math.unsorted_segment_sum(v, seg, nseg)
-
-    samples, cs, ss = ssum(tf.ones_like(c)), ssum(c), ssum(s)
-    mean_seg = ss / tf.maximum(cs, 1.0)
-    # Two passes (deviation from the segment mean) keep std exact when |mean| >> std.
-    centered = tf.where(finite, xr - tf.cast(tf.gather(mean_seg, seg), xr.dtype)[:, None], tf.zeros_like(xr))
-    m2s = ssum(tf.cast(tf.reduce_sum(tf.square(centered), 1), f64))
-    mins = tf.math.unsorted_segment_min(mn, seg, nseg)
-    maxs = tf.math.unsorted_segment_max(mx, seg, nseg)
-    nans, zs = ssum(nan), ssum(zeros)
-    nonfinite = ssum(per_elems - c)
-    if nseg > 1:  # rows: all, then each group (the last segment, in no group, only in all)
-        c_all, s_all = tf.reduce_sum(cs), tf.reduce_sum(ss)
-        mean_all = s_all / tf.maximum(c_all, 1.0)
-        m2_all = tf.reduce_sum(m2s + cs * tf.square(mean_seg - mean_all))
-        pick = lambda v, total: tf.concat([[total], v[:-1]], 0)  # noqa: E731
-        samples = pick(samples, tf.reduce_sum(samples))
-        cs, mean, m2 = pick(cs, c_all), pick(mean_seg, mean_all), pick(m2s, m2_all)
-        mins, maxs = pick(mins, tf.reduce_min(mins)), pick(maxs, tf.reduce_max(maxs))
-        nans, zs, nonfinite = (pick(v, tf.reduce_sum(v)) for v in (nans, zs, nonfinite))
-    else:
-        mean, m2 = mean_seg, m2s
-    has = cs > 0
-    nanv = tf.fill(tf.shape(cs), tf.constant(float("nan"), f64))
-    count = samples * per_elems
-    std = tf.where(has, tf.sqrt(m2 / tf.maximum(cs, 1.0)), nanv)
-    l2 = tf.sqrt(m2 + cs * tf.square(mean))
-    values = tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mins, nanv), tf.where(has, maxs, nanv),
-                       l2, zs / tf.maximum(count, 1.0), nans, nonfinite - nans], axis=1)
-    # Histogram over the 'all' group's finite range (numpy's convention for an empty range).
-    lo = tf.where(has[0], mins[0], 0.0)
-    hi = tf.where(has[0], maxs[0], 1.0)
-    lo, hi = tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
-    from .fast_stats import hist_sample  # large tensors: every k-th block of each sample (FORMAT.md)
-    xf, finite = hist_sample(xf), hist_sample(finite)
-    scaled = (tf.cast(xf, f64) - lo) / (hi - lo) * bins
-    idx = tf.clip_by_value(tf.cast(tf.floor(scaled), tf.int32), 0, bins - 1) + bins * seg[:, None]
-    idx = tf.where(finite, idx, tf.fill(tf.shape(idx), nseg * bins))  # non-finite: a discarded bin
-    counts = tf.math.bincount(tf.reshape(idx, [-1]), minlength=nseg * bins + 1, maxlength=nseg * bins + 1)
-    hist = tf.reshape(counts[: nseg * bins], [nseg, bins])
-    if nseg > 1:
-        hist = tf.concat([tf.reduce_sum(hist, 0, keepdims=True), hist[:-1]], 0)
-    hist_range = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
-    return values, hist_range, tf.cast(hist, tf.int32)
-
-
-@dataclass
-class StatsFetch:
-    """The fused statistics fetch and what each of its rows is."""
-    values: tf.Tensor
-    hist_range: tf.Tensor
-    hist: tf.Tensor
-    rows: list[tuple[str, str, str]]  # (tensor, kind, group)
-
-
 def grouping_of(cap: Captured, groups: Groups | None) -> Groups | None:
     """The groups ``cap``'s samples are split by: its own (a tower's), else the run's if it is
     batched, else none."""
     if not cap.batched:
         return None
     return cap.grouping if cap.grouping is not None else groups
-
-
-def build_stats(captured: Sequence[Captured], groups: "Groups | tf.Tensor | None", bins: int) -> StatsFetch | None:
-    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group
-    (the reference implementation; the hook uses ``fast_stats.build_stats``)."""
-    parts, rows = [], []
-    groups = as_groups(groups)
-    with tf.name_scope("tf_inspector/stats"):
-        for cap in captured:
-            for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
-                if t is None:
-                    continue
-                g = grouping_of(cap, groups)
-                parts.append(tensor_stats(t, g, bins))
-                rows += [(cap.name, kind, grp) for grp in ("all", *(g.names if g is not None else ()))]
-        if not parts:
-            return None
-        values, ranges, hists = (tf.concat([p[i] for p in parts], 0) for i in range(3))
-    assert len(STAT_COLUMNS) == 9
-    return StatsFetch(values, ranges, hists, rows)
 
 
 def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_group: int
@@ -399,13 +284,6 @@ def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_grou
     keep = tf.cast(tf.sort(tf.concat(picked, 0)), tf.int32)
     codes = tf.gather(tf.constant(list(groups.codes) + [-1], tf.int32), tf.gather(groups.ids, keep))
     return keep, codes
-
-
-def value_source(t: tf.Tensor) -> tf.Tensor:
-    """The tensor ``t`` copies through Identity ops (same value; control inputs only order)."""
-    while t.op.type == "Identity" and len(t.op.inputs) == 1:
-        t = t.op.inputs[0]
-    return t
 
 
 def taken(pred: tf.Tensor, t: tf.Tensor) -> tf.Tensor:

@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
                               PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
+from inspector.manifest_schema import hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
@@ -350,7 +351,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                                 strict=self.strict, fsync=self.fsync, mode=self.mode)
+                                 strict=self.strict, fsync=self.fsync, mode=self.mode,
+                                 format_version=self._format_version())
 
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
         """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
@@ -453,32 +455,33 @@ class DumpHook(v1.train.SessionRunHook):
         return keeps, samples
 
     def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
+        filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
         return {
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
             "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
-            "config": {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
-                       "max_bytes": self.max_bytes, "histogram_bins": self.bins, "gradients": self.with_gradients,
-                       "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
-                       "share_gradients": self.share_gradients,
-                       "native_stats": bool(self.native_stats and native.library() is not None),
-                       "mode": self.mode, "eval_stats_batches": self.eval_stats_batches,
-                       "eval_dump_batches": self.eval_dump_batches,
-                       "include": _jsonable(self.filters["include"]), "exclude": _jsonable(self.filters["exclude"]),
-                       "op_types": _jsonable(self.filters["op_types"]),
-                       "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
-                       "dtypes": [d.name for d in self.filters["dtypes"]]},
+            "config": hook_config(**self.schedule.to_json(), samples_per_group=self.samples_per_group,
+                                  max_bytes=self.max_bytes, histogram_bins=self.bins, gradients=self.with_gradients,
+                                  dump_on_nonfinite=self.dump_on_nonfinite, strict=self.strict, fsync=self.fsync,
+                                  share_gradients=self.share_gradients,
+                                  native_stats=bool(self.native_stats and native.library() is not None),
+                                  mode=self.mode, eval_stats_batches=self.eval_stats_batches,
+                                  eval_dump_batches=self.eval_dump_batches, **filters,
+                                  dtypes=[d.name for d in self.filters["dtypes"]]),
             "tensors": [c.catalog_entry() for c in self.captured],
             **self._groups_manifest(),
             "skipped": skipped, "first_nonfinite": None,
         }
 
     def _groups_manifest(self) -> dict[str, Any]:
-        """``groups`` (FORMAT.md, "Groups"), and format version 3 where a version 2 reader would
-        not know the group names."""
+        """``groups`` (FORMAT.md, manifest)."""
         g = self._groups or next(iter(self._tower_groups.values()), None)
         entry = None if g is None else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
-        named = g is not None and tuple(g.names) != DEFAULT_GROUPS
-        return {"groups": entry, "format_version": FORMAT_VERSION if named else PLAIN_FORMAT_VERSION}
+        return {"groups": entry}
+
+    def _format_version(self) -> int:
+        """3 where the run has named groups (a version 2 reader would not know them), else 2."""
+        g = self._groups or next(iter(self._tower_groups.values()), None)
+        return FORMAT_VERSION if g is not None and tuple(g.names) != DEFAULT_GROUPS else PLAIN_FORMAT_VERSION
 
     # ---- the session ----------------------------------------------------------------------
     @_guarded

@@ -1,4 +1,4 @@
-"""Fast in-graph statistics: the same [R, 9] matrix and histograms as ``capture.tensor_stats``,
+"""Fast in-graph statistics: the same [R, 9] matrix and histograms as ``exact_stats.tensor_stats``,
 with far fewer ops and fewer passes over memory.
 
 Why: one ``tensor_stats`` subgraph is ~80 ops and ~10 passes (some in float64) per tensor.
@@ -18,7 +18,7 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
   cancel when |mean| >> std), min, max, zero count, and a histogram from one
   ``histogram_fixed_width`` over values pre-shifted so each group lands in its own bin range.
   If any big tensor holds a NaN/Inf (its sums are not finite), one ``tf.cond`` switches all
-  of them to the exact masked ``capture.tensor_stats``.
+  of them to the exact masked ``exact_stats.tensor_stats``.
 
 Example::
 
@@ -34,7 +34,9 @@ import tensorflow as tf
 from inspector import format as fmt
 
 from . import native
-from .capture import Groups, as_groups, grouping_of, segments, value_source
+from .capture import Groups, as_groups, grouping_of
+from .exact_stats import StatsFetch, hist_sample, segments, tensor_stats
+from .structure import value_source
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
 SMALL_MAX = 1 << 15
@@ -60,12 +62,11 @@ class _Item:
 
 
 def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, bins: int, use_native: bool = True):
-    """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see capture.build_stats.
+    """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see exact_stats.build_stats.
 
     ``groups``: the run's groups (or a ``capture.group_ids`` tensor: positive/negative);
     tensors with their own (``Captured.grouping``: a tower's) are computed in a pass of their
     own per grouping. ``use_native=False`` forces the stock-op paths (tests compare the two)."""
-    from .capture import StatsFetch
     groups = as_groups(groups)
     items = [_Item(t, grouping_of(cap, groups), cap.name, kind)
              for cap in captured for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)) if t is not None]
@@ -177,7 +178,7 @@ def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
     m2_all = tf.where(tf.constant(lay.combine), tf.math.unsorted_segment_sum(m2 + spread, parent, lay.n_out), m2)
     mn_all, mx_all = lay.up(mn, tf.math.unsorted_segment_min), lay.up(mx, tf.math.unsorted_segment_max)
     nans_all, zeros_all, elems_all = lay.up(nans), lay.up(zeros), lay.up(elems)
-    # count: samples x per-sample elements (what capture.tensor_stats reports, padding included)
+    # count: samples x per-sample elements (what exact_stats.tensor_stats reports, padding included)
     values = _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
     lo, hi = _hist_range(mn_all, mx_all, c_all)
     return values, tf.gather(lo, parent), tf.gather(hi, parent)
@@ -288,7 +289,6 @@ def _big_stats(items: list[_Item], groups: Groups | None, bins: int):
         return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
 
     def exact():
-        from .capture import tensor_stats
         outs = [tensor_stats(it.x, groups if it.batched else None, bins) for it in items]
         return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
 
@@ -365,20 +365,3 @@ def _fast_tail(it: _Item, f: dict, groups: Groups | None, bins: int):
     rng = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
     return values, rng, h
 
-
-def hist_sample(rows: tf.Tensor) -> tf.Tensor:
-    """[n, e] -> what the histogram counts: every k-th block of HIST_BLOCK elements of each row
-    (every k-th element if e is not a multiple of HIST_BLOCK), k = ceil(n * e / HIST_MAX_ELEMENTS);
-    see ``inspector.format.hist_sample``. k = 1 (small tensors) slices nothing: StridedSlice then
-    forwards its input, no copy."""
-    k = tf.maximum((tf.size(rows) + fmt.HIST_MAX_ELEMENTS - 1) // fmt.HIST_MAX_ELEMENTS, 1)
-    n, b = tf.shape(rows)[0], fmt.HIST_BLOCK
-
-    def blocks():  # a gather of whole blocks: memcpy per block (a strided slice copies element-wise)
-        r3 = tf.reshape(rows, tf.stack([n, -1, b]))
-        return tf.reshape(tf.gather(r3, tf.range(0, tf.shape(r3)[1], k), axis=1), tf.stack([n, -1]))
-
-    e = rows.shape[1]
-    if e is not None:  # decided when the graph is built, as it mostly can be
-        return blocks() if e % b == 0 else rows[:, ::k]
-    return tf.cond(tf.equal(tf.shape(rows)[1] % b, 0), blocks, lambda: rows[:, ::k])

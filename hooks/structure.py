@@ -86,3 +86,10 @@ def annotate(captured: list, graph: tf.Graph, backward: set[str]) -> None:
             continue
         cap.extra["feeds"] = feeds(cap.tensor, keep)
         cap.extra["zero_gradient_expected"] = zero_gradient_expected(cap.tensor, keep)
+
+
+def value_source(t: tf.Tensor) -> tf.Tensor:
+    """The tensor ``t`` copies through Identity ops (same value; control inputs only order)."""
+    while t.op.type == "Identity" and len(t.op.inputs) == 1:
+        t = t.op.inputs[0]
+    return t

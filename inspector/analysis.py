@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from .templates import template_at
+from .icnn.templates import template_at
 
 if TYPE_CHECKING:  # the reader is only needed for run_alerts; keep the import light
     from .run import Run
@@ -85,7 +85,8 @@ def nonfinite_alert(first: dict | None) -> list[Alert]:
     if not first:
         return []
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
-    source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
+    source = str(first.get("source") or "the run")
+    source = NONFINITE_SOURCES.get(source, source)
     return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
                   f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else ""),
                   first["step"], first.get("tensor"))]
@@ -292,8 +293,8 @@ def common_bins(*arrays: np.ndarray, bins: int = 40) -> np.ndarray:
 
 
 # ---- ICNN maths (ICNN.md) ---------------------------------------------------------------------
-# The numpy twin of the ICNN layer's forward pass (inspector/icnn.py is the TensorFlow one),
-# for the synthetic run and for recomputing a mask a dump lacks. Templates: inspector.templates.
+# The numpy twin of the ICNN layer's forward pass (inspector/icnn/layer.py is the TensorFlow one),
+# for the synthetic run and for recomputing a mask a dump lacks. Templates: inspector.icnn.templates.
 
 def icnn_mu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """mu [N,C,2] (row, col) in [-1, 1] and sqrtvar [N,C] (pixels) of maps x [N,H,W,C] (getMu).

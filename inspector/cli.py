@@ -40,7 +40,7 @@ def summary(run: Run) -> str:
     stats_steps = run.query_stats(groups=["all"], kinds=["forward"], columns=[])["step"]
     lines = [
         f"run        {run.path}",
-        f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m.get('tensorflow_version', '?')}",
+        f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m['tensorflow_version'] or '?'}",
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
         f"groups     {', '.join(run.groups)}" + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
         f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "

@@ -5,19 +5,71 @@ manifest gives a DamagedFileError naming the file, the field and the type expect
 TypeError deep inside the reader. Missing fields keep their defaults (older runs); unknown
 fields are ignored (newer writers of the same version may add some).
 
+The manifest's keys are defined here once (as TensorBoard's ``metadata.py`` does for its
+plugins): ``WRITER_KEYS`` (what ``RunWriter`` writes itself), ``CALLER_DEFAULTS`` (what its
+caller, ``hooks.DumpHook`` or ``inspector.testing``, gives) and ``CONFIG_DEFAULTS`` (the hook's
+settings under ``config``). The writer fills and the reader assumes ``CALLER_DEFAULTS`` for a
+caller key that is missing, and :func:`hook_config` refuses a config of any other key set, so
+the hook's and synthetic runs' manifests cannot drift apart.
+
 Example::
 
     m = load_manifest(Path("runs/exp1/manifest.chief.json"), root=Path("runs/exp1"))
+    hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1})   # every key, or ValueError
 """
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from .errors import DamagedFileError, FormatVersionError
 from .format import FORMAT_NAME, FORMAT_VERSION, MODES, check_group_name
 from .safe_files import read_bytes
+
+# ---- the keys ---------------------------------------------------------------------------------
+#: Keys ``RunWriter`` writes itself: format, the session's identity, liveness and totals.
+WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", "mode", "created", "updated",
+               "status", "host", "pid", "heartbeat_secs", "bytes_written", "dumps_written", "steps", "dropped",
+               "errors")
+#: Keys the writer's caller gives, each with the value a manifest without it (an older run, a
+#: bare ``RunWriter``) is written and read with.
+CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
+                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None}
+#: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
+#: disabled itself).
+FAILURE_KEYS = ("error", "hook_error")
+#: The hook's settings under ``config`` (FORMAT.md), with ``DumpHook``'s defaults in their JSON
+#: form (tests check them against its signature); ``native_stats`` records whether the fused
+#: kernels ran, ``mode`` the mode the hook wrote.
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [], "samples_per_group": 2,
+    "max_bytes": 2 * 1024 ** 3, "histogram_bins": 30, "gradients": True, "dump_on_nonfinite": False,
+    "strict": False, "fsync": False, "share_gradients": True, "native_stats": True, "mode": "train",
+    "eval_stats_batches": None, "eval_dump_batches": 1, "include": None, "exclude": None, "op_types": None,
+    "exclude_op_types": None, "dtypes": ["float16", "bfloat16", "float32", "float64"],
+}
+
+
+def with_caller_defaults(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``manifest`` with every key of ``CALLER_DEFAULTS`` (copies of the defaults where missing).
+
+    >>> with_caller_defaults({"loss": "l:0"})["tensors"], with_caller_defaults({"loss": "l:0"})["loss"]
+    ([], 'l:0')
+    """
+    return {**{k: copy.deepcopy(v) for k, v in CALLER_DEFAULTS.items() if k not in manifest}, **manifest}
+
+
+def hook_config(**settings: Any) -> dict[str, Any]:
+    """The ``config`` object: exactly the keys of ``CONFIG_DEFAULTS``, in its order, else ValueError
+    naming the missing and unknown keys (a new setting goes into CONFIG_DEFAULTS first)."""
+    missing, unknown = set(CONFIG_DEFAULTS) - set(settings), set(settings) - set(CONFIG_DEFAULTS)
+    if missing or unknown:
+        raise ValueError(f"hook config keys differ from manifest_schema.CONFIG_DEFAULTS: missing "
+                         f"{sorted(missing) or 'none'}, unknown {sorted(unknown) or 'none'}")
+    return {k: settings[k] for k in CONFIG_DEFAULTS}
+
 
 #: A manifest larger than this is refused before it is read (a catalog of 10,000 tensors
 #: is about 4 MB; every dropped dump adds about 100 bytes).

@@ -34,7 +34,7 @@ from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
-from .manifest_schema import load_manifest
+from .manifest_schema import load_manifest, with_caller_defaults
 from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -206,7 +206,10 @@ class Run:
     def manifest(self) -> dict:
         """The manifest of the default worker's latest training session (else its latest, else any)."""
         w = self.default_worker
-        return self._latest(w, "train") or self._latest(w) or self._latest()
+        m = self._latest(w, "train") or self._latest(w) or self._latest()
+        if m is None:   # not reached: a Run is only made from a folder with a readable manifest
+            raise NotARunError(f"{self.path} has no readable manifest")
+        return m
 
     @property
     def sessions(self) -> pd.DataFrame:
@@ -225,7 +228,8 @@ class Run:
         ended with an error), 'crashed' (its process is gone: same host, pid not alive),
         'stalled' (no heartbeat for STALE_HEARTBEATS heartbeats: crashed on another host, or
         hung), 'running'; else 'finished'. Earlier sessions' states are in :attr:`sessions`."""
-        states = {worker_status(self._latest(w)) for w in {w for w, _ in self.manifests}}
+        latest = (self._latest(w) for w in {w for w, _ in self.manifests})
+        states = {worker_status(m) for m in latest if m is not None}
         for state in ("failed", "crashed", "stalled", "running"):
             if state in states:
                 return state
@@ -279,6 +283,8 @@ class Run:
         """The serialized GraphDef of a session (default: that of :attr:`manifest`); parse with
         tf.compat.v1.GraphDef.FromString."""
         m = self.manifest if worker is None and session is None else self._latest(worker)
+        if m is None:
+            raise InspectorError(f"no worker {worker!r} in {self.path}; workers: {', '.join(self.workers)}")
         if session is not None:
             m = self.manifests.get((worker or m["worker"], session))
             if m is None:
@@ -424,7 +430,7 @@ class Run:
                           worker: str | None = None, session: int | str | None = None,
                           batch: int | None = None) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
-        filters = []
+        filters: list[tuple[str, str, Any]] = []   # pyarrow's (column, op, value) triples
         if tensors is not None:
             tensors = [self.check_tensor(t) for t in tensors]
             filters.append(("tensor", "in", tensors))
@@ -599,10 +605,9 @@ class Run:
             why = note if isinstance(note, str) and note else "does not reach the loss"
             raise NoDumpError(f"{name!r} {why}, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
-        where = dict(mode=mode, batch=batch, session=session)
-        if key not in self.dump_keys(step, worker, **where):
+        if key not in self.dump_keys(step, worker, mode=mode, batch=batch, session=session):
             raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r}; see run.dump_keys({step})")
-        return self.dump_array(step, key, worker, **where)
+        return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                 session: int | None = None, tower: str | None = None) -> pd.DataFrame:
@@ -610,18 +615,18 @@ class Run:
         worker and session that wrote them. ``tower``: a tower's kept samples instead (the
         catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch)."""
         f = self._dump(step, worker, mode, batch, session)
-        where = dict(mode=mode, batch=batch, session=session)
-        keys = self.dump_keys(step, worker, **where)
+        keys = self.dump_keys(step, worker, mode=mode, batch=batch, session=session)
         prefix = "samples/" if tower is None else f"samples/{tower}/"
         if tower is not None and f"{prefix}index" not in keys:
             towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys if k.count("/") > 1
                              and k.startswith("samples/")})
             raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its towers: "
                               f"{', '.join(towers) or 'none'}")
-        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, **where))
+        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode, batch=batch,
+                                                  session=session))
                   for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
         codes = _group_codes(self.manifests.get((f.worker, f.session), {}))
-        check_samples(f.path, *(arrays.get(c) for c in ("index", "group", "label")), codes=codes)
+        check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"), codes=codes)
         cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
         df = pd.DataFrame(cols)
         if "group" in df:
@@ -670,7 +675,7 @@ class Run:
 
     def icnn_layers(self) -> pd.DataFrame:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""
-        from .templates import icnn_layers  # numpy-only module
+        from .icnn.templates import icnn_layers  # numpy-only module
         return icnn_layers(self.tensors)
 
 
@@ -741,9 +746,10 @@ def _check_identity(m: dict, worker: str, session: int, path: Path) -> None:
 
 
 def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
-    """A manifest in the current shape: version 1 ones get their session (0), mode and the
+    """A manifest in the current shape: every caller key (its default where missing, see
+    ``manifest_schema.CALLER_DEFAULTS``); version 1 ones get their session (0), mode and the
     aggregated ``dropped``/``errors`` records."""
-    m = dict(m)
+    m = with_caller_defaults(m)
     m["worker"], m["session"] = worker, session
     if m.get("mode") not in MODES:
         m["mode"] = "train"

@@ -42,6 +42,7 @@ from .claim import Claim, run_bytes
 from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, atomic_write,
                      check_worker, dump_name, graph_name, manifest_name, stats_name, write_json)
 from .liveness import now_iso
+from .manifest_schema import WRITER_KEYS, with_caller_defaults
 
 log = logging.getLogger("tf_inspector")
 
@@ -107,7 +108,7 @@ class Tally:
             key = (what, "other reasons (too many distinct ones to list)")
         r = self._records.get(key)
         first = r is None
-        if first:
+        if r is None:
             r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0, "first_step": step,
                                       "last_step": step, "steps": [], "first_time": now_iso()}
         r["count"] += 1
@@ -161,6 +162,12 @@ def _close_open_writers() -> None:
                 timeout=30)
 
 
+def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
+    """The tensor, kind and group columns of every statistics part (dictionary-encoded)."""
+    return {name: pa.array(list(values)).dictionary_encode()
+            for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
+
+
 class RunWriter:
     """One writer session's files in a run directory, written from background threads: one for
     statistics and the manifest (in order), ``dump_threads`` for full dumps."""
@@ -169,7 +176,7 @@ class RunWriter:
                  stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
-                 dump_threads: int = 2, mode: str = "train") -> None:
+                 dump_threads: int = 2, mode: str = "train", format_version: int = PLAIN_FORMAT_VERSION) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -180,12 +187,18 @@ class RunWriter:
         page-cache and writeback work per write overlaps); memory held is at most queue_size +
         dump_threads dumps. ``max_bytes`` bounds the whole run directory: the files already
         there (earlier sessions, other workers) count. ``mode``: train, eval or predict.
+        ``format_version``: what the manifest says (FORMAT.md, "Versioning": 3 where the run
+        has named groups, which a version 2 reader would not read).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
             raise ValueError(f"dump_threads={dump_threads} must be >= 1")
         if mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES}")
+        overridden = sorted(set(manifest) & set(WRITER_KEYS))
+        if overridden:
+            raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
+                             f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
         self.run_dir = Path(run_dir)
         self.fsync = fsync
         self.worker = check_worker(worker)
@@ -213,10 +226,10 @@ class RunWriter:
         self._last_flush = time.monotonic()
         self._seq = 0
         self._manifest = {
-            "format": FORMAT_NAME, "format_version": PLAIN_FORMAT_VERSION, "tool_version": TOOL_VERSION,
+            "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, **dict(manifest),
+            "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
         }
         (self.run_dir / "stats").mkdir(exist_ok=True)
         (self.run_dir / "dumps").mkdir(exist_ok=True)
@@ -228,7 +241,8 @@ class RunWriter:
         except BaseException:
             self.claim.release()
             raise
-        self._static = self._static_columns() if stats_layout else None
+        # the tensor/kind/group columns, the same for every statistics step (none without a layout)
+        self._static = _static_columns(stats_layout) if stats_layout else {}
         self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
                                                name=f"tf-inspector-dumps-{worker}-s{self.session}-{i}")
                               for i in range(dump_threads)]
@@ -246,6 +260,8 @@ class RunWriter:
         the batch index within an evaluation or prediction (0 in training). ``keep``: bool [R],
         the layout's rows to write (None: all)."""
         self._raise_if_strict()
+        if self.layout is None:
+            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist, keep))
@@ -437,11 +453,6 @@ class RunWriter:
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
-
-    def _static_columns(self) -> dict[str, pa.Array]:
-        lay = self.layout
-        return {name: pa.array(list(values)).dictionary_encode()
-                for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
     def _stats_batch(self, s: _Stats) -> pa.RecordBatch:
         rows = len(s.values)

@@ -8,7 +8,7 @@ import pytest
 import inspector
 from inspector import analysis
 from inspector.analysis import Thresholds
-from inspector.synthetic import make_synthetic_run
+from inspector.testing import make_synthetic_run
 
 
 def stats_frame(rows):

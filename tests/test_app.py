@@ -17,7 +17,7 @@ pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need S
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from inspector.format import manifest_name  # noqa: E402
-from inspector.synthetic import SyntheticRun, make_synthetic_run  # noqa: E402
+from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 
 from inspector.format import manifest_name
-from inspector.synthetic import make_synthetic_run
+from inspector.testing import make_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from inspector import cli
-from inspector.synthetic import make_synthetic_run
+from inspector.testing import make_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

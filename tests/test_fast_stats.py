@@ -1,4 +1,4 @@
-"""hooks.fast_stats agrees with the reference capture.build_stats, on every path: the fused
+"""hooks.fast_stats agrees with the reference exact_stats.build_stats, on every path: the fused
 kernels (hooks/native), and the stock-op small- and big-tensor paths."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
-from hooks import capture, fast_stats, native  # noqa: E402
+from hooks import capture, exact_stats, fast_stats, native  # noqa: E402
 
 v1 = tf.compat.v1
 
@@ -44,7 +44,7 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max,
     with tf.Graph().as_default():
         gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
         caps = [capture.Captured(tf.constant(a), batched=a.ndim > 1, gradient=None) for a in arrays]
-        ref, fast = capture.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8, use_native)
+        ref, fast = exact_stats.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8, use_native)
         assert ref.rows == fast.rows
         kernels = {op.type for op in v1.get_default_graph().get_operations()} & {"InspectorStats"}
         assert len(kernels) == (1 if use_native else 0)
@@ -75,7 +75,7 @@ def test_native_dtypes_dynamic_batch_and_padding(dtype):
         gid = tf.constant([1, 0, 1, 0], tf.int32)  # 4 labels for 5 samples: sample 4 is padding
         caps = [capture.Captured(x, batched=True, gradient=None),
                 capture.Captured(tf.reduce_mean(x, 0), batched=False, gradient=None)]
-        ref, fast = capture.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
+        ref, fast = exact_stats.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
         assert [op.type for op in v1.get_default_graph().get_operations() if op.type == "InspectorStats"]
         with v1.Session() as s:
             feed = {x: x_val.astype(dtype.as_numpy_dtype)}

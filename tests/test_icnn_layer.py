@@ -8,7 +8,7 @@ tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) 
 tf1 = tf.compat.v1
 
 from inspector import format as fmt  # noqa: E402
-from inspector import icnn  # noqa: E402
+from inspector.icnn import layer as icnn  # noqa: E402
 
 A = 0.5
 

@@ -29,7 +29,7 @@ WITHOUT_VIEWER_DEPS = textwrap.dedent("""
     from pathlib import Path
     import inspector
     from inspector import cli
-    from inspector.synthetic import make_synthetic_run
+    from inspector.testing import make_synthetic_run
 
     run_dir = Path(sys.argv[2]) / "exp1"
     make_synthetic_run(run_dir, steps=10, tensors=6, dump_every=5)

@@ -8,7 +8,8 @@ import pandas as pd
 from matplotlib.collections import PathCollection
 from matplotlib.patches import Rectangle, StepPatch
 
-from inspector import plots, templates
+from inspector import plots
+from inspector.icnn import templates
 
 
 def test_png_bytes_and_no_pyplot():

@@ -221,7 +221,8 @@ def test_safe_join_refuses_escape(tmp_path):
 
 
 def test_import_inspector_leaves_tensorflow_out():
-    code = "import sys, inspector, inspector.cli, inspector.run; print('tensorflow' in sys.modules)"
+    code = ("import sys, inspector, inspector.cli, inspector.run, inspector.testing, inspector.icnn.templates, "
+            "inspector.icnn.stability; print('tensorflow' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -308,3 +309,21 @@ def test_byte_budget_counts_the_exact_file_size(tmp_path):
         w.close()
         dropped = inspector.open_run(tmp_path / f"b{budget}").dropped
         assert (list(dropped["bytes"]) == [size]) if not kept else dropped.empty
+
+
+def test_statistics_without_a_layout_are_refused_at_once(tmp_path):
+    """Found by the type check: they used to be queued and fail on the writer's thread."""
+    w = RunWriter(tmp_path / "r", manifest={})
+    with pytest.raises(ValueError, match="no stats_layout"):
+        w.add_stats(1, np.zeros((1, 9)), np.zeros((1, 2)), np.zeros((1, 30), np.int32))
+    w.close()
+    assert inspector.open_run(tmp_path / "r").stats.empty
+
+
+def test_graph_of_an_unknown_worker_names_the_workers(tmp_path):
+    """Found by the type check: a TypeError ('NoneType' is not subscriptable) before."""
+    RunWriter(tmp_path / "r", manifest={}, graph_def=b"g").close()
+    run = inspector.open_run(tmp_path / "r")
+    assert run.graph_def_bytes() == b"g"
+    with pytest.raises(inspector.InspectorError, match="no worker 'nope' in .*; workers: chief"):
+        run.graph_def_bytes(worker="nope")

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from inspector import stability, templates
+from inspector.icnn import stability, templates
 from inspector.format import ICNN_ROLES
 
 

@@ -19,7 +19,8 @@ import pandas as pd
 import streamlit as st
 
 import inspector
-from inspector import analysis, templates
+from inspector import analysis
+from inspector.icnn import templates
 from inspector.errors import InspectorError
 
 from . import paths
@@ -241,7 +242,7 @@ def readable_steps(path: str, sig: Sig) -> list[int]:
 
 def dead_filters(path: str, sig: Sig, step: int | None = None) -> dict[str, list[int]]:
     """{ICNN layer: dead filters} at dump ``step`` (default: the newest readable dump), see
-    :func:`inspector.templates.dead_filters`; layers whose maps that dump lacks (or holds in an
+    :func:`inspector.icnn.templates.dead_filters`; layers whose maps that dump lacks (or holds in an
     unexpected shape) are left out. Cached by :func:`dumps_key`: new statistics read nothing."""
     return _dead_filters(path, dumps_key(sig), step, sig)
 

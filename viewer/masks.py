@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import analysis, plots, templates
+from inspector import analysis, plots
+from inspector.icnn import templates
 
 from . import data
 from .dumps import dump_step_picker

@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest
 
 import inspector
 import viewer
-from inspector.synthetic import make_synthetic_run
+from inspector.testing import make_synthetic_run
 
 CHECKOUT = Path(os.environ["TF_INSPECTOR_CHECKOUT"]).resolve()
 CORE = {"numpy", "pandas", "pyarrow", "safetensors", "tqdm"}

@@ -1,7 +1,7 @@
 """ICNN templates and layer listing, in NumPy only (no TensorFlow).
 
 The paper's positive template for a peak at mu, on an H x W map, is the mask formula of the
-layer (see ``inspector.icnn``)::
+layer (see ``inspector.icnn.layer``)::
 
     T_mu[h, w] = tau * max(1 - beta * (|gy[h] - mu_row| + |gx[w] - mu_col|), -1)
     gy = linspace(-1, 1, H),  gx = linspace(-1, 1, W)
@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from .format import ICNN_ROLES
+from ..format import ICNN_ROLES
 
 
 def paper_tau(h: int, w: int) -> float:

@@ -1,14 +1,14 @@
 """The ICNN conv-mask layer (Zhang, Wu, Zhu, CVPR 2018) for TF1-style graphs.
 
 Imports TensorFlow: ``import inspector`` never imports this module; import it
-explicitly (``from inspector import icnn``) inside a ``model_fn``. Built only from
+explicitly (``from inspector.icnn import layer``) inside a ``model_fn``. Built only from
 ``tf.nn`` / ``tf.compat.v1`` primitives (no Keras, no ``tf.compat.v1.layers``), so it
 runs under TensorFlow 2.15 and the latest TensorFlow alike. docs/ICNN.md describes it;
 where the paper and the authors' MatConvNet release differ, the release is followed.
 
 Example (inside a model_fn)::
 
-    from inspector import icnn
+    from inspector.icnn import layer as icnn
     x = tf.nn.relu(conv3)                                   # [N, H, W, C], x >= 0
     epoch = icnn.epoch_from_step(tf.compat.v1.train.get_or_create_global_step(), 60)
     post = icnn.conv_mask(x, tf.equal(labels, 1), epoch, name="icnn_mask")
@@ -66,7 +66,7 @@ fraction of positives in the batch, and ``p(x|T) = exp(mean_hw(x * T) / a) / Z_T
 Z_T summed over the batch. Lower is better: it is low when each map matches one template
 sharply (a single compact peak). Like the paper's MI it does not see labels (a filter that
 also fires on negatives is not penalised; watch ``strength`` per group for that), it cannot
-know where ground-truth parts are (use ``inspector.stability``), and it scales with the
+know where ground-truth parts are (use ``inspector.icnn.stability``), and it scales with the
 activation energy: maps with small activations give values near 0 for every filter.
 Its internals live under ``<layer>/monitor/``; ``DumpHook(exclude=r"/monitor/")`` keeps their
 [H*W, H, W, C] template tensors out of the dumps. Cost O(N * C * (H*W)^2); pass ``monitor=False`` to

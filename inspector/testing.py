@@ -13,7 +13,7 @@ with depth from the loss, and optionally NaN/Inf from ``nonfinite_at`` and a dea
 
 Example::
 
-    from inspector.synthetic import make_synthetic_run
+    from inspector.testing import make_synthetic_run
     path = make_synthetic_run("runs/demo", steps=200, tensors=40, dump_every=50)
 
     # a run that is still being written (the viewer's live mode):
@@ -32,6 +32,7 @@ import numpy as np
 
 from .analysis import icnn_mask, icnn_mu
 from .format import GROUPS, STAT_COLUMNS, manifest_name
+from .manifest_schema import CONFIG_DEFAULTS, hook_config
 from .writer import RunWriter, StatsLayout
 
 BATCH = 32
@@ -107,10 +108,10 @@ class SyntheticRun:
         self.parts = self.rng.uniform(1.5, hw[0] - 2.5, size=(c, 2))
         self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
         self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
-        # the same manifest keys as hooks.DumpHook writes
-        config: dict[str, object] = {"stats_every_n_steps": 1, "dump_every_n_steps": dump_every, "dump_steps": [],
-                  "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins, "gradients": True,
-                  "dump_on_nonfinite": False, "strict": False}
+        # the same manifest keys as hooks.DumpHook writes (one schema: manifest_schema)
+        config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1, "dump_every_n_steps": dump_every,
+                                "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins,
+                                "native_stats": False})
         manifest = {"tensorflow_version": None, "is_chief": True, "loss": "loss/Mean:0", "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
                     "first_nonfinite": None, "synthetic_seed": seed}
