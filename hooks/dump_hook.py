@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
                               PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
-from inspector.manifest_schema import hook_config
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
@@ -604,8 +604,8 @@ class DumpHook(v1.train.SessionRunHook):
             log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics are written for "
                       "group 'all' only, and so is every such step (logged once)", step, bad,
                       bad_rule(self.group_spec), self._groups_rule)
-            self._writer.update_manifest(groups_refused={"first_step": step, "samples": bad,
-                                                         "why": bad_rule(self.group_spec)})
+            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: {"first_step": step, "samples": bad,
+                                                                 "why": bad_rule(self.group_spec)}})
         groups = [g for _, _, g in self._stats.rows] + ["all"] * (rows - len(self._stats.rows))
         return np.asarray([g == "all" for g in groups])
 

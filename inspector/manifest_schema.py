@@ -36,10 +36,14 @@ WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", 
 #: Keys the writer's caller gives, each with the value a manifest without it (an older run, a
 #: bare ``RunWriter``) is written and read with.
 CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
-                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None}
+                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None,
+                                   "groups": {"rule": "positive/negative", "names": ["positive", "negative"],
+                                              "codes": [1, 0]}}
 #: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
 #: disabled itself).
 FAILURE_KEYS = ("error", "hook_error")
+#: Present only after statistics steps whose samples broke the group rule (``groups=``).
+GROUPS_REFUSED_KEY = "groups_refused"
 #: The hook's settings under ``config`` (FORMAT.md), with ``DumpHook``'s defaults in their JSON
 #: form (tests check them against its signature); ``native_stats`` records whether the fused
 #: kernels ran, ``mode`` the mode the hook wrote.

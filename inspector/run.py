@@ -34,7 +34,7 @@ from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
-from .manifest_schema import load_manifest, with_caller_defaults
+from .manifest_schema import CALLER_DEFAULTS, load_manifest, with_caller_defaults
 from .stats_schema import check_stats_file, read_part
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -721,11 +721,10 @@ def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]]) -> dict[t
 
 def _group_codes(m: dict) -> dict[int, str]:
     """A session's dump codes of ``samples/group`` -> group name (FORMAT.md, "Groups"): its
-    manifest's ``groups``; without one (runs before it), 1 positive and 0 negative."""
-    if "groups" in m:
-        g = m["groups"]
-        return dict(zip(g["codes"], g["names"])) if g else {}
-    return {1: "positive", 0: "negative"}
+    manifest's ``groups`` (null: no groups); runs before it read with the default
+    (``manifest_schema.CALLER_DEFAULTS``): 1 positive, 0 negative."""
+    g = m.get("groups", CALLER_DEFAULTS["groups"])
+    return dict(zip(g["codes"], g["names"])) if g else {}
 
 
 def _one_source(df: pd.DataFrame, what: str) -> None:
