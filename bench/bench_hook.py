@@ -55,7 +55,9 @@ because ``hooks`` is imported before the model is built; ``hooks.gradient_record
 3b/4b/5b (``*-shared``): 3, 4 and 5 with the model trained by ``hooks.minimize`` instead of
 ``optimizer.minimize`` (explicit sharing). 4c (``stats-every-own``): ``share_gradients=False``,
 the hook's own second backward pass. 4d (``stats-every-stock``, only when named): the
-stock-op statistics that run where the fused kernel cannot be compiled.
+stock-op statistics that run where the fused kernel cannot be compiled. 4e
+(``stats-every-classes``, only when named): statistics with ``groups="per_class"`` (10
+classes: 11 rows per tensor and kind instead of 3), in the same fused pass.
 
 After each block (untimed) its dumps are deleted and ``os.sync()`` flushes what is left of
 its writeback, so a dumping block does not slow whichever block follows it.
@@ -145,6 +147,9 @@ def configs(batch: int) -> list[Config]:
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, share_gradients=False)),
         Config("stats-every-stock", "(4d) statistics, stock-op fallback",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, native_stats=False), optional=True),
+        Config("stats-every-classes", "(4e) statistics every step, groups='per_class' (10)",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, groups="per_class", num_classes=10),
+               optional=True),
         Config("dump-full-shared", "(5b) full dump, hooks.minimize",
                dump_hook(stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=batch, max_bytes=None),
                shared=True),

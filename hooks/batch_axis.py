@@ -23,7 +23,15 @@ order outside v1 while loops):
   output's rank and a compatible axis 0 (equal or unknown sizes).
 
 Tensors with no batched input (variables, biases, constants) are never batched, whatever
-their shape: 8 filters with a batch of 8 are told apart. Limits: an input whose axis 0 is
+their shape: 8 filters with a batch of 8 are told apart.
+
+**Towers.** ``tf.split`` on axis 0 of a batched tensor (multi-tower training) makes each
+output batched over *its slice* of the batch: the trace keeps, per batched tensor, the chain
+of splits it came through (:meth:`BatchAxis.slice_of`: () for the whole batch), so a tower's
+samples are grouped by the same split of the labels' groups (``hooks/towers.py``). Other
+selections of part of axis 0 (``x[:16]``, a gather of unbatched indices) and ops mixing
+tensors of different slices are *unresolved*: not batched, listed by :meth:`unresolved` (the
+hook warns and gives them no groups). Limits: an input whose axis 0 is
 not the batch (time-major sequences, a placeholder of class weights) is taken as batched;
 say so with ``unbatched=``. Overrides are regexes on tensor names, applied during the
 trace, so what follows from an overridden tensor follows the override:
@@ -54,7 +62,12 @@ NEVER = frozenset({
     "BiasAddGrad", "TensorArrayV3", "TensorArraySizeV3", "DynamicPartition",
 })
 REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"})
+#: Selections of part of axis 0 (``x[:16]``, ``tf.gather(x, idx)``): per-sample over samples
+#: the trace cannot map to the labels.
+PARTS = frozenset({"Slice", "StridedSlice", "GatherV2", "Gather"})
 Rule = Callable[[tf.Operation, Callable[[tf.Tensor], bool]], Sequence[bool]]
+#: ((split op name, output index), ...): the splits along axis 0 a tensor came through.
+Slice = tuple
 Patterns = Union[str, Iterable[str], None]
 
 
@@ -67,13 +80,84 @@ class BatchAxis:
         self._cut = capture._compile(unbatched)
         self._sources = {labels.name} if labels is not None else set()
         self._batched: set[str] = set()
+        self._slice: dict[str, Slice] = {}   # batched tensor -> its slice of the batch
+        self._partial: set[str] = set()      # part of the batch, not traced: unresolved
+        self._split_ops: dict[tuple, str] = {}  # a split's signature -> the first split op with it
+        self._graph = graph
         for op in graph.get_operations():
-            for t, b in zip(op.outputs, self._op_outputs(op)):
-                if self._override(t, b):
-                    self._batched.add(t.name)
+            self._trace(op)
 
     def is_batched(self, t: tf.Tensor) -> bool:
         return t.name in self._batched
+
+    def slice_of(self, t: tf.Tensor) -> "Slice":
+        """The splits a batched ``t`` came through: ((split signature, output index), ...), ()
+        for the whole batch. Splits of the batch into the same parts (``tf.split(x, 2)`` and
+        ``tf.split(labels, 2)``, or equal constant sizes) have one signature: their i-th
+        outputs hold the same samples."""
+        return self._slice.get(t.name, ())
+
+    def split_op(self, signature: tuple) -> tf.Operation:
+        """The (first) split op of a signature in :meth:`slice_of`."""
+        return self._graph.get_operation_by_name(self._split_ops[signature])
+
+    def unresolved(self, t: tf.Tensor) -> bool:
+        """``t`` is per-sample over a part of the batch the trace cannot map to the labels."""
+        return t.name in self._partial
+
+    def _trace(self, op: tf.Operation) -> None:
+        outs = self._op_outputs(op)
+        split = self._split_axis0(op)
+        for i, (t, b) in enumerate(zip(op.outputs, outs)):
+            if split is not None:
+                if self._override(t, True):
+                    self._batched.add(t.name)
+                    self._slice[t.name] = split + ((self._signature(op), i),)
+                continue
+            if not self._override(t, b):
+                if self._override(t, self._partial_out(op, i)):
+                    self._partial.add(t.name)
+                continue
+            slices = {self._slice.get(x.name, ()) for x in op.inputs if self.is_batched(x)}
+            slices |= _shape_slices(op, self)
+            if len(slices) > 1 or any(self.unresolved(x) for x in op.inputs):
+                self._partial.add(t.name)  # mixes slices: whose samples would its rows be?
+                continue
+            self._batched.add(t.name)
+            if slices and (s := slices.pop()):
+                self._slice[t.name] = s
+
+    def _split_axis0(self, op: tf.Operation) -> "Slice | None":
+        """A ``Split``/``SplitV`` along axis 0 of a batched tensor: that tensor's slice."""
+        if op.type not in ("Split", "SplitV"):
+            return None
+        value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" else (op.inputs[0], op.inputs[2])
+        if not self.is_batched(value) or _axis(_const(axis), value.shape.rank) != 0:
+            return None
+        return self.slice_of(value)
+
+    def _signature(self, op: tf.Operation) -> tuple:
+        """What a split of axis 0 cuts: equal parts, constant sizes, else this op alone."""
+        sizes = _const(op.inputs[1]) if op.type == "SplitV" else None
+        sig = (("equal", len(op.outputs)) if op.type == "Split" else
+               ("sizes", tuple(int(v) for v in sizes)) if sizes is not None and -1 not in sizes else ("op", op.name))
+        self._split_ops.setdefault(sig, op.name)
+        return sig
+
+    def _partial_out(self, op: tf.Operation, i: int) -> bool:
+        """Output ``i`` would be per-sample if unresolved inputs and selections of part of axis 0
+        counted as batched: it is per-sample over a part of the batch not traced."""
+        if not op.outputs[i].shape.rank or op.type in NEVER:
+            return False
+        x = op.inputs[0] if op.inputs else None
+        if op.type in PARTS and _selects_axis0(op) and x is not None and (self.is_batched(x) or self.unresolved(x)):
+            return True
+        if not any(self.unresolved(x) for x in op.inputs):
+            return False
+
+        def b(x: tf.Tensor) -> bool:
+            return self.is_batched(x) or self.unresolved(x)
+        return bool(RULES.get(op.type, same_leading)(op, b)[i])
 
     def _op_outputs(self, op: tf.Operation) -> Sequence[bool]:
         if op.type in SOURCE_OP_TYPES:
@@ -91,6 +175,32 @@ class BatchAxis:
         if self._force and any(p.search(t.name) for p in self._force):
             batched = True
         return batched and t.shape.rank is not None and t.shape.rank >= 1
+
+
+def _selects_axis0(op: tf.Operation) -> bool:
+    """A slice or gather that picks some rows of axis 0, keeping it as axis 0 (not ``x[0]``)."""
+    if op.type == "StridedSlice":
+        masks = _attr(op, "shrink_axis_mask", 0) | _attr(op, "new_axis_mask", 0) | _attr(op, "ellipsis_mask", 0)
+        return not masks & 1
+    if op.type in ("Gather", "GatherV2"):
+        axis = 0 if op.type == "Gather" else _axis(_const(op.inputs[2]), op.inputs[0].shape.rank)
+        return axis == 0 and not _attr(op, "batch_dims", 0) and bool(op.inputs[1].shape.rank)
+    return True
+
+
+def _shape_slices(op: tf.Operation, axis: BatchAxis, depth: int = 4) -> set:
+    """Slices of the batched tensors whose ``tf.shape`` feeds ``op`` (``tf.fill(tf.shape(x))``):
+    a shaped op takes its batch from there."""
+    if op.type not in SHAPED:
+        return set()
+    found, stack = set(), [(x, depth) for x in op.inputs]
+    while stack:
+        t, d = stack.pop()
+        if t.op.type in ("Shape", "ShapeN"):
+            found |= {axis.slice_of(x) for x in t.op.inputs if axis.is_batched(x)}
+        elif d > 0:
+            stack += [(x, d - 1) for x in t.op.inputs]
+    return found
 
 
 # ---- rules: op -> batched per output, given which inputs are batched ---------------------------

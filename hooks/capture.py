@@ -14,7 +14,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry, parse_shared_gradient_entry
+from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry,
+                              parse_shared_gradient_entry)
 
 from .structure import on_device_of, value_source
 
@@ -52,6 +53,9 @@ class Captured:
     icnn_role: str | None = None
     #: more catalog fields: feeds, zero_gradient_expected (structure.py), variable (variables.py)
     extra: dict = field(default_factory=dict)
+    #: the groups of this tensor's own samples when they are not the labels' batch (a tower's
+    #: slice, hooks/towers.py); None: the run's groups (batched tensors)
+    grouping: "Groups | None" = None
 
     @property
     def name(self) -> str:
@@ -230,14 +234,56 @@ def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Te
     return tf.cast(pos, tf.int32)
 
 
-def kept_samples(gid: tf.Tensor | None, batch: tf.Tensor, per_group: int) -> tuple[tf.Tensor, tf.Tensor | None]:
-    """Batch indices kept by the sample budget: the first ``per_group`` positives and negatives."""
-    if gid is None:
+@dataclass
+class Groups:
+    """The sample groups of one batch: ``ids`` int32 [N], each sample's group index 0..K-1, or
+    K: in no group; ``names`` the K names (rows after ``all``); ``codes`` what a dump's
+    ``samples/group`` stores per group; ``bad`` an int32 scalar: samples breaking the rule
+    (hooks/groups.py; None: none can)."""
+    ids: tf.Tensor
+    names: tuple[str, ...] = DEFAULT_GROUPS
+    codes: tuple[int, ...] = (1, 0)
+    bad: tf.Tensor | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def sliced(self, ids: tf.Tensor) -> "Groups":
+        """The same groups over other samples (a tower's slice of the batch)."""
+        return Groups(ids, self.names, self.codes, None)
+
+
+def from_positive(positive_ids: tf.Tensor) -> Groups:
+    """positive/negative :class:`Groups` from int [N] ids, 1 positive and 0 negative (:func:`group_ids`)."""
+    return Groups(1 - tf.cast(positive_ids, tf.int32), DEFAULT_GROUPS, (1, 0))
+
+
+def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:
+    """``groups``, or positive/negative groups from a :func:`group_ids` tensor (1 positive)."""
+    return groups if groups is None or isinstance(groups, Groups) else from_positive(groups)
+
+
+def grouping_of(cap: Captured, groups: Groups | None) -> Groups | None:
+    """The groups ``cap``'s samples are split by: its own (a tower's), else the run's if it is
+    batched, else none."""
+    if not cap.batched:
+        return None
+    return cap.grouping if cap.grouping is not None else groups
+
+
+def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_group: int
+                 ) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """Batch indices kept by the sample budget: the first ``per_group`` samples of each group
+    (in batch order), and each kept sample's group code (``samples/group``); without groups
+    the first ``2 * per_group`` samples."""
+    groups = as_groups(groups)
+    if groups is None:
         return tf.range(tf.minimum(batch, 2 * per_group)), None
-    pos = tf.reshape(tf.where(tf.equal(gid, 1)), [-1])[:per_group]
-    neg = tf.reshape(tf.where(tf.equal(gid, 0)), [-1])[:per_group]
-    keep = tf.cast(tf.sort(tf.concat([pos, neg], 0)), tf.int32)
-    return keep, tf.gather(gid, keep)
+    picked = [tf.reshape(tf.where(tf.equal(groups.ids, k)), [-1])[:per_group] for k in range(groups.count)]
+    keep = tf.cast(tf.sort(tf.concat(picked, 0)), tf.int32)
+    codes = tf.gather(tf.constant(list(groups.codes) + [-1], tf.int32), tf.gather(groups.ids, keep))
+    return keep, codes
 
 
 def taken(pred: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
@@ -293,7 +339,8 @@ def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str], dtypes: Seque
 
 
 def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None,
-               gate: tf.Tensor | None = None) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
+               gate: tf.Tensor | None = None, keeps: Mapping[int, tf.Tensor] | None = None
+               ) -> tuple[dict[str, tf.Tensor], dict[str, str]]:
     """'forward/<name>' and 'gradient/<name>' -> kept samples (batched) or the whole tensor,
     and aliases: key -> the key holding the same tensor (fetched and written once).
 
@@ -305,7 +352,8 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
     of exactly that leading size are then fetched as they are (gathering all rows is a copy
     of every dumped byte). ``gate``: a boolean scalar; the dump's tensors (and the gathers
     that keep their samples) then run only on steps where it is true (:func:`taken`): pack
-    them with :func:`pack_when` to fetch them."""
+    them with :func:`pack_when` to fetch them. ``keeps``: id(``Captured.grouping``) -> the kept
+    samples of a tower's tensors (rows of its slice of the batch)."""
     out: dict[str, tf.Tensor] = {}
     aliases: dict[str, str] = {}
     first: dict[tuple[str, bool], str] = {}
@@ -315,11 +363,13 @@ def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int |
                 if t is None:
                     continue
                 key = f"{kind}/{cap.name}"
-                seen = first.setdefault((value_source(t).name, cap.batched), key)
+                own = (keeps or {}).get(id(cap.grouping)) if cap.grouping is not None else None
+                seen = first.setdefault((value_source(t).name, cap.batched, id(own)), key)
                 if seen != key:
                     aliases[key] = seen
                     continue
-                out[key] = _kept(t if gate is None else taken(gate, t), cap.batched, keep, keep_all_of)
+                out[key] = _kept(t if gate is None else taken(gate, t), cap.batched,
+                                 keep if own is None else own, keep_all_of if own is None else None)
     return out, aliases
 
 

@@ -19,18 +19,20 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
-from inspector.manifest_schema import hook_config
+from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
+                              PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
 
-from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, variables
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, towers, variables
+from .groups import GroupSpec, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
@@ -126,10 +128,20 @@ class DumpHook(v1.train.SessionRunHook):
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
         refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
       labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
-        Estimator passed to the model_fn. Without labels there are no positive/negative groups.
+        Estimator passed to the model_fn. Without labels there are no groups. Multi-tower
+        training: a dict ``{scope prefix: labels of that tower}`` groups each tower's
+        per-sample tensors by its own labels (``hooks/towers.py``); towers cut from one batch
+        with ``tf.split`` need no dict (the split is traced).
       positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
         ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
         ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
+      groups: the sample groups of batched tensors' statistics and dumps (``hooks/groups.py``):
+        None (positive/negative), ``"per_class"`` (``class_0`` ... one per class id, at most
+        ``groups.MAX_CLASS_GROUPS``) or a function ``labels[, predictions] -> {name: bool [N]}``
+        of disjoint groups, e.g. correct vs misclassified.
+      num_classes: the number of classes of ``groups="per_class"`` with class-id labels.
+      predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
+        EstimatorSpec's predictions (a tensor, or its dict).
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
         leave out the backward pass, optimizer, saver, summaries and init ops).
       op_types / exclude_op_types: capture only / never these op types.
@@ -139,8 +151,8 @@ class DumpHook(v1.train.SessionRunHook):
         inclusive ranges (``[1, "500:510", (900, 905)]``).
       dump_on_nonfinite: check the loss every step and the statistics on stats steps; when a
         NaN/Inf first appears, record where and dump the next step.
-      samples_per_group: sample budget of a full dump: this many positive and this many
-        negative samples (first ones by batch index); 2x this many without labels.
+      samples_per_group: sample budget of a full dump: this many samples of each group
+        (first ones by batch index); 2x this many without labels.
       max_bytes: byte budget of this worker's files; dumps beyond it are dropped (recorded).
       histogram_bins: bins of the in-graph histograms.
       gradients: also capture d loss / d tensor for every captured tensor.
@@ -186,7 +198,10 @@ class DumpHook(v1.train.SessionRunHook):
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
-                 labels: tf.Tensor | str | None = None, positive: Callable | None = None,
+                 labels: tf.Tensor | str | Mapping[str, tf.Tensor | str] | None = None,
+                 positive: Callable | None = None,
+                 groups: str | Callable | None = None, num_classes: int | None = None,
+                 predictions: tf.Tensor | str | None = None,
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
@@ -212,6 +227,8 @@ class DumpHook(v1.train.SessionRunHook):
         self.storage_options = storage_options
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
+        self.group_spec = GroupSpec.parse(groups, positive, num_classes)
+        self.predictions_arg = predictions
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
         self.dump_on_nonfinite = dump_on_nonfinite
@@ -239,6 +256,11 @@ class DumpHook(v1.train.SessionRunHook):
         self._dump: dict[str, tf.Tensor] = {}
         self._dump_metadata: dict[str, str] = {}
         self._samples: dict[str, tf.Tensor] = {}
+        self._groups: capture.Groups | None = None
+        self._tower_groups: dict[str, capture.Groups] = {}
+        self._bad: tf.Tensor | None = None
+        self._groups_rule: str | None = None
+        self._bad_groups_logged = False
         self._global_step = None
         self._loss_finite = None
         self._step = 0
@@ -272,8 +294,35 @@ class DumpHook(v1.train.SessionRunHook):
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
         return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
-    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-        return resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.positive, strict=self.strict)
+    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, capture.Groups | None]:
+        if isinstance(self.labels_arg, Mapping):
+            return self._resolve_tower_labels(g)
+        labels, groups = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
+                                                self._tensor(self.predictions_arg, "predictions"), strict=self.strict)
+        self._groups = groups
+        self._groups_rule = self.group_spec.describe(labels) if groups is not None else None
+        return labels, groups
+
+    def _resolve_tower_labels(self, g: tf.Graph) -> tuple[None, None]:
+        """``labels={prefix: tensor}``: each tower's groups (no whole-batch labels)."""
+        for prefix, value in self.labels_arg.items():
+            labels = self._tensor(value, f"labels[{prefix!r}]")
+            try:
+                self._tower_groups[prefix] = self.group_spec.build(labels)
+            except (capture.LabelsError, ValueError) as e:
+                resolve._refuse(e, self.strict)
+                self._tower_groups.clear()
+                return None, None
+            rule = self.group_spec.describe(labels)
+            log.info("labels of tower %s: %s; groups: %s", prefix, labels.name, rule)
+        names = {tuple(gr.names) for gr in self._tower_groups.values()}
+        if len(names) > 1:
+            resolve._refuse(ValueError(f"the towers' groups differ ({sorted(names)}); every tower needs the same "
+                                       f"group names"), self.strict)
+            self._tower_groups.clear()
+        elif self._tower_groups:
+            self._groups_rule = f"per tower ({', '.join(self._tower_groups)}): {rule}"
+        return None, None
 
     @_guarded
     def begin(self) -> None:
@@ -295,6 +344,7 @@ class DumpHook(v1.train.SessionRunHook):
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
             self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role))
+        self._assign_towers(axis, gid)
         self._global_step = v1.train.get_global_step(g)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         self._add_variable_records(g, loss)
@@ -309,7 +359,22 @@ class DumpHook(v1.train.SessionRunHook):
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode=self.mode,
-                                 storage_options=self.storage_options)
+                                 storage_options=self.storage_options,
+                                 format_version=self._format_version())
+
+    def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
+        """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
+        check (``bad``) covers every grouping."""
+        unresolved = towers.assign(self.captured, axis, groups, self._tower_groups)
+        if unresolved and (groups is not None or self._tower_groups):
+            log.warning("%d tensors are per-sample over a part of the batch that cannot be matched to the labels "
+                        "(a slice or gather of samples, or several towers mixed): statistics for group 'all' only, "
+                        "stored whole in dumps: %s", len(unresolved),
+                        ", ".join(unresolved[:20]) + (" ..." if len(unresolved) > 20 else ""))
+        bads = [gr.bad for gr in [groups, *self._tower_groups.values()] if gr is not None and gr.bad is not None]
+        size = towers.size_checks(self.captured, self._tower_groups)
+        bads += [size] if size is not None else []
+        self._bad = (bads[0] if len(bads) == 1 else tf.add_n(bads)) if bads else None
 
     def _add_variable_records(self, g: tf.Graph, loss: tf.Tensor | None) -> None:
         """Catalog extras (what each tensor feeds, which variable a read reads) and one record per
@@ -347,22 +412,24 @@ class DumpHook(v1.train.SessionRunHook):
                      len(tensors), "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
-    def _build_fetches(self, gid, labels, loss) -> None:
+    def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.bins, self.native_stats)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
         keep, kept_groups = capture.kept_samples(gid, batch, self.samples_per_group)
+        keeps, tower_samples = self._tower_keeps()
         # a budget of at least the static batch per group (2x without labels) keeps every sample
         static_batch = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else (
             batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
         per_group = self.samples_per_group if gid is not None else 2 * self.samples_per_group
         keep_all_of = static_batch if static_batch and per_group >= static_batch else None
-        self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of)
+        self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of, keeps=keeps)
         self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
         self._samples = {"samples/index": keep}
         if kept_groups is not None:
             self._samples["samples/group"] = kept_groups
+        self._samples.update(tower_samples)
         if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
             self._samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         if self.dump_on_nonfinite and loss is not None:
@@ -373,13 +440,28 @@ class DumpHook(v1.train.SessionRunHook):
                 # follows may never come (the Estimator's NanTensorHook raises). Its tensors pass a
                 # Switch, and are packed into a few vectors that are empty on other steps.
                 bad = tf.logical_not(self._loss_finite)
-                gated, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad)
+                gated, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad, keeps=keeps)
                 gated.update(self._samples)
                 self._nan_dump = capture.pack_when(bad, gated)
                 self._nan_layout = (list(gated), [t.dtype.name for t in gated.values()])
         kept = max(1, 2 * self.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
+
+    def _tower_keeps(self) -> tuple[dict[int, tf.Tensor], dict[str, tf.Tensor]]:
+        """Per tower grouping: the kept samples of its slice (indices into the tower's rows),
+        and the dump's ``samples/<tower>/index`` and ``.../group`` arrays."""
+        keeps: dict[int, tf.Tensor] = {}
+        samples: dict[str, tf.Tensor] = {}
+        for c in self.captured:
+            gr = c.grouping
+            if gr is None or id(gr) in keeps:
+                continue
+            keep, codes = capture.kept_samples(gr, tf.size(gr.ids), self.samples_per_group)
+            keeps[id(gr)] = keep
+            samples[f"samples/{c.extra['tower']}/index"] = keep
+            samples[f"samples/{c.extra['tower']}/group"] = codes
+        return keeps, samples
 
     def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
         filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
@@ -395,8 +477,20 @@ class DumpHook(v1.train.SessionRunHook):
                                   eval_dump_batches=self.eval_dump_batches, **filters,
                                   dtypes=[d.name for d in self.filters["dtypes"]]),
             "tensors": [c.catalog_entry() for c in self.captured],
+            **self._groups_manifest(),
             "skipped": skipped, "first_nonfinite": None,
         }
+
+    def _groups_manifest(self) -> dict[str, Any]:
+        """``groups`` (FORMAT.md, manifest)."""
+        g = self._groups or next(iter(self._tower_groups.values()), None)
+        entry = None if g is None else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
+        return {"groups": entry}
+
+    def _format_version(self) -> int:
+        """3 where the run has named groups (a version 2 reader would not know them), else 2."""
+        g = self._groups or next(iter(self._tower_groups.values()), None)
+        return FORMAT_VERSION if g is not None and tuple(g.names) != DEFAULT_GROUPS else PLAIN_FORMAT_VERSION
 
     # ---- the session ----------------------------------------------------------------------
     @_guarded
@@ -452,6 +546,8 @@ class DumpHook(v1.train.SessionRunHook):
                 dump = False
         if stats:
             fetches["stats"] = (self._stats.values, self._stats.hist_range, self._stats.hist)
+            if self._bad is not None:
+                fetches["bad_groups"] = self._bad
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
@@ -505,7 +601,8 @@ class DumpHook(v1.train.SessionRunHook):
             if "update_stats" in after:  # the update rows follow the in-graph rows (the layout's order)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
                     (values, hist_range, hist), after["update_stats"]))
-            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0)
+            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0,
+                                   keep=self._group_rows_check(step, int(results.get("bad_groups", 0)), len(values)))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
@@ -515,6 +612,21 @@ class DumpHook(v1.train.SessionRunHook):
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
+
+    def _group_rows_check(self, step: int, bad: int, rows: int) -> np.ndarray | None:
+        """None (write every row), or, on a step where ``bad`` samples break the group rule, a
+        mask keeping only the ``all`` rows: a group's numbers never cover the wrong samples."""
+        if not bad:
+            return None
+        if not self._bad_groups_logged:
+            self._bad_groups_logged = True
+            log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics are written for "
+                      "group 'all' only, and so is every such step (logged once)", step, bad,
+                      bad_rule(self.group_spec), self._groups_rule)
+            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: {"first_step": step, "samples": bad,
+                                                                 "why": bad_rule(self.group_spec)}})
+        groups = [g for _, _, g in self._stats.rows] + ["all"] * (rows - len(self._stats.rows))
+        return np.asarray([g == "all" for g in groups])
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())

@@ -1,8 +1,9 @@
-"""Record what an Estimator's ``model_fn`` received and returned: its labels and its loss.
+"""Record what an Estimator's ``model_fn`` received and returned: its labels, loss and predictions.
 
 ``import hooks`` calls :func:`install`, which wraps ``Estimator._call_model_fn``
 (tf.estimator, TensorFlow <= 2.15) to remember, per graph, the ``labels`` the model_fn was
-called with and the ``loss`` of the ``EstimatorSpec`` it returned. ``DumpHook`` then needs no
+called with and the ``loss`` (and ``predictions``, for ``groups=`` functions) of the
+``EstimatorSpec`` it returned. ``DumpHook`` then needs no
 tensor names for canned estimators, ``model_to_estimator`` or a custom model_fn. The wrapper
 records names only and swallows its own errors: the Estimator behaves exactly as before.
 Where ``tf.estimator`` does not exist (TensorFlow 2.16+) nothing is installed. The install
@@ -40,6 +41,8 @@ class ModelFnCall:
     labels: str | None = None
     loss: str | None = None
     labels_note: str | None = None  # why ``labels`` is None although labels were passed
+    #: the EstimatorSpec's predictions: (key, tensor name) pairs; key '' for a single tensor
+    predictions: tuple[tuple[str, str], ...] = ()
 
 
 _lock = threading.Lock()
@@ -137,9 +140,19 @@ def _record(labels, mode, spec) -> None:
     name, note = _labels_name(labels)
     graph = tf.compat.v1.get_default_graph()
     entry = ModelFnCall(mode=str(mode) if mode is not None else None, labels=name,
-                        loss=loss.name if isinstance(loss, tf.Tensor) else None, labels_note=note)
+                        loss=loss.name if isinstance(loss, tf.Tensor) else None, labels_note=note,
+                        predictions=_predictions(getattr(spec, "predictions", None)))
     with _lock:
         _calls[graph] = entry  # the graph's latest call: the one its session will run
+
+
+def _predictions(predictions) -> tuple[tuple[str, str], ...]:
+    """(key, tensor name) of the spec's dense prediction tensors; key '' for a single tensor."""
+    if isinstance(predictions, tf.Tensor):
+        return (("", predictions.name),)
+    if isinstance(predictions, dict):
+        return tuple((str(k), v.name) for k, v in predictions.items() if isinstance(v, tf.Tensor))
+    return ()
 
 
 def lookup(graph: tf.Graph) -> ModelFnCall | None:

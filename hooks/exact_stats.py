@@ -9,8 +9,8 @@ pieces both paths share, so the two agree by construction.
 
 Example::
 
-    values, hist_range, hist = tensor_stats(x, gid, bins=30)   # G = 3 rows: all, positive, negative
-    fetch = build_stats(captured, gid, bins=30)                 # StatsFetch, rows in capture order
+    values, hist_range, hist = tensor_stats(x, groups, bins=30)   # G = 1 + K rows: all, each group
+    fetch = build_stats(captured, groups, bins=30)                 # StatsFetch, rows in capture order
 """
 from __future__ import annotations
 
@@ -20,25 +20,29 @@ from typing import Sequence
 import tensorflow as tf
 
 from inspector import format as fmt
-from inspector.format import GROUPS, STAT_COLUMNS
+from inspector.format import STAT_COLUMNS
 
-from .capture import Captured
+from .capture import Captured, Groups, as_groups, grouping_of
 
 
-def segments(n: tf.Tensor, gid: tf.Tensor | None) -> tuple[tf.Tensor, int]:
-    """Segment id per sample: 0 positive, 1 negative, 2 padding (a tensor whose batch differs)."""
-    if gid is None:
+def segments(n: tf.Tensor, groups: Groups | None) -> tuple[tf.Tensor, int]:
+    """Segment id per sample: its group 0..K-1, K for samples in no group or past the labels'
+    batch (a tensor whose batch differs); K + 1 segments. Without groups: 0, one segment."""
+    if groups is None:
         return tf.zeros([n], tf.int32), 1
-    seg = tf.concat([1 - gid, tf.fill([n], 2)], 0)[:n]  # never fails, whatever n is
-    return seg, 3
+    k = groups.count
+    seg = tf.concat([groups.ids, tf.fill([n], k)], 0)[:n]  # never fails, whatever n is
+    return seg, k + 1
 
 
-def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+def tensor_stats(x: tf.Tensor, groups: Groups | tf.Tensor | None, bins: int
+                 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Statistics of ``x`` per group, computed in the graph.
 
     Returns ``values`` [G, 9] float64 in STAT_COLUMNS order, ``hist_range`` [G, 2] and
-    ``hist`` [G, bins] int32, with G = 3 (all, positive, negative) when ``gid`` is given
-    (x's leading dim is the batch) else 1 (all). mean/std/min/max/l2 cover finite values;
+    ``hist`` [G, bins] int32, with G = 1 + K (all, then each of the K groups) when ``groups``
+    is given (x's leading dim is the batch; a ``capture.group_ids`` tensor: positive,
+    negative) else 1 (all). mean/std/min/max/l2 cover finite values;
     histograms use the 'all' group's finite range for every group so they overlay, and
     count finite values only, so each sums to count - nan - inf (of a subsample of each
     sample for tensors above ``HIST_MAX_ELEMENTS``, see ``format.hist_sample``).
@@ -46,9 +50,10 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     if x.dtype in (tf.float16, tf.bfloat16):
         x = tf.cast(x, tf.float32)
     f64 = tf.float64
-    n = tf.shape(x)[0] if gid is not None else tf.constant(1)
+    groups = as_groups(groups)
+    n = tf.shape(x)[0] if groups is not None else tf.constant(1)
     xr = tf.reshape(x, tf.stack([n, -1]))
-    seg, nseg = segments(n, gid)
+    seg, nseg = segments(n, groups)
     finite = tf.math.is_finite(xr)
     xf = tf.where(finite, xr, tf.zeros_like(xr))
     per_elems = tf.cast(tf.shape(xr)[1], f64)
@@ -72,11 +77,11 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     maxs = tf.math.unsorted_segment_max(mx, seg, nseg)
     nans, zs = ssum(nan), ssum(zeros)
     nonfinite = ssum(per_elems - c)
-    if nseg == 3:  # rows: all, positive, negative
+    if nseg > 1:  # rows: all, then each group (the last segment, in no group, only in all)
         c_all, s_all = tf.reduce_sum(cs), tf.reduce_sum(ss)
         mean_all = s_all / tf.maximum(c_all, 1.0)
         m2_all = tf.reduce_sum(m2s + cs * tf.square(mean_seg - mean_all))
-        pick = lambda v, total: tf.stack([total, v[0], v[1]])  # noqa: E731
+        pick = lambda v, total: tf.concat([[total], v[:-1]], 0)  # noqa: E731
         samples = pick(samples, tf.reduce_sum(samples))
         cs, mean, m2 = pick(cs, c_all), pick(mean_seg, mean_all), pick(m2s, m2_all)
         mins, maxs = pick(mins, tf.reduce_min(mins)), pick(maxs, tf.reduce_max(maxs))
@@ -101,9 +106,9 @@ def tensor_stats(x: tf.Tensor, gid: tf.Tensor | None, bins: int) -> tuple[tf.Ten
     idx = tf.where(finite, idx, tf.fill(tf.shape(idx), nseg * bins))  # non-finite: a discarded bin
     counts = tf.math.bincount(tf.reshape(idx, [-1]), minlength=nseg * bins + 1, maxlength=nseg * bins + 1)
     hist = tf.reshape(counts[: nseg * bins], [nseg, bins])
-    if nseg == 3:
-        hist = tf.concat([hist[0:1] + hist[1:2] + hist[2:3], hist[0:2]], 0)
-    hist_range = tf.tile(tf.stack([lo, hi])[None], [3 if nseg == 3 else 1, 1])
+    if nseg > 1:
+        hist = tf.concat([tf.reduce_sum(hist, 0, keepdims=True), hist[:-1]], 0)
+    hist_range = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
     return values, hist_range, tf.cast(hist, tf.int32)
 
 
@@ -116,18 +121,19 @@ class StatsFetch:
     rows: list[tuple[str, str, str]]  # (tensor, kind, group)
 
 
-def build_stats(captured: Sequence[Captured], gid: tf.Tensor | None, bins: int) -> StatsFetch | None:
-    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group."""
+def build_stats(captured: Sequence[Captured], groups: Groups | tf.Tensor | None, bins: int) -> StatsFetch | None:
+    """One [R, 9] matrix, [R, 2] ranges and [R, bins] histograms for every tensor, kind and group
+    (tensors with their own ``Captured.grouping``, a tower's, by it)."""
     parts, rows = [], []
+    groups = as_groups(groups)
     with tf.name_scope("tf_inspector/stats"):
         for cap in captured:
             for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)):
                 if t is None:
                     continue
-                g = gid if cap.batched else None
+                g = grouping_of(cap, groups)
                 parts.append(tensor_stats(t, g, bins))
-                groups = GROUPS if g is not None else GROUPS[:1]
-                rows += [(cap.name, kind, grp) for grp in groups]
+                rows += [(cap.name, kind, grp) for grp in ("all", *(g.names if g is not None else ()))]
         if not parts:
             return None
         values, ranges, hists = (tf.concat([p[i] for p in parts], 0) for i in range(3))

@@ -22,7 +22,7 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
 
 Example::
 
-    fetch = build_stats(captured, gid, bins=30)   # StatsFetch, rows in capture order
+    fetch = build_stats(captured, groups, bins=30)   # StatsFetch, rows in capture order
 """
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ import numpy as np
 import tensorflow as tf
 
 from inspector import format as fmt
-from inspector.format import GROUPS
 
 from . import native
+from .capture import Groups, as_groups, grouping_of
 from .exact_stats import StatsFetch, hist_sample, segments, tensor_stats
 from .structure import accelerator, value_source
 
@@ -47,11 +47,12 @@ NATIVE_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 class _Item:
-    """One (tensor, kind): its value, whether it is batched, and its rows in the output."""
+    """One (tensor, kind): its value, the groups of its samples (None: not split), its rows."""
 
-    def __init__(self, x: tf.Tensor, batched: bool, name: str, kind: str) -> None:
-        self.x, self.batched, self.name, self.kind = x, batched, name, kind
-        self.groups = GROUPS if batched else GROUPS[:1]
+    def __init__(self, x: tf.Tensor, grouping: Groups | None, name: str, kind: str) -> None:
+        self.x, self.grouping, self.name, self.kind = x, grouping, name, kind
+        self.batched = grouping is not None
+        self.groups = ("all", *grouping.names) if grouping is not None else ("all",)
 
     @property
     def small(self) -> bool:
@@ -61,39 +62,53 @@ class _Item:
                 and (not self.batched or s.rank >= 1))
 
 
-def build_stats(captured: Sequence, gid: tf.Tensor | None, bins: int, use_native: bool = True):
+def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, bins: int, use_native: bool = True):
     """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see exact_stats.build_stats.
 
-    ``use_native=False`` forces the stock-op paths (tests compare the two)."""
-    items = [_Item(t, cap.batched and gid is not None, cap.name, kind)
+    ``groups``: the run's groups (or a ``capture.group_ids`` tensor: positive/negative);
+    tensors with their own (``Captured.grouping``: a tower's) are computed in a pass of their
+    own per grouping. ``use_native=False`` forces the stock-op paths (tests compare the two)."""
+    groups = as_groups(groups)
+    items = [_Item(t, grouping_of(cap, groups), cap.name, kind)
              for cap in captured for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)) if t is not None]
     if not items:
         return None
     rows = [(it.name, it.kind, g) for it in items for g in it.groups]
     # One tensor under several names (a gradient passed through an add, gate_gradients'
     # Identity ops): computed once, its rows repeated.
-    first: dict[tuple[str, bool], _Item] = {}
-    source = {id(it): first.setdefault((value_source(it.x).name, it.batched), it) for it in items}
+    first: dict[tuple[str, int], _Item] = {}
+    source = {id(it): first.setdefault((value_source(it.x).name, id(it.grouping)), it) for it in items}
     unique = list(first.values())
     lib = native.library() if use_native else None
     # Tensors on an accelerator (or anywhere, unpinned, on a machine with a GPU) never go
     # through the CPU-only fused kernel: that would copy each of them to the host every
     # statistics step. Stock ops beside them reduce them there; only the rows cross.
     gpu = gpu_visible()
-    on_host = [it for it in unique if accelerator(it.x) is None and not (gpu and not it.x.device)]
-    devices: dict[str, list[_Item]] = {"": [it for it in unique if it not in on_host]}
-    for it in devices.pop(""):
-        devices.setdefault(accelerator(it.x) or "", []).append(it)
-    fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
-    rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
     with tf.name_scope("tf_inspector/stats"):
         parts, order = [], []
-        if fused:
-            parts.append(_native_stats(fused, gid, bins, lib))
-            order += fused
-        for dev, items_here in [("", rest), *devices.items()]:
-            with tf.device(dev) if dev else contextlib.nullcontext():
-                parts += _stock_stats(items_here, gid, bins, order)
+        # one pass per grouping: the run's, each tower's (items without groups join the first)
+        by_grouping: dict[int, list[_Item]] = {}
+        for it in unique:
+            by_grouping.setdefault(id(it.grouping) if it.batched else 0, []).append(it)
+        batches = list(by_grouping.values())
+        if 0 in by_grouping and len(by_grouping) > 1:  # unsplit tensors ride along with one grouping
+            batches = [by_grouping[0] + by_grouping[k] if i == 0 else by_grouping[k]
+                       for i, k in enumerate(k for k in by_grouping if k != 0)]
+        for batch in batches:
+            g = next((it.grouping for it in batch if it.batched), None)
+            on_host = [it for it in batch if accelerator(it.x) is None and not (gpu and not it.x.device)]
+            devices: dict[str, list[_Item]] = {}
+            for it in batch:
+                if it not in on_host:
+                    devices.setdefault(accelerator(it.x) or "", []).append(it)
+            fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
+            rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
+            if fused:
+                parts.append(_native_stats(fused, g, bins, lib))
+                order += fused
+            for dev, items_here in [("", rest), *devices.items()]:
+                with tf.device(dev) if dev else contextlib.nullcontext():
+                    parts += _stock_stats(items_here, g, bins, order)
         values, ranges, hists = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i]
                                  for i in range(3))
         # rows come out grouped by path; put them back in capture order
@@ -112,13 +127,13 @@ def gpu_visible() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def _stock_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, order: list[_Item]) -> list:
+def _stock_stats(items: list[_Item], groups: Groups | None, bins: int, order: list[_Item]) -> list:
     """The stock-op paths for ``items`` (small ones concatenated, big ones one by one), in the
     current device scope; appends to ``order`` the items in the order of the returned parts."""
     small = [it for it in items if it.small]
     big = [it for it in items if not it.small]
     order += small + big
-    return ([_small_stats(small, gid, bins)] if small else []) + ([_big_stats(big, gid, bins)] if big else [])
+    return ([_small_stats(small, groups, bins)] if small else []) + ([_big_stats(big, groups, bins)] if big else [])
 
 
 # ---- shared finishing: per-leaf partials -> the statistics matrix ---------------------------
@@ -142,16 +157,16 @@ def _hist_range(mn, mx, c):
 
 # ---- output rows: leaves (one group of one item) combine into each batched item's all row --
 class _Layout:
-    """Static output rows of some items: a batched item has [all, pos, neg, pad] rows (pad:
-    samples past the labels' batch, dropped at the end), an unbatched one [all]. Every row's
-    parent is its item's all row."""
+    """Static output rows of some items: a batched item has [all, group 0 .. group K-1, none]
+    rows (none: samples in no group or past the labels' batch, dropped at the end), an
+    unbatched one [all]. Every row's parent is its item's all row."""
 
-    def __init__(self, items: list[_Item]) -> None:
+    def __init__(self, items: list[_Item], ngroups: int) -> None:
         self.base, keep, parent, n_out = [], [], [], 0
         for it in items:
             self.base.append(n_out)
-            k = 4 if it.batched else 1
-            keep += [n_out, n_out + 1, n_out + 2] if it.batched else [n_out]
+            k = ngroups + 2 if it.batched else 1
+            keep += list(range(n_out, n_out + k - 1)) if it.batched else [n_out]
             parent += [n_out] * k
             n_out += k
         self.n_out, self.keep = n_out, np.asarray(keep, np.int32)
@@ -189,24 +204,26 @@ def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
 
 
 def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.Tensor,
-                 gid: tf.Tensor | None) -> tf.Tensor:
-    """The output row of each data row: its item's pos/neg/pad row (batched) or its all row
-    (the stock-op path; the fused kernel returns the same ids itself)."""
+                 groups: Groups | None) -> tf.Tensor:
+    """The output row of each data row: its item's group row or none row (batched) or its all
+    row (the stock-op path; the fused kernel returns the same ids itself)."""
     base = tf.gather(tf.constant(np.asarray(lay.base, np.int32)), item)
     batched = np.asarray([it.batched for it in items])
-    if gid is None or not batched.any():
+    if groups is None or not batched.any():
         return base
-    seg = tf.gather(tf.concat([1 - gid, [2]], 0), tf.minimum(sample, tf.size(gid)))  # past the labels: pad
+    gid = groups.ids
+    seg = tf.gather(tf.concat([gid, [groups.count]], 0), tf.minimum(sample, tf.size(gid)))  # past the labels: none
     return base + tf.where(tf.gather(tf.constant(batched), item), 1 + seg, tf.zeros_like(seg))
 
 
 # ---- fused kernel: one pass for moments, one over the (cached) histogram subsample ---------
-def _native_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, lib):
-    lay = _Layout(items)
+def _native_stats(items: list[_Item], groups: Groups | None, bins: int, lib):
+    k = groups.count if groups is not None else 2
+    lay = _Layout(items, k)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
-    groups = 1 - tf.cast(gid, tf.int32) if gid is not None else tf.zeros([0], tf.int32)  # 0 pos, 1 neg
+    ids = tf.cast(groups.ids, tf.int32) if groups is not None else tf.zeros([0], tf.int32)
     moments, leaf, hist = lib.inspector_stats(  # leaf: each row's output row, as _leaf_of_row
-        xs, groups, batched=batched, base=lay.base, leaves=lay.n_out, bins=bins,
+        xs, ids, batched=batched, base=lay.base, leaves=lay.n_out, ngroups=k, bins=bins,
         max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
     e_r, c_r, mean_r, m2_r, mn_r, mx_r, z_r, nan_r = tf.unstack(moments, 8, axis=1)
 
@@ -221,9 +238,9 @@ def _native_stats(items: list[_Item], gid: tf.Tensor | None, bins: int, lib):
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
-def _small_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
+def _small_stats(items: list[_Item], groups: Groups | None, bins: int):
     # Static data rows: one per sample (batched) or one per tensor, each mapped to a leaf row.
-    lay = _Layout(items)
+    lay = _Layout(items, groups.count if groups is not None else 2)
     lengths, item_of_row, sample_of_row = [], [], []
     for i, it in enumerate(items):
         shape = it.x.shape.as_list()
@@ -234,7 +251,7 @@ def _small_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
     lengths_np = np.asarray(lengths, np.int32)
     n_rows, n_out = len(lengths), lay.n_out
     leaf = _leaf_of_row(lay, items, tf.constant(np.asarray(item_of_row, np.int32)),
-                        tf.constant(np.asarray(sample_of_row, np.int32)), gid)
+                        tf.constant(np.asarray(sample_of_row, np.int32)), groups)
     # one float64 vector of every element, in data-row order
     flat = tf.concat([tf.reshape(tf.cast(it.x, F64), [-1]) for it in items], 0)
     row_id = tf.repeat(tf.range(n_rows), tf.constant(lengths_np))
@@ -280,18 +297,18 @@ def _small_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
 
 
 # ---- big tensors: few passes in the tensor's own dtype -------------------------------------
-def _big_stats(items: list[_Item], gid: tf.Tensor | None, bins: int):
+def _big_stats(items: list[_Item], groups: Groups | None, bins: int):
     firsts = [_first_pass(it) for it in items]
     # NaN/Inf anywhere makes a row's sums non-finite: then the exact (masked) path for all.
     sums = tf.add_n([tf.reduce_sum(tf.cast(f["s1"], F64)) + tf.reduce_sum(tf.cast(f["s2"], F64)) for f in firsts])
     ok = tf.math.is_finite(sums)
 
     def fast():
-        outs = [_fast_tail(it, f, gid, bins) for it, f in zip(items, firsts)]
+        outs = [_fast_tail(it, f, groups, bins) for it, f in zip(items, firsts)]
         return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
 
     def exact():
-        outs = [tensor_stats(it.x, gid if it.batched else None, bins) for it in items]
+        outs = [tensor_stats(it.x, groups if it.batched else None, bins) for it in items]
         return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
 
     return tf.cond(ok, fast, exact)
@@ -319,7 +336,7 @@ def _first_pass(it: _Item) -> dict:
             "zeros": tf.reduce_sum(tf.cast(tf.equal(x, 0), tf.int32), 1)}
 
 
-def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
+def _fast_tail(it: _Item, f: dict, groups: Groups | None, bins: int):
     """All values finite: combine per-sample partials into groups, then one histogram pass."""
     x = f["x"]
     n, e = tf.shape(x)[0], tf.cast(tf.shape(x)[1], F64)
@@ -327,7 +344,7 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
     mean_r = tf.cast(f["pivot"], F64) + s1 / tf.maximum(e, 1.0)
     m2_r = tf.maximum(s2 - tf.square(s1) / tf.maximum(e, 1.0), 0.0)
     mn_r, mx_r, z_r = (tf.cast(f[k], F64) for k in ("mn", "mx", "zeros"))
-    seg, nseg = segments(n, gid if it.batched else None)
+    seg, nseg = segments(n, groups if it.batched else None)
     ones = tf.ones_like(s1)
 
     def ssum(v):
@@ -338,13 +355,13 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
     m2 = ssum(m2_r + e * tf.square(mean_r - tf.gather(mean, seg)))
     mn, mx = tf.math.unsorted_segment_min(mn_r, seg, nseg), tf.math.unsorted_segment_max(mx_r, seg, nseg)
     z = ssum(z_r)
-    if nseg == 3:  # [pos, neg, pad] -> [all, pos, neg]
+    if nseg > 1:  # [group 0 .. K-1, none] -> [all, group 0 .. K-1]
         c_all = tf.reduce_sum(c)
         mean_all = tf.reduce_sum(s) / tf.maximum(c_all, 1.0)
         m2_all = tf.reduce_sum(m2 + c * tf.square(mean - mean_all))
 
         def pick(v, total):
-            return tf.stack([total, v[0], v[1]])
+            return tf.concat([[total], v[:-1]], 0)
         c, mean, m2 = pick(c, c_all), pick(mean, mean_all), pick(m2, m2_all)
         mn, mx = pick(mn, tf.reduce_min(mn)), pick(mx, tf.reduce_max(mx))
         z = pick(z, tf.reduce_sum(z))
@@ -362,7 +379,8 @@ def _fast_tail(it: _Item, f: dict, gid: tf.Tensor | None, bins: int):
     if nseg == 1:
         h = hist(x)[None]
     else:
-        pos, neg, pad = (hist(tf.gather(x, tf.reshape(tf.where(tf.equal(seg, k)), [-1]))) for k in range(3))
-        h = tf.stack([pos + neg + pad, pos, neg])
+        per = [hist(tf.gather(x, tf.reshape(tf.where(tf.equal(seg, k)), [-1]))) for k in range(nseg)]
+        h = tf.stack([tf.add_n(per), *per[:-1]])
     rng = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
     return values, rng, h
+

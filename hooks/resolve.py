@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import tensorflow as tf
 
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 
 from . import capture, estimator_recorder, gradient_recorder
+
+if TYPE_CHECKING:
+    from .groups import GroupSpec
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -199,9 +202,9 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
 
 
 # ---- labels ----------------------------------------------------------------------------------
-def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, positive: Callable | tf.Tensor | None, *,
-                   strict: bool) -> tuple[tf.Tensor | None, tf.Tensor | None]:
-    """(labels, group ids int32 [N]: 1 positive, 0 negative), either None when unknown (logged)."""
+def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None, *,
+                   strict: bool) -> tuple[tf.Tensor | None, capture.Groups | None]:
+    """(labels, their :class:`capture.Groups` per ``spec``), either None when unknown (logged)."""
     try:
         labels, reason, marked = choose_labels(graph, explicit)
     except AmbiguousError as e:
@@ -210,17 +213,30 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, positive: Callab
     if labels is None:
         log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
         return None, None
-    if positive is None and marked is not None:
+    if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
-        return labels, marked
+        return labels, capture.from_positive(marked)
+    if predictions is None and spec.needs_predictions:
+        predictions = estimator_predictions(graph)
     try:
-        gid = capture.group_ids(labels, positive)
-    except capture.LabelsError as e:
+        groups = spec.build(labels, predictions)
+    except (capture.LabelsError, ValueError) as e:
         _refuse(e, strict)
         return labels, None
-    rule = "the positive= argument" if positive is not None else capture.default_rule(labels)
-    log.info("labels: %s (%s); positive samples: %s", labels.name, reason, rule)
-    return labels, gid
+    log.info("labels: %s (%s); groups: %s (%s)", labels.name, reason, spec.describe(labels), ", ".join(groups.names))
+    return labels, groups
+
+
+def estimator_predictions(graph: tf.Graph):
+    """The EstimatorSpec's predictions: a tensor, or a dict of its dense tensors; None."""
+    call = estimator_recorder.lookup(graph)
+    if call is None or not call.predictions:
+        return None
+    found = {k: _by_name(graph, n) for k, n in call.predictions}
+    found = {k: t for k, t in found.items() if t is not None}
+    if not found:
+        return None
+    return found[""] if list(found) == [""] else found
 
 
 def _refuse(error: ValueError, strict: bool) -> None:

@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -303,14 +303,22 @@ def top_separating(stats: pd.DataFrame, step: int | None = None, n: int = 10, ki
     return c.reindex(c["effect"].abs().sort_values(ascending=False).index).head(n)
 
 
-def split_by_group(values: np.ndarray, groups: np.ndarray) -> dict[str, np.ndarray]:
-    """Split a dumped batched tensor by sample group (``samples/group``: 1 positive, 0 negative).
+def split_by_group(values: np.ndarray, groups: np.ndarray, order: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Split a dumped batched tensor by sample group: ``groups`` holds each sample's group name
+    (``Run.samples``), or a dump's legacy codes (1 positive, 0 negative). Groups come in
+    ``order`` (``Run.groups``), then as they first appear.
 
     >>> split_by_group(np.arange(3.0), np.array([1, 0, 1]))["positive"]
     array([0., 2.])
+    >>> list(split_by_group(np.arange(3.0), np.array(["b", "a", "b"]), ["a", "b"]))
+    ['a', 'b']
     """
-    groups = np.asarray(groups).astype(int)
-    return {"positive": np.asarray(values)[groups == 1], "negative": np.asarray(values)[groups == 0]}
+    groups = np.asarray(groups)
+    if groups.dtype.kind in "iub":
+        groups = np.where(groups.astype(int) == 1, "positive", "negative")
+        order = ("positive", "negative", *order)
+    names = [g for g in dict.fromkeys([*order, *groups.tolist()]) if g in set(groups.tolist())]
+    return {str(g): np.asarray(values)[groups == g] for g in names}
 
 
 def common_bins(*arrays: np.ndarray, bins: int = 40) -> np.ndarray:

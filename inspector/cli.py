@@ -44,6 +44,7 @@ def summary(run: Run) -> str:
         f"run        {run.path}",
         f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m['tensorflow_version'] or '?'}",
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
+        f"groups     {', '.join(run.groups)}" + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
         f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
         f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
         f"statistics {stats_steps.nunique()} steps"
@@ -195,11 +196,11 @@ def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None, where: 
 
 def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str | None = None,
            force: bool = False, *, worker: str | None = None, mode: str = "train",
-           session: int | str | None = None) -> str:
+           session: int | str | None = None, groups: Sequence[str] | None = None) -> str:
     """Write dumped tensors (npz) or statistics (csv, parquet) of ``run`` to ``out`` (see
     :func:`output_path`); returns a line naming what was written and where. ``worker``,
     ``mode``, ``session`` choose as the reader does (default: the chief's training, sessions
-    merged)."""
+    merged). ``groups``: statistics of these groups only (``run.groups``; npz ignores it)."""
     if fmt not in ("npz", "csv", "parquet"):
         raise InspectorError(f"--format {fmt!r} must be npz, csv or parquet")
     names, rng = _select(run, tensors), parse_steps(steps)
@@ -209,7 +210,7 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
         arrays = _npz_arrays(run, names, rng, where)
         write_file(target, lambda f: np.savez(f, **arrays), force)
         return f"wrote {len(arrays)} arrays to {target}"
-    table = run.query_stats_table(tensors=names, steps=rng, **where)
+    table = run.query_stats_table(tensors=names, steps=rng, groups=groups, **where)
     if fmt == "parquet":
         write_file(target, lambda f: pq.write_table(table, f), force)
     else:
@@ -328,6 +329,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--worker", help="a worker name, or 'all' (default: the chief)")
     p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
     p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
+    p.add_argument("--group", action="append", dest="groups",
+                   help="statistics of this group only (repeatable; 'info' lists the run's groups)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
@@ -345,7 +348,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.cmd == "export":
             print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
                          args.steps, args.force, worker=args.worker, mode=args.mode,
-                         session=_session_arg(args.session)))
+                         session=_session_arg(args.session), groups=args.groups))
         elif args.cmd == "app":
             return app(args.run, args.port, args.address, args.storage_options)
     except BrokenPipeError:

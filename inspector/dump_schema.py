@@ -7,6 +7,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
 
@@ -18,9 +19,10 @@ def _fail(path: Path | str, what: str) -> DamagedFileError:
 
 
 def check_samples(path: Path | str, index: np.ndarray | None, group: np.ndarray | None,
-                  label: np.ndarray | None) -> None:
+                  label: np.ndarray | None, codes: Mapping[int, str] | None = None) -> None:
     """DamagedFileError naming ``path`` unless ``samples/index`` is a 1-D integer array,
-    ``samples/group`` a 1-D integer (or bool) array of 0 and 1, ``samples/label`` a numeric
+    ``samples/group`` a 1-D integer (or bool) array of ``codes`` (the manifest's group codes;
+    default 1 positive, 0 negative), ``samples/label`` a numeric
     or bool array, with one row per sample each (absent arrays are not checked)."""
     rows = {}
     for key, arr in (("index", index), ("group", group), ("label", label)):
@@ -36,8 +38,10 @@ def check_samples(path: Path | str, index: np.ndarray | None, group: np.ndarray 
     if group is not None:
         if group.ndim != 1 or not (np.issubdtype(group.dtype, np.integer) or group.dtype == bool):
             raise _fail(path, f"samples/group must be 1-D integers, not {group.dtype} {group.shape}")
-        bad = np.setdiff1d(np.unique(np.asarray(group, np.int64)), [0, 1])
+        codes = {1: "positive", 0: "negative"} if codes is None else codes
+        bad = np.setdiff1d(np.unique(np.asarray(group, np.int64)), sorted(codes))
         if bad.size:
-            raise _fail(path, f"samples/group must hold 0 (negative) and 1 (positive), not {bad[:5].tolist()}")
+            named = ", ".join(f"{c} ({n})" for c, n in sorted(codes.items())) or "none (no groups)"
+            raise _fail(path, f"samples/group must hold the group codes {named}, not {bad[:5].tolist()}")
     if label is not None and not (np.issubdtype(label.dtype, np.number) or label.dtype == bool):
         raise _fail(path, f"samples/label must be numbers, not {label.dtype}")

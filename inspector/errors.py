@@ -28,6 +28,13 @@ class UnknownTensorError(InspectorError, KeyError):
         return str(self.args[0])
 
 
+class UnknownGroupError(InspectorError, KeyError):
+    """A sample group the run does not have; the message names the ones it has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class NoDumpError(InspectorError, KeyError):
     """A step, tensor or kind for which no full dump exists."""
 

@@ -30,7 +30,13 @@ FORMAT_NAME = "tf-inspector-run"
 #: 2: files carry their writer session (``<worker>.s<session>``), statistics rows carry
 #: worker/session/mode/batch, ``dropped`` and ``errors`` are aggregated records.
 #: Version 1 runs (no session in file names) are read as session 0, mode ``train``.
-FORMAT_VERSION = 2
+#: 3: statistics and dumps may carry named sample groups (``groups=``: per class, a user
+#: function); the manifest's ``groups`` names them. A run with the default positive/negative
+#: groups is still written as version 2, so older readers read it unchanged; a version 2
+#: reader would refuse other group names as damaged, so those runs say 3 (it then asks for
+#: an upgrade). FORMAT_VERSION: the newest version this reader reads.
+FORMAT_VERSION = 3
+PLAIN_FORMAT_VERSION = 2
 TOOL_VERSION = "0.2.0"
 
 _W = r"(?P<worker>[A-Za-z0-9_-]+)"
@@ -50,6 +56,18 @@ MODES = ("train", "eval", "predict")
 
 KINDS = ("forward", "gradient", "update")
 GROUPS = ("all", "positive", "negative")
+#: The groups of a run whose manifest names none (every version 1/2 run): positive/negative.
+DEFAULT_GROUPS = ("positive", "negative")
+#: A group name: letters, digits, ``_ . -`` (``class_3``, ``correct``), at most 64 characters.
+GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def check_group_name(name: object) -> str:
+    """``name`` if it can name a sample group (GROUP_NAME_RE, not ``all``), else ValueError."""
+    if not isinstance(name, str) or not GROUP_NAME_RE.match(name) or name == "all":
+        raise ValueError(f"group name {name!r} must match {GROUP_NAME_RE.pattern} and not be 'all' "
+                         f"(the row of every sample)")
+    return name
 #: Scalar statistics, in the order the hook's in-graph matrix holds them.
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
 #: Histograms of tensors with more elements than this (``count`` of the ``all`` row) count

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import DamagedFileError, FormatVersionError
-from .format import FORMAT_NAME, FORMAT_VERSION, MODES
+from .format import FORMAT_NAME, FORMAT_VERSION, MODES, check_group_name
 from .safe_files import read_bytes
 
 # ---- the keys ---------------------------------------------------------------------------------
@@ -36,10 +36,14 @@ WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", 
 #: Keys the writer's caller gives, each with the value a manifest without it (an older run, a
 #: bare ``RunWriter``) is written and read with.
 CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
-                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None}
+                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None,
+                                   "groups": {"rule": "positive/negative", "names": ["positive", "negative"],
+                                              "codes": [1, 0]}}
 #: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
 #: disabled itself).
 FAILURE_KEYS = ("error", "hook_error")
+#: Present only after statistics steps whose samples broke the group rule (``groups=``).
+GROUPS_REFUSED_KEY = "groups_refused"
 #: The hook's settings under ``config`` (FORMAT.md), with ``DumpHook``'s defaults in their JSON
 #: form (tests check them against its signature); ``native_stats`` records whether the fused
 #: kernels ran, ``mode`` the mode the hook wrote.
@@ -174,6 +178,23 @@ def _steps(value: Any, where: str) -> None:
 
 
 _OPT_INT = (int, type(None))
+
+
+def _groups(value: Any, where: str) -> None:
+    """``groups``: null, or {"rule", "names": [group name], "codes": [int]} of equal lengths."""
+    if value is None:
+        return
+    _object({"rule": _STR, "names": (list,), "codes": (list,)}, required=("names", "codes"))(value, where)
+    names, codes = value["names"], value["codes"]
+    for i, n in enumerate(names):
+        try:
+            check_group_name(n)
+        except ValueError as e:
+            raise TypeError(f"field {where}.names[{i}]: {e}") from None
+    if len(set(names)) != len(names) or len(codes) != len(names) or len(set(map(repr, codes))) != len(codes) or \
+            not all(_is(c, (int,)) for c in codes):
+        raise TypeError(f"field {where} must hold distinct names and one distinct int code per name, "
+                        f"not {_short(value)}")
 #: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
 _RECORD = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
                    "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
@@ -187,7 +208,7 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
     "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status, "host": _scalar(str, type(None)),
     "pid": _pid, "heartbeat_secs": _scalar(float, type(None)), "created": _scalar(str),
     "updated": _scalar(str), "loss": _scalar(str, type(None)), "labels": _scalar(str, type(None)),
-    "config": _scalar(dict), "tensors": _list_of(_tensor), "skipped": _list_of(_scalar(str)),
+    "config": _scalar(dict), "tensors": _list_of(_tensor), "groups": _groups, "skipped": _list_of(_scalar(str)),
     "first_nonfinite": lambda v, w: None if v is None else _object(
         {"step": (int,), "tensor": _STR, "kind": _STR, "source": _STR})(v, w),
     "dropped": _list_of(_RECORD),

@@ -29,19 +29,20 @@ import pyarrow.compute as pc
 
 from . import safetensors_io
 from .dump_schema import check_samples
-from .errors import DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownTensorError, nearest, suggest
+from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
+                     nearest, suggest)
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
 from . import manifest_schema
-from .manifest_schema import load_manifest, with_caller_defaults
+from .manifest_schema import CALLER_DEFAULTS, load_manifest, with_caller_defaults
 from .stats_parts import live_parts
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
-                   "has_update", "gradient_note", "keras_layer", "keras_call")
+                   "has_update", "gradient_note", "keras_layer", "keras_call", "tower")
 #: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
@@ -424,24 +425,46 @@ class Run:
         ``np.linspace(hist_lo, hist_hi, bins + 1)`` (see :meth:`histogram`)."""
         return self._to_pandas(self._read_stats())
 
+    @property
+    def groups(self) -> list[str]:
+        """The sample groups of the run's statistics: ``all``, then each session's named groups
+        in their order (manifest ``groups``; runs without it: positive and negative).
+        Example: ``['all', 'class_0', 'class_1']``."""
+        names: dict[str, None] = {"all": None}
+        for m in self.manifests.values():
+            names.update(dict.fromkeys(_group_codes(m).values()))
+        return list(names)
+
+    def check_group(self, group: str) -> str:
+        """``group`` if the run has it, else UnknownGroupError naming the groups it has."""
+        if group not in self.groups:
+            raise UnknownGroupError(f"no group {group!r} in {self.path}; its groups are: "
+                                    f"{', '.join(self.groups)}{suggest(str(group), self.groups)}")
+        return group
+
     def query_stats(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                     kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
                     columns: Sequence[str] | None = None, *, mode: str | None = None,
                     worker: str | None = None, session: int | str | None = None,
-                    batch: int | None = None) -> pd.DataFrame:
+                    batch: int | None = None, group: str | None = None) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
         ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
         or None for the default worker (:attr:`default_worker`). ``session``: None merges
         sessions (the later session wins a step recorded twice), an int reads that session
         only, 'all' keeps every session's rows. ``batch``: only that eval/predict batch.
-        Defaults come from :meth:`view` (train, the default worker, every batch).
+        Defaults come from :meth:`view` (train, the default worker, every batch). ``group``:
+        one group (the same as ``groups=[group]``); :attr:`groups` lists them, and an unknown
+        one raises UnknownGroupError naming them.
 
         Example::
 
             run.query_stats(["conv1/Relu:0"], steps=(100, 500), kinds=["gradient"], groups=["all"])
+            run.query_stats(["logits:0"], group="class_3", columns=["mean", "std"])
             run.query_stats(mode="eval", columns=["mean"])      # one row per eval batch
         """
+        if group is not None:
+            groups = [*(groups or []), group]
         return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
                                                       worker=worker, session=session, batch=batch))
 
@@ -460,7 +483,8 @@ class Run:
         if kinds is not None:
             filters.append(("kind", "in", list(kinds)))
         if groups is not None:
-            filters.append(("group", "in", list(groups)))
+            groups = [groups] if isinstance(groups, str) else list(groups)
+            filters.append(("group", "in", [self.check_group(g) for g in groups]))
         if columns is not None:
             columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
         return self._read_stats(columns, filters or None, mode, worker, session, batch)
@@ -642,19 +666,27 @@ class Run:
         return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                session: int | None = None) -> pd.DataFrame:
+                session: int | None = None, tower: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row, and the
-        worker and session that wrote them."""
+        worker and session that wrote them. ``tower``: a tower's kept samples instead (the
+        catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch)."""
         f = self._dump(step, worker, mode, batch, session)
         keys = self.dump_keys(step, worker, mode=mode, batch=batch, session=session)
-        arrays = {col: np.asarray(self.dump_array(step, f"samples/{col}", worker, mode=mode, batch=batch,
+        prefix = "samples/" if tower is None else f"samples/{tower}/"
+        if tower is not None and f"{prefix}index" not in keys:
+            towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys if k.count("/") > 1
+                             and k.startswith("samples/")})
+            raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its towers: "
+                              f"{', '.join(towers) or 'none'}")
+        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode, batch=batch,
                                                   session=session))
-                  for col in ("index", "label", "group") if f"samples/{col}" in keys}
-        check_samples(f.path, *(arrays.get(c) for c in ("index", "group", "label")))
+                  for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
+        codes = _group_codes(self.manifests.get((f.worker, f.session), {}))
+        check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"), codes=codes)
         cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
         df = pd.DataFrame(cols)
         if "group" in df:
-            df["group"] = np.where(df["group"].astype(int) == 1, "positive", "negative")
+            df["group"] = [codes[int(c)] for c in df["group"]]
         df.insert(0, "session", f.session)
         df.insert(0, "worker", f.worker)
         return df
@@ -744,6 +776,14 @@ def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]]) -> dict[t
         if kept:
             out[(w, s)] = kept
     return out
+
+
+def _group_codes(m: dict) -> dict[int, str]:
+    """A session's dump codes of ``samples/group`` -> group name (FORMAT.md, "Groups"): its
+    manifest's ``groups`` (null: no groups); runs before it read with the default
+    (``manifest_schema.CALLER_DEFAULTS``): 1 positive, 0 negative."""
+    g = m.get("groups", CALLER_DEFAULTS["groups"])
+    return dict(zip(g["codes"], g["names"])) if g else {}
 
 
 def _one_source(df: pd.DataFrame, what: str) -> None:

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import DamagedFileError
-from .format import GROUPS, KINDS, STAT_COLUMNS
+from .format import GROUP_NAME_RE, KINDS, STAT_COLUMNS
 from .safe_files import check_regular
 from .stats_parts import row_groups_for
 
@@ -45,8 +45,10 @@ REQUIRED = ("step", "tensor", "kind", "group")
 #: Columns a version 1 part lacks (the reader adds them from the file name); a version 2 part
 #: (a session in its file name) must have them.
 OPTIONAL = ("worker", "session", "mode", "batch")
-#: The values ``kind`` and ``group`` may hold (checked on their dictionaries: cheap).
-VALUES = {"kind": KINDS, "group": GROUPS}
+#: The values ``kind`` may hold, and a test of every ``group`` value (``all`` or a group name,
+#: format.GROUP_NAME_RE), checked on their dictionaries: cheap.
+VALUES = {"kind": KINDS}
+TESTS = {"group": lambda v: v == "all" or bool(GROUP_NAME_RE.match(v))}
 
 
 def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | None = None,
@@ -130,11 +132,13 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
         table.validate(full=True)  # dictionary indices in range, valid UTF-8, list sizes
         for name in REQUIRED[1:]:
             for chunk in table.column(name).chunks:
-                allowed = VALUES.get(name)
-                bad = set(chunk.dictionary.to_pylist()) - set(allowed) if allowed else set()
+                allowed, test = VALUES.get(name), TESTS.get(name)
+                values = set(chunk.dictionary.to_pylist())
+                bad = values - set(allowed) if allowed else {v for v in values if test and not test(v)}
                 if bad:
+                    what = f"one of {allowed}" if allowed else f"'all' or a group name ({GROUP_NAME_RE.pattern})"
                     raise DamagedFileError(f"damaged statistics file {path}: column {name!r} holds "
-                                           f"{sorted(map(str, bad))[:3]}, not one of {allowed}")
+                                           f"{sorted(map(str, bad))[:3]}, not {what}")
     except (ValueError, pa.ArrowException) as e:  # invalid UTF-8 in names or values
         raise DamagedFileError(f"damaged statistics file {path}: {type(e).__name__}: {e}") from None
     return table.replace_schema_metadata(None)

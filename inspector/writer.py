@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from . import safetensors_io
 from .claim import Claim, run_bytes
-from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, check_worker,
+from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, manifest_name, stats_name)
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
@@ -82,6 +82,7 @@ class _Stats:
     values: np.ndarray      # [R, len(STAT_COLUMNS)]
     hist_range: np.ndarray  # [R, 2]
     hist: np.ndarray        # [R, bins]
+    keep: np.ndarray | None = None  # bool [R]: the rows to write (None: all)
 
 
 @dataclass
@@ -179,7 +180,8 @@ class RunWriter:
                  max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
                  dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
-                 filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS) -> None:
+                 filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS,
+                 format_version: int = PLAIN_FORMAT_VERSION) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -195,6 +197,8 @@ class RunWriter:
         whole (``inspector.storage``).
         ``compact_rows``: roll the session's small statistics parts into one part per this many
         rows (``inspector.stats_parts``; None: never; local run directories only).
+        ``format_version``: what the manifest says (FORMAT.md, "Versioning": 3 where the run
+        has named groups, which a version 2 reader would not read).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -238,7 +242,7 @@ class RunWriter:
                                     compact_rows if self.store.is_local else None, fsync,
                                     on_error=lambda e: self._failed("compaction", e, drop=False))
         self._manifest = {
-            "format": FORMAT_NAME, "format_version": FORMAT_VERSION, "tool_version": TOOL_VERSION,
+            "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
             "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
@@ -267,15 +271,16 @@ class RunWriter:
 
     # ---- called from the training loop -------------------------------------------------
     def add_stats(self, step: int, values: np.ndarray, hist_range: np.ndarray, hist: np.ndarray,
-                  batch: int = 0) -> None:
+                  batch: int = 0, keep: np.ndarray | None = None) -> None:
         """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
-        the batch index within an evaluation or prediction (0 in training)."""
+        the batch index within an evaluation or prediction (0 in training). ``keep``: bool [R],
+        the layout's rows to write (None: all)."""
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
         if not self.closed:
             self.state.saw(int(step))
-            self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist))
+            self._queue.put(_Stats(int(step), int(batch), values, hist_range, hist, keep))
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
@@ -284,7 +289,8 @@ class RunWriter:
         self._raise_if_strict()
         # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
         meta = {"step": str(step), "worker": self.worker, "session": str(self.session), "mode": self.mode,
-                "format_version": str(FORMAT_VERSION), **({"batch": str(batch)} if batch is not None else {}),
+                "format_version": str(self._manifest["format_version"]),
+                **({"batch": str(batch)} if batch is not None else {}),
                 **(metadata or {})}
         data = safetensors_io.Encoded(arrays, meta)
         nbytes = data.size
@@ -483,7 +489,8 @@ class RunWriter:
         cols["hist_hi"] = pa.array(s.hist_range[:, 1].astype(np.float64))
         flat = pa.array(np.ascontiguousarray(s.hist, dtype=np.int32).ravel())
         cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, s.hist.shape[1])
-        return pa.RecordBatch.from_pydict(cols)
+        batch = pa.RecordBatch.from_pydict(cols)
+        return batch if s.keep is None else batch.filter(pa.array(np.asarray(s.keep, bool)))
 
     def _flush_stats(self, final: bool = False) -> None:
         """Write the buffered statistics as one part; on failure keep them for a retry (and at

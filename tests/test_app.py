@@ -611,3 +611,40 @@ def test_dump_headers_are_not_reread_for_new_statistics(tmp_path):
     b.sync()
     assert dumps_key(with_view(signature(tmp_path / "live"))) != dumps_key(s2)
     b.close()
+
+
+def named_groups_copy(src: Path, dst: Path, names: dict[str, str]) -> Path:
+    """A copy of run ``src`` whose positive/negative groups are renamed by ``names`` (a format 3
+    run with named groups, as DumpHook(groups=fn) writes), without TensorFlow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    shutil.copytree(src, dst)
+    for part in (dst / "stats").glob("*.parquet"):
+        table = pq.read_table(part)
+        i = table.schema.get_field_index("group")
+        groups = [names.get(g, g) for g in table.column("group").to_pylist()]
+        table = table.set_column(i, "group", pa.array(groups).dictionary_encode())
+        pq.write_table(table, part)
+    for m in dst.glob("manifest.*.json"):
+        data = json.loads(m.read_text())
+        data.update(format_version=3, groups={"rule": "test", "names": [names["positive"], names["negative"]],
+                                              "codes": [1, 0]})
+        m.write_text(json.dumps(data))
+    return dst
+
+
+def test_named_groups_on_every_group_page(runs, tmp_path):
+    root = tmp_path / "named"
+    root.mkdir()
+    named_groups_copy(runs / "exp1", root / "exp1", {"positive": "correct", "negative": "misclassified"})
+    shutil.copytree(runs / "exp2", root / "exp2")
+    at = ok(start(root / "exp1", "Distributions"))
+    assert "forward correct" in captions(at) and "gradient misclassified" in captions(at)
+    at = ok(start(root / "exp1", "Training overview"))
+    assert at.selectbox(key="ov_group").options == ["all", "correct", "misclassified"]
+    before = images(at)
+    at.selectbox(key="ov_group").select("misclassified").run()
+    assert images(ok(at))[0] != before[0]            # the heatmap of that group's rows
+    at = ok(start(root, "Compare"))
+    at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
+    assert {"correct", "positive"} <= set(ok(at).selectbox(key="cmp_run_group").options)

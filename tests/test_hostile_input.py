@@ -413,7 +413,7 @@ def test_stats_part_with_a_damaged_footer_does_not_abort(tmp_path, fixture, list
 
 # ---- 7. samples ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("arrays, match", [
-    ({"samples/group": np.array([1, 2], np.int32)}, "0 .negative. and 1"),
+    ({"samples/group": np.array([1, 2], np.int32)}, "group codes 0 .negative., 1 .positive."),
     ({"samples/group": np.array([1, 0], np.float16)}, "samples/group must be 1-D integers"),
     ({"samples/index": np.array([0.0, 5.0])}, "samples/index must be 1-D integers"),
     ({"samples/index": np.array([0, 1, 2], np.int32)}, "different numbers of rows"),

@@ -128,8 +128,8 @@ def render(ctx: Ctx) -> None:
         arrays = {f"{k}/{tensor}": data.dumped(ctx.path, ctx.sig, tensor, step, k) for k in kinds}
         s = data.samples(ctx.path, ctx.sig, step)
         arrays.update({f"samples/{c}": s[c].to_numpy() for c in ("index", "label") if c in s})
-        if "group" in s:  # back to the dump's encoding: 1 positive, 0 negative
-            arrays["samples/group"] = (s["group"] == "positive").to_numpy().astype(np.int64)
+        if "group" in s:  # the group names (unicode: np.load reads them without pickle)
+            arrays["samples/group"] = s["group"].to_numpy().astype(str)
         return npz_bytes(arrays)
 
     st.download_button("Download .npz (forward, gradient, update, samples)", bundle,

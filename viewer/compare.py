@@ -84,7 +84,8 @@ def two_runs(ctx: Ctx) -> None:
                             index=default_tensor(common))
     kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", horizontal=True)
     stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat")
-    group = c[3].selectbox("Group", ("all", "positive", "negative"), key="cmp_run_group")
+    groups = list(dict.fromkeys([*run_a.groups, *run_b.groups]))
+    group = c[3].selectbox("Group", groups, key="cmp_run_group")
     sa = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     sb = data.series(path_b, sig_b, tensor, kind, stat)
     if not need(group in sa and group in sb, f"Both runs need {kind} statistics of group {group}."):

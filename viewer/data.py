@@ -136,7 +136,7 @@ def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: s
         counts = np.asarray(row.histogram, np.int64)
         out.setdefault(int(row.step), {})[str(row.group)] = (np.linspace(row.hist_lo, row.hist_hi, len(counts) + 1),
                                                              counts)
-    order = {"all": 0, "positive": 1, "negative": 2}
+    order = {g: i for i, g in enumerate(run.groups)}
     return {s: dict(sorted(g.items(), key=lambda kv: order.get(kv[0], 9))) for s, g in sorted(out.items())}
 
 

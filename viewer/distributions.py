@@ -1,5 +1,5 @@
-"""Page: distributions of one tensor: positive vs negative histograms at a step (in-graph and
-from dumped samples) and across steps (ridge plot)."""
+"""Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
+groups) at a step (in-graph and from dumped samples) and across steps (ridge plot)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,9 +19,9 @@ def kinds_of(run, tensor: str) -> list[str]:
 
 
 def pick_groups(hists: dict) -> dict:
-    """Positive and negative where the tensor has them, else 'all'."""
-    pn = {g: h for g, h in hists.items() if g in ("positive", "negative")}
-    return pn or hists
+    """The named groups (positive/negative, classes, a function's) where the tensor has them, else 'all'."""
+    named = {g: h for g, h in hists.items() if g != "all"}
+    return named or hists
 
 
 def evenly(values: np.ndarray, n: int) -> list[int]:
@@ -126,7 +126,7 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             continue
         x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
         if bool(run.tensors.loc[tensor, "batched"]) and len(x) == len(groups):
-            split = analysis.split_by_group(x, groups == "positive")
+            split = analysis.split_by_group(x, groups, run.groups)
         else:
             split = {"all": x}
         bins = value_bins(*split.values(), scale=scale)

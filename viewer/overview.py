@@ -62,7 +62,7 @@ def render(ctx: Ctx) -> None:
     c1, c2 = st.columns([3, 1])
     pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter",
                             placeholder="e.g. Relu|icnn")
-    group = c2.selectbox("Group", ("all", "positive", "negative"), key="ov_group")
+    group = c2.selectbox("Group", run.groups, key="ov_group")
     tab_g, tab_a = st.tabs(["Gradients", "Activations"])
     with tab_g:
         heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group)

@@ -6,13 +6,14 @@
 // in one vectorised pass, then bins each tensor's histogram subsample while the tensor is
 // still in cache; threads take whole tensors.
 //
-// InspectorStats(xs, groups; batched, base, leaves, bins, max_elements, block)
+// InspectorStats(xs, groups; batched, base, leaves, ngroups, bins, max_elements, block)
 //     -> moments [R, 8], leaf [R], hist [leaves, bins]
 //   Every tensor is split in rows: one per sample (dim 0) if batched, else one. Per row:
 //   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans]
 //   over its finite values (mean 0, m2 0, min +inf, max -inf when none are finite).
 //   leaf: the output row each row belongs to: base[i] for a row of unbatched input i, base[i]
-//   + 1 + groups[sample] for a sample of a batched one (2 for samples past groups' length).
+//   + 1 + groups[sample] for a sample of a batched one (groups in 0..ngroups, ngroups: in no
+//   group; samples past groups' length: ngroups). A batched input has ngroups + 2 leaves.
 //   Histograms: each row counts into its leaf's histogram the finite values of its
 //   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
@@ -43,6 +44,7 @@ REGISTER_OP("InspectorStats")
     .Attr("batched: list(bool)")
     .Attr("base: list(int)")
     .Attr("leaves: int >= 0")
+    .Attr("ngroups: int >= 0 = 2")
     .Attr("bins: int >= 1")
     .Attr("max_elements: int >= 1")
     .Attr("block: int >= 1")
@@ -220,13 +222,14 @@ class StatsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("batched", &batched_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("base", &base_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("leaves", &leaves_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ngroups", &ngroups_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("bins", &bins_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_elements", &max_elements_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
     OP_REQUIRES(ctx, batched_.size() == base_.size(),
                 errors::InvalidArgument("batched and base differ in length"));
     for (size_t i = 0; i < base_.size(); ++i)
-      OP_REQUIRES(ctx, base_[i] >= 0 && base_[i] + (batched_[i] ? 4 : 1) <= leaves_,
+      OP_REQUIRES(ctx, base_[i] >= 0 && base_[i] + (batched_[i] ? ngroups_ + 2 : 1) <= leaves_,
                   errors::InvalidArgument("base[", i, "] = ", base_[i], " is out of range for ", leaves_, " leaves"));
   }
 
@@ -239,8 +242,8 @@ class StatsOp : public OpKernel {
     const int64_t n_groups = groups_t.NumElements();
     const int32_t* groups = groups_t.flat<int32_t>().data();
     for (int64_t g = 0; g < n_groups; ++g)
-      OP_REQUIRES(ctx, groups[g] >= 0 && groups[g] <= 2,
-                  errors::InvalidArgument("groups[", g, "] = ", groups[g], ": must be 0 (positive), 1 (negative) or 2"));
+      OP_REQUIRES(ctx, groups[g] >= 0 && groups[g] <= ngroups_,
+                  errors::InvalidArgument("groups[", g, "] = ", groups[g], ": must be in 0..", ngroups_));
     // Rows of every input, and where each input's rows start.
     std::vector<Row> rows;
     std::vector<int64_t> first_row(xs.size() + 1, 0);
@@ -254,7 +257,7 @@ class StatsOp : public OpKernel {
       for (int64_t s = 0; s < n; ++s) {
         rows.push_back(Row{data + s * per * DataTypeSize(x.dtype()), x.dtype(), per, size});
         leaf.push_back(static_cast<int32_t>(
-            b ? base_[i] + 1 + (s < n_groups ? groups[s] : 2) : base_[i]));
+            b ? base_[i] + 1 + (s < n_groups ? groups[s] : ngroups_) : base_[i]));
       }
       first_row[i + 1] = rows.size();
     }
@@ -297,6 +300,7 @@ class StatsOp : public OpKernel {
   std::vector<bool> batched_;
   std::vector<int64_t> base_;
   int64_t leaves_;
+  int64_t ngroups_;
   int bins_;
   int64_t max_elements_;
   int64_t block_;

@@ -1,0 +1,200 @@
+"""DumpHook(groups=...): per-class groups and groups from a user function, against numpy over
+each group's samples (an Oracle hook fetches the tensors in the same training run), through
+MonitoredTrainingSession (TF 2.15 and the latest TF)."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
+import inspector  # noqa: E402
+from hooks import DumpHook  # noqa: E402
+from hooks.groups import MAX_CLASS_GROUPS, GroupSpec  # noqa: E402
+
+v1 = tf.compat.v1
+N, D, C, H, BINS = 16, 5, 4, 6, 7
+RNG = np.random.default_rng(3)
+X = RNG.normal(size=(N, D)).astype(np.float32)
+Y = np.array([0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 3, 3, 2, 0, 1, 0], np.int64)
+TENSORS = ("hidden:0", "logits:0")
+
+
+class Oracle(v1.train.SessionRunHook):
+    """The values of TENSORS in the training run of step 1."""
+
+    def begin(self) -> None:
+        g = v1.get_default_graph()
+        self.fetch = {n: g.get_tensor_by_name(n) for n in TENSORS}
+        self.seen: dict = {}
+
+    def before_run(self, run_context):
+        return None if self.seen else v1.train.SessionRunArgs(self.fetch)
+
+    def after_run(self, run_context, run_values) -> None:
+        if not self.seen:
+            self.seen = run_values.results
+
+
+def _train(run_dir, y=Y, **kw) -> dict:
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [None, D], name="x")
+        labels = v1.placeholder(tf.int64, [None], name="y")
+        w1 = v1.get_variable("w1", initializer=RNG.normal(size=(D, H)).astype(np.float32))
+        w2 = v1.get_variable("w2", initializer=RNG.normal(size=(H, C)).astype(np.float32))
+        hidden = tf.nn.relu(tf.matmul(x, w1), name="hidden")
+        logits = tf.matmul(hidden, w2, name="logits")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        step = v1.train.get_or_create_global_step()
+        train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
+        oracle = Oracle()
+        hook = DumpHook(run_dir, loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,
+                        samples_per_group=N, histogram_bins=BINS, strict=True, **kw)
+        with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
+            sess.run(train, feed_dict={x: X, labels: y})
+    return oracle.seen
+
+
+def _check_against_numpy(run, seen: dict, members: dict[str, np.ndarray]) -> None:
+    """Per group: mean, std, min, max and histogram of each tensor equal numpy over its samples."""
+    for name in TENSORS:
+        df = run.query_stats([name], kinds=["forward"]).set_index("group")
+        lo, hi = df.loc["all", "hist_lo"], df.loc["all", "hist_hi"]
+        for group, rows in members.items():
+            x = seen[name][rows]
+            row = df.loc[group]
+            assert row["count"] == x.size
+            np.testing.assert_allclose([row["mean"], row["std"], row["min"], row["max"]],
+                                       [x.mean(), x.std(), x.min(), x.max()], rtol=1e-5, atol=1e-6)
+            want, _ = np.histogram(x, BINS, (lo, hi))
+            np.testing.assert_array_equal(np.asarray(row["histogram"]), want)
+            np.testing.assert_allclose(run.query_stats([name], kinds=["forward"], group=group, columns=["mean"])["mean"], x.mean(),
+                                       rtol=1e-5)
+
+
+def test_per_class_groups_equal_numpy(tmp_path):
+    seen = _train(tmp_path / "run", groups="per_class", num_classes=C)
+    run = inspector.open_run(tmp_path / "run")
+    names = [f"class_{k}" for k in range(C)]
+    assert run.groups == ["all", *names]
+    assert run.manifest["groups"]["names"] == names and run.manifest["format_version"] == 3
+    _check_against_numpy(run, seen, {f"class_{k}": Y == k for k in range(C)})
+    samples = run.samples(1)
+    assert sorted(samples["index"]) == list(range(N))  # the budget (N per class) keeps every sample
+    assert list(samples["group"]) == [f"class_{Y[i]}" for i in samples["index"]]
+    with pytest.raises(inspector.UnknownGroupError, match="class_0, class_1"):
+        run.query_stats(group="positive")
+    from inspector import cli
+    assert "groups     all, class_0, class_1, class_2, class_3   (per_class: class ids [N])" in cli.summary(run)
+    out = tmp_path / "s.csv"
+    assert cli.main(["export", str(tmp_path / "run"), "--format", "csv", "--out", str(out), "--group", "class_2"]) == 0
+    import pandas as pd
+    assert set(pd.read_csv(out)["group"]) == {"class_2"}
+    assert cli.main(["export", str(tmp_path / "run"), "--format", "csv", "--out", str(out), "--force",
+                     "--group", "class_9"]) == 2  # an unknown group is an error naming the known ones
+
+
+def test_function_groups_with_predictions_equal_numpy(tmp_path):
+    def correct(labels, predictions):
+        hit = tf.equal(tf.argmax(predictions, 1), labels)
+        return {"correct": hit, "misclassified": tf.logical_not(hit)}
+    seen = _train(tmp_path / "run", groups=correct, predictions="logits:0")
+    run = inspector.open_run(tmp_path / "run")
+    assert run.groups == ["all", "correct", "misclassified"]
+    hit = seen["logits:0"].argmax(1) == Y
+    assert 0 < hit.sum() < N  # both groups have samples
+    _check_against_numpy(run, seen, {"correct": hit, "misclassified": ~hit})
+    samples = run.samples(1)
+    assert list(samples["group"]) == ["correct" if hit[i] else "misclassified" for i in samples["index"]]
+
+
+def test_default_groups_stay_positive_negative_version_2(tmp_path):
+    seen = _train(tmp_path / "run")
+    run = inspector.open_run(tmp_path / "run")
+    assert run.groups == ["all", "positive", "negative"] and run.manifest["format_version"] == 2
+    _check_against_numpy(run, seen, {"positive": Y != 0, "negative": Y == 0})
+
+
+def test_overlapping_groups_are_refused_per_step(tmp_path, caplog):
+    def overlapping(labels):
+        return {"low": labels <= 1, "odd": tf.equal(labels % 2, 1)}  # label 1 is in both
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        _train(tmp_path / "run", groups=overlapping)
+    run = inspector.open_run(tmp_path / "run")
+    assert set(run.stats["group"].astype(str)) == {"all"}  # never numbers over the wrong samples
+    assert "more than one group" in caplog.text
+    assert run.manifest["groups_refused"]["samples"] == int((Y == 1).sum())
+
+
+def test_class_id_out_of_range_refused(tmp_path, caplog):
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        _train(tmp_path / "run", groups="per_class", num_classes=3)  # Y holds class 3
+    run = inspector.open_run(tmp_path / "run")
+    assert set(run.stats["group"].astype(str)) == {"all"}
+    assert "outside [0, num_classes)" in caplog.text
+
+
+def test_group_arguments_are_checked():
+    with pytest.raises(ValueError, match=f"at most {MAX_CLASS_GROUPS}"):
+        GroupSpec.parse("per_class", num_classes=MAX_CLASS_GROUPS + 1)
+    with pytest.raises(ValueError, match="per_class"):
+        GroupSpec.parse("per-class")
+    with pytest.raises(ValueError, match="positive="):
+        GroupSpec.parse("per_class", positive=lambda y: y > 0)
+    with tf.Graph().as_default():
+        y = v1.placeholder(tf.int64, [None])
+        with pytest.raises(ValueError, match="num_classes="):
+            GroupSpec.parse("per_class").build(y)
+        with pytest.raises(ValueError, match="must match"):
+            GroupSpec.parse(lambda labels: {"all": labels > 0}).build(y)
+        with pytest.raises(ValueError, match="predictions"):
+            GroupSpec.parse(lambda labels, p: {"a": labels > 0}).build(y)
+
+
+HAS_ESTIMATOR = hasattr(tf, "estimator") and hasattr(getattr(tf, "estimator", None), "Estimator")
+
+
+class PredictionsOracle(v1.train.SessionRunHook):
+    """The EstimatorSpec's class ids, labels and logits in the training run of step 1."""
+
+    def begin(self) -> None:
+        from hooks import estimator_recorder
+        g = v1.get_default_graph()
+        call = estimator_recorder.lookup(g)
+        preds = dict(call.predictions)
+        self.fetch = {k: g.get_tensor_by_name(preds[k]) for k in ("class_ids", "logits")}
+        self.fetch["labels"] = g.get_tensor_by_name(call.labels)
+        self.seen: dict = {}
+
+    def before_run(self, run_context):
+        return None if self.seen else v1.train.SessionRunArgs(self.fetch)
+
+    def after_run(self, run_context, run_values) -> None:
+        self.seen = self.seen or run_values.results
+
+
+@pytest.mark.skipif(not HAS_ESTIMATOR, reason="this TensorFlow has no tf.estimator (2.16+)")
+def test_estimator_predictions_found_for_a_groups_function(tmp_path):
+    """A canned DNNClassifier: labels and predictions come from the model_fn call, with no names."""
+    def correct(labels, predictions):
+        hit = tf.equal(tf.reshape(predictions["class_ids"], [-1]), tf.reshape(labels, [-1]))
+        return {"correct": hit, "misclassified": tf.logical_not(hit)}
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": X}, Y % 3)).batch(N, drop_remainder=True)
+    est = tf.estimator.DNNClassifier([H], [tf.feature_column.numeric_column("x", [D])], n_classes=3,
+                                     model_dir=str(tmp_path / "model"))
+    oracle = PredictionsOracle()
+    hook = DumpHook(tmp_path / "run", groups=correct, stats_every_n_steps=1, dump_every_n_steps=1,
+                    histogram_bins=BINS, strict=True)
+    est.train(input_fn, hooks=[hook, oracle], steps=1)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.groups == ["all", "correct", "misclassified"]
+    logits, hit = oracle.seen["logits"], oracle.seen["class_ids"].ravel() == oracle.seen["labels"].ravel()
+    name = next(n for n in run.tensors.index if run.tensors.loc[n, "batched"] and n.endswith("logits/BiasAdd:0"))
+    df = run.query_stats([name], kinds=["forward"]).set_index("group")
+    for group, rows in (("correct", hit), ("misclassified", ~hit)):
+        assert df.loc[group, "count"] == logits[rows].size
+        if rows.any():
+            np.testing.assert_allclose(df.loc[group, "mean"], logits[rows].mean(), rtol=1e-5)

@@ -1,0 +1,135 @@
+"""Multi-tower training (seed 002's tf.split towers): each tower's tensors are grouped by its own
+samples, checked against numpy over that tower's samples (an Oracle hook fetches the tensors in
+the same training run); unresolved towers get no groups and a warning (TF 2.15 and latest)."""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
+import inspector  # noqa: E402
+from hooks import DumpHook  # noqa: E402
+
+v1 = tf.compat.v1
+N, D, H, BINS = 16, 5, 6, 7
+RNG = np.random.default_rng(5)
+X = RNG.normal(size=(N, D)).astype(np.float32)
+Y = np.array([0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0], np.int64)
+
+
+class Oracle(v1.train.SessionRunHook):
+    def __init__(self, names) -> None:
+        self.names, self.seen = names, {}
+
+    def begin(self) -> None:
+        g = v1.get_default_graph()
+        self.fetch = {n: g.get_tensor_by_name(n) for n in self.names}
+
+    def before_run(self, run_context):
+        return None if self.seen else v1.train.SessionRunArgs(self.fetch)
+
+    def after_run(self, run_context, run_values) -> None:
+        self.seen = self.seen or run_values.results
+
+
+def _tower(i: int, x: tf.Tensor, y: tf.Tensor, w1, w2) -> tf.Tensor:
+    with tf.name_scope(f"tower_{i}"):
+        hidden = tf.nn.relu(tf.matmul(x, w1), name="hidden")
+        logits = tf.matmul(hidden, w2, name="logits")
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+
+
+def _train(run_dir, cut: str, names: list[str], **kw) -> dict:
+    """Two towers over one batch, cut by ``cut``: 'split' (tf.split in halves), 'splitv'
+    (tf.split into 6 and 10), 'slice' (x[:8], x[8:]: not traced), 'feeds' (a placeholder per tower,
+    labels given per tower)."""
+    with tf.Graph().as_default():
+        w1 = v1.get_variable("w1", initializer=RNG.normal(size=(D, H)).astype(np.float32))
+        w2 = v1.get_variable("w2", initializer=RNG.normal(size=(H, 2)).astype(np.float32))
+        if cut == "feeds":
+            xs = [v1.placeholder(tf.float32, [None, D], name=f"x{i}") for i in range(2)]
+            ys = [v1.placeholder(tf.int64, [None], name=f"y{i}") for i in range(2)]
+            feed = {xs[0]: X[:8], xs[1]: X[8:], ys[0]: Y[:8], ys[1]: Y[8:]}
+            kw.setdefault("labels", {"tower_0": ys[0], "tower_1": ys[1]})
+        else:
+            x = v1.placeholder(tf.float32, [None, D], name="x")
+            y = v1.placeholder(tf.int64, [None], name="y")
+            feed = {x: X, y: Y}
+            kw.setdefault("labels", y)
+            if cut == "slice":
+                xs, ys = [x[:8], x[8:]], [y[:8], y[8:]]
+            else:
+                sizes = 2 if cut == "split" else [6, 10]
+                xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+        loss = tf.add_n([_tower(i, xs[i], ys[i], w1, w2) for i in range(2)]) / 2
+        train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
+        oracle = Oracle(names)
+        hook = DumpHook(run_dir, loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=N,
+                        histogram_bins=BINS, strict=True, **kw)
+        with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
+            sess.run(train, feed_dict=feed)
+    return oracle.seen
+
+
+def _check(run, name: str, x: np.ndarray, positive: np.ndarray) -> None:
+    df = run.query_stats([name], kinds=["forward"]).set_index("group")
+    lo, hi = df.loc["all", "hist_lo"], df.loc["all", "hist_hi"]
+    assert df.loc["all", "count"] == x.size
+    for group, rows in (("positive", positive), ("negative", ~positive)):
+        v = x[rows]
+        row = df.loc[group]
+        assert row["count"] == v.size
+        np.testing.assert_allclose([row["mean"], row["std"], row["min"], row["max"]],
+                                   [v.mean(), v.std(), v.min(), v.max()], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(row["histogram"]), np.histogram(v, BINS, (lo, hi))[0])
+
+
+@pytest.mark.parametrize("cut, first", [("split", 8), ("splitv", 6)])
+def test_split_towers_grouped_by_their_own_samples(tmp_path, cut, first):
+    names = ["tower_0/hidden:0", "tower_1/hidden:0", "tower_1/logits:0"]
+    seen = _train(tmp_path / "run", cut, names)
+    run = inspector.open_run(tmp_path / "run")
+    _check(run, "tower_0/hidden:0", seen["tower_0/hidden:0"], Y[:first] != 0)
+    for name in names[1:]:
+        _check(run, name, seen[name], Y[first:] != 0)
+    # the dump keeps each tower's samples by its own groups; indices are rows of the tower
+    assert run.tensors.loc["tower_1/hidden:0", "tower"] == "split:1"
+    index = np.asarray(run.dump_array(1, "samples/split:1/index"))
+    np.testing.assert_array_equal(index, np.arange(N - first))
+    codes = np.asarray(run.dump_array(1, "samples/split:1/group"))
+    np.testing.assert_array_equal(codes, (Y[first:] != 0).astype(int))
+    np.testing.assert_allclose(run.tensor("tower_1/hidden:0", 1), seen["tower_1/hidden:0"][index], rtol=1e-6)
+
+
+def test_explicit_tower_labels(tmp_path):
+    names = ["tower_0/hidden:0", "tower_1/hidden:0"]
+    seen = _train(tmp_path / "run", "feeds", names)
+    run = inspector.open_run(tmp_path / "run")
+    _check(run, "tower_0/hidden:0", seen["tower_0/hidden:0"], Y[:8] != 0)
+    _check(run, "tower_1/hidden:0", seen["tower_1/hidden:0"], Y[8:] != 0)
+    assert run.groups == ["all", "positive", "negative"]
+
+
+def test_unresolved_towers_get_no_groups_and_a_warning(tmp_path, caplog):
+    names = ["tower_1/hidden:0"]
+    with caplog.at_level(logging.WARNING, logger="tf_inspector"):
+        _train(tmp_path / "run", "slice", names)
+    run = inspector.open_run(tmp_path / "run")
+    groups = run.query_stats(["tower_1/hidden:0"], kinds=["forward"])["group"].astype(str)
+    assert set(groups) == {"all"}
+    assert "tower_1/hidden:0" in caplog.text and "part of the batch" in caplog.text
+    assert not run.tensors.loc["tower_1/hidden:0", "batched"]
+    # the whole batch's tensors keep their groups
+    assert set(run.query_stats(["x:0"], kinds=["forward"])["group"].astype(str)) == {"all", "positive", "negative"}
+
+
+def test_reader_samples_of_a_tower(tmp_path):
+    _train(tmp_path / "run", "split", [])
+    run = inspector.open_run(tmp_path / "run")
+    s = run.samples(1, tower="split:1")
+    np.testing.assert_array_equal(s["index"], np.arange(8))
+    assert list(s["group"]) == ["positive" if v else "negative" for v in Y[8:] != 0]
+    with pytest.raises(inspector.NoDumpError, match="split:0, split:1"):
+        run.samples(1, tower="tower_9")
