@@ -281,7 +281,7 @@ def app(run: str, port: int, address: str) -> int:
     script = importlib.resources.files("viewer").joinpath("app_main.py")
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--", run])
+                                "--server.address", address, "--client.toolbarMode", "viewer", "--", run])
 
 
 def parser() -> argparse.ArgumentParser:

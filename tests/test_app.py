@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGES = ["Summary", "Training overview", "Distributions", "Feature maps", "Masks & templates", "Tensor browser",
          "Compare"]
+# page title -> its module file (AppTest.switch_page takes the file; its stem is the URL path)
+PAGE_FILES = {"Summary": "viewer/summary.py", "Training overview": "viewer/overview.py",
+              "Distributions": "viewer/distributions.py", "Feature maps": "viewer/featuremaps.py",
+              "Masks & templates": "viewer/masks.py", "Tensor browser": "viewer/browser.py",
+              "Compare": "viewer/compare.py"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def start(root: Path | str, page: str = "Summary", query: dict | None = None, **
     """The viewer started on the runs folder ``root`` (as ``streamlit run app.py -- root``)."""
     os.environ["TF_INSPECTOR_RUNS"] = str(root)
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["page"] = page
+    at.switch_page(PAGE_FILES[page])
     for k, v in (query or {}).items():
         at.query_params[k] = v
     for k, v in state.items():
@@ -194,10 +199,10 @@ def test_viewer_never_imports_tensorflow(runs):
     code = textwrap.dedent(f"""
         import os, sys
         from streamlit.testing.v1 import AppTest
-        for page in {PAGES!r}:
+        for page in {list(PAGE_FILES.values())!r}:
             os.environ["TF_INSPECTOR_RUNS"] = {str(runs)!r}
             at = AppTest.from_file({APP!r}, default_timeout=120)
-            at.session_state["page"] = page
+            at.switch_page(page)
             at.run()
             assert not at.exception, (page, [e.value for e in at.exception])
         print("TF_IMPORTED", "tensorflow" in sys.modules)
@@ -611,3 +616,89 @@ def test_dump_headers_are_not_reread_for_new_statistics(tmp_path):
     b.sync()
     assert dumps_key(with_view(signature(tmp_path / "live"))) != dumps_key(s2)
     b.close()
+
+
+# ---- issue 14: navigation, URL state, live folders ------------------------------------------
+
+def test_each_page_has_its_own_url_path():
+    """st.navigation's pages: one URL path per page, the page module's name (the browser's
+    history then holds one entry per page; tests/test_browser.py drives Back and Forward)."""
+    from viewer import app_main
+    assert [app_main.url_path(m) for m in app_main.PAGES.values()] == [
+        Path(f).stem for f in PAGE_FILES.values()]
+    assert len(set(app_main.url_path(m) for m in app_main.PAGES.values())) == len(app_main.PAGES)
+
+
+def test_old_page_links_open_their_page(runs):
+    at = ok(start(runs, "Summary", query={"page": "Distributions", "run": "exp2"}))
+    assert at.header[0].value == "Distributions"
+    assert at.selectbox(key="run").value.endswith("exp2")              # the other parameters kept
+
+
+def test_url_query_reproduces_the_view(runs):
+    """A link's query chooses run, tensor, kind, statistic, group and filter, as the widgets would."""
+    query = {"run": "exp2", "ov_filter": "conv", "ov_group": "positive", "ov_tensor": "conv3/Relu:0",
+             "ov_series_stat": "max"}
+    at = ok(start(runs, "Training overview", query=query))
+    assert at.selectbox(key="run").value.endswith("exp2")
+    assert at.text_input(key="ov_filter").value == "conv"
+    assert at.selectbox(key="ov_group").value == "positive" and at.selectbox(key="ov_tensor").value == "conv3/Relu:0"
+    assert "conv3/Relu:0 forward max" in captions(at)
+    at2 = ok(start(runs / "exp1", "Tensor browser", query={"tb_tensor": "icnn/mu:0", "tb_step": "0 (schedule)"}))
+    assert at2.selectbox(key="tb_tensor").value == "icnn/mu:0" and at2.selectbox(key="tb_step").value == 0
+
+
+def test_page_choices_are_bound_to_the_url(runs):
+    """The browser writes a bound widget's value into the URL (tests/test_browser.py sees it);
+    here: every page's main choices are bound, under their key."""
+    bound = {"Training overview": ["ov_filter", "ov_group", "ov_tensor"], "Distributions": ["di_tensor", "di_step",
+             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor"],
+             "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
+             "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
+    for page, keys in bound.items():
+        at = ok(start(runs / "exp1", page))
+        widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
+        for key in keys:
+            assert widgets[key].proto.query_param_key == key, (page, key)
+    assert ok(start(runs)).selectbox(key="run").proto.query_param_key == "run"
+
+
+def test_compare_two_runs_needs_two_runs(runs):
+    at = ok(start(runs / "exp1", "Compare", cmp_mode="Same tensor in two runs"))
+    assert any("Comparing runs needs two runs" in i.value and "holds 1" in unescape(i.value) for i in at.info)
+    assert not at.get("vega_lite_chart") and not images(at)
+    at = ok(start(runs, "Compare", cmp_mode="Same tensor in two runs", query={"run": "exp2"}))
+    assert at.selectbox(key="cmp_run_b").options == ["exp1"]             # B is never A itself
+
+
+def test_auto_refresh_shows_new_runs_in_the_folder(runs, tmp_path):
+    shutil.copytree(runs / "exp2", tmp_path / "a")
+    at = ok(start(tmp_path, auto=True))
+    still = ok(start(tmp_path))                                         # auto-refresh off
+    assert at.selectbox(key="run").options == ["a"] == still.selectbox(key="run").options
+    shutil.copytree(runs / "exp2", tmp_path / "b")
+    assert ok(at.run()).selectbox(key="run").options == ["a", "b"]       # seen without Refresh
+    at.toggle(key="auto").set_value(False).run()
+    shutil.copytree(runs / "exp2", tmp_path / "c")
+    assert ok(at.run()).selectbox(key="run").options == ["a", "b"]       # off: until Refresh
+    at.button[0].click().run()
+    assert ok(at).selectbox(key="run").options == ["a", "b", "c"]
+
+
+def test_figures_follow_the_theme(runs):
+    """Matplotlib figures made under the dark theme get a dark background (and the cached
+    heatmap is drawn per theme, not served from the other theme's cache)."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import to_rgb
+    from viewer import overview, ui
+    from viewer.data import signature
+    from inspector import plots
+    with ui.figure_theme("dark"):
+        dark = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
+    with ui.figure_theme("light"):
+        light = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
+    assert np.mean(to_rgb(dark.get_facecolor())) < 0.2 < 0.8 < np.mean(to_rgb(light.get_facecolor()))
+    sig = signature(runs / "exp1")
+    args = (str(runs / "exp1"), sig, "gradient", "all", "l2", "")
+    assert overview.heatmap_png(*args, "dark")[0] != overview.heatmap_png(*args, "light")[0]

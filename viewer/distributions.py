@@ -65,8 +65,9 @@ def render(ctx: Ctx) -> None:
     names = list(run.tensors["name"])
     c1, c2 = st.columns([2, 3])
     tensor = c1.selectbox("Tensor", names, index=default_tensor(names),
-                          key="di_tensor")
-    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step")
+                          key="di_tensor", bind="query-params")
+    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step",
+                            bind="query-params")
     kinds = kinds_of(run, tensor)
     log = st.toggle("Log density", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: "
                     "log10 density per row")
@@ -90,7 +91,7 @@ def render(ctx: Ctx) -> None:
 
     st.subheader("Across steps")
     c1, c2 = st.columns(2)
-    rkind = c1.radio("Kind", kinds, key="di_ridge_kind", horizontal=True)
+    rkind = c1.radio("Kind", kinds, key="di_ridge_kind", bind="query-params", horizontal=True)
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}

@@ -10,7 +10,7 @@ import streamlit as st
 from inspector import plots
 
 from . import data
-from .ui import Ctx, default_tensor, download_figure, need, plain, show_png
+from .ui import Ctx, default_tensor, download_figure, figure_theme, need, plain, show_png, theme
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -32,7 +32,8 @@ def filter_tensors(names: list[str], pattern: str) -> list[str]:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def heatmap_png(path: str, sig: tuple, kind: str, group: str, stat: str, pattern: str) -> tuple[bytes | None, str]:
+def heatmap_png(path: str, sig: tuple, kind: str, group: str, stat: str, pattern: str,
+                theme: str = "light") -> tuple[bytes | None, str]:
     """The rendered heatmap and its caption, cached: a 300 x 1,000 heatmap takes ~0.5 s to
     draw, and every other widget on the page would otherwise redraw it."""
     tensors, steps, m = data.stats_matrix(path, sig, kind, group, stat)
@@ -41,14 +42,17 @@ def heatmap_png(path: str, sig: tuple, kind: str, group: str, stat: str, pattern
         return None, f"No {kind} statistics match this filter."
     rows = [tensors.index(t) for t in keep]
     log = stat in LOG_STATS
-    fig = plots.heatmap(m[rows], keep, steps, title=f"{kind} {stat} (group {group})", log=log,
-                        cbar_label=f"{stat}{' (log scale)' if log else ''}")
-    return plots.to_png(fig), f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero"
+    with figure_theme(theme):
+        fig = plots.heatmap(m[rows], keep, steps, title=f"{kind} {stat} (group {group})", log=log,
+                            cbar_label=f"{stat}{' (log scale)' if log else ''}")
+        png = plots.to_png(fig)
+    return png, f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero"
 
 
 def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str) -> None:
-    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat")
-    png, caption = heatmap_png(ctx.path, ctx.sig, kind, group, stat, pattern)
+    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat",
+                        bind="query-params")
+    png, caption = heatmap_png(ctx.path, ctx.sig, kind, group, stat, pattern, theme())
     if need(png is not None, caption):
         show_png(png, f"heatmap_{kind}_{stat}_{group}", key=key, caption=caption)
 
@@ -60,9 +64,9 @@ def render(ctx: Ctx) -> None:
     if not need(len(steps) > 0, "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
         return
     c1, c2 = st.columns([3, 1])
-    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter",
+    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter", bind="query-params",
                             placeholder="e.g. Relu|icnn")
-    group = c2.selectbox("Group", ("all", "positive", "negative"), key="ov_group")
+    group = c2.selectbox("Group", ("all", "positive", "negative"), key="ov_group", bind="query-params")
     tab_g, tab_a = st.tabs(["Gradients", "Activations"])
     with tab_g:
         heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group)
@@ -72,12 +76,12 @@ def render(ctx: Ctx) -> None:
     st.subheader("One tensor over steps, positive vs negative")
     names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
     c = st.columns([3, 1, 1, 1])
-    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor")
+    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor", bind="query-params")
     row = run.tensors.loc[tensor]
     kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
         ["update"] if bool(row["has_update"]) else [])
-    kind = c[1].radio("Kind", kinds, key="ov_kind", horizontal=True)
-    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
+    kind = c[1].radio("Kind", kinds, key="ov_kind", bind="query-params", horizontal=True)
+    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat", bind="query-params")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
