@@ -92,22 +92,35 @@ def test_summary(runs):
     assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
 
 
+def heatmap_specs(at: AppTest) -> list[dict]:
+    """The Vega-Lite specs of the page's layer x step heatmaps (rect charts with x..x2 cells)."""
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    return [s for s in specs if "x2" in s.get("encoding", {})]
+
+
 def test_overview_heatmaps_and_series(runs):
     at = ok(start(runs / "exp1", "Training overview"))
-    assert len(images(at)) == 2                      # gradient and activation heatmaps
-    assert len(at.get("vega_lite_chart")) == 1       # the interactive time series
+    assert len(heatmap_specs(at)) == 2               # gradient and activation heatmaps, interactive
+    assert len(at.get("vega_lite_chart")) == 3       # and the time series
     assert at.selectbox(key="ov_hm_grad_stat").value == "l2"
     assert "conv1/Relu:0 forward mean" in captions(at)
-    before_img, before_cap = images(at), captions(at)
+    before_cap = captions(at)
     at.selectbox(key="ov_tensor").select("conv3/Relu:0").run()
     ok(at)
     assert "conv3/Relu:0 forward mean" in captions(at) and captions(at) != before_cap
+    before = heatmap_specs(at)[0]
     at.selectbox(key="ov_hm_grad_stat").select("max").run()
-    assert images(ok(at))[0] != before_img[0]        # the gradient heatmap changed
-    assert ok(at).image[0].captions[0].startswith("14 tensors x 30 steps")   # 20 less 6 without gradient
+    after = heatmap_specs(ok(at))[0]
+    assert after["encoding"]["color"]["condition"]["title"] == "max" != before["encoding"]["color"]["condition"]["title"]
+    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
+    assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    at.toggle(key="ov_all_ops").set_value(True).run()
+    assert "14 rows x 30 steps" in captions(ok(at))
+    at.toggle(key="ov_all_ops").set_value(False).run()
     at.text_input(key="ov_filter").input("Relu").run()
-    shown = ok(at).image[0].captions[0]
-    assert shown.endswith("x 30 steps; grey = NaN/Inf or (log scale) zero") and not shown.startswith("14 ")
+    assert "3 rows x 30 steps" in captions(ok(at))   # conv1-3/Relu: the filter is on names
+    assert len(images(at)) == 0                      # no static image: PNG on demand
+    assert "Download PNG" in [b.proto.label for b in at.get("download_button")]
 
 
 def test_overview_positive_negative_curves(runs):
@@ -549,10 +562,10 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
 
 def test_overview_log_y_is_a_log_axis(runs):
     at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
-    spec = at.get("vega_lite_chart")[0].proto.spec
+    spec = at.get("vega_lite_chart")[2].proto.spec                 # after the two heatmaps
     assert '"log"' not in spec
     at.toggle(key="ov_logy").set_value(True).run()
-    spec = json.loads(ok(at).get("vega_lite_chart")[0].proto.spec)
+    spec = json.loads(ok(at).get("vega_lite_chart")[2].proto.spec)
     assert spec["encoding"]["y"]["scale"]["type"] == "log"
     assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
 
@@ -691,14 +704,67 @@ def test_figures_follow_the_theme(runs):
     import numpy as np
     import pandas as pd
     from matplotlib.colors import to_rgb
-    from viewer import overview, ui
-    from viewer.data import signature
+    from viewer import ui
     from inspector import plots
     with ui.figure_theme("dark"):
         dark = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
     with ui.figure_theme("light"):
         light = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
     assert np.mean(to_rgb(dark.get_facecolor())) < 0.2 < 0.8 < np.mean(to_rgb(light.get_facecolor()))
-    sig = signature(runs / "exp1")
-    args = (str(runs / "exp1"), sig, "gradient", "all", "l2", "")
-    assert overview.heatmap_png(*args, "dark")[0] != overview.heatmap_png(*args, "light")[0]
+
+
+def test_layer_rows_fold_an_icnn_layers_helper_ops():
+    import pandas as pd
+    from viewer import layers
+    names = ["c/Conv2D:0", "c/Relu:0", "ic/pre_mask:0", "ic/helper/sub:0", "ic/helper/mul:0", "ic/post_mask:0",
+             "ic/filter_loss:0"]
+    cat = pd.DataFrame({"name": names, "scope": ["c", "c", "ic", "ic/helper", "ic/helper", "ic", "ic"],
+                        "icnn_layer": [None, None, "ic", None, None, "ic", "ic"],
+                        "icnn_role": [None, None, "pre_mask", None, None, "post_mask", "filter_loss"]}).set_index(
+        "name", drop=False)
+    rows = layers.layer_rows(cat, names)
+    assert rows["layer"].tolist() == ["c", "c", "ic", "ic", "ic", "ic", "ic"]     # helpers under the ICNN scope
+    folded = layers.shown_rows(rows)
+    assert folded["tensor"].tolist() == ["c/Relu:0", "ic/post_mask:0"]           # the ICNN output, not the last op
+    assert folded["label"].tolist() == ["c/Relu:0 (+1 ops of c)", "ic/post_mask:0 (+4 ops of ic)"]
+    assert layers.shown_rows(rows, unfold=["ic"])["tensor"].tolist() == ["c/Relu:0"] + names[2:]
+    assert len(layers.shown_rows(rows, all_ops=True)) == 7
+
+
+def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
+    """Every drawn cell's value is the statistics row of (tensor, step); cells are centred on
+    uneven steps; NaN/Inf and (log) zero cells are grey, not coloured."""
+    import numpy as np
+    import inspector
+    from viewer import layers
+    run = inspector.open_run(runs / "exp1")
+    df = run.query_stats(kinds=["forward"], groups=["all"], columns=["max"])
+    tensors = list(dict.fromkeys(df["tensor"].astype(str)))
+    steps = np.array([0, 5, 6, 29])
+    m = np.array([[df[(df["tensor"] == t) & (df["step"] == s)]["max"].iloc[0] for s in steps] for t in tensors])
+    m[0, 1], m[1, 2] = np.nan, 0.0
+    shown = layers.shown_rows(layers.layer_rows(run.tensors, tensors), all_ops=True)
+    frame = layers.heatmap_frame(tensors, steps, m, shown, log=True)
+    for r in frame.sample(40, random_state=0).itertuples():
+        expect = df[(df["tensor"] == r.tensor) & (df["step"] == r.step)]["max"].iloc[0]
+        if r.state == "finite":
+            assert r.value == expect
+    cell = frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 6)].iloc[0]
+    assert (cell.x0, cell.x1) == (5.5, 17.5)                                      # halfway to 5 and to 29
+    assert frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 5)]["state"].iloc[0] == "non-finite"
+    assert frame[(frame["tensor"] == tensors[1]) & (frame["step"] == 6)]["state"].iloc[0] == "<= 0"
+    assert len(layers.heatmap_frame(tensors, np.arange(1000), np.ones((len(tensors), 1000)), shown)) == \
+        len(tensors) * layers.MAX_STEPS
+    spec = layers.heatmap_chart(frame, "max", log=True).to_dict()
+    tips = [t["field"] for t in spec["encoding"]["tooltip"]]
+    assert {"tensor", "step", "value"} <= set(tips) and spec["params"][0]["bind"] == "scales"
+
+
+def test_heatmap_data_reaches_the_browser_as_plain_strings(runs):
+    """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
+    read (the heatmap came out empty in Chromium): the chart's dataset holds plain strings."""
+    import pyarrow as pa
+    at = ok(start(runs / "exp1", "Training overview"))
+    chart = next(c for c in at.get("vega_lite_chart") if "x2" in c.proto.spec)
+    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all()
+    assert table.num_rows == 6 * 30 and pa.types.is_string(table.schema.field("tensor").type)
