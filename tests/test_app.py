@@ -768,3 +768,33 @@ def test_heatmap_data_reaches_the_browser_as_plain_strings(runs):
     chart = next(c for c in at.get("vega_lite_chart") if "x2" in c.proto.spec)
     table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all()
     assert table.num_rows == 6 * 30 and pa.types.is_string(table.schema.field("tensor").type)
+
+
+def test_percentiles_from_a_histogram_match_numpy_within_a_bin():
+    import numpy as np
+    from viewer import bands
+    x = np.random.default_rng(0).standard_normal(20_000) ** 3          # long-tailed
+    edges = np.linspace(x.min(), x.max(), 2001)
+    counts, _ = np.histogram(x, edges)
+    got = bands.hist_percentiles(edges, counts)
+    want = np.percentile(x, bands.PERCENTILES)
+    assert np.all(np.abs(got - want) <= np.diff(edges)[0] + 1e-12), (got, want)
+    assert got[0] == x.min() and got[-1] == x.max()
+    assert np.isnan(bands.hist_percentiles(edges, np.zeros(2000))).all()
+    frame = bands.percentile_frame({3: {"positive": (edges, counts), "negative": (edges, counts * 0)}})
+    assert frame["group"].tolist() == ["positive", "negative"] and frame.loc[0, "p50"] == got[3]
+
+
+def test_the_run_follows_a_page_switch(runs):
+    """A page switch drops the old page's query and widgets: the sidebar keeps its run anyway.
+    (AppTest keeps widgets across pages, so only tests/test_browser.py's Back/Forward test
+    fails without viewer.app_main.restore_sidebar; this one checks the URL-less switch and
+    that a choice made on the new page holds.)"""
+    at = ok(start(runs, query={"run": "exp2"}))
+    assert at.header[0].value == "Run exp2"
+    del at.query_params["run"]                                      # the new page's URL has no run=
+    at.switch_page(PAGE_FILES["Distributions"]).run()
+    assert ok(at).selectbox(key="run").value.endswith("exp2")
+    at.selectbox(key="run").select("exp1").run()                    # a choice on the new page holds
+    at.switch_page(PAGE_FILES["Summary"]).run()
+    assert ok(at).header[0].value == "Run exp1"

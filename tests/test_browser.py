@@ -262,7 +262,8 @@ def test_back_and_forward_move_between_pages(server, browser):
         assert page.get_by_text("Page not found").count() == 0
         page.go_forward()
         heading_shown(page, "Distributions")
-        assert "run=exp2" in page.url
+        page.wait_for_url("**run=exp2**", timeout=30_000)          # the run followed the page switch
+        assert page.get_by_role("combobox", name="Run").first.input_value() == "exp2"
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()

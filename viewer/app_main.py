@@ -50,6 +50,26 @@ TOOLBAR_MODE = "viewer"
 SCRIPTS = ("app.py", "app_main.py")
 
 
+#: The sidebar's widgets, kept across page switches (each page has its own widgets, and a page
+#: switch drops the old page's query, so without this a new page would open the first run)
+KEPT = ("path", "auto", "run", "mode", "worker")
+
+
+def restore_sidebar() -> None:
+    """Give the sidebar's widgets on a newly opened page the values they had on the last one,
+    unless the URL names a value (a link or Back/Forward): the URL wins."""
+    for key in KEPT:
+        kept = st.session_state.get(f"_kept_{key}")
+        if key not in st.session_state and key not in st.query_params and kept is not None:
+            st.session_state[key] = kept
+
+
+def remember_sidebar() -> None:
+    for key in KEPT:
+        if key in st.session_state:
+            st.session_state[f"_kept_{key}"] = st.session_state[key]
+
+
 def default_root() -> str:
     """The folder given after ``--`` on the command line, else $TF_INSPECTOR_RUNS, else ``runs``."""
     if len(sys.argv) > 1 and Path(sys.argv[0]).name in SCRIPTS:
@@ -173,7 +193,9 @@ def navigation() -> StreamlitPage:
 
 def show() -> None:
     page = navigation()
+    restore_sidebar()
     ctx = sidebar()
+    remember_sidebar()
     if ctx is not None:
         try:
             data.get_run(ctx.path, ctx.sig)
