@@ -798,3 +798,26 @@ def test_the_run_follows_a_page_switch(runs):
     at.selectbox(key="run").select("exp1").run()                    # a choice on the new page holds
     at.switch_page(PAGE_FILES["Summary"]).run()
     assert ok(at).header[0].value == "Run exp1"
+
+
+def test_distributions_percentile_bands(runs):
+    import numpy as np
+    import inspector
+    from viewer import bands
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert "derived from the stored in-graph histograms" in captions(at)
+    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
+    spec = json.loads(chart.proto.spec)
+    assert spec["mark"]["type"] == "area" and spec["encoding"]["y2"]["field"] == "hi"
+    # the median drawn at step 29 for positive: the oracle is the stored histogram itself
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"],
+                                                        columns=["hist_lo", "hist_hi", "histogram"])
+    row = df[df["group"] == "positive"].iloc[0]
+    counts = np.asarray(row["histogram"])
+    edges = np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1)
+    median = bands.hist_percentiles(edges, counts, (50,))[0]
+    assert row["hist_lo"] <= median <= row["hist_hi"]
+    import pyarrow as pa
+    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    got = table[(table["step"] == 29) & (table["group"] == "positive")]["p50"].iloc[0]
+    assert got == median and set(table["group"]) == {"positive", "negative"}

@@ -59,14 +59,20 @@ def percentile_frame(hists: dict, groups: tuple[str, ...] | None = None) -> pd.D
     return pd.DataFrame(rows, columns=cols).astype({"group": object})
 
 
-def bands_chart(frame: pd.DataFrame, colors: dict[str, str], title: str = "") -> alt.LayerChart:
-    """Nested bands (0-100, 7-93, 16-84, lighter outside) and the median line per group,
-    groups overlaid in their colours; tooltips give every percentile."""
+def bands_chart(frame: pd.DataFrame, colors: dict[str, str], title: str = "") -> alt.Chart:
+    """Nested bands (0-100, 7-93, 16-84: more opaque inside) per group, groups overlaid in their
+    colours; tooltips give the band and the median. One (not layered) chart: Streamlit 1.60's
+    frontend drew layered charts of this data empty in Chromium."""
     groups = list(dict.fromkeys(frame["group"]))
-    color = alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors.get(g, "#7f7f7f") for g in groups]))
-    tips = ["step:Q", "group:N"] + [alt.Tooltip(f"p{q}:Q", format=".4g") for q in PERCENTILES]
-    base = alt.Chart(frame).encode(x=alt.X("step:Q", scale=alt.Scale(zero=False, nice=False)), color=color)
-    layers = [base.mark_area(opacity=op).encode(y=alt.Y(f"{lo}:Q", title="value"), y2=f"{hi}:Q", tooltip=tips)
-              for lo, hi, op in (("p0", "p100", 0.12), ("p7", "p93", 0.2), ("p16", "p84", 0.3))]
-    layers.append(base.mark_line().encode(y="p50:Q", tooltip=tips))
-    return alt.layer(*layers).properties(title=title, height=320).interactive(bind_y=False)
+    long = pd.concat([frame.assign(band=f"{lo}-{hi}", lo=frame[f"p{lo}"], hi=frame[f"p{hi}"])
+                      for lo, hi in ((0, 100), (7, 93), (16, 84))], ignore_index=True)
+    long = long[["step", "group", "band", "lo", "hi", "p50"]].astype({"group": object, "band": object})
+    return alt.Chart(long).mark_area().encode(
+        x=alt.X("step:Q", scale=alt.Scale(zero=False, nice=False)),
+        y=alt.Y("lo:Q", title="value"), y2="hi:Q",
+        color=alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors.get(g, "#7f7f7f") for g in groups])),
+        opacity=alt.Opacity("band:N", scale=alt.Scale(domain=["0-100", "7-93", "16-84"], range=[0.15, 0.25, 0.4])),
+        detail=["group:N", "band:N"],
+        tooltip=["step:Q", "group:N", "band:N", alt.Tooltip("lo:Q", format=".4g"), alt.Tooltip("hi:Q", format=".4g"),
+                 alt.Tooltip("p50:Q", title="median", format=".4g")],
+    ).properties(title=title, height=320).interactive(bind_y=False)
