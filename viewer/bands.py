@@ -5,7 +5,7 @@ here.
 Example::
 
     hists = data.histograms(path, sig, "conv1/Relu:0", tuple(steps), "forward")
-    chart = bands_chart(percentile_frame(hists), "conv1/Relu:0 forward")
+    chart = bands_chart(percentile_frame(hists), plots.GROUP_COLORS, "conv1/Relu:0 forward")
 """
 from __future__ import annotations
 
