@@ -83,9 +83,10 @@ def main() -> None:
         rows.append(("overview: heatmap figure + PNG", t1 + t2, f"{len(png) / 1024:.0f} KiB PNG"))
 
         from streamlit.testing.v1 import AppTest
+        import os
+        os.environ["TF_INSPECTOR_RUNS"] = str(path)  # the viewer's runs folder (here: the run itself)
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=300)
-        at.session_state["root"] = str(path)
-        at.session_state["page"] = "Training overview"
+        at.switch_page("viewer/overview.py")  # st.navigation: a page is chosen by its module file
         _, t = timed(at.run)
         assert not at.exception, [e.value for e in at.exception]
         rows.append(("app: Training overview, cold", t, "AppTest, empty caches, 2 heatmaps + series"))
@@ -93,7 +94,7 @@ def main() -> None:
         rows.append(("app: change tensor, warm", t, "cached matrices; only the series is read"))
         _, t = timed(lambda: at.selectbox(key="ov_hm_grad_stat").select("mean").run())
         rows.append(("app: change heatmap statistic", t, "one new statistics column read + render"))
-        at.session_state["page"] = "Summary"
+        at.switch_page("viewer/summary.py")
         _, t = timed(at.run)
         rows.append(("app: Summary page", t, "alerts over all statistics"))
     finally:

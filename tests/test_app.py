@@ -24,6 +24,11 @@ ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGES = ["Summary", "Training overview", "Distributions", "Feature maps", "Masks & templates", "Tensor browser",
          "Compare"]
+# page title -> its module file (AppTest.switch_page takes the file; its stem is the URL path)
+PAGE_FILES = {"Summary": "viewer/summary.py", "Training overview": "viewer/overview.py",
+              "Distributions": "viewer/distributions.py", "Feature maps": "viewer/featuremaps.py",
+              "Masks & templates": "viewer/masks.py", "Tensor browser": "viewer/browser.py",
+              "Compare": "viewer/compare.py"}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +48,7 @@ def start(root: Path | str, page: str = "Summary", query: dict | None = None, **
     """The viewer started on the runs folder ``root`` (as ``streamlit run app.py -- root``)."""
     os.environ["TF_INSPECTOR_RUNS"] = str(root)
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["page"] = page
+    at.switch_page(PAGE_FILES[page])
     for k, v in (query or {}).items():
         at.query_params[k] = v
     for k, v in state.items():
@@ -87,22 +92,41 @@ def test_summary(runs):
     assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
 
 
+def heatmap_specs(at: AppTest) -> list[dict]:
+    """The Vega-Lite specs of the page's layer x step heatmaps (rect charts with x..x2 cells)."""
+    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
+    return [s for s in specs if "x2" in s.get("encoding", {})]
+
+
+def heatmap_data(at: AppTest) -> list[bytes]:
+    """The data (not the spec) of the page's layer x step heatmaps, serialized."""
+    return [c.proto.data.SerializeToString() + b"".join(d.SerializeToString() for d in c.proto.datasets)
+            for c in at.get("vega_lite_chart") if "x2" in json.loads(c.proto.spec).get("encoding", {})]
+
+
 def test_overview_heatmaps_and_series(runs):
     at = ok(start(runs / "exp1", "Training overview"))
-    assert len(images(at)) == 2                      # gradient and activation heatmaps
-    assert len(at.get("vega_lite_chart")) == 1       # the interactive time series
+    assert len(heatmap_specs(at)) == 2               # gradient and activation heatmaps, interactive
+    assert len(at.get("vega_lite_chart")) == 3       # and the time series
     assert at.selectbox(key="ov_hm_grad_stat").value == "l2"
     assert "conv1/Relu:0 forward mean" in captions(at)
-    before_img, before_cap = images(at), captions(at)
+    before_cap = captions(at)
     at.selectbox(key="ov_tensor").select("conv3/Relu:0").run()
     ok(at)
     assert "conv3/Relu:0 forward mean" in captions(at) and captions(at) != before_cap
+    before = heatmap_specs(at)[0]
     at.selectbox(key="ov_hm_grad_stat").select("max").run()
-    assert images(ok(at))[0] != before_img[0]        # the gradient heatmap changed
-    assert ok(at).image[0].captions[0].startswith("14 tensors x 30 steps")   # 20 less 6 without gradient
+    after = heatmap_specs(ok(at))[0]
+    assert after["encoding"]["color"]["condition"]["title"] == "max" != before["encoding"]["color"]["condition"]["title"]
+    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
+    assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    at.toggle(key="ov_all_ops").set_value(True).run()
+    assert "14 rows x 30 steps" in captions(ok(at))
+    at.toggle(key="ov_all_ops").set_value(False).run()
     at.text_input(key="ov_filter").input("Relu").run()
-    shown = ok(at).image[0].captions[0]
-    assert shown.endswith("x 30 steps; grey = NaN/Inf or (log scale) zero") and not shown.startswith("14 ")
+    assert "3 rows x 30 steps" in captions(ok(at))   # conv1-3/Relu: the filter is on names
+    assert len(images(at)) == 0                      # no static image: PNG on demand
+    assert "Download PNG" in [b.proto.label for b in at.get("download_button")]
 
 
 def test_overview_positive_negative_curves(runs):
@@ -194,10 +218,10 @@ def test_viewer_never_imports_tensorflow(runs):
     code = textwrap.dedent(f"""
         import os, sys
         from streamlit.testing.v1 import AppTest
-        for page in {PAGES!r}:
+        for page in {list(PAGE_FILES.values())!r}:
             os.environ["TF_INSPECTOR_RUNS"] = {str(runs)!r}
             at = AppTest.from_file({APP!r}, default_timeout=120)
-            at.session_state["page"] = page
+            at.switch_page(page)
             at.run()
             assert not at.exception, (page, [e.value for e in at.exception])
         print("TF_IMPORTED", "tensorflow" in sys.modules)
@@ -544,10 +568,10 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
 
 def test_overview_log_y_is_a_log_axis(runs):
     at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
-    spec = at.get("vega_lite_chart")[0].proto.spec
+    spec = at.get("vega_lite_chart")[2].proto.spec                 # after the two heatmaps
     assert '"log"' not in spec
     at.toggle(key="ov_logy").set_value(True).run()
-    spec = json.loads(ok(at).get("vega_lite_chart")[0].proto.spec)
+    spec = json.loads(ok(at).get("vega_lite_chart")[2].proto.spec)
     assert spec["encoding"]["y"]["scale"]["type"] == "log"
     assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
 
@@ -642,9 +666,201 @@ def test_named_groups_on_every_group_page(runs, tmp_path):
     assert "forward correct" in captions(at) and "gradient misclassified" in captions(at)
     at = ok(start(root / "exp1", "Training overview"))
     assert at.selectbox(key="ov_group").options == ["all", "correct", "misclassified"]
-    before = images(at)
+    before = heatmap_data(at)
     at.selectbox(key="ov_group").select("misclassified").run()
-    assert images(ok(at))[0] != before[0]            # the heatmap of that group's rows
+    assert heatmap_data(ok(at))[0] != before[0]      # the heatmap of that group's rows
     at = ok(start(root, "Compare"))
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     assert {"correct", "positive"} <= set(ok(at).selectbox(key="cmp_run_group").options)
+
+
+# ---- issue 14: navigation, URL state, live folders ------------------------------------------
+
+def test_each_page_has_its_own_url_path():
+    """st.navigation's pages: one URL path per page, the page module's name (the browser's
+    history then holds one entry per page; tests/test_browser.py drives Back and Forward)."""
+    from viewer import app_main
+    assert [app_main.url_path(m) for m in app_main.PAGES.values()] == [
+        Path(f).stem for f in PAGE_FILES.values()]
+    assert len(set(app_main.url_path(m) for m in app_main.PAGES.values())) == len(app_main.PAGES)
+
+
+def test_old_page_links_open_their_page(runs):
+    at = ok(start(runs, "Summary", query={"page": "Distributions", "run": "exp2"}))
+    assert at.header[0].value == "Distributions"
+    assert at.selectbox(key="run").value.endswith("exp2")              # the other parameters kept
+
+
+def test_url_query_reproduces_the_view(runs):
+    """A link's query chooses run, tensor, kind, statistic, group and filter, as the widgets would."""
+    query = {"run": "exp2", "ov_filter": "conv", "ov_group": "positive", "ov_tensor": "conv3/Relu:0",
+             "ov_series_stat": "max"}
+    at = ok(start(runs, "Training overview", query=query))
+    assert at.selectbox(key="run").value.endswith("exp2")
+    assert at.text_input(key="ov_filter").value == "conv"
+    assert at.selectbox(key="ov_group").value == "positive" and at.selectbox(key="ov_tensor").value == "conv3/Relu:0"
+    assert "conv3/Relu:0 forward max" in captions(at)
+    at2 = ok(start(runs / "exp1", "Tensor browser", query={"tb_tensor": "icnn/mu:0", "tb_step": "0 (schedule)"}))
+    assert at2.selectbox(key="tb_tensor").value == "icnn/mu:0" and at2.selectbox(key="tb_step").value == 0
+
+
+def test_page_choices_are_bound_to_the_url(runs):
+    """The browser writes a bound widget's value into the URL (tests/test_browser.py sees it);
+    here: every page's main choices are bound, under their key."""
+    bound = {"Training overview": ["ov_filter", "ov_group", "ov_tensor"], "Distributions": ["di_tensor", "di_step",
+             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor"],
+             "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
+             "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
+    for page, keys in bound.items():
+        at = ok(start(runs / "exp1", page))
+        widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
+        for key in keys:
+            assert widgets[key].proto.query_param_key == key, (page, key)
+    assert ok(start(runs)).selectbox(key="run").proto.query_param_key == "run"
+
+
+def test_compare_two_runs_needs_two_runs(runs):
+    at = ok(start(runs / "exp1", "Compare", cmp_mode="Same tensor in two runs"))
+    assert any("Comparing runs needs two runs" in i.value and "holds 1" in unescape(i.value) for i in at.info)
+    assert not at.get("vega_lite_chart") and not images(at)
+    at = ok(start(runs, "Compare", cmp_mode="Same tensor in two runs", query={"run": "exp2"}))
+    assert at.selectbox(key="cmp_run_b").options == ["exp1"]             # B is never A itself
+
+
+def test_auto_refresh_shows_new_runs_in_the_folder(runs, tmp_path):
+    shutil.copytree(runs / "exp2", tmp_path / "a")
+    at = ok(start(tmp_path, auto=True))
+    still = ok(start(tmp_path))                                         # auto-refresh off
+    assert at.selectbox(key="run").options == ["a"] == still.selectbox(key="run").options
+    shutil.copytree(runs / "exp2", tmp_path / "b")
+    assert ok(at.run()).selectbox(key="run").options == ["a", "b"]       # seen without Refresh
+    at.toggle(key="auto").set_value(False).run()
+    shutil.copytree(runs / "exp2", tmp_path / "c")
+    assert ok(at.run()).selectbox(key="run").options == ["a", "b"]       # off: until Refresh
+    at.button[0].click().run()
+    assert ok(at).selectbox(key="run").options == ["a", "b", "c"]
+
+
+def test_figures_follow_the_theme(runs):
+    """Matplotlib figures made under the dark theme get a dark background (and the cached
+    heatmap is drawn per theme, not served from the other theme's cache)."""
+    import numpy as np
+    import pandas as pd
+    from matplotlib.colors import to_rgb
+    from viewer import ui
+    from inspector import plots
+    with ui.figure_theme("dark"):
+        dark = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
+    with ui.figure_theme("light"):
+        light = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
+    assert np.mean(to_rgb(dark.get_facecolor())) < 0.2 < 0.8 < np.mean(to_rgb(light.get_facecolor()))
+
+
+def test_layer_rows_fold_an_icnn_layers_helper_ops():
+    import pandas as pd
+    from viewer import layers
+    names = ["c/Conv2D:0", "c/Relu:0", "ic/pre_mask:0", "ic/helper/sub:0", "ic/helper/mul:0", "ic/post_mask:0",
+             "ic/filter_loss:0"]
+    cat = pd.DataFrame({"name": names, "scope": ["c", "c", "ic", "ic/helper", "ic/helper", "ic", "ic"],
+                        "icnn_layer": [None, None, "ic", None, None, "ic", "ic"],
+                        "icnn_role": [None, None, "pre_mask", None, None, "post_mask", "filter_loss"]}).set_index(
+        "name", drop=False)
+    rows = layers.layer_rows(cat, names)
+    assert rows["layer"].tolist() == ["c", "c", "ic", "ic", "ic", "ic", "ic"]     # helpers under the ICNN scope
+    folded = layers.shown_rows(rows)
+    assert folded["tensor"].tolist() == ["c/Relu:0", "ic/post_mask:0"]           # the ICNN output, not the last op
+    assert folded["label"].tolist() == ["c/Relu:0 (+1 ops of c)", "ic/post_mask:0 (+4 ops of ic)"]
+    assert layers.shown_rows(rows, unfold=["ic"])["tensor"].tolist() == ["c/Relu:0"] + names[2:]
+    assert len(layers.shown_rows(rows, all_ops=True)) == 7
+
+
+def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
+    """Every drawn cell's value is the statistics row of (tensor, step); cells are centred on
+    uneven steps; NaN/Inf and (log) zero cells are grey, not coloured."""
+    import numpy as np
+    import inspector
+    from viewer import layers
+    run = inspector.open_run(runs / "exp1")
+    df = run.query_stats(kinds=["forward"], groups=["all"], columns=["max"])
+    tensors = list(dict.fromkeys(df["tensor"].astype(str)))
+    steps = np.array([0, 5, 6, 29])
+    m = np.array([[df[(df["tensor"] == t) & (df["step"] == s)]["max"].iloc[0] for s in steps] for t in tensors])
+    m[0, 1], m[1, 2] = np.nan, 0.0
+    shown = layers.shown_rows(layers.layer_rows(run.tensors, tensors), all_ops=True)
+    frame = layers.heatmap_frame(tensors, steps, m, shown, log=True)
+    for r in frame.sample(40, random_state=0).itertuples():
+        expect = df[(df["tensor"] == r.tensor) & (df["step"] == r.step)]["max"].iloc[0]
+        if r.state == "finite":
+            assert r.value == expect
+    cell = frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 6)].iloc[0]
+    assert (cell.x0, cell.x1) == (5.5, 17.5)                                      # halfway to 5 and to 29
+    assert frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 5)]["state"].iloc[0] == "non-finite"
+    assert frame[(frame["tensor"] == tensors[1]) & (frame["step"] == 6)]["state"].iloc[0] == "<= 0"
+    assert len(layers.heatmap_frame(tensors, np.arange(1000), np.ones((len(tensors), 1000)), shown)) == \
+        len(tensors) * layers.MAX_STEPS
+    spec = layers.heatmap_chart(frame, "max", log=True).to_dict()
+    tips = [t["field"] for t in spec["encoding"]["tooltip"]]
+    assert {"tensor", "step", "value"} <= set(tips) and spec["params"][0]["bind"] == "scales"
+
+
+def test_heatmap_data_reaches_the_browser_as_plain_strings(runs):
+    """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
+    read (the heatmap came out empty in Chromium): the chart's dataset holds plain strings."""
+    import pyarrow as pa
+    at = ok(start(runs / "exp1", "Training overview"))
+    chart = next(c for c in at.get("vega_lite_chart") if "x2" in c.proto.spec)
+    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all()
+    assert table.num_rows == 6 * 30 and pa.types.is_string(table.schema.field("tensor").type)
+
+
+def test_percentiles_from_a_histogram_match_numpy_within_a_bin():
+    import numpy as np
+    from viewer import bands
+    x = np.random.default_rng(0).standard_normal(20_000) ** 3          # long-tailed
+    edges = np.linspace(x.min(), x.max(), 2001)
+    counts, _ = np.histogram(x, edges)
+    got = bands.hist_percentiles(edges, counts)
+    want = np.percentile(x, bands.PERCENTILES)
+    assert np.all(np.abs(got - want) <= np.diff(edges)[0] + 1e-12), (got, want)
+    assert got[0] == x.min() and got[-1] == x.max()
+    assert np.isnan(bands.hist_percentiles(edges, np.zeros(2000))).all()
+    frame = bands.percentile_frame({3: {"positive": (edges, counts), "negative": (edges, counts * 0)}})
+    assert frame["group"].tolist() == ["positive", "negative"] and frame.loc[0, "p50"] == got[3]
+
+
+def test_the_run_follows_a_page_switch(runs):
+    """A page switch drops the old page's query and widgets: the sidebar keeps its run anyway.
+    (AppTest keeps widgets across pages, so only tests/test_browser.py's Back/Forward test
+    fails without viewer.app_main.restore_sidebar; this one checks the URL-less switch and
+    that a choice made on the new page holds.)"""
+    at = ok(start(runs, query={"run": "exp2"}))
+    assert at.header[0].value == "Run exp2"
+    del at.query_params["run"]                                      # the new page's URL has no run=
+    at.switch_page(PAGE_FILES["Distributions"]).run()
+    assert ok(at).selectbox(key="run").value.endswith("exp2")
+    at.selectbox(key="run").select("exp1").run()                    # a choice on the new page holds
+    at.switch_page(PAGE_FILES["Summary"]).run()
+    assert ok(at).header[0].value == "Run exp1"
+
+
+def test_distributions_percentile_bands(runs):
+    import numpy as np
+    import inspector
+    from viewer import bands
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    assert "derived from the stored in-graph histograms" in captions(at)
+    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
+    spec = json.loads(chart.proto.spec)
+    assert spec["mark"]["type"] == "area" and spec["encoding"]["y2"]["field"] == "hi"
+    # the median drawn at step 29 for positive: the oracle is the stored histogram itself
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"],
+                                                        columns=["hist_lo", "hist_hi", "histogram"])
+    row = df[df["group"] == "positive"].iloc[0]
+    counts = np.asarray(row["histogram"])
+    edges = np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1)
+    median = bands.hist_percentiles(edges, counts, (50,))[0]
+    assert row["hist_lo"] <= median <= row["hist_hi"]
+    import pyarrow as pa
+    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    got = table[(table["step"] == 29) & (table["group"] == "positive")]["p50"].iloc[0]
+    assert got == median and set(table["group"]) == {"positive", "negative"}

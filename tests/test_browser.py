@@ -26,10 +26,14 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 # page -> (heading it shows, number of images it must show at least)
-PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 1),
+PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 0),
          "Distributions": ("Distributions", 3), "Feature maps": ("Feature maps", 2),
          "Masks & templates": ("Masks & templates", 3), "Tensor browser": ("Tensor browser", 1),
          "Compare": ("Compare", 2)}
+# page -> its URL path (st.navigation; the default page, Summary, is the app's root)
+URLS = {"Summary": "", "Training overview": "overview", "Distributions": "distributions",
+        "Feature maps": "featuremaps", "Masks & templates": "masks", "Tensor browser": "browser",
+        "Compare": "compare"}
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)
@@ -137,14 +141,19 @@ def test_page_renders_in_chromium(server, browser, shots, name):
     heading, images = PAGES[name]
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
-        page.goto(f"{server}/?page={quote(name)}", wait_until="domcontentloaded")
+        page.goto(f"{server}/{URLS[name]}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
         wait_rendered(page, images)
         page.screenshot(path=str(shots / f"{name.replace(' ', '_').replace('&', 'and')}.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
-        # the sidebar names the page that is shown (the URL chose it)
-        assert page.locator('[data-testid="stSidebar"] input[type="radio"]:checked').count() == 1
+        if name == "Training overview":  # the shown tab's interactive heatmap and the series, by Vega
+            page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg')"
+                                   ".length >= 2", timeout=30_000, polling=200)
+        # the sidebar's navigation marks the page that is shown (the URL chose it)
+        nav = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
+        nav.first.wait_for(timeout=30_000)
+        assert nav.first.inner_text().strip() == name
     finally:
         page.close()
 
@@ -223,5 +232,77 @@ def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
         wait_rendered(page, 1)
         assert page.get_by_role("combobox", name="Dump step").first.input_value() == "20 (schedule)"
         assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()
+
+
+def heading_shown(page, name: str) -> None:
+    page.get_by_role("heading", name=name).first.wait_for(timeout=60_000)
+    wait_rendered(page, 0)
+
+
+def test_back_and_forward_move_between_pages(server, browser):
+    """Each page is a history entry: the sidebar's links push URLs, Back and Forward walk them."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1400})
+    try:
+        page.goto(f"{server}/?run=exp2", wait_until="domcontentloaded")
+        heading_shown(page, "Run exp2")
+        nav = page.locator('[data-testid="stSidebarNav"]')
+        nav.get_by_text("Distributions", exact=True).click()
+        heading_shown(page, "Distributions")
+        page.wait_for_url("**/distributions**", timeout=60_000)
+        nav.get_by_text("Tensor browser", exact=True).click()
+        heading_shown(page, "Tensor browser")
+        page.wait_for_url("**/browser**", timeout=60_000)
+        page.go_back()
+        heading_shown(page, "Distributions")
+        assert "/distributions" in page.url
+        page.go_back()
+        heading_shown(page, "Run exp2")                              # the run stays chosen
+        assert page.get_by_text("Page not found").count() == 0
+        page.go_forward()
+        heading_shown(page, "Distributions")
+        page.wait_for_url("**run=exp2**", timeout=60_000)          # the run followed the page switch
+        assert page.get_by_role("combobox", name="Run").first.input_value() == "exp2"
+        assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()
+
+
+def test_a_copied_link_reproduces_the_view(server, browser):
+    """Choose a tensor and a step: the URL takes them; opening that URL anew shows the same."""
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        page.goto(f"{server}/distributions?run=exp1", wait_until="domcontentloaded")
+        heading_shown(page, "Distributions")
+        wait_rendered(page, 3)
+        box = page.get_by_role("combobox", name="Tensor").first
+        box.click()
+        page.get_by_role("option", name="conv3/Relu:0", exact=True).click()
+        page.wait_for_url("**di_tensor=conv3**", timeout=30_000)
+        wait_rendered(page, 3)
+        link = page.url
+        other = browser.new_page(viewport={"width": 1500, "height": 2200})
+        try:
+            other.goto(link, wait_until="domcontentloaded")
+            heading_shown(other, "Distributions")
+            wait_rendered(other, 3)
+            assert other.get_by_role("combobox", name="Tensor").first.input_value() == "conv3/Relu:0"
+            other.get_by_text("In-graph histograms at step 39").first.wait_for(timeout=30_000)
+        finally:
+            other.close()
+    finally:
+        page.close()
+
+
+def test_no_deploy_button(server, browser):
+    page = browser.new_page()
+    try:
+        page.goto(f"{server}/", wait_until="domcontentloaded")
+        heading_shown(page, "Run exp1")
+        wait_rendered(page, 0)
+        page.locator('[data-testid="stToolbar"]').first.wait_for(state="attached", timeout=30_000)
+        assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+        assert page.get_by_text("Deploy", exact=True).count() == 0
     finally:
         page.close()

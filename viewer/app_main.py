@@ -6,18 +6,25 @@ package, so the viewer works from an installed wheel too).
 
 Reads runs only through ``inspector`` (no TensorFlow). The folder given at start (else the
 environment variable ``TF_INSPECTOR_RUNS``, else ``runs``) is the viewer's *runs folder*: it
-never reads outside it. The sidebar picks a run or sub-folder inside it, the run and the page;
-each page lives in ``viewer/``. The page and the run are also in the URL
-(``?page=Distributions&run=exp1``).
+never reads outside it. The sidebar picks a run or sub-folder inside it and the run; Streamlit's
+multipage navigation (``st.navigation``) picks the page, each with its own URL path (the page
+module's name: ``/distributions?run=exp1``; Summary, the default, is the root ``/``), so the
+browser's Back and Forward move between pages. The run and each page's main choices (tensor,
+step, sample, filter, group) are widgets bound to the URL's query (``bind="query-params"``,
+the widget's key names the parameter): a copied link reproduces the view. Each page lives in
+``viewer/``; an old link's ``?page=<title>`` opens that page.
 """
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import streamlit as st
+from streamlit.navigation.page import StreamlitPage
 
 if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sys.path:
     # run as a script (`streamlit run .../viewer/app_main.py`) from a checkout that is not
@@ -30,13 +37,38 @@ from inspector.safepath import real  # noqa: E402
 from inspector.storage import is_url  # noqa: E402
 from viewer import browser, compare, data, distributions, featuremaps, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
-from viewer.ui import Ctx, guard, plain  # noqa: E402
+from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
 
-PAGES = {"Summary": summary, "Training overview": overview, "Distributions": distributions,
-         "Feature maps": featuremaps, "Masks & templates": masks, "Tensor browser": browser, "Compare": compare}
+#: page title -> its module (``render(ctx)``); the URL path of a page is its module's name
+PAGES: dict[str, ModuleType] = {
+    "Summary": summary, "Training overview": overview, "Distributions": distributions, "Feature maps": featuremaps,
+    "Masks & templates": masks, "Tensor browser": browser, "Compare": compare}
 log = logging.getLogger("tf_inspector.viewer")
+#: Streamlit's toolbar without developer items ("Deploy", rerun, clear cache); "minimal" would
+#: also hide the settings menu, where the user picks the light or dark theme.
+TOOLBAR_MODE = "viewer"
 #: The scripts ``streamlit run`` is given: their arguments after ``--`` are the viewer's.
 SCRIPTS = ("app.py", "app_main.py")
+
+
+#: The sidebar's widgets, kept across page switches (each page has its own widgets, and a page
+#: switch drops the old page's query, so without this a new page would open the first run)
+KEPT = ("path", "auto", "run", "mode", "worker")
+
+
+def restore_sidebar() -> None:
+    """Give the sidebar's widgets on a newly opened page the values they had on the last one,
+    unless the URL names a value (a link or Back/Forward): the URL wins."""
+    for key in KEPT:
+        kept = st.session_state.get(f"_kept_{key}")
+        if key not in st.session_state and key not in st.query_params and kept is not None:
+            st.session_state[key] = kept
+
+
+def remember_sidebar() -> None:
+    for key in KEPT:
+        if key in st.session_state:
+            st.session_state[f"_kept_{key}"] = st.session_state[key]
 
 
 def default_root() -> str:
@@ -46,18 +78,41 @@ def default_root() -> str:
     return os.environ.get("TF_INSPECTOR_RUNS") or "runs"
 
 
+def url_path(module: ModuleType) -> str:
+    """A page's URL path: its module's name (``url_path(overview) == "overview"``)."""
+    return module.__name__.rsplit(".", 1)[-1]
+
+
+_ctx: contextvars.ContextVar[Ctx | None] = contextvars.ContextVar("tf_inspector_ctx", default=None)
+
+
+def page_runner(title: str):
+    """The callable ``st.Page`` runs for ``title``: that page's ``render`` on the sidebar's run
+    (nothing when the sidebar showed why no run can be shown)."""
+    def run() -> None:
+        ctx = _ctx.get()
+        if ctx is not None:
+            with guard(title), figure_theme():
+                PAGES[title].render(ctx)
+    run.__name__ = url_path(PAGES[title])
+    return run
+
+
 @st.fragment(run_every=3)
-def watch(path: str, sig: tuple) -> None:
-    """Auto-refresh: rerun the whole app when the run's files change (checked every 3 s)."""
-    if data.signature(path) != sig:  # the files' signature, without the view
+def watch(folder: str, root: str, runs: tuple[str, ...], path: str | None, sig: tuple | None) -> None:
+    """Auto-refresh (checked every 3 s): rerun the whole app when the folder's runs change (a
+    new run appears: the run list is re-read) or the shown run's files change."""
+    if tuple(data.list_runs.__wrapped__(folder, root)[0]) != runs:  # uncached: the folder now
+        data.list_runs.clear()
+        st.rerun()
+    if path is not None and data.signature(path) != sig:  # the files' signature, without the view
         st.rerun()
 
 
-def pick_run(folder: Path, root: Path) -> tuple[str, list[str]] | None:
-    """The sidebar's run picker (``?run=<name>``) over the runs in ``folder``: (the chosen
-    run's path, every run there), or None after a message (no run there, or ``?run=`` names
-    none of them: never another run instead)."""
-    runs, outside = data.list_runs(str(folder), str(root))
+def pick_run(folder: Path, root: Path, runs: list[str], outside: int) -> str | None:
+    """The sidebar's run picker (``?run=<name>``) over ``runs`` (those in ``folder``): the chosen
+    run's path, or None after a message (no run there, or ``?run=`` names none of them: never
+    another run instead)."""
     if outside:
         st.sidebar.caption(f"{outside} entr{'y' if outside == 1 else 'ies'} leading outside the runs folder: skipped")
     if not runs:
@@ -73,12 +128,12 @@ def pick_run(folder: Path, root: Path) -> tuple[str, list[str]] | None:
         st.error(f"No run named {plain(repr(asked or ''))} in {plain(folder)}; choose one of its "
                  f"{len(by_name)} runs in the sidebar.")
         return None
-    return by_name[name], runs
+    return by_name[name]
 
 
 def sidebar() -> Ctx | None:
-    """Path inside the runs folder, run picker, refresh controls and page choice. None (after a
-    message) if no run can be shown."""
+    """Path inside the runs folder, run picker and refresh controls. None (after a message) if
+    no run can be shown."""
     sb = st.sidebar
     sb.title("TF Inspector")
     given = default_root()
@@ -87,20 +142,22 @@ def sidebar() -> Ctx | None:
     sb.caption(f"Runs folder: {plain(root)}")
     text = sb.text_input("Run or folder inside it", key="path", placeholder="(the runs folder itself)",
                          help="a path relative to the runs folder (or an absolute path inside it)")
-    sb.radio("Page", list(PAGES), key="page", bind="query-params")
     if sb.button("Refresh", help="re-read the run: shows new steps of a run still being written"):
         data.list_runs.clear()  # new runs in the folder; changed files are caught by the signature
+    auto = sb.toggle("Auto-refresh (3 s)", key="auto", help="follow a run that is still being written and "
+                     "new runs appearing in the folder")
     try:
-        picked = pick_run(resolve_inside(root, text), root)
+        folder = resolve_inside(root, text)
+        runs, outside = data.list_runs(str(folder), str(root))
     except InspectorError as e:
         st.error(plain(e))
         return None
-    if picked is None:
+    path = pick_run(folder, root, runs, outside)
+    sig = data.signature(path) if path else None
+    if auto:
+        watch(str(folder), str(root), tuple(runs), path, sig)
+    if path is None or sig is None:
         return None
-    path, runs = picked
-    sig = data.signature(path)
-    if sb.toggle("Auto-refresh (3 s)", key="auto", help="follow a run that is still being written"):
-        watch(path, sig)
     return Ctx(path, view_picker(path, sig), tuple(runs))
 
 
@@ -123,23 +180,43 @@ def view_picker(path: str, sig: tuple) -> tuple:
     return data.with_view(sig, mode, worker, batch)
 
 
+def navigation() -> StreamlitPage:
+    """The pages, one URL path each (Summary is the default: the root URL, not ``/summary``); an
+    old link's ``?page=<title>`` switches to that page, keeping its other query parameters."""
+    pages = {title: st.Page(page_runner(title), title=title, url_path=url_path(module), default=i == 0)
+             for i, (title, module) in enumerate(PAGES.items())}
+    current = st.navigation(list(pages.values()), position="sidebar")
+    legacy = st.query_params.get("page")
+    if legacy in pages and pages[legacy].url_path != current.url_path:
+        keep = {k: st.query_params.get_all(k) for k in st.query_params if k != "page"}
+        st.switch_page(pages[legacy], query_params=keep)
+    return current
+
+
 def show() -> None:
+    page = navigation()
+    restore_sidebar()
     ctx = sidebar()
-    if ctx is None:
-        return
+    remember_sidebar()
+    if ctx is not None:
+        try:
+            data.get_run(ctx.path, ctx.sig)
+        except InspectorError as e:
+            st.error(f"Cannot read run {plain(ctx.path)}: {plain(e)}")
+            ctx = None
+    token = _ctx.set(ctx)
     try:
-        data.get_run(ctx.path, ctx.sig)
-    except InspectorError as e:
-        st.error(f"Cannot read run {plain(ctx.path)}: {plain(e)}")
-        return
-    page = st.session_state.get("page") or "Summary"
-    with guard(page):
-        PAGES[page].render(ctx)
+        page.run()  # the page's own guard turns its errors into messages
+    finally:
+        _ctx.reset(token)
 
 
 def main() -> None:
     """The page; whatever fails is a short message here and a traceback in the server log."""
     st.set_page_config(page_title="TF Inspector", layout="wide")
+    # no "Deploy" button, rerun or clear-cache items (the theme menu stays): .streamlit/config.toml
+    # beside the script sets it from the first page load; this covers a script started elsewhere
+    st.set_option("client.toolbarMode", TOOLBAR_MODE)
     try:
         show()
     except Exception as e:  # st.rerun/st.stop are BaseExceptions: they pass

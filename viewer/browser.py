@@ -82,7 +82,8 @@ def render(ctx: Ctx) -> None:
     if not need(not cat.empty, "The catalog of this run is empty."):
         return
     c1, c2 = st.columns([2, 2])
-    text = c1.text_input("Search name, scope or op type", key="tb_search", placeholder="e.g. conv2 or Relu")
+    text = c1.text_input("Search name, scope or op type", key="tb_search",
+                         bind="query-params", placeholder="e.g. conv2 or Relu")
     ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
     found = search(cat, text, ops)
     st.caption(f"{len(found)} of {len(cat)} tensors")
@@ -90,7 +91,7 @@ def render(ctx: Ctx) -> None:
     st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch", height=260)
     if not need(len(found) > 0, "No tensor matches the search."):
         return
-    tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor")
+    tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor", bind="query-params")
     row = cat.loc[tensor]
     st.markdown(f"**{plain(tensor)}**: op {plain(row['op'])} ({plain(row['op_type'])}), dtype {plain(row['dtype'])}, "
                 f"static shape {plain(row['shape'])}, scope {plain(row['scope'])}, "
@@ -110,13 +111,15 @@ def render(ctx: Ctx) -> None:
     kinds = [k for k in ("forward", "gradient", "update") if f"{k}/{tensor}" in keys]
     if not need(bool(kinds), f"The dump of step {step} holds no values of {plain(tensor)}."):
         return
-    kind = c[1].radio("Kind", kinds, key="tb_kind", horizontal=True)
+    kind = c[1].radio("Kind", kinds, key="tb_kind", bind="query-params", horizontal=True)
     note = icnn_gradient_note(cat, tensor) if kind == "gradient" else None
     if note:
         st.info(note)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample")
-    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel")
+    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample",
+                               bind="query-params")
+    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel",
+                                bind="query-params")
     finite = x[np.isfinite(x)] if x.size else x
     st.markdown(f"Values: shape **{plain(list(x.shape))}**, dtype {x.dtype}; "
                 + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "

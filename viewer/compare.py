@@ -25,7 +25,8 @@ def stats_at(path: str, sig: tuple, tensor: str, step: int, kind: str) -> pd.Dat
 
 def render(ctx: Ctx) -> None:
     st.header("Compare")
-    mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"], horizontal=True, key="cmp_mode")
+    mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"], horizontal=True, key="cmp_mode",
+                    bind="query-params")
     if mode == "Two steps of this run":
         two_steps(ctx)
     else:
@@ -40,10 +41,11 @@ def two_steps(ctx: Ctx) -> None:
     names = list(run.tensors["name"])
     c = st.columns([3, 1])
     tensor = c[0].selectbox("Tensor", names, index=default_tensor(names),
-                            key="cmp_tensor")
-    kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", horizontal=True)
+                            key="cmp_tensor", bind="query-params")
+    kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", bind="query-params", horizontal=True)
     cols = st.columns(2)
-    picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default, key=f"cmp_step_{side}")
+    picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default, key=f"cmp_step_{side}",
+                                    bind="query-params")
               for i, (side, default) in enumerate((("A", steps[0]), ("B", steps[-1])))]
     hists = [pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (s,), kind).get(s, {})) for s in picked]
     xlim = shared_range(hists)
@@ -67,25 +69,28 @@ def shared_range(hists: list[dict]) -> tuple[float, float]:
 
 def two_runs(ctx: Ctx) -> None:
     others = list(ctx.runs)
-    if not need(len(others) >= 1, "Open a folder holding several runs to compare runs."):
+    if not need(len(others) >= 2, f"Comparing runs needs two runs: the runs folder (or the folder given in the "
+                f"sidebar) holds {len(others)}. Give a folder holding several runs."):
         return
     run_a = data.get_run(ctx.path, ctx.sig)
     c = st.columns(2)
     c[0].markdown(f"**Run A**: {plain(Path(ctx.path).name)} (chosen in the sidebar)")
-    default_b = next((i for i, r in enumerate(others) if r != ctx.path), 0)
-    path_b = c[1].selectbox("Run B", others, index=default_b, format_func=lambda p: Path(p).name, key="cmp_run_b")
+    others = [r for r in others if r != ctx.path]  # B is another run than A
+    path_b = c[1].selectbox("Run B", others, index=0, format_func=lambda p: Path(p).name, key="cmp_run_b",
+                            bind="query-params")
     sig_b = data.signature(path_b)
     run_b = data.get_run(path_b, sig_b)
     common = [n for n in run_a.tensors["name"] if n in set(run_b.tensors["name"])]
     if not need(bool(common), "The two runs share no tensor name."):
         return
     c = st.columns([3, 1, 1, 1])
-    tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor",
+    tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor", bind="query-params",
                             index=default_tensor(common))
-    kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", horizontal=True)
-    stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat")
+    kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", bind="query-params", horizontal=True)
+    stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat",
+                          bind="query-params")
     groups = list(dict.fromkeys([*run_a.groups, *run_b.groups]))
-    group = c[3].selectbox("Group", groups, key="cmp_run_group")
+    group = c[3].selectbox("Group", groups, key="cmp_run_group", bind="query-params")
     sa = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     sb = data.series(path_b, sig_b, tensor, kind, stat)
     if not need(group in sa and group in sb, f"Both runs need {kind} statistics of group {group}."):
@@ -99,7 +104,7 @@ def two_runs(ctx: Ctx) -> None:
     if not need(bool(steps), "The runs have no statistics step in common."):
         return
     step = st.select_slider("Step (common to both runs)", options=[int(s) for s in steps], value=int(steps[-1]),
-                            key="cmp_run_step")
+                            key="cmp_run_step", bind="query-params")
     sides = ((la, ctx.path, ctx.sig), (lb, path_b, sig_b))
     hists = [pick_groups(data.histograms(p, s, tensor, (step,), kind).get(step, {})) for _, p, s in sides]
     xlim = shared_range(hists)

@@ -9,7 +9,7 @@ from inspector import analysis, plots
 from inspector.binning import Bins, value_bins
 from inspector.format import HIST_MAX_ELEMENTS
 
-from . import data
+from . import bands, data
 from .dumps import dump_step_picker
 from .ui import Ctx, default_tensor, need, plain, show_figure
 
@@ -65,8 +65,9 @@ def render(ctx: Ctx) -> None:
     names = list(run.tensors["name"])
     c1, c2 = st.columns([2, 3])
     tensor = c1.selectbox("Tensor", names, index=default_tensor(names),
-                          key="di_tensor")
-    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step")
+                          key="di_tensor", bind="query-params")
+    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step",
+                            bind="query-params")
     kinds = kinds_of(run, tensor)
     log = st.toggle("Log density", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: "
                     "log10 density per row")
@@ -90,12 +91,26 @@ def render(ctx: Ctx) -> None:
 
     st.subheader("Across steps")
     c1, c2 = st.columns(2)
-    rkind = c1.radio("Kind", kinds, key="di_ridge_kind", horizontal=True)
+    rkind = c1.radio("Kind", kinds, key="di_ridge_kind", bind="query-params", horizontal=True)
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
     show_figure(plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps", log=log),
                 f"ridge_{tensor}_{rkind}", key="di_ridge")
+    percentile_bands(ctx, tensor, rkind, steps)
+
+
+def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> None:
+    """TensorBoard-style bands over every statistics step, positive and negative overlaid."""
+    st.subheader("Percentile bands over steps")
+    hists = data.histograms(ctx.path, ctx.sig, tensor, tuple(int(s) for s in steps), kind)
+    frame = bands.percentile_frame({s: pick_groups(g) for s, g in hists.items()})
+    if not need(not frame.empty, f"No {kind} histograms of {plain(tensor)}."):
+        return
+    st.altair_chart(bands.bands_chart(frame, plots.GROUP_COLORS, f"{tensor} {kind}"), width="stretch")
+    st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside; the median in the tooltip), per group. "
+               "The statistics hold no percentiles: these are derived from the stored in-graph histograms, "
+               "linear within a bin (exact to one bin width). Scroll to zoom the steps.")
 
 
 def hist_caption(panels: dict, totals: dict) -> str:

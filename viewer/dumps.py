@@ -68,4 +68,5 @@ def dump_step_picker(ctx: Ctx, title: str, key: str, near: int | None = None, co
         return None
     by_step = {d["step"]: d for d in infos}
     return container.selectbox(title, list(by_step), index=default_index(infos, near), key=key, help=help,
+                               bind="query-params",
                                format_func=lambda s: label(by_step[s]))

@@ -47,15 +47,15 @@ def render(ctx: Ctx) -> None:
     if not need(len(samples) > 0, f"The dump of step {step} holds no samples."):
         return
     sample = c[1].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
-                            key="fm_sample")
+                            key="fm_sample", bind="query-params")
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     cat = run.tensors
     maps = [n for n in cat["name"] if f"forward/{n}" in keys and bool(cat.loc[n, "batched"])
             and len(cat.loc[n, "shape"] or []) == 4]
     if need(bool(maps), f"The dump of step {step} holds no 4-D (N, H, W, C) tensors."):
-        tensor = c[2].selectbox("Layer", maps, key="fm_tensor")
+        tensor = c[2].selectbox("Layer", maps, key="fm_tensor", bind="query-params")
         kind = st.radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys], horizontal=True,
-                        key="fm_kind")
+                        key="fm_kind", bind="query-params")
         x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
         show_figure(plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, {sample_label(samples, sample)}",
                                        symmetric=kind == "gradient"),
@@ -68,19 +68,19 @@ def render(ctx: Ctx) -> None:
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor has an ICNN role)."):
         return
     c = st.columns(4)
-    layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer")
+    layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer", bind="query-params")
     m = icnn_maps(ctx, layers.loc[layer], step)
     if not need({"pre_mask", "post_mask", "mask", "mu"} <= set(m),
                 f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: {plain(sorted(m))})."):
         return
     n_filters = m["pre_mask"].shape[-1]
-    filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter")
+    filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params")
     groups = samples["group"].to_numpy()
     pos = [i for i in range(len(samples)) if groups[i] == "positive"]
     neg = [i for i in range(len(samples)) if groups[i] == "negative"]
     label = functools.partial(sample_label, samples)
-    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos") if pos else None
-    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg") if neg else None
+    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos", bind="query-params") if pos else None
+    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg", bind="query-params") if neg else None
     h, w = m["pre_mask"].shape[1:3]
     rows = []
     for label, i in (("positive", ip), ("negative", ineg)):

@@ -45,7 +45,7 @@ def render(ctx: Ctx) -> None:
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor in the catalog has an ICNN role)."):
         return
     c = st.columns(4)
-    layer = c[0].selectbox("ICNN layer", list(layers.index), key="mt_layer")
+    layer = c[0].selectbox("ICNN layer", list(layers.index), key="mt_layer", bind="query-params")
     roles: pd.Series = layers.loc[layer]
     if not need(len(run.steps) > 0, "No full dumps: templates need mu and beta from a dump step."):
         return
@@ -58,7 +58,7 @@ def render(ctx: Ctx) -> None:
     pre_shape = run.tensors.loc[roles["pre_mask"], "shape"] if isinstance(roles.get("pre_mask"), str) else None
     h, w = (pre_shape[1], pre_shape[2]) if pre_shape and len(pre_shape) == 4 else (8, 8)
     dead = dead_at(ctx, roles, step, mu)
-    filt = c[2].selectbox("Filter", range(mu.shape[1]), key="mt_filter",
+    filt = c[2].selectbox("Filter", range(mu.shape[1]), key="mt_filter", bind="query-params",
                           format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
     samples = data.samples(ctx.path, ctx.sig, step)
     sample = c[3].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),

@@ -1,16 +1,18 @@
-"""Page: training overview: layer x step heatmaps and per-tensor time series by group."""
+"""Page: training overview: interactive layer x step heatmaps (:mod:`viewer.layers`) and
+per-tensor time series by group."""
 from __future__ import annotations
 
 import re
 
 import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from inspector import plots
 
-from . import data
-from .ui import Ctx, default_tensor, download_figure, need, plain, show_png
+from . import data, layers
+from .ui import Ctx, default_tensor, download_figure, figure_theme, need, plain
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -31,26 +33,41 @@ def filter_tensors(names: list[str], pattern: str) -> list[str]:
         return [n for n in names if pattern.lower() in n.lower()]
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def heatmap_png(path: str, sig: tuple, kind: str, group: str, stat: str, pattern: str) -> tuple[bytes | None, str]:
-    """The rendered heatmap and its caption, cached: a 300 x 1,000 heatmap takes ~0.5 s to
-    draw, and every other widget on the page would otherwise redraw it."""
-    tensors, steps, m = data.stats_matrix(path, sig, kind, group, stat)
+def heatmap_rows(ctx: Ctx, kind: str, group: str, stat: str, pattern: str, unfold: list[str],
+                 all_ops: bool) -> tuple[list[str], np.ndarray, np.ndarray, pd.DataFrame]:
+    """(tensors, steps, matrix, the rows to draw) of one statistic, filtered and folded."""
+    tensors, steps, m = data.stats_matrix(ctx.path, ctx.sig, kind, group, stat)
     keep = filter_tensors(tensors, pattern)
-    if not keep or not len(steps):
-        return None, f"No {kind} statistics match this filter."
-    rows = [tensors.index(t) for t in keep]
+    rows = layers.layer_rows(data.get_run(ctx.path, ctx.sig).tensors, keep)
+    return tensors, steps, m, layers.shown_rows(rows, unfold, all_ops)
+
+
+def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str,
+                  unfold: list[str], all_ops: bool) -> None:
+    """The interactive layer x step heatmap of one statistic (PNG of the same rows on demand)."""
+    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat",
+                        bind="query-params")
+    tensors, steps, m, shown = heatmap_rows(ctx, kind, group, stat, pattern, unfold, all_ops)
+    if not need(len(shown) > 0 and len(steps) > 0, f"No {kind} statistics match this filter."):
+        return
     log = stat in LOG_STATS
-    fig = plots.heatmap(m[rows], keep, steps, title=f"{kind} {stat} (group {group})", log=log,
-                        cbar_label=f"{stat}{' (log scale)' if log else ''}")
-    return plots.to_png(fig), f"{len(keep)} tensors x {len(steps)} steps; grey = NaN/Inf or (log scale) zero"
+    frame = layers.heatmap_frame(tensors, steps, m, shown, log)
+    st.altair_chart(layers.heatmap_chart(frame, stat, log, f"{kind} {stat} (group {group})"), width="stretch",
+                    height=layers.chart_height(len(shown)) + 60)  # + the axis and title
+    n_steps = frame["step"].nunique()
+    folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
+    st.caption(f"{len(shown)} rows x {len(steps)} steps"
+               + (f" ({n_steps} evenly chosen columns drawn; zoom in, or narrow the filter)"
+                  if n_steps < len(steps) else "")
+               + (f"; {folded} layers folded into their output row (unfold them above)" if folded else "")
+               + f"; grey = NaN/Inf{' or <= 0 (log scale)' if log else ''}; scroll to zoom the steps, hover for values")
+    rows = [tensors.index(t) for t in shown["tensor"]]
 
-
-def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str) -> None:
-    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat")
-    png, caption = heatmap_png(ctx.path, ctx.sig, kind, group, stat, pattern)
-    if need(png is not None, caption):
-        show_png(png, f"heatmap_{kind}_{stat}_{group}", key=key, caption=caption)
+    def figure():
+        with figure_theme():
+            return plots.heatmap(m[rows], list(shown["label"]), steps, title=f"{kind} {stat} (group {group})",
+                                 log=log, cbar_label=f"{stat}{' (log scale)' if log else ''}")
+    download_figure(figure, f"heatmap_{kind}_{stat}_{group}", key=key)
 
 
 def render(ctx: Ctx) -> None:
@@ -60,24 +77,25 @@ def render(ctx: Ctx) -> None:
     if not need(len(steps) > 0, "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
         return
     c1, c2 = st.columns([3, 1])
-    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter",
+    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter", bind="query-params",
                             placeholder="e.g. Relu|icnn")
-    group = c2.selectbox("Group", run.groups, key="ov_group")
+    group = c2.selectbox("Group", run.groups, key="ov_group", bind="query-params")
+    unfold, all_ops = fold_controls(run.tensors, pattern)
     tab_g, tab_a = st.tabs(["Gradients", "Activations"])
     with tab_g:
-        heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group)
+        heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold, all_ops)
     with tab_a:
-        heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group)
+        heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold, all_ops)
 
     st.subheader("One tensor over steps, positive vs negative")
     names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
     c = st.columns([3, 1, 1, 1])
-    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor")
+    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor", bind="query-params")
     row = run.tensors.loc[tensor]
     kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
         ["update"] if bool(row["has_update"]) else [])
-    kind = c[1].radio("Kind", kinds, key="ov_kind", horizontal=True)
-    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat")
+    kind = c[1].radio("Kind", kinds, key="ov_kind", bind="query-params", horizontal=True)
+    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat", bind="query-params")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
@@ -91,6 +109,19 @@ def render(ctx: Ctx) -> None:
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")
     update_ratio_block(ctx, pattern)
+
+
+def fold_controls(catalog: pd.DataFrame, pattern: str) -> tuple[list[str], bool]:
+    """Which layers to unfold (every op of them drawn), or every op of every layer."""
+    rows = layers.layer_rows(catalog, filter_tensors(list(catalog["name"]), pattern))
+    sizes = rows.groupby("layer", sort=False).size()
+    multi = [str(ly) for ly, n in sizes.items() if n > 1]
+    c1, c2 = st.columns([3, 1])
+    unfold = c1.multiselect("Unfold layers (folded: one row, the layer's output)", multi, key="ov_unfold",
+                            bind="query-params", help="a layer's internal ops (e.g. an ICNN layer's helper ops) "
+                            "are folded into its output row by default")
+    all_ops = c2.toggle("Every op", key="ov_all_ops", bind="query-params", help="unfold every layer")
+    return unfold, all_ops
 
 
 def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:

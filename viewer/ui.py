@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+import matplotlib.style
 import streamlit as st
 from matplotlib.figure import Figure
 
@@ -81,6 +82,26 @@ def download_figure(make: Callable[[], Figure], name: str, key: str, label: str 
     interactive Streamlit charts, so the page does not render them twice)."""
     st.download_button(label, lambda: plots.to_png(make()), file_name=f"{slug(name)}.png", mime="image/png",
                        key=f"png_{key}")
+
+
+def theme() -> str:
+    """The browser's theme, "light" or "dark" (``st.context.theme``; "light" if unknown, e.g. in
+    AppTest or before the browser reported it)."""
+    try:
+        kind = st.context.theme.type
+    except Exception:  # an older Streamlit or no browser session: the default theme
+        return "light"
+    return kind if kind in ("light", "dark") else "light"
+
+
+@contextlib.contextmanager
+def figure_theme(kind: str | None = None) -> Iterator[None]:
+    """Matplotlib figures made inside follow the theme (``kind``, default :func:`theme`): a dark
+    background and light text in the dark theme. Cached renderers take the theme as an argument
+    so a PNG drawn for one theme is not served for the other."""
+    style = "dark_background" if (kind or theme()) == "dark" else "default"
+    with matplotlib.style.context(style):
+        yield
 
 
 @contextlib.contextmanager
