@@ -341,7 +341,10 @@ class SyntheticRun:
 
     def sync(self, timeout: float = 30.0) -> None:
         """Block until everything queued so far is on disk (statistics flushed only if the writer
-        was made with ``stats_flush_secs=0``)."""
+        was made with ``stats_flush_secs=0``): the dump threads' queue first (they write apart
+        from the manifest's thread), then a manifest token."""
+        if not self.writer.drain(timeout):
+            raise TimeoutError(f"the writer's dump threads did not finish within {timeout}s")
         self._sync_token += 1
         token = self._sync_token
         self.writer.update_manifest(synthetic_sync=token)

@@ -410,6 +410,7 @@ class RunWriter:
         while True:
             item = self._dumps.get()
             if item is None:
+                self._dumps.task_done()
                 return
             try:
                 retry = self._backing_off("dump")
@@ -423,6 +424,18 @@ class RunWriter:
             finally:
                 with self._lock:
                     self._pending_bytes -= item.nbytes
+                self._dumps.task_done()  # drain() counts on it
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Wait until every dump queued so far is written (or dropped); False if ``timeout``
+        seconds pass first. For tests and tools that read a live run at a known point.
+
+        >>> w.add_dump(5, {"forward/x:0": x}); w.drain(30)   # doctest: +SKIP
+        True
+        """
+        done = self._dumps.all_tasks_done
+        with done:
+            return done.wait_for(lambda: self._dumps.unfinished_tasks == 0, timeout)
 
     def _stop_dump_threads(self) -> None:
         for _ in self._dump_threads:

@@ -376,3 +376,24 @@ def test_a_session_part_without_its_identity_columns_is_damaged(tmp_path):
     pq.write_table(t.rename_columns(["ses{ion" if c == "session" else c for c in t.column_names]), part)
     run = inspector.open_run(tmp_path)
     assert run.stats.empty and any("no column session" in p for p in run.problems), run.problems
+
+
+def test_drain_returns_once_every_queued_dump_is_written(tmp_path, monkeypatch):
+    """drain() waits for the dump threads, which write apart from the manifest's thread: a
+    reader syncing on a manifest token alone could miss a dump still being written."""
+    import threading
+    gate = threading.Event()
+    real = RunWriter._write_dump
+
+    def slow(self, item):
+        gate.wait(30)                       # held until the test has seen drain() time out
+        real(self, item)
+
+    monkeypatch.setattr(RunWriter, "_write_dump", slow)
+    w = RunWriter(tmp_path, manifest={"tensors": []})
+    w.add_dump(3, {"forward/x:0": np.ones((2, 2), np.float32)})
+    assert w.drain(0.05) is False           # the dump is still held
+    gate.set()
+    assert w.drain(30) is True
+    assert (tmp_path / dump_name("chief", w.session, 3)).is_file()
+    w.close()
