@@ -142,17 +142,17 @@ def test_page_renders_in_chromium(server, browser, shots, name):
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/{URLS[name]}", wait_until="domcontentloaded")
-        page.get_by_role("heading", name=heading).first.wait_for(timeout=60_000)
+        page.get_by_role("heading", name=heading).first.wait_for(timeout=90_000)
         wait_rendered(page, images)
         page.screenshot(path=str(shots / f"{name.replace(' ', '_').replace('&', 'and')}.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
         if name == "Training overview":  # the shown tab's interactive heatmap and the series, by Vega
             page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg')"
-                                   ".length >= 2", timeout=30_000, polling=200)
+                                   ".length >= 2", timeout=90_000, polling=200)
         # the sidebar's navigation marks the page that is shown (the URL chose it)
         nav = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
-        nav.first.wait_for(timeout=30_000)
+        nav.first.wait_for(timeout=90_000)
         assert nav.first.inner_text().strip() == name
     finally:
         page.close()
@@ -163,7 +163,7 @@ def test_url_chooses_the_run(server, browser):
     page = browser.new_page()
     try:
         page.goto(f"{server}/?page=Summary&run=exp2", wait_until="domcontentloaded")
-        page.get_by_role("heading", name="Run exp2").first.wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Run exp2").first.wait_for(timeout=90_000)
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
@@ -181,7 +181,7 @@ def test_not_a_run_shows_message(browser, tmp_path):
         wait_healthy(url, proc)
         page = browser.new_page()
         page.goto(url, wait_until="domcontentloaded")
-        page.get_by_text("No run in").first.wait_for(timeout=60_000)
+        page.get_by_text("No run in").first.wait_for(timeout=90_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         page.close()
     finally:
@@ -197,9 +197,9 @@ def test_run_strings_load_nothing(server, browser):
     page.on("request", lambda r: requested.append(r.url))
     try:
         page.goto(f"{server}/?page=Summary&run=zz_evil", wait_until="domcontentloaded")
-        page.get_by_role("heading", name="Run zz_evil").first.wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Run zz_evil").first.wait_for(timeout=90_000)
         wait_rendered(page, 0)
-        page.get_by_text(EVIL).first.wait_for(timeout=30_000)       # shown, literally
+        page.get_by_text(EVIL).first.wait_for(timeout=90_000)       # shown, literally
         assert page.locator('img[src*="leak"]').count() == 0
         assert not [u for u in requested if "leak" in u], requested
     finally:
@@ -210,7 +210,7 @@ def test_unknown_run_in_the_url_is_a_message(server, browser):
     page = browser.new_page()
     try:
         page.goto(f"{server}/?page=Summary&run=nope", wait_until="domcontentloaded")
-        page.get_by_text("No run named 'nope'").first.wait_for(timeout=60_000)
+        page.get_by_text("No run named 'nope'").first.wait_for(timeout=90_000)
         assert page.get_by_role("heading", name="Run exp1").count() == 0
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
@@ -223,12 +223,12 @@ def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/?page=Summary&run=exp1", wait_until="domcontentloaded")
-        page.get_by_text("First NaN/Inf: step 35, found by the statistics").first.wait_for(timeout=60_000)
-        page.get_by_text("loss/Mean:0, forward mean").first.wait_for(timeout=30_000)
+        page.get_by_text("First NaN/Inf: step 35, found by the statistics").first.wait_for(timeout=90_000)
+        page.get_by_text("loss/Mean:0, forward mean").first.wait_for(timeout=90_000)
         page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= 2",
-                               timeout=30_000, polling=200)        # the loss curve and the op-type bars
+                               timeout=90_000, polling=200)        # the loss curve and the op-type bars
         page.goto(f"{server}/?page={quote('Feature maps')}&run=exp1", wait_until="domcontentloaded")
-        page.get_by_role("heading", name="Feature maps").first.wait_for(timeout=60_000)
+        page.get_by_role("heading", name="Feature maps").first.wait_for(timeout=90_000)
         wait_rendered(page, 1)
         assert page.get_by_role("combobox", name="Dump step").first.input_value() == "20 (schedule)"
         assert page.locator('[data-testid="stException"]').count() == 0
@@ -237,7 +237,7 @@ def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
 
 
 def heading_shown(page, name: str) -> None:
-    page.get_by_role("heading", name=name).first.wait_for(timeout=60_000)
+    page.get_by_role("heading", name=name).first.wait_for(timeout=90_000)
     wait_rendered(page, 0)
 
 
@@ -250,10 +250,10 @@ def test_back_and_forward_move_between_pages(server, browser):
         nav = page.locator('[data-testid="stSidebarNav"]')
         nav.get_by_text("Distributions", exact=True).click()
         heading_shown(page, "Distributions")
-        page.wait_for_url("**/distributions**", timeout=60_000)
+        page.wait_for_url("**/distributions**", timeout=90_000)
         nav.get_by_text("Tensor browser", exact=True).click()
         heading_shown(page, "Tensor browser")
-        page.wait_for_url("**/browser**", timeout=60_000)
+        page.wait_for_url("**/browser**", timeout=90_000)
         page.go_back()
         heading_shown(page, "Distributions")
         assert "/distributions" in page.url
@@ -262,7 +262,7 @@ def test_back_and_forward_move_between_pages(server, browser):
         assert page.get_by_text("Page not found").count() == 0
         page.go_forward()
         heading_shown(page, "Distributions")
-        page.wait_for_url("**run=exp2**", timeout=60_000)          # the run followed the page switch
+        page.wait_for_url("**run=exp2**", timeout=90_000)          # the run followed the page switch
         assert page.get_by_role("combobox", name="Run").first.input_value() == "exp2"
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
@@ -279,7 +279,7 @@ def test_a_copied_link_reproduces_the_view(server, browser):
         box = page.get_by_role("combobox", name="Tensor").first
         box.click()
         page.get_by_role("option", name="conv3/Relu:0", exact=True).click()
-        page.wait_for_url("**di_tensor=conv3**", timeout=30_000)
+        page.wait_for_url("**di_tensor=conv3**", timeout=90_000)
         wait_rendered(page, 3)
         link = page.url
         other = browser.new_page(viewport={"width": 1500, "height": 2200})
@@ -288,7 +288,7 @@ def test_a_copied_link_reproduces_the_view(server, browser):
             heading_shown(other, "Distributions")
             wait_rendered(other, 3)
             assert other.get_by_role("combobox", name="Tensor").first.input_value() == "conv3/Relu:0"
-            other.get_by_text("In-graph histograms at step 39").first.wait_for(timeout=30_000)
+            other.get_by_text("In-graph histograms at step 39").first.wait_for(timeout=90_000)
         finally:
             other.close()
     finally:
@@ -301,7 +301,7 @@ def test_no_deploy_button(server, browser):
         page.goto(f"{server}/", wait_until="domcontentloaded")
         heading_shown(page, "Run exp1")
         wait_rendered(page, 0)
-        page.locator('[data-testid="stToolbar"]').first.wait_for(state="attached", timeout=30_000)
+        page.locator('[data-testid="stToolbar"]').first.wait_for(state="attached", timeout=90_000)
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
         assert page.get_by_text("Deploy", exact=True).count() == 0
     finally:
