@@ -36,24 +36,26 @@ PROBE = 16
 
 
 def build(icnn: bool, weight_decay: float = 1e-4, filter_loss_weight: float = 1.0, mu: str = "centroid"):
-    """(training model on [images, positive], inference model images -> [probability, conv3 map])."""
+    """(training model on [images, positive], inference model images -> [probability, conv3 map,
+    conv3 before its ReLU]: the release's stability metric reads the raw conv output)."""
     reg = keras.regularizers.l2(weight_decay / 2)  # tf.nn.l2_loss is sum(w**2) / 2, as in models.py
     images = keras.Input((48, 48, 1), name="image")
     positive = keras.Input((), dtype="bool", name="positive")
 
-    def conv(x, name, k, cout):
-        return keras.layers.Conv2D(cout, k, padding="same", activation="relu", kernel_regularizer=reg,
+    def conv(x, name, k, cout, activation="relu"):
+        return keras.layers.Conv2D(cout, k, padding="same", activation=activation, kernel_regularizer=reg,
                                    kernel_initializer="he_normal", name=name)(x)
 
     x = keras.layers.MaxPooling2D(2, name="pool1")(conv(images, "conv1", 5, 16))
     x = keras.layers.MaxPooling2D(2, name="pool2")(conv(x, "conv2", 3, 32))
-    top = conv(x, "conv3", 3, 32)
+    top_raw = conv(x, "conv3", 3, 32, activation=None)
+    top = keras.layers.ReLU(name="conv3_relu")(top_raw)
     post = (ICNNMask(name="icnn_mask", mu=mu, filter_loss_weight=filter_loss_weight)([top, positive])
             if icnn else top)
     feat = keras.layers.GlobalMaxPooling2D(name="global_max_pool")(conv(post, "conv4", 3, 32))
     logits = keras.layers.Reshape((), name="logits")(keras.layers.Dense(1, kernel_regularizer=reg, name="logit")(feat))
     model = keras.Model([images, positive], logits, name="icnn" if icnn else "plain")
-    infer = keras.Model([images, positive], [keras.layers.Activation("sigmoid")(logits), top])
+    infer = keras.Model([images, positive], [keras.layers.Activation("sigmoid")(logits), top, top_raw])
     return model, infer
 
 
@@ -70,12 +72,12 @@ def train(kind: str, run_dir: Path, x, y, x_probe, y_probe, *, epochs: int, batc
 
 
 def predict(infer, images, chunk: int = 250) -> Dict[str, np.ndarray]:
-    probs, tops = [], []
+    out: Dict[str, list] = {"probability": [], "top": [], "top_raw": []}
     for i in range(0, len(images), chunk):
-        p, t = infer([images[i:i + chunk], np.zeros(len(images[i:i + chunk]), bool)], training=False)
-        probs.append(np.asarray(p))
-        tops.append(np.asarray(t))
-    return {"probability": np.concatenate(probs), "top": np.concatenate(tops)}
+        got = infer([images[i:i + chunk], np.zeros(len(images[i:i + chunk]), bool)], training=False)
+        for key, value in zip(out, got):
+            out[key].append(np.asarray(value))
+    return {key: np.concatenate(parts) for key, parts in out.items()}
 
 
 def main(argv=None) -> Dict[str, Dict[str, float]]:
