@@ -269,6 +269,24 @@ def test_back_and_forward_move_between_pages(server, browser):
         page.close()
 
 
+def choose(page, label: str, option: str, attempts: int = 3) -> None:
+    """Pick ``option`` in the selectbox ``label`` as a user would, and wait until the app has it.
+    On a loaded machine a script run still in flight can re-render the box and swallow the
+    click (the list closes, nothing is chosen); a user then picks again, and so does this."""
+    box = page.get_by_role("combobox", name=label).first
+    for _ in range(attempts):
+        wait_rendered(page, 0)
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+        try:
+            sync_api.expect(box).to_have_value(option, timeout=20_000)
+        except AssertionError:
+            continue
+        wait_rendered(page, 0)
+        return
+    raise AssertionError(f"could not choose {option!r} in {label!r} in {attempts} attempts")
+
+
 def test_a_copied_link_reproduces_the_view(server, browser):
     """Choose a tensor and a step: the URL takes them; opening that URL anew shows the same."""
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
@@ -276,9 +294,7 @@ def test_a_copied_link_reproduces_the_view(server, browser):
         page.goto(f"{server}/distributions?run=exp1", wait_until="domcontentloaded")
         heading_shown(page, "Distributions")
         wait_rendered(page, 3)
-        box = page.get_by_role("combobox", name="Tensor").first
-        box.click()
-        page.get_by_role("option", name="conv3/Relu:0", exact=True).click()
+        choose(page, "Tensor", "conv3/Relu:0")
         page.wait_for_url("**di_tensor=conv3**", timeout=90_000)
         wait_rendered(page, 3)
         link = page.url
