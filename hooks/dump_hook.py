@@ -62,29 +62,36 @@ def mark(loss: tf.Tensor | None = None, labels: tf.Tensor | None = None,
             g.add_to_collection(POSITIVE_COLLECTION, capture.group_ids(labels, positive))
 
 
-def _guarded(method):
-    """Log an error once and disable the hook instead of raising (unless strict)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if self._disabled:
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as e:
-            if self.strict:
-                raise
-            self._disabled = True
-            log.error("DumpHook.%s failed (%s: %s); the hook is disabled and training continues. "
-                      "Pass strict=True to raise instead.", method.__name__, type(e).__name__, e)
-            if self._writer is not None:
-                try:
-                    error = f"{method.__name__}: {type(e).__name__}: {e}"
-                    self._writer.update_manifest(hook_error=error)
-                    self._writer.close(status="failed", error=f"the hook failed in {error}")
-                except Exception:
-                    pass
-            return None
-    return wrapper
+def guarded(noun: str):
+    """Decorator: log an error once and disable the hook (``noun``: "hook", "callback") instead
+    of raising (unless ``self.strict``); the writer session is closed as failed."""
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, *args, **kwargs):
+            if self._disabled:
+                return None
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as e:
+                if self.strict:
+                    raise
+                self._disabled = True
+                log.error("%s.%s failed (%s: %s); the %s is disabled and training continues. "
+                          "Pass strict=True to raise instead.", type(self).__name__, method.__name__,
+                          type(e).__name__, e, noun)
+                if self._writer is not None and not self._writer.closed:
+                    try:
+                        error = f"{method.__name__}: {type(e).__name__}: {e}"
+                        self._writer.update_manifest(hook_error=error)
+                        self._writer.close(status="failed", error=f"the {noun} failed in {error}")
+                    except Exception:
+                        pass
+                return None
+        return wrapper
+    return decorate
+
+
+_guarded = guarded("hook")
 
 
 def _tf_config() -> dict:

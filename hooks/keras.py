@@ -18,7 +18,6 @@ steps the callback does nothing but count.
 """
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -33,33 +32,14 @@ from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
-from .dump_hook import _jsonable, worker_from_env
+from .dump_hook import _jsonable, guarded, worker_from_env
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
 
 
-def _guarded(method):
-    """Log an error once and disable the callback instead of raising (unless strict)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if self._disabled:
-            return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as e:
-            if self.strict:
-                raise
-            self._disabled = True
-            log.error("InspectCallback.%s failed (%s: %s); the callback is disabled and training continues. "
-                      "Pass strict=True to raise instead.", method.__name__, type(e).__name__, e)
-            if self._writer is not None and not self._writer.closed:
-                error = f"{method.__name__}: {type(e).__name__}: {e}"
-                self._writer.update_manifest(hook_error=error)
-                self._writer.close(status="failed", error=f"the callback failed in {error}")
-            return None
-    return wrapper
+_guarded = guarded("callback")
 
 
 def probe_batch(probe) -> tuple[Any, Any, Any]:
