@@ -27,9 +27,12 @@ Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
 4. ``stats-every``: statistics on every step.
 5. ``dump-full``: every op's forward value and gradient for every probe sample, every step.
 6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
-7. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
+7. ``idle/train-batch``, ``stats-every/train-batch``: as 2 and 4 with ``source="train_batch"``
+   (the step's own batch copied inside the train step, replayed with the weights it started
+   from: no probe).
+8. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
    per epoch (a block is one epoch); it records no activations or gradients.
-8. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
+9. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
    tensor_debug_mode="FULL_HEALTH", circular_buffer_size=-1)``. It instruments every function
    traced and every eager op run after it is enabled, process-wide, and
    ``disable_dump_debug_info`` does not remove the instrumentation from functions already
@@ -105,6 +108,9 @@ def data(n: int = 512):
 def configs(root: Path, probe) -> dict[str, list]:
     def cb(name, **kw):
         return [InspectCallback(root / name, probe=probe, **kw)]
+
+    def tb(name, **kw):  # the training batch, replayed (source="train_batch")
+        return [InspectCallback(root / name, source="train_batch", **kw)]
     never = dict(stats_every_n_steps=0, dump_every_n_steps=0)
     return {
         "plain": [],
@@ -113,6 +119,8 @@ def configs(root: Path, probe) -> dict[str, list]:
         "stats-every": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
         "dump-full": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=len(probe[0])),
         "dump-2/grp": cb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
+        "idle/train-batch": tb("idle-tb", **never),
+        "stats-every/train-batch": tb("stats-every-tb", stats_every_n_steps=1, dump_every_n_steps=0),
         "tensorboard": [keras.callbacks.TensorBoard(str(root / "tensorboard"), histogram_freq=1)],
     }
 

@@ -18,6 +18,7 @@ steps the callback does nothing but count.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
 from .dump_hook import _jsonable, guarded, worker_from_env
+from .keras_batch import BatchStash, swap_weights
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
@@ -69,6 +71,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
       probe: the fixed batch every sampled step runs: ``(x, y)``, ``(x, y, sample_weight)``, ``x``
         (no loss: forward values only) or a ``tf.data.Dataset`` (its first batch). The same
         samples at every step, so the groups and the dumped samples are comparable over time.
+        Leave it out with ``source="train_batch"``.
+      source: ``"probe"`` (default) or ``"train_batch"``: capture the sampled step's own training
+        batch instead, replayed with the weights the step started from, so values and gradients
+        are those the step's update was computed from (``hooks/keras_batch.py``; README, "Which
+        samples", says what it costs). Not under a multi-replica distribution strategy.
       positive: predicate ``y -> bool [N]`` (or a bool array [N]) choosing positive samples;
         the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for one-hot).
       include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
@@ -85,7 +92,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
     on sampled steps only).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, probe, *, positive: Callable | Any = None,
+    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str = "probe",
+                 positive: Callable | Any = None,
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
@@ -103,7 +111,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         for patterns in (include, exclude, batched, unbatched):
             capture._compile(patterns)  # fail early on a bad regex
         self.run_dir = Path(run_dir)
-        self.probe = probe_batch(probe)
+        self.source = source
+        self.probe = _check_source(source, probe, positive)
+        self._stash = BatchStash() if source == "train_batch" else None
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
@@ -123,6 +133,21 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._supports_tf_logs = True
 
     # ---- fit's lifecycle -----------------------------------------------------------------------
+    def set_model(self, model) -> None:
+        super().set_model(model)
+        if self._stash is not None:
+            self._install(model)
+
+    @_guarded
+    def _install(self, model) -> None:
+        """The batch copy goes into fit's train step, before fit builds its train function (it
+        does so after this). XLA cannot compile a copy of varying shape: refused before fit
+        traces anything, so fit's own function never fails because of the callback."""
+        if getattr(model, "jit_compile", False) is True:
+            raise ValueError("source='train_batch' with model.jit_compile=True: XLA cannot copy the batch out of "
+                             "the compiled train step; compile(..., jit_compile=False) or use source='probe'")
+        self._stash.install(model)
+
     @_guarded
     def on_train_begin(self, logs=None) -> None:
         spe = getattr(self.model, "steps_per_execution", None)
@@ -136,10 +161,15 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
-        if self._wants(self._step + 1) != (False, False):
+        sampled = self._wants(self._step + 1) != (False, False)
+        if self._stash is not None:   # the first step's batch is traced, whether sampled or not
+            self._stash.want(sampled or self._graph is None)
+        if sampled:
             # the update needs the value before the step: copied on sampled steps only (by the
-            # variable's id: the probe graph is traced at the end of the first step)
-            self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
+            # variable's id: the probe graph is traced at the end of the first step); every
+            # variable when the step is replayed (batch-norm statistics, seeds)
+            own = self.model.trainable_variables if self._stash is None else self.model.variables
+            self._before = {id(v): _tf_var(v).numpy() for v in own}
 
     @_guarded
     def on_train_batch_end(self, batch, logs=None) -> None:
@@ -159,7 +189,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
                 dump = False
                 if not stats:
                     return
-        out = self._graph.function(stats, dump)(*self._graph.args)
+        with self._replay():
+            out = self._graph.function(stats, dump)(*self._args())
         updates = self._updates()
         if stats:
             values, hist_range, hist = (np.asarray(a) for a in out["stats"])
@@ -176,8 +207,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._dump_estimate = sum(a.nbytes for a in arrays.values())
             self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": "schedule"})
 
-    @_guarded
     def on_train_end(self, logs=None) -> None:
+        if self._stash is not None:   # also when the callback was disabled: fit's own train_step back
+            self._stash.uninstall(self.model)
+        self._close()
+
+    @_guarded
+    def _close(self) -> None:
         if self._writer is not None and not self._writer.closed:
             self._writer.close("finished")
             st = self._writer.state
@@ -187,6 +223,19 @@ class InspectCallback(tf.keras.callbacks.Callback):
     # ---- helpers -------------------------------------------------------------------------------
     def _wants(self, step: int) -> tuple[bool, bool]:
         return self.schedule.wants_stats(step), self.schedule.wants_dump(step)
+
+    def _args(self) -> tuple:
+        """The probe, or the stashed training batch of this step."""
+        if self._stash is None:
+            return self._graph.args
+        return tuple(a for a in self._stash.batch() if a is not None)
+
+    def _replay(self):
+        """With source='train_batch': the model holds the weights the step started from."""
+        if self._stash is None or self._before is None:
+            return contextlib.nullcontext()
+        own = [v for v in self.model.variables if id(v) in self._before]
+        return swap_weights([_tf_var(v) for v in own], [self._before[id(v)] for v in own])
 
     def _updates(self) -> dict[str, np.ndarray]:
         """{variable: value after this step - value before} for the variables copied before it."""
@@ -198,8 +247,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _trace(self) -> None:
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
-        x, y, sw = self.probe
-        graph = ProbeGraph(self.model, x, y, sw, self.options)
+        x, y, sw = self.probe if self._stash is None else self._stash.batch()
+        graph = ProbeGraph(self.model, x, y, sw, self.options, any_batch=self._stash is not None)
         graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
@@ -209,7 +258,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _open(self) -> None:
         """Open this fit's writer session."""
-        graph, (x, _, _) = self._graph, self.probe
+        graph = self._graph
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
         aliases = graph.aliases
@@ -223,14 +272,15 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  strict=self.strict, fsync=self.fsync, mode="train")
         log.info("capturing %d tensors (%d with gradients) of Keras model %s on a %d-sample probe into %s",
                  len(graph.captured), sum(c.gradient is not None for c in graph.captured), self.model.name,
-                 _probe_size(x), self.run_dir)
+                 _probe_size(graph.args[0]), self.run_dir)
 
     def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
-        x, y, sw = self.probe
+        x, y, sw = graph._unpack(graph.args)
         return {
             "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
             "source": "keras", "model": self.model.name,
-            "probe": {"samples": _probe_size(x), "training": self.options.training,
+            "probe": {"source": self.source, "samples": None if self._stash else _probe_size(x),
+                      "training": self.options.training,
                       "targets": y is not None, "sample_weight": sw is not None},
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
@@ -257,6 +307,24 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": "statistics"}
             log.warning("NaN/Inf first seen at step %d in %s (%s)", step, tensor, kind)
             self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
+
+
+def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
+    """The probe batch (None with ``source="train_batch"``), or ValueError naming what is wrong."""
+    if source == "probe":
+        if probe is None:
+            raise ValueError("probe= is required with source='probe': pass (x, y) of a fixed batch, or "
+                             "source='train_batch' to capture the sampled step's own batch")
+        return probe_batch(probe)
+    if source != "train_batch":
+        raise ValueError(f"source={source!r}: expected 'probe' (a fixed batch) or 'train_batch'")
+    if probe is not None:
+        raise ValueError("probe= with source='train_batch': the training batch is captured, so a probe "
+                         "would be ignored; pass one or the other")
+    if positive is not None and not callable(positive):
+        raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
+                         "callable on the batch's targets (y -> bool [N])")
+    return None
 
 
 def _keras_version() -> str | None:

@@ -160,8 +160,8 @@ def variable_name(v) -> str:
 class ProbeGraph:
     """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
 
-    def __init__(self, model, x, y, sample_weight, options: ProbeOptions) -> None:
-        self.model, self.options = model, options
+    def __init__(self, model, x, y, sample_weight, options: ProbeOptions, any_batch: bool = False) -> None:
+        self.model, self.options, self.any_batch = model, options, any_batch
         self.args = tuple(a for a in (x, y, sample_weight) if a is not None)
         self._has_y, self._has_sw = y is not None, sample_weight is not None
         self.captured: list[capture.Captured] = []
@@ -188,10 +188,16 @@ class ProbeGraph:
         return self._functions[key]
 
     def _specs(self) -> list:
-        """Argument specs named probe_x, probe_y, probe_sample_weight (the placeholders' names)."""
+        """Argument specs named probe_x, probe_y, probe_sample_weight (the placeholders' names);
+        the batch axis is left free when ``any_batch`` (training batches: the last one is smaller)."""
         names = ["probe_x"] + ["probe_y"] * self._has_y + ["probe_sample_weight"] * self._has_sw
-        return [tf.nest.map_structure(lambda t, n=n: tf.TensorSpec(t.shape, t.dtype, name=n), a)
-                for a, n in zip(self.args, names)]
+
+        def spec(t, n):
+            shape = t.shape
+            if self.any_batch and shape.rank:
+                shape = tf.TensorShape([None]).concatenate(shape[1:])
+            return tf.TensorSpec(shape, t.dtype, name=n)
+        return [tf.nest.map_structure(lambda t, n=n: spec(t, n), a) for a, n in zip(self.args, names)]
 
     def _unpack(self, args):
         args = list(args)

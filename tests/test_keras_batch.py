@@ -1,0 +1,108 @@
+"""InspectCallback(source="train_batch"): the sampled step's own batch, replayed with the weights
+the step started from, equals an eager GradientTape on that batch and those weights; training
+itself is unchanged by the replay."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+keras = tf.keras
+
+from hooks.keras import InspectCallback  # noqa: E402
+from test_keras import _data, _find, _oracle, sequential  # noqa: E402
+
+import inspector  # noqa: E402
+
+BATCH = 16
+
+
+def _fit(model, x, y, callbacks, epochs=1):
+    model.compile(optimizer=keras.optimizers.SGD(0.3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
+
+
+def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
+    keras.utils.set_random_seed(5)
+    x, y = _data(5, n=40)          # steps of 16, 16 and 8 samples
+    model = sequential()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2, 3],
+                         samples_per_group=BATCH, strict=True)
+    _fit(model, x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["probe"]["source"] == "train_batch"
+    assert run.dump_steps() == [2, 3]
+    for step, rows in ((2, slice(16, 32)), (3, slice(32, 40))):
+        xb, yb = x[rows], y[rows]
+        index = np.asarray(run.samples(step)["index"])
+        np.testing.assert_array_equal(np.sort(index), np.arange(len(xb)))   # the whole batch, this one
+        np.testing.assert_array_equal(run.samples(step)["label"], yb[index])
+        # the oracle runs on a twin holding the weights the step started from (the dumped values)
+        twin = sequential()
+        for v, w in zip(twin.trainable_variables, model.trainable_variables):
+            v.assign(run.tensor(getattr(w, "path", None) or w.name.split(":")[0], step))
+        vals, grads, _ = _oracle("sequential", twin, xb, yb)
+        for key in vals:
+            name = _find(run.tensors, key)
+            order = np.argsort(index)
+            np.testing.assert_allclose(np.asarray(run.tensor(name, step))[order], vals[key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{key} at {step}")
+            np.testing.assert_allclose(np.asarray(run.tensor(name, step, "gradient"))[order], grads[key],
+                                       rtol=1e-4, atol=1e-7, err_msg=f"{key} at {step}")
+    # step 2's values are the weights before step 2; plus its update they are step 3's
+    for w in model.trainable_variables:
+        name = getattr(w, "path", None) or w.name.split(":")[0]
+        np.testing.assert_allclose(run.tensor(name, 2) + run.tensor(name, 2, "update"), run.tensor(name, 3),
+                                   rtol=1e-5, atol=1e-7)
+
+
+def test_replay_leaves_training_unchanged_with_batch_norm(tmp_path):
+    """The weights are swapped back after each replay (batch-norm moving statistics included,
+    with training=True): the trained model and the History equal a run without the callback."""
+    x, y = _data(6, n=48)
+
+    def model():
+        keras.utils.set_random_seed(6)
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="hidden"),
+                                 keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(2, name="logits")])
+    plain = model()
+    plain_loss = _fit(plain, x, y, [], epochs=2).history["loss"]
+    probed = model()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", training=True, stats_every_n_steps=1,
+                         dump_every_n_steps=2, strict=True)
+    probed_loss = _fit(probed, x, y, [cb], epochs=2).history["loss"]
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    assert inspector.open_run(tmp_path / "r").stats["step"].max() == 6
+    # the wrapper is gone after fit: a later fit without the callback runs the model's own step
+    assert "train_step" not in probed.__dict__
+
+
+def test_train_batch_arguments_are_checked(tmp_path):
+    x, y = _data()
+    with pytest.raises(ValueError, match="pass one or the other"):
+        InspectCallback(tmp_path / "a", probe=(x[:8], y[:8]), source="train_batch")
+    with pytest.raises(ValueError, match="source='train_batch'"):
+        InspectCallback(tmp_path / "b")
+    with pytest.raises(ValueError, match="expected 'probe'"):
+        InspectCallback(tmp_path / "c", probe=(x[:8], y[:8]), source="batch")
+    with pytest.raises(ValueError, match="callable"):
+        InspectCallback(tmp_path / "d", source="train_batch", positive=np.ones(8, bool))
+
+
+def test_xla_train_step_is_refused_before_fit_runs(tmp_path, caplog):
+    """Under jit_compile=True the copy cannot be compiled: the callback refuses (and is disabled,
+    training goes on untouched), or raises with strict=True, before fit traces its step."""
+    x, y = _data(7, n=32)
+    model = sequential()
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), jit_compile=True)
+    if model.jit_compile is not True:
+        pytest.skip("this Keras has no XLA train step")
+    with pytest.raises(ValueError, match="jit_compile=True"):
+        model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "s", source="train_batch",
+                                                                             strict=True)])
+    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source="train_batch")])
+    assert np.isfinite(hist.history["loss"][0]) and "jit_compile=True" in caplog.text
+    assert "train_step" not in model.__dict__
