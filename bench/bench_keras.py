@@ -28,8 +28,7 @@ Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
 5. ``dump-full``: every op's forward value and gradient for every probe sample, every step.
 6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
 7. ``idle/train-batch``, ``stats-every/train-batch``: as 2 and 4 with ``source="train_batch"``
-   (the step's own batch copied inside the train step, replayed with the weights it started
-   from: no probe).
+   (the capture inside fit's own train step, on its batch: no probe, no second forward pass).
 8. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
    per epoch (a block is one epoch); it records no activations or gradients.
 9. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
@@ -109,7 +108,7 @@ def configs(root: Path, probe) -> dict[str, list]:
     def cb(name, **kw):
         return [InspectCallback(root / name, probe=probe, **kw)]
 
-    def tb(name, **kw):  # the training batch, replayed (source="train_batch")
+    def tb(name, **kw):  # the step's own batch, captured inside the step (source="train_batch")
         return [InspectCallback(root / name, source="train_batch", **kw)]
     never = dict(stats_every_n_steps=0, dump_every_n_steps=0)
     return {

@@ -14,11 +14,12 @@ traced once into a graph where the hook's capture machinery (``hooks.capture``,
 ``tf.gradients`` and computes the statistics in the graph (``hooks/keras_trace.py``). Steps
 are ``optimizer.iterations`` after the step's update (the first step is 1); the values are
 those of the model the step produced (the weights a checkpoint at that step holds). On other
-steps the callback does nothing but count.
+steps the callback does nothing but count. With ``source="train_batch"`` the same capture is
+built into ``fit``'s own train step instead (``hooks/keras_step.py``): the step's own batch,
+forward values and gradients, no second pass.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
 from .dump_hook import _jsonable, guarded, worker_from_env
-from .keras_batch import BatchStash, swap_weights
+from .keras_step import StepGraph
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
@@ -73,9 +74,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         samples at every step, so the groups and the dumped samples are comparable over time.
         Leave it out with ``source="train_batch"``.
       source: ``"probe"`` (default) or ``"train_batch"``: capture the sampled step's own training
-        batch instead, replayed with the weights the step started from, so values and gradients
-        are those the step's update was computed from (``hooks/keras_batch.py``; README, "Which
-        samples", says what it costs). Not under a multi-replica distribution strategy.
+        batch instead, captured inside fit's own train step, so values and gradients are those
+        the step's update was computed from (``hooks/keras_step.py``; README, "The training batch
+        instead", says how and what it costs). Not under a multi-replica distribution strategy.
       positive: predicate ``y -> bool [N]`` (or a bool array [N]) choosing positive samples;
         the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for one-hot).
       include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
@@ -113,7 +114,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.run_dir = Path(run_dir)
         self.source = source
         self.probe = _check_source(source, probe, positive)
-        self._stash = BatchStash() if source == "train_batch" else None
+        self._pending: tuple[bool, bool] = (False, False)
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
@@ -135,18 +136,17 @@ class InspectCallback(tf.keras.callbacks.Callback):
     # ---- fit's lifecycle -----------------------------------------------------------------------
     def set_model(self, model) -> None:
         super().set_model(model)
-        if self._stash is not None:
+        if self.source == "train_batch":
             self._install(model)
 
     @_guarded
     def _install(self, model) -> None:
-        """The batch copy goes into fit's train step, before fit builds its train function (it
-        does so after this). XLA cannot compile a copy of varying shape: refused before fit
-        traces anything, so fit's own function never fails because of the callback."""
-        if getattr(model, "jit_compile", False) is True:
-            raise ValueError("source='train_batch' with model.jit_compile=True: XLA cannot copy the batch out of "
-                             "the compiled train step; compile(..., jit_compile=False) or use source='probe'")
-        self._stash.install(model)
+        """The capture goes into fit's train step: installed before fit builds its train function
+        (it does so after this); what it cannot do is refused before fit traces anything, so
+        fit's own function never fails because of the callback."""
+        if self._graph is None or self._graph.model is not model:
+            self._graph = StepGraph(model, self.options)
+        self._graph.install()
 
     @_guarded
     def on_train_begin(self, logs=None) -> None:
@@ -156,41 +156,54 @@ class InspectCallback(tf.keras.callbacks.Callback):
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")
         self._step = int(self.model.optimizer.iterations.numpy())
-        if self._graph is not None and self._graph.model is not self.model:
+        if self.source == "probe" and self._graph is not None and self._graph.model is not self.model:
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
-        sampled = self._wants(self._step + 1) != (False, False)
-        if self._stash is not None:   # the first step's batch is traced, whether sampled or not
-            self._stash.want(sampled or self._graph is None)
-        if sampled:
-            # the update needs the value before the step: copied on sampled steps only (by the
-            # variable's id: the probe graph is traced at the end of the first step); every
-            # variable when the step is replayed (batch-norm statistics, seeds)
-            own = self.model.trainable_variables if self._stash is None else self.model.variables
-            self._before = {id(v): _tf_var(v).numpy() for v in own}
+        stats, dump = self._wants(self._step + 1)
+        if dump and self._writer is not None and not self._writer.closed:
+            reason = self._writer.would_drop(self._dump_estimate)
+            if reason:
+                self._writer.record_drop(self._step + 1, reason, self._dump_estimate)
+                dump = False
+        self._pending = (stats, dump)
+        if not (stats or dump):
+            return
+        # the update needs the value before the step: copied on sampled steps only (by the
+        # variable's id: the probe graph is traced at the end of the first step)
+        self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
+        if isinstance(self._graph, StepGraph):
+            # the first capture always has the statistics: they define the catalog and its rows
+            self._graph.use((stats or not self._graph.captured, dump))
 
     @_guarded
     def on_train_batch_end(self, batch, logs=None) -> None:
         self._step += 1
         step = self._step
-        if self._graph is None:
-            self._trace()
+        (stats, dump), self._pending = self._pending, (False, False)
+        if isinstance(self._graph, StepGraph):
+            key = self._graph.current
+            self._graph.use(None)     # fit's own function for the next step
+            if key is None:
+                return
+            out = self._graph.results(key)
+        else:
+            if self._graph is None:
+                self._trace()
+            if not (stats or dump):
+                return
+            out = None
         if self._writer is None or self._writer.closed:
             self._open()  # every fit() is a writer session of this worker (FORMAT.md, "Sessions")
-        stats, dump = self._wants(step)
         if not (stats or dump):
             return
-        if dump:
-            reason = self._writer.would_drop(self._dump_estimate)
-            if reason:
-                self._writer.record_drop(step, reason, self._dump_estimate)
-                dump = False
-                if not stats:
-                    return
-        with self._replay():
-            out = self._graph.function(stats, dump)(*self._args())
+        if out is None:
+            out = self._graph.function(stats, dump)(*self._graph.args)
+        self._write(step, stats, dump, out)
+
+    def _write(self, step: int, stats: bool, dump: bool, out: dict) -> None:
+        """One sampled step's statistics and dump, with the variables' updates."""
         updates = self._updates()
         if stats:
             values, hist_range, hist = (np.asarray(a) for a in out["stats"])
@@ -205,11 +218,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
             arrays = {k: np.asarray(v) for k, v in {**out["dump"], **out["samples"]}.items()}
             arrays.update({f"update/{k}": v for k, v in updates.items()})
             self._dump_estimate = sum(a.nbytes for a in arrays.values())
-            self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": "schedule"})
+            aliases = self._graph.aliases
+            meta = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
+            self._writer.add_dump(step, arrays, {**meta, "reason": "schedule"})
 
     def on_train_end(self, logs=None) -> None:
-        if self._stash is not None:   # also when the callback was disabled: fit's own train_step back
-            self._stash.uninstall(self.model)
+        if isinstance(self._graph, StepGraph):   # also when the callback was disabled
+            self._graph.use(None)
+            self._graph.uninstall()
         self._close()
 
     @_guarded
@@ -224,19 +240,6 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _wants(self, step: int) -> tuple[bool, bool]:
         return self.schedule.wants_stats(step), self.schedule.wants_dump(step)
 
-    def _args(self) -> tuple:
-        """The probe, or the stashed training batch of this step."""
-        if self._stash is None:
-            return self._graph.args
-        return tuple(a for a in self._stash.batch() if a is not None)
-
-    def _replay(self):
-        """With source='train_batch': the model holds the weights the step started from."""
-        if self._stash is None or self._before is None:
-            return contextlib.nullcontext()
-        own = [v for v in self.model.variables if id(v) in self._before]
-        return swap_weights([_tf_var(v) for v in own], [self._before[id(v)] for v in own])
-
     def _updates(self) -> dict[str, np.ndarray]:
         """{variable: value after this step - value before} for the variables copied before it."""
         before, self._before = self._before, None
@@ -247,8 +250,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _trace(self) -> None:
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
-        x, y, sw = self.probe if self._stash is None else self._stash.batch()
-        graph = ProbeGraph(self.model, x, y, sw, self.options, any_batch=self._stash is not None)
+        x, y, sw = self.probe
+        graph = ProbeGraph(self.model, x, y, sw, self.options)
         graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
@@ -261,8 +264,6 @@ class InspectCallback(tf.keras.callbacks.Callback):
         graph = self._graph
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
-        aliases = graph.aliases
-        self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
         kept = max(1, 2 * self.options.samples_per_group)
         self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
                                   for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
@@ -270,18 +271,24 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode="train")
-        log.info("capturing %d tensors (%d with gradients) of Keras model %s on a %d-sample probe into %s",
-                 len(graph.captured), sum(c.gradient is not None for c in graph.captured), self.model.name,
-                 _probe_size(graph.args[0]), self.run_dir)
+        on = ("each sampled step's training batch" if isinstance(graph, StepGraph)
+              else f"a {_probe_size(self.probe[0])}-sample probe")
+        log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s", len(graph.captured),
+                 sum(c.gradient is not None for c in graph.captured), self.model.name, on, self.run_dir)
 
     def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
-        x, y, sw = graph._unpack(graph.args)
+        if isinstance(graph, StepGraph):   # fit's own step: always in training mode
+            probe = {"source": "train_batch", "samples": None, "training": True, "targets": graph.has_targets,
+                     "sample_weight": graph.has_sample_weight}
+        else:
+            x, y, sw = self.probe
+            probe = {"source": "probe", "samples": _probe_size(x), "training": self.options.training,
+                     "targets": y is not None, "sample_weight": sw is not None}
+        probe["inputs"] = graph.input_names
         return {
             "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
             "source": "keras", "model": self.model.name,
-            "probe": {"source": self.source, "samples": None if self._stash else _probe_size(x),
-                      "training": self.options.training,
-                      "targets": y is not None, "sample_weight": sw is not None},
+            "probe": probe,
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,

@@ -173,6 +173,7 @@ class ProbeGraph:
         self.loss_name: str | None = None
         self.labels_name: str | None = None
         self.graph_def: bytes | None = None
+        self.input_names: list[str] = []   # the model's inputs x in the traced graph
         self._names: list[str] | None = None
         self._functions: dict[tuple[bool, bool], Any] = {}
 
@@ -217,12 +218,18 @@ class ProbeGraph:
             loss = (self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw) if y is not None else None)
             end = len(g.get_operations())
         ops = g.get_operations()
-        # the model's ops, its inputs, and of what compute_loss built only what the loss is computed
-        # from (not the loss trackers' updates, which are undone)
-        region = {op.name for op in ops[start:middle]}
+        return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump)
+
+    def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool) -> dict:
+        """The capture over ``g``'s ``forward`` ops (the model's call), the inputs ``data`` =
+        (x, y, sample_weight) and of ``loss_ops`` (what computing the loss built) only what the loss
+        is computed from (not the loss trackers' updates): statistics and/or dump tensors."""
+        x, y, sw = data
+        ops = g.get_operations()
+        region = {op.name for op in forward}
         region |= {t.op.name for t in tf.nest.flatten((x, y, sw)) if t is not None}
         of_loss = {name.rpartition(":")[0] for name in resolve.ancestors(loss)} if loss is not None else set()
-        region |= {op.name for op in ops[middle:end] if op.name in of_loss}
+        region |= {op.name for op in loss_ops if op.name in of_loss}
         roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras_icnn.py)
         sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles], **self.options.filters)
         tensors = [t for t in sel.tensors if t.op.name in region]
@@ -240,13 +247,14 @@ class ProbeGraph:
             c.extra.update(keras_layer=owner.path if owner else None, keras_call=owner.call if owner else None)
             captured.append(c)
         structure.annotate(captured, g, set())
-        records = self._variable_records(tf_vars, handles, grads[len(tensors):])
+        records = self._variable_records(tf_vars, handles, grads[len(tensors):], region)
         read_of = {read: r.variable for r in records for read in r.reads}
         for c in captured:  # a read of a variable names it (FORMAT.md, catalog field `variable`)
             if c.name in read_of:
                 c.extra["variable"] = read_of[c.name]
         everything = captured + records
         self._remember(everything, records, sel, loss, labels, tf_vars)
+        self.input_names = [t.name for t in tf.nest.flatten(x) if t is not None]
         out: dict[str, Any] = {}
         if want_stats:
             st = fast_stats.build_stats(everything, gid, self.options.bins, self.options.native_stats)
@@ -287,15 +295,16 @@ class ProbeGraph:
             out.append(v)
         return handles, out
 
-    def _variable_records(self, tf_vars, handles, grads) -> list[VariableRecord]:
+    def _variable_records(self, tf_vars, handles, grads, region: set[str]) -> list[VariableRecord]:
         records, names = [], {}
         for v, handle, grad in zip(tf_vars, handles, grads):
             var = _tf_var(v)
             name = variable_name(v)
             k = names[name] = names.get(name, 0) + 1
             name = name if k == 1 else f"{name}#{k}"   # tf.keras 2.15: nested models may repeat names
+            # reads in the captured region only (a train step's optimizer reads the variable too)
             found = [op.outputs[0] for op in handle.consumers() if op.type == "ReadVariableOp"
-                     and not op.name.startswith("tf_inspector/")]
+                     and not op.name.startswith("tf_inspector/") and op.name in region]
             reads = [t.name for t in found]
             # the model's own read where there is one: its statistics and dump are then shared
             # (fast_stats and build_dump compute a tensor once under every name)

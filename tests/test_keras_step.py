@@ -1,6 +1,6 @@
-"""InspectCallback(source="train_batch"): the sampled step's own batch, replayed with the weights
-the step started from, equals an eager GradientTape on that batch and those weights; training
-itself is unchanged by the replay."""
+"""InspectCallback(source="train_batch"): what the capture inside fit's own train step records
+equals an eager GradientTape on that step's batch and the weights it started from, and training
+itself is unchanged by it."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +15,7 @@ from test_keras import _data, _find, _oracle, sequential  # noqa: E402
 import inspector  # noqa: E402
 
 BATCH = 16
+KERAS3 = int(str(getattr(keras, "__version__", "2")).split(".")[0]) >= 3
 
 
 def _fit(model, x, y, callbacks, epochs=1):
@@ -44,7 +45,7 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
             v.assign(run.tensor(getattr(w, "path", None) or w.name.split(":")[0], step))
         vals, grads, _ = _oracle("sequential", twin, xb, yb)
         for key in vals:
-            name = _find(run.tensors, key)
+            name = run.manifest["probe"]["inputs"][0] if key == "probe_x" else _find(run.tensors, key)
             order = np.argsort(index)
             np.testing.assert_allclose(np.asarray(run.tensor(name, step))[order], vals[key], rtol=1e-5, atol=1e-6,
                                        err_msg=f"{key} at {step}")
@@ -57,19 +58,24 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
                                    rtol=1e-5, atol=1e-7)
 
 
-def test_replay_leaves_training_unchanged_with_batch_norm(tmp_path):
-    """The weights are swapped back after each replay (batch-norm moving statistics included,
-    with training=True): the trained model and the History equal a run without the callback."""
+def test_capture_leaves_training_unchanged_with_batch_norm(tmp_path):
+    """Capturing inside the step changes nothing the step computes: the trained model (batch-norm
+    moving statistics included) and the History equal a run without the callback."""
     x, y = _data(6, n=48)
+    # Keras 3's dropout draws from a seed variable: the capturing function draws what fit's own
+    # would. tf.keras 2.15's stateful random ops restart their stream in another function
+    # (README, "The training batch instead"), so there the check is without dropout.
 
     def model():
         keras.utils.set_random_seed(6)
         return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="hidden"),
-                                 keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(2, name="logits")])
+                                 keras.layers.BatchNormalization(name="bn"),
+                                 *([keras.layers.Dropout(0.3)] if KERAS3 else []),
+                                 keras.layers.Dense(2, name="logits")])
     plain = model()
     plain_loss = _fit(plain, x, y, [], epochs=2).history["loss"]
     probed = model()
-    cb = InspectCallback(tmp_path / "r", source="train_batch", training=True, stats_every_n_steps=1,
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1,
                          dump_every_n_steps=2, strict=True)
     probed_loss = _fit(probed, x, y, [cb], epochs=2).history["loss"]
     np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
@@ -106,3 +112,28 @@ def test_xla_train_step_is_refused_before_fit_runs(tmp_path, caplog):
     hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source="train_batch")])
     assert np.isfinite(hist.history["loss"][0]) and "jit_compile=True" in caplog.text
     assert "train_step" not in model.__dict__
+
+
+def test_dropout_masks_are_the_steps_own(tmp_path):
+    """The capture reads the step's own dropout output: d loss / d (dropout input) is the gradient
+    at its output times the step's mask / keep, element by element, and zero exactly where the
+    output is."""
+    keras.utils.set_random_seed(8)
+    x, y = _data(8, n=32)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu", name="hidden"),
+                              keras.layers.Dropout(0.5, name="drop"), keras.layers.Dense(2, name="logits")])
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=0, dump_steps=[2],
+                         samples_per_group=BATCH, strict=True)
+    _fit(model, x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    cat = run.tensors
+    relu = cat[(cat["op_type"] == "Relu") & cat["keras_layer"].fillna("").str.endswith("hidden")].index[0]
+    # the dropout layer's output: the last tensor its call created
+    drop_out = [n for n in cat.index if str(cat.loc[n, "keras_layer"]).endswith("drop") and cat.loc[n, "kind"] == "tensor"]
+    a, out = np.asarray(run.tensor(relu, 2)), np.asarray(run.tensor(drop_out[-1], 2))
+    kept = out != 0
+    np.testing.assert_allclose(out[kept], 2.0 * a[kept], rtol=1e-6)            # inverted dropout, keep 0.5
+    live = a > 0                                                              # where the mask shows
+    assert 0.2 < kept[live].mean() < 0.8                                      # a real mask was drawn
+    g_in, g_out = np.asarray(run.tensor(relu, 2, "gradient")), np.asarray(run.tensor(drop_out[-1], 2, "gradient"))
+    np.testing.assert_allclose(g_in[live], np.where(kept, 2.0 * g_out, 0.0)[live], rtol=1e-5, atol=1e-7)

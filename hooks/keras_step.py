@@ -1,0 +1,215 @@
+"""Capture inside ``fit``'s own train step, for ``InspectCallback(source="train_batch")``.
+
+The callback wraps the model's ``train_step`` for the duration of ``fit``. ``fit``'s own train
+function is traced with the wrapper doing nothing (it calls the model's step: same graph, same
+cost). For sampled steps the callback builds a second train function (``make_train_function(
+force=True)``, once per kind of sampled step) whose trace runs the model's step and then the
+hook's capture over the ops that step built: the model's forward pass, the loss, ``d loss /
+d output`` from one ``tf.gradients``, the fused statistics and the dump, all of the step's own
+batch and its own forward values (the weights before the update, dropout's own masks). Their
+results go into variables that the callback reads after the step. On a sampled step the
+callback hands ``fit`` that function and gives the plain one back after.
+
+Example (what ``InspectCallback`` does)::
+
+    step = StepGraph(model, options)
+    step.install()                       # in set_model: before fit builds its train function
+    step.use((True, False))              # in on_train_batch_begin of a statistics step
+    out = step.results()                 # in on_train_batch_end: {"stats": (values, ranges, hists)}
+    step.use(None); step.uninstall()     # after the step; at the end of fit
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import tensorflow as tf
+
+from .keras_trace import ProbeGraph, ProbeOptions, layer_paths, record_calls
+
+Key = tuple[bool, bool]   # (statistics, dump)
+
+
+def unpack(data) -> tuple[Any, Any, Any]:
+    """``(x, y, sample_weight)`` of a ``train_step`` argument, as Keras unpacks it."""
+    if isinstance(data, (tuple, list)):
+        if len(data) > 3:
+            raise ValueError(f"a training batch of {len(data)} elements: expected x, (x, y) or (x, y, sample_weight)")
+        parts = list(data) + [None] * (3 - len(data))
+        return parts[0], parts[1], parts[2]
+    return data, None, None
+
+
+def refuse_unsupported(model) -> None:
+    """ValueError for what the step capture cannot do, before ``fit`` traces anything."""
+    if getattr(model, "jit_compile", False) is True:
+        raise ValueError("source='train_batch' with model.jit_compile=True: the statistics kernel and the "
+                         "capture cannot be compiled by XLA; compile(..., jit_compile=False) or use source='probe'")
+    if getattr(model, "run_eagerly", False):
+        raise ValueError("source='train_batch' with run_eagerly=True: the capture needs fit's traced train step; "
+                         "compile(..., run_eagerly=False) or use source='probe'")
+    strategy = getattr(model, "distribute_strategy", None)
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        raise ValueError(f"source='train_batch' under {type(strategy).__name__} with "
+                         f"{strategy.num_replicas_in_sync} replicas: each replica sees its own slice of the "
+                         f"batch; use source='probe'")
+
+
+@contextlib.contextmanager
+def recorded_loss(model, box: dict) -> Iterator[None]:
+    """While tracing the step: ``box["loss"]`` is what ``compute_loss`` returned (the loss
+    before any loss scaling), ``box["ops"]`` the op interval it built."""
+    graph = tf.compat.v1.get_default_graph()
+    original = model.compute_loss
+
+    def compute_loss(*args, **kwargs):
+        start = len(graph.get_operations())
+        loss = original(*args, **kwargs)
+        box.setdefault("loss", loss)
+        box.setdefault("ops", (start, len(graph.get_operations())))
+        return loss
+
+    saved = model.__dict__.get("compute_loss")
+    object.__setattr__(model, "compute_loss", compute_loss)
+    try:
+        yield
+    finally:
+        if saved is None:
+            model.__dict__.pop("compute_loss", None)
+        else:
+            object.__setattr__(model, "compute_loss", saved)
+
+
+class StepGraph(ProbeGraph):
+    """The hook's capture built into ``fit``'s train function (see the module docstring)."""
+
+    def __init__(self, model, options: ProbeOptions) -> None:
+        super().__init__(model, tf.zeros([0]), None, None, options, any_batch=True)
+        self.args = ()
+        self.has_targets = self.has_sample_weight = False
+        self.current: Key | None = None   # the capture fit's next step runs (read while tracing it)
+        self._outputs: dict[Key, list[tuple[tuple, tf.Variable]]] = {}
+        self._fns: dict[Key, Any] = {}
+        self._plain: tuple[Any, Any] | None = None
+        self._saved_step: Any = None
+        self._installed = False
+
+    # ---- the wrapper ---------------------------------------------------------------------------
+    def install(self) -> None:
+        """Wrap ``model.train_step`` (an instance attribute; the class's method is untouched) and
+        drop a train function built earlier, so ``fit`` builds its own with the wrapper."""
+        if self._installed:
+            return
+        model = self.model
+        refuse_unsupported(model)
+        self._saved_step = model.__dict__.get("train_step")
+        original = model.train_step
+
+        def train_step(data):
+            key = self.current
+            if key is None:
+                return original(data)
+            return self._capturing_step(original, data, key)
+
+        object.__setattr__(model, "train_step", train_step)
+        model.train_function = None
+        self._fns.clear()
+        self._installed = True
+
+    def uninstall(self) -> None:
+        """The model's own ``train_step`` back, and no train function built with ours."""
+        if not self._installed:
+            return
+        model = self.model
+        if self._saved_step is None:
+            model.__dict__.pop("train_step", None)
+        else:
+            object.__setattr__(model, "train_step", self._saved_step)
+        model.train_function = None
+        self._fns.clear()
+        self._installed = False
+
+    def use(self, key: Key | None) -> None:
+        """``fit``'s next step runs the capturing function for ``key`` (None: its own function)."""
+        model = self.model
+        if key is None:
+            if self._plain is not None:
+                model.train_function, tf_fn = self._plain
+                if tf_fn is not None:
+                    model.train_tf_function = tf_fn
+            self.current, self._plain = None, None
+            return
+        if self._plain is None:
+            self._plain = (model.train_function, getattr(model, "train_tf_function", None))
+        if key not in self._fns:
+            # tf.keras 2.15 returns and sets the function; Keras 3 only sets it
+            model.make_train_function(force=True)
+            self._fns[key] = model.train_function
+        self.current = key           # read while fit traces the function on this step
+        model.train_function = self._fns[key]
+
+    # ---- inside the traced step ----------------------------------------------------------------
+    def _capturing_step(self, original, data, key: Key):
+        g = tf.compat.v1.get_default_graph()
+        x, y, sw = unpack(data)
+        box: dict = {}
+        with record_calls(self.model, g) as calls, recorded_loss(self.model, box):
+            logs = original(data)
+        ops = g.get_operations()
+        name = layer_paths(self.model)[id(self.model)]
+        call = next((c for c in calls if c.path == name and c.call == 0), None)
+        if call is None:
+            raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
+                               f"use source='probe'")
+        loss = box.get("loss") if y is not None else None
+        lo, hi = box.get("ops", (0, 0))
+        self.has_targets, self.has_sample_weight = y is not None, sw is not None
+        with tf.name_scope("tf_inspector"):
+            out = self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key)
+            self._store(key, out)
+        if self.graph_def is None:
+            self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+        return logs
+
+    def _store(self, key: Key, out: dict) -> None:
+        """Assign every result to a variable (created once, eagerly, shape free: the last batch
+        of an epoch may be smaller), so the callback reads them after the step."""
+        leaves = _paths(out)
+        known = self._outputs.get(key)
+        if known is None:
+            with tf.init_scope():
+                known = [(path, tf.Variable(tf.zeros([0] * max(t.shape.rank or 0, 0), t.dtype), trainable=False,
+                                            shape=tf.TensorShape(None), name="tf_inspector_out"))
+                         for path, t in leaves]
+            self._outputs[key] = known
+        if [p for p, _ in known] != [p for p, _ in leaves]:
+            raise RuntimeError("tracing the train step again gave other captured tensors than its first trace")
+        for (_, var), (_, t) in zip(known, leaves):
+            var.assign(t)
+
+    # ---- after the step ------------------------------------------------------------------------
+    def results(self, key: Key) -> dict:
+        """The step's captured results, as ``ProbeGraph.function(...)()`` returns them (numpy)."""
+        out: dict = {}
+        for path, var in self._outputs[key]:
+            node = out
+            for p in path[:-1]:
+                node = node.setdefault(p, {})
+            node[path[-1]] = var.numpy()
+        if "stats" in out:
+            out["stats"] = tuple(out["stats"][i] for i in range(len(out["stats"])))
+        elif key[0]:
+            out["stats"] = ()    # nothing to compute statistics of
+        return out
+
+
+def _paths(out: dict, prefix: tuple = ()) -> list[tuple[tuple, tf.Tensor]]:
+    """Flatten ``{"stats": (a, b, c), "dump": {name: t}, ...}`` into (path, tensor) pairs, in order."""
+    items: list[tuple[tuple, tf.Tensor]] = []
+    for k in sorted(out) if isinstance(out, dict) else range(len(out)):
+        v = out[k]
+        if isinstance(v, (dict, tuple, list)):
+            items += _paths(v, prefix + (k,))
+        else:
+            items.append((prefix + (k,), tf.convert_to_tensor(v)))
+    return items
