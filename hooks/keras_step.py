@@ -93,6 +93,8 @@ class StepGraph(ProbeGraph):
         self._plain: tuple[Any, Any] | None = None
         self._saved_step: Any = None
         self._installed = False
+        self._types: list[str] = []
+        self._rename: dict[str, str] = {}
 
     # ---- the wrapper ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -171,9 +173,32 @@ class StepGraph(ProbeGraph):
             self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
         return logs
 
+    def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
+        """The first trace names the catalog. A retrace (fit's function retraces for the smaller
+        last batch of an epoch) may name the same ops otherwise (Keras 3 numbers name scopes
+        per trace): it must capture the same ops in the same order, and its names are mapped
+        to the first trace's."""
+        types = [c.catalog_entry()["op_type"] for c in everything]
+        if self._names is None:
+            super()._remember(everything, records, sel, loss, labels, tf_vars)
+            self._types, self._rename = types, {}
+            return
+        if types != self._types:
+            raise RuntimeError(f"tracing fit's train step again captured other ops ({len(types)} tensors, "
+                               f"{len(self._types)} the first time): this model's step is not deterministic; "
+                               f"use source='probe'")
+        self._rename = {c.name: first for c, first in zip(everything, self._names)}
+
+    def _renamed(self, key: str) -> str:
+        kind, _, name = key.partition("/")
+        return f"{kind}/{self._rename.get(name, name)}"
+
     def _store(self, key: Key, out: dict) -> None:
         """Assign every result to a variable (created once, eagerly, shape free: the last batch
         of an epoch may be smaller), so the callback reads them after the step."""
+        if "dump" in out and self._rename:
+            out["dump"] = {self._renamed(k): v for k, v in out["dump"].items()}
+            self.aliases = {self._renamed(k): self._renamed(v) for k, v in self.aliases.items()}
         leaves = _paths(out)
         known = self._outputs.get(key)
         if known is None:

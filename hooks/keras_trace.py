@@ -82,6 +82,10 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
 
     def wrap(layer, original):
         def call(*args, **kwargs):
+            if tf.compat.v1.get_default_graph() is not graph:
+                # Keras 3 runs an unbuilt layer's call once in a scratch graph to infer shapes:
+                # not a call of this trace
+                return original(*args, **kwargs)
             c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0), len(graph.get_operations()))
             counts[id(layer)] = c.call + 1
             calls.append(c)

@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 keras = tf.keras
 
 from hooks.keras import InspectCallback  # noqa: E402
-from test_keras import _data, _find, _oracle, sequential  # noqa: E402
+from test_keras import BUILD, _data, _find, _oracle, sequential  # noqa: E402
 
 import inspector  # noqa: E402
 
@@ -24,10 +24,11 @@ def _fit(model, x, y, callbacks, epochs=1):
     return model.fit(x, y, batch_size=BATCH, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
 
 
-def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
+@pytest.mark.parametrize("kind", sorted(BUILD))
+def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path, kind):
     keras.utils.set_random_seed(5)
     x, y = _data(5, n=40)          # steps of 16, 16 and 8 samples
-    model = sequential()
+    model = BUILD[kind]()
     cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2, 3],
                          samples_per_group=BATCH, strict=True)
     _fit(model, x, y, [cb])
@@ -40,10 +41,14 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
         np.testing.assert_array_equal(np.sort(index), np.arange(len(xb)))   # the whole batch, this one
         np.testing.assert_array_equal(run.samples(step)["label"], yb[index])
         # the oracle runs on a twin holding the weights the step started from (the dumped values)
-        twin = sequential()
+        twin = BUILD[kind]()
+        twin(xb[:1])
         for v, w in zip(twin.trainable_variables, model.trainable_variables):
-            v.assign(run.tensor(getattr(w, "path", None) or w.name.split(":")[0], step))
-        vals, grads, _ = _oracle("sequential", twin, xb, yb)
+            v.assign(run.tensor(_var(w), step))
+        vals, grads, var_grads = _oracle(kind, twin, xb, yb)
+        for w, g in zip(model.trainable_variables, var_grads):
+            np.testing.assert_allclose(run.tensor(_var(w), step, "gradient"), g.numpy(), rtol=1e-4, atol=1e-7,
+                                       err_msg=f"{_var(w)} at {step}")
         for key in vals:
             name = run.manifest["probe"]["inputs"][0] if key == "probe_x" else _find(run.tensors, key)
             order = np.argsort(index)
@@ -53,9 +58,13 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path):
                                        rtol=1e-4, atol=1e-7, err_msg=f"{key} at {step}")
     # step 2's values are the weights before step 2; plus its update they are step 3's
     for w in model.trainable_variables:
-        name = getattr(w, "path", None) or w.name.split(":")[0]
-        np.testing.assert_allclose(run.tensor(name, 2) + run.tensor(name, 2, "update"), run.tensor(name, 3),
+        np.testing.assert_allclose(run.tensor(_var(w), 2) + run.tensor(_var(w), 2, "update"), run.tensor(_var(w), 3),
                                    rtol=1e-5, atol=1e-7)
+
+
+def _var(w) -> str:
+    """The run's name of a Keras variable (Keras 3's path, tf.keras's name without ':0')."""
+    return getattr(w, "path", None) or w.name.split(":")[0]
 
 
 def test_capture_leaves_training_unchanged_with_batch_norm(tmp_path):
