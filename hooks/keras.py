@@ -82,6 +82,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
       include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
         tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``).
       stats_every_n_steps, dump_every_n_steps, dump_steps: the schedule (``hooks.schedule``).
+      dump_on_nonfinite: check fit's reported loss every step (one device sync per step) and
+        the statistics on statistics steps; when a NaN/Inf first appears, record where (the
+        manifest's ``first_nonfinite``) and dump the next step (reason "after NaN/Inf").
       samples_per_group, max_bytes, histogram_bins, gradients, native_stats, batched, unbatched,
         worker, queue_size, stats_flush_secs, fsync, strict: as ``DumpHook``.
       training: call the model with ``training=True`` on the probe (dropout active, batch-norm
@@ -99,6 +102,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
                  dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
+                 dump_on_nonfinite: bool = False,
                  samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30,
                  gradients: bool = True, training: bool = False, strict: bool = False, worker: str | None = None,
                  queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
@@ -115,6 +119,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.source = source
         self.probe = _check_source(source, probe, positive)
         self._pending: tuple[bool, bool] = (False, False)
+        self.dump_on_nonfinite = dump_on_nonfinite
+        self._first_nonfinite: dict | None = None
+        self._force_dump = False
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
@@ -162,6 +169,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
         stats, dump = self._wants(self._step + 1)
+        dump = dump or self._force_dump
         if dump and self._writer is not None and not self._writer.closed:
             reason = self._writer.would_drop(self._dump_estimate)
             if reason:
@@ -182,6 +190,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step += 1
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)
+        if self.dump_on_nonfinite and self._first_nonfinite is None and not _finite((logs or {}).get("loss")):
+            self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward", "loss check")
         if isinstance(self._graph, StepGraph):
             key = self._graph.current
             self._graph.use(None)     # fit's own function for the next step
@@ -191,8 +201,6 @@ class InspectCallback(tf.keras.callbacks.Callback):
         else:
             if self._graph is None:
                 self._trace()
-            if not (stats or dump):
-                return
             out = None
         if self._writer is None or self._writer.closed:
             self._open()  # every fit() is a writer session of this worker (FORMAT.md, "Sessions")
@@ -220,7 +228,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._dump_estimate = sum(a.nbytes for a in arrays.values())
             aliases = self._graph.aliases
             meta = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
-            self._writer.add_dump(step, arrays, {**meta, "reason": "schedule"})
+            why = "after NaN/Inf" if self._force_dump else "schedule"
+            self._force_dump = False
+            self._writer.add_dump(step, arrays, {**meta, "reason": why})
 
     def on_train_end(self, logs=None) -> None:
         if isinstance(self._graph, StepGraph):   # also when the callback was disabled
@@ -285,6 +295,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
             probe = {"source": "probe", "samples": _probe_size(x), "training": self.options.training,
                      "targets": y is not None, "sample_weight": sw is not None}
         probe["inputs"] = graph.input_names
+        if self._first_nonfinite is not None and self._first_nonfinite["tensor"] is None:
+            # seen in fit's loss before the first capture named the loss tensor
+            self._first_nonfinite["tensor"] = graph.loss_name or "loss"
         return {
             "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
             "source": "keras", "model": self.model.name,
@@ -292,28 +305,35 @@ class InspectCallback(tf.keras.callbacks.Callback):
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,
-                       "gradients": self.options.gradients, "dump_on_nonfinite": False, "strict": self.strict,
-                       "fsync": self.fsync, "share_gradients": False,
+                       "gradients": self.options.gradients, "dump_on_nonfinite": self.dump_on_nonfinite,
+                       "strict": self.strict, "fsync": self.fsync, "share_gradients": False,
                        "native_stats": bool(self.options.native_stats and native.library() is not None),
                        "mode": "train", "include": _jsonable(self.filters["include"]),
                        "exclude": _jsonable(self.filters["exclude"]), "op_types": _jsonable(self.filters["op_types"]),
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
                        "dtypes": [d.name for d in self.filters["dtypes"]]},
             "tensors": [c.catalog_entry() for c in graph.captured],
-            "skipped": graph.skipped, "first_nonfinite": None,
+            "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite,
         }
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
-        if getattr(self, "_first_nonfinite", None):
-            return
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
         bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
         if bad.size:
             rows = self._graph.rows + variables.stats_rows(self._graph.variables)
             tensor, kind, _ = rows[bad[0]]
-            self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": "statistics"}
-            log.warning("NaN/Inf first seen at step %d in %s (%s)", step, tensor, kind)
+            self._note_nonfinite(step, tensor, kind, "statistics")
+
+    def _note_nonfinite(self, step: int, tensor: str | None, kind: str, source: str) -> None:
+        """Record the first NaN/Inf (the manifest's first_nonfinite) and, if asked, dump the next step."""
+        if self._first_nonfinite is not None:
+            return
+        self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
+        log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor or "the loss", kind,
+                    "; dumping the next step" if self.dump_on_nonfinite else "")
+        if self._writer is not None and not self._writer.closed:
             self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
+        self._force_dump = self.dump_on_nonfinite
 
 
 def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
@@ -332,6 +352,13 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
         raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
                          "callable on the batch's targets (y -> bool [N])")
     return None
+
+
+def _finite(loss) -> bool:
+    """Whether fit's reported loss is finite (True when there is none)."""
+    if loss is None:
+        return True
+    return bool(np.all(np.isfinite(np.asarray(loss))))
 
 
 def _keras_version() -> str | None:

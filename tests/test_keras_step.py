@@ -146,3 +146,24 @@ def test_dropout_masks_are_the_steps_own(tmp_path):
     assert 0.2 < kept[live].mean() < 0.8                                      # a real mask was drawn
     g_in, g_out = np.asarray(run.tensor(relu, 2, "gradient")), np.asarray(run.tensor(drop_out[-1], 2, "gradient"))
     np.testing.assert_allclose(g_in[live], np.where(kept, 2.0 * g_out, 0.0)[live], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_nonfinite_loss_is_recorded_and_the_next_step_dumped(tmp_path, source):
+    """A NaN in the third batch: fit's loss turns NaN at step 3, the manifest says so (the loss
+    check: no statistics are scheduled) and step 4 is dumped, with its reason."""
+    x, y = _data(9, n=64)
+    x[40] = 3e38       # in the third batch of 16: inf in the hidden layer, NaN logits (a NaN input would vanish in the ReLU)
+    keras.utils.set_random_seed(9)
+    probe = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **probe, stats_every_n_steps=0, dump_every_n_steps=0,
+                         dump_on_nonfinite=True, strict=True)
+    _fit(sequential(), x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    first = run.manifest["first_nonfinite"]
+    assert (first["step"], first["source"]) == (3, "loss check")
+    assert run.manifest["config"]["dump_on_nonfinite"] is True
+    assert run.dump_steps() == [4]
+    assert run.dump_metadata(4)["reason"] == "after NaN/Inf"
+    hidden = _find(run.tensors, "hidden/Relu")
+    assert not np.isfinite(np.asarray(run.tensor(hidden, 4))).all()   # the NaN weights show
