@@ -157,3 +157,17 @@ def test_object_store_crash_between_write_and_delete_counts_no_row_twice(remote,
     run = inspector.open_run(url, storage_options=options)
     pd.testing.assert_frame_equal(table(run), oracle)
     assert run.problems == []
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_reader_that_listed_before_a_compaction_reads_it_after(where, tmp_path, remote, oracle):
+    """A reader lists the small parts, then a writer compacts them (and deletes them) before
+    the reader reads: it finds them gone, lists again and reads the compacted part: the same
+    rows, no problem reported (not a stale listing's gap)."""
+    url, options = (tmp_path / "run", None) if where == "local" else remote
+    write(url, 9, compact_rows=None, storage_options=options)
+    run = inspector.open_run(url, storage_options=options)
+    assert len(run._stats_files) == 9  # listed now
+    stats_parts.compact(open_storage(url, options), "chief", 1, [(s, stats_name("chief", 1, s)) for s in range(1, 6)])
+    pd.testing.assert_frame_equal(table(run), oracle)
+    assert run.problems == [] and len(run._stats_files) == 5
