@@ -3,7 +3,7 @@ one tensor, printed side by side.
 
 Run::
 
-    .venv/bin/python bench/bench_storage.py            # 8 and 64 MiB dumps; 300 steps x 100 tensors
+    .venv/bin/python bench/bench_storage.py            # 8, 64 MiB dumps; 256 MiB peak memory; 300 x 100 run
     .venv/bin/python bench/bench_storage.py --quick    # smoke run
 
 Method. The S3 server is moto in server mode (``python -m moto.server``) in its own process on
@@ -15,10 +15,17 @@ going through fsspec, and the request counts as what a real bucket would serve.
 - Write: one dump (random float32 arrays in 4 MiB tensors, checksummed as the writer does) is
   encoded, then written ``--repeats`` times by the storage the writer uses
   (``Storage.write``: on disk a temporary file, fallocate, rename, no fsync, the writer's
-  default; on S3 one PUT, or a multipart upload above 100 MiB), median MB/s per dump.
+  default; on S3 one PUT below one part (16 MiB), else a multipart upload streamed part by
+  part), median MB/s per dump.
 - Read: the same synthetic run (``make_synthetic_run``, the project's writer) on disk and in
   the bucket; each measurement in a fresh process (nothing cached): ``open_run``, the first
   ``query_stats`` of one tensor (two columns), one dumped tensor (the header is read first).
+- Memory: one ``--large`` MiB dump (256 by default) written once under ``tracemalloc``: the
+  peak of memory allocated beyond the dump's own arrays (Python objects and numpy buffers;
+  the moto server runs in its own process, so its copy is not counted). On S3 the file is
+  streamed as a multipart upload in 16 MiB parts (``storage.PART_SIZE``); the row "before
+  streaming" sends the same dump the way the writer did before (one joined buffer, then
+  ``pipe_file``), for comparison.
 """
 from __future__ import annotations
 
@@ -125,10 +132,42 @@ def write_rate(store, mib: int, repeats: int) -> float:
     return n / 1e6 / statistics.median(times)
 
 
+def _dump(mib: int):
+    from inspector.safetensors_io import Encoded
+    rng = np.random.default_rng(0)
+    arrays = {f"forward/t{i}:0": rng.random((1024, 1024), np.float32) for i in range(max(1, mib // 4))}
+    enc = Encoded(arrays, {"step": "1"})
+    enc.final_header()
+    return enc
+
+
+def write_peak(store, mib: int, whole: bool = False) -> tuple[float, float]:
+    """(peak bytes allocated beyond the dump's own arrays, seconds) while writing one ``mib``
+    MiB dump through ``store`` (tracemalloc: Python objects and numpy buffers); ``whole``:
+    the way before streaming, the file joined into one buffer, then sent (``pipe_file``)."""
+    import tracemalloc
+    enc = _dump(mib)
+    store.write("dumps/warm-up.safetensors", [b"x"])  # a connection: not measured
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        t = time.perf_counter()
+        if whole:
+            store.fs.pipe_file(store._abs("dumps/whole.safetensors"), b"".join(enc.chunks()))
+        else:
+            store.write("dumps/streamed.safetensors", enc.chunks(), size=enc.size)
+        elapsed = time.perf_counter() - t
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    return peak, elapsed
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat each")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--large", type=int, default=256, help="MiB of the dump whose write's peak memory is measured")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -148,6 +187,17 @@ def main() -> None:
                 remote = write_rate(FsspecStorage(f"s3://{BUCKET}/w{mib}", options), mib, repeats)
                 rows.append((f"write one {mib} MiB dump (MB/s)", f"{local:.0f}", f"{remote:.0f}",
                              f"{local / remote:.1f}"))
+            large = 32 if args.quick else args.large
+            local_peak, local_t = write_peak(LocalStorage(Path(tmp) / "big"), large)
+            remote_peak, remote_t = write_peak(FsspecStorage(f"s3://{BUCKET}/big", options), large)
+            whole_peak, whole_t = write_peak(FsspecStorage(f"s3://{BUCKET}/big", options), large, whole=True)
+            rows.append((f"write one {large} MiB dump: peak extra memory", human_bytes(local_peak),
+                         human_bytes(remote_peak), f"{remote_peak / max(local_peak, 1):.0f}"))
+            rows.append(("  the same, S3 before streaming (joined, then sent)", "-", human_bytes(whole_peak),
+                         f"{whole_peak / max(local_peak, 1):.0f}"))
+            rows.append((f"write one {large} MiB dump under tracemalloc (MB/s)", f"{large * 1.048576 / local_t:.0f}",
+                         f"{large * 1.048576 / remote_t:.0f} (before: {large * 1.048576 / whole_t:.0f})",
+                         f"{remote_t / local_t:.1f}"))
             kw = dict(steps=steps, tensors=tensors, dump_every=steps // 2)
             make_synthetic_run(Path(tmp) / "run", **kw)
             make_synthetic_run(f"s3://{BUCKET}/run", storage_options=options, **kw)

@@ -397,11 +397,36 @@ class Run:
     def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = None,
                     worker: str | None = None, session: int | str | None = None,
                     batch: int | None = None) -> pa.Table:
+        for _ in range(3):
+            before = len(self.problems)
+            table, failed = self._read_stats_once(columns, filters, mode, worker, session, batch)
+            gone = self._vanished(failed)
+            if not gone:
+                return table
+            # a writer compacted parts after we listed them (the compacted part holds their rows,
+            # the small ones were deleted): read again from a new listing, not a stale snapshot
+            self.__dict__.pop("_stats_files", None)
+            self.problems[before:] = [m for m in self.problems[before:] if not any(rel in m for rel in gone)]
+        return table
+
+    def _vanished(self, rels: list[str]) -> list[str]:
+        """Those of the parts ``rels`` (that failed to read) no longer listed in ``stats/``."""
+        if not rels:
+            return []
+        names = {f"stats/{e.name}" for e in self.store.list("stats")}
+        return [rel for rel in rels if rel not in names]
+
+    def _read_stats_once(self, columns: Sequence[str] | None, filters: Any, mode: str | None, worker: str | None,
+                         session: int | str | None, batch: int | None) -> tuple[pa.Table, list[str]]:
+        """The statistics from the current listing, and the parts that could not be read."""
         files = self._selected(self._stats_files, mode, worker, session)
         batch = self._where(mode, worker, batch)[2]
         parts: dict[tuple[str, int], list[pa.Table]] = {}
+        failed = []
         for w, s, p in files:
             t = self._read_part(w, s, p, columns, filters)
+            if t is None:
+                failed.append(p[0])
             if t is not None and batch is not None:
                 t = t.filter(pc.equal(t.column("batch"), batch))
             if t is not None and t.num_rows:
@@ -410,9 +435,9 @@ class Run:
             parts = _latest_session_wins(parts)
         tables = [t for ts in parts.values() for t in ts]
         if not tables:
-            return pa.table({})
+            return pa.table({}), failed
         table = pa.concat_tables(tables, promote_options="permissive")
-        return table.select([c for c in columns if c in table.column_names]) if columns is not None else table
+        return (table.select([c for c in columns if c in table.column_names]) if columns is not None else table), failed
 
     @cached_property
     def stats(self) -> pd.DataFrame:

@@ -5,7 +5,9 @@ a long run would leave thousands. The writer rolls each run of consecutive small
 together hold ``compact_rows`` rows into one compacted part named for the sequence numbers it
 replaces, ``<worker>.s<session>.<first>-<last>.parquet`` (FORMAT.md, "Compaction"):
 
-1. the new part is written complete under a temporary name and renamed (``atomic_write``);
+1. the new part is written complete: on local disk under a temporary name, then renamed
+   (``atomic_write``); on an object store as one object whose upload completes only at the
+   end (``Storage.write``), so it too appears under its name whole or not at all;
 2. only then are the small parts it covers deleted.
 
 A crash between 1 and 2 leaves both the compacted part and (some of) the parts it covers: the
@@ -28,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -39,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .format import STATS_RE, STATS_V1_RE, atomic_write, stats_name, stats_range_name
+from .storage import Storage, open_storage
 
 P = TypeVar("P", Path, Any)  # a part: its Path, or a (name in the run, ...) tuple
 
@@ -90,30 +92,51 @@ def live_parts(files: Iterable[tuple[str, int, P]]) -> tuple[list[tuple[str, int
     return sorted(kept), problems
 
 
-def compact(run_dir: Path, worker: str, session: int, parts: Sequence[tuple[int, Path]],
-            fsync: bool = False) -> tuple[Path, int]:
-    """Roll the small ``parts`` ((seq, path), consecutive) of one session into one part.
+def compact(run_dir: "Path | Storage", worker: str, session: int, parts: Sequence[tuple[int, Any]],
+            fsync: bool = False) -> tuple[str, int]:
+    """Roll the small ``parts`` ((seq, name), consecutive) of one session into one part.
 
-    Writes it complete (temporary name, rename), then deletes the small parts. Returns the new
-    part's path and size in bytes. Raises (leaving every small part in place) if a part cannot
-    be read or the new one cannot be written."""
+    ``run_dir``: a local path or a :class:`~inspector.storage.Storage` (an object store too: the
+    new part is one object written whole, so no rename is needed); a part's name is a path
+    under ``run_dir`` or a name relative to it. Writes the new part complete, then deletes the
+    small parts. Returns the new part's name in the run and its size in bytes. Raises (leaving
+    every small part in place) if a part cannot be read or the new one cannot be written."""
     seqs = [seq for seq, _ in parts]
     if len(parts) < 2 or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         raise ValueError(f"compaction needs two or more consecutive sequence numbers, not {seqs}")
-    table = pa.concat_tables([pq.read_table(p) for _, p in parts])
-    target = Path(run_dir) / stats_range_name(worker, session, seqs[0], seqs[-1])
-    size = write_sorted(table, target, fsync)
-    for _, p in parts:  # only now: a crash before this leaves duplicates the reader ignores
-        try:
-            os.unlink(p)
-        except FileNotFoundError:
-            pass
+    store = open_storage(run_dir)
+    rels = [_relative(store, p) for _, p in parts]
+    table = pa.concat_tables([_read_part(store, rel) for rel in rels])
+    target = stats_range_name(worker, session, seqs[0], seqs[-1])
+    size = store.write(target, [sorted_part(table)], fsync=fsync)
+    for rel in rels:  # only now: a crash before this leaves duplicates the reader ignores
+        store.delete(rel)
     return target, size
 
 
+def _relative(store: Storage, part: Any) -> str:
+    """A part's name relative to the run (a local Path under it, or such a name already)."""
+    if isinstance(part, Path) and part.is_absolute():
+        return Path(part).relative_to(Path(store.display())).as_posix()
+    return PurePosixPath(part).as_posix()
+
+
+def _read_part(store: Storage, rel: str) -> pa.Table:
+    # local: pyarrow reads the file itself; an object store: one GET of the (small) part
+    if store.is_local:
+        return pq.read_table(Path(store.display(rel)))
+    return pq.read_table(pa.BufferReader(store.read(rel)))
+
+
 def write_sorted(table: pa.Table, target: Path, fsync: bool = False) -> int:
-    """Write ``table`` as a compacted part at ``target`` (temporary name, then rename): sorted by
-    SORT_KEYS, row groups of ROW_GROUP_ROWS, the tensor -> row groups index. Returns its size."""
+    """Write ``table`` as a compacted part at the local path ``target`` (temporary name, then
+    rename; see :func:`sorted_part`). Returns its size."""
+    return atomic_write(target, [sorted_part(table)], fsync=fsync)
+
+
+def sorted_part(table: pa.Table) -> bytes:
+    """``table`` as a compacted part's bytes: sorted by SORT_KEYS, row groups of
+    ROW_GROUP_ROWS, the tensor -> row groups index in the footer."""
     table = table.replace_schema_metadata(None).unify_dictionaries().combine_chunks()
     order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
     index = _tensor_row_groups(table.column("tensor").take(order))
@@ -124,7 +147,7 @@ def write_sorted(table: pa.Table, target: Path, fsync: bool = False) -> int:
             w.write_table(table.take(order[start:start + ROW_GROUP_ROWS]), row_group_size=ROW_GROUP_ROWS)
         # the Parquet footer's key-value metadata only: in the Arrow schema it would be stored twice
         w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
-    return atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
+    return sink.getvalue().to_pybytes()
 
 
 def _sort_keys(table: pa.Table) -> pa.Table:
@@ -176,11 +199,11 @@ class Compactor:
         c.finish()                         # at close: compacts 1-2, waits for it
     """
 
-    def __init__(self, run_dir: Path, worker: str, session: int, rows: int | None = COMPACT_ROWS,
+    def __init__(self, run_dir: "Path | Storage", worker: str, session: int, rows: int | None = COMPACT_ROWS,
                  fsync: bool = False, on_error: Callable[[BaseException], None] | None = None) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"compact_rows={rows} must be >= 1 or None")
-        self.run_dir, self.worker, self.session, self.rows = Path(run_dir), worker, session, rows
+        self.run_dir, self.worker, self.session, self.rows = open_storage(run_dir), worker, session, rows
         self.fsync, self.on_error = fsync, on_error
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
@@ -213,7 +236,7 @@ class Compactor:
             self._thread = None
 
     def _run(self, todo: list[tuple[int, int]]) -> None:
-        paths = [(seq, self.run_dir / stats_name(self.worker, self.session, seq)) for seq, _ in todo]
+        paths = [(seq, stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
             compact(self.run_dir, self.worker, self.session, paths, self.fsync)
         except BaseException as e:  # the small parts stay, every row readable

@@ -7,8 +7,9 @@ run directory (``manifest.chief.s0001.json``, ``dumps/...``). Two implementation
   a temporary file, ``posix_fallocate``, optional fsync, atomic rename; exclusive create with
   ``O_EXCL``; reads check for regular files inside the run; large arrays are memory-mapped.
 - :class:`FsspecStorage` (``s3://``, ``gs://``, ``memory://``, any fsspec URL): each file is
-  one object written whole (a single PUT, or a multipart upload completed only at the end),
-  so it never shows under its final name incomplete; the manifest is replaced the same way;
+  one object written whole (a single PUT, or a multipart upload streamed part by part and
+  completed only at the end, aborted on an error), so it never shows under its final name
+  incomplete and a large dump is never held twice; the manifest is replaced the same way;
   reads are byte ranges (a dump's header, then one array; a Parquet footer, then columns).
 
 fsspec (and s3fs, gcsfs...) are imported only for URLs; a missing one is an ImportError
@@ -314,6 +315,13 @@ class _LocalRanged(Ranged):
 
 
 # ---- fsspec ----------------------------------------------------------------------------------
+#: protocols whose fsspec write file buffers one block and uploads it as a part of an upload
+#: that only close completes (s3fs multipart, gcsfs resumable, adlfs staged blocks)
+_STREAMED = {"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"}
+#: bytes per part of a streamed upload (S3 allows 5 MiB to 5 GiB, at most 10,000 parts: up
+#: to 160 GiB a file); about what a streamed write holds in memory beyond the arrays
+PART_SIZE = 16 << 20
+
 #: memory:// creates under this lock: its ``open('xb')`` checks, then writes (two steps).
 _MEMORY_CREATE = threading.Lock()
 
@@ -355,6 +363,10 @@ class FsspecStorage(Storage):
         protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
         self.kind = "s3" if {"s3", "s3a"} & set(protocols) else "memory" if "memory" in protocols else "other"
         self.exclusive = "atomic" if self.kind in ("s3", "memory") else "check-then-write"
+        #: stream through fsspec's buffered write file (multipart upload committed at close):
+        #: backends known to upload that way; memory:// and others get one PUT of the whole file
+        self.streamed = bool(_STREAMED & set(protocols))
+        self.part_size = PART_SIZE
 
     def __repr__(self) -> str:
         return f"FsspecStorage({self.url!r})"
@@ -430,13 +442,44 @@ class FsspecStorage(Storage):
 
     def write(self, rel: str, chunks: Iterable[bytes | memoryview], fsync: bool = False,
               size: int | None = None) -> int:
-        # One object, sent whole: s3fs puts it in one request, or above 100 MiB as a multipart
-        # upload that is completed only after every part arrived (and aborted on an error), so
-        # no reader ever sees it partial. fsync has no meaning here: a completed PUT is durable.
-        data = b"".join(chunks)  # one copy of the arrays' bytes (join takes memoryviews as they are)
-        self.fs.pipe_file(self._abs(rel), data)
-        self.fs.invalidate_cache(self._abs(rel))
-        return len(data)
+        # One object, complete or absent. fsync has no meaning here: a completed PUT is durable.
+        path = self._abs(rel)
+        try:
+            if self.streamed:
+                return self._stream(path, chunks)
+            data = b"".join(chunks)  # memory:// and unknown backends: one PUT of the whole file
+            self.fs.pipe_file(path, data)
+            return len(data)
+        finally:
+            self.fs.invalidate_cache(path)
+
+    def _stream(self, path: str, chunks: Iterable[bytes | memoryview]) -> int:
+        """Send ``chunks`` through the backend's buffered write file: a file smaller than one
+        part is one PUT at the end; a larger one is a multipart upload whose parts leave as they
+        fill (the buffer holds at most one part) and which is completed only after the last
+        chunk. On any error before that the upload is aborted (``discard``), never completed: a
+        ``with`` block would close, and so commit, a truncated object."""
+        part = self.part_size
+        f = self.fs.open(path, "wb", block_size=part)
+        n = 0
+        try:
+            for chunk in chunks:
+                view = memoryview(chunk).cast("B")
+                while view.nbytes:
+                    # up to the next part boundary: the file uploads a full buffer at once, so
+                    # a 1 GiB array never sits whole in it
+                    k = min(view.nbytes, part - n % part)
+                    f.write(view[:k])
+                    n, view = n + k, view[k:]
+            f.close()  # the last part, then the upload completed: the object appears whole
+        except BaseException:
+            try:
+                f.discard()  # abort the multipart upload: no object, no stored parts
+            except Exception:  # noqa: BLE001 - the first error is the one to report
+                pass
+            f.closed = True  # so neither we nor __del__ ever close (commit) it
+            raise
+        return n
 
     def create(self, rel: str, data: bytes) -> bool:
         path = self._abs(rel)

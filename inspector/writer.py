@@ -196,7 +196,7 @@ class RunWriter:
         ``filesystem`` as in ``inspector.open_run``): each file is then one object, written
         whole (``inspector.storage``).
         ``compact_rows``: roll the session's small statistics parts into one part per this many
-        rows (``inspector.stats_parts``; None: never; local run directories only).
+        rows (``inspector.stats_parts``; None: never).
         ``format_version``: what the manifest says (FORMAT.md, "Versioning": 3 where the run
         has named groups, which a version 2 reader would not read).
 
@@ -236,10 +236,9 @@ class RunWriter:
         self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
         self._last_flush = time.monotonic()
         self._seq = 0
-        # compaction renames and deletes files: local run directories only (an object store's
-        # session keeps its small parts; the reader reads them the same)
-        self._compactor = Compactor(Path(self.store.display()), self.worker, self.session,
-                                    compact_rows if self.store.is_local else None, fsync,
+        # on an object store too: the compacted part is one object written whole, then the small
+        # parts are deleted (no rename needed; the reader skips parts a compacted one contains)
+        self._compactor = Compactor(self.store, self.worker, self.session, compact_rows, fsync,
                                     on_error=lambda e: self._failed("compaction", e, drop=False))
         self._manifest = {
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,

@@ -3,7 +3,6 @@ never compacted (the oracle), small parts gone, and no row counted twice or lost
 leaves a compacted part beside the parts it replaced."""
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -13,14 +12,17 @@ import pytest
 import inspector
 from inspector import stats_parts
 from inspector.format import stats_name
+from inspector.storage import open_storage
 from inspector.testing import SyntheticRun
+from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 
 KEYS = ["step", "tensor", "kind", "group"]
 
 
-def write(path: Path, steps: int, compact_rows: int | None) -> Path:
-    """A synthetic run with one small part per step (stats_flush_secs=0)."""
-    b = SyntheticRun(path, tensors=12, steps_hint=steps, dump_every=None, stats_flush_secs=0)
+def write(path, steps: int, compact_rows: int | None, storage_options: dict | None = None):
+    """A synthetic run with one small part per step (stats_flush_secs=0); ``path``: local or a URL."""
+    b = SyntheticRun(path, tensors=12, steps_hint=steps, dump_every=None, stats_flush_secs=0,
+                     storage_options=storage_options)
     b.writer._compactor.rows = compact_rows
     b.write_steps(0, steps)
     b.close()
@@ -68,14 +70,16 @@ def test_leftovers_are_compacted_at_close(tmp_path, oracle):
     pd.testing.assert_frame_equal(table(inspector.open_run(path)), oracle)
 
 
-def crash_after_rename(path: Path, seqs: range, keep: set[int], monkeypatch) -> None:
-    """Compact ``seqs``, then 'crash' before deleting the small parts in ``keep``."""
-    real = os.unlink
-    monkeypatch.setattr(stats_parts.os, "unlink",
-                        lambda p: None if int(Path(p).name.split(".")[2]) in keep else real(p))
-    todo = [(s, path / stats_name("chief", 1, s)) for s in seqs]
-    stats_parts.compact(path, "chief", 1, todo)
-    monkeypatch.setattr(stats_parts.os, "unlink", real)
+def crash_after_rename(path, seqs: range, keep: set[int], monkeypatch) -> None:
+    """Compact ``seqs`` (``path``: a local run or a Storage), then 'crash' before deleting the
+    small parts in ``keep``."""
+    store = open_storage(path)
+    real = type(store).delete
+    monkeypatch.setattr(type(store), "delete",
+                        lambda self, rel: None if int(rel.rsplit("/", 1)[-1].split(".")[2]) in keep else real(self, rel))
+    todo = [(s, stats_name("chief", 1, s)) for s in seqs]
+    stats_parts.compact(store, "chief", 1, todo)
+    monkeypatch.setattr(type(store), "delete", real)
 
 
 @pytest.mark.parametrize("keep", [{2}, {1, 2, 3, 4}])
@@ -108,9 +112,62 @@ def test_compact_refuses_gaps(tmp_path):
 def test_failed_compaction_keeps_every_small_part(tmp_path, monkeypatch, oracle):
     def broken(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(stats_parts, "atomic_write", broken)
+    monkeypatch.setattr(stats_parts, "sorted_part", broken)
     path = write(tmp_path / "run", 9, compact_rows=1)
     assert len(parts(path)) == 9
     run = inspector.open_run(path)
     pd.testing.assert_frame_equal(table(run), oracle)
     assert [(e["what"], "No space left" in e["reason"]) for e in run.manifest["errors"]] == [("compaction", True)]
+
+
+# ---- object stores: no rename; the compacted part is one object written whole ----------------
+def _remote_parts(url: str, options: dict | None) -> list[str]:
+    return sorted(e.name for e in open_storage(url, options).list("stats"))
+
+
+@pytest.fixture(params=["memory", "s3"])
+def remote(request):
+    """(a fresh run URL, its storage options) on memory:// and on the moto S3 server."""
+    import uuid
+    if request.param == "memory":
+        return f"memory://tfi-compact-{uuid.uuid4().hex[:8]}", None
+    s3 = request.getfixturevalue("s3")
+    return s3.url("compact"), s3.options
+
+
+def test_compaction_on_an_object_store_reads_the_same_rows(remote, oracle):
+    url, options = remote
+    rows_per_step = len(oracle) // 9
+    write(url, 9, compact_rows=4 * rows_per_step, storage_options=options)
+    assert _remote_parts(url, options) == ["chief.s0001.000001-000004.parquet", "chief.s0001.000005-000008.parquet",
+                                           "chief.s0001.000009.parquet"]
+    run = inspector.open_run(url, storage_options=options)
+    pd.testing.assert_frame_equal(table(run), oracle)
+    assert run.problems == [] and run.manifest["errors"] == []
+
+
+@pytest.mark.parametrize("keep", [{2}, {1, 2, 3, 4}])
+def test_object_store_crash_between_write_and_delete_counts_no_row_twice(remote, monkeypatch, oracle, keep):
+    url, options = remote
+    write(url, 9, compact_rows=None, storage_options=options)
+    crash_after_rename(open_storage(url, options), range(1, 5), keep, monkeypatch)
+    names = _remote_parts(url, options)
+    assert "chief.s0001.000001-000004.parquet" in names and all(
+        f"chief.s0001.{s:06d}.parquet" in names for s in keep) and len(names) == 1 + len(keep) + 5
+    run = inspector.open_run(url, storage_options=options)
+    pd.testing.assert_frame_equal(table(run), oracle)
+    assert run.problems == []
+
+
+@pytest.mark.parametrize("where", ["local", "remote"])
+def test_a_reader_that_listed_before_a_compaction_reads_it_after(where, tmp_path, remote, oracle):
+    """A reader lists the small parts, then a writer compacts them (and deletes them) before
+    the reader reads: it finds them gone, lists again and reads the compacted part: the same
+    rows, no problem reported (not a stale listing's gap)."""
+    url, options = (tmp_path / "run", None) if where == "local" else remote
+    write(url, 9, compact_rows=None, storage_options=options)
+    run = inspector.open_run(url, storage_options=options)
+    assert len(run._stats_files) == 9  # listed now
+    stats_parts.compact(open_storage(url, options), "chief", 1, [(s, stats_name("chief", 1, s)) for s in range(1, 6)])
+    pd.testing.assert_frame_equal(table(run), oracle)
+    assert run.problems == [] and len(run._stats_files) == 5

@@ -329,6 +329,16 @@ def test_cli_reads_a_bucket(tmp_path, s3, capsys):
     with pytest.raises(SystemExit):  # argparse names the bad --storage-options value
         cli.main(["info", url, "--storage-options", "[1]"])
     assert "storage-options" in capsys.readouterr().err
+    # as a user runs it: a new process, the options from the environment
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "-m", "inspector", "info", f"{url}/exp1"], capture_output=True, text=True,
+                         timeout=300, cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "TF_INSPECTOR_STORAGE_OPTIONS": opts})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "finished" in out.stdout and "chief" in out.stdout, out.stdout
 
 
 def test_viewer_shows_a_bucket_run(s3, monkeypatch):
@@ -430,3 +440,67 @@ def test_check_then_write_backends_refuse_a_lost_race():
     plain.kind, plain.exclusive = "other", "check-then-write"
     with pytest.raises(RunLockedError, match="live writer"):  # the winner's lock stands
         Claim.take(plain, "chief", heartbeat_secs=60)
+
+
+def test_viewer_reads_a_bucket_while_workers_write(s3, monkeypatch):
+    """The viewer on an S3 run that two workers are writing: each page renders while they
+    write, and a rerun after more was written shows the new steps and a third worker."""
+    pytest.importorskip("streamlit")
+    import json
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+    url = s3.url("live")
+    monkeypatch.setenv("TF_INSPECTOR_STORAGE_OPTIONS", json.dumps(s3.options))
+    monkeypatch.setenv("TF_INSPECTOR_RUNS", url)
+    root = Path(__file__).resolve().parents[1]
+    kw = dict(steps_hint=10, dump_every=3, stats_flush_secs=0, storage_options=s3.options)
+    runs = {w: SyntheticRun(url, 12, seed=i, worker=w, **kw) for i, w in enumerate(["chief", "worker-0"])}
+    try:
+        for r in runs.values():
+            r.write_steps(0, 4)
+            r.sync()
+
+        def metrics(at: AppTest) -> dict:
+            assert not at.exception, [e.value for e in at.exception]
+            return {m.label: m.value for m in at.metric}
+
+        at = AppTest.from_file(str(root / "app.py"), default_timeout=120).run()
+        m = metrics(at)
+        assert m["Status"] == "running" and m["Statistics steps"] == "4" and m["Last step"] == "3", m
+        assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-0"]
+
+        errors: list[BaseException] = []
+
+        def write_more() -> None:
+            try:
+                for step in range(4, 10, 2):
+                    for r in runs.values():
+                        r.write_steps(step, step + 2)
+                        r.sync()
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        writer = threading.Thread(target=write_more)
+        writer.start()
+        try:
+            for page in ("overview", "distributions", "browser", "summary"):  # while they write
+                page_at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
+                page_at.switch_page(f"viewer/{page}.py")
+                page_at.run()
+                assert not page_at.exception, (page, [e.value for e in page_at.exception])
+                assert not [e.value for e in page_at.error if "could not be drawn" in e.value], page
+        finally:
+            writer.join()
+        assert not errors, errors
+        runs["worker-1"] = SyntheticRun(url, 12, seed=2, worker="worker-1", **kw)
+        runs["worker-1"].write_steps(0, 2)
+        runs["worker-1"].sync()
+        m = metrics(at.run())  # the same session, rerun: the new files are read
+        assert m["Statistics steps"] == "10" and m["Last step"] == "9" and m["Dump steps"] == "4", m
+        assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-0", "worker-1"]
+    finally:
+        for r in runs.values():
+            r.close()
+    m = metrics(at.run())
+    assert m["Status"] == "finished", m
