@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 
-from . import batch_axis, capture, fast_stats, resolve, structure
+from . import batch_axis, capture, fast_stats, resolve, sources, structure
 from .variables import VariableRecord, selected
 
 log = logging.getLogger("tf_inspector")
@@ -246,6 +246,7 @@ class ProbeGraph:
             if c.name in read_of:
                 c.extra["variable"] = read_of[c.name]
         everything = captured + records
+        sources.annotate(everything, g)
         self._remember(everything, records, sel, loss, labels, tf_vars)
         out: dict[str, Any] = {}
         if want_stats:
