@@ -14,6 +14,7 @@ tf = pytest.importorskip("tensorflow")
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 from hooks.sources import is_library, op_source, shown_path  # noqa: E402
+from inspector.graphdef import OpGraph, parse_graph_def  # noqa: E402
 
 v1 = tf.compat.v1
 HERE = Path(__file__).resolve()
@@ -53,7 +54,12 @@ def test_dump_hook_records_where_each_op_was_created(tmp_path):
         hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
         with v1.train.MonitoredSession(hooks=[hook]) as sess:
             sess.run(train_op, {x: np.ones((4, 3), np.float32)})
-    cat = inspector.open_run(tmp_path / "run").tensors
+    run = inspector.open_run(tmp_path / "run")
+    cat = run.tensors
+    # the graph page's reader (no TensorFlow) finds every captured op in the run's graph.pb
+    graph = OpGraph(parse_graph_def(run.graph_def_bytes()))
+    assert set(cat["op"]) <= set(graph.nodes)
+    assert set(graph.neighbourhood("act", 1).nodes) == {"act", "mm", "loss", "gradients/act_grad/ReluGrad"}
     expect = {"act:0": (block, "tf.nn.relu(h"), "mm:0": (block, "tf.matmul(x"), "loss:0": (model, "reduce_mean"),
               "w": (model, "get_variable(")}            # a variable record: where its variable was made
     for name, (fn, text) in expect.items():
@@ -105,7 +111,8 @@ def test_keras_callback_records_custom_layer_sources(tmp_path):
     y = np.arange(8) % 2
     cb = InspectCallback(tmp_path / "run", probe=(x, y), stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
     m.fit(x, y, batch_size=4, epochs=1, callbacks=[cb], verbose=0)
-    cat = inspector.open_run(tmp_path / "run").tensors
+    run = inspector.open_run(tmp_path / "run")
+    cat = run.tensors
     mine = cat[cat["keras_layer"].fillna("").str.endswith("doubler") & (cat["op_type"] == "Mul")]
     assert len(mine) == 1, cat[["name", "keras_layer"]]
     row = mine.iloc[0]
@@ -115,3 +122,36 @@ def test_keras_callback_records_custom_layer_sources(tmp_path):
     # so no source (never the line of model.fit, which built nothing)
     dense = cat[cat["keras_layer"].fillna("").str.endswith("logits") & (cat["op_type"] == "MatMul")]
     assert len(dense) == 1 and dense["source_file"].isna().all()
+    # the probe function's graph holds the captured ops: the custom layer's op feeds the Dense's
+    graph = OpGraph(parse_graph_def(run.graph_def_bytes()))
+    tensors = cat[cat["kind"] == "tensor"]
+    assert set(tensors["op"]) <= set(graph.nodes)
+    assert dense["op"].iloc[0] in graph.neighbourhood(row["op"], 1).nodes
+
+
+def test_nan_alert_names_where_the_first_nan_op_was_created(tmp_path):
+    """A real NaN run: the Summary's alert (analysis.run_alerts) ends with the source location
+    of the tensor that first held the NaN."""
+    from inspector.analysis import run_alerts
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, loss = model()
+        train_op = tf.group(v1.assign_add(gs, 1))
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for step in range(3):
+                sess.run(train_op, {x: np.full((4, 3), np.nan if step == 1 else 1.0, np.float32)})
+    run = inspector.open_run(tmp_path / "run")
+    first = run.first_nonfinite()
+    where = {"x:0": (model, "placeholder("), "mm:0": (block, "tf.matmul(x"), "act:0": (block, "tf.nn.relu(h"),
+             "loss:0": (model, "reduce_mean")}
+    fn, text = where[first["tensor"]]
+    made = f"created at {cat_path(run, first['tensor'])}:{line_of(fn, text)} in {fn.__name__}"
+    (alert,) = [a for a in run_alerts(run) if a.kind == "nonfinite"]
+    assert alert.step == 2 and alert.message.endswith(made), alert.message
+
+
+def cat_path(run, tensor: str) -> str:
+    path = run.tensors.loc[tensor, "source_file"]
+    assert resolved(path) == HERE
+    return path
