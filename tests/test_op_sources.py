@@ -155,3 +155,28 @@ def cat_path(run, tensor: str) -> str:
     path = run.tensors.loc[tensor, "source_file"]
     assert resolved(path) == HERE
     return path
+
+
+def estimator_model_fn(features, labels, mode):
+    h = tf.compat.v1.layers.dense(features["x"], 2, name="est_dense")
+    act = tf.nn.relu(h, name="est_act")
+    loss = tf.reduce_mean(tf.square(act - tf.cast(labels, tf.float32)[:, None]), name="est_loss")
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+@pytest.mark.skipif(not hasattr(getattr(tf, "estimator", None), "Estimator"), reason="no tf.estimator (TF 2.16+)")
+def test_estimator_ops_have_their_model_fn_line(tmp_path):
+    """Under Estimator.train the model_fn is called through the hooks' recording wrapper
+    (estimator_recorder): the model_fn's own frames remain the source."""
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"x": x}, y)).batch(8, drop_remainder=True)
+    est = tf.estimator.Estimator(estimator_model_fn, model_dir=str(tmp_path / "model"))
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    est.train(input_fn, hooks=[hook], steps=1)
+    row = inspector.open_run(tmp_path / "run").tensors.loc["est_act:0"]
+    assert resolved(row["source_file"]) == HERE and row["source_function"] == "estimator_model_fn"
+    assert row["source_line"] == line_of(estimator_model_fn, "tf.nn.relu(h")
