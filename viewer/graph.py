@@ -201,7 +201,8 @@ def render(ctx: Ctx) -> None:
         st.info(f"No op graph to show: {plain(e)}")
         return
     by_op = {op: t for op, t in tensor_of_op(run.tensors).items() if op in graph.nodes}
-    names = sorted(by_op.values(), key=list(run.tensors["name"]).index)
+    position = {name: i for i, name in enumerate(run.tensors["name"])}
+    names = sorted(by_op.values(), key=position.__getitem__)  # catalog (graph) order
     if not need(bool(names), "No captured tensor of this run is an op of its graph."):
         return
     first = data.first_nonfinite(ctx.path, ctx.sig)
