@@ -198,3 +198,23 @@ def test_source_location_in_summary_alert_and_tensor_browser(runs, tmp_path):
     assert "examples/train.py:12 in main\nexamples/models.py:57 in conv_block" in [t.value for t in at.text]
     at = ok(start(path, "Tensor browser", query={"tb_tensor": "conv1/Relu:0"}))     # none recorded
     assert "Created at: unknown" in captions(at)
+
+
+def test_dot_colours_follow_the_statistic():
+    """Fills from the values (dead and NaN ops keep their own colours and stay out of the scale);
+    l2 over three decades is log-spaced: the geometric middle gets the middle colour."""
+    nodes = [Node("a", "Relu"), Node("b", "Relu", ("a",)), Node("c", "Relu", ("b",)), Node("d", "Relu", ("c",)),
+             Node("e", "Relu", ("d",)), Node("f", "Relu", ("e",))]
+    g = OpGraph(nodes)
+    looks = {"a": page.Look("a:0", 1.0), "b": page.Look("b:0", 1000.0), "c": page.Look("c:0", 10 ** 1.5),
+             "d": page.Look("d:0", 0.0, dead=True), "e": page.Look("e:0", None, nonfinite=True)}
+    text = page.dot(g.neighbourhood("a", 5), g, looks, "l2")
+    assert fill_of(text, "a") == page.PALETTE[0] and fill_of(text, "b") == page.PALETTE[-1]
+    assert fill_of(text, "c") == page.palette(0.5) == page.PALETTE[2]
+    assert fill_of(text, "d") == page.DEAD and fill_of(text, "e") == page.NONFINITE
+    assert fill_of(text, "f") == page.UNCAPTURED
+    assert "low l2 = 1" in text and "high l2 = 1e+03 (log scale)" in text
+    linear = page.dot(g.neighbourhood("a", 5), g, looks, "mean")          # mean: a linear scale
+    assert fill_of(linear, "c") == page.palette((10 ** 1.5 - 1) / 999)
+    empty = page.dot(g.neighbourhood("a", 5), g, {}, "l2")
+    assert "low l2" not in empty and "NaN/Inf" in empty                   # no values: no value legend

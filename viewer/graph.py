@@ -104,7 +104,9 @@ def _text_colour(fill: str) -> str:
 def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], stat: str = "l2") -> str:
     """DOT text of ``near``: one box per op (name, op type, the statistic), data edges solid,
     control edges dashed, the centre drawn thick, and a legend of the colours."""
-    lo, hi, log = scale([lk.value for lk in looks.values() if lk.value is not None], stat)
+    # the scale spans the ops it colours (NaN/Inf and dead ones have colours of their own)
+    values = [lk.value for lk in looks.values() if lk.value is not None and not lk.nonfinite and not lk.dead]
+    lo, hi, log = scale(values, stat)
     ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
     out = ['digraph G {', '  rankdir=TB;',
            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
@@ -122,14 +124,15 @@ def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], stat: str =
         out.append(f'  {nid} [label="{escape(label)}", fillcolor="{fill}", fontcolor="{_text_colour(fill)}"{extra}];')
     for src, dst, control in near.edges:
         out.append(f"  {ids[src]} -> {ids[dst]}" + (" [style=dashed];" if control else ";"))
-    out += _legend(lo, hi, log, stat) + ["}"]
+    out += _legend(lo, hi, log, stat, bool(values)) + ["}"]
     return "\n".join(out)
 
 
-def _legend(lo: float, hi: float, log: bool, stat: str) -> list[str]:
-    items = [("NaN/Inf", NONFINITE), ("dead (all zero)", DEAD), ("not captured / no statistics", UNCAPTURED),
-             (f"low {stat} = {lo:.3g}", PALETTE[0]), (f"high {stat} = {hi:.3g}" + (" (log scale)" if log else ""),
-                                                      PALETTE[-1])]
+def _legend(lo: float, hi: float, log: bool, stat: str, ranged: bool) -> list[str]:
+    items = [("NaN/Inf", NONFINITE), ("dead (all zero)", DEAD), ("not captured / no statistics", UNCAPTURED)]
+    if ranged:  # the value scale, where some shown op has a finite value
+        items += [(f"low {stat} = {lo:.3g}", PALETTE[0]),
+                  (f"high {stat} = {hi:.3g}" + (" (log scale)" if log else ""), PALETTE[-1])]
     out = ['  subgraph cluster_legend {', '    label="colours"; fontname="Helvetica"; fontsize=10; color="#bbbbbb";']
     for i, (text, fill) in enumerate(items):
         out.append(f'    legend{i} [label="{escape(text)}", fillcolor="{fill}", fontcolor="{_text_colour(fill)}"];')
