@@ -31,7 +31,7 @@ from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
 
-from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, structure, towers, variables
+from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, sources, structure, towers, variables
 from .groups import GroupSpec, bad_rule
 from .schedule import Schedule, StepSpec
 
@@ -395,6 +395,7 @@ class DumpHook(v1.train.SessionRunHook):
         grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
         records = variables.find_records(g, backward, grads, self.filters)
         self.captured += records
+        sources.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.bins, self.native_stats)
                          if records and self.mode == "train" else None)
 

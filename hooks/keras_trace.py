@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 
-from . import batch_axis, capture, fast_stats, resolve, structure
+from . import batch_axis, capture, fast_stats, resolve, sources, structure
 from .variables import VariableRecord, selected
 
 log = logging.getLogger("tf_inspector")
@@ -257,6 +257,7 @@ class ProbeGraph:
             if c.name in read_of:
                 c.extra["variable"] = read_of[c.name]
         everything = captured + records
+        sources.annotate(everything, g)
         self._remember(everything, records, sel, loss, labels, tf_vars)
         self.input_names = [t.name for t in tf.nest.flatten(x) if t is not None]
         out: dict[str, Any] = {}

@@ -80,15 +80,38 @@ def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
 NONFINITE_SOURCES = {"statistics": "the statistics", "loss check": "the hook's every-step loss check"}
 
 
-def nonfinite_alert(first: dict | None) -> list[Alert]:
-    """Alert for the first NaN/Inf (``Run.first_nonfinite()``'s result), or nothing."""
+def source_text(catalog: pd.DataFrame, tensor: str | None) -> str | None:
+    """Where the user's code created ``tensor``'s op (catalog ``source_*``, FORMAT.md), or None.
+
+    >>> cat = pd.DataFrame({"source_file": ["m.py"], "source_line": [57], "source_function": ["block"]}, index=["a:0"])
+    >>> source_text(cat, "a:0")
+    'm.py:57 in block'
+    """
+    if tensor is None or "source_file" not in catalog or tensor not in catalog.index:
+        return None
+    row = catalog.loc[tensor]
+    file, line, fn = row["source_file"], row.get("source_line"), row.get("source_function")
+    if not isinstance(file, str):
+        return None
+    try:
+        where = f"{file}:{int(line)}"
+    except (TypeError, ValueError, OverflowError):  # no line (NaN)
+        where = file
+    return where + (f" in {fn}" if isinstance(fn, str) else "")
+
+
+def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> list[Alert]:
+    """Alert for the first NaN/Inf (``Run.first_nonfinite()``'s result), or nothing; with the
+    ``catalog``, where the user's code created that tensor's op."""
     if not first:
         return []
+    made = source_text(catalog, first.get("tensor")) if catalog is not None else None
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
     source = str(first.get("source") or "the run")
     source = NONFINITE_SOURCES.get(source, source)
     return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
-                  f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else ""),
+                  f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else "")
+                  + (f", created at {made}" if made else ""),
                   first["step"], first.get("tensor"))]
 
 
@@ -231,7 +254,7 @@ def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
 def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     """Every alert for ``run``, errors first. Reads only the statistics columns it needs."""
     stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction", "min", "max"])
-    out = nonfinite_alert(run.first_nonfinite())
+    out = nonfinite_alert(run.first_nonfinite(), run.tensors)
     if not stats.empty:
         out += gradient_alerts(stats, th, run.tensors) + dead_relus(stats, run.tensors, th)
         out += icnn_beta_alerts(stats, run.tensors)

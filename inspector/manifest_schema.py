@@ -150,7 +150,8 @@ def _shape(value: Any, where: str) -> None:
 _STR, _OPT_STR = (str,), (str, type(None))
 _TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR, "scope": _OPT_STR,
                    "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
-                   "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None))},
+                   "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None)),
+                   "source_file": _OPT_STR, "source_line": (int, type(None)), "source_function": _OPT_STR},
                   required=("name",))
 
 
@@ -158,6 +159,17 @@ def _tensor(value: Any, where: str) -> None:
     _TENSOR(value, where)
     if "shape" in value:
         _shape(value["shape"], f"{where}.shape")
+    if value.get("source_stack") is not None:
+        _list_of(_frame)(value["source_stack"], f"{where}.source_stack")
+
+
+def _frame(value: Any, where: str) -> None:
+    """One ``source_stack`` frame: [file, line, function]."""
+    _want(value, (list,), where)
+    if len(value) != 3:
+        raise TypeError(f"field {where} must be [file, line, function], not {_short(value)}")
+    for i, types in enumerate(((str,), (int,), (str,))):
+        _want(value[i], types, f"{where}[{i}]")
 
 
 def _one_of(values: tuple[str, ...]) -> Callable[[Any, str], None]:

@@ -34,6 +34,7 @@ import numpy as np
 from .analysis import icnn_mask, icnn_mu
 from .errors import InspectorError
 from .format import GROUPS, STAT_COLUMNS, manifest_name
+from .graphdef import Node, encode_graph_def
 from .manifest_schema import CONFIG_DEFAULTS, hook_config
 from .storage import normalize
 from .writer import RunWriter, StatsLayout
@@ -82,6 +83,47 @@ def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_chan
     return convs + icnn_t + head  # at least the ICNN layer and the head, even if n_tensors is smaller
 
 
+def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
+    """A plausible op graph around ``catalog``: the input placeholder, each conv block's
+    Conv2D -> BiasAdd -> Relu with its weights' reads, the ICNN layer's roles, the dense head and
+    the loss (with the labels), and one backward op (``gradients/...``) per ReLU.
+
+    >>> [(n.name, n.inputs) for n in synthetic_graph(build_catalog(3, icnn=False))][-1]
+    ('loss/Mean', ('dense/BiasAdd', 'labels'))
+    """
+    nodes = [Node("images", "Placeholder"), Node("labels", "Placeholder"), Node("gradients/Fill", "Fill")]
+    prev = "images"
+    ops = [t.name.rsplit(":", 1)[0] for t in catalog]
+    by_op = dict(zip(ops, catalog))
+    roles = {t.icnn_role: op for op, t in by_op.items() if t.icnn_role}
+    for op, t in by_op.items():
+        scope = op.rsplit("/", 1)[0]
+        if t.icnn_role:
+            ins = {"pre_mask": [prev], "mu": [roles.get("pre_mask", prev)], "sqrtvar": [roles.get("pre_mask", prev)],
+                   "mask": [roles.get("mu", prev), roles.get("sqrtvar", prev)],
+                   "post_mask": [roles.get("pre_mask", prev), roles.get("mask", prev)], "beta": ["icnn/beta_var"],
+                   "strength": [roles.get("pre_mask", prev), roles.get("beta", prev)],
+                   "filter_loss": [roles.get("pre_mask", prev), roles.get("mask", prev)]}[t.icnn_role]
+            if t.icnn_role == "beta":
+                nodes.append(Node("icnn/beta_var", "VarHandleOp"))
+            nodes.append(Node(op, t.op_type, tuple(ins)))
+            prev = roles["post_mask"] if t.icnn_role == "post_mask" else prev
+            continue
+        weights = {"Conv2D": "w", "BiasAdd": "b", "MatMul": "w"}.get(t.op_type)
+        ins = [prev]
+        if weights:
+            nodes += [Node(f"{scope}/{weights}", "VarHandleOp"),
+                      Node(f"{scope}/{weights}/read", "ReadVariableOp", (f"{scope}/{weights}",))]
+            ins.append(f"{scope}/{weights}/read")
+        if op == "loss/Mean":
+            ins.append("labels")
+        nodes.append(Node(op, t.op_type, tuple(ins)))
+        if t.op_type == "Relu":
+            nodes.append(Node(f"gradients/{op}_grad/ReluGrad", "ReluGrad", ("gradients/Fill", op)))
+        prev = op
+    return nodes
+
+
 def _icnn_shape(role: str, hw: int, c: int) -> tuple:
     return {"pre_mask": (hw, hw, c), "mask": (hw, hw, c), "post_mask": (hw, hw, c), "mu": (c, 2),
             "sqrtvar": (c,), "strength": (c,), "beta": (c,), "filter_loss": (c,)}[role]
@@ -94,7 +136,7 @@ class SyntheticRun:
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
                  dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
-                 storage_options: dict | None = None) -> None:
+                 storage_options: dict | None = None, graph: bool = True) -> None:
         self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn)
@@ -123,7 +165,8 @@ class SyntheticRun:
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
                                 stats_flush_secs=stats_flush_secs, worker=worker,
-                                storage_options=storage_options)
+                                storage_options=storage_options,
+                                graph_def=encode_graph_def(synthetic_graph(self.catalog)) if graph else None)
 
     # ---- statistics ------------------------------------------------------------------------
     def _layout_rows(self) -> None:

@@ -23,12 +23,12 @@ from inspector.writer import RunWriter  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 PAGES = ["Summary", "Training overview", "Distributions", "Feature maps", "Masks & templates", "Tensor browser",
-         "Compare"]
+         "Op graph", "Compare"]
 # page title -> its module file (AppTest.switch_page takes the file; its stem is the URL path)
 PAGE_FILES = {"Summary": "viewer/summary.py", "Training overview": "viewer/overview.py",
               "Distributions": "viewer/distributions.py", "Feature maps": "viewer/featuremaps.py",
               "Masks & templates": "viewer/masks.py", "Tensor browser": "viewer/browser.py",
-              "Compare": "viewer/compare.py"}
+              "Op graph": "viewer/graph.py", "Compare": "viewer/compare.py"}
 
 
 @pytest.fixture(scope="module")

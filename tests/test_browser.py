@@ -29,11 +29,11 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 0),
          "Distributions": ("Distributions", 3), "Feature maps": ("Feature maps", 2),
          "Masks & templates": ("Masks & templates", 3), "Tensor browser": ("Tensor browser", 1),
-         "Compare": ("Compare", 2)}
+         "Op graph": ("Op graph", 0), "Compare": ("Compare", 2)}
 # page -> its URL path (st.navigation; the default page, Summary, is the app's root)
 URLS = {"Summary": "", "Training overview": "overview", "Distributions": "distributions",
         "Feature maps": "featuremaps", "Masks & templates": "masks", "Tensor browser": "browser",
-        "Compare": "compare"}
+        "Op graph": "graph", "Compare": "compare"}
 
 if not Path(CHROMIUM).exists():
     pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)", allow_module_level=True)

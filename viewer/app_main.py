@@ -35,14 +35,14 @@ from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
 from inspector.safepath import real  # noqa: E402
 from inspector.storage import is_url  # noqa: E402
-from viewer import browser, compare, data, distributions, featuremaps, masks, overview, summary  # noqa: E402
+from viewer import browser, compare, data, distributions, featuremaps, graph, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
 
 #: page title -> its module (``render(ctx)``); the URL path of a page is its module's name
 PAGES: dict[str, ModuleType] = {
     "Summary": summary, "Training overview": overview, "Distributions": distributions, "Feature maps": featuremaps,
-    "Masks & templates": masks, "Tensor browser": browser, "Compare": compare}
+    "Masks & templates": masks, "Tensor browser": browser, "Op graph": graph, "Compare": compare}
 log = logging.getLogger("tf_inspector.viewer")
 #: Streamlit's toolbar without developer items ("Deploy", rerun, clear cache); "minimal" would
 #: also hide the settings menu, where the user picks the light or dark theme.
@@ -180,11 +180,15 @@ def view_picker(path: str, sig: tuple) -> tuple:
     return data.with_view(sig, mode, worker, batch)
 
 
+def page(title: str) -> StreamlitPage:
+    """The ``st.Page`` of ``title`` (also what ``st.switch_page`` takes to open it from a page)."""
+    return st.Page(page_runner(title), title=title, url_path=url_path(PAGES[title]), default=title == next(iter(PAGES)))
+
+
 def navigation() -> StreamlitPage:
     """The pages, one URL path each (Summary is the default: the root URL, not ``/summary``); an
     old link's ``?page=<title>`` switches to that page, keeping its other query parameters."""
-    pages = {title: st.Page(page_runner(title), title=title, url_path=url_path(module), default=i == 0)
-             for i, (title, module) in enumerate(PAGES.items())}
+    pages = {title: page(title) for title in PAGES}
     current = st.navigation(list(pages.values()), position="sidebar")
     legacy = st.query_params.get("page")
     if legacy in pages and pages[legacy].url_path != current.url_path:

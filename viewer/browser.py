@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from inspector import plots
+from inspector.analysis import source_text
 from inspector.binning import value_bins
 
 from . import data
@@ -75,6 +76,21 @@ def icnn_gradient_note(cat: pd.DataFrame, tensor: str) -> str | None:
             "pure d loss / d tensor. Gradients above the mask are pure.")
 
 
+def show_source(cat: pd.DataFrame, tensor: str) -> None:
+    """Where the user's code created the tensor's op (catalog ``source_*``) and the user frames
+    above it; the paths are shown, never opened."""
+    made = source_text(cat, tensor)
+    if made is None:
+        st.caption("Created at: unknown (no frame of your code built this op: made by a library, e.g. a "
+                   "built-in Keras layer, or a run written before source locations were recorded)")
+        return
+    st.markdown(f"Created at **{plain(made)}**")
+    stack = cat.loc[tensor].get("source_stack")
+    if isinstance(stack, list) and len(stack) > 1:
+        with st.expander(f"Call stack in your code ({len(stack)} frames, innermost last)"):
+            st.text("\n".join(f"{f}:{line} in {fn}" for f, line, fn in stack))
+
+
 def render(ctx: Ctx) -> None:
     st.header("Tensor browser")
     run = data.get_run(ctx.path, ctx.sig)
@@ -87,7 +103,7 @@ def render(ctx: Ctx) -> None:
     ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
     found = search(cat, text, ops)
     st.caption(f"{len(found)} of {len(cat)} tensors")
-    listed = [c for c in ("shape", "feeds", "reads") if c in found]  # lists: shown as text
+    listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]  # lists: shown as text
     st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch", height=260)
     if not need(len(found) > 0, "No tensor matches the search."):
         return
@@ -100,6 +116,7 @@ def render(ctx: Ctx) -> None:
                    if isinstance(row["icnn_role"], str) else "")
                 + (f", variable {plain(row['variable'])}" if isinstance(row.get("variable"), str) else "")
                 + (f", read by {plain(', '.join(row['reads']))}" if isinstance(row.get("reads"), list) else ""))
+    show_source(cat, tensor)
 
     if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
         return

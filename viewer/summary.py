@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import NONFINITE_SOURCES
+from inspector.analysis import NONFINITE_SOURCES, source_text
 from inspector.errors import InspectorError
 from inspector.units import human_bytes
 
@@ -45,7 +45,7 @@ def render(ctx: Ctx) -> None:
     c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
     st.caption(f"created {plain(m.get('created', '?'))}, updated {plain(m.get('updated', '?'))} "
                f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
-    st.caption(nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig)))
+    st.caption(nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig), run.tensors))
     if run.status in STATUS_NOTES:
         st.warning(STATUS_NOTES[run.status])
     if run.tensors.empty:
@@ -82,13 +82,16 @@ def render(ctx: Ctx) -> None:
     st.dataframe(run.sessions, hide_index=True, width="stretch")
 
 
-def nonfinite_text(first: dict | None) -> str:
-    """'First NaN/Inf: step 25, found by the statistics (forward of conv4/Relu:0)' (Markdown-safe)."""
+def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> str:
+    """'First NaN/Inf: step 25, found by the statistics (forward of conv4/Relu:0), created at
+    models.py:57 in conv_block' (Markdown-safe; the place where the catalog has it)."""
     if not first:
         return "First NaN/Inf: none seen (statistics and the hook's loss check)."
     source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
     where = f"{first.get('kind')} of {first.get('tensor')}" if first.get("tensor") else "the loss"
-    return f"First NaN/Inf: step {int(first['step'])}, found by {plain(source)} ({plain(where)})."
+    made = source_text(catalog, first.get("tensor")) if catalog is not None else None
+    return (f"First NaN/Inf: step {int(first['step'])}, found by {plain(source)} ({plain(where)})"
+            + (f", created at {plain(made)}." if made else "."))
 
 
 def dead_filter_alerts(ctx: Ctx) -> list[str]:
