@@ -99,7 +99,8 @@ class Doubler(tf.keras.layers.Layer):
         return tf.multiply(x, 2.0, name="twice")
 
 
-def test_keras_callback_records_custom_layer_sources(tmp_path):
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_keras_callback_records_custom_layer_sources(tmp_path, source):
     from hooks.keras import InspectCallback
     keras = tf.keras
     keras.utils.set_random_seed(0)
@@ -109,7 +110,8 @@ def test_keras_callback_records_custom_layer_sources(tmp_path):
     m.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.ones((8, 3), np.float32)
     y = np.arange(8) % 2
-    cb = InspectCallback(tmp_path / "run", probe=(x, y), stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    where = dict(probe=(x, y)) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "run", **where, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
     m.fit(x, y, batch_size=4, epochs=1, callbacks=[cb], verbose=0)
     run = inspector.open_run(tmp_path / "run")
     cat = run.tensors
