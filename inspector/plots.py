@@ -18,7 +18,6 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 try:
-    from matplotlib.cm import ScalarMappable
     from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
@@ -261,14 +260,60 @@ def _map_norm(m: np.ndarray, symmetric: bool | None) -> tuple[Normalize, str]:
     return Normalize(lo, hi if hi > lo else lo + 1), "magma"
 
 
+def mosaic(maps: Sequence[np.ndarray], cols: int, lines: int = 1) -> np.ndarray:
+    """Equal-shape 2-D ``maps`` tiled in rows of ``cols`` into one array, NaN between tiles: one
+    image draws many maps far faster than one axes per map. Tile k's top-left corner is at row
+    ``(k // cols) * (H + gap)``, column ``(k % cols) * (W + 1)``; the gap above each row leaves
+    room for ``lines`` lines of label (about H/4 each, at least 1).
+
+    >>> mosaic([np.ones((2, 2)), 2 * np.ones((2, 2))], cols=2)
+    array([[ 1.,  1., nan,  2.,  2.],
+           [ 1.,  1., nan,  2.,  2.]])
+    """
+    h, w = np.shape(maps[0])
+    gap = _row_gap(h, lines)
+    rows = int(np.ceil(len(maps) / cols))
+    out = np.full((rows * (h + gap) - gap, cols * (w + 1) - 1), np.nan)
+    for k, m in enumerate(maps):
+        r, q = divmod(k, cols)
+        out[r * (h + gap):r * (h + gap) + h, q * (w + 1):q * (w + 1) + w] = m
+    return out
+
+
+def _row_gap(h: int, lines: int) -> int:
+    return max(1, int(np.ceil(h * 0.25 * lines)))
+
+
+def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, norm: Normalize, cmap: str,
+           lines: int = 1):
+    """Draw ``maps`` as one :func:`mosaic` image on ``ax``, each labelled above; NaN/Inf values
+    grey, the space between tiles empty. Returns the image (``ax.images[0]``: the mosaic)."""
+    h, w = np.shape(maps[0])
+    m = mosaic([np.asarray(x, np.float64) for x in maps], cols, lines)
+    gap = np.isnan(m)
+    data = np.where(gap, np.nan, m)
+    bad = ~gap & ~np.isfinite(data)
+    im = ax.imshow(np.ma.masked_invalid(data), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)), norm=norm,
+                   interpolation="nearest")
+    if bad.any():
+        ax.imshow(np.ma.masked_where(~bad, np.ones_like(m)), cmap="gray", vmin=0, vmax=2, interpolation="nearest")
+    for k, label in enumerate(labels):
+        r, q = divmod(k, cols)
+        ax.text(q * (w + 1) + (w - 1) / 2, r * (h + _row_gap(h, lines)) - 0.6, label, ha="center", va="bottom",
+                fontsize=7)
+    ax.set_axis_off()
+    ax.set_ylim(m.shape[0] - 0.5, -0.5 - _row_gap(h, lines))  # room for the first row's labels
+    return im
+
+
 def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = None, max_channels: int = 64,
                  cols: int = 8, first: int = 0) -> Figure:
     """Grid of one sample's channels ``first .. first + max_channels - 1`` of ``maps [H, W, C]``
-    (a page of them), titled with their channel numbers, on one colour scale (that page's;
-    see :func:`_map_norm`).
+    (a page of them), labelled with their channel numbers, on one colour scale (that page's;
+    see :func:`_map_norm`): one :func:`mosaic` image, ``fig.axes[0].images[0]``.
 
-    >>> len(channel_grid(np.zeros((4, 4, 70)), first=64).axes[0].images)   # channels 64..69
-    1
+    >>> [t.get_text() for t in channel_grid(np.zeros((4, 4, 70)), first=64).axes[0].texts][-1]
+    'ch 69'
     """
     m = np.asarray(maps, np.float64)
     if m.ndim == 2:
@@ -280,17 +325,11 @@ def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = Non
     c = m.shape[-1]
     cols = min(cols, c)
     nrows = int(np.ceil(c / cols))
-    fig = Figure(figsize=(1.4 * cols + 1, 1.4 * nrows + 0.6), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
+    fig = Figure(figsize=(1.4 * cols + 1, 1.6 * nrows + 0.6), layout="constrained")
+    ax = fig.subplots()
     norm, cmap = _map_norm(m, symmetric)
-    im = None
-    for k, ax in enumerate(axes):
-        ax.set_axis_off()
-        if k < c:
-            im = ax.imshow(m[..., k], cmap=cmap, norm=norm, interpolation="nearest")
-            ax.set_title(f"ch {first + k}", fontsize=7)
-    if im is not None:
-        fig.colorbar(im, ax=list(axes), fraction=0.02, pad=0.01)
+    im = _tiles(ax, [m[..., k] for k in range(c)], [f"ch {first + k}" for k in range(c)], cols, norm, cmap)
+    fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
     fig.suptitle(title + (f" (channels {first}-{first + c - 1} of {total})" if c < total else ""))
     return fig
 
@@ -359,32 +398,31 @@ def channel_overlay(image: np.ndarray, heat: np.ndarray, title: str = "", alpha:
 
 
 def sample_grid(groups: Mapping[str, Sequence[tuple[str, np.ndarray]]], title: str = "", cols: int = 4,
-                symmetric: bool | None = None) -> Figure:
-    """One channel's maps of many samples, ``{group: [(label, map [H, W]), ...]}``: each group a
-    block of ``cols`` columns, the blocks side by side (subfigures titled with the group and its
-    size), every map on one colour scale so samples and groups compare.
+                symmetric: bool | None = None, lines: int = 1) -> Figure:
+    """One channel's maps of many samples, ``{group: [(label, map [H, W]), ...]}``: each group
+    one axes titled with the group and its size, its maps a :func:`mosaic` of ``cols`` columns
+    (labels of ``lines`` lines), the groups side by side, every map on one colour scale so
+    samples and groups compare.
 
-    >>> [f.get_suptitle() for f in sample_grid({"positive": [("#0", np.ones((2, 2)))], "negative": []}).subfigs]
+    >>> [ax.get_title() for ax in sample_grid({"positive": [("#0", np.ones((2, 2)))], "negative": []}).axes[:2]]
     ['positive (1)', 'negative (0)']
     """
     items = {g: list(v) for g, v in groups.items()}
-    every = [np.asarray(m, np.float64) for v in items.values() for _, m in v]
-    norm, cmap = _map_norm(np.concatenate([m.ravel() for m in every]) if every else np.zeros(1), symmetric)
+    every = [np.asarray(m, np.float64).ravel() for v in items.values() for _, m in v]
+    norm, cmap = _map_norm(np.concatenate(every) if every else np.zeros(1), symmetric)
     ncols = {g: max(1, min(cols, len(v))) for g, v in items.items()}
     nrows = max([int(np.ceil(len(v) / ncols[g])) for g, v in items.items()] + [1])
-    fig = Figure(figsize=(1.6 * sum(ncols.values()) + 1.2, 1.6 * nrows + 0.9), layout="constrained")
-    subs = np.atleast_1d(fig.subfigures(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
+    fig = Figure(figsize=(1.5 * sum(ncols.values()) + 0.6 * len(items) + 1, (1.5 + 0.35 * lines) * nrows + 0.9),
+                 layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
     im = None
-    for sub, (g, v) in zip(subs, items.items()):
-        axes = np.atleast_1d(sub.subplots(nrows, ncols[g], squeeze=False)).ravel()
-        for k, ax in enumerate(axes):
-            ax.set_axis_off()
-            if k < len(v):
-                im = ax.imshow(np.asarray(v[k][1], np.float64), cmap=cmap, norm=norm, interpolation="nearest")
-                ax.set_title(v[k][0], fontsize=7)
-        sub.suptitle(f"{g} ({len(v)})", color=_color(g, list(items).index(g)))
-    if im is not None:  # one scale for all: its bar beside the last block
-        subs[-1].colorbar(ScalarMappable(norm, cmap), ax=subs[-1].axes, fraction=0.05, pad=0.02)
+    for i, (ax, (g, v)) in enumerate(zip(axes, items.items())):
+        ax.set_axis_off()
+        ax.set_title(f"{g} ({len(v)})", color=_color(g, i), fontsize=9)
+        if v:
+            im = _tiles(ax, [m for _, m in v], [lb for lb, _ in v], ncols[g], norm, cmap, lines)
+    if im is not None:  # one scale for all
+        fig.colorbar(im, ax=list(axes), fraction=0.02, pad=0.01)
     fig.suptitle(title)
     return fig
 

@@ -37,15 +37,15 @@ def _restore_runs_env(monkeypatch):
 
 @pytest.fixture
 def figures(monkeypatch) -> dict:
-    """The Matplotlib figures the page shows, by widget key (the page's show_figure, recorded)."""
+    """The Matplotlib figures the page shows, by widget key (the page's show_cached_figure, recorded)."""
     import viewer.featuremaps as fm
     shown: dict = {}
-    real = fm.show_figure
+    real = fm.show_cached_figure
 
-    def record(fig, name, key, caption=None):
-        shown[key] = fig
-        return real(fig, name, key, caption)
-    monkeypatch.setattr(fm, "show_figure", record)
+    def record(make, ident, name, key, caption=None):
+        shown[key] = make()   # drawn here too: the page's own PNG may come from its cache
+        return real(make, ident, name, key, caption)
+    monkeypatch.setattr(fm, "show_cached_figure", record)
     return shown
 
 
@@ -83,16 +83,25 @@ def test_channel_pager_reaches_the_last_channel(runs, figures):
     pager = at.selectbox(key="fm_page")
     assert pager.options == ["0-63", "64-71"]
     assert pager.proto.query_param_key == "fm_page"
-    first_page = [ax.get_title() for ax in figures["fm_grid"].axes if ax.get_title()]
-    assert first_page[-1] == "ch 63"
+    assert labels(figures["fm_grid"].axes[0])[-1] == "ch 63"
     ok(pager.set_value(1).run())
-    grid = figures["fm_grid"]
-    axes = [ax for ax in grid.axes if ax.get_title().startswith("ch ")]
-    assert [ax.get_title() for ax in axes] == [f"ch {c}" for c in range(64, 72)]
+    grid = figures["fm_grid"].axes[0]
+    assert labels(grid) == [f"ch {c}" for c in range(64, 72)]
     sample = at.selectbox(key="fm_sample").value
-    np.testing.assert_array_equal(axes[-1].images[0].get_array(), x[sample, ..., 71])
+    assert sample == 2
+    np.testing.assert_array_equal(drawn(grid), plots.mosaic([x[sample, ..., c] for c in range(64, 72)], cols=8))
     ok(at.selectbox(key="fm_channel").set_value(71).run())
     assert "channel 71" in figures["fm_top"].get_suptitle()
+
+
+def labels(ax) -> list[str]:
+    """The tile labels of a mosaic axes (plots.mosaic: one image, one label per tile)."""
+    return [t.get_text() for t in ax.texts]
+
+
+def drawn(ax) -> np.ndarray:
+    """The mosaic image of ``ax``, NaN where nothing is drawn."""
+    return np.ma.filled(ax.images[0].get_array().astype(np.float64), np.nan)
 
 
 def pil_bilinear(m: np.ndarray, h: int, w: int) -> np.ndarray:
@@ -138,8 +147,10 @@ def test_top_samples_are_ranked_like_numpy(runs, figures, stat):
     table = at.dataframe[0].value
     assert table["sample"].tolist() == order.tolist()
     np.testing.assert_allclose(table[stat].to_numpy(), values[order], rtol=1e-6)
-    drawn = [ax.get_title().split()[0] for ax in figures["fm_top"].axes if ax.get_title()]
-    assert drawn == [f"#{i}" for i in order[:8]]
+    top = figures["fm_top"].axes[0]
+    assert [t.split()[0] for t in labels(top)] == [f"#{i}" for i in order[:8]]
+    assert labels(top)[0].endswith(f"{stat} {values[order[0]]:.3g}")
+    np.testing.assert_array_equal(drawn(top), plots.mosaic([x[i] for i in order[:8]], cols=8, lines=2))
 
 
 def test_every_sample_split_by_the_dumps_groups(runs, figures):
@@ -148,11 +159,30 @@ def test_every_sample_split_by_the_dumps_groups(runs, figures):
     assert set(groups) == {"positive", "negative"}
     start(runs / "demo", fm_channel=2)
     fig = figures["fm_groups"]
-    blocks = {sub.get_suptitle().split(" (")[0]: [ax.get_title() for ax in sub.axes if ax.get_title()]
-              for sub in fig.subfigs}
-    assert list(blocks) == ["positive", "negative"]
-    for g, titles in blocks.items():
-        assert titles == [f"#{i}" for i in np.flatnonzero(groups == g)]
+    blocks = {ax.get_title().split(" (")[0]: ax for ax in fig.axes if ax.get_title()}
+    assert list(blocks) == ["positive", "negative"]           # side by side, in the run's group order
     x = np.asarray(run.tensor("conv1/Conv2D:0", STEP))[..., 2]
-    first_pos = next(ax for ax in fig.subfigs[0].axes if ax.get_title())
-    np.testing.assert_array_equal(first_pos.images[0].get_array(), x[np.flatnonzero(groups == "positive")[0]])
+    for g, ax in blocks.items():
+        members = np.flatnonzero(groups == g)
+        assert labels(ax) == [f"#{i}" for i in members]
+        np.testing.assert_array_equal(drawn(ax), plots.mosaic([x[i] for i in members], cols=min(4, len(members))))
+
+
+def test_cached_figures_follow_every_choice(runs):
+    """Figures are drawn once per choice (a PNG cache): each choice redraws exactly the figures
+    that show it, and only those."""
+    def images(at):
+        return [u for im in at.image for u in im.value]   # grid, overlay, by group, top, ICNN
+    at = start(runs / "demo")
+    grid, over, groups, top, icnn = images(at)
+    ok(at.selectbox(key="fm_channel").set_value(1).run())
+    assert images(at) == [grid, images(at)[1], images(at)[2], images(at)[3], icnn]
+    assert len({over, groups, top} & set(images(at))) == 0
+    grid, over, groups, top, icnn = images(at)
+    ok(at.selectbox(key="fm_sample").set_value(4).run())
+    new = images(at)
+    assert new[0] != grid and new[1] != over and new[2:] == [groups, top, icnn]
+    ok(at.radio(key="fm_rank").set_value("mean").run())
+    assert images(at)[3] != top and images(at)[:3] == new[:3]
+    ok(at.radio(key="fm_kind").set_value("gradient").run())
+    assert all(a != b for a, b in zip(images(at)[:4], new[:4]))

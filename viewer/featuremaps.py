@@ -23,7 +23,7 @@ from inspector.format import INPUT_OP_TYPES
 
 from . import data
 from .dumps import dump_step_picker
-from .ui import Ctx, need, plain, show_figure
+from .ui import Ctx, need, plain, show_cached_figure
 
 #: Op types of convolutions: the page opens on the first of them in graph order (catalog order)
 CONV_OP_TYPES = ("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
@@ -168,9 +168,12 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
     page = c[1].selectbox(f"Channels ({n_ch} in all)", pages, key="fm_page", bind="query-params",
                           format_func=lambda p: f"{p * PAGE_CHANNELS}-{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
     first = (page if page in pages else 0) * PAGE_CHANNELS
-    show_figure(plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, {sample_label(samples, sample)}",
-                                   symmetric=sym, first=first, max_channels=PAGE_CHANNELS),
-                f"channels_{tensor}_{kind}_{step}_{sample}_{first}", key="fm_grid")
+    ident = (ctx.path, ctx.sig, tensor, kind, step)  # what every figure below is drawn from
+    show_cached_figure(lambda: plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, "
+                                                  f"{sample_label(samples, sample)}", symmetric=sym, first=first,
+                                                  max_channels=PAGE_CHANNELS),
+                       ("grid", *ident, sample, first), f"channels_{tensor}_{kind}_{step}_{sample}_{first}",
+                       key="fm_grid")
     st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
                f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
 
@@ -183,9 +186,9 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
     xc = x[..., ch]
     overlay(ctx, cat, maps, step, tensor, kind, samples, sample, ch, xc[sample])
     by_group(samples, xc, f"{tensor} {kind}, channel {ch}, step {step}: every kept sample", sym,
-             f"groups_{tensor}_{kind}_{step}_ch{ch}", run.groups)
+             f"groups_{tensor}_{kind}_{step}_ch{ch}", run.groups, ("groups", *ident, ch))
     ranking(samples, xc, stat, f"{tensor} {kind}, channel {ch}, step {step}", sym,
-            f"top_{tensor}_{kind}_{step}_ch{ch}_{stat}")
+            f"top_{tensor}_{kind}_{step}_ch{ch}_{stat}", ("top", *ident, ch, stat))
 
 
 def overlay(ctx: Ctx, cat: pd.DataFrame, maps: list[str], step: int, tensor: str, kind: str,
@@ -199,25 +202,29 @@ def overlay(ctx: Ctx, cat: pd.DataFrame, maps: list[str], step: int, tensor: str
     if not need(len(image) == len(samples), f"The model input {plain(name)} has {len(image)} rows in the dump "
                                             f"of step {step}, not the {len(samples)} kept samples: no overlay."):
         return
-    show_figure(plots.channel_overlay(image[sample], heat, f"{tensor} {kind} channel {ch} over {name}, "
-                                      f"{sample_label(samples, sample)}", symmetric=kind == "gradient"),
-                f"overlay_{tensor}_{kind}_{step}_{sample}_ch{ch}", key="fm_overlay")
+    show_cached_figure(lambda: plots.channel_overlay(image[sample], heat, f"{tensor} {kind} channel {ch} over "
+                                                     f"{name}, {sample_label(samples, sample)}",
+                                                     symmetric=kind == "gradient"),
+                       ("overlay", ctx.path, ctx.sig, tensor, kind, step, sample, ch, name),
+                       f"overlay_{tensor}_{kind}_{step}_{sample}_ch{ch}", key="fm_overlay")
     st.caption(f"The channel ({heat.shape[0]}x{heat.shape[1]}) is enlarged to the input's "
                f"{image.shape[1]}x{image.shape[2]} by bilinear interpolation (pixel centres aligned) and drawn "
                f"over the input {plain(name)} of the same sample with alpha 0.5; the input is min-max scaled.")
 
 
-def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name: str, groups: list[str]) -> None:
+def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name: str, groups: list[str],
+             ident: tuple) -> None:
     """Channel maps of every kept sample, one block per group (positive | negative ...)."""
     st.markdown("**Every kept sample, by group**")
     labels = samples["group"].astype(str).to_numpy() if "group" in samples else np.full(len(samples), "kept")
     order = group_order(list(groups), list(dict.fromkeys(labels)))
     panels = {g: [(f"#{i}", xc[i]) for i in np.flatnonzero(labels == g)] for g in order}
-    show_figure(plots.sample_grid(panels, title, symmetric=sym), name, key="fm_groups")
+    show_cached_figure(lambda: plots.sample_grid(panels, title, symmetric=sym), ident, name, key="fm_groups")
     st.caption("Groups from the dump's samples/group; one colour scale for every sample.")
 
 
-def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: bool, name: str) -> None:
+def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: bool, name: str,
+            ident: tuple) -> None:
     """The kept samples ranked by the channel's ``stat``: the top ones drawn, all in a table."""
     st.markdown("**Top-activating kept samples**")
     order, scores = top_samples(xc, stat)
@@ -225,7 +232,8 @@ def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: b
     k = min(TOP_K, len(order))
     panels = {f"top {k} by {stat}": [(f"#{i} {groups[i]}\n{stat} {v:.3g}", xc[i])
                                      for i, v in zip(order[:k], scores[:k])]}
-    show_figure(plots.sample_grid(panels, title, cols=k, symmetric=sym), name, key="fm_top")
+    show_cached_figure(lambda: plots.sample_grid(panels, title, cols=k, symmetric=sym, lines=2), ident, name,
+                       key="fm_top")
     table = pd.DataFrame({"rank": np.arange(1, len(order) + 1), "sample": order,
                           "batch index": samples["index"].to_numpy()[order] if "index" in samples else order,
                           "group": groups[order], stat: scores})
@@ -265,5 +273,6 @@ def icnn_section(ctx: Ctx, samples: pd.DataFrame, step: int) -> None:
         st.caption(f"{label} sample #{i}: mu = ({mu[0]:+.3f}, {mu[1]:+.3f}) (row, col in [-1, 1]), "
                    f"pre-mask sum {float(m['pre_mask'][i, ..., filt].sum()):.4g}, "
                    f"post-mask sum {float(m['post_mask'][i, ..., filt].sum()):.4g}")
-    show_figure(plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
-                f"icnn_{layer}_f{filt}_{step}", key="fm_icnn")
+    show_cached_figure(lambda: plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
+                       ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg), f"icnn_{layer}_f{filt}_{step}",
+                       key="fm_icnn")
