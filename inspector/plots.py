@@ -290,10 +290,9 @@ def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, nor
     grey, the space between tiles empty. Returns the image (``ax.images[0]``: the mosaic)."""
     h, w = np.shape(maps[0])
     m = mosaic([np.asarray(x, np.float64) for x in maps], cols, lines)
-    gap = np.isnan(m)
-    data = np.where(gap, np.nan, m)
-    bad = ~gap & ~np.isfinite(data)
-    im = ax.imshow(np.ma.masked_invalid(data), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)), norm=norm,
+    gap = np.isnan(mosaic([np.zeros((h, w))] * len(maps), cols, lines))   # between tiles, not NaN values
+    bad = ~gap & ~np.isfinite(m)
+    im = ax.imshow(np.ma.masked_invalid(m), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)), norm=norm,
                    interpolation="nearest")
     if bad.any():
         ax.imshow(np.ma.masked_where(~bad, np.ones_like(m)), cmap="gray", vmin=0, vmax=2, interpolation="nearest")
