@@ -708,7 +708,7 @@ def test_page_choices_are_bound_to_the_url(runs):
     """The browser writes a bound widget's value into the URL (tests/test_browser.py sees it);
     here: every page's main choices are bound, under their key."""
     bound = {"Training overview": ["ov_filter", "ov_group", "ov_tensor"], "Distributions": ["di_tensor", "di_step",
-             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor"],
+             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor", "fm_page", "fm_channel"],
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
