@@ -16,6 +16,8 @@ import tensorflow as tf
 
 from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry,
                               parse_shared_gradient_entry)
+# the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
+from inspector.format import INPUT_OP_TYPES  # noqa: F401
 
 from .structure import on_device_of, value_source
 
@@ -38,9 +40,6 @@ DEFAULT_EXCLUDE_OP_TYPES = frozenset({
     "Fill", "ZerosLike", "OnesLike",
 })
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
-#: Source op types whose outputs carry the batch (inputs of the model; see ``batch_axis``).
-INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
-                            "IteratorGetNextAsOptional", "OptionalGetValue"})
 
 
 @dataclass

@@ -55,6 +55,10 @@ LOCK_RE = re.compile(rf"^lock\.{_W}\.json$")
 MODES = ("train", "eval", "predict")
 
 KINDS = ("forward", "gradient", "update")
+#: Op types whose outputs are the model's inputs (a tensor of one of these in the catalog is
+#: what was fed: ``IteratorGetNext:0`` of an input pipeline, a Keras probe's ``probe_x:0``).
+INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
+                            "IteratorGetNextAsOptional", "OptionalGetValue"})
 GROUPS = ("all", "positive", "negative")
 #: The groups of a run whose manifest names none (every version 1/2 run): positive/negative.
 DEFAULT_GROUPS = ("positive", "negative")

@@ -249,35 +249,180 @@ def _ridge_height(d: np.ndarray, peak: float, log: bool, decades: float) -> np.n
 
 # ---- feature maps and ICNN --------------------------------------------------------------------
 
+def _map_norm(m: np.ndarray, symmetric: bool | None) -> tuple[Normalize, str]:
+    """One colour scale for feature maps: diverging around 0 (RdBu_r) if ``symmetric``, or if
+    None and the values have both signs; else magma from min to max."""
+    finite = m[np.isfinite(m)]
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if symmetric if symmetric is not None else (lo < 0 < hi):
+        a = max(abs(lo), abs(hi)) or 1.0
+        return Normalize(-a, a), "RdBu_r"
+    return Normalize(lo, hi if hi > lo else lo + 1), "magma"
+
+
+def mosaic(maps: Sequence[np.ndarray], cols: int, lines: int = 1) -> np.ndarray:
+    """Equal-shape 2-D ``maps`` tiled in rows of ``cols`` into one array, NaN between tiles: one
+    image draws many maps far faster than one axes per map. Tile k's top-left corner is at row
+    ``(k // cols) * (H + gap)``, column ``(k % cols) * (W + 1)``; the gap above each row leaves
+    room for ``lines`` lines of label (about H/4 each, at least 1).
+
+    >>> mosaic([np.ones((2, 2)), 2 * np.ones((2, 2))], cols=2)
+    array([[ 1.,  1., nan,  2.,  2.],
+           [ 1.,  1., nan,  2.,  2.]])
+    """
+    h, w = np.shape(maps[0])
+    gap = _row_gap(h, lines)
+    rows = int(np.ceil(len(maps) / cols))
+    out = np.full((rows * (h + gap) - gap, cols * (w + 1) - 1), np.nan)
+    for k, m in enumerate(maps):
+        r, q = divmod(k, cols)
+        out[r * (h + gap):r * (h + gap) + h, q * (w + 1):q * (w + 1) + w] = m
+    return out
+
+
+def _row_gap(h: int, lines: int) -> int:
+    return max(1, int(np.ceil(h * 0.25 * lines)))
+
+
+def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, norm: Normalize, cmap: str,
+           lines: int = 1):
+    """Draw ``maps`` as one :func:`mosaic` image on ``ax``, each labelled above; NaN/Inf values
+    grey, the space between tiles empty. Returns the image (``ax.images[0]``: the mosaic)."""
+    h, w = np.shape(maps[0])
+    m = mosaic([np.asarray(x, np.float64) for x in maps], cols, lines)
+    gap = np.isnan(mosaic([np.zeros((h, w))] * len(maps), cols, lines))   # between tiles, not NaN values
+    bad = ~gap & ~np.isfinite(m)
+    im = ax.imshow(np.ma.masked_invalid(m), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)), norm=norm,
+                   interpolation="nearest")
+    if bad.any():
+        ax.imshow(np.ma.masked_where(~bad, np.ones_like(m)), cmap="gray", vmin=0, vmax=2, interpolation="nearest")
+    for k, label in enumerate(labels):
+        r, q = divmod(k, cols)
+        ax.text(q * (w + 1) + (w - 1) / 2, r * (h + _row_gap(h, lines)) - 0.6, label, ha="center", va="bottom",
+                fontsize=7)
+    ax.set_axis_off()
+    ax.set_ylim(m.shape[0] - 0.5, -0.5 - _row_gap(h, lines))  # room for the first row's labels
+    return im
+
+
 def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = None, max_channels: int = 64,
-                 cols: int = 8) -> Figure:
-    """Grid of one sample's channels ``maps [H, W, C]`` with a shared colour scale
-    (diverging around 0 if ``symmetric`` or if the values have both signs)."""
+                 cols: int = 8, first: int = 0) -> Figure:
+    """Grid of one sample's channels ``first .. first + max_channels - 1`` of ``maps [H, W, C]``
+    (a page of them), labelled with their channel numbers, on one colour scale (that page's;
+    see :func:`_map_norm`): one :func:`mosaic` image, ``fig.axes[0].images[0]``.
+
+    >>> [t.get_text() for t in channel_grid(np.zeros((4, 4, 70)), first=64).axes[0].texts][-1]
+    'ch 69'
+    """
     m = np.asarray(maps, np.float64)
     if m.ndim == 2:
         m = m[..., None]
-    c = min(m.shape[-1], max_channels)
+    total = m.shape[-1]
+    if not 0 <= first < total:
+        raise ValueError(f"first channel {first} is outside the map's channels 0..{total - 1}")
+    m = m[..., first:first + max_channels]
+    c = m.shape[-1]
     cols = min(cols, c)
     nrows = int(np.ceil(c / cols))
-    fig = Figure(figsize=(1.4 * cols + 1, 1.4 * nrows + 0.6), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(nrows, cols, squeeze=False)).ravel()
-    finite = m[np.isfinite(m)]
+    fig = Figure(figsize=(1.4 * cols + 1, 1.6 * nrows + 0.6), layout="constrained")
+    ax = fig.subplots()
+    norm, cmap = _map_norm(m, symmetric)
+    im = _tiles(ax, [m[..., k] for k in range(c)], [f"ch {first + k}" for k in range(c)], cols, norm, cmap)
+    fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
+    fig.suptitle(title + (f" (channels {first}-{first + c - 1} of {total})" if c < total else ""))
+    return fig
+
+
+def upsample(m: np.ndarray, h: int, w: int) -> np.ndarray:
+    """A 2-D map resized to ``(h, w)`` by bilinear interpolation with pixel centres aligned
+    (output pixel i samples the input at ``(i + 0.5) * in / out - 0.5``, clamped to the edge):
+    what PIL's BILINEAR, OpenCV's INTER_LINEAR and ``tf.image.resize`` do when enlarging.
+
+    >>> upsample(np.array([[0.0, 1.0]]), 1, 4).tolist()
+    [[0.0, 0.25, 0.75, 1.0]]
+    """
+    m = np.asarray(m, np.float64)
+    if m.ndim != 2 or not m.size or h < 1 or w < 1:
+        raise ValueError(f"upsample needs a non-empty 2-D map and a positive size, got {m.shape} -> ({h}, {w})")
+
+    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
+        i0 = np.floor(x).astype(np.int64)
+        return i0, np.minimum(i0 + 1, n_in - 1), x - i0
+
+    r0, r1, fr = axis(m.shape[0], h)
+    c0, c1, fc = axis(m.shape[1], w)
+    top = m[r0][:, c0] * (1 - fc) + m[r0][:, c1] * fc
+    bottom = m[r1][:, c0] * (1 - fc) + m[r1][:, c1] * fc
+    return top * (1 - fr)[:, None] + bottom * fr[:, None]
+
+
+def display_image(image: np.ndarray) -> tuple[np.ndarray, str | None]:
+    """(array for imshow, cmap) of a model input ``[H, W, C]``, min-max scaled to [0, 1] (inputs
+    may be standardized or 0..255): RGB for 3 channels (the first 3 of 4), grey for 1, else the
+    channels' mean in grey."""
+    x = np.asarray(image, np.float64)
+    x = x[..., None] if x.ndim == 2 else x
+    x = x[..., :3] if x.shape[-1] in (3, 4) else x.mean(axis=-1, keepdims=True)
+    finite = x[np.isfinite(x)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-    sym = symmetric if symmetric is not None else (lo < 0 < hi)
-    if sym:
-        a = max(abs(lo), abs(hi)) or 1.0
-        norm, cmap = Normalize(-a, a), "RdBu_r"
-    else:
-        norm, cmap = Normalize(lo, hi if hi > lo else lo + 1), "magma"
+    x = np.clip((np.nan_to_num(x, nan=lo) - lo) / (hi - lo if hi > lo else 1.0), 0, 1)
+    return (x, None) if x.shape[-1] == 3 else (x[..., 0], "gray")
+
+
+def channel_overlay(image: np.ndarray, heat: np.ndarray, title: str = "", alpha: float = 0.5,
+                    symmetric: bool | None = None) -> Figure:
+    """keract-style heatmap: the input image ``[H, W, C]`` | one channel ``heat [h, w]`` as
+    stored | that channel upsampled to H x W (:func:`upsample`) drawn over the image with
+    ``alpha``. The overlay's top image (``fig.axes[2].images[1]``) holds the upsampled map."""
+    h, w = np.shape(image)[:2]
+    up = upsample(heat, h, w)
+    img, img_cmap = display_image(image)
+    norm, cmap = _map_norm(np.asarray(heat, np.float64), symmetric)
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax_in, ax_map, ax_over = fig.subplots(1, 3)
+    ax_in.imshow(img, cmap=img_cmap, vmin=0, vmax=1, interpolation="nearest")
+    ax_in.set_title(f"input {h}x{w} (min-max scaled)", fontsize=9)
+    ax_map.imshow(np.asarray(heat, np.float64), cmap=cmap, norm=norm, interpolation="nearest")
+    ax_map.set_title(f"channel {np.shape(heat)[0]}x{np.shape(heat)[1]}", fontsize=9)
+    ax_over.imshow(img, cmap=img_cmap, vmin=0, vmax=1, interpolation="nearest")
+    im = ax_over.imshow(up, cmap=cmap, norm=norm, alpha=alpha, interpolation="nearest")
+    ax_over.set_title(f"overlay (bilinear to {h}x{w}, alpha {alpha:g})", fontsize=9)
+    for ax in (ax_in, ax_map, ax_over):
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(im, ax=[ax_map, ax_over], fraction=0.03, pad=0.01)
+    fig.suptitle(title)
+    return fig
+
+
+def sample_grid(groups: Mapping[str, Sequence[tuple[str, np.ndarray]]], title: str = "", cols: int = 4,
+                symmetric: bool | None = None, lines: int = 1) -> Figure:
+    """One channel's maps of many samples, ``{group: [(label, map [H, W]), ...]}``: each group
+    one axes titled with the group and its size, its maps a :func:`mosaic` of ``cols`` columns
+    (labels of ``lines`` lines), the groups side by side, every map on one colour scale so
+    samples and groups compare.
+
+    >>> [ax.get_title() for ax in sample_grid({"positive": [("#0", np.ones((2, 2)))], "negative": []}).axes[:2]]
+    ['positive (1)', 'negative (0)']
+    """
+    items = {g: list(v) for g, v in groups.items()}
+    every = [np.asarray(m, np.float64).ravel() for v in items.values() for _, m in v]
+    norm, cmap = _map_norm(np.concatenate(every) if every else np.zeros(1), symmetric)
+    ncols = {g: max(1, min(cols, len(v))) for g, v in items.items()}
+    nrows = max([int(np.ceil(len(v) / ncols[g])) for g, v in items.items()] + [1])
+    fig = Figure(figsize=(1.5 * sum(ncols.values()) + 0.6 * len(items) + 1, (1.5 + 0.35 * lines) * nrows + 0.9),
+                 layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
     im = None
-    for k, ax in enumerate(axes):
+    for i, (ax, (g, v)) in enumerate(zip(axes, items.items())):
         ax.set_axis_off()
-        if k < c:
-            im = ax.imshow(m[..., k], cmap=cmap, norm=norm, interpolation="nearest")
-            ax.set_title(f"ch {k}", fontsize=7)
-    if im is not None:
+        ax.set_title(f"{g} ({len(v)})", color=_color(g, i), fontsize=9)
+        if v:
+            im = _tiles(ax, [m for _, m in v], [lb for lb, _ in v], ncols[g], norm, cmap, lines)
+    if im is not None:  # one scale for all
         fig.colorbar(im, ax=list(axes), fraction=0.02, pad=0.01)
-    fig.suptitle(title + (f" (first {c} of {m.shape[-1]} channels)" if c < m.shape[-1] else ""))
+    fig.suptitle(title)
     return fig
 
 

@@ -65,8 +65,11 @@ class Tensor:
                 "icnn_layer": "icnn" if self.icnn_role else None, "icnn_role": self.icnn_role}
 
 
-def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_channels: int = 8) -> list[Tensor]:
-    """``n_tensors`` tensors in graph order: conv blocks, the ICNN layer, a dense head, the loss."""
+def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_channels: int = 8,
+                  image: tuple[int, int, int] | None = None) -> list[Tensor]:
+    """``n_tensors`` tensors in graph order: conv blocks, the ICNN layer, a dense head, the loss;
+    with ``image`` (H, W, C), first the model's input, as an input pipeline feeds it
+    (``IteratorGetNext:0``, no gradient: it is not counted in ``n_tensors``)."""
     head = [Tensor("dense/MatMul:0", "MatMul", (2,), True, True, 0.97),
             Tensor("dense/BiasAdd:0", "BiasAdd", (2,), True, True, 0.98),
             Tensor("loss/Mean:0", "Mean", (), False, True, 1.0)]
@@ -80,7 +83,8 @@ def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_chan
         hw, c = (16, 4) if stage == 0 else (8, 8) if stage == 1 else (icnn_hw, icnn_channels)
         op = ("Conv2D", "BiasAdd", "Relu")[part]
         convs.append(Tensor(f"conv{layer + 1}/{op}:0", op, (hw, hw, c), True, True, 0.9 * i / max(n_conv, 1)))
-    return convs + icnn_t + head  # at least the ICNN layer and the head, even if n_tensors is smaller
+    inputs = [Tensor("IteratorGetNext:0", "IteratorGetNext", tuple(image), True, False, 0.0)] if image else []
+    return inputs + convs + icnn_t + head  # at least the ICNN layer and the head, even if n_tensors is smaller
 
 
 def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
@@ -136,10 +140,11 @@ class SyntheticRun:
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
                  dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
                  dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
-                 storage_options: dict | None = None, graph: bool = True) -> None:
+                 storage_options: dict | None = None, graph: bool = True,
+                 image: tuple[int, int, int] | None = None, channels: int = 8) -> None:
         self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
-        self.catalog = build_catalog(tensors, icnn)
+        self.catalog = build_catalog(tensors, icnn, icnn_channels=channels, image=image)
         self.rng = np.random.default_rng(seed)
         self.seed, self.steps_hint, self.dump_every, self.samples = seed, max(steps_hint, 1), dump_every, samples
         self.nonfinite_at, self.bins, self.dropped_steps = nonfinite_at, bins, set(dropped_steps)
@@ -149,7 +154,7 @@ class SyntheticRun:
         self.nonfinite_tensor = self.catalog[relus[len(relus) // 2] if relus else 0].name
         self._layout_rows()
         hw = next((t.shape for t in self.catalog if t.icnn_role == "pre_mask"), (8, 8, 8))
-        c = hw[2]
+        c, self.map_hw = hw[2], hw[0]
         # ICNN: each filter's "part" position and its beta / filter-loss trajectories.
         self.parts = self.rng.uniform(1.5, hw[0] - 2.5, size=(c, 2))
         self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
@@ -328,6 +333,9 @@ class SyntheticRun:
                 if ten.has_gradient:
                     out[f"gradient/{ten.name}"] = self._grad_like(icnn[ten.icnn_role], ten, t, rng)
                 continue
+            if ten.op_type == "IteratorGetNext":
+                out[f"forward/{ten.name}"] = _image(rng, group, ten.shape, self.parts[0] / self.map_hw)
+                continue
             if not ten.batched:
                 out[f"forward/{ten.name}"] = np.float32(0.7 * np.exp(-step / (0.5 * self.steps_hint)) + 0.1)[None]
                 continue
@@ -426,22 +434,42 @@ def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain:
     return amp[:, None, None, :] * np.exp(-d2 / (2 * sigma ** 2)) + noise
 
 
+def _image(rng, group: np.ndarray, shape: tuple, part: np.ndarray) -> np.ndarray:
+    """Input images [N, H, W, C] in [0, 1]: a soft background, and in positive samples a bright
+    spot at ``part`` ((row, col) as fractions of the image), where their part filters fire."""
+    h, w, c = shape
+    n = len(group)
+    rows = np.arange(h)[None, :, None]
+    cols = np.arange(w)[None, None, :]
+    phase = rng.uniform(0, 2 * np.pi, size=(n, 1, 1))
+    img = 0.3 + 0.1 * np.sin(rows / 3.0 + phase) * np.cos(cols / 4.0 - phase)
+    r, q = part[0] * h, part[1] * w
+    spot = np.exp(-((rows - r) ** 2 + (cols - q) ** 2) / (2 * (h / 8) ** 2))
+    img = img + 0.6 * spot * (group[:, None, None] == 1)
+    img = img[..., None] * np.linspace(1.0, 0.8, c)[None, None, None, :] + rng.normal(0, 0.02, (n, h, w, c))
+    return np.clip(img, 0, 1).astype(np.float32)
+
+
 def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
                        icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
                        dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
                        finish: bool = True, dead_filter: int | None = None,
-                       storage_options: dict | None = None) -> Any:
+                       storage_options: dict | None = None, image: tuple[int, int, int] | None = None,
+                       channels: int = 8) -> Any:
     """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
 
     Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
     the hook dropped. ``finish=False`` leaves the run's status 'running'. ``dead_filter``: an
-    ICNN filter whose pre-mask map is zero in every dump.
+    ICNN filter whose pre-mask map is zero in every dump. ``image`` (H, W, C): the run also
+    records the model's input images (``IteratorGetNext:0``, first in the catalog), as a run
+    of the demo does. ``channels``: the channels of the last conv stage and the ICNN layer.
 
     >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)  # doctest: +SKIP
     """
     b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
                      seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
-                     dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options)
+                     dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options,
+                     image=image, channels=channels)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
     return b.path

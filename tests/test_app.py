@@ -153,14 +153,14 @@ def test_distributions(runs):
 
 def test_feature_maps_and_icnn(runs):
     at = ok(start(runs / "exp1", "Feature maps"))
-    assert len(images(at)) == 2                     # channel grid + ICNN pre/mask/post
-    assert "shape [8, 16, 16, 4]" in captions(at)
+    assert len(images(at)) == 4     # channel grid, one channel by group, top samples, ICNN pre/mask/post
+    assert "shape [8, 16, 16, 4]" in captions(at)   # (no overlay: exp1 has no model input; test_app_featuremaps)
     assert "positive sample" in captions(at) and "negative sample" in captions(at)
-    grid, icnn = images(at)
+    grid, icnn = images(at)[0], images(at)[-1]
     at.selectbox(key="fm_sample").set_value(3).run()
     assert images(ok(at))[0] != grid
     at.selectbox(key="fm_filter").set_value(2).run()
-    assert images(ok(at))[1] != icnn
+    assert images(ok(at))[-1] != icnn
     at.radio(key="fm_kind").set_value("gradient").run()
     assert "gradient" in " ".join(r.value for r in at.radio if r.key == "fm_kind")
 
@@ -708,7 +708,7 @@ def test_page_choices_are_bound_to_the_url(runs):
     """The browser writes a bound widget's value into the URL (tests/test_browser.py sees it);
     here: every page's main choices are bound, under their key."""
     bound = {"Training overview": ["ov_filter", "ov_group", "ov_tensor"], "Distributions": ["di_tensor", "di_step",
-             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor"],
+             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor", "fm_page", "fm_channel"],
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():

@@ -66,6 +66,7 @@ def server(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     make_synthetic_run(runs / "exp1", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
     make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
+    make_synthetic_run(runs / "fm_img", steps=20, tensors=20, dump_every=10, seed=3, image=(32, 32, 3))
     hostile_run(runs / "zz_evil")
     port = free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -232,6 +233,30 @@ def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
         wait_rendered(page, 1)
         assert page.get_by_role("combobox", name="Dump step").first.input_value() == "20 (schedule)"
         assert page.locator('[data-testid="stException"]').count() == 0
+    finally:
+        page.close()
+
+
+def test_feature_maps_overlay_renders_in_chromium(server, browser, shots):
+    """A run holding the model input: the page opens on conv1/Conv2D:0 and draws the channel over
+    the input image (the image right after "On the input image" has loaded)."""
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})
+    try:
+        page.goto(f"{server}/featuremaps?run=fm_img", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Feature maps").first.wait_for(timeout=90_000)
+        wait_rendered(page, 5)        # channel grid, overlay, by group, top samples, ICNN
+        assert page.get_by_role("combobox", name="Layer").first.input_value() == "conv1/Conv2D:0"
+        page.get_by_text("by bilinear interpolation (pixel centres aligned)").first.wait_for(timeout=90_000)
+        width = page.evaluate("""() => {
+            const m = [...document.querySelectorAll('[data-testid="stMarkdown"]')]
+                .find(e => e.innerText.includes('On the input image'));
+            const img = [...document.querySelectorAll('[data-testid="stImage"] img')]
+                .find(i => m && (m.compareDocumentPosition(i) & Node.DOCUMENT_POSITION_FOLLOWING));
+            return img && img.complete ? img.naturalWidth : 0; }""")
+        assert width > 300, width
+        page.screenshot(path=str(shots / "Feature_maps_overlay.png"), full_page=True)
+        assert page.locator('[data-testid="stException"]').count() == 0
+        assert page.get_by_text("could not be drawn").count() == 0
     finally:
         page.close()
 

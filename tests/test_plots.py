@@ -66,8 +66,19 @@ def test_ridge_one_baseline_per_step():
 def test_channel_grid_and_icnn_filter():
     maps = np.random.default_rng(0).normal(size=(6, 6, 10))
     fig = plots.channel_grid(maps, "x", cols=4)
-    assert sum(len(a.images) for a in fig.axes) == 10
-    assert fig.axes[0].images[0].get_cmap().name == "RdBu_r"      # signed values: diverging
+    ax = fig.axes[0]                                               # one mosaic image: 3 rows of 4 tiles
+    assert [t.get_text() for t in ax.texts] == [f"ch {c}" for c in range(10)]
+    shown = np.ma.filled(ax.images[0].get_array().astype(float), np.nan)
+    gap = plots._row_gap(6, 1)
+    for c in range(10):
+        r, q = divmod(c, 4)
+        np.testing.assert_array_equal(shown[r * (6 + gap):r * (6 + gap) + 6, q * 7:q * 7 + 6], maps[..., c])
+    assert np.isnan(shown[:, 6]).all() and np.isnan(shown[6:6 + gap]).all()   # nothing drawn between tiles
+    assert ax.images[0].get_cmap().name.startswith("RdBu_r")      # signed values: diverging
+    assert len(ax.images) == 1                                     # no NaN/Inf value: no grey layer
+    maps[2, 3, 1] = np.nan
+    nan_layer = plots.channel_grid(maps, "x", cols=4).axes[0].images[1].get_array()
+    assert (~np.ma.getmaskarray(nan_layer)).sum() == 1 and not np.ma.getmaskarray(nan_layer)[2, 7 + 3]
     row = {"label": "pos", "pre": np.ones((4, 4)), "mask": -np.ones((4, 4)), "post": np.zeros((4, 4)),
            "mu_cell": (1, 2)}
     fig = plots.icnn_filter([row, {**row, "label": "neg"}])

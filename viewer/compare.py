@@ -11,11 +11,12 @@ from inspector import plots
 
 from . import data
 from .distributions import kinds_of, pick_groups, totals_of
-from .ui import Ctx, default_tensor, download_figure, need, plain, show_figure
+from .ui import Ctx, default_tensor, download_figure, need, plain, show_cached_figure, show_figure
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
 def stats_at(path: str, sig: tuple, tensor: str, step: int, kind: str) -> pd.DataFrame:
     """Scalar statistics of ``tensor`` at ``step``, one row per group."""
     run = data.get_run(path, sig)
@@ -51,9 +52,11 @@ def two_steps(ctx: Ctx) -> None:
     xlim = shared_range(hists)
     for col, side, s, h in zip(cols, "AB", picked, hists):
         with col:
-            show_figure(plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}", xlim={kind: xlim},
-                                         totals=totals_of(ctx.path, ctx.sig, tensor, s, [kind])),
-                        f"cmp_{side}_{tensor}_{s}", key=f"cmp_hist_{side}")
+            show_cached_figure(lambda: plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}",
+                                                        xlim={kind: xlim},
+                                                        totals=totals_of(ctx.path, ctx.sig, tensor, s, [kind])),
+                               ("cmp_hist", ctx.path, ctx.sig, tensor, kind, side, tuple(picked)),
+                               f"cmp_{side}_{tensor}_{s}", key=f"cmp_hist_{side}")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
     table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
                           if g in frame.index})

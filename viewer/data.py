@@ -124,12 +124,27 @@ def series(path: str, sig: Sig, tensor: str, kind: str, stat: str) -> pd.DataFra
     return analysis.group_series(df, tensor, stat, kind) if not df.empty else pd.DataFrame()
 
 
+def tensor_histograms(path: str, sig: Sig, tensor: str, kind: str) -> pd.DataFrame:
+    """Every statistics row of ``tensor`` / ``kind`` with its histogram and element count, cut
+    from :func:`_tensor_histograms`."""
+    df = _tensor_histograms(path, sig, tensor)
+    return df[df["kind"] == kind]
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
+    """Every statistics row of ``tensor`` (every kind) with its histogram and element count: one
+    read that :func:`histograms` and :func:`histogram_totals` slice. A Parquet read of one step
+    or one kind costs about as much as of all (the column chunks are read whole), so a page
+    asking for one step, a few and every step, forward and gradient, reads the tensor once."""
+    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count"])
+
+
 @st.cache_data(max_entries=64, show_spinner=False)
 def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
-    """{step: {group: (edges, counts)}} of the in-graph histograms (one read for all steps)."""
+    """{step: {group: (edges, counts)}} of the in-graph histograms (from :func:`tensor_histograms`)."""
     run = get_run(path, sig)
-    lo, hi = (min(steps), max(steps)) if steps else (0, -1)
-    df = run.query_stats([tensor], steps=(lo, hi), kinds=[kind], columns=["hist_lo", "hist_hi", "histogram"])
+    df = tensor_histograms(path, sig, tensor, kind)
     df = df[df["step"].isin(steps)]
     out: dict = {}
     for row in df.itertuples(index=False):
@@ -182,9 +197,7 @@ def icnn_layers(path: str, sig: Sig) -> pd.DataFrame:
 def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
     """{step: {group: real element count}} (the rows' ``count``), to state beside histograms
     that count a subsample (tensors over 65,536 elements, FORMAT.md)."""
-    run = get_run(path, sig)
-    lo, hi = (min(steps), max(steps)) if steps else (0, -1)
-    df = run.query_stats([tensor], steps=(lo, hi), kinds=[kind], columns=["count"])
+    df = tensor_histograms(path, sig, tensor, kind)
     out: dict = {}
     for row in df[df["step"].isin(steps)].itertuples(index=False):
         out.setdefault(int(row.step), {})[str(row.group)] = int(row.count)

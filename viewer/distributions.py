@@ -11,7 +11,7 @@ from inspector.format import HIST_MAX_ELEMENTS
 
 from . import bands, data
 from .dumps import dump_step_picker
-from .ui import Ctx, default_tensor, need, plain, show_figure
+from .ui import Ctx, default_tensor, need, plain, show_cached_figure
 
 
 def kinds_of(run, tensor: str) -> list[str]:
@@ -76,8 +76,8 @@ def render(ctx: Ctx) -> None:
     panels = {kind: pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
               for kind in kinds}
     totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
-    show_figure(plots.histograms(panels, title=f"{tensor} @ step {step}", log=log, totals=totals),
-                f"hist_{tensor}_{step}", key="di_hist")
+    show_cached_figure(lambda: plots.histograms(panels, title=f"{tensor} @ step {step}", log=log, totals=totals),
+                       ("di_hist", ctx.path, ctx.sig, tensor, step, log), f"hist_{tensor}_{step}", key="di_hist")
     st.caption(hist_caption(panels, totals))
 
     st.subheader("From dumped samples")
@@ -95,8 +95,9 @@ def render(ctx: Ctx) -> None:
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
-    show_figure(plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps", log=log),
-                f"ridge_{tensor}_{rkind}", key="di_ridge")
+    show_cached_figure(lambda: plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps", log=log),
+                       ("di_ridge", ctx.path, ctx.sig, tensor, rkind, chosen, log), f"ridge_{tensor}_{rkind}",
+                       key="di_ridge")
     percentile_bands(ctx, tensor, rkind, steps)
 
 
@@ -150,6 +151,7 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             xscale[kind] = bins.linthresh
         shown.append(f"{kind}: {bins_caption(bins)}")
     if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
-        show_figure(plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)", log=log,
-                                     xscale=xscale), f"samples_hist_{tensor}_{step}", key="di_samples",
-                    caption="; ".join(shown))
+        show_cached_figure(lambda: plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)",
+                                                    log=log, xscale=xscale),
+                           ("di_samples", ctx.path, ctx.sig, tensor, step, log, scale), f"samples_hist_{tensor}_{step}",
+                           key="di_samples", caption="; ".join(shown))

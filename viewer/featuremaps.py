@@ -1,18 +1,39 @@
-"""Page: feature maps of a dumped step: a channel grid for any conv-like tensor, and for ICNN
-layers pre-mask | mask | post-mask side by side with mu, per filter, positive and negative."""
+"""Page: feature maps of a dumped step. Opens on the first convolution's output; every
+channel of one sample (a page of 64 at a time); one channel over the input image (keract's
+heatmap), in every kept sample group by group, and the samples that activate it most; for
+ICNN layers pre-mask | mask | post-mask side by side with mu, per filter, positive and negative.
+
+Example (what the page computes, without Streamlit)::
+
+    cat = run.tensors; keys = set(run.dump_keys(step))
+    maps = map_tensors(cat, keys); name = maps[default_map(cat, maps)]   # conv1/Conv2D:0
+    order, values = top_samples(run.tensor(name, step)[..., 5], "max")  # channel 5's best samples
+"""
 from __future__ import annotations
 
 import functools
+import warnings
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from inspector import analysis, plots
+from inspector.format import INPUT_OP_TYPES
 
 from . import data
 from .dumps import dump_step_picker
-from .ui import Ctx, need, plain, show_figure
+from .ui import Ctx, need, plain, show_cached_figure
+
+#: Op types of convolutions: the page opens on the first of them in graph order (catalog order)
+CONV_OP_TYPES = ("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
+#: Channels per page of the channel grid
+PAGE_CHANNELS = 64
+#: Samples drawn in the top-activating figure (the table ranks every kept sample)
+TOP_K = 8
+#: How a sample's activation of one channel is scored for the ranking: the peak (the strongest
+#: response anywhere in the map, as "top-activating" examples are usually chosen) or the mean
+RANK_STATS = {"max": "peak value over H x W", "mean": "mean over H x W"}
 
 
 def sample_label(samples: pd.DataFrame, i: int) -> str:
@@ -35,6 +56,79 @@ def icnn_maps(ctx: Ctx, roles: pd.Series, step: int) -> dict[str, np.ndarray]:
     return out
 
 
+def map_tensors(cat: pd.DataFrame, keys: set[str]) -> list[str]:
+    """Names of the dumped per-sample 4-D (N, H, W, C) tensors, in graph (catalog) order."""
+    return [n for n in cat["name"] if f"forward/{n}" in keys and bool(cat.loc[n, "batched"])
+            and len(cat.loc[n, "shape"] or []) == 4]
+
+
+def is_input(cat: pd.DataFrame, name: str) -> bool:
+    return str(cat.loc[name, "op_type"]) in INPUT_OP_TYPES
+
+
+def default_map(cat: pd.DataFrame, maps: list[str]) -> int:
+    """Index in ``maps`` the page opens on: the first convolution's output (op type in
+    :data:`CONV_OP_TYPES`, graph order), else the first map that is not a model input, else 0.
+
+    >>> cat = pd.DataFrame({"op_type": ["IteratorGetNext", "Conv2D"]}, index=["x:0", "c/Conv2D:0"])
+    >>> default_map(cat, ["x:0", "c/Conv2D:0"])
+    1
+    """
+    conv = [i for i, n in enumerate(maps) if str(cat.loc[n, "op_type"]) in CONV_OP_TYPES]
+    other = [i for i, n in enumerate(maps) if not is_input(cat, n)]
+    return (conv or other or [0])[0]
+
+
+def model_input(cat: pd.DataFrame, maps: list[str]) -> str | None:
+    """The dumped model input image among ``maps``: an input op's output (``IteratorGetNext:0``,
+    a Keras probe's ``probe_x:0``) that feeds a convolution, else the first input; None if the
+    dump holds none."""
+    inputs = [n for n in maps if is_input(cat, n)]
+    feeds = [n for n in inputs if any(f in CONV_OP_TYPES for f in (_list(cat.loc[n].get("feeds"))))]
+    return (feeds or inputs or [None])[0]
+
+
+def _list(v) -> list:
+    return list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
+
+
+def why_no_input(cat: pd.DataFrame, step: int) -> str:
+    """Why the overlay has no input image at ``step``."""
+    known = [n for n in cat["name"] if is_input(cat, n) and len(cat.loc[n, "shape"] or []) == 4]
+    if known:
+        return (f"The model input {plain(known[0])} is in the catalog but not in the dump of step {step}: "
+                f"no overlay on the input image.")
+    return ("The model input was not dumped: no 4-D output of an input op (IteratorGetNext, Placeholder) is in "
+            "the catalog (an input fed as integers, or left out by include/exclude/op_types). No overlay on the "
+            "input image.")
+
+
+def channel_scores(x: np.ndarray, stat: str) -> np.ndarray:
+    """Per sample, the score of one channel's maps ``x [N, H, W]`` (:data:`RANK_STATS`); NaN/Inf
+    values are left out (NaN if a map has no finite value)."""
+    v = np.where(np.isfinite(x), x, np.nan).reshape(len(x), -1)
+    with warnings.catch_warnings():  # an all-NaN map: NaN, without numpy's warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmax(v, axis=1) if stat == "max" else np.nanmean(v, axis=1)
+
+
+def top_samples(x: np.ndarray, stat: str) -> tuple[np.ndarray, np.ndarray]:
+    """(sample rows from the most to the least activating, their scores) for one channel's maps
+    ``x [N, H, W]``; ties keep sample order, NaN scores last.
+
+    >>> top_samples(np.array([[[1.0]], [[3.0]], [[2.0]]]), "max")[0].tolist()
+    [1, 2, 0]
+    """
+    scores = channel_scores(x, stat)
+    order = np.argsort(-scores, kind="stable")
+    return order, scores[order]
+
+
+def group_order(groups: list[str], present: list[str]) -> list[str]:
+    """The run's groups (``run.groups`` without ``all``) that hold samples, then any others."""
+    return [g for g in groups if g in present and g != "all"] + [g for g in present if g not in groups]
+
+
 def render(ctx: Ctx) -> None:
     st.header("Feature maps")
     run = data.get_run(ctx.path, ctx.sig)
@@ -44,28 +138,115 @@ def render(ctx: Ctx) -> None:
     c = st.columns(3)
     step = dump_step_picker(ctx, "Dump step", "fm_step", container=c[0])
     samples = data.samples(ctx.path, ctx.sig, step)
-    if not need(len(samples) > 0, f"The dump of step {step} holds no samples."):
-        return
-    sample = c[1].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
-                            key="fm_sample", bind="query-params")
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     cat = run.tensors
-    maps = [n for n in cat["name"] if f"forward/{n}" in keys and bool(cat.loc[n, "batched"])
-            and len(cat.loc[n, "shape"] or []) == 4]
+    maps = map_tensors(cat, keys)
     if need(bool(maps), f"The dump of step {step} holds no 4-D (N, H, W, C) tensors."):
-        tensor = c[2].selectbox("Layer", maps, key="fm_tensor", bind="query-params")
-        kind = st.radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys], horizontal=True,
-                        key="fm_kind", bind="query-params")
-        x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-        show_figure(plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, {sample_label(samples, sample)}",
-                                       symmetric=kind == "gradient"),
-                    f"channels_{tensor}_{kind}_{step}_{sample}", key="fm_grid")
-        st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
-                   f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
+        tensor = c[1].selectbox("Layer", maps, index=default_map(cat, maps), key="fm_tensor", bind="query-params",
+                                help="opens on the first convolution's output (op type Conv2D, depthwise or "
+                                     "transposed conv: the first in graph order)")
+        kind = c[2].radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys], horizontal=True,
+                          key="fm_kind", bind="query-params")
+        channel_views(ctx, run, cat, maps, samples, step, tensor, kind)
+    icnn_section(ctx, samples, step)
 
+
+def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd.DataFrame, step: int,
+                  tensor: str, kind: str) -> None:
+    """Every channel of one sample, then one channel: over the input, per group, top samples."""
+    x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
+    if not need(len(samples) > 0 and len(x) == len(samples),
+                f"The dump of step {step} keeps {len(samples)} samples but {plain(tensor)} has {len(x)} rows "
+                f"(a tower's tensor, with its own samples): choose another layer."):
+        return
+    n_ch, sym = x.shape[-1], kind == "gradient"
+    st.subheader("Every channel of one sample")
+    c = st.columns(2)
+    sample = c[0].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
+                            key="fm_sample", bind="query-params")
+    pages = list(range(int(np.ceil(n_ch / PAGE_CHANNELS))))
+    page = c[1].selectbox(f"Channels ({n_ch} in all)", pages, key="fm_page", bind="query-params",
+                          format_func=lambda p: f"{p * PAGE_CHANNELS}-{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
+    first = (page if page in pages else 0) * PAGE_CHANNELS
+    ident = (ctx.path, ctx.sig, tensor, kind, step)  # what every figure below is drawn from
+    show_cached_figure(lambda: plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, "
+                                                  f"{sample_label(samples, sample)}", symmetric=sym, first=first,
+                                                  max_channels=PAGE_CHANNELS),
+                       ("grid", *ident, sample, first), f"channels_{tensor}_{kind}_{step}_{sample}_{first}",
+                       key="fm_grid")
+    st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
+               f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
+
+    st.subheader("One channel")
+    c = st.columns(2)
+    ch = c[0].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params")
+    ch = ch if ch is not None and ch < n_ch else 0
+    stat = c[1].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True, key="fm_rank",
+                      bind="query-params", format_func=lambda s: f"{s} ({RANK_STATS[s]})")
+    xc = x[..., ch]
+    overlay(ctx, cat, maps, step, tensor, kind, samples, sample, ch, xc[sample])
+    by_group(samples, xc, f"{tensor} {kind}, channel {ch}, step {step}: every kept sample", sym,
+             f"groups_{tensor}_{kind}_{step}_ch{ch}", run.groups, ("groups", *ident, ch))
+    ranking(samples, xc, stat, f"{tensor} {kind}, channel {ch}, step {step}", sym,
+            f"top_{tensor}_{kind}_{step}_ch{ch}_{stat}", ("top", *ident, ch, stat))
+
+
+def overlay(ctx: Ctx, cat: pd.DataFrame, maps: list[str], step: int, tensor: str, kind: str,
+            samples: pd.DataFrame, sample: int, ch: int, heat: np.ndarray) -> None:
+    """keract's heatmap: channel ``ch`` of ``sample`` upsampled over that sample's input image."""
+    st.markdown("**On the input image**")
+    name = model_input(cat, maps)
+    if not need(name is not None, why_no_input(cat, step)):
+        return
+    image = data.dumped(ctx.path, ctx.sig, name, step)
+    if not need(len(image) == len(samples), f"The model input {plain(name)} has {len(image)} rows in the dump "
+                                            f"of step {step}, not the {len(samples)} kept samples: no overlay."):
+        return
+    show_cached_figure(lambda: plots.channel_overlay(image[sample], heat, f"{tensor} {kind} channel {ch} over "
+                                                     f"{name}, {sample_label(samples, sample)}",
+                                                     symmetric=kind == "gradient"),
+                       ("overlay", ctx.path, ctx.sig, tensor, kind, step, sample, ch, name),
+                       f"overlay_{tensor}_{kind}_{step}_{sample}_ch{ch}", key="fm_overlay")
+    st.caption(f"The channel ({heat.shape[0]}x{heat.shape[1]}) is enlarged to the input's "
+               f"{image.shape[1]}x{image.shape[2]} by bilinear interpolation (pixel centres aligned) and drawn "
+               f"over the input {plain(name)} of the same sample with alpha 0.5; the input is min-max scaled.")
+
+
+def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name: str, groups: list[str],
+             ident: tuple) -> None:
+    """Channel maps of every kept sample, one block per group (positive | negative ...)."""
+    st.markdown("**Every kept sample, by group**")
+    labels = samples["group"].astype(str).to_numpy() if "group" in samples else np.full(len(samples), "kept")
+    order = group_order(list(groups), list(dict.fromkeys(labels)))
+    panels = {g: [(f"#{i}", xc[i]) for i in np.flatnonzero(labels == g)] for g in order}
+    show_cached_figure(lambda: plots.sample_grid(panels, title, symmetric=sym), ident, name, key="fm_groups")
+    st.caption("Groups from the dump's samples/group; one colour scale for every sample.")
+
+
+def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: bool, name: str,
+            ident: tuple) -> None:
+    """The kept samples ranked by the channel's ``stat``: the top ones drawn, all in a table."""
+    st.markdown("**Top-activating kept samples**")
+    order, scores = top_samples(xc, stat)
+    groups = samples["group"].astype(str).to_numpy() if "group" in samples else np.full(len(samples), "")
+    k = min(TOP_K, len(order))
+    panels = {f"top {k} by {stat}": [(f"#{i} {groups[i]}\n{stat} {v:.3g}", xc[i])
+                                     for i, v in zip(order[:k], scores[:k])]}
+    show_cached_figure(lambda: plots.sample_grid(panels, title, cols=k, symmetric=sym, lines=2), ident, name,
+                       key="fm_top")
+    table = pd.DataFrame({"rank": np.arange(1, len(order) + 1), "sample": order,
+                          "batch index": samples["index"].to_numpy()[order] if "index" in samples else order,
+                          "group": groups[order], stat: scores})
+    st.dataframe(table, hide_index=True, key="fm_top_table")
+
+
+def icnn_section(ctx: Ctx, samples: pd.DataFrame, step: int) -> None:
+    """ICNN mask layers: pre-mask | mask | post-mask of one filter, a positive and a negative sample."""
     layers = data.icnn_layers(ctx.path, ctx.sig)
     st.subheader("ICNN mask layers")
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor has an ICNN role)."):
+        return
+    if not need(len(samples) > 0 and "group" in samples, f"The dump of step {step} holds no samples with groups."):
         return
     c = st.columns(4)
     layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer", bind="query-params")
@@ -92,5 +273,6 @@ def render(ctx: Ctx) -> None:
         st.caption(f"{label} sample #{i}: mu = ({mu[0]:+.3f}, {mu[1]:+.3f}) (row, col in [-1, 1]), "
                    f"pre-mask sum {float(m['pre_mask'][i, ..., filt].sum()):.4g}, "
                    f"post-mask sum {float(m['post_mask'][i, ..., filt].sum()):.4g}")
-    show_figure(plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
-                f"icnn_{layer}_f{filt}_{step}", key="fm_icnn")
+    show_cached_figure(lambda: plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
+                       ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg), f"icnn_{layer}_f{filt}_{step}",
+                       key="fm_icnn")

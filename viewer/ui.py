@@ -71,6 +71,28 @@ def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) ->
     return png
 
 
+def show_cached_figure(make: Callable[[], Figure], ident: tuple, name: str, key: str,
+                       caption: str | None = None) -> bytes:
+    """:func:`show_figure` of ``make()``, drawn once per ``ident`` and theme: a rerun that changes
+    another widget shows the stored PNG instead of drawing it again (Matplotlib is most of a
+    page's time). ``ident`` must name everything the figure shows: the figure's kind, the run's
+    path and signature (``ctx.sig``: new files draw anew), and every choice (tensor, step, ...).
+
+    Example: ``show_cached_figure(lambda: plots.channel_grid(x[i]), ("grid", ctx.path, ctx.sig,
+    tensor, step, i), name, key="fm_grid")``"""
+    png = _figure_png(ident, theme(), make)
+    show_png(png, name, key, caption)
+    return png
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _figure_png(ident: tuple, kind: str, _make: Callable[[], Figure]) -> bytes:
+    """PNG bytes of ``_make()`` in the theme ``kind``, cached by (``ident``, ``kind``); ``_make``
+    is not hashed (a closure over arrays ``ident`` names)."""
+    with figure_theme(kind):
+        return plots.to_png(_make())
+
+
 def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
     """Show already-rendered PNG bytes (e.g. from a cached renderer) with a download button."""
     st.image(png, caption=caption, width="content")  # natural size (capped by the column), not blown up
