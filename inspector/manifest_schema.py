@@ -150,7 +150,8 @@ def _shape(value: Any, where: str) -> None:
 _STR, _OPT_STR = (str,), (str, type(None))
 _TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR, "scope": _OPT_STR,
                    "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
-                   "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None))},
+                   "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None)),
+                   "icnn_filter_class": (list, type(None))},
                   required=("name",))
 
 
