@@ -63,3 +63,23 @@ def test_more_than_ten_classes_use_uniform_weights_and_bad_arguments_are_refused
             icnn.conv_mask(xt, lab3, 1.0, filter_class=[0, 1, 3], class_density=[0.3, 0.3, 0.3])
         with pytest.raises(ValueError, match="need labels_positive of shape"):
             icnn.conv_mask(xt, tf.constant(labels[:, 0]), 1.0, filter_class=[0, 1, 2])
+
+
+def test_multiclass_layer_registers_its_labels_and_filter_slices():
+    from inspector.format import ICNN_COLLECTION, icnn_catalog_fields, icnn_entry, parse_icnn_entry
+    x = random_maps(6, 4, 4, 4, seed=6)
+    labels = np.zeros((6, 2), bool)
+    labels[[0, 2], 0] = labels[[1], 1] = True
+    with tf.Graph().as_default() as g:
+        icnn.conv_mask(tf.constant(x), tf.constant(labels), 1.0, name="m", part_filters=3, filter_class=[1, 0, 1, 0],
+                       class_density=[0.3, 0.2])
+        entries = {parse_icnn_entry(e)[1]: e for e in g.get_collection(ICNN_COLLECTION)}
+        assert icnn_catalog_fields(entries["class_positive"]) == {"icnn_filter_class": [1, 0, 1, -1]}
+        assert all(icnn_catalog_fields(e) == {} for r, e in entries.items() if r != "class_positive")
+        with tf1.Session() as sess:
+            np.testing.assert_array_equal(sess.run("m/class_positive:0"), labels.astype(np.float64))
+    with tf.Graph().as_default() as g:     # single class: no class role
+        icnn.conv_mask(tf.constant(x), tf.constant(labels[:, 0]), 1.0, name="m")
+        assert "class_positive" not in {parse_icnn_entry(e)[1] for e in g.get_collection(ICNN_COLLECTION)}
+    with pytest.raises(ValueError, match="filter_class goes with role 'class_positive'"):
+        icnn_entry("m", "mask", "m/mask:0", [0])

@@ -83,9 +83,8 @@ def render(ctx: Ctx) -> None:
     classes = class_filters(run, roles)
     klass = None
     if classes is not None:
-        fc, n_classes = classes
         # Plain class ids: the URL holds the shown value (?mt_class=2).
-        klass = st.selectbox("Class", range(n_classes), key="mt_class", bind="query-params",
+        klass = st.selectbox("Class", range(classes[1]), key="mt_class", bind="query-params",
                              help="The filter slice of one class: its positives are the samples of that class, "
                                   "its negatives every other sample (ICNN.md, 'Several classes').")
     step = dump_step_picker(ctx, "Dump step", "mt_step", container=c[1])
@@ -107,6 +106,7 @@ def render(ctx: Ctx) -> None:
     filt = c[2].selectbox("Filter", ids, key="mt_filter", bind="query-params",
                           format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
     samples = data.samples(ctx.path, ctx.sig, step)
+    split = None
     if klass is not None:
         split, why = class_groups(ctx, roles, step, klass, len(samples))
         if split is None:
@@ -167,7 +167,7 @@ def render(ctx: Ctx) -> None:
     show_figure(plots.mu_scatter(pts, f"{what}: mu ({'all dump steps' if pool else f'step {step}'})",
                                  jitter=0.02),
                 f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
-    if klass is not None and not len(pts["positive"]):
+    if split is not None and not len(pts["positive"]):
         st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by its own groups, "
                 f"and none of those kept is of class {klass}. Its positive mu spread cannot be shown.")
     if dead[filt]:
