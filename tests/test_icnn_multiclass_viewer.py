@@ -131,3 +131,16 @@ def test_single_class_runs_have_no_class_chooser(tmp_path):
     assert not [s for s in at.selectbox if s.key == "mt_class"]
     assert at.selectbox(key="mt_filter").options[:3] == ["0", "1", "2"]
     assert "class_positive" not in captions(at)
+
+
+def test_a_dump_without_the_class_labels_gives_no_split(runs, monkeypatch):
+    import viewer.data
+    real = viewer.data.dump_keys
+    monkeypatch.setattr(viewer.data, "dump_keys",
+                        lambda *a: [k for k in real(*a) if "class_positive" not in k])   # as if not dumped
+    at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": "1"}))
+    assert any("No positive/negative split for class 1" in w.value and "lacks" in w.value for w in at.warning)
+    table = _table(at)
+    assert table["filter"].tolist() == [1, 4]                         # the slice is known from the catalog
+    assert table[["positive mu spread", "negative mu spread"]].isna().all().all()   # no guessed groups
+    assert not any("No dumped sample is a positive" in i.value for i in at.info)

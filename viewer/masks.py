@@ -106,9 +106,10 @@ def render(ctx: Ctx) -> None:
     filt = c[2].selectbox("Filter", ids, key="mt_filter", bind="query-params",
                           format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
     samples = data.samples(ctx.path, ctx.sig, step)
-    split = None
+    have_split = False      # a class split read from this step's dump
     if klass is not None:
         split, why = class_groups(ctx, roles, step, klass, len(samples))
+        have_split = split is not None
         if split is None:
             st.warning(f"No positive/negative split for class {klass}: {why}. Groups below are left empty "
                        "rather than guessed from the hook's own groups.")
@@ -167,7 +168,7 @@ def render(ctx: Ctx) -> None:
     show_figure(plots.mu_scatter(pts, f"{what}: mu ({'all dump steps' if pool else f'step {step}'})",
                                  jitter=0.02),
                 f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
-    if split is not None and not len(pts["positive"]):
+    if have_split and not len(pts["positive"]):
         st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by its own groups, "
                 f"and none of those kept is of class {klass}. Its positive mu spread cannot be shown.")
     if dead[filt]:
