@@ -37,26 +37,15 @@ def masked(x: tf.Tensor, beta: tf.Tensor, positive: tf.Tensor, part: tf.Tensor, 
     """``relu(x * m)`` with the release's custom gradient, and the role tensors it computed.
 
     The same forward and backward as the custom gradient inside ``inspector.icnn.conv_mask``
-    (built from its functions ``mu_and_sqrtvar``, ``_filter_grad``, ``_beta_pseudo_grad``)."""
-    _, h, w, _ = x.shape.as_list()
+    (built from its functions ``masked_forward``, ``_filter_grad``, ``_beta_pseudo_grad``)."""
     dtype = x.dtype
     out: dict[str, tf.Tensor] = {}
 
     @tf.custom_gradient
     def _masked(x_in, beta_v):
-        mu_r, mu_c, sqrtvar = icnn.mu_and_sqrtvar(x_in, mu)
-        gy, gx = icnn._grid(h, dtype), icnn._grid(w, dtype)
-        mu_row = tf.gather(gy, tf.cast(mu_r, tf.int32) - 1)   # [N, C] in [-1, 1]
-        mu_col = tf.gather(gx, tf.cast(mu_c, tf.int32) - 1)
-        dist = (tf.abs(gy[None, :, None, None] - mu_row[:, None, None, :])
-                + tf.abs(gx[None, None, :, None] - mu_col[:, None, None, :]))
-        m = tf.maximum(1.0 - dist * beta_v[None, None, None, :], -1.0)
-        m = tf.where(tf.broadcast_to(part, tf.shape(m)), m, tf.ones_like(m))
-        m = tf.identity(m, name="mask")
-        s = tf.identity(tf.reduce_mean(x_in * m, axis=[1, 2]), name="strength")
-        out.update(mask=m, strength=s, mu=tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
-                   sqrtvar=tf.identity(sqrtvar, name="sqrtvar"))
-        y = tf.nn.relu(x_in * m)
+        y, roles = icnn.masked_forward(x_in, beta_v, part, mu)
+        out.update(roles)
+        m, s, sqrtvar = roles["mask"], roles["strength"], roles["sqrtvar"]
 
         def grad(dy):
             dx = dy * tf.nn.relu(m)

@@ -122,23 +122,46 @@ ALIASES_KEY = "aliases"
 #: tensors and records role and layer in the catalog.
 ICNN_COLLECTION = "tf_inspector/icnn"
 ICNN_ROLES = ("pre_mask", "mask", "mu", "sqrtvar", "post_mask", "beta", "strength", "filter_loss")
+#: Roles only a multi-class layer registers: ``class_positive`` [N, K], 1 where sample n is a
+#: positive of class k (the layer's ``labels_positive``). Its entry also carries
+#: ``filter_class`` (class of each filter, -1 for non-part filters), which the hook writes into
+#: the catalog as ``icnn_filter_class``.
+ICNN_CLASS_ROLES = ("class_positive",)
 #: Graph collections written by ``hooks.mark`` inside a model_fn.
 LOSS_COLLECTION = "tf_inspector/loss"
 LABELS_COLLECTION = "tf_inspector/labels"
 POSITIVE_COLLECTION = "tf_inspector/positive"
 
 
-def icnn_entry(layer: str, role: str, tensor_name: str) -> str:
-    """The collection entry registering ``tensor_name`` as ``role`` of ICNN layer ``layer``."""
-    if role not in ICNN_ROLES:
-        raise ValueError(f"ICNN role {role!r} must be one of {ICNN_ROLES}")
-    return json.dumps({"layer": layer, "role": role, "tensor": tensor_name})
+def icnn_entry(layer: str, role: str, tensor_name: str, filter_class: list[int] | None = None) -> str:
+    """The collection entry registering ``tensor_name`` as ``role`` of ICNN layer ``layer``.
+
+    ``filter_class`` (``class_positive`` only): the class of each filter, -1 for non-part ones.
+
+    >>> icnn_catalog_fields(icnn_entry("m", "class_positive", "m/class_positive:0", [0, 1, -1]))
+    {'icnn_filter_class': [0, 1, -1]}
+    """
+    if role not in ICNN_ROLES + ICNN_CLASS_ROLES:
+        raise ValueError(f"ICNN role {role!r} must be one of {ICNN_ROLES + ICNN_CLASS_ROLES}")
+    if (filter_class is not None) != (role == "class_positive"):
+        raise ValueError(f"filter_class goes with role 'class_positive' (and it needs one), got role {role!r} "
+                         f"and filter_class {filter_class!r}")
+    d: dict = {"layer": layer, "role": role, "tensor": tensor_name}
+    if filter_class is not None:
+        d["filter_class"] = [int(v) for v in filter_class]
+    return json.dumps(d)
 
 
 def parse_icnn_entry(entry: str | bytes) -> tuple[str, str, str]:
     """(layer, role, tensor name) of a collection entry written by :func:`icnn_entry`."""
     d = json.loads(entry)
     return d["layer"], d["role"], d["tensor"]
+
+
+def icnn_catalog_fields(entry: str | bytes) -> dict:
+    """Catalog fields an entry adds beyond layer and role: ``{"icnn_filter_class": [...]}`` or ``{}``."""
+    d = json.loads(entry)
+    return {"icnn_filter_class": d["filter_class"]} if "filter_class" in d else {}
 
 
 #: Gradients of captured tensors built by ``hooks.minimize`` / ``hooks.compute_gradients`` in

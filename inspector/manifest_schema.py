@@ -151,7 +151,8 @@ _STR, _OPT_STR = (str,), (str, type(None))
 _TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR, "scope": _OPT_STR,
                    "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
                    "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None)),
-                   "source_file": _OPT_STR, "source_line": (int, type(None)), "source_function": _OPT_STR},
+                   "source_file": _OPT_STR, "source_line": (int, type(None)), "source_function": _OPT_STR,
+                   "icnn_filter_class": (list, type(None))},
                   required=("name",))
 
 

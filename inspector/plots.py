@@ -121,9 +121,10 @@ def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool =
 
 
 def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highlight: int | None = None,
-                  title: str = "") -> Figure:
-    """Small multiples, one axis per panel: per-channel values [S, C] over steps, channel
-    ``highlight`` drawn bold (used for ICNN beta and filter loss)."""
+                  title: str = "", channels: Sequence[int] | None = None) -> Figure:
+    """Small multiples, one axis per panel: per-channel values [S, C] over steps, column
+    ``highlight`` drawn bold (used for ICNN beta and filter loss); ``channels`` names the
+    columns' filters (default 0, 1, ...)."""
     fig = Figure(figsize=(5 * max(len(panels), 1), 3), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
     for ax, (name, (steps, values)) in zip(axes, panels.items()):
@@ -131,7 +132,7 @@ def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highli
         for c in range(v.shape[1]):
             bold = c == highlight
             ax.plot(steps, v[:, c], color="C3" if bold else "0.6", lw=2.2 if bold else 0.8, zorder=3 if bold else 2,
-                    label=f"filter {c}" if bold else None)
+                    label=f"filter {channels[c] if channels is not None else c}" if bold else None)
         ax.plot(steps, np.nanmean(v, 1), color="k", ls="--", lw=1, label="mean")
         ax.set_title(name)
         ax.set_xlabel("step")

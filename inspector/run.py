@@ -43,7 +43,7 @@ from .storage import Storage, normalize, open_storage
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
                    "has_update", "gradient_note", "keras_layer", "keras_call", "tower", "source_file", "source_line",
-                   "source_function", "source_stack")
+                   "source_function", "source_stack", "icnn_filter_class")
 #: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 

@@ -22,3 +22,6 @@ def test_keras_demo_writes_both_runs(tmp_path):
     assert sorted(roles["icnn_role"]) == sorted(ICNN_ROLES)
     assert plain.tensors["icnn_role"].isna().all()
     assert not icnn.tensors["name"].str.contains("/monitor/").any()
+    # The mask layer's internals are left out (train_keras.ICNN_INTERNALS); its roles stay.
+    inner = icnn.tensors[icnn.tensors["name"].str.contains("icnn_mask")]
+    assert inner["icnn_role"].notna().all() and len(inner) == len(ICNN_ROLES)

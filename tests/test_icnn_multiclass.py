@@ -9,62 +9,26 @@ tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) 
 tf1 = tf.compat.v1
 
 from inspector.icnn import layer as icnn  # noqa: E402
-from test_icnn_layer import A, _fix_inf, random_maps, ref_forward  # noqa: E402
+from icnn_ref import random_maps, ref_beta_grad, ref_filter_grad, ref_forward, run_layer  # noqa: E402
 
 
 def ref_multiclass(x, m, labels, fclass, density, epoch, beta):
     """(filter-loss term at x, beta pseudo-gradient): per class lab, dList = its filters,
     list = its positives, list_neg = every other image; weights 0.5/density, 0.5/(1-density)."""
-    n, h, w, c = x.shape
-    s = (x * m).mean(axis=(1, 2))
-    sv = ref_forward(x, beta)["sqrtvar"]
-    lzp = _fix_inf(A * np.log(np.mean(np.exp((x * m[::-1, :, :, ::-1]).mean(axis=(1, 2)) / A), axis=0)))
-    lzn = _fix_inf(A * np.log(np.mean(np.exp((-x).mean(axis=(1, 2)) / A), axis=0)))
-    mag = max(epoch, 1.0) / 0.1
-    d, dbeta = np.zeros_like(x), np.zeros(c)
+    ref = ref_forward(x, beta)
+    d, dbeta = np.zeros_like(x), np.zeros(x.shape[3])
     for lab in range(labels.shape[1]):
-        w_pos, w_neg = 0.5 / density[lab], 0.5 / (1 - density[lab])
-        dl = np.flatnonzero(fclass == lab)
-        pos, neg = np.flatnonzero(labels[:, lab]), np.flatnonzero(~labels[:, lab])
-        for rows, sign in ((pos, -1), (neg, +1)):
-            if rows.size == 0 or dl.size == 0:
-                continue
-            if sign < 0:
-                ss = s[np.ix_(rows, dl)]
-                g = np.exp(ss / A) * (ss - lzp[dl] + A)
-            else:
-                sn = x[rows][..., dl].mean(axis=(1, 2))
-                g = np.exp(-sn / A) * (-sn - lzn[dl] + A)
-            g = _fix_inf(g)
-            g[np.isnan(g)] = 0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                g = g / (g.mean(axis=0, keepdims=True) * mag)
-            g[np.isnan(g)] = 0
-            g = _fix_inf(g)
-            for a_, i in enumerate(rows):
-                for b_, k in enumerate(dl):
-                    if sign < 0:
-                        d[i, :, :, k] -= m[i, :, :, k] * g[a_, b_] * 1e-5 * w_pos
-                    else:
-                        d[i, :, :, k] += g[a_, b_] * 1e-5 * w_neg
-        for k in dl:
-            t = (s[pos, k] * sv[pos, k]).sum() / s[pos, k].sum()
-            dbeta[k] = (beta[k] - min(max(3.0 / t, 1.5), 3.0)) * 1e4
+        part, pos = fclass == lab, labels[:, lab]
+        d += ref_filter_grad(x, m, pos, epoch, part, 0.5 / density[lab], 0.5 / (1 - density[lab]))
+        dbeta += ref_beta_grad(beta, ref["strength"], ref["sqrtvar"], pos, part)
     return d, dbeta
 
 
 def _run(x, labels, epoch, beta, **kw):
-    with tf.Graph().as_default():
-        xt = tf.constant(x)
-        post = icnn.conv_mask(xt, tf.constant(labels), tf.constant(epoch, tf.float32), name="m",
-                              reduction="sum", beta_lr_mult=1.0, **kw)
-        (bv,) = tf1.get_collection(icnn.BETA_COLLECTION)
-        grads = tf.gradients(tf.reduce_sum(post * 0.0), [xt, bv])   # the filter-loss term alone
-        mask = tf1.get_default_graph().get_tensor_by_name("m/mask:0")
-        with tf1.Session() as sess:
-            sess.run(tf1.global_variables_initializer())
-            sess.run(bv.assign(beta))
-            return sess.run([mask, *grads])
+    """mask, the filter-loss term alone at x (zero upstream) and d beta, at the release's scale."""
+    vals, dx, db = run_layer(x, labels, epoch, beta=beta, upstream=np.zeros_like(x), name="m", reduction="sum",
+                             beta_lr_mult=1.0, **kw)
+    return vals["mask"], dx, db
 
 
 def test_three_classes_with_filter_slices_match_the_release_loop():
@@ -99,3 +63,23 @@ def test_more_than_ten_classes_use_uniform_weights_and_bad_arguments_are_refused
             icnn.conv_mask(xt, lab3, 1.0, filter_class=[0, 1, 3], class_density=[0.3, 0.3, 0.3])
         with pytest.raises(ValueError, match="need labels_positive of shape"):
             icnn.conv_mask(xt, tf.constant(labels[:, 0]), 1.0, filter_class=[0, 1, 2])
+
+
+def test_multiclass_layer_registers_its_labels_and_filter_slices():
+    from inspector.format import ICNN_COLLECTION, icnn_catalog_fields, icnn_entry, parse_icnn_entry
+    x = random_maps(6, 4, 4, 4, seed=6)
+    labels = np.zeros((6, 2), bool)
+    labels[[0, 2], 0] = labels[[1], 1] = True
+    with tf.Graph().as_default() as g:
+        icnn.conv_mask(tf.constant(x), tf.constant(labels), 1.0, name="m", part_filters=3, filter_class=[1, 0, 1, 0],
+                       class_density=[0.3, 0.2])
+        entries = {parse_icnn_entry(e)[1]: e for e in g.get_collection(ICNN_COLLECTION)}
+        assert icnn_catalog_fields(entries["class_positive"]) == {"icnn_filter_class": [1, 0, 1, -1]}
+        assert all(icnn_catalog_fields(e) == {} for r, e in entries.items() if r != "class_positive")
+        with tf1.Session() as sess:
+            np.testing.assert_array_equal(sess.run("m/class_positive:0"), labels.astype(np.float64))
+    with tf.Graph().as_default() as g:     # single class: no class role
+        icnn.conv_mask(tf.constant(x), tf.constant(labels[:, 0]), 1.0, name="m")
+        assert "class_positive" not in {parse_icnn_entry(e)[1] for e in g.get_collection(ICNN_COLLECTION)}
+    with pytest.raises(ValueError, match="filter_class goes with role 'class_positive'"):
+        icnn_entry("m", "mask", "m/mask:0", [0])

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from inspector.icnn import stability, templates
-from inspector.format import ICNN_ROLES
+from inspector.format import ICNN_CLASS_ROLES, ICNN_ROLES
 
 
 def _one_hot_maps(peaks, h=6, w=6):
@@ -178,7 +178,7 @@ def test_icnn_layers_lists_one_row_per_layer_with_a_column_per_role():
             ("b/mu:0", "b", "mu"), ("a/mu:0", "a", "mu")]
     cat = pd.DataFrame(rows, columns=["name", "icnn_layer", "icnn_role"])
     out = templates.icnn_layers(cat)
-    assert list(out.columns) == ["layer", *ICNN_ROLES]
+    assert list(out.columns) == ["layer", *ICNN_ROLES, *ICNN_CLASS_ROLES]
     assert out["layer"].tolist() == ["a", "b"]
     a = out.set_index("layer").loc["a"]
     assert a["mask"] == "a/mask:0" and a["mu"] == "a/mu:0" and a["beta"] is None

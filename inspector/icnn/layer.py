@@ -36,6 +36,10 @@ strength      [N, C]          s = mean_hw(x * m)
 filter_loss   [C]             monitoring estimate of -MI(X; T) over the batch (see below)
 ============  ==============  ============================================================
 
+A multi-class layer (labels [N, K]) also registers ``class_positive`` (``ICNN_CLASS_ROLES``):
+[N, K], 1.0 where sample n is a positive of class k, the labels its groups use; its entry
+carries ``filter_class`` (:func:`filter_classes`), which the hook writes into the catalog.
+
 Scale of the filter-loss gradient
 ---------------------------------
 The release sums the classification loss over the batch, adds the filter-loss term
@@ -172,6 +176,42 @@ def mu_and_sqrtvar(x: tf.Tensor, mu: str = "centroid"):
     d2 = (tf.square(rows_f - mu_r[:, None, None, :]) + tf.square(cols_f - mu_c[:, None, None, :]))
     sqrtvar = tf.sqrt(tf.reduce_sum(d2 * x, axis=[1, 2]) / total)
     return mu_r, mu_c, sqrtvar
+
+
+def mask_from_mu(mu_r: tf.Tensor, mu_c: tf.Tensor, beta: tf.Tensor, part: tf.Tensor, h: int, w: int):
+    """The mask ``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)`` (``getMask``), 1 off part filters.
+
+    ``mu_r``, ``mu_c``: 1-based integer peak positions [N, C] (:func:`mu_and_sqrtvar`); ``beta``
+    [C]; ``part`` bool [C]. Returns ``(mask [N, H, W, C], mu_row, mu_col)``, mu in [-1, 1] map
+    coordinates. ``inspector.icnn.templates.template_at`` is its NumPy twin.
+
+    >>> m, _, _ = mask_from_mu(tf.ones([1, 1]), tf.ones([1, 1]), tf.constant([2.0]),
+    ...                        tf.constant([True]), 3, 3)          # doctest: +SKIP
+    """
+    dtype = mu_r.dtype
+    gy, gx = _grid(h, dtype), _grid(w, dtype)
+    mu_row = tf.gather(gy, tf.cast(mu_r, tf.int32) - 1)   # [N, C] in [-1, 1]
+    mu_col = tf.gather(gx, tf.cast(mu_c, tf.int32) - 1)
+    dist = (tf.abs(gy[None, :, None, None] - mu_row[:, None, None, :])
+            + tf.abs(gx[None, None, :, None] - mu_col[:, None, None, :]))
+    m = tf.maximum(1.0 - dist * beta[None, None, None, :], -1.0)
+    m = tf.where(tf.broadcast_to(part, tf.shape(m)), m, tf.ones_like(m))
+    return m, mu_row, mu_col
+
+
+def masked_forward(x: tf.Tensor, beta: tf.Tensor, part: tf.Tensor, mu: str = "centroid"):
+    """``(relu(x * m), roles)``: the layer's forward pass, shared by ``conv_mask`` and the Keras layer.
+
+    ``roles`` holds the named tensors ``mask``, ``strength``, ``mu`` and ``sqrtvar`` (created in
+    the caller's name scope, so they are ``<layer>/mask:0`` ...)."""
+    _, h, w, _ = x.shape.as_list()
+    mu_r, mu_c, sqrtvar = mu_and_sqrtvar(x, mu)
+    m, mu_row, mu_col = mask_from_mu(mu_r, mu_c, beta, part, h, w)
+    m = tf.identity(m, name="mask")
+    s = tf.identity(tf.reduce_mean(x * m, axis=[1, 2]), name="strength")
+    roles = {"mask": m, "strength": s, "mu": tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
+             "sqrtvar": tf.identity(sqrtvar, name="sqrtvar")}
+    return tf.nn.relu(x * m), roles
 
 
 def _replace_inf(v: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
@@ -318,20 +358,9 @@ def conv_mask(x: tf.Tensor,
 
         @tf.custom_gradient
         def _masked(x_in, beta_v):
-            mu_r, mu_c, sqrtvar = mu_and_sqrtvar(x_in, mu)
-            gy, gx = _grid(h, dtype), _grid(w, dtype)
-            mu_row = tf.gather(gy, tf.cast(mu_r, tf.int32) - 1)   # [N, C] in [-1, 1]
-            mu_col = tf.gather(gx, tf.cast(mu_c, tf.int32) - 1)
-            dist = (tf.abs(gy[None, :, None, None] - mu_row[:, None, None, :])
-                    + tf.abs(gx[None, None, :, None] - mu_col[:, None, None, :]))
-            m = tf.maximum(1.0 - dist * beta_v[None, None, None, :], -1.0)
-            m = tf.where(tf.broadcast_to(part, tf.shape(m)), m, tf.ones_like(m))
-            m = tf.identity(m, name="mask")
-            s = tf.identity(tf.reduce_mean(x_in * m, axis=[1, 2]), name="strength")
-            out.update(mask=m, strength=s,
-                       mu=tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
-                       sqrtvar=tf.identity(sqrtvar, name="sqrtvar"))
-            y = tf.nn.relu(x_in * m)
+            y, roles = masked_forward(x_in, beta_v, part, mu)
+            out.update(roles)
+            m, s, sqrtvar = roles["mask"], roles["strength"], roles["sqrtvar"]
 
             def _beta_step(dx, beta_v, s, sqrtvar, scale):
                 """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
@@ -368,11 +397,28 @@ def conv_mask(x: tf.Tensor,
             fl = tf.zeros([c], dtype)
         out.update(pre_mask=pre, post_mask=post, beta=beta_in,
                    filter_loss=tf.identity(fl, name="filter_loss"))
+        if slices is not None:   # the viewer's class split: exactly the labels the groups used
+            out["class_positive"] = tf.identity(tf.cast(labels_positive, dtype), name="class_positive")
     if register:
         layer = name
         for role in ICNN_ROLES:
             tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, role, out[role].name))
+        if slices is not None:
+            tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, "class_positive", out["class_positive"].name,
+                                                              filter_classes(slices)))
     return post
+
+
+def filter_classes(slices) -> list[int]:
+    """The class of each filter from :func:`_class_slices`, -1 for filters that are no part filter.
+
+    >>> filter_classes([(np.array([True, False, False]), 1, 1), (np.array([False, True, False]), 1, 1)])
+    [0, 1, -1]
+    """
+    out = np.full(slices[0][0].size, -1, np.int64)
+    for k, (part_k, _, _) in enumerate(slices):
+        out[part_k] = k
+    return out.tolist()
 
 
 def _filter_grad(x, m, s, positive, part, epoch, mag, w_pos=1.0, w_neg=1.0):

@@ -24,7 +24,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..format import ICNN_ROLES
+from ..format import ICNN_CLASS_ROLES, ICNN_ROLES
 
 
 def paper_tau(h: int, w: int) -> float:
@@ -82,8 +82,9 @@ def icnn_layers(catalog: pd.DataFrame) -> pd.DataFrame:
     """ICNN layers of a run catalog: one row per layer, one column per role (tensor name or None).
 
     ``catalog`` needs columns ``name``, ``icnn_layer`` and ``icnn_role`` (null where none),
-    as ``inspector.open_run(path).tensors`` has. Columns of the result: ``layer`` then
-    ``inspector.format.ICNN_ROLES`` in order.
+    as ``inspector.open_run(path).tensors`` has. Columns of the result: ``layer``, then
+    ``inspector.format.ICNN_ROLES`` and ``ICNN_CLASS_ROLES`` in order (None where a layer
+    lacks the role: single-class layers have no ``class_positive``).
 
     >>> cat = pd.DataFrame({"name": ["m/mask:0", "c/Relu:0"], "icnn_layer": ["m", None],
     ...                     "icnn_role": ["mask", None]})
@@ -93,13 +94,14 @@ def icnn_layers(catalog: pd.DataFrame) -> pd.DataFrame:
     missing = {"name", "icnn_layer", "icnn_role"} - set(catalog.columns)
     if missing:
         raise ValueError(f"catalog lacks column(s) {sorted(missing)}; it needs name, icnn_layer, icnn_role")
-    columns = ["layer", *ICNN_ROLES]
+    roles = (*ICNN_ROLES, *ICNN_CLASS_ROLES)
+    columns = ["layer", *roles]
     rows = catalog[catalog["icnn_layer"].notna() & catalog["icnn_role"].notna()]
     out = []
     for layer in sorted(rows["icnn_layer"].astype(str).unique()):
         sub = rows[rows["icnn_layer"].astype(str) == layer]
         by_role = dict(zip(sub["icnn_role"].astype(str), sub["name"].astype(str)))
-        out.append([layer] + [by_role.get(role) for role in ICNN_ROLES])
+        out.append([layer] + [by_role.get(role) for role in roles])
     return pd.DataFrame(out, columns=columns, dtype=object)
 
 
