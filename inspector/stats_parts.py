@@ -184,6 +184,8 @@ class Compactor:
         self.fsync, self.on_error = fsync, on_error
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
+        from .stats_merge import Levels  # (it imports this module)
+        self._levels = Levels()  # compacted parts merged by levels (inspector.stats_merge)
 
     def added(self, seq: int, rows: int) -> None:
         """Small part ``seq`` of ``rows`` rows was written."""
@@ -216,6 +218,8 @@ class Compactor:
         paths = [(seq, self.run_dir / stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
             compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+            from .stats_merge import merge_due
+            merge_due(self._levels, self.run_dir, self.worker, self.session, todo[0][0], todo[-1][0], self.fsync)
         except BaseException as e:  # the small parts stay, every row readable
             if self.on_error is not None:
                 self.on_error(e)
