@@ -5,6 +5,7 @@ Run::
     .venv/bin/python bench/bench_reader.py            # 1,000 steps x 300 tensors; 2 GiB vs 32 GiB of dumps
     .venv/bin/python bench/bench_reader.py --quick    # smoke run
     .venv/bin/python bench/bench_reader.py --long 10000 --tensors 1000   # a long run (60M rows)
+    .venv/bin/python bench/bench_reader.py --measure runs/a runs/b       # the long-run columns of existing runs
 
 Long runs (``--long STEPS``): ``inspector.testing.make_long_run`` writes a run of STEPS
 statistics steps x ``--tensors`` tensors in compacted parts (100 real steps repeated, as the
@@ -154,6 +155,26 @@ def long_runs(args: argparse.Namespace) -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def measure_runs(args: argparse.Namespace) -> None:
+    """``--measure DIR ...``: the long-run columns for existing runs (side by side: one fresh
+    process per run and repetition, interleaved), e.g. a run before and after its parts were
+    merged by levels."""
+    reps: dict[str, list[dict]] = {d: [] for d in args.measure}
+    for _ in range(args.reps):
+        for d in args.measure:
+            reps[d].append(child("long", Path(d)))
+    rows = []
+    for d, rs in reps.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        rows.append([d, f"{human_bytes(du_bytes(Path(d)))}, {med['parts']:.0f} parts", f"{1e3 * med['open']:.0f} ms",
+                     f"{1e3 * med['first_query']:.0f} ms", f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
+                     human_bytes(1024 * med["rss_query_kib"]),
+                     f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
+                     human_bytes(1024 * med["rss_overview_kib"])])
+    print(format_table(rows, ["run", "on disk", "open", "first query (1 tensor)", "open + query (< 1 s)",
+                              "peak RSS", "overview query", "peak RSS after it"]))
+
+
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
             "mem": _child_mem,
             "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
@@ -219,11 +240,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=3, help="fresh processes per timing")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--long", type=int, metavar="STEPS", help="only the long-run table: STEPS and STEPS/10 steps")
+    p.add_argument("--measure", nargs="+", metavar="DIR", help="only the long-run columns, for these existing runs")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(CHILDREN[args.child[0]](args.child[1])))
         return
+    if args.measure:
+        return measure_runs(args)
     if args.long:
         return long_runs(args)
     if args.quick:
