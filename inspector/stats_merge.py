@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from .format import create_temporary, stats_range_name
 from . import stats_parts
+from .stats_summary import remove_summary, summarize_part
 from .stats_parts import INDEX_KEY, SORT_KEYS, _sort_keys, _tensor_row_groups, seq_range
 
 #: compacted parts of one level merged into one part of the next: 10 measured a first
@@ -187,7 +188,24 @@ def merge_due(levels: Levels, run_dir: Path, worker: str, session: int, first: i
         for todo in levels.add(first, last):
             paths = [Path(run_dir) / stats_range_name(worker, session, a, b) for a, b in todo]
             done.append(merge(run_dir, worker, session, paths, fsync)[0])
+            for p in paths:  # after the parts themselves: a summary alone is never read
+                remove_summary(run_dir, p)
+            summarize_part(run_dir, done[-1], fsync)
     except BaseException:
         levels.stack.clear()
         raise
+    return done
+
+
+def after_compaction(levels: Levels, run_dir: Path, worker: str, session: int, part: Path,
+                     fsync: bool = False) -> list[Path]:
+    """What the writer does once a compacted ``part`` is renamed into place: its summary
+    (``inspector.stats_summary``), then the merges now due (:func:`merge_due`)."""
+    r = seq_range(Path(part).name)
+    if r is None:
+        raise ValueError(f"{Path(part).name} is not a statistics part's name")
+    try:
+        summarize_part(run_dir, Path(part), fsync)
+    finally:  # no summary (an error) only means the reader reads this part's rows
+        done = merge_due(levels, run_dir, worker, session, r[0], r[1], fsync)
     return done

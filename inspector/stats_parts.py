@@ -217,9 +217,9 @@ class Compactor:
     def _run(self, todo: list[tuple[int, int]]) -> None:
         paths = [(seq, self.run_dir / stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
-            compact(self.run_dir, self.worker, self.session, paths, self.fsync)
-            from .stats_merge import merge_due
-            merge_due(self._levels, self.run_dir, self.worker, self.session, todo[0][0], todo[-1][0], self.fsync)
+            target, _ = compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+            from .stats_merge import after_compaction  # its summary, then merges by levels
+            after_compaction(self._levels, self.run_dir, self.worker, self.session, target, self.fsync)
         except BaseException as e:  # the small parts stay, every row readable
             if self.on_error is not None:
                 self.on_error(e)

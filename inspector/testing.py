@@ -422,7 +422,7 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     import pyarrow.parquet as pq
 
     from .format import stats_range_name, write_json
-    from .stats_merge import Levels, merge_due
+    from .stats_merge import Levels, after_compaction
     from .stats_parts import COMPACT_ROWS, write_sorted
 
     if steps % real_steps:
@@ -438,8 +438,9 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
         table = pa.concat_tables([block.set_column(block.schema.get_field_index("step"), "step",
                                                    pc.add(block.column("step"), k * real_steps))
                                   for k in shifts])
-        write_sorted(table, path / stats_range_name("chief", 1, seq, seq + 1))
-        merge_due(levels, path, "chief", 1, seq, seq + 1)  # the writer's levels of compaction
+        part = path / stats_range_name("chief", 1, seq, seq + 1)
+        write_sorted(table, part)
+        after_compaction(levels, path, "chief", 1, part)  # the writer's summaries and merges
         seq += 2
     manifest = path / manifest_name("chief", 1)
     m = json.loads(manifest.read_text())
