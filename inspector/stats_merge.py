@@ -209,3 +209,21 @@ def after_compaction(levels: Levels, run_dir: Path, worker: str, session: int, p
     finally:  # no summary (an error) only means the reader reads this part's rows
         done = merge_due(levels, run_dir, worker, session, r[0], r[1], fsync)
     return done
+
+
+class LevelMerger:
+    """The writer session's :func:`after_compaction`, with its levels: pass it as the
+    ``after`` of ``stats_parts.Compactor``.
+
+    Example::
+
+        Compactor(run_dir, "chief", 1, after=LevelMerger(run_dir, "chief", 1))
+    """
+
+    def __init__(self, run_dir: Path, worker: str, session: int, fsync: bool = False,
+                 merge_parts: int = MERGE_PARTS) -> None:
+        self.run_dir, self.worker, self.session, self.fsync = Path(run_dir), worker, session, fsync
+        self.levels = Levels(merge_parts)
+
+    def __call__(self, part: Path) -> list[Path]:
+        return after_compaction(self.levels, self.run_dir, self.worker, self.session, part, self.fsync)

@@ -60,7 +60,9 @@ def summary_rel(part_rel: str) -> str:
 
 
 def pow2_at_least(x: float) -> int:
-    """>>> pow2_at_least(1), pow2_at_least(3), pow2_at_least(64.5)
+    """The smallest power of two >= ``x`` (1 for x <= 1).
+
+    >>> pow2_at_least(1), pow2_at_least(3), pow2_at_least(64.5)
     (1, 4, 128)
     """
     return 1 << max(0, int(np.ceil(np.log2(max(x, 1.0)))))

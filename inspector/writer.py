@@ -45,6 +45,7 @@ from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, S
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
+from .stats_merge import LevelMerger
 from .stats_parts import COMPACT_ROWS, Compactor
 
 log = logging.getLogger("tf_inspector")
@@ -240,7 +241,8 @@ class RunWriter:
         # session keeps its small parts; the reader reads them the same)
         self._compactor = Compactor(Path(self.store.display()), self.worker, self.session,
                                     compact_rows if self.store.is_local else None, fsync,
-                                    on_error=lambda e: self._failed("compaction", e, drop=False))
+                                    on_error=lambda e: self._failed("compaction", e, drop=False),
+                                    after=LevelMerger(Path(self.store.display()), self.worker, self.session, fsync))
         self._manifest = {
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),

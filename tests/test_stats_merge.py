@@ -26,7 +26,7 @@ def write(path: Path, compact_rows: int | None, merge_parts: int = 2) -> Path:
     merged by levels of ``merge_parts``."""
     b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0)
     b.writer._compactor.rows = compact_rows
-    b.writer._compactor._levels = Levels(merge_parts)
+    b.writer._compactor.after.levels = Levels(merge_parts)
     b.write_steps(0, STEPS)
     b.close()
     return path

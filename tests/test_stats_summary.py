@@ -26,7 +26,7 @@ def write(path: Path, start: int = 0, stop: int = STEPS, merge_parts: int = 2, s
     b = SyntheticRun(path, tensors=10, steps_hint=STEPS, dump_every=None, stats_flush_secs=0,
                      nonfinite_at=NAN_STEP, seed=seed)
     b.writer._compactor.rows = 4 * len(b.row_tensor)  # rows per step: one per (tensor, kind, group)
-    b.writer._compactor._levels = Levels(merge_parts)
+    b.writer._compactor.after.levels = Levels(merge_parts)
     b.write_steps(start, stop)
     b.close()
     return path
