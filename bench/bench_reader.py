@@ -10,9 +10,11 @@ Run::
 Long runs (``--long STEPS``): ``inspector.testing.make_long_run`` writes a run of STEPS
 statistics steps x ``--tensors`` tensors in compacted parts (100 real steps repeated, as the
 writer's compaction lays them out), and a run of STEPS / 10 steps beside it; for each, in a
-fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's query
-(every tensor's gradient l2 at every step) and peak RSS. Targets: open + first query < 1 s,
-and peak RSS for the first query flat in the run size.
+fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's matrix
+(``inspector.stats_summary.overview``: gradient l2, at most 300 step bins, from the parts'
+summaries), every tensor's gradient l2 row at every step (what the overview read before
+summaries) and peak RSS after each. Targets: open + first query < 1 s, and peak RSS for the
+first query and the matrix flat in the run size.
 
 Method. Runs are written into a temporary directory: the statistics run with
 ``inspector.testing.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
@@ -124,9 +126,14 @@ def _child_long(path: str) -> dict:
     df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean", "std"])
     t_query = time.perf_counter()
     rss_query = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from inspector.stats_summary import overview
+    matrix = overview(run, "gradient", "all", "l2").matrix  # the viewer's heatmap: from the summaries
+    t_matrix = time.perf_counter()
+    rss_matrix = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     over = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"])
     t_over = time.perf_counter()
-    return {"open": t_open - t0, "first_query": t_query - t_open, "overview_query": t_over - t_query,
+    return {"open": t_open - t0, "first_query": t_query - t_open, "overview_query": t_over - t_matrix,
+            "overview_matrix": t_matrix - t_query, "rss_matrix_kib": rss_matrix, "matrix_columns": matrix.shape[1],
             "rows_query": len(df), "rows_overview": len(over), "rss_query_kib": rss_query,
             "rss_overview_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss_import_kib": rss_import,
             "parts": len(list((Path(path) / "stats").glob("*.parquet")))}
@@ -145,12 +152,14 @@ def long_runs(args: argparse.Namespace) -> None:
                          f"{t_write:.0f} s", f"{1e3 * med['open']:.0f} ms", f"{1e3 * med['first_query']:.0f} ms",
                          f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
                          human_bytes(1024 * med["rss_import_kib"]), human_bytes(1024 * med["rss_query_kib"]),
+                         f"{1e3 * med['overview_matrix']:.0f} ms ({med['matrix_columns']:.0f} columns)",
+                         human_bytes(1024 * med["rss_matrix_kib"]),
                          f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
                          human_bytes(1024 * med["rss_overview_kib"])])
             shutil.rmtree(path, ignore_errors=True)
         print(format_table(rows, ["steps x tensors", "on disk", "generated in", "open", "first query (1 tensor)",
-                                  "open + query (< 1 s)", "RSS after import", "peak RSS", "overview query",
-                                  "peak RSS after it"]))
+                                  "open + query (< 1 s)", "RSS after import", "peak RSS", "overview matrix",
+                                  "peak RSS after it", "every gradient l2 row", "peak RSS after it"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -169,10 +178,13 @@ def measure_runs(args: argparse.Namespace) -> None:
         rows.append([d, f"{human_bytes(du_bytes(Path(d)))}, {med['parts']:.0f} parts", f"{1e3 * med['open']:.0f} ms",
                      f"{1e3 * med['first_query']:.0f} ms", f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
                      human_bytes(1024 * med["rss_query_kib"]),
+                     f"{1e3 * med['overview_matrix']:.0f} ms ({med['matrix_columns']:.0f} columns)",
+                     human_bytes(1024 * med["rss_matrix_kib"]),
                      f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
                      human_bytes(1024 * med["rss_overview_kib"])])
     print(format_table(rows, ["run", "on disk", "open", "first query (1 tensor)", "open + query (< 1 s)",
-                              "peak RSS", "overview query", "peak RSS after it"]))
+                              "peak RSS", "overview matrix", "peak RSS after it", "every gradient l2 row",
+                              "peak RSS after it"]))
 
 
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
