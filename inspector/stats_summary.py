@@ -71,8 +71,7 @@ def pow2_at_least(x: float) -> int:
 def bin_rows(table: pa.Table, width: int, stats: tuple[str, ...] = STATS) -> pa.Table:
     """Summary rows of statistics rows: per KEYS and ``bin = step // width``: ``rows``,
     ``first_step``, ``last_step``, and per statistic ``<stat>_sum`` / ``<stat>_finite``."""
-    cols: dict[str, Any] = {k: (table.column(k).cast(pa.string()) if pa.types.is_dictionary(table.column(k).type)
-                                else table.column(k)) for k in KEYS}
+    cols: dict[str, Any] = {k: table.column(k) for k in KEYS}  # dictionaries: grouped as such (fast)
     step = table.column("step")
     cols["bin"] = pc.floor(pc.divide(pc.cast(step, pa.float64()), float(width))).cast(pa.int64()) if width > 1 \
         else step
@@ -88,6 +87,9 @@ def bin_rows(table: pa.Table, width: int, stats: tuple[str, ...] = STATS) -> pa.
     names = {"step_count": "rows", "step_min": "first_step", "step_max": "last_step",
              **{f"{x}_sum": x for s in stats for x in (f"{s}_sum", f"{s}_finite")}}
     out = out.rename_columns([names.get(n, n) for n in out.column_names])
+    for k in KEYS:  # names as plain strings: summaries of every part concatenate (few rows now)
+        if pa.types.is_dictionary(out.column(k).type):
+            out = out.set_column(out.schema.get_field_index(k), k, out.column(k).cast(pa.string()))
     return out.append_column("width", pa.array(np.full(out.num_rows, width, np.int64)))
 
 
