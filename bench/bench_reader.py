@@ -5,13 +5,16 @@ Run::
     .venv/bin/python bench/bench_reader.py            # 1,000 steps x 300 tensors; 2 GiB vs 32 GiB of dumps
     .venv/bin/python bench/bench_reader.py --quick    # smoke run
     .venv/bin/python bench/bench_reader.py --long 10000 --tensors 1000   # a long run (60M rows)
+    .venv/bin/python bench/bench_reader.py --measure runs/a runs/b       # the long-run columns of existing runs
 
 Long runs (``--long STEPS``): ``inspector.testing.make_long_run`` writes a run of STEPS
 statistics steps x ``--tensors`` tensors in compacted parts (100 real steps repeated, as the
 writer's compaction lays them out), and a run of STEPS / 10 steps beside it; for each, in a
-fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's query
-(every tensor's gradient l2 at every step) and peak RSS. Targets: open + first query < 1 s,
-and peak RSS for the first query flat in the run size.
+fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's matrix
+(``inspector.stats_summary.overview``: gradient l2, at most 300 step bins, from the parts'
+summaries), every tensor's gradient l2 row at every step (what the overview read before
+summaries) and peak RSS after each. Targets: open + first query < 1 s, and peak RSS for the
+first query and the matrix flat in the run size.
 
 Method. Runs are written into a temporary directory: the statistics run with
 ``inspector.testing.make_synthetic_run`` (the project's writer, 1,000 steps x 300 tensors,
@@ -123,9 +126,14 @@ def _child_long(path: str) -> dict:
     df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean", "std"])
     t_query = time.perf_counter()
     rss_query = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    from inspector.stats_summary import overview
+    matrix = overview(run, "gradient", "all", "l2").matrix  # the viewer's heatmap: from the summaries
+    t_matrix = time.perf_counter()
+    rss_matrix = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     over = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"])
     t_over = time.perf_counter()
-    return {"open": t_open - t0, "first_query": t_query - t_open, "overview_query": t_over - t_query,
+    return {"open": t_open - t0, "first_query": t_query - t_open, "overview_query": t_over - t_matrix,
+            "overview_matrix": t_matrix - t_query, "rss_matrix_kib": rss_matrix, "matrix_columns": matrix.shape[1],
             "rows_query": len(df), "rows_overview": len(over), "rss_query_kib": rss_query,
             "rss_overview_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "rss_import_kib": rss_import,
             "parts": len(list((Path(path) / "stats").glob("*.parquet")))}
@@ -144,14 +152,39 @@ def long_runs(args: argparse.Namespace) -> None:
                          f"{t_write:.0f} s", f"{1e3 * med['open']:.0f} ms", f"{1e3 * med['first_query']:.0f} ms",
                          f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
                          human_bytes(1024 * med["rss_import_kib"]), human_bytes(1024 * med["rss_query_kib"]),
+                         f"{1e3 * med['overview_matrix']:.0f} ms ({med['matrix_columns']:.0f} columns)",
+                         human_bytes(1024 * med["rss_matrix_kib"]),
                          f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
                          human_bytes(1024 * med["rss_overview_kib"])])
             shutil.rmtree(path, ignore_errors=True)
         print(format_table(rows, ["steps x tensors", "on disk", "generated in", "open", "first query (1 tensor)",
-                                  "open + query (< 1 s)", "RSS after import", "peak RSS", "overview query",
-                                  "peak RSS after it"]))
+                                  "open + query (< 1 s)", "RSS after import", "peak RSS", "overview matrix",
+                                  "peak RSS after it", "every gradient l2 row", "peak RSS after it"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def measure_runs(args: argparse.Namespace) -> None:
+    """``--measure DIR ...``: the long-run columns for existing runs (side by side: one fresh
+    process per run and repetition, interleaved), e.g. a run before and after its parts were
+    merged by levels."""
+    reps: dict[str, list[dict]] = {d: [] for d in args.measure}
+    for _ in range(args.reps):
+        for d in args.measure:
+            reps[d].append(child("long", Path(d)))
+    rows = []
+    for d, rs in reps.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        rows.append([d, f"{human_bytes(du_bytes(Path(d)))}, {med['parts']:.0f} parts", f"{1e3 * med['open']:.0f} ms",
+                     f"{1e3 * med['first_query']:.0f} ms", f"{1e3 * (med['open'] + med['first_query']):.0f} ms",
+                     human_bytes(1024 * med["rss_query_kib"]),
+                     f"{1e3 * med['overview_matrix']:.0f} ms ({med['matrix_columns']:.0f} columns)",
+                     human_bytes(1024 * med["rss_matrix_kib"]),
+                     f"{1e3 * med['overview_query']:.0f} ms ({med['rows_overview']:,.0f} rows)",
+                     human_bytes(1024 * med["rss_overview_kib"])])
+    print(format_table(rows, ["run", "on disk", "open", "first query (1 tensor)", "open + query (< 1 s)",
+                              "peak RSS", "overview matrix", "peak RSS after it", "every gradient l2 row",
+                              "peak RSS after it"]))
 
 
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
@@ -219,11 +252,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=3, help="fresh processes per timing")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--long", type=int, metavar="STEPS", help="only the long-run table: STEPS and STEPS/10 steps")
+    p.add_argument("--measure", nargs="+", metavar="DIR", help="only the long-run columns, for these existing runs")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print(json.dumps(CHILDREN[args.child[0]](args.child[1])))
         return
+    if args.measure:
+        return measure_runs(args)
     if args.long:
         return long_runs(args)
     if args.quick:

@@ -200,13 +200,17 @@ class Compactor:
     """
 
     def __init__(self, run_dir: "Path | Storage", worker: str, session: int, rows: int | None = COMPACT_ROWS,
-                 fsync: bool = False, on_error: Callable[[BaseException], None] | None = None) -> None:
+                 fsync: bool = False, on_error: Callable[[BaseException], None] | None = None,
+                 after: Callable[[str], Any] | None = None) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"compact_rows={rows} must be >= 1 or None")
         self.run_dir, self.worker, self.session, self.rows = open_storage(run_dir), worker, session, rows
         self.fsync, self.on_error = fsync, on_error
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
+        #: called with each compacted part's path once it is in place (the writer passes
+        #: ``stats_merge.LevelMerger``: its summary, then merges by levels); errors go to on_error
+        self.after = after
 
     def added(self, seq: int, rows: int) -> None:
         """Small part ``seq`` of ``rows`` rows was written."""
@@ -238,7 +242,9 @@ class Compactor:
     def _run(self, todo: list[tuple[int, int]]) -> None:
         paths = [(seq, stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
-            compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+            target, _ = compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+            if self.after is not None:
+                self.after(target)
         except BaseException as e:  # the small parts stay, every row readable
             if self.on_error is not None:
                 self.on_error(e)

@@ -482,7 +482,8 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     ``real_steps`` steps are written by :func:`make_synthetic_run` (the writer, compaction
     included), then their rows are repeated with shifted step numbers into compacted parts as
     the writer's compaction writes them (``inspector.stats_parts``, ``part_rows`` rows each,
-    default its ``COMPACT_ROWS``); the manifest's step range is extended to match. For
+    default its ``COMPACT_ROWS``), merged by levels as the writer merges them
+    (``inspector.stats_merge``); the manifest's step range is extended to match. For
     benchmarks of the reader at scale; the statistics repeat every ``real_steps`` steps.
 
     >>> p = make_long_run(tmp_path / "long", steps=1000, tensors=50)  # doctest: +SKIP
@@ -492,6 +493,7 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     import pyarrow.parquet as pq
 
     from .format import stats_range_name, write_json
+    from .stats_merge import Levels, after_compaction
     from .stats_parts import COMPACT_ROWS, write_sorted
 
     if steps % real_steps:
@@ -501,13 +503,15 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     files = sorted((path / "stats").glob("*.parquet"))
     block = pa.concat_tables([pq.read_table(f) for f in files])
     per_part = max(1, (part_rows or COMPACT_ROWS) // max(block.num_rows, 1))
-    seq = 1000
+    seq, levels = 1000, Levels()
     for first in range(1, steps // real_steps, per_part):
         shifts = range(first, min(first + per_part, steps // real_steps))
         table = pa.concat_tables([block.set_column(block.schema.get_field_index("step"), "step",
                                                    pc.add(block.column("step"), k * real_steps))
                                   for k in shifts])
-        write_sorted(table, path / stats_range_name("chief", 1, seq, seq + 1))
+        part = path / stats_range_name("chief", 1, seq, seq + 1)
+        write_sorted(table, part)
+        after_compaction(levels, path, "chief", 1, part)  # the writer's summaries and merges
         seq += 2
     manifest = path / manifest_name("chief", 1)
     m = json.loads(manifest.read_text())

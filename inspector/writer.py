@@ -45,6 +45,7 @@ from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, S
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
+from .stats_merge import LevelMerger
 from .stats_parts import COMPACT_ROWS, Compactor
 
 log = logging.getLogger("tf_inspector")
@@ -237,9 +238,12 @@ class RunWriter:
         self._last_flush = time.monotonic()
         self._seq = 0
         # on an object store too: the compacted part is one object written whole, then the small
-        # parts are deleted (no rename needed; the reader skips parts a compacted one contains)
+        # parts are deleted (no rename needed; the reader skips parts a compacted one contains).
+        # Levels and summaries (stats_merge) on local run directories only.
+        local = Path(self.store.display()) if self.store.is_local else None
         self._compactor = Compactor(self.store, self.worker, self.session, compact_rows, fsync,
-                                    on_error=lambda e: self._failed("compaction", e, drop=False))
+                                    on_error=lambda e: self._failed("compaction", e, drop=False),
+                                    after=LevelMerger(local, self.worker, self.session, fsync) if local else None)
         self._manifest = {
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),

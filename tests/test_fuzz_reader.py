@@ -80,7 +80,7 @@ def run_files(run_dir: Path) -> list[str]:
 
 def kind_of(rel: str) -> str:
     return "manifest" if rel.startswith("manifest.") else "graph" if rel.startswith("graph.") else \
-        "stats" if rel.startswith("stats/") else "dump"
+        "stats" if rel.startswith("stats/") else "summary" if rel.startswith("summary/") else "dump"
 
 
 # ---- reading everything ---------------------------------------------------------------------
@@ -283,8 +283,9 @@ def mutate(run_dir: Path, outside: Path, rel: str, rng: random.Random) -> tuple[
             what = _edit_manifest(m, rng)
             path.write_text(json.dumps(m))
             return what, False
-        return _foreign_parquet(path, rng), False
-    out, what = _bytes_edit(data, rng)
+        if kind == "stats":
+            return _foreign_parquet(path, rng), False
+    out, what = _bytes_edit(data, rng)  # (summaries: bytes only; no read here may change)
     path.write_bytes(out)
     return f"bytes:{what}", False
 
@@ -348,7 +349,7 @@ def child(run_dir: Path, start: int, stop: int, seed: int) -> list[dict]:
     results = []
     for i in range(start, stop):
         rng = random.Random(seed * 1_000_003 + i)
-        kind = rng.choice(["manifest"] * 5 + ["dump"] * 8 + ["stats"] * 6 + ["graph"])
+        kind = rng.choice(["manifest"] * 5 + ["dump"] * 8 + ["stats"] * 6 + ["graph"] + ["summary"] * 2)
         rel = rng.choice([f for f in files if kind_of(f) == kind])
         original = (run_dir / rel).read_bytes()
         what, forged = mutate(run_dir, outside, rel, rng)

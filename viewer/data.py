@@ -19,7 +19,7 @@ import pandas as pd
 import streamlit as st
 
 import inspector
-from inspector import analysis
+from inspector import analysis, stats_summary
 from inspector.icnn import templates
 from inspector.errors import InspectorError
 from inspector.storage import is_url, open_storage
@@ -97,23 +97,22 @@ def stats_steps(path: str, sig: Sig) -> np.ndarray:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def stats_matrix(path: str, sig: Sig, kind: str, group: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(tensors in catalog order, steps, matrix [tensor, step]) of one statistic.
+def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_summary.Overview:
+    """The layer x step matrix of one statistic, at most ``layers.MAX_STEPS`` columns: one per
+    statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
+    values, NaN if any is NaN/Inf), read from the parts' summaries (see
+    :func:`inspector.stats_summary.overview`): a 60M-row run in ~1 s, not 33 s."""
+    from .layers import MAX_STEPS
+    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_STEPS)
 
-    Built from categorical codes, not a pandas pivot: 300 tensors x 1,000 steps in ~0.1 s."""
-    run = get_run(path, sig)
-    df = run.query_stats(kinds=[kind], groups=[group], columns=[stat])
-    if df.empty:
-        return [], np.array([], np.int64), np.zeros((0, 0))
-    order = [t for t in run.tensors["name"] if t in set(df["tensor"].cat.categories)]
-    row_of = pd.Series(np.arange(len(order)), index=order)
-    tensors = df["tensor"].astype(str).map(row_of)
-    keep = tensors.notna().to_numpy()
-    steps, col = np.unique(df["step"].to_numpy()[keep], return_inverse=True)
-    m = np.full((len(order), len(steps)), np.nan)
-    m[tensors.to_numpy()[keep].astype(int), col] = df[stat].to_numpy(dtype=np.float64)[keep]
-    present = ~np.all(np.isnan(m), axis=1)
-    return [t for t, p in zip(order, present) if p], steps, m[present]
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def stats_matrix(path: str, sig: Sig, kind: str, group: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(tensors in catalog order, steps, matrix [tensor, step]) of one statistic (tensors with
+    a finite value only); :func:`overview`'s matrix: on a long run, columns are step bins."""
+    ov = overview(path, sig, kind, group, stat)
+    present = ~np.all(np.isnan(ov.matrix), axis=1) if ov.matrix.size else np.zeros(len(ov.tensors), bool)
+    return [t for t, p in zip(ov.tensors, present) if p], ov.steps, ov.matrix[present]
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

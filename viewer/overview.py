@@ -42,6 +42,18 @@ def heatmap_rows(ctx: Ctx, kind: str, group: str, stat: str, pattern: str, unfol
     return tensors, steps, m, layers.shown_rows(rows, unfold, all_ops)
 
 
+def binned_note(width: int) -> str:
+    """The caption's words for columns that aggregate ``width`` steps ('' for one step each).
+
+    >>> binned_note(1)
+    ''
+    """
+    if width <= 1:
+        return ""
+    return (f"; each column aggregates a bin of {width} steps: the mean of its statistics steps' values "
+            f"(grey if any is NaN/Inf), placed at the bin's last statistics step")
+
+
 def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str,
                   unfold: list[str], all_ops: bool) -> None:
     """The interactive layer x step heatmap of one statistic (PNG of the same rows on demand)."""
@@ -59,6 +71,7 @@ def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, 
     st.caption(f"{len(shown)} rows x {len(steps)} steps"
                + (f" ({n_steps} evenly chosen columns drawn; zoom in, or narrow the filter)"
                   if n_steps < len(steps) else "")
+               + binned_note(data.overview(ctx.path, ctx.sig, kind, group, stat).width)
                + (f"; {folded} layers folded into their output row (unfold them above)" if folded else "")
                + f"; grey = NaN/Inf{' or <= 0 (log scale)' if log else ''}; scroll to zoom the steps, hover for values")
     rows = [tensors.index(t) for t in shown["tensor"]]
@@ -73,7 +86,7 @@ def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, 
 def render(ctx: Ctx) -> None:
     st.header("Training overview")
     run = data.get_run(ctx.path, ctx.sig)
-    steps = data.stats_steps(ctx.path, ctx.sig)
+    steps = data.overview(ctx.path, ctx.sig, "forward", "all", "mean").steps  # (the default tab's matrix)
     if not need(len(steps) > 0, "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
         return
     c1, c2 = st.columns([3, 1])

@@ -1,0 +1,147 @@
+"""Step-binned summaries (inspector.stats_summary): the overview matrix equals a numpy
+reference of its aggregation (the mean of the finite values of each bin's rows, NaN if any is
+NaN/Inf) computed from every row through the reader, whether answered from summaries, from
+the parts' rows (summaries missing), or despite a stale or damaged summary (reported)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import inspector
+from inspector import stats_summary
+from inspector.stats_merge import Levels
+from inspector.stats_summary import FOLDER, bin_rows, overview
+from inspector.testing import SyntheticRun
+
+STEPS = 40
+NAN_STEP = 13
+
+
+def write(path: Path, start: int = 0, stop: int = STEPS, merge_parts: int = 2, seed: int = 0) -> Path:
+    """One small part per step, compacted every 4 steps, merged by twos; a NaN at NAN_STEP."""
+    b = SyntheticRun(path, tensors=10, steps_hint=STEPS, dump_every=None, stats_flush_secs=0,
+                     nonfinite_at=NAN_STEP, seed=seed)
+    b.writer._compactor.rows = 4 * len(b.row_tensor)  # rows per step: one per (tensor, kind, group)
+    b.writer._compactor.after.levels = Levels(merge_parts)
+    b.write_steps(start, stop)
+    b.close()
+    return path
+
+
+def reference(run, kind: str, group: str, stat: str, width: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(tensors, last step per column, matrix) from every row the reader returns, in numpy."""
+    df = run.query_stats(kinds=[kind], groups=[group], columns=[stat])
+    names = df["tensor"].astype(str).to_numpy()
+    tensors = [t for t in run.tensors["name"] if t in set(names)]
+    col = df["step"].to_numpy() // width
+    cols = np.unique(col)
+    m = np.full((len(tensors), len(cols)), np.nan)
+    last = np.array([df["step"].to_numpy()[col == c].max() for c in cols])
+    values = df[stat].to_numpy(np.float64)
+    for i, t in enumerate(tensors):
+        for j, c in enumerate(cols):
+            v = values[(names == t) & (col == c)]
+            if len(v) and np.isfinite(v).all():
+                m[i, j] = v.mean()
+    return tensors, last, m
+
+
+def check(run, kind="gradient", group="all", stat="l2", max_columns=6):
+    ov = overview(run, kind, group, stat, max_columns=max_columns)
+    assert len(ov.steps) <= max_columns and ov.width > 1
+    tensors, last, m = reference(run, kind, group, stat, ov.width)
+    assert ov.tensors == tensors
+    np.testing.assert_array_equal(ov.steps, last)
+    np.testing.assert_allclose(ov.matrix, m, rtol=1e-12, equal_nan=True)
+    return ov
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    return write(tmp_path_factory.mktemp("s") / "run")
+
+
+@pytest.fixture
+def run_dir(made, tmp_path) -> Path:
+    shutil.copytree(made, tmp_path / "run")
+    return tmp_path / "run"
+
+
+def test_overview_from_summaries_equals_numpy_reference(run_dir):
+    summaries = sorted(p.name for p in (run_dir / FOLDER).iterdir())
+    parts = sorted(p.name for p in (run_dir / "stats").iterdir() if "-" in p.name)
+    assert summaries == parts and parts  # every compacted or merged part has one, merged-away ones none
+    run = inspector.open_run(run_dir)
+    for kind, group, stat in [("gradient", "all", "l2"), ("forward", "positive", "mean"), ("forward", "all", "nan")]:
+        ov = check(run, kind, group, stat)
+        assert ov.summarized == len(parts) and run.problems == []
+    ov = overview(run, "forward", "all", "max", max_columns=6)
+    j = int(np.searchsorted(ov.steps, NAN_STEP))  # the column of the bin holding NAN_STEP
+    assert np.isfinite(ov.matrix[:, :j]).all() and np.isnan(ov.matrix[:, j]).any()  # greyed, never averaged away
+
+
+def test_without_summaries_the_parts_rows_give_the_same_matrix(run_dir):
+    shutil.rmtree(run_dir / FOLDER)
+    run = inspector.open_run(run_dir)
+    ov = check(run)
+    assert ov.summarized == 0 and run.problems == []
+
+
+def test_stale_summary_is_reported_and_not_used(run_dir):
+    a, b = sorted((run_dir / FOLDER).iterdir())[:2]
+    shutil.copy(b, a)  # another part's summary under this part's name
+    run = inspector.open_run(run_dir)
+    check(run)
+    assert any("stale statistics summary" in p and a.name in p for p in run.problems)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "counts"])
+def test_damaged_summary_is_reported_and_not_used(run_dir, damage):
+    import pyarrow.parquet as pq
+    s = sorted((run_dir / FOLDER).iterdir())[0]
+    if damage == "truncate":
+        s.write_bytes(s.read_bytes()[:-100])
+    else:  # a summary that parses, with its metadata intact, but counts more finite values than rows
+        pf = pq.ParquetFile(s)
+        t = pf.read()
+        t = t.set_column(t.schema.get_field_index("l2_finite"), "l2_finite", pa.compute.add(t.column("rows"), 1))
+        with pq.ParquetWriter(s, t.schema) as w:
+            w.write_table(t)
+            w.add_key_value_metadata({k.decode(): v.decode() for k, v in pf.metadata.metadata.items()
+                                      if k.startswith(b"tf_inspector")})
+    run = inspector.open_run(run_dir)
+    check(run)
+    assert any("damaged statistics summary" in p and s.name in p for p in run.problems)
+
+
+def test_overlapping_sessions_read_every_row_later_session_wins(run_dir):
+    write(run_dir, start=20, stop=30, seed=1)  # session 2 records steps 20-29 again, other values
+    run = inspector.open_run(run_dir)
+    assert sorted(run.stats["session"].unique()) == [1, 2]
+    ov = check(run)
+    assert ov.notes and "overlapping" in ov.notes[0]
+
+
+def test_bin_rows_sums_and_counts_finite_values():
+    t = pa.table({"worker": ["c"] * 4, "session": [1] * 4, "mode": ["train"] * 4, "tensor": ["a"] * 4,
+                  "kind": ["forward"] * 4, "group": ["all"] * 4, "step": [1, 2, 3, 9],
+                  "l2": [1.0, float("nan"), 3.0, 5.0]})
+    out = bin_rows(t, 4, ("l2",)).sort_by("bin").to_pydict()
+    assert out["bin"] == [0, 2] and out["rows"] == [3, 1] and out["first_step"] == [1, 9]
+    assert out["l2_sum"] == [4.0, 5.0] and out["l2_finite"] == [2, 1] and out["width"] == [4, 4]
+    assert stats_summary.pow2_at_least(5) == 8
+
+
+def test_a_summary_coarser_than_the_columns_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(stats_summary, "PART_BINS", 4)  # 8-step bins in the 32-step part
+    run = inspector.open_run(write(tmp_path / "run"))
+    coarse = overview(run, "gradient", "all", "l2", max_columns=6)
+    assert coarse.width == 8 and coarse.summarized == 2
+    fine = overview(run, "gradient", "all", "l2", max_columns=100)  # one column per step
+    tensors, last, m = reference(run, "gradient", "all", "l2", 1)
+    assert fine.width == 1 and fine.summarized < 2 and list(fine.steps) == list(last)
+    np.testing.assert_allclose(fine.matrix, m, rtol=1e-12, equal_nan=True)
