@@ -37,10 +37,11 @@ from .groups import GroupSpec, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
-# files); the NullHandler only keeps Python from warning that none is configured. What the hook
-# picked is INFO: logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
+# files). No handler of its own, not even a NullHandler: with none configured anywhere,
+# Python's last-resort handler prints warnings and errors on stderr, so a refused or failed
+# hook is never silent. What the hook picked is INFO:
+# logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
 log = logging.getLogger("tf_inspector")
-log.addHandler(logging.NullHandler())
 v1 = tf.compat.v1
 
 
