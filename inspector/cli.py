@@ -295,7 +295,8 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--client.toolbarMode", "viewer", "--", run],
+                                "--server.address", address, "--client.toolbarMode", "viewer",
+                                "--browser.gatherUsageStats", "false", "--", run],
                                **env)
 
 

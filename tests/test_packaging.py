@@ -79,6 +79,8 @@ def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):
     script = Path(calls[0][calls[0].index("run") + 1])
     assert script == Path(viewer.__file__).parent / "app_main.py" and script.is_file()
     assert calls[0][-2:] == ["--", "runs"] and "8600" in calls[0]
+    i = calls[0].index("--browser.gatherUsageStats")   # no usage statistics sent: no network at run time
+    assert calls[0][i + 1] == "false"
 
 
 def test_importing_hooks_configures_no_logging():
