@@ -802,6 +802,24 @@ def test_figures_follow_the_theme(runs):
     assert np.mean(to_rgb(dark.get_facecolor())) < 0.2 < 0.8 < np.mean(to_rgb(light.get_facecolor()))
 
 
+def test_png_download_drawn_on_click_follows_the_theme(monkeypatch):
+    """download_figure (charts shown by Vega, PNG drawn on click) draws in the page's theme,
+    read when the page ran: the click's callable runs outside the script."""
+    import io
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+    from viewer import ui
+    from inspector import plots
+    clicked = {}
+    monkeypatch.setattr(ui.st, "download_button", lambda label, data, **kw: clicked.setdefault(kw["key"], data))
+    for kind in ("dark", "light"):
+        monkeypatch.setattr(ui, "theme", lambda kind=kind: kind)
+        ui.download_figure(lambda: plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v"), "x", key=kind)
+    monkeypatch.setattr(ui, "theme", lambda: "light")             # the click comes later, in no theme
+    mean = {k: np.asarray(Image.open(io.BytesIO(f())).convert("L")).mean() for k, f in clicked.items()}
+    assert mean["png_dark"] < 80 < 170 < mean["png_light"]
+
 def test_layer_rows_fold_an_icnn_layers_helper_ops():
     import pandas as pd
     from viewer import layers
