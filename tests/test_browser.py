@@ -140,6 +140,13 @@ def wait_rendered(page, min_images: int, timeout_ms: int = 60_000) -> None:
         arg=min_images, timeout=timeout_ms, polling=200)
 
 
+def wait_charts(page, n: int, timeout_ms: int = 90_000) -> None:
+    """Until the script run is over and ``n`` Vega-Lite charts are drawn."""
+    wait_rendered(page, 0, timeout_ms)
+    page.wait_for_function("n => document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= n",
+                           arg=n, timeout=timeout_ms, polling=200)
+
+
 @pytest.mark.parametrize("name", list(PAGES))
 def test_page_renders_in_chromium(server, browser, shots, name):
     heading, images = PAGES[name]
@@ -152,8 +159,7 @@ def test_page_renders_in_chromium(server, browser, shots, name):
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
         if name in VEGA:  # the interactive charts, drawn by Vega in the browser
-            page.wait_for_function("n => document.querySelectorAll('.vega-embed canvas, .vega-embed svg')"
-                                   ".length >= n", arg=VEGA[name], timeout=90_000, polling=200)
+            wait_charts(page, VEGA[name])
         # the sidebar's navigation marks the page that is shown (the URL chose it)
         nav = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
         nav.first.wait_for(timeout=90_000)
@@ -322,16 +328,16 @@ def test_a_copied_link_reproduces_the_view(server, browser):
     try:
         page.goto(f"{server}/distributions?run=exp1", wait_until="domcontentloaded")
         heading_shown(page, "Distributions")
-        wait_rendered(page, 3)
+        wait_charts(page, VEGA["Distributions"])
         choose(page, "Tensor", "conv3/Relu:0")
         page.wait_for_url("**di_tensor=conv3**", timeout=90_000)
-        wait_rendered(page, 3)
+        wait_charts(page, VEGA["Distributions"])
         link = page.url
         other = browser.new_page(viewport={"width": 1500, "height": 2200})
         try:
             other.goto(link, wait_until="domcontentloaded")
             heading_shown(other, "Distributions")
-            wait_rendered(other, 3)
+            wait_charts(other, VEGA["Distributions"])
             assert other.get_by_role("combobox", name="Tensor").first.input_value() == "conv3/Relu:0"
             other.get_by_text("In-graph histograms at step 39").first.wait_for(timeout=90_000)
         finally:
