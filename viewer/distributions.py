@@ -100,7 +100,8 @@ def render(ctx: Ctx) -> None:
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
     title = f"{tensor} {rkind}: histograms over steps"
-    st.altair_chart(hist_charts.ridge_chart(rows, title=title, log=log), width="stretch")
+    st.altair_chart(hist_charts.ridge_chart(rows, title=title, log=log), width="stretch",
+                    height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
     download_figure(lambda: plots.ridge(rows, title=title, log=log), f"ridge_{tensor}_{rkind}", key="di_ridge")
     percentile_bands(ctx, tensor, rkind, steps)
 

@@ -139,4 +139,10 @@ def ridge_chart(rows: Mapping[int, Mapping[str, Hist]], title: str = "", log: bo
                         legend=alt.Legend(orient="top")),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"), alt.Tooltip("x0:Q", title="from", format=".4g"),
                  alt.Tooltip("x1:Q", title="to", format=".4g"), alt.Tooltip("density:Q", format=".4g")],
-    ).properties(height=max(160, 26 * n + 40)).interactive(bind_y=False)
+    ).properties(height=ridge_height(n)).interactive(bind_y=False)
+
+
+def ridge_height(steps: int) -> int:
+    """Pixels of a ridge plot's rows: 26 a step, at least 160. Streamlit stretches a chart's
+    width but not its height: the page passes this (plus the title, legend and axis) too."""
+    return max(160, 26 * steps + 40)
