@@ -155,11 +155,11 @@ def test_page_renders_in_chromium(server, browser, shots, name):
         page.goto(f"{server}/{URLS[name]}", wait_until="domcontentloaded")
         page.get_by_role("heading", name=heading).first.wait_for(timeout=90_000)
         wait_rendered(page, images)
+        if name in VEGA:  # the interactive charts, drawn by Vega in the browser
+            wait_charts(page, VEGA[name])
         page.screenshot(path=str(shots / f"{name.replace(' ', '_').replace('&', 'and')}.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
-        if name in VEGA:  # the interactive charts, drawn by Vega in the browser
-            wait_charts(page, VEGA[name])
         # the sidebar's navigation marks the page that is shown (the URL chose it)
         nav = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
         nav.first.wait_for(timeout=90_000)
