@@ -96,6 +96,17 @@ def guarded(noun: str):
 _guarded = guarded("hook")
 
 
+def check_options(samples_per_group: int, histogram_bins: int, *patterns) -> None:
+    """ValueError for the options DumpHook and InspectCallback share, before anything is built:
+    a negative sample budget, no histogram bins, a regex that does not compile."""
+    if samples_per_group < 0:
+        raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
+    if histogram_bins < 1:
+        raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
+    for p in patterns:
+        capture._compile(p)  # fail early on a bad regex
+
+
 def _tf_config() -> dict:
     try:
         config = json.loads(os.environ.get("TF_CONFIG") or "{}")
@@ -225,12 +236,7 @@ class DumpHook(v1.train.SessionRunHook):
                  storage_options: dict[str, Any] | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
-        if samples_per_group < 0:
-            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-        if histogram_bins < 1:
-            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        for patterns in (include, exclude, batched, unbatched):
-            capture._compile(patterns)  # fail early on a bad regex
+        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
         self.batch_overrides = dict(batched=batched, unbatched=unbatched)
         self.run_dir = normalize(run_dir)
         self.storage_options = storage_options

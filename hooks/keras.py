@@ -34,7 +34,7 @@ from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
-from .dump_hook import _jsonable, guarded, worker_from_env
+from .dump_hook import _jsonable, check_options, guarded, worker_from_env
 from .keras_step import StepGraph
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
@@ -112,12 +112,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  unbatched: str | Sequence[str] | None = None,
                  storage_options: dict[str, Any] | None = None) -> None:
         super().__init__()
-        if samples_per_group < 0:
-            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-        if histogram_bins < 1:
-            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        for patterns in (include, exclude, batched, unbatched):
-            capture._compile(patterns)  # fail early on a bad regex
+        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
         self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
         self.storage_options = storage_options
         self.source = source

@@ -86,8 +86,7 @@ class StepGraph(ProbeGraph):
     """The hook's capture built into ``fit``'s train function (see the module docstring)."""
 
     def __init__(self, model, options: ProbeOptions) -> None:
-        super().__init__(model, tf.zeros([0]), None, None, options, any_batch=True)
-        self.args = ()
+        super().__init__(model, None, None, None, options, any_batch=True)   # no probe: no args
         self.has_targets = self.has_sample_weight = False
         self.current: Key | None = None   # the capture fit's next step runs (read while tracing it)
         self._outputs: dict[Key, list[tuple[tuple, tf.Variable]]] = {}
