@@ -5,6 +5,7 @@ Screenshots go to ``$TF_INSPECTOR_SCREENSHOTS`` if set, else ``<tmp>/.screenshot
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -14,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
 import pytest
@@ -64,20 +66,15 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout}s")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("runs")
-    make_synthetic_run(runs / "exp1", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
-    make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
-    make_synthetic_run(runs / "fm_img", steps=20, tensors=20, dump_every=10, seed=3, image=(32, 32, 3))
-    hostile_run(runs / "zz_evil")
+@contextlib.contextmanager
+def serve(runs: Path) -> Iterator[str]:
+    """``streamlit run app.py -- runs`` on a free local port: its URL once it answers; stopped after."""
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
                              "--server.headless", "true", "--server.port", str(port),
                              "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                             "--", str(runs)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                             "--", str(runs)], cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)
@@ -88,6 +85,17 @@ def server(tmp_path_factory):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    make_synthetic_run(runs / "exp1", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
+    make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
+    make_synthetic_run(runs / "fm_img", steps=20, tensors=20, dump_every=10, seed=3, image=(32, 32, 3))
+    hostile_run(runs / "zz_evil")
+    with serve(runs) as url:
+        yield url
 
 
 EVIL = "![leak](http://leak.invalid/x.png)"

@@ -12,6 +12,7 @@ import pytest
 
 from inspector import cli
 from inspector.testing import make_synthetic_run
+from s3server import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,13 +159,6 @@ def test_app_listens_on_localhost_by_default(monkeypatch):
     first, second = calls
     assert first[first.index("--server.address") + 1] == "127.0.0.1"
     assert second[second.index("--server.address") + 1] == "0.0.0.0"
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("options, says", [
