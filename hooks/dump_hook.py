@@ -607,7 +607,10 @@ class DumpHook(v1.train.SessionRunHook):
                 if dump:
                     self._dump_since = max(self._dump_since, step)
             elif "global_step" in results:
-                step = max(self._step, int(results["global_step"]))
+                # Read in the step's own run, the global step is its value before this run's
+                # update (the read is ready at once; the update waits for the whole backward
+                # pass), so this run ended at that value + 1 at least.
+                step = max(step, int(results["global_step"]) + 1)
             self._step = step
         else:
             self._batch += 1
