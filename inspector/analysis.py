@@ -135,7 +135,8 @@ def _relu_tensors(catalog: pd.DataFrame) -> set[str]:
 
 def _relu_rows(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
     """The rows :func:`dead_relus` judges: forward, group all, of ReLU outputs."""
-    return stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(_relu_tensors(catalog))]
+    relu = _relu_tensors(catalog)
+    return stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(relu)]
 
 
 def _gradient_rows(stats: pd.DataFrame, catalog: pd.DataFrame | None) -> pd.DataFrame:
@@ -275,18 +276,21 @@ def _window_stats(run: "Run", th: Thresholds) -> pd.DataFrame:
     below it. Rows at a step >= ``low`` are read whole, so the last window is exact."""
     from .stats_summary import part_steps
     cat = run.tensors
-    query = dict(kinds=["forward", "gradient"], groups=["all"], columns=["l2", "zero_fraction"])
+
+    def query(steps: tuple[int, int] | None = None) -> pd.DataFrame:
+        return run.query_stats(steps=steps, kinds=["forward", "gradient"], groups=["all"],
+                               columns=["l2", "zero_fraction"])
     known = [r for _, _, p in run._selected(run._stats_files, None, None, None) if (r := part_steps(run, p))]
     if not known:
-        return run.query_stats(**query)
+        return query()
     first, last = min(a for a, _ in known), max(b for _, b in known)
     span = 4 * th.window
     while last - span > first:
-        df = run.query_stats(steps=(last - span, np.iinfo(np.int64).max), **query)
+        df = query((last - span, np.iinfo(np.int64).max))
         if all(sub["step"].nunique() >= th.window for sub in (_gradient_rows(df, cat), _relu_rows(df, cat))):
             return df
         span *= 4
-    return run.query_stats(**query)
+    return query()
 
 
 def _beta_stats(run: "Run") -> pd.DataFrame:

@@ -520,6 +520,28 @@ class Run:
             columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
         return self._read_stats(columns, filters or None, mode, worker, session, batch)
 
+    def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
+        """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
+        of ``query_stats(kinds=[kind], groups=[group])``, reading four columns and no identity
+        (the later-session rule picks which session's rows a step shows, never drops a step).
+
+        >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
+        """
+        batch = self._where(None, None)[2]
+        columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
+        found = [np.array([], np.int64)]
+        for w, s, p in self._selected(self._stats_files, None, None, None):
+            before = list(self.problems)
+            t = self._read_part(w, s, p, columns, [("kind", "in", [kind]), ("group", "in", [group])])
+            if t is None:  # unreadable, or compacted away since listed: the full reader decides
+                self.problems[:] = before
+                df = self.query_stats(kinds=[kind], groups=[group], columns=[])
+                return np.sort(df["step"].unique()).astype(np.int64)
+            if batch is not None:
+                t = t.filter(pc.equal(t.column("batch"), batch))
+            found.append(pc.unique(t.column("step")).to_numpy().astype(np.int64))
+        return np.unique(np.concatenate(found))
+
     @staticmethod
     def to_pandas(table: pa.Table) -> pd.DataFrame:
         """A statistics table (:meth:`query_stats_table`) as :attr:`stats` shows it: names as

@@ -253,7 +253,8 @@ def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
     if opened is None:
         return None
     pf, of = opened
-    cols = ["group", "bin", "width", "rows", "first_step", "last_step", "nan_sum", "nan_finite", "inf_sum", "inf_finite"]
+    cols = ["group", "bin", "width", "rows", "first_step", "last_step",
+            "nan_sum", "nan_finite", "inf_sum", "inf_finite"]
     try:
         t = pf.read(columns=cols)
         t = t.filter(pc.equal(t.column("group"), "all"))
