@@ -802,8 +802,10 @@ class Run:
             filters: list = [("group", "in", ["all"])]
             if bins is not None:
                 filters += [("step", ">=", bins[0][0]), ("step", "<=", max(b for _, b in bins))]
+            before = list(self.problems)
             t = self._read_part(w, s, p, columns, filters)
-            if t is None:
+            if t is None:  # unreadable, or compacted away since listed: the full reader decides
+                self.problems[:] = before
                 return None
             if t.num_rows:
                 parts.setdefault((w, s), []).append(t)

@@ -143,3 +143,14 @@ def test_damaged_summary_is_reported_and_the_part_read(run_dir):
     run = inspector.open_run(run_dir)
     assert statistics_evidence(run) == first_bad_row(inspector.open_run(run_dir))
     assert any("damaged statistics summary" in p for p in run.problems)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_stats_steps_equal_the_steps_of_every_row(run_dir, overlap):
+    if overlap:
+        write(run_dir, start=30, stop=45, nonfinite_at=None, seed=1)  # session 2 goes past session 1's end
+    run = inspector.open_run(run_dir)
+    for kind, group in [("forward", "all"), ("gradient", "positive")]:
+        want = np.unique(inspector.open_run(run_dir).query_stats(kinds=[kind], groups=[group], columns=[])["step"])
+        np.testing.assert_array_equal(run.stats_steps(kind, group), want)
+        assert len(want) == STEPS + 5 * overlap
