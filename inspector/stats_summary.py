@@ -235,7 +235,10 @@ def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
         found = None
         if run.store.is_local and (Path(run.path) / summary_rel(part[0])).exists():
             opened = _open_summary(run, part)
-            found = (opened[1]["first_step"], opened[1]["last_step"]) if opened is not None else None
+            if opened is not None:
+                a, b = opened[1]["first_step"], opened[1]["last_step"]
+                # a step range no writer writes (a damaged summary) is not used to skip anything
+                found = (a, b) if 0 <= a <= b < 2 ** 62 else None
         cache[part] = found
     return cache[part]
 
