@@ -120,14 +120,31 @@ def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thre
 
     >>> # stats: columns step, tensor, kind, group, zero_fraction; catalog: name, op_type
     """
-    relu = set(catalog.loc[catalog["op_type"].astype(str).str.contains("Relu", na=False), "name"])
-    df = stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(relu)]
+    df = _relu_rows(stats, catalog)
     if df.empty:
         return []
     zf = _last_window(df, th.window).groupby("tensor", observed=True)["zero_fraction"].min()
     dead = zf[zf >= th.dead_zero_fraction]
     return [Alert("warning", "dead_relu", f"{t}: {zf[t]:.1%} of activations are zero over the last "
                   f"{th.window} steps (dead ReLU)", int(df["step"].max()), str(t)) for t in dead.index]
+
+
+def _relu_tensors(catalog: pd.DataFrame) -> set[str]:
+    return set(catalog.loc[catalog["op_type"].astype(str).str.contains("Relu", na=False), "name"])
+
+
+def _relu_rows(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
+    """The rows :func:`dead_relus` judges: forward, group all, of ReLU outputs."""
+    relu = _relu_tensors(catalog)
+    return stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(relu)]
+
+
+def _gradient_rows(stats: pd.DataFrame, catalog: pd.DataFrame | None) -> pd.DataFrame:
+    """The rows :func:`gradient_alerts` judges: gradient, group all, of layer outputs (with a catalog)."""
+    df = stats[(stats["kind"] == "gradient") & (stats["group"] == "all")]
+    if catalog is not None and not catalog.empty:
+        df = df[df["tensor"].isin(layer_outputs(catalog))]
+    return df
 
 
 def layer_outputs(catalog: pd.DataFrame) -> set[str]:
@@ -160,9 +177,7 @@ def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds(),
     :func:`layer_outputs` are judged, so like is compared with like (a weight-decay read's or a
     BN-fed bias's tiny gradient is not a vanishing gradient).
     """
-    df = stats[(stats["kind"] == "gradient") & (stats["group"] == "all")]
-    if catalog is not None and not catalog.empty:
-        df = df[df["tensor"].isin(layer_outputs(catalog))]
+    df = _gradient_rows(stats, catalog)
     if df.empty:
         return []
     win = _last_window(df, th.window)
@@ -251,13 +266,52 @@ def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
     return out
 
 
+def _window_stats(run: "Run", th: Thresholds) -> pd.DataFrame:
+    """The rows :func:`gradient_alerts` and :func:`dead_relus` need: every row of the last
+    ``th.window`` steps of each's rows (the same result as reading every row).
+
+    Reads the steps from ``low`` up, where ``low`` starts near the run's last step (the parts'
+    summaries state their steps, so the reader skips the parts below ``low``) and moves down
+    until each judged set has ``th.window`` distinct steps at or above it, or nothing is left
+    below it. Rows at a step >= ``low`` are read whole, so the last window is exact."""
+    from .stats_summary import part_steps
+    cat = run.tensors
+
+    def query(steps: tuple[int, int] | None = None) -> pd.DataFrame:
+        return run.query_stats(steps=steps, kinds=["forward", "gradient"], groups=["all"],
+                               columns=["l2", "zero_fraction"])
+    known = [r for _, _, p in run._selected(run._stats_files, None, None, None) if (r := part_steps(run, p))]
+    if not known:
+        return query()
+    first, last = min(a for a, _ in known), max(b for _, b in known)
+    span = 4 * th.window
+    while last - span > first:
+        df = query((last - span, np.iinfo(np.int64).max))
+        if all(sub["step"].nunique() >= th.window for sub in (_gradient_rows(df, cat), _relu_rows(df, cat))):
+            return df
+        span *= 4
+    return query()
+
+
+def _beta_stats(run: "Run") -> pd.DataFrame:
+    """The rows :func:`icnn_beta_alerts` judges (every step of the ICNN betas only)."""
+    cat = run.tensors
+    names = sorted(set(cat.loc[cat["icnn_role"] == "beta", "name"])) if "icnn_role" in cat else []
+    if not names:
+        return pd.DataFrame(columns=["step", "tensor", "kind", "group", "min", "max"])
+    return run.query_stats(names, kinds=["forward"], groups=["all"], columns=["min", "max"])
+
+
 def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
-    """Every alert for ``run``, errors first. Reads only the statistics columns it needs."""
-    stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction", "min", "max"])
+    """Every alert for ``run``, errors first. Reads only the statistics rows and columns it
+    needs: the last ``th.window`` steps for gradients and ReLUs, the ICNN betas' rows."""
     out = nonfinite_alert(run.first_nonfinite(), run.tensors)
+    stats = _window_stats(run, th)
     if not stats.empty:
         out += gradient_alerts(stats, th, run.tensors) + dead_relus(stats, run.tensors, th)
-        out += icnn_beta_alerts(stats, run.tensors)
+    beta = _beta_stats(run)
+    if not beta.empty:
+        out += icnn_beta_alerts(beta, run.tensors)
     out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
     out += [Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":

@@ -435,6 +435,11 @@ class Run:
         batch = self._where(mode, worker, batch)[2]
         parts: dict[tuple[str, int], list[pa.Table]] = {}
         failed = []
+        lo, hi = _step_bounds(filters)
+        if lo is not None or hi is not None:  # skip parts whose summary puts every step outside
+            from .stats_summary import part_steps
+            files = [(w, s, p) for w, s, p in files if (r := part_steps(self, p)) is None
+                     or not ((lo is not None and r[1] < lo) or (hi is not None and r[0] > hi))]
         for w, s, p in files:
             t = self._read_part(w, s, p, columns, filters)
             if t is None:
@@ -525,6 +530,28 @@ class Run:
         if columns is not None:
             columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
         return self._read_stats(columns, filters or None, mode, worker, session, batch)
+
+    def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
+        """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
+        of ``query_stats(kinds=[kind], groups=[group])``, reading four columns and no identity
+        (the later-session rule picks which session's rows a step shows, never drops a step).
+
+        >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
+        """
+        batch = self._where(None, None)[2]
+        columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
+        found = [np.array([], np.int64)]
+        for w, s, p in self._selected(self._stats_files, None, None, None):
+            before = list(self.problems)
+            t = self._read_part(w, s, p, columns, [("kind", "in", [kind]), ("group", "in", [group])])
+            if t is None:  # unreadable, or compacted away since listed: the full reader decides
+                self.problems[:] = before
+                df = self.query_stats(kinds=[kind], groups=[group], columns=[])
+                return np.sort(df["step"].unique()).astype(np.int64)
+            if batch is not None:
+                t = t.filter(pc.equal(t.column("batch"), batch))
+            found.append(pc.unique(t.column("step")).to_numpy().astype(np.int64))
+        return np.unique(np.concatenate(found))
 
     @staticmethod
     def to_pandas(table: pa.Table) -> pd.DataFrame:
@@ -747,7 +774,9 @@ class Run:
         The two can disagree (the loss check sees step 5 in ``loss:0``, statistics every 2
         steps see step 6 in a gradient): both are listed."""
         found = []
-        df = self.query_stats(groups=["all"], columns=["nan", "inf"], mode=mode, worker=worker)
+        df = self._nonfinite_rows(mode, worker)
+        if df is None:
+            df = self.query_stats(groups=["all"], columns=["nan", "inf"], mode=mode, worker=worker)
         mode, worker, _ = self._where(mode, worker)
         bad = df[(df["nan"] > 0) | (df["inf"] > 0)] if not df.empty else df
         if not bad.empty:
@@ -762,6 +791,39 @@ class Run:
                     and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
                 found.append({**rec, "worker": w, "source": str(rec.get("source", "loss check"))})
         return sorted(found, key=lambda r: r["step"])
+
+    def _nonfinite_rows(self, mode: str | None, worker: str | None) -> pd.DataFrame | None:
+        """The rows (group ``all``, columns nan, inf) that :meth:`nonfinite_evidence` judges, read
+        only where the parts' summaries count a NaN/Inf (:func:`~inspector.stats_summary.nonfinite_bins`);
+        every row with a NaN/Inf is among them, in the reader's order. None where that cannot be
+        exact (read every row instead): one eval batch viewed, two sessions of one worker and
+        mode (a later session's clean row may replace a step), a part that does not read."""
+        from .stats_summary import nonfinite_bins
+        files = self._selected(self._stats_files, mode, worker, None)
+        sessions = {(w, s) for w, s, _ in files}
+        if self._where(mode, worker)[2] is not None or \
+                len({(w, self._mode_of(w, s)) for w, s in sessions}) < len(sessions):
+            return None
+        columns = [*_IDENTITY, "tensor", "kind", "group", "nan", "inf"]
+        parts: dict[tuple[str, int], list[pa.Table]] = {}
+        for w, s, p in files:
+            bins = nonfinite_bins(self, p)
+            if bins == []:
+                continue  # its summary counts no NaN/Inf
+            filters: list = [("group", "in", ["all"])]
+            if bins is not None:
+                filters += [("step", ">=", bins[0][0]), ("step", "<=", max(b for _, b in bins))]
+            before = list(self.problems)
+            t = self._read_part(w, s, p, columns, filters)
+            if t is None:  # unreadable, or compacted away since listed: the full reader decides
+                self.problems[:] = before
+                return None
+            if t.num_rows:
+                parts.setdefault((w, s), []).append(t)
+        tables = [t for ts in _latest_session_wins(parts).values() for t in ts]
+        if not tables:
+            return self._to_pandas(pa.table({}))
+        return self._to_pandas(pa.concat_tables(tables, promote_options="permissive").select(columns))
 
     def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
         """The earliest evidence of a NaN or Inf (see :meth:`nonfinite_evidence`); ``source``
@@ -792,6 +854,25 @@ def _with_identity(t: pa.Table, worker: str, session: int, mode: str) -> pa.Tabl
     if "batch" not in t.column_names and "step" in t.column_names:
         t = t.add_column(t.column_names.index("step") + 1, "batch", const["batch"]())
     return t
+
+
+def _step_bounds(filters: Any) -> tuple[int | None, int | None]:
+    """The (lowest, highest) step that ``filters`` (:meth:`Run.query_stats_table`'s triples) let
+    through; None where unbounded.
+
+    >>> _step_bounds([("step", ">=", 5), ("kind", "in", ["forward"])])
+    (5, None)
+    """
+    lo = hi = None
+    for f in filters or ():
+        if not (isinstance(f, tuple) and len(f) == 3):
+            continue  # a conjunction of triples is all this reads; other forms prune nothing
+        c, op, v = f
+        if c == "step" and op == ">=":
+            lo = int(v) if lo is None else max(lo, int(v))
+        elif c == "step" and op == "<=":
+            hi = int(v) if hi is None else min(hi, int(v))
+    return lo, hi
 
 
 def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]]) -> dict[tuple[str, int], list[pa.Table]]:

@@ -224,6 +224,53 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
         return None
 
 
+def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
+    """(first, last) statistics step of a live ``part`` as its summary states them, or None if
+    unknown (no summary, stale or damaged: then the part must be read). Read once per part.
+
+    A reader may skip a part whose steps lie outside a query's step range: the summary is
+    checked against the part as it is now (:func:`_open_summary`), so no row can be missed."""
+    cache = run.__dict__.setdefault("_part_steps", {})
+    if part not in cache:
+        found = None
+        if run.store.is_local and (Path(run.path) / summary_rel(part[0])).exists():
+            opened = _open_summary(run, part)
+            if opened is not None:
+                a, b = opened[1]["first_step"], opened[1]["last_step"]
+                # a step range no writer writes (a damaged summary) is not used to skip anything
+                found = (a, b) if 0 <= a <= b < 2 ** 62 else None
+        cache[part] = found
+    return cache[part]
+
+
+def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
+    """The step ranges of ``part``'s summary bins whose group ``all`` rows count a NaN or Inf
+    (``nan``/``inf`` above 0): every such row of the part lies in one. None if the part has no
+    usable summary (the part must be read whole); damaged summaries are reported.
+
+    Counts are integers, so a bin's sum is above 0 exactly when one of its rows is; a bin
+    whose counts are not all finite (a null) is listed too, to be read."""
+    if part_steps(run, part) is None:
+        return None
+    opened = _open_summary(run, part)
+    if opened is None:
+        return None
+    pf, of = opened
+    cols = ["group", "bin", "width", "rows", "first_step", "last_step",
+            "nan_sum", "nan_finite", "inf_sum", "inf_finite"]
+    try:
+        t = pf.read(columns=cols)
+        t = t.filter(pc.equal(t.column("group"), "all"))
+        _check_summary(t, "nan", of)
+        _check_summary(t, "inf", of)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
+        _damaged(run, Path(run.path) / summary_rel(part[0]), e)
+        return None
+    c = {k: t.column(k).to_numpy() for k in cols[3:]}
+    flag = (c["nan_sum"] > 0) | (c["inf_sum"] > 0) | (c["nan_finite"] < c["rows"]) | (c["inf_finite"] < c["rows"])
+    return sorted(zip(c["first_step"][flag].tolist(), c["last_step"][flag].tolist()))
+
+
 def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
                   stat: str) -> pa.Table | None:
     """The summary rows of ``part`` for (kind, group); None (reported) if they are damaged."""

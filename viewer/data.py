@@ -88,12 +88,11 @@ def list_runs(folder: str, root: str) -> tuple[list[str], int]:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def stats_steps(path: str, sig: Sig) -> np.ndarray:
-    """Steps that have statistics (read from the first tensor's rows only)."""
+    """Steps that have statistics (forward, group all: :meth:`inspector.Run.stats_steps`)."""
     run = get_run(path, sig)
     if run.tensors.empty:
         return np.array([], np.int64)
-    df = run.query_stats(kinds=["forward"], groups=["all"], columns=[])
-    return np.sort(df["step"].unique()).astype(np.int64)
+    return run.stats_steps()
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -1,0 +1,156 @@
+"""The Summary page's alerts and first NaN/Inf read only the rows they need (the last window of
+steps; the parts whose summaries count a NaN/Inf). Each must equal the result computed from every
+row the reader returns (a numpy/pandas reference), on compacted, merged and summarised runs."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import inspector
+from inspector import analysis
+from inspector.analysis import Thresholds
+from inspector.stats_merge import Levels
+from inspector.stats_summary import FOLDER
+from inspector.testing import SyntheticRun
+
+STEPS = 40
+STRIDE = 10  # statistics every 10 steps: a window of steps reaches further back than its width
+NAN_STEP = 38 * STRIDE
+
+
+def write(path: Path, start: int = 0, stop: int = STEPS, nonfinite_at: int | None = NAN_STEP, seed: int = 0) -> Path:
+    """Statistics steps ``start * STRIDE``..: one small part each, compacted every 4, merged by
+    fours (summaries included)."""
+    b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0,
+                     nonfinite_at=nonfinite_at, seed=seed)
+    b.writer._compactor.rows = 4 * len(b.row_tensor)
+    b.writer._compactor.after.levels = Levels(4)
+    steps = np.arange(start, stop) * STRIDE
+    values, ranges, hist = b.stats_block(steps)
+    for k, step in enumerate(steps):
+        b.writer.add_stats(int(step), values[k], ranges[k], hist[k])
+    b.close()
+    return path
+
+
+def first_bad_row(run) -> dict | None:
+    """The reference: the earliest row (stable by the reader's order) counting a NaN/Inf."""
+    df = run.query_stats(groups=["all"], columns=["nan", "inf"])
+    bad = df[(df["nan"] > 0) | (df["inf"] > 0)].sort_values("step", kind="stable")
+    if bad.empty:
+        return None
+    r = bad.iloc[0]
+    return {"step": int(r["step"]), "tensor": str(r["tensor"]), "kind": str(r["kind"]), "nan": int(r["nan"]),
+            "inf": int(r["inf"]), "worker": str(r["worker"]), "source": "statistics"}
+
+
+def reference_alerts(run, th: Thresholds) -> list[analysis.Alert]:
+    """run_alerts as it was: every row of group all read, then judged."""
+    stats = run.query_stats(groups=["all"], columns=["l2", "zero_fraction", "min", "max"])
+    out = analysis.nonfinite_alert(run.first_nonfinite(), run.tensors)
+    out += analysis.gradient_alerts(stats, th, run.tensors) + analysis.dead_relus(stats, run.tensors, th)
+    out += analysis.icnn_beta_alerts(stats, run.tensors)
+    out += analysis.error_alerts(run.errors, run.sessions) + analysis.dropped_alerts(run.dropped)
+    out += [analysis.Alert("warning", "damaged_file", p) for p in run.problems]
+    return sorted(out, key=lambda a: analysis.SEVERITIES.index(a.severity))
+
+
+def statistics_evidence(run) -> dict | None:
+    return next((e for e in run.nonfinite_evidence() if e["source"] == "statistics"), None)
+
+
+def count_reads(monkeypatch) -> list[str]:
+    read: list[str] = []
+    real = inspector.Run._read_part
+
+    def spy(self, worker, session, part, columns, filters):
+        read.append(part[0])
+        return real(self, worker, session, part, columns, filters)
+    monkeypatch.setattr(inspector.Run, "_read_part", spy)
+    return read
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> Path:
+    return write(tmp_path_factory.mktemp("a") / "run")
+
+
+@pytest.fixture
+def run_dir(made, tmp_path) -> Path:
+    shutil.copytree(made, tmp_path / "run")
+    return tmp_path / "run"
+
+
+@pytest.mark.parametrize("window", [3, 10, 35])
+def test_alerts_equal_those_from_every_row(run_dir, monkeypatch, window):
+    # thresholds every tensor crosses: each message then states a window's median/minimum to get right
+    th = Thresholds(window=window, dead_zero_fraction=0.0, vanishing_l2=1e30, layer_ratio=1.0)
+    assert len(list((run_dir / FOLDER).iterdir())) >= 2  # summarised parts: the partial reads apply
+    run = inspector.open_run(run_dir)
+    read = count_reads(monkeypatch)
+    got = analysis.run_alerts(run, th)
+    read = list(read)
+    parts = len(run._stats_files)
+    fresh = inspector.open_run(run_dir)
+    want = reference_alerts(fresh, th)
+    assert [a.kind for a in got if a.kind != "running"] == [a.kind for a in want]
+    assert [a for a in got if a.kind != "running"] == want
+    assert {"nonfinite", "dead_relu", "vanishing_gradient", "gradient_ratio", "icnn_beta_diverged"} <= \
+        {a.kind for a in want}
+    if window == 3:  # the last steps' parts only, not every part for each query
+        assert len(read) < 3 * parts
+
+
+def test_first_nonfinite_equals_the_first_bad_row(run_dir, monkeypatch):
+    run = inspector.open_run(run_dir)
+    read = count_reads(monkeypatch)
+    got = statistics_evidence(run)
+    read = list(read)
+    want = first_bad_row(inspector.open_run(run_dir))
+    assert want is not None and want["step"] == NAN_STEP
+    assert got == want
+    assert len(read) < len(run._stats_files)  # parts whose summaries count no NaN/Inf were skipped
+
+
+def test_clean_run_has_no_first_nonfinite_and_reads_no_summarised_part(tmp_path, monkeypatch):
+    path = write(tmp_path / "clean", nonfinite_at=None)
+    run = inspector.open_run(path)
+    read = count_reads(monkeypatch)
+    assert statistics_evidence(run) is None
+    read = list(read)
+    assert first_bad_row(inspector.open_run(path)) is None
+    summarised = {f"stats/{p.name}" for p in (path / FOLDER).iterdir()}
+    assert summarised and not summarised & set(read)
+
+
+def test_overlapping_sessions_give_the_reference_results(run_dir):
+    write(run_dir, start=30, stop=40, nonfinite_at=None, seed=1)  # session 2 replaces the last 10 steps, no NaN
+    run = inspector.open_run(run_dir)
+    want = first_bad_row(inspector.open_run(run_dir))
+    assert want is None or want["step"] != NAN_STEP   # the later session's clean rows won that step
+    assert statistics_evidence(run) == want
+    th = Thresholds(window=5, dead_zero_fraction=0.0, vanishing_l2=1e30)
+    assert [a for a in analysis.run_alerts(run, th) if a.kind != "running"] == \
+        reference_alerts(inspector.open_run(run_dir), th)
+
+
+def test_damaged_summary_is_reported_and_the_part_read(run_dir):
+    s = sorted((run_dir / FOLDER).iterdir())[-1]
+    s.write_bytes(s.read_bytes()[:100])
+    run = inspector.open_run(run_dir)
+    assert statistics_evidence(run) == first_bad_row(inspector.open_run(run_dir))
+    assert any("damaged statistics summary" in p for p in run.problems)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_stats_steps_equal_the_steps_of_every_row(run_dir, overlap):
+    if overlap:
+        write(run_dir, start=30, stop=45, nonfinite_at=None, seed=1)  # session 2 goes past session 1's end
+    run = inspector.open_run(run_dir)
+    for kind, group in [("forward", "all"), ("gradient", "positive")]:
+        want = np.unique(inspector.open_run(run_dir).query_stats(kinds=[kind], groups=[group], columns=[])["step"])
+        np.testing.assert_array_equal(run.stats_steps(kind, group), want)
+        assert len(want) == STEPS + 5 * overlap
