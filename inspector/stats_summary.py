@@ -205,6 +205,10 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
     a problem reported) if it is stale or damaged."""
     rel, size = part[0], part[1]
     path = Path(run.path) / summary_rel(rel)
+    try:  # the part too is stat'ed first: opening a FIFO would block forever
+        check_regular(Path(run.path) / rel, Path(run.path))
+    except DamagedFileError:
+        return None  # no summary can vouch for it; reading the part reports the damage
     try:
         check_regular(path, Path(run.path))  # a regular file inside the run, as every file read
         pf = pq.ParquetFile(path, page_checksum_verification=run.verify)

@@ -154,3 +154,22 @@ def test_stats_steps_equal_the_steps_of_every_row(run_dir, overlap):
         want = np.unique(inspector.open_run(run_dir).query_stats(kinds=[kind], groups=[group], columns=[])["step"])
         np.testing.assert_array_equal(run.stats_steps(kind, group), want)
         assert len(want) == STEPS + 5 * overlap
+
+
+def test_a_fifo_in_place_of_a_summarised_part_is_reported_never_opened(made, tmp_path):
+    """Checking a summary against its part must not open the part before knowing it is a
+    regular file: a FIFO there blocked a step-range query forever (found by the reader fuzz).
+    In a child process with a time limit, so a regression fails instead of hanging."""
+    import os
+    import subprocess
+    import sys
+    run_dir = tmp_path / "run"
+    shutil.copytree(made, run_dir)
+    part = sorted(p for p in (run_dir / "stats").glob("*.parquet") if (run_dir / FOLDER / p.name).exists())[0]
+    part.unlink()
+    os.mkfifo(part)
+    code = ("import sys, inspector; r = inspector.open_run(sys.argv[1]); "
+            "r.query_stats(steps=(0, 50), groups=['all']); print('\\n'.join(r.problems))")
+    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert part.name in out.stdout and "not a regular file" in out.stdout
