@@ -195,6 +195,22 @@ def test_masks_and_templates(runs):
     assert "all dump steps" in captions(ok(at)) or images(at)[2] != after[2]
 
 
+@pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", True)])
+def test_masks_figures_are_never_stale_after_a_change(runs, key, value):
+    """The page's figures are cached by what they show: after a widget change, each equals the
+    figure a new session on empty caches draws for the same view (a cache key missing the
+    widget would show the previous view's figure)."""
+    import streamlit as st
+    at = ok(start(runs / "exp1", "Masks & templates"))
+    widget = at.toggle(key=key) if key == "mt_pool" else at.selectbox(key=key)
+    assert widget.value != value
+    widget.set_value(value).run()
+    changed = images(ok(at))
+    st.cache_data.clear()
+    fresh = images(ok(start(runs / "exp1", "Masks & templates", **{key: value})))
+    assert changed == fresh
+
+
 def test_tensor_browser(runs):
     at = ok(start(runs / "exp1", "Tensor browser"))
     assert "20 of 20 tensors" in captions(at)

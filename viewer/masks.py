@@ -17,7 +17,7 @@ from inspector.icnn import templates
 from . import data
 from .dumps import dump_step_picker
 from .featuremaps import sample_label
-from .ui import Ctx, need, plain, show_figure
+from .ui import Ctx, need, plain, show_cached_figure
 
 
 def per_step(ctx: Ctx, name: str | float, steps: list[int]) -> tuple[list[int], np.ndarray]:
@@ -122,13 +122,14 @@ def render(ctx: Ctx) -> None:
     beta = float(beta_all[filt]) if beta_all is not None else 2.0
 
     cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
-    grid = templates.positive_templates(h, w, beta).reshape(h, w, h, w)   # tile (i, j): mu at cell (i, j)
     what = f"{layer} filter {filt}" + (f" (class {klass})" if klass is not None else "")
-    show_figure(plots.templates_grid(grid, templates.negative_template(h, w),
-                                     {f"sample #{sample} ({samples['group'].iloc[sample]}): mu cell {cell}": cell},
-                                     tau=templates.paper_tau(h, w),
-                                     title=f"{what}, step {step}, beta={beta:.3f}"),
-                f"templates_{layer}_f{filt}_{step}", key="mt_templates")
+    label = f"sample #{sample} ({samples['group'].iloc[sample]}): mu cell {cell}"
+    title = f"{what}, step {step}, beta={beta:.3f}"
+    # The figure is a function of exactly these values: they are its cache key.
+    show_cached_figure(lambda: plots.templates_grid(
+        templates.positive_templates(h, w, beta).reshape(h, w, h, w),   # tile (i, j): mu at cell (i, j)
+        templates.negative_template(h, w), {label: cell}, tau=templates.paper_tau(h, w), title=title),
+        ("mt_templates", h, w, beta, label, cell, title), f"templates_{layer}_f{filt}_{step}", key="mt_templates")
     st.caption(f"Sample #{sample}: mu = ({mu[sample, filt, 0]:+.3f}, {mu[sample, filt, 1]:+.3f}) -> template "
                f"cell {cell} (outlined). beta = {beta:.3f}{'' if beta_all is not None else ' (default; not dumped)'}.")
 
@@ -146,10 +147,10 @@ def render(ctx: Ctx) -> None:
         if len(s):
             panels[label] = (s, v)
     if need(bool(panels), "beta and filter loss were not captured for this layer."):
-        show_figure(plots.channel_lines(panels, highlight=ids.index(filt), channels=ids,
-                                        title=f"{layer}: per filter{'' if klass is None else f' of class {klass}'}"
-                                              f" (filter {filt} bold)"),
-                    f"beta_loss_{layer}", key="mt_beta")
+        show_cached_figure(lambda: plots.channel_lines(
+            panels, highlight=ids.index(filt), channels=ids,
+            title=f"{layer}: per filter{'' if klass is None else f' of class {klass}'} (filter {filt} bold)"),
+            ("mt_beta", ctx.path, ctx.sig, layer, klass, filt), f"beta_loss_{layer}", key="mt_beta")
 
     st.subheader("mu of positive vs negative samples" + ("" if klass is None else f" (class {klass})"))
     pool = st.toggle("Pool every dump step", key="mt_pool")
@@ -165,9 +166,10 @@ def render(ctx: Ctx) -> None:
         for name in groups:
             groups[name].append(m[g == name])
     pts = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in groups.items()}
-    show_figure(plots.mu_scatter(pts, f"{what}: mu ({'all dump steps' if pool else f'step {step}'})",
-                                 jitter=0.02),
-                f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
+    show_cached_figure(lambda: plots.mu_scatter(pts, f"{what}: mu ({'all dump steps' if pool else f'step {step}'})",
+                                                jitter=0.02),
+                       ("mt_scatter", ctx.path, ctx.sig, layer, klass, filt, pool, None if pool else step),
+                       f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
     if have_split and not len(pts["positive"]):
         st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by its own groups, "
                 f"and none of those kept is of class {klass}. Its positive mu spread cannot be shown.")
