@@ -854,6 +854,34 @@ def test_layer_rows_fold_an_icnn_layers_helper_ops():
     assert len(layers.shown_rows(rows, all_ops=True)) == 7
 
 
+def test_layer_rows_fold_a_conv_layer_into_its_activation_not_a_variable():
+    """As a TF graph lists them: the kernel read opens a scope under the conv op's name, and the
+    catalog lists variables after the ops. The folded row is the layer's last op output."""
+    import pandas as pd
+    from viewer import layers
+    rows = [("conv1/Conv2D/ReadVariableOp:0", "conv1/Conv2D/ReadVariableOp", "conv1/Conv2D", "tensor"),
+            ("conv1/Conv2D:0", "conv1/Conv2D", "conv1", "tensor"), ("conv1/Relu:0", "conv1/Relu", "conv1", "tensor"),
+            ("dense/MatMul:0", "dense/MatMul", "dense", "tensor"),
+            ("conv1/biases", "conv1/biases", "conv1", "variable"), ("dense/w", "dense/w", "dense", "variable")]
+    cat = pd.DataFrame(rows, columns=["name", "op", "scope", "kind"]).assign(icnn_layer=None, icnn_role=None)
+    cat = cat.set_index("name", drop=False)
+    got = layers.layer_rows(cat, list(cat.index))
+    assert got["layer"].tolist() == ["conv1", "conv1", "conv1", "dense", "conv1", "dense"]
+    assert layers.shown_rows(got)["label"].tolist() == ["conv1/Relu:0 (+3 ops of conv1)", "dense/MatMul:0 (+1 ops of dense)"]
+
+
+def test_overview_says_columns_aggregate_steps_only_where_one_does():
+    """Statistics every 100 steps in bins of 2 steps: each column holds one statistics step, so
+    the caption must not call it an aggregate; bins holding two steps are named."""
+    import numpy as np
+    from inspector.stats_summary import Overview
+    from viewer.overview import binned_note, column_width
+    one = Overview(["a"], np.array([100, 200]), np.array([100, 200]), np.ones((1, 2)), width=2)
+    two = Overview(["a"], np.array([101, 203]), np.array([100, 202]), np.ones((1, 2)), width=2)
+    assert binned_note(column_width(one)) == ""
+    assert "a bin of 2 steps" in binned_note(column_width(two))
+
+
 def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
     """Every drawn cell's value is the statistics row of (tensor, step); cells are centred on
     uneven steps; NaN/Inf and (log) zero cells are grey, not coloured."""

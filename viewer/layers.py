@@ -3,8 +3,9 @@ layer's internal ops folded into its output row by default, tooltips (tensor, la
 value) and zoom/pan along the steps. No Streamlit here (tested without a page).
 
 A *layer* is the ICNN layer a tensor belongs to (its ``icnn_layer``, or an ICNN layer whose
-scope its scope lies under: the layer's helper ops), else the tensor's name scope. Folded, a
-layer shows one row: its ICNN ``post_mask`` output, else its last tensor in graph order.
+scope its scope lies under: the layer's helper ops), else the tensor's name scope (a scope TF
+opened under an op's name, e.g. ``conv1/Conv2D/ReadVariableOp``, counts as that op's). Folded,
+a layer shows one row: its ICNN ``post_mask`` output, else its last op output in graph order.
 
 Example::
 
@@ -14,12 +15,15 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Collection
+from typing import Collection, Mapping
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
+#: Pixels of a heatmap chart outside its rows (title, step axis and its title): Streamlit's
+#: height is the whole chart's, so without them the rows shrink below a readable label
+FRAME_PX = 130
 #: Most step columns a chart sends to the browser (evenly chosen beyond it; the caption says so)
 MAX_STEPS = 300
 
@@ -36,18 +40,37 @@ def layer_of(scope: str, icnn_layer: object, icnn_layers: Collection[str]) -> st
     return max(under, key=len) if under else (scope or "(no scope)")
 
 
+def op_scope(scope: str, ops: Mapping[str, str]) -> str:
+    """``scope`` with the scopes TF opens under an op's own name (``conv1/Conv2D/ReadVariableOp``
+    reads the kernel *for* ``conv1/Conv2D``) replaced by that op's scope; ``ops``: op name -> scope.
+
+    >>> op_scope("conv1/Conv2D", {"conv1/Conv2D": "conv1"}), op_scope("conv1", {"conv1/Conv2D": "conv1"})
+    ('conv1', 'conv1')
+    """
+    seen = set()
+    while scope in ops and scope not in seen:
+        seen.add(scope)
+        scope = ops[scope]
+    return scope
+
+
 def layer_rows(catalog: pd.DataFrame, tensors: list[str]) -> pd.DataFrame:
     """One row per tensor of ``tensors`` (graph order): its ``layer`` and whether it is the
-    layer's ``output`` (the row a folded layer shows)."""
+    layer's ``output`` (the row a folded layer shows): the ICNN ``post_mask``, else the layer's
+    last op output (not a variable, which the catalog lists after the ops), else its last row."""
     cat = catalog.loc[tensors]
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
-    layers = [layer_of(str(s), ly, icnn) for s, ly in zip(cat["scope"].fillna(""), cat["icnn_layer"])]
-    df = pd.DataFrame({"tensor": tensors, "layer": layers, "role": list(cat["icnn_role"])})
+    ops = dict(zip(catalog["op"], catalog["scope"].fillna(""))) if "op" in catalog else {}
+    layers = [layer_of(op_scope(str(s), ops), ly, icnn) for s, ly in zip(cat["scope"].fillna(""), cat["icnn_layer"])]
+    kind = cat["kind"] if "kind" in cat else pd.Series("tensor", index=cat.index)
+    df = pd.DataFrame({"tensor": tensors, "layer": layers, "role": list(cat["icnn_role"]),
+                       "op_output": list(kind.fillna("tensor") != "variable")})
     post = df[df["role"] == "post_mask"].groupby("layer")["tensor"].first()
     last = df.groupby("layer")["tensor"].last()
-    out_of = {**last.to_dict(), **post.to_dict()}
+    last_op = df[df["op_output"]].groupby("layer")["tensor"].last()
+    out_of = {**last.to_dict(), **last_op.to_dict(), **post.to_dict()}
     df["output"] = [out_of[ly] == t for t, ly in zip(df["tensor"], df["layer"])]
-    return df.drop(columns="role")
+    return df.drop(columns=["role", "op_output"])
 
 
 def shown_rows(rows: pd.DataFrame, unfold: Collection[str] = (), all_ops: bool = False) -> pd.DataFrame:
@@ -112,12 +135,13 @@ def heatmap_chart(frame: pd.DataFrame, stat: str, log: bool = False, title: str 
     value; the mouse wheel zooms and dragging pans the step axis."""
     labels = list(dict.fromkeys(frame["label"]))
     color = alt.Color("value:Q", title=f"{stat}{' (log)' if log else ''}",
-                      scale=alt.Scale(type="log" if log else "linear", scheme="viridis"))
+                      scale=alt.Scale(type="log" if log else "linear", scheme="viridis"),
+                      legend=alt.Legend(format=".3~g"))  # a log scale's raw end value is 17 digits long
     return alt.Chart(frame).mark_rect().encode(
         x=alt.X("x0:Q", title="step (cells centred on their statistics step; scroll to zoom)",
                 scale=alt.Scale(nice=False, zero=False)),
         x2="x1:Q",
-        y=alt.Y("label:N", sort=labels, title=None, axis=alt.Axis(labelLimit=360)),
+        y=alt.Y("label:N", sort=labels, title=None, axis=alt.Axis(labelLimit=360, labelOverlap=False)),
         color=alt.condition(alt.datum.state == "finite", color, alt.value("#b0b0b0")),
         tooltip=[alt.Tooltip("tensor:N"), alt.Tooltip("layer:N"), alt.Tooltip("step:Q"),
                  alt.Tooltip("value:Q", title=stat, format=".4g"), alt.Tooltip("state:N")],

@@ -42,6 +42,12 @@ def heatmap_rows(ctx: Ctx, kind: str, group: str, stat: str, pattern: str, unfol
     return tensors, steps, m, layers.shown_rows(rows, unfold, all_ops)
 
 
+def column_width(ov) -> int:
+    """The overview's bin width where some column holds more than one statistics step, else 1
+    (bins wider than the statistics stride aggregate nothing: saying so would mislead)."""
+    return int(ov.width) if np.any(np.asarray(ov.first_steps) != np.asarray(ov.steps)) else 1
+
+
 def binned_note(width: int) -> str:
     """The caption's words for columns that aggregate ``width`` steps ('' for one step each).
 
@@ -65,13 +71,13 @@ def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, 
     log = stat in LOG_STATS
     frame = layers.heatmap_frame(tensors, steps, m, shown, log)
     st.altair_chart(layers.heatmap_chart(frame, stat, log, f"{kind} {stat} (group {group})"), width="stretch",
-                    height=layers.chart_height(len(shown)) + 60)  # + the axis and title
+                    height=layers.chart_height(len(shown)) + layers.FRAME_PX)
     n_steps = frame["step"].nunique()
     folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
     st.caption(f"{len(shown)} rows x {len(steps)} steps"
                + (f" ({n_steps} evenly chosen columns drawn; zoom in, or narrow the filter)"
                   if n_steps < len(steps) else "")
-               + binned_note(data.overview(ctx.path, ctx.sig, kind, group, stat).width)
+               + binned_note(column_width(data.overview(ctx.path, ctx.sig, kind, group, stat)))
                + (f"; {folded} layers folded into their output row (unfold them above)" if folded else "")
                + f"; grey = NaN/Inf{' or <= 0 (log scale)' if log else ''}; scroll to zoom the steps, hover for values")
     rows = [tensors.index(t) for t in shown["tensor"]]
