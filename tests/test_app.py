@@ -597,6 +597,11 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     n = dict(zip(df["group"].astype(str), df["count"]))
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert f"forward positive: n={n['positive']:,}," in captions(at) and "subsample" not in captions(at)
+    early = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(20, 20), kinds=["forward"])
+    at20 = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=20))
+    for g, count, mean in zip(early["group"].astype(str), early["count"], early["mean"]):
+        if g != "all":  # the exact means (the groups drawn), not a histogram's bin centres
+            assert np.isfinite(mean) and f"forward {g}: n={count:,}, mean={mean:.4g}" in captions(at20)
     # the chart's legend states the same count, and the histogram's own where it differs
     counted = {g: int(np.sum(h)) for g, h in zip(df["group"].astype(str), df["histogram"])}
     labels = set(vega_hists(at)[0][1][0]["label"])

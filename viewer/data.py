@@ -135,7 +135,7 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
     read that :func:`histograms` and :func:`histogram_totals` slice. A Parquet read of one step
     or one kind costs about as much as of all (the column chunks are read whole), so a page
     asking for one step, a few and every step, forward and gradient, reads the tensor once."""
-    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count"])
+    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count", "mean"])
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -192,13 +192,15 @@ def icnn_layers(path: str, sig: Sig) -> pd.DataFrame:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
-    """{step: {group: real element count}} (the rows' ``count``), to state beside histograms
-    that count a subsample (tensors over 65,536 elements, FORMAT.md)."""
+def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str,
+                     column: str = "count") -> dict:
+    """{step: {group: the rows' ``column``}}: by default the real element count, to state beside
+    histograms that count a subsample (tensors over 65,536 elements, FORMAT.md); ``"mean"``: the
+    exact mean over every element, which a histogram's bins can only approximate."""
     df = tensor_histograms(path, sig, tensor, kind)
     out: dict = {}
-    for row in df[df["step"].isin(steps)].itertuples(index=False):
-        out.setdefault(int(row.step), {})[str(row.group)] = int(row.count)
+    for step, group, value in zip(*(df.loc[df["step"].isin(steps), c] for c in ("step", "group", column))):
+        out.setdefault(int(step), {})[str(group)] = int(value) if column == "count" else float(value)
     return out
 
 

@@ -53,9 +53,10 @@ def bins_caption(bins: Bins) -> str:
     return f"{len(bins.edges) - 1} equal bins"
 
 
-def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str]) -> dict:
-    """{kind: {group: real element count}} at ``step`` (legends state it beside the histogram's)."""
-    return {k: data.histogram_totals(path, sig, tensor, (step,), k).get(step, {}) for k in kinds}
+def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str], column: str = "count") -> dict:
+    """{kind: {group: real element count}} at ``step`` (legends state it beside the histogram's);
+    ``column="mean"``: the exact means."""
+    return {k: data.histogram_totals(path, sig, tensor, (step,), k, column).get(step, {}) for k in kinds}
 
 
 def render(ctx: Ctx) -> None:
@@ -82,7 +83,7 @@ def render(ctx: Ctx) -> None:
     st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, totals=totals), width="stretch")
     download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals), f"hist_{tensor}_{step}",
                     key="di_hist")
-    st.caption(hist_caption(panels, totals))
+    st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean")))
 
     st.subheader("From dumped samples")
     if len(run.steps) > 0:
@@ -119,18 +120,18 @@ def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> Non
                "linear within a bin (exact to one bin width). Scroll to zoom the steps.")
 
 
-def hist_caption(panels: dict, totals: dict) -> str:
-    """Per kind and group: the real element count, the values the histogram counts, its mean."""
+def hist_caption(panels: dict, totals: dict, means: dict) -> str:
+    """Per kind and group: the real element count, the values the histogram counts, and the
+    exact mean from the statistics (a histogram's bin centres would give one bin's centre for
+    every group whose mass falls in one bin: equal where the groups differ)."""
     desc = []
     # the subsample rule reads the 'all' row's count (FORMAT.md), also for the groups
     sampled = any(t.get("all", max(t.values(), default=0)) > HIST_MAX_ELEMENTS for t in totals.values())
     for kind, groups in panels.items():
-        for g, (edges, counts) in groups.items():
-            mids = (edges[:-1] + edges[1:]) / 2
-            mean = float((mids * counts).sum() / max(counts.sum(), 1))
-            n = totals.get(kind, {}).get(g)
-            desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}, "
-                        f"histogram mean≈{mean:.4g}")
+        for g, (_, counts) in groups.items():
+            n, mean = totals.get(kind, {}).get(g), means.get(kind, {}).get(g)
+            desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}"
+                        + (f", mean={mean:.4g}" if mean is not None else ""))
     note = (f" (tensors over {HIST_MAX_ELEMENTS:,} elements: the histogram counts a subsample of about "
             f"{HIST_MAX_ELEMENTS:,} values; n is every element)") if sampled else ""
     return "; ".join(desc) + note

@@ -68,8 +68,8 @@ def panel_chart(name: str, groups: Mapping[str, Hist], log: bool = False, totals
         xscale = alt.Scale(domain=list(xlim), zero=False, nice=False, clamp=True)
     yscale = alt.Scale(type="log", domainMin=float(df["floor"].iloc[0])) if log and len(df) else alt.Scale()
     fill = alt.condition(alt.datum.group == "positive", alt.Color("label:N", scale=_legend_scale(groups, labels),
-                                                                   title=None, legend=alt.Legend(orient="top",
-                                                                                                 labelLimit=400)),
+                                                                   title=None, legend=alt.Legend(
+        orient="top", direction="vertical", labelLimit=340)),  # stacked: two panels must fit beside each other
                          alt.value("transparent"))
     return alt.Chart(df, title=name).mark_rect(opacity=0.6, strokeWidth=1.5).encode(
         x=alt.X("x0:Q", title="value", scale=xscale), x2="x1:Q",
