@@ -110,7 +110,7 @@ def render(ctx: Ctx) -> None:
     tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor", bind="query-params")
     row = cat.loc[tensor]
     st.markdown(f"**{plain(tensor)}**: op {plain(row['op'])} ({plain(row['op_type'])}), dtype {plain(row['dtype'])}, "
-                f"static shape {plain(row['shape'])}, scope {plain(row['scope'])}, "
+                f"static shape {plain(row['shape'])}, scope {plain(row['scope']) if row['scope'] else '(top level)'}, "
                 f"gradient: {'yes' if row['has_gradient'] else 'no'}, batched: {'yes' if row['batched'] else 'no'}"
                 + (f", ICNN {plain(row['icnn_role'])} of {plain(row['icnn_layer'])}"
                    if isinstance(row["icnn_role"], str) else "")
