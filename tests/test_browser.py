@@ -305,7 +305,7 @@ def test_back_and_forward_move_between_pages(server, browser):
         page.go_forward(wait_until="commit")
         heading_shown(page, "Distributions")
         sync_api.expect(page.get_by_role("combobox", name="Run").first).to_have_value("exp2", timeout=90_000)
-        assert parse_qs(urlsplit(page.url).query)["run"] == ["exp2"]          # the URL names the run shown
+        assert parse_qs(urlsplit(page.url).query).get("run") == ["exp2"], page.url   # the URL names the run shown
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
@@ -362,9 +362,10 @@ def shown_view(page) -> tuple[str, str, str]:
 
 
 def test_back_and_forward_keep_the_url_and_the_view_together(server, browser):
-    """Distributions (conv3) -> Tensor browser (conv2) -> Back -> Forward: after each move the URL
-    names the run and tensor the page shows, and that exact URL loaded anew shows the same view.
-    (Streamlit 1.60 alone reruns a move with the last view's query and pushes a new entry.)"""
+    """Distributions (conv3) -> Tensor browser (conv2) -> Back -> Forward: each move shows the view
+    as it was left, its URL names the run and tensor the page shows, and that exact URL loaded
+    anew shows the same view. (Streamlit 1.60 alone reruns a move with the last view's query,
+    pushes new entries over Forward, and leaves an entry of the page left without its tensor.)"""
     page = browser.new_page(viewport={"width": 1500, "height": 1400})
     fresh = browser.new_page(viewport={"width": 1500, "height": 1400})
     try:
@@ -376,17 +377,18 @@ def test_back_and_forward_keep_the_url_and_the_view_together(server, browser):
         page.wait_for_url("**/browser**", timeout=90_000)
         choose(page, "Tensor", "conv2/Relu:0")
         page.wait_for_url("**tb_tensor=conv2**", timeout=90_000)
-        for move, heading, path in ((page.go_back, "Distributions", "/distributions"),
-                                    (page.go_forward, "Tensor browser", "/browser")):
+        for move, heading, path, tensor, param in (
+                (page.go_back, "Distributions", "/distributions", "conv3/Relu:0", "di_tensor"),   # as it was left
+                (page.go_forward, "Tensor browser", "/browser", "conv2/Relu:0", "tb_tensor")):
             move(wait_until="commit")
             heading_shown(page, heading)
             view = shown_view(page)
+            assert view == (path, "exp2", tensor), (page.url, view)
             query = parse_qs(urlsplit(page.url).query)
-            assert view[0] == path and query.get("run") == ["exp2"] == [view[1]], (page.url, view)
+            assert query.get("run") == ["exp2"] and query.get(param) == [tensor], page.url
             fresh.goto(page.url, wait_until="domcontentloaded")
             heading_shown(fresh, heading)
             assert shown_view(fresh) == view, (page.url, view)
-        assert view[2] == "conv2/Relu:0"                   # Forward came back to the browser's own entry
         assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         fresh.close()

@@ -15,7 +15,10 @@ by reloading the page at the history entry's URL (ignoring what Streamlit writes
 one path on which Streamlit takes every URL-bound widget from the URL (the run, the runs
 folder's sub-folder, each page's tensor, step, sample, filter, group), and it writes nothing
 back, so the history stays as the browser has it and Forward still works. Moves within a page
-(``#anchor`` links of headings) are left to Streamlit.
+(``#anchor`` links of headings) are left to Streamlit. A click on a sidebar page link makes
+Streamlit push, before the new page's URL, the page being left without its own widgets'
+parameters (the server drops them from the query it was sent): that push is dropped, so Back
+returns to the page as it was left.
 
 Example (the app's ``show()``, every run)::
 
@@ -35,6 +38,21 @@ SCRIPT = """<script>
   const w = window;
   if (w.__tfInspectorHistory) return;
   w.__tfInspectorHistory = true;
+  // A click on the sidebar's page links: until the new page's URL is pushed, a push to the
+  // page being left (its query without its own widgets' parameters, which Streamlit writes
+  // while switching) is no history entry: Back returns to the page as it was left.
+  let leaving = 0;
+  w.document.addEventListener("click", (event) => {
+    const link = event.target instanceof Element && event.target.closest('[data-testid="stSidebarNav"] a');
+    if (link) leaving = Date.now();
+  }, true);
+  const push = w.history.pushState.bind(w.history);
+  w.history.pushState = (state, title, url) => {
+    const path = new URL(url, w.location.href).pathname;
+    if (path === w.location.pathname && Date.now() - leaving < 3000) return;
+    if (path !== w.location.pathname) leaving = 0;
+    return push(state, title, url);
+  };
   w.addEventListener("popstate", () => {
     if (w.location.hash) return;             // an anchor inside the page: Streamlit's move
     const keep = () => {};                   // the entry stays as the browser has it
