@@ -283,6 +283,15 @@ def heading_shown(page, name: str) -> None:
     wait_rendered(page, 0)
 
 
+def history_move(page, move) -> None:
+    """Back or Forward (``page.go_back`` / ``page.go_forward``), waiting until the viewer has
+    loaded the entry's URL anew (a new document: the marker set before the move is gone), so
+    nothing is read from the page left."""
+    page.evaluate("window.__beforeMove = true")
+    move(wait_until="commit")
+    page.wait_for_function("() => !window.__beforeMove", timeout=90_000, polling=200)
+
+
 def test_back_and_forward_move_between_pages(server, browser):
     """Each page is a history entry: the sidebar's links push URLs, Back and Forward walk them."""
     page = browser.new_page(viewport={"width": 1500, "height": 1400})
@@ -296,13 +305,13 @@ def test_back_and_forward_move_between_pages(server, browser):
         nav.get_by_text("Tensor browser", exact=True).click()
         heading_shown(page, "Tensor browser")
         page.wait_for_url("**/browser**", timeout=90_000)
-        page.go_back(wait_until="commit")
+        history_move(page, page.go_back)
         heading_shown(page, "Distributions")
         assert "/distributions" in page.url
-        page.go_back(wait_until="commit")
+        history_move(page, page.go_back)
         heading_shown(page, "Run exp2")                              # the run stays chosen
         assert page.get_by_text("Page not found").count() == 0
-        page.go_forward(wait_until="commit")
+        history_move(page, page.go_forward)
         heading_shown(page, "Distributions")
         sync_api.expect(page.get_by_role("combobox", name="Run").first).to_have_value("exp2", timeout=90_000)
         assert parse_qs(urlsplit(page.url).query).get("run") == ["exp2"], page.url   # the URL names the run shown
@@ -380,7 +389,7 @@ def test_back_and_forward_keep_the_url_and_the_view_together(server, browser):
         for move, heading, path, tensor, param in (
                 (page.go_back, "Distributions", "/distributions", "conv3/Relu:0", "di_tensor"),   # as it was left
                 (page.go_forward, "Tensor browser", "/browser", "conv2/Relu:0", "tb_tensor")):
-            move(wait_until="commit")
+            history_move(page, move)
             heading_shown(page, heading)
             view = shown_view(page)
             assert view == (path, "exp2", tensor), (page.url, view)

@@ -58,12 +58,16 @@ SCRIPTS = ("app.py", "app_main.py")
 KEPT = ("path", "auto", "run", "mode", "worker")
 
 
-def restore_sidebar() -> None:
+def restore_sidebar(page_path: str) -> None:
     """Give the sidebar's widgets on a newly opened page the values they had on the last one,
-    unless the URL names a value (a link or Back/Forward): the URL wins."""
+    unless the URL names a value (a link or Back/Forward): the URL wins. On a page switch a
+    value the URL lacks (Streamlit's switch can drop it) is set again even where the widget kept
+    it: Streamlit then writes it into the new page's URL, so a link copied there names the run."""
+    switched = st.session_state.get("_shown_page") not in (None, page_path)
+    st.session_state["_shown_page"] = page_path
     for key in KEPT:
         kept = st.session_state.get(f"_kept_{key}")
-        if key not in st.session_state and key not in st.query_params and kept is not None:
+        if key not in st.query_params and kept is not None and (switched or key not in st.session_state):
             st.session_state[key] = kept
 
 
@@ -202,7 +206,7 @@ def navigation() -> StreamlitPage:
 
 def show() -> None:
     page = navigation()
-    restore_sidebar()
+    restore_sidebar(page.url_path)
     ctx = sidebar()
     remember_sidebar()
     history.install()  # Back/Forward reload the entry's URL: the view it names, history kept

@@ -41,16 +41,19 @@ SCRIPT = """<script>
   // A click on the sidebar's page links: until the new page's URL is pushed, a push to the
   // page being left (its query without its own widgets' parameters, which Streamlit writes
   // while switching) is no history entry: Back returns to the page as it was left.
-  let leaving = 0;
+  // Right after the new page's URL is pushed, the server's corrections of it (the run written
+  // back) replace that entry instead of adding one that Back would stop at.
+  let leaving = 0, arrived = 0;
   w.document.addEventListener("click", (event) => {
     const link = event.target instanceof Element && event.target.closest('[data-testid="stSidebarNav"] a');
     if (link) leaving = Date.now();
   }, true);
-  const push = w.history.pushState.bind(w.history);
+  const push = w.history.pushState.bind(w.history), replace = w.history.replaceState.bind(w.history);
   w.history.pushState = (state, title, url) => {
-    const path = new URL(url, w.location.href).pathname;
-    if (path === w.location.pathname && Date.now() - leaving < 3000) return;
-    if (path !== w.location.pathname) leaving = 0;
+    const same = new URL(url, w.location.href).pathname === w.location.pathname, now = Date.now();
+    if (same && now - leaving < 5000) return;
+    if (same && now - arrived < 5000) return replace(state, title, url);
+    if (!same && leaving) { leaving = 0; arrived = now; }
     return push(state, title, url);
   };
   w.addEventListener("popstate", () => {
