@@ -18,7 +18,8 @@ back, so the history stays as the browser has it and Forward still works. Moves 
 (``#anchor`` links of headings) are left to Streamlit. A click on a sidebar page link makes
 Streamlit push, before the new page's URL, the page being left without its own widgets'
 parameters (the server drops them from the query it was sent): that push is dropped, so Back
-returns to the page as it was left.
+returns to the page as it was left; and the server's corrections of the new page's URL right
+after it is pushed (the run written back: ``app_main.restore_sidebar``) replace that entry.
 
 Example (the app's ``show()``, every run)::
 
