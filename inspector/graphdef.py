@@ -21,6 +21,11 @@ from typing import Callable, Iterable
 from .errors import DamagedFileError
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+#: The most bytes a graph file may hold: checked before it is read, as manifests are against
+#: ``manifest_schema.MAX_MANIFEST_BYTES``; a larger one is refused with its name and size.
+#: (A GraphDef inlines its constants, so it can be far larger than a manifest; 256 MiB holds
+#: the graph of a model with ~60M float constants, and a 2 GiB protobuf is the format's limit.)
+MAX_GRAPH_BYTES = 256 * 1024 ** 2
 
 
 @dataclass(frozen=True)

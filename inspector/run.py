@@ -27,7 +27,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import safetensors_io
+from . import graphdef, safetensors_io
 from .dump_schema import check_samples
 from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
                      nearest, suggest)
@@ -324,9 +324,12 @@ class Run:
                                      f" ({len(self.tensors)} tensors; see run.tensors)")
         return name
 
-    def graph_def_bytes(self, worker: str | None = None, session: int | None = None) -> bytes:
+    def graph_def_bytes(self, worker: str | None = None, session: int | None = None,
+                        limit: int | None = None) -> bytes:
         """The serialized GraphDef of a session (default: that of :attr:`manifest`); parse with
-        tf.compat.v1.GraphDef.FromString."""
+        tf.compat.v1.GraphDef.FromString or ``inspector.graphdef.parse_graph_def``.
+        DamagedFileError (naming the file and its size) for a file over ``limit`` bytes
+        (default ``graphdef.MAX_GRAPH_BYTES``), checked before reading."""
         m = self.manifest if worker is None and session is None else self._latest(worker)
         if m is None:
             raise InspectorError(f"no worker {worker!r} in {self.path}; workers: {', '.join(self.workers)}")
@@ -336,7 +339,7 @@ class Run:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
         w, s = m["worker"], m["session"]
         name = graph_name(w, s) if s else f"graph.{w}.pb"
-        return self.store.read(name)
+        return self.store.read(name, graphdef.MAX_GRAPH_BYTES if limit is None else limit)
 
     # ---- selection -----------------------------------------------------------------------
     def _workers_for(self, worker: str | None, mode: str | None = None) -> set[str]:

@@ -469,6 +469,26 @@ def test_unknown_run_in_the_url_is_a_message(runs):
     assert ok(at).header[0].value == "Run exp2"
 
 
+@pytest.mark.parametrize("page", list(PAGE_FILES))
+def test_unknown_run_in_the_url_is_a_message_on_every_page(runs, page):
+    at = start(runs, page, query={"run": "nope"})
+    assert not at.exception
+    assert any("No run named 'nope'" in unescape(e.value) for e in at.error), page
+    assert not [h.value for h in at.header if "exp" in h.value]    # no other run's view
+
+
+def test_the_url_keeps_the_folder_inside_the_runs_folder(tmp_path):
+    """?path= names the sub-folder (a copied link, or the fresh load of Back/Forward, opens the
+    same run of the same folder), and the page carries the Back/Forward script."""
+    make_synthetic_run(tmp_path / "group" / "deep", steps=10, tensors=8, dump_every=5)
+    make_synthetic_run(tmp_path / "top", steps=10, tensors=8, dump_every=5, seed=1)
+    at = ok(start(tmp_path, query={"path": "group", "run": "deep"}))
+    assert at.text_input(key="path").value == "group"
+    assert at.header[0].value == "Run deep"
+    scripts = [e.proto.body for e in at.get("html") if "__tfInspectorHistory" in e.proto.body]
+    assert scripts and all(e.proto.unsafe_allow_javascript for e in at.get("html") if e.proto.body in scripts)
+
+
 def test_known_run_in_the_url_is_shown(runs):
     assert ok(start(runs, query={"run": "exp2"})).header[0].value == "Run exp2"
 

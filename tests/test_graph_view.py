@@ -171,6 +171,42 @@ def test_graph_page_without_or_with_a_damaged_graph(runs, tmp_path):
     assert "not a GraphDef" in unescape(" ".join(i.value for i in at.info))
 
 
+def test_graph_file_over_the_limit_is_refused_before_reading(runs, tmp_path, monkeypatch):
+    path = shutil.copytree(runs / "nan", tmp_path / "big")
+    size = (path / graph_name("chief", 1)).stat().st_size
+    assert inspector.open_run(path).graph_def_bytes() == (path / graph_name("chief", 1)).read_bytes()
+    monkeypatch.setattr(inspector.graphdef, "MAX_GRAPH_BYTES", size - 1)
+    with pytest.raises(DamagedFileError) as e:
+        inspector.open_run(path).graph_def_bytes()
+    assert graph_name("chief", 1) in str(e.value) and f"{size:,} bytes" in str(e.value) and f"{size - 1:,}" in str(e.value)
+    at = ok(start(path, "Op graph"))
+    info = unescape(" ".join(i.value for i in at.info))
+    assert "No op graph to show" in info and f"{size:,} bytes, more than the {size - 1:,}" in info
+    assert not at.get("graphviz_chart")
+
+
+def test_graph_session_picker_defaults_to_the_newest(tmp_path):
+    """A resumed run: each session wrote its own graph; the page opens on the newest and the
+    picker shows the other (here session 1's graph holds one more op)."""
+    path = make_synthetic_run(tmp_path / "resumed", steps=10, tensors=20, dump_every=5)
+    make_synthetic_run(path, steps=10, tensors=20, dump_every=5, seed=1)
+    first = path / graph_name("chief", 1)
+    first.write_bytes(encode_graph_def(parse_graph_def(first.read_bytes())
+                                       + [Node("only_in_session_1", "Identity", ("conv2/Relu",))]))
+    consumers = {s: {n.name for n in parse_graph_def((path / graph_name("chief", s)).read_bytes())
+                     if "conv2/Relu" in n.inputs} for s in (1, 2)}                        # the oracle
+    assert consumers[1] - consumers[2] == {"only_in_session_1"}
+    at = ok(start(path, "Op graph", query={"gr_tensor": "conv2/Relu:0", "gr_hops": "1"}))
+    assert at.selectbox(key="gr_tensor").value == "conv2/Relu:0"
+    picker = at.selectbox(key="gr_session")
+    assert picker.options == ["2 (train)", "1 (train)"] and picker.value == 2
+    assert "only_in_session_1" not in chart(at)
+    picker.select(1).run()
+    assert "only_in_session_1" in chart(ok(at))
+    single = ok(start(make_synthetic_run(tmp_path / "once", steps=10, tensors=20, dump_every=5), "Op graph"))
+    assert not [w for w in single.selectbox if w.key == "gr_session"]      # one session: no picker
+
+
 # ---- op source locations in the viewer -------------------------------------------------------
 def with_source(src: Path, dst: Path, tensor: str) -> Path:
     path = shutil.copytree(src, dst)

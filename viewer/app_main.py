@@ -9,9 +9,11 @@ environment variable ``TF_INSPECTOR_RUNS``, else ``runs``) is the viewer's *runs
 never reads outside it. The sidebar picks a run or sub-folder inside it and the run; Streamlit's
 multipage navigation (``st.navigation``) picks the page, each with its own URL path (the page
 module's name: ``/distributions?run=exp1``; Summary, the default, is the root ``/``), so the
-browser's Back and Forward move between pages. The run and each page's main choices (tensor,
-step, sample, filter, group) are widgets bound to the URL's query (``bind="query-params"``,
-the widget's key names the parameter): a copied link reproduces the view. Each page lives in
+browser's Back and Forward move between pages. The folder, the run and each page's main choices
+(tensor, step, sample, filter, group) are widgets bound to the URL's query (``bind="query-params"``,
+the widget's key names the parameter): a copied link reproduces the view. Back and Forward
+reload the history entry's URL (``viewer/history.py``: Streamlit 1.60 would rerun with the
+previous view's query), so the page shows what its URL names. Each page lives in
 ``viewer/``; an old link's ``?page=<title>`` opens that page.
 """
 from __future__ import annotations
@@ -35,7 +37,7 @@ from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
 from inspector.safepath import real  # noqa: E402
 from inspector.storage import is_url  # noqa: E402
-from viewer import browser, compare, data, distributions, featuremaps, graph, masks, overview, summary  # noqa: E402
+from viewer import browser, compare, data, distributions, featuremaps, graph, history, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
 
@@ -56,12 +58,16 @@ SCRIPTS = ("app.py", "app_main.py")
 KEPT = ("path", "auto", "run", "mode", "worker")
 
 
-def restore_sidebar() -> None:
+def restore_sidebar(page_path: str) -> None:
     """Give the sidebar's widgets on a newly opened page the values they had on the last one,
-    unless the URL names a value (a link or Back/Forward): the URL wins."""
+    unless the URL names a value (a link or Back/Forward): the URL wins. On a page switch a
+    value the URL lacks (Streamlit's switch can drop it) is set again even where the widget kept
+    it: Streamlit then writes it into the new page's URL, so a link copied there names the run."""
+    switched = st.session_state.get("_shown_page") not in (None, page_path)
+    st.session_state["_shown_page"] = page_path
     for key in KEPT:
         kept = st.session_state.get(f"_kept_{key}")
-        if key not in st.session_state and key not in st.query_params and kept is not None:
+        if key not in st.query_params and kept is not None and (switched or key not in st.session_state):
             st.session_state[key] = kept
 
 
@@ -140,12 +146,13 @@ def sidebar() -> Ctx | None:
     root = given.rstrip("/") if is_url(given) else real(given)  # a URL: a folder of runs in a bucket
     data.set_root(root)
     sb.caption(f"Runs folder: {plain(root)}")
-    text = sb.text_input("Run or folder inside it", key="path", placeholder="(the runs folder itself)",
+    text = sb.text_input("Run or folder inside it", key="path", bind="query-params",  # ?path=: a link keeps the folder
+                         placeholder="(the runs folder itself)",
                          help="a path relative to the runs folder (or an absolute path inside it)")
     if sb.button("Refresh", help="re-read the run: shows new steps of a run still being written"):
         data.list_runs.clear()  # new runs in the folder; changed files are caught by the signature
-    auto = sb.toggle("Auto-refresh (3 s)", key="auto", help="follow a run that is still being written and "
-                     "new runs appearing in the folder")
+    auto = sb.toggle("Auto-refresh (3 s)", key="auto", bind="query-params",
+                     help="follow a run that is still being written and new runs appearing in the folder")
     try:
         folder = resolve_inside(root, text)
         runs, outside = data.list_runs(str(folder), str(root))
@@ -199,9 +206,10 @@ def navigation() -> StreamlitPage:
 
 def show() -> None:
     page = navigation()
-    restore_sidebar()
+    restore_sidebar(page.url_path)
     ctx = sidebar()
     remember_sidebar()
+    history.install()  # Back/Forward reload the entry's URL: the view it names, history kept
     if ctx is not None:
         try:
             data.get_run(ctx.path, ctx.sig)

@@ -6,7 +6,9 @@ Each op with statistics at the chosen step is filled by the chosen statistic of 
 (a sequential palette between the shown nodes' lowest and highest value; log-spaced for l2 and
 std when they span over two decades); NaN/Inf ops are red, dead ops (every element zero) grey,
 ops the hook did not capture white. Graphviz charts are not clickable in Streamlit: a picker of
-the shown ops opens one in the tensor browser.
+the shown ops opens one in the tensor browser. Where the view's worker has several sessions
+with a graph (a resume, train and evaluate calls), a picker chooses one (``?gr_session=``), the
+newest of the view's mode by default; a graph file over ``graphdef.MAX_GRAPH_BYTES`` is refused.
 
 Example::
 
@@ -24,6 +26,7 @@ import pandas as pd
 import streamlit as st
 
 from inspector.errors import InspectorError
+from inspector.format import graph_name
 from inspector.graphdef import Neighbourhood, OpGraph, parse_graph_def
 
 from . import data
@@ -147,19 +150,51 @@ def graph_key(sig: tuple) -> tuple:
     return tuple(e for e in sig if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
 
 
-def op_graph(path: str, sig: tuple) -> OpGraph:
-    """The view's session graph, parsed once per graph file (``InspectorError`` if unreadable)."""
-    return _op_graph(path, graph_key(sig), sig)
+def graph_sessions(path: str, sig: tuple) -> tuple[str, list[int]]:
+    """(worker, its sessions with a graph file): the view's worker (the sidebar's, else that of
+    the run's default manifest); the view's mode's sessions first, each group newest first.
+    Empty for a run whose graphs predate session numbers (``graph.<worker>.pb``)."""
+    run = data.get_run(path, sig)
+    view = next((e for e in sig if e[0] == "view"), ("view", "train", None, None))
+    mode, worker = view[1], view[2] or run.manifest["worker"]
+    files = {e[1] for e in sig if e[0] == ""}
+    have = sorted(((s, m["mode"]) for (w, s), m in run.manifests.items() if w == worker and s >= 1
+                   and graph_name(w, s) in files), reverse=True)
+    return worker, [s for s, m in have if m == mode] + [s for s, m in have if m != mode]
+
+
+def op_graph(path: str, sig: tuple, worker: str | None = None, session: int | None = None) -> OpGraph:
+    """The graph of ``worker``'s ``session`` (default: the run's default manifest's), parsed once
+    per graph file (``InspectorError`` if unreadable or over ``graphdef.MAX_GRAPH_BYTES``)."""
+    return _op_graph(path, graph_key(sig), sig, worker, session)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _op_graph(path: str, key: tuple, _sig: tuple) -> OpGraph:
+def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None, session: int | None) -> OpGraph:
     run = data.get_run(path, _sig)
+    what = f"graph of {run.name}" + (f", session {session}" if session else "")
     try:
-        raw = run.graph_def_bytes()
+        raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
     except OSError as e:
         raise InspectorError(f"this run's session has no readable graph file ({type(e).__name__})") from None
-    return OpGraph(parse_graph_def(raw, f"graph of {run.name}"))
+    return OpGraph(parse_graph_def(raw, what))
+
+
+def session_picker(path: str, sig: tuple) -> tuple[str | None, int | None]:
+    """The session whose graph the page shows: a picker where the view's worker has several
+    sessions with a graph (a resumed run, train and evaluate), the newest of the view's mode
+    first; (None, None): the run's default graph."""
+    worker, sessions = graph_sessions(path, sig)
+    if not sessions:
+        return None, None
+    if len(sessions) == 1:
+        return worker, sessions[0]
+    run = data.get_run(path, sig)
+    modes = {s: run.manifests[(worker, s)]["mode"] for s in sessions}
+    session = st.selectbox("Session", sessions, key="gr_session", bind="query-params",
+                           format_func=lambda s: f"{s} ({modes[s]})",
+                           help="each train/evaluate call or resume wrote its own graph; the newest first")
+    return worker, int(session)
 
 
 def tensor_of_op(catalog: pd.DataFrame) -> dict[str, str]:
@@ -198,8 +233,9 @@ def looks(path: str, sig: tuple, tensors: tuple[str, ...], ops: tuple[str, ...],
 def render(ctx: Ctx) -> None:
     st.header("Op graph")
     run = data.get_run(ctx.path, ctx.sig)
+    worker, session = session_picker(ctx.path, ctx.sig)
     try:
-        graph = op_graph(ctx.path, ctx.sig)
+        graph = op_graph(ctx.path, ctx.sig, worker, session)
     except InspectorError as e:
         st.info(f"No op graph to show: {plain(e)}")
         return
