@@ -20,6 +20,7 @@ once, before the first cold page, by a warm-up render that is not counted.
     python bench/bench_viewer.py --reps 3         # median of 3 of each app measurement
     python bench/bench_viewer.py --run runs/icnn  # an existing run (e.g. examples.train_demo's)
     python bench/bench_viewer.py --long --steps 10000 --tensors 1000   # a long run, no dumps (target: page < 2 s)
+    python bench/bench_viewer.py --compact --keep /tmp/bench_c   # statistics laid out as the writer compacts them
 
 ``--long``: the run is ``inspector.testing.make_long_run`` (compacted parts, 100 real steps
 repeated; no dumps, so the dumped-tensor row is skipped).
@@ -75,6 +76,9 @@ def main() -> None:
     ap.add_argument("--run", type=Path, help="bench this existing run instead of a synthetic one")
     ap.add_argument("--reps", type=int, default=1, help="median of this many of each app measurement")
     ap.add_argument("--pages", nargs="*", help="only these pages (URL paths: featuremaps distributions ...)")
+    ap.add_argument("--compact", action="store_true", help="lay the synthetic run's statistics out as the writer's "
+                    "compaction does (sorted by tensor, a per-tensor row-group index): a one-tensor read then "
+                    "reads its row groups only, as on a trained run, not the whole part")
     args = ap.parse_args()
     tmp = None
     if args.run:
@@ -93,6 +97,9 @@ def main() -> None:
             _, t = timed(lambda: make_synthetic_run(path, steps=args.steps, tensors=args.tensors,
                                                     dump_every=args.dump_every, image=IMAGE, channels=CHANNELS))
             rows.append(("generate synthetic run", t, f"{args.steps} steps x {args.tensors} tensors"))
+        if args.compact and not args.run:
+            n, t = timed(lambda: compact_parts(path))
+            rows.append(("compact statistics parts", t, f"{n} part(s) rewritten sorted, with the tensor index"))
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
         df, t = timed(lambda: run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]))
@@ -123,6 +130,22 @@ def main() -> None:
     for what, secs, note in rows:
         print(f"{what:<{width}}  {secs:8.3f}  {note}")
     print_pages(pages)
+
+
+def compact_parts(path: Path) -> int:
+    """Rewrite every statistics part of ``path`` that has no per-tensor row-group index as the
+    writer's compaction writes one (``stats_parts.write_sorted``). make_synthetic_run writes its
+    rows in one flush, one part of one row group; a training run's writer flushes small parts
+    every few seconds and compacts them into sorted parts. Returns how many were rewritten."""
+    import pyarrow.parquet as pq
+
+    from inspector.stats_parts import INDEX_KEY, write_sorted
+    n = 0
+    for part in sorted((path / "stats").glob("*.parquet")):
+        if INDEX_KEY not in (pq.ParquetFile(part).metadata.metadata or {}):
+            write_sorted(pq.read_table(part), part)
+            n += 1
+    return n
 
 
 def print_pages(pages: list[dict]) -> None:

@@ -37,10 +37,11 @@ from .groups import GroupSpec, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
-# files); the NullHandler only keeps Python from warning that none is configured. What the hook
-# picked is INFO: logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
+# files). No handler of its own, not even a NullHandler: with none configured anywhere,
+# Python's last-resort handler prints warnings and errors on stderr, so a refused or failed
+# hook is never silent. What the hook picked is INFO:
+# logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
 log = logging.getLogger("tf_inspector")
-log.addHandler(logging.NullHandler())
 v1 = tf.compat.v1
 
 
@@ -93,6 +94,17 @@ def guarded(noun: str):
 
 
 _guarded = guarded("hook")
+
+
+def check_options(samples_per_group: int, histogram_bins: int, *patterns) -> None:
+    """ValueError for the options DumpHook and InspectCallback share, before anything is built:
+    a negative sample budget, no histogram bins, a regex that does not compile."""
+    if samples_per_group < 0:
+        raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
+    if histogram_bins < 1:
+        raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
+    for p in patterns:
+        capture._compile(p)  # fail early on a bad regex
 
 
 def _tf_config() -> dict:
@@ -224,12 +236,7 @@ class DumpHook(v1.train.SessionRunHook):
                  storage_options: dict[str, Any] | None = None) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
-        if samples_per_group < 0:
-            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-        if histogram_bins < 1:
-            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        for patterns in (include, exclude, batched, unbatched):
-            capture._compile(patterns)  # fail early on a bad regex
+        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
         self.batch_overrides = dict(batched=batched, unbatched=unbatched)
         self.run_dir = normalize(run_dir)
         self.storage_options = storage_options
@@ -600,7 +607,10 @@ class DumpHook(v1.train.SessionRunHook):
                 if dump:
                     self._dump_since = max(self._dump_since, step)
             elif "global_step" in results:
-                step = max(self._step, int(results["global_step"]))
+                # Read in the step's own run, the global step is its value before this run's
+                # update (the read is ready at once; the update waits for the whole backward
+                # pass), so this run ended at that value + 1 at least.
+                step = max(step, int(results["global_step"]) + 1)
             self._step = step
         else:
             self._batch += 1

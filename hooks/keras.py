@@ -23,18 +23,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
+from inspector.storage import normalize
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
-from .dump_hook import _jsonable, guarded, worker_from_env
+from .dump_hook import _jsonable, check_options, guarded, worker_from_env
 from .keras_step import StepGraph
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
@@ -68,7 +68,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
     """Capture forward values and gradients of every op of a Keras model into a run directory.
 
     Args:
-      run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
+      run_dir: directory of the run (created), or an fsspec URL (``s3://bucket/runs/exp1``) as
+        for ``DumpHook``. Read it with ``inspector.open_run(run_dir)``.
+      storage_options: for a URL ``run_dir``: its fsspec filesystem's options (as ``DumpHook``).
       probe: the fixed batch every sampled step runs: ``(x, y)``, ``(x, y, sample_weight)``, ``x``
         (no loss: forward values only) or a ``tf.data.Dataset`` (its first batch). The same
         samples at every step, so the groups and the dumped samples are comparable over time.
@@ -107,15 +109,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  gradients: bool = True, training: bool = False, strict: bool = False, worker: str | None = None,
                  queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
                  native_stats: bool = True, batched: str | Sequence[str] | None = None,
-                 unbatched: str | Sequence[str] | None = None) -> None:
+                 unbatched: str | Sequence[str] | None = None,
+                 storage_options: dict[str, Any] | None = None) -> None:
         super().__init__()
-        if samples_per_group < 0:
-            raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-        if histogram_bins < 1:
-            raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
-        for patterns in (include, exclude, batched, unbatched):
-            capture._compile(patterns)  # fail early on a bad regex
-        self.run_dir = Path(run_dir)
+        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
+        self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
+        self.storage_options = storage_options
         self.source = source
         self.probe = _check_source(source, probe, positive)
         self._pending: tuple[bool, bool] = (False, False)
@@ -280,7 +279,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
                                  stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                                 strict=self.strict, fsync=self.fsync, mode="train")
+                                 strict=self.strict, fsync=self.fsync, mode="train",
+                                 storage_options=self.storage_options)
         on = ("each sampled step's training batch" if isinstance(graph, StepGraph)
               else f"a {_probe_size(self.probe[0])}-sample probe")
         log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s", len(graph.captured),

@@ -21,6 +21,7 @@ Example (what ``InspectCallback`` does)::
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any, Iterator
 
 import tensorflow as tf
@@ -28,6 +29,7 @@ import tensorflow as tf
 from .keras_trace import ProbeGraph, ProbeOptions, layer_paths, record_calls
 
 Key = tuple[bool, bool]   # (statistics, dump)
+log = logging.getLogger("tf_inspector")
 
 
 def unpack(data) -> tuple[Any, Any, Any]:
@@ -84,8 +86,7 @@ class StepGraph(ProbeGraph):
     """The hook's capture built into ``fit``'s train function (see the module docstring)."""
 
     def __init__(self, model, options: ProbeOptions) -> None:
-        super().__init__(model, tf.zeros([0]), None, None, options, any_batch=True)
-        self.args = ()
+        super().__init__(model, None, None, None, options, any_batch=True)   # no probe: no args
         self.has_targets = self.has_sample_weight = False
         self.current: Key | None = None   # the capture fit's next step runs (read while tracing it)
         self._outputs: dict[Key, list[tuple[tuple, tf.Variable]]] = {}
@@ -93,6 +94,7 @@ class StepGraph(ProbeGraph):
         self._plain: tuple[Any, Any] | None = None
         self._saved_step: Any = None
         self._installed = False
+        self._warned_no_loss = False
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
 
@@ -164,6 +166,11 @@ class StepGraph(ProbeGraph):
             raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
                                f"use source='probe'")
         loss = box.get("loss") if y is not None else None
+        if loss is None and self.options.gradients and not self._warned_no_loss:
+            self._warned_no_loss = True   # a custom train_step computing its loss by hand
+            log.warning("the train step of %s never called model.compute_loss: no loss tensor, so no gradients are "
+                        "captured (forward values only); compute the loss with self.compute_loss(...) in train_step, "
+                        "or use source='probe'", name)
         lo, hi = box.get("ops", (0, 0))
         self.has_targets, self.has_sample_weight = y is not None, sw is not None
         with tf.name_scope("tf_inspector"):

@@ -13,6 +13,7 @@ rest still read), 2 when a run could not be read or the command was refused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.resources
 import importlib.util
 import json
@@ -21,7 +22,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -228,9 +229,10 @@ def _one_line(e: BaseException) -> str:
 
 def _runs(path: str, storage_options: dict | None = None) -> list:
     if is_url(path):  # a folder in an object store: the runs under it, as URLs
-        runs = find_runs(path, storage_options)
-        if not runs:
-            open_run(path, storage_options=storage_options)  # raises a NotARunError that says what is there
+        with _remote(path):
+            runs = find_runs(path, storage_options)
+            if not runs:
+                open_run(path, storage_options=storage_options)  # raises a NotARunError that says what is there
         return runs
     p = Path(path)
     if not p.exists():
@@ -247,7 +249,8 @@ def _open_checked(path: str | Path, storage_options: dict | None = None) -> Run:
     """The run at ``path``, refused (never opened) if a file it would read is a FIFO or other
     special file: opening one would block forever. A URL (object storage) has no such files."""
     if is_url(path):
-        return open_run(path, storage_options=storage_options)
+        with _remote(path):
+            return open_run(path, storage_options=storage_options)
     path = local_path(path)
     bad = special_entries(path)
     if bad:
@@ -295,7 +298,8 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
         return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--client.toolbarMode", "viewer", "--", run],
+                                "--server.address", address, "--client.toolbarMode", "viewer",
+                                "--browser.gatherUsageStats", "false", "--", run],
                                **env)
 
 
@@ -305,11 +309,28 @@ OPTIONS_HELP = ("for a URL: a JSON object of fsspec storage options, e.g. '{\"en
 
 
 def _options(text: str) -> dict:
-    """``--storage-options``: a JSON object (argparse reports the ValueError)."""
-    value = json.loads(text)
+    """``--storage-options``: a JSON object (argparse prints the ArgumentTypeError's text)."""
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"--storage-options is not JSON ({e}); give a JSON object, e.g. "
+                                         f"'{{\"endpoint_url\": \"http://minio:9000\"}}'") from None
     if not isinstance(value, dict):
-        raise ValueError(f"--storage-options must be a JSON object, not {text!r}")
+        raise argparse.ArgumentTypeError(f"--storage-options must be a JSON object, not {text!r}")
     return value
+
+
+@contextlib.contextmanager
+def _remote(path: str | Path) -> Iterator[None]:
+    """Errors of an object store's client (an unreachable endpoint, an option its filesystem
+    does not take) as one InspectorError line that says what to check, not a traceback."""
+    try:
+        yield
+    except InspectorError:
+        raise
+    except Exception as e:  # noqa: BLE001 - botocore, aiohttp, TypeError of a misspelt option...
+        raise InspectorError(f"cannot read {path}: {type(e).__name__}: {e} (check the URL and the storage "
+                             f"options: --storage-options or ${OPTIONS_ENV}, e.g. endpoint_url, key, secret)") from e
 
 
 def parser() -> argparse.ArgumentParser:

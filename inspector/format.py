@@ -18,13 +18,14 @@ half-written file under a final name.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import secrets
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Iterable, Iterator
 
 FORMAT_NAME = "tf-inspector-run"
 #: 2: files carry their writer session (``<worker>.s<session>``), statistics rows carry
@@ -299,19 +300,36 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = create_temporary(path)
     written = 0
-    try:
+    with atomic_file(path, fsync) as f:
         if size and hasattr(os, "posix_fallocate"):
             try:
-                os.posix_fallocate(fd, 0, size)
+                os.posix_fallocate(f.fileno(), 0, size)
             except OSError as e:  # a filesystem without it: write as usual; but no space is no space
                 if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                     raise
+        for chunk in chunks:
+            f.write(chunk)
+            written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+    return written
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, fsync: bool = True) -> Iterator[BinaryIO]:
+    """A binary file on a new temporary beside ``path`` (:func:`create_temporary`), renamed to
+    ``path`` when the block ends (flushed; fsynced with ``fsync``) and deleted if it raises, so
+    ``path`` never shows a partial file. :func:`atomic_write` and the compaction merge write
+    through it.
+
+    Example::
+
+        with atomic_file(Path("runs/x/stats/part.parquet"), fsync=False) as f:
+            pq.write_table(table, f)
+    """
+    fd, tmp = create_temporary(Path(path))
+    try:
         with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-                written += len(chunk) if isinstance(chunk, bytes) else chunk.nbytes
+            yield f
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
@@ -322,7 +340,6 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
         except OSError:
             pass
         raise
-    return written
 
 
 def write_json(path: Path, obj: Any) -> int:

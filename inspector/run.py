@@ -87,6 +87,15 @@ def open_run(path: str | Path | Storage, verify: bool = True, storage_options: d
     return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem)
 
 
+def _session_steps(m: dict, files: list[DumpFile]) -> dict:
+    """first_step, last_step and dumps of one session: its manifest's, widened by the dump files
+    it left (a process killed before its manifest's next heartbeat had still written them)."""
+    steps = [x for x in (m.get("steps") or []) if x is not None] + [f.step for f in files]
+    dumps = max(m.get("dumps_written") or 0, len({(f.step, f.batch) for f in files}))
+    return {"first_step": min(steps) if steps else None, "last_step": max(steps) if steps else None,
+            "dumps": dumps if files or m.get("dumps_written") is not None else None}
+
+
 def worker_status(manifest: dict, now: float | None = None) -> str:
     """One writer session's state from its manifest: its ``status``, or for a 'running' one
     whose writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
@@ -248,10 +257,12 @@ class Run:
     @property
     def sessions(self) -> pd.DataFrame:
         """One row per writer session: worker, session, mode, state, steps, times, error."""
+        files: dict[tuple[str, int], list[DumpFile]] = {}
+        for f in self._dump_files:
+            files.setdefault((f.worker, f.session), []).append(f)
         rows = [{"worker": w, "session": s, "mode": m["mode"], "state": worker_status(m),
-                 "first_step": (m.get("steps") or [None, None])[0], "last_step": (m.get("steps") or [None, None])[1],
-                 "dumps": m.get("dumps_written"), "bytes": m.get("bytes_written"), "created": m.get("created"),
-                 "updated": m.get("updated"), "error": m.get("error")}
+                 **_session_steps(m, files.get((w, s), [])), "bytes": m.get("bytes_written"),
+                 "created": m.get("created"), "updated": m.get("updated"), "error": m.get("error")}
                 for (w, s), m in self.manifests.items()]
         return pd.DataFrame(rows, columns=["worker", "session", "mode", "state", "first_step", "last_step", "dumps",
                                            "bytes", "created", "updated", "error"])

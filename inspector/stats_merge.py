@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .format import create_temporary, stats_range_name
+from .format import atomic_file, stats_range_name
 from . import stats_parts
 from .stats_summary import remove_summary, summarize_part
 from .stats_parts import INDEX_KEY, SORT_KEYS, _sort_keys, _tensor_row_groups, seq_range
@@ -132,36 +132,23 @@ def _write_streaming(target: Path, schema: pa.Schema, files: list[pq.ParquetFile
                      indexes: list[dict[str, list[int]]], fsync: bool) -> int:
     """Write the merged part batch by batch to a temporary file, then rename it to ``target``."""
     index: dict[str, list[int]] = {}
-    fd, tmp = create_temporary(target)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            with pq.ParquetWriter(f, schema, compression="zstd", write_page_checksum=True) as w:
-                n_groups = 0
-                for batch in _batches(indexes):
-                    table = _read_batch(batch, files, indexes, schema)
-                    order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS
-                                                                if k in table.column_names])
-                    table = table.take(order)
-                    rg = stats_parts.ROW_GROUP_ROWS  # read at call time (tests shrink it)
-                    for start in range(0, table.num_rows, rg):
-                        w.write_table(table.slice(start, rg), row_group_size=rg)
-                    # a batch starts a new row group, and no tensor spans two batches
-                    index.update({t: [a + n_groups, b + n_groups]
-                                  for t, (a, b) in _tensor_row_groups(table.column("tensor")).items()})
-                    n_groups += -(-table.num_rows // rg)
-                w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        size = os.path.getsize(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return size
+    with atomic_file(target, fsync) as f:
+        with pq.ParquetWriter(f, schema, compression="zstd", write_page_checksum=True) as w:
+            n_groups = 0
+            for batch in _batches(indexes):
+                table = _read_batch(batch, files, indexes, schema)
+                order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS
+                                                            if k in table.column_names])
+                table = table.take(order)
+                rg = stats_parts.ROW_GROUP_ROWS  # read at call time (tests shrink it)
+                for start in range(0, table.num_rows, rg):
+                    w.write_table(table.slice(start, rg), row_group_size=rg)
+                # a batch starts a new row group, and no tensor spans two batches
+                index.update({t: [a + n_groups, b + n_groups]
+                              for t, (a, b) in _tensor_row_groups(table.column("tensor")).items()})
+                n_groups += -(-table.num_rows // rg)
+            w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
+    return os.path.getsize(target)
 
 
 def _read_batch(batch: list[str], files: list[pq.ParquetFile], indexes: list[dict[str, list[int]]],

@@ -72,6 +72,22 @@ def images(at: AppTest) -> list[str]:
     return [u for im in at.image for u in im.value]
 
 
+def vega(at: AppTest) -> list[tuple[dict, list]]:
+    """Every Vega-Lite chart of the page: (its spec, its datasets as DataFrames)."""
+    import pyarrow as pa
+    return [(json.loads(c.proto.spec), [pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                                        for d in c.proto.datasets]) for c in at.get("vega_lite_chart")]
+
+
+def vega_hists(at: AppTest) -> list[tuple[dict, list]]:
+    """The histogram charts (side-by-side panels, viewer.hist_charts.histogram_chart)."""
+    return [(s, d) for s, d in vega(at) if "hconcat" in s]
+
+
+def vega_ridge(at: AppTest) -> tuple[dict, list]:
+    return next((s, d) for s, d in vega(at) if "histograms over steps" in json.dumps(s.get("title")))
+
+
 def captions(at: AppTest) -> str:
     return "\n".join(unescape(c.value) for c in at.caption)
 
@@ -140,15 +156,16 @@ def test_overview_positive_negative_curves(runs):
 
 def test_distributions(runs):
     at = ok(start(runs / "exp1", "Distributions"))
-    assert len(images(at)) == 3                     # in-graph, dumped samples, ridge
+    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph, dumped samples, ridge, bands
+    assert len(vega_hists(at)) == 2 and len(vega(at)) == 4
     assert "forward positive" in captions(at) and "gradient negative" in captions(at)
-    before = images(at)
+    hist, ridge = vega_hists(at)[0][1], vega_ridge(at)[1]
     at.select_slider(key="di_step").set_value(5).run()
     ok(at)
-    assert images(at)[0] != before[0]
+    assert not vega_hists(at)[0][1][0].equals(hist[0])
     assert "step 5" in " ".join(s.value for s in at.subheader)
     at.slider(key="di_ridge_n").set_value(4).run()
-    assert images(ok(at))[2] != before[2]
+    assert vega_ridge(ok(at))[1][0]["step"].nunique() == 4 != ridge[0]["step"].nunique()
 
 
 def test_feature_maps_and_icnn(runs):
@@ -196,14 +213,17 @@ def test_tensor_browser(runs):
 def test_compare_two_steps_and_two_runs(runs):
     at = ok(start(runs, "Compare"))                 # the folder: exp1 is chosen, exp2 is there to compare
     assert at.selectbox(key="run").value.endswith("exp1")
-    assert len(images(at)) == 2
+    assert len(vega_hists(at)) == 2                 # steps A and B
+    (spec_a, _), (spec_b, _) = vega_hists(at)       # one shared x range, so they compare by eye
+    domain = [spec["hconcat"][0]["encoding"]["x"]["scale"]["domain"] for spec in (spec_a, spec_b)]
+    assert domain[0] == domain[1] and domain[0][0] < domain[0][1]
     table = at.dataframe[0].value
     at.select_slider(key="cmp_step_A").set_value(10).run()
     assert not ok(at).dataframe[0].value.equals(table)
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")
-    assert len(at.get("vega_lite_chart")) == 1 and len(images(at)) == 2
+    assert len(at.get("vega_lite_chart")) == 3 and len(vega_hists(at)) == 2       # series, A and B
 
 
 def test_every_page_of_a_single_run_path(runs):
@@ -299,7 +319,8 @@ def test_damaged_files_every_page(runs, tmp_path, page):
         box = at.selectbox(key=pickers[page])
         assert box.value == 0 and box.format_func(10) == "10 (damaged: unreadable)"
         assert box.format_func(0) == "0 (schedule)"
-        assert images(at), page
+        # the dump's figure is drawn (Distributions: its histograms, a Vega-Lite chart)
+        assert (len(vega_hists(at)) == 2) if page == "Distributions" else images(at), page
 
 
 def test_damaged_manifest_is_a_message(tmp_path):
@@ -523,24 +544,49 @@ def test_dump_pickers_say_why_a_step_was_dumped(reasons_run, page, key):
 
 def test_distributions_log_toggle_and_log_bins_change_the_figures(runs):
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
-    before = images(at)
-    assert at.image[1].captions[0] == "forward: 40 equal bins; gradient: 40 equal bins"
+    assert "forward: 40 equal bins; gradient: 40 equal bins" in captions(at)
+    (spec, _), ridge = vega_hists(at)[0], vega_ridge(at)
+    assert [p["encoding"]["y"]["scale"].get("type") for p in spec["hconcat"]] == [None, None]
     at.toggle(key="di_log").set_value(True).run()
-    after = images(ok(at))
-    assert after[0] != before[0] and after[2] != before[2]      # in-graph histograms and the ridge
+    (log_spec, log_data), log_ridge = vega_hists(ok(at))[0], vega_ridge(at)
+    # a real log y axis on every panel, starting at the floor the empty bins are drawn at
+    for panel, df in zip(log_spec["hconcat"], log_data):
+        assert panel["encoding"]["y"]["scale"]["type"] == "log"
+        assert panel["encoding"]["y"]["scale"]["domainMin"] == df["floor"].iloc[0] > 0
+        assert df["floor"].iloc[0] <= df["y"].min()
+    assert "log10 density" in json.dumps(log_ridge[0]["title"])
+    assert not log_ridge[1][0]["top"].equals(ridge[1][0]["top"])  # the ridge follows the toggle
+    samples = vega_hists(at)[1][0]
+    assert [p["encoding"]["x"]["scale"].get("type") for p in samples["hconcat"]] == [None, None]
     at.radio(key="di_bins").set_value("symlog").run()
-    assert images(ok(at))[1] != after[1]
-    assert at.image[1].captions[0].count("symmetric-log bins") == 2
+    assert captions(ok(at)).count("symmetric-log bins") == 2
+    # the dumped samples' histograms: a symlog x axis whose linear zone is the bins' own, y per bin
+    import numpy as np
+    import inspector
+    from inspector.binning import value_bins
+    dstep = at.selectbox(key="di_dump_step").value
+    x = inspector.open_run(runs / "exp1").tensor("conv3/Relu:0", dstep, "forward")
+    want = value_bins(np.asarray(x), scale="symlog").linthresh
+    panel = vega_hists(at)[1][0]["hconcat"][0]
+    assert panel["encoding"]["x"]["scale"] == {"type": "symlog", "constant": want}
+    assert panel["encoding"]["y"]["title"] == "fraction per bin"
 
 
 def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     """n is the statistics row's count; where the histogram counts a subsample, the caption says so."""
+    import numpy as np
     import inspector
     import viewer.distributions
     df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"])
     n = dict(zip(df["group"].astype(str), df["count"]))
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert f"forward positive: n={n['positive']:,}," in captions(at) and "subsample" not in captions(at)
+    # the chart's legend states the same count, and the histogram's own where it differs
+    counted = {g: int(np.sum(h)) for g, h in zip(df["group"].astype(str), df["histogram"])}
+    labels = set(vega_hists(at)[0][1][0]["label"])
+    want = (f"positive (n={n['positive']:,})" if counted["positive"] == n["positive"]
+            else f"positive (n={n['positive']:,}; histogram of {counted['positive']:,})")
+    assert want in labels
     monkeypatch.setattr(viewer.distributions, "HIST_MAX_ELEMENTS", 1000)
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert "the histogram counts a subsample of about 1,000 values; n is every element" in captions(at)
@@ -755,6 +801,24 @@ def test_figures_follow_the_theme(runs):
         light = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
     assert np.mean(to_rgb(dark.get_facecolor())) < 0.2 < 0.8 < np.mean(to_rgb(light.get_facecolor()))
 
+
+def test_png_download_drawn_on_click_follows_the_theme(monkeypatch):
+    """download_figure (charts shown by Vega, PNG drawn on click) draws in the page's theme,
+    read when the page ran: the click's callable runs outside the script."""
+    import io
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+    from viewer import ui
+    from inspector import plots
+    clicked = {}
+    monkeypatch.setattr(ui.st, "download_button", lambda label, data, **kw: clicked.setdefault(kw["key"], data))
+    for kind in ("dark", "light"):
+        monkeypatch.setattr(ui, "theme", lambda kind=kind: kind)
+        ui.download_figure(lambda: plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v"), "x", key=kind)
+    monkeypatch.setattr(ui, "theme", lambda: "light")             # the click comes later, in no theme
+    mean = {k: np.asarray(Image.open(io.BytesIO(f())).convert("L")).mean() for k, f in clicked.items()}
+    assert mean["png_dark"] < 80 < 170 < mean["png_light"]
 
 def test_layer_rows_fold_an_icnn_layers_helper_ops():
     import pandas as pd

@@ -5,22 +5,15 @@ Skips where /usr/bin/chromium or playwright is missing (via tests/test_browser.p
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, free_port, heading_shown, sync_api, wait_healthy  # noqa: F401
+from test_browser import ARGS, CHROMIUM, heading_shown, serve, sync_api  # noqa: F401
 
 import inspector
 from inspector.format import manifest_name
 from inspector.testing import make_synthetic_run
 from viewer.graph import NONFINITE
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -34,22 +27,8 @@ def server(tmp_path_factory):
             t.update(source_file="examples/models.py", source_line=57, source_function="conv_block",
                      source_stack=[["examples/models.py", 57, "conv_block"]])
     m.write_text(json.dumps(man))
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-                             "--server.headless", "true", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                             "--", str(runs)], cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    with serve(runs) as url:
         yield url, tensor
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 
 from inspector import cli
 from inspector.testing import make_synthetic_run
+from s3server import _free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,3 +159,23 @@ def test_app_listens_on_localhost_by_default(monkeypatch):
     first, second = calls
     assert first[first.index("--server.address") + 1] == "127.0.0.1"
     assert second[second.index("--server.address") + 1] == "0.0.0.0"
+
+
+@pytest.mark.parametrize("options, says", [
+    # nothing listens there: the client's connection error, one line
+    ('{"endpoint_url": "http://127.0.0.1:%d", "key": "k", "secret": "s", '
+     '"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}', "EndpointConnectionError"),
+    ('{"endpoint": "http://127.0.0.1:%d"}', "unexpected keyword argument 'endpoint'"),   # misspelt option
+])
+def test_info_on_an_unreachable_store_is_one_line(options, says, capsys):
+    pytest.importorskip("s3fs")
+    status = cli.main(["info", "s3://no-bucket/runs", "--storage-options", options % _free_port()])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and err.startswith("error: cannot read s3://no-bucket/runs")
+    assert says in err and "endpoint_url" in err
+
+
+def test_bad_storage_options_json_says_what_to_give(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["info", "s3://b/runs", "--storage-options", "{endpoint"])
+    assert e.value.code == 2 and "is not JSON" in capsys.readouterr().err

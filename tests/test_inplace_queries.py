@@ -7,6 +7,7 @@ import pytest
 
 import inspector
 from inspector.testing import SyntheticRun
+from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 
 
 @pytest.fixture(scope="module", params=["compacted", "small parts"])
@@ -46,3 +47,26 @@ def test_polars_reads_statistics_in_place(run_path):
     assert len(df) == len(steps) > 0
     np.testing.assert_array_equal(df["step"].to_numpy(), steps)
     np.testing.assert_array_equal(df["mean"].to_numpy(), means)
+
+
+def test_duckdb_reads_a_bucket_in_place_offline(s3):
+    """README, "Distributed training": DuckDB with the fsspec filesystem registered (no httpfs
+    download) runs the README's query on a run in an S3 bucket; it equals the reader's rows."""
+    duckdb = pytest.importorskip("duckdb")
+    url = s3.url("duckdb")
+    b = SyntheticRun(url, tensors=6, steps_hint=5, dump_every=None, stats_flush_secs=0, storage_options=s3.options)
+    b.write_steps(0, 5)
+    b.close()
+    run = inspector.open_run(url, storage_options=s3.options)
+    cat = run.tensors
+    name = cat[cat["has_gradient"].fillna(False).astype(bool)].index[0]
+    want = run.query_stats([name], kinds=["gradient"], groups=["all"]).sort_values("step")
+    con = duckdb.connect()
+    con.register_filesystem(s3.filesystem())
+    rows = con.sql(f"""SELECT worker, step, arg_max(l2, session) AS grad_l2
+                       FROM read_parquet('{url}/stats/*.parquet')
+                       WHERE mode = 'train' AND kind = 'gradient' AND "group" = 'all' AND tensor = '{name}'
+                       GROUP BY worker, step ORDER BY worker, step""").fetchall()
+    assert len(rows) == len(want) > 0
+    np.testing.assert_array_equal([r[1] for r in rows], want["step"].to_numpy())
+    np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())

@@ -167,3 +167,41 @@ def test_nonfinite_loss_is_recorded_and_the_next_step_dumped(tmp_path, source):
     assert run.dump_metadata(4)["reason"] == "after NaN/Inf"
     hidden = _find(run.tensors, "hidden/Relu")
     assert not np.isfinite(np.asarray(run.tensor(hidden, 4))).all()   # the NaN weights show
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_callback_writes_to_a_url(tmp_path, monkeypatch, source):
+    """An fsspec URL is a URL (object storage; memory:// here), never a local folder 'memory:'."""
+    monkeypatch.chdir(tmp_path)
+    x, y = _data(10, n=32)
+    url = f"memory://tfi-keras-{source}/runs/k1"
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    _fit(sequential(), x, y, [InspectCallback(url, **where, stats_every_n_steps=1, dump_steps=[2], strict=True,
+                                              storage_options={})])
+    assert not any(tmp_path.iterdir())                      # nothing written locally
+    run = inspector.open_run(url)
+    assert run.dump_steps() == [2] and sorted(run.stats["step"].unique()) == [1, 2]
+
+
+class HandLoss(keras.Sequential):
+    """A custom train_step computing its loss by hand (never model.compute_loss)."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            logits = self(x, training=True)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(tf.cast(y, tf.int32), logits))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def test_a_train_step_without_compute_loss_is_said(tmp_path, caplog):
+    """No loss to differentiate: the forward values are captured, and a warning says why there
+    are no gradients (never a silent empty gradient column)."""
+    x, y = _data(11, n=32)
+    model = HandLoss([keras.Input((6,)), keras.layers.Dense(2, name="logits")])
+    _fit(model, x, y, [InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)])
+    assert "never called model.compute_loss" in caplog.text
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["loss"] is None and not run.tensors["has_gradient"].any()

@@ -124,6 +124,20 @@ def test_the_schedule_fires_once_per_crossing_when_the_global_step_jumps(tmp_pat
     assert len(run.steps) == len(range(10, run.steps[-1] + 1, 10)) and run.workers == ["worker-0"]
 
 
+def test_a_worker_alone_in_a_cluster_samples_at_the_multiples(tmp_path, monkeypatch):
+    """A TF_CONFIG cluster makes the hook read the global step in each run; with no other
+    worker moving it, statistics and dumps fall exactly on the multiples, as without a cluster."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=5, dump_every_n_steps=10, strict=True)
+        train_session(m, [hook], 40)
+    run = inspector.open_run(tmp_path / "run")
+    assert sorted(run.stats["step"].unique()) == list(range(5, 41, 5))
+    assert run.steps == [10, 20, 30, 40] and run.workers == ["worker-0"]
+
+
 @needs_estimator
 def test_estimator_train_evaluate_loop(tmp_path):
     """The classic loop: train 10 steps, evaluate 2 batches, three times, one hook for both."""

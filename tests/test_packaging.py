@@ -4,6 +4,7 @@ application."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -78,14 +79,40 @@ def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):
     script = Path(calls[0][calls[0].index("run") + 1])
     assert script == Path(viewer.__file__).parent / "app_main.py" and script.is_file()
     assert calls[0][-2:] == ["--", "runs"] and "8600" in calls[0]
+    i = calls[0].index("--browser.gatherUsageStats")   # no usage statistics sent: no network at run time
+    assert calls[0][i + 1] == "false"
 
 
 def test_importing_hooks_configures_no_logging():
     pytest.importorskip("tensorflow")
     import hooks  # noqa: F401
     log = logging.getLogger("tf_inspector")
-    assert log.handlers and all(type(h) is logging.NullHandler for h in log.handlers)
-    assert log.propagate and log.level == logging.NOTSET
+    assert not log.handlers and log.propagate and log.level == logging.NOTSET
+
+
+def test_hook_errors_reach_stderr_with_no_logging_set_up(tmp_path):
+    """A user who configured no logging still sees a refused or failed hook: a DumpHook whose
+    run directory cannot be created (a file is in the way) logs an error that Python's
+    last-resort handler prints; training goes on."""
+    pytest.importorskip("tensorflow")
+    (tmp_path / "blocker").write_text("a file, not a directory")
+    code = textwrap.dedent(f"""
+        import tensorflow as tf
+        from hooks import DumpHook
+        from tfmodels import build_cnn
+        with tf.Graph().as_default():
+            m = build_cnn()
+            hook = DumpHook({str(tmp_path / "blocker" / "run")!r}, labels=m.y, stats_every_n_steps=1,
+                            native_stats=False)
+            with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as s:
+                s.run(m.train_op, feed_dict=m.feed(0))
+        print("TRAINED")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert "TRAINED" in out.stdout, out.stderr[-2000:]
+    assert "DumpHook" in out.stderr and "disabled" in out.stderr, out.stderr[-2000:]
 
 
 def test_the_hook_says_what_it_picked_through_logging(tmp_path, caplog, monkeypatch):

@@ -327,3 +327,21 @@ def test_graph_of_an_unknown_worker_names_the_workers(tmp_path):
     assert run.graph_def_bytes() == b"g"
     with pytest.raises(inspector.InspectorError, match="no worker 'nope' in .*; workers: chief"):
         run.graph_def_bytes(worker="nope")
+
+
+def test_a_session_killed_before_its_manifest_beat_shows_the_steps_of_its_dumps(tmp_path):
+    """A process killed between heartbeats leaves a manifest without steps, but its dumps are
+    on disk: the session's steps and dump count come from them (here a copy taken at that
+    moment stands for the killed process's directory)."""
+    import shutil
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, heartbeat_secs=3600)
+    for step in (3, 7):
+        w.add_dump(step, {"forward/x:0": np.full((2, 2), step, np.float32)})
+    assert w.drain(60)
+    shutil.copytree(tmp_path / "r", tmp_path / "killed")
+    w.close()
+    killed = json.loads((tmp_path / "killed" / manifest_name("chief", 1)).read_text())
+    assert killed.get("steps") is None and not killed.get("dumps_written")  # the manifest lags
+    s = inspector.open_run(tmp_path / "killed").sessions.iloc[0]
+    assert (s["first_step"], s["last_step"], s["dumps"]) == (3, 7, 2)
+    assert "steps 3..7" in cli.summary(inspector.open_run(tmp_path / "killed"))

@@ -16,8 +16,8 @@ from inspector import stats_merge, stats_parts
 from inspector.format import stats_range_name
 from inspector.stats_merge import Levels
 from inspector.testing import SyntheticRun
+from test_compaction import KEYS, parts, table  # the same oracle table and part listing
 
-KEYS = ["step", "tensor", "kind", "group"]
 STEPS = 9
 
 
@@ -30,16 +30,6 @@ def write(path: Path, compact_rows: int | None, merge_parts: int = 2) -> Path:
     b.write_steps(0, STEPS)
     b.close()
     return path
-
-
-def table(run) -> pd.DataFrame:
-    df = run.stats.sort_values(KEYS).reset_index(drop=True)
-    df["histogram"] = df["histogram"].map(list)
-    return df
-
-
-def parts(path: Path) -> list[str]:
-    return sorted(p.name for p in (path / "stats").glob("*.parquet"))
 
 
 @pytest.fixture(scope="module")

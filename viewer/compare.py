@@ -9,19 +9,26 @@ import streamlit as st
 
 from inspector import plots
 
-from . import data
+from . import data, hist_charts
 from .distributions import kinds_of, pick_groups, totals_of
-from .ui import Ctx, default_tensor, download_figure, need, plain, show_cached_figure, show_figure
+from .ui import Ctx, default_tensor, download_figure, need, plain
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
 def stats_at(path: str, sig: tuple, tensor: str, step: int, kind: str) -> pd.DataFrame:
-    """Scalar statistics of ``tensor`` at ``step``, one row per group."""
-    run = data.get_run(path, sig)
-    df = run.query_stats([tensor], steps=(step, step), kinds=[kind], columns=TABLE_STATS)
+    """Scalar statistics of ``tensor`` at ``step``, one row per group (cut from
+    :func:`tensor_stats`: steps A and B cost one read)."""
+    df = tensor_stats(path, sig, tensor, kind)
+    df = df[df["step"] == step]
     return df.set_index(df["group"].astype(str))[TABLE_STATS]
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def tensor_stats(path: str, sig: tuple, tensor: str, kind: str) -> pd.DataFrame:
+    """Every step's :data:`TABLE_STATS` of ``tensor`` / ``kind``: a one-step Parquet read costs
+    about as much as an all-steps read (the column chunks are read whole)."""
+    return data.get_run(path, sig).query_stats([tensor], kinds=[kind], columns=TABLE_STATS)
 
 
 def render(ctx: Ctx) -> None:
@@ -52,11 +59,8 @@ def two_steps(ctx: Ctx) -> None:
     xlim = shared_range(hists)
     for col, side, s, h in zip(cols, "AB", picked, hists):
         with col:
-            show_cached_figure(lambda: plots.histograms({kind: h}, title=f"{side}: {tensor} @ step {s}",
-                                                        xlim={kind: xlim},
-                                                        totals=totals_of(ctx.path, ctx.sig, tensor, s, [kind])),
-                               ("cmp_hist", ctx.path, ctx.sig, tensor, kind, side, tuple(picked)),
-                               f"cmp_{side}_{tensor}_{s}", key=f"cmp_hist_{side}")
+            hist_chart({kind: h}, f"{side}: {tensor} @ step {s}", {kind: xlim},
+                       totals_of(ctx.path, ctx.sig, tensor, s, [kind]), f"cmp_{side}_{tensor}_{s}", f"cmp_hist_{side}")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
     table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
                           if g in frame.index})
@@ -113,6 +117,12 @@ def two_runs(ctx: Ctx) -> None:
     xlim = shared_range(hists)
     for col, (label, p, s), h in zip(st.columns(2), sides, hists):
         with col:
-            show_figure(plots.histograms({kind: h}, title=f"{label}: {tensor} @ step {step}", xlim={kind: xlim},
-                                         totals=totals_of(p, s, tensor, step, [kind])),
-                        f"cmp_{label}_{tensor}_{step}", key=f"cmp_run_hist_{label[0]}")
+            hist_chart({kind: h}, f"{label}: {tensor} @ step {step}", {kind: xlim},
+                       totals_of(p, s, tensor, step, [kind]), f"cmp_{label}_{tensor}_{step}",
+                       f"cmp_run_hist_{label[0]}")
+
+
+def hist_chart(panels: dict, title: str, xlim: dict, totals: dict, name: str, key: str) -> None:
+    """The histograms as an interactive chart, with the same figure drawn as PNG on download."""
+    st.altair_chart(hist_charts.histogram_chart(panels, title=title, xlim=xlim, totals=totals), width="stretch")
+    download_figure(lambda: plots.histograms(panels, title=title, xlim=xlim, totals=totals), name, key=key)

@@ -1,5 +1,7 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
-groups) at a step (in-graph and from dumped samples) and across steps (ridge plot)."""
+groups) at a step (in-graph and from dumped samples) and across steps (ridge plot), drawn as
+interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is drawn only for
+its PNG download)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +11,9 @@ from inspector import analysis, plots
 from inspector.binning import Bins, value_bins
 from inspector.format import HIST_MAX_ELEMENTS
 
-from . import bands, data
+from . import bands, data, hist_charts
 from .dumps import dump_step_picker
-from .ui import Ctx, default_tensor, need, plain, show_cached_figure
+from .ui import Ctx, default_tensor, download_figure, need, plain
 
 
 def kinds_of(run, tensor: str) -> list[str]:
@@ -76,8 +78,10 @@ def render(ctx: Ctx) -> None:
     panels = {kind: pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
               for kind in kinds}
     totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
-    show_cached_figure(lambda: plots.histograms(panels, title=f"{tensor} @ step {step}", log=log, totals=totals),
-                       ("di_hist", ctx.path, ctx.sig, tensor, step, log), f"hist_{tensor}_{step}", key="di_hist")
+    title = f"{tensor} @ step {step}"
+    st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, totals=totals), width="stretch")
+    download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals), f"hist_{tensor}_{step}",
+                    key="di_hist")
     st.caption(hist_caption(panels, totals))
 
     st.subheader("From dumped samples")
@@ -95,9 +99,10 @@ def render(ctx: Ctx) -> None:
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
-    show_cached_figure(lambda: plots.ridge(rows, title=f"{tensor} {rkind}: histograms over steps", log=log),
-                       ("di_ridge", ctx.path, ctx.sig, tensor, rkind, chosen, log), f"ridge_{tensor}_{rkind}",
-                       key="di_ridge")
+    title = f"{tensor} {rkind}: histograms over steps"
+    st.altair_chart(hist_charts.ridge_chart(rows, title=title, log=log), width="stretch",
+                    height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
+    download_figure(lambda: plots.ridge(rows, title=title, log=log), f"ridge_{tensor}_{rkind}", key="di_ridge")
     percentile_bands(ctx, tensor, rkind, steps)
 
 
@@ -151,7 +156,8 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             xscale[kind] = bins.linthresh
         shown.append(f"{kind}: {bins_caption(bins)}")
     if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
-        show_cached_figure(lambda: plots.histograms(panels, title=f"{tensor} @ dump step {step} (dumped samples)",
-                                                    log=log, xscale=xscale),
-                           ("di_samples", ctx.path, ctx.sig, tensor, step, log, scale), f"samples_hist_{tensor}_{step}",
-                           key="di_samples", caption="; ".join(shown))
+        title = f"{tensor} @ dump step {step} (dumped samples)"
+        st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, xscale=xscale), width="stretch")
+        st.caption("; ".join(shown))
+        download_figure(lambda: plots.histograms(panels, title=title, log=log, xscale=xscale),
+                        f"samples_hist_{tensor}_{step}", key="di_samples")

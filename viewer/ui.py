@@ -101,9 +101,13 @@ def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> Non
 
 def download_figure(make: Callable[[], Figure], name: str, key: str, label: str = "Download PNG") -> None:
     """A download button whose PNG is drawn only when clicked (for figures shown as native,
-    interactive Streamlit charts, so the page does not render them twice)."""
-    st.download_button(label, lambda: plots.to_png(make()), file_name=f"{slug(name)}.png", mime="image/png",
-                       key=f"png_{key}")
+    interactive Streamlit charts, so the page does not render them twice), in the page's theme."""
+    kind = theme()  # read now: the click's callable runs outside the script
+
+    def png() -> bytes:
+        with figure_theme(kind):
+            return plots.to_png(make())
+    st.download_button(label, png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
 
 
 def theme() -> str:
