@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 
 from .errors import DamagedFileError
 from .format import atomic_write
-from .safe_files import check_regular
+from .safe_files import check_regular, open_regular
 
 if TYPE_CHECKING:
     from .run import Run
@@ -204,12 +204,19 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
     """(the summary file, its ``summary_of``) if it describes ``part`` as it is now; None (and
     a problem reported) if it is stale or damaged."""
     rel, size = part[0], part[1]
-    path = Path(run.path) / summary_rel(rel)
+    root = Path(run.path)
+    path = root / summary_rel(rel)
     try:
-        check_regular(path, Path(run.path))  # a regular file inside the run, as every file read
+        # the part's footer is opened only if it is a regular file (a FIFO would block the open
+        # forever); a part that is not is no summary's fault: reading it reports it
+        with open_regular(root / rel, root) as f:
+            rows = pq.read_metadata(f).num_rows
+    except (OSError, pa.ArrowException, DamagedFileError):
+        return None
+    try:
+        check_regular(path, root)  # a regular file inside the run, as every file read
         pf = pq.ParquetFile(path, page_checksum_verification=run.verify)
         of = json.loads((pf.metadata.metadata or {})[SUMMARY_OF])
-        rows = pq.read_metadata(Path(run.path) / rel).num_rows
         if not isinstance(of, dict) or {k: of.get(k) for k in ("part", "rows", "bytes")} != {
                 "part": rel.rsplit("/", 1)[-1], "rows": rows, "bytes": size}:
             run.problems.append(f"stale statistics summary {path}: it describes {of}, not the part as it is "
