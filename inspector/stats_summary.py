@@ -14,7 +14,9 @@ A summary is used only when it names its part (``tf_inspector.summary_of``: the 
 rows and bytes) as the part is now; a missing one (small parts; a crash between a part's
 rename and its summary's) means: read the part's rows and bin them, the same arithmetic. A
 stale or damaged one is reported in ``run.problems`` and the part's rows are read instead, so
-a summary never changes a number. When two sessions of one worker and mode recorded
+a summary never changes a number. A summary also lists its part's distinct steps per (kind,
+group) as [first, last, stride] runs (:func:`part_step_set`, for ``Run.stats_steps``), its
+footer metadata guarded by a CRC-32. When two sessions of one worker and mode recorded
 overlapping steps (the later one wins a step, FORMAT.md "Sessions"), or the view picks one
 eval batch, every row is read through the reader's rules and binned.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +51,11 @@ STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 KEYS = ("worker", "session", "mode", "tensor", "kind", "group")
 SUMMARY_OF = b"tf_inspector.summary_of"
 KIND_GROUP_INDEX = b"tf_inspector.kind_group_row_groups"
+#: the distinct steps of the part's rows per "<kind>/<group>", as [first, last, stride] runs
+STEP_RUNS = b"tf_inspector.steps"
+#: CRC-32 of summary_of and steps (footer metadata has no page checksum: a flipped digit
+#: there would skip a part or count a step silently)
+META_CRC = b"tf_inspector.meta_crc32"
 #: bins per part at most (about): the part's step span / this, rounded up to a power of two
 PART_BINS = 32
 ROW_GROUP_ROWS = 32768
@@ -110,10 +118,11 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     lo, hi = (pc.min(steps).as_py(), pc.max(steps).as_py()) if len(steps) else (0, 0)
     width = pow2_at_least((hi - lo + 1) / PART_BINS)
     cols = [*KEYS, "step", *STATS]
-    chunks = []
+    chunks, distinct = [], []
     for start in range(0, pf.num_row_groups, 16):
         t = pf.read_row_groups(range(start, min(start + 16, pf.num_row_groups)), columns=cols)
         chunks.append(bin_rows(t, width))
+        distinct.append(_distinct_steps(t))
     summary = _rebin(pa.concat_tables(chunks), STATS) if chunks else bin_rows(pf.schema_arrow.empty_table(), width)
     order = pc.sort_indices(summary, [(k, "ascending") for k in ("kind", "group", "tensor", "bin")])
     summary = summary.take(order)
@@ -122,10 +131,11 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     for i, key in enumerate(kg):
         g = i // ROW_GROUP_ROWS
         index.setdefault(key, [g, g])[1] = g
-    meta = {SUMMARY_OF.decode(): json.dumps({"part": part.name, "rows": pf.metadata.num_rows,
-                                             "bytes": part.stat().st_size, "first_step": lo, "last_step": hi,
-                                             "width": width}),
-            KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":"))}
+    of = json.dumps({"part": part.name, "rows": pf.metadata.num_rows, "bytes": part.stat().st_size,
+                     "first_step": lo, "last_step": hi, "width": width})
+    runs = json.dumps(_step_runs_by_kind_group(distinct), separators=(",", ":"))
+    meta = {SUMMARY_OF.decode(): of, KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":")),
+            STEP_RUNS.decode(): runs, META_CRC.decode(): str(_meta_crc(of.encode(), runs.encode()))}
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, summary.schema, compression="zstd", write_page_checksum=True) as w:
         w.write_table(summary, row_group_size=ROW_GROUP_ROWS)
@@ -133,6 +143,46 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     target = Path(run_dir) / FOLDER / part.name
     atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
     return target
+
+
+def _distinct_steps(t: pa.Table) -> pa.Table:
+    """The distinct (kind, group, step) of statistics rows ``t``, names as plain strings."""
+    d = t.select(["kind", "group", "step"]).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
+    return pa.table({k: d.column(k).cast(pa.string()) if k != "step" else d.column(k) for k in d.column_names})
+
+
+def _step_runs_by_kind_group(distinct: list[pa.Table]) -> dict[str, list[list[int]]]:
+    """{"<kind>/<group>": step runs} of the chunks' distinct steps."""
+    if not distinct:
+        return {}
+    t = pa.concat_tables(distinct).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
+    kg = np.array(pc.binary_join_element_wise(t.column("kind"), t.column("group"), "/").to_pylist(), dtype=object)
+    steps = t.column("step").to_numpy()
+    return {key: step_runs(np.unique(steps[kg == key])) for key in sorted(set(kg.tolist()))}
+
+
+def step_runs(steps: np.ndarray) -> list[list[int]]:
+    """Sorted distinct ``steps`` as [first, last, stride] runs (statistics every N steps: one run).
+
+    >>> step_runs(np.array([10, 20, 30, 31, 32, 50]))
+    [[10, 30, 10], [31, 32, 1], [50, 50, 1]]
+    """
+    out: list[list[int]] = []
+    s = [int(x) for x in steps]
+    i = 0
+    while i < len(s):
+        j, stride = i, 1
+        if i + 1 < len(s):
+            j, stride = i + 1, s[i + 1] - s[i]
+            while j + 1 < len(s) and s[j + 1] - s[j] == stride:
+                j += 1
+        out.append([s[i], s[j], stride])
+        i = j + 1
+    return out
+
+
+def _meta_crc(of: bytes, runs: bytes) -> int:
+    return zlib.crc32(of + b"\n" + runs)
 
 
 def remove_summary(run_dir: Path, part: Path) -> None:
@@ -216,7 +266,10 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
     try:
         check_regular(path, root)  # a regular file inside the run, as every file read
         pf = pq.ParquetFile(path, page_checksum_verification=run.verify)
-        of = json.loads((pf.metadata.metadata or {})[SUMMARY_OF])
+        meta = pf.metadata.metadata or {}
+        of = json.loads(meta[SUMMARY_OF])
+        if META_CRC in meta and meta[META_CRC] != str(_meta_crc(meta[SUMMARY_OF], meta.get(STEP_RUNS, b""))).encode():
+            raise ValueError("its step range or step lists do not match their checksum")
         if not isinstance(of, dict) or {k: of.get(k) for k in ("part", "rows", "bytes")} != {
                 "part": rel.rsplit("/", 1)[-1], "rows": rows, "bytes": size}:
             run.problems.append(f"stale statistics summary {path}: it describes {of}, not the part as it is "
@@ -276,6 +329,48 @@ def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
     c = {k: t.column(k).to_numpy() for k in cols[3:]}
     flag = (c["nan_sum"] > 0) | (c["inf_sum"] > 0) | (c["nan_finite"] < c["rows"]) | (c["inf_finite"] < c["rows"])
     return sorted(zip(c["first_step"][flag].tolist(), c["last_step"][flag].tolist()))
+
+
+def part_step_set(run: "Run", part: tuple, kind: str, group: str) -> np.ndarray | None:
+    """The sorted distinct steps of ``part``'s rows of (``kind``, ``group``), from its summary;
+    None if the part has no usable summary or one written before summaries held step lists
+    (then the part's rows must be read). Damaged step lists are reported."""
+    if part_steps(run, part) is None:
+        return None
+    opened = _open_summary(run, part)
+    if opened is None:
+        return None
+    pf, of = opened
+    meta = pf.metadata.metadata or {}
+    if STEP_RUNS not in meta or META_CRC not in meta:
+        return None
+    try:
+        return _steps_of(json.loads(meta[STEP_RUNS]).get(f"{kind}/{group}", []), of)
+    except (ValueError, TypeError, AttributeError) as e:
+        _damaged(run, Path(run.path) / summary_rel(part[0]), e)
+        return None
+
+
+def _steps_of(runs: Any, of: dict) -> np.ndarray:
+    """The steps of [first, last, stride] ``runs``; ValueError unless they are increasing, inside
+    the part's step range and no more than its rows (so a damaged list cannot allocate more)."""
+    if not isinstance(runs, list):
+        raise ValueError("step lists are not lists")
+    pieces, total = [np.array([], np.int64)], 0
+    for r in runs:
+        if not (isinstance(r, list) and len(r) == 3 and all(type(x) is int for x in r)):
+            raise ValueError(f"step run {str(r)[:40]} is not three integers")
+        a, b, k = r
+        if not (of["first_step"] <= a <= b <= of["last_step"] and k >= 1 and (b - a) % k == 0):
+            raise ValueError(f"step run {r} is outside steps {of['first_step']}..{of['last_step']} or uneven")
+        total += (b - a) // k + 1
+        if total > of["rows"]:
+            raise ValueError(f"more steps than the part's {of['rows']} rows")
+        pieces.append(np.arange(a, b + 1, k, dtype=np.int64))
+    steps = np.concatenate(pieces)
+    if (np.diff(steps) <= 0).any():
+        raise ValueError("step runs are not increasing")
+    return steps
 
 
 def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
