@@ -32,7 +32,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -43,8 +43,34 @@ from .errors import DamagedFileError
 from .format import atomic_write
 from .safe_files import check_regular, open_regular
 
-if TYPE_CHECKING:
-    from .run import Run
+
+
+class Run(Protocol):
+    """What this module uses of an ``inspector.Run``, typed structurally: ``run.py`` imports this
+    module (part skipping, step lists), so importing it here would make an import cycle."""
+    path: Any
+    problems: list[str]
+    verify: bool
+    store: Any
+
+    @property
+    def tensors(self) -> Any: ...
+
+    @property
+    def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]: ...
+
+    def _selected(self, items: Any, mode: str | None, worker: str | None,
+                  session: int | str | None) -> list[tuple[str, int, Any]]: ...
+
+    def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
+                   columns: Any, filters: Any) -> pa.Table | None: ...
+
+    def _where(self, mode: str | None, worker: str | None,
+               batch: int | None = None) -> tuple[str, str | None, int | None]: ...
+
+    def query_stats_table(self, tensors: Any = None, steps: Any = None, kinds: Any = None, groups: Any = None,
+                          columns: Any = None, *, mode: Any = None, worker: Any = None, session: Any = None,
+                          batch: Any = None) -> pa.Table: ...
 
 #: statistics a summary holds (the viewer overview's choices)
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
@@ -210,7 +236,7 @@ class Overview:
     notes: list[str] = field(default_factory=list)
 
 
-def overview(run: "Run", kind: str, group: str, stat: str, max_columns: int = 300) -> Overview:
+def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300) -> Overview:
     """The (kind, group, stat) matrix of ``run``'s view, at most ``max_columns`` step bins."""
     if stat not in STATS:
         raise ValueError(f"stat={stat!r} must be one of {STATS}")
@@ -243,14 +269,14 @@ def overview(run: "Run", kind: str, group: str, stat: str, max_columns: int = 30
     return _matrix(run, pieces, stat, max_columns, summarized, len(run._stats_files) - summarized, notes)
 
 
-def _binned_part(run: "Run", worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
+def _binned_part(run: Run, worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
     """A part's rows of (kind, group), binned one step per bin (exact)."""
     t = run._read_part(worker, session, part, [*KEYS, "step", "batch", stat],
                        [("kind", "in", [kind]), ("group", "in", [group])])
     return bin_rows(t, 1, (stat,)) if t is not None and t.num_rows else pa.table({})
 
 
-def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None:
+def _open_summary(run: Run, part: tuple) -> tuple[pq.ParquetFile, dict] | None:
     """(the summary file, its ``summary_of``) if it describes ``part`` as it is now; None (and
     a problem reported) if it is stale or damaged."""
     rel, size = part[0], part[1]
@@ -284,7 +310,7 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
         return None
 
 
-def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
+def part_steps(run: Run, part: tuple) -> tuple[int, int] | None:
     """(first, last) statistics step of a live ``part`` as its summary states them, or None if
     unknown (no summary, stale or damaged: then the part must be read). Read once per part.
 
@@ -303,7 +329,7 @@ def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
     return cache[part]
 
 
-def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
+def nonfinite_bins(run: Run, part: tuple) -> list[tuple[int, int]] | None:
     """The step ranges of ``part``'s summary bins whose group ``all`` rows count a NaN or Inf
     (``nan``/``inf`` above 0): every such row of the part lies in one. None if the part has no
     usable summary (the part must be read whole); damaged summaries are reported.
@@ -331,7 +357,7 @@ def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
     return sorted(zip(c["first_step"][flag].tolist(), c["last_step"][flag].tolist()))
 
 
-def part_step_set(run: "Run", part: tuple, kind: str, group: str) -> np.ndarray | None:
+def part_step_set(run: Run, part: tuple, kind: str, group: str) -> np.ndarray | None:
     """The sorted distinct steps of ``part``'s rows of (``kind``, ``group``), from its summary;
     None if the part has no usable summary or one written before summaries held step lists
     (then the part's rows must be read). Damaged step lists are reported."""
@@ -373,7 +399,7 @@ def _steps_of(runs: Any, of: dict) -> np.ndarray:
     return steps
 
 
-def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
+def _read_summary(run: Run, part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
                   stat: str) -> pa.Table | None:
     """The summary rows of ``part`` for (kind, group); None (reported) if they are damaged."""
     cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"]
@@ -390,7 +416,7 @@ def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: s
         return None
 
 
-def _damaged(run: "Run", path: Path, e: BaseException) -> None:
+def _damaged(run: Run, path: Path, e: BaseException) -> None:
     msg = f"damaged statistics summary {path}: {type(e).__name__}: {e}; the part's rows were read instead"
     if msg not in run.problems:
         run.problems.append(msg)
@@ -421,7 +447,7 @@ def _sessions_overlap(pieces: list[pa.Table]) -> bool:
     return any(a[:2] == b[:2] and b[2] <= a[3] for a, b in zip(rows, rows[1:]))
 
 
-def _matrix(run: "Run", pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
+def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
             notes: list[str]) -> Overview:
     pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"])
               for p in pieces if p.num_rows]
