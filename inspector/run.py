@@ -536,15 +536,20 @@ class Run:
 
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
         """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
-        of ``query_stats(kinds=[kind], groups=[group])``, reading four columns and no identity
-        (the later-session rule picks which session's rows a step shows, never drops a step).
+        of ``query_stats(kinds=[kind], groups=[group])``: a summarised part's from its summary's
+        step lists, other parts' from four columns (FORMAT.md "Summaries"; the later-session
+        rule picks which session's rows a step shows, never drops a step).
 
         >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
         """
         batch = self._where(None, None)[2]
         columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
         found = [np.array([], np.int64)]
+        from .stats_summary import part_step_set
         for w, s, p in self._selected(self._stats_files, None, None, None):
+            if batch is None and self.store.is_local and (got := part_step_set(self, p, kind, group)) is not None:
+                found.append(got)  # the part's summary lists its steps: no row read
+                continue
             before = list(self.problems)
             t = self._read_part(w, s, p, columns, [("kind", "in", [kind]), ("group", "in", [group])])
             if t is None:  # unreadable, or compacted away since listed: the full reader decides

@@ -14,7 +14,9 @@ A summary is used only when it names its part (``tf_inspector.summary_of``: the 
 rows and bytes) as the part is now; a missing one (small parts; a crash between a part's
 rename and its summary's) means: read the part's rows and bin them, the same arithmetic. A
 stale or damaged one is reported in ``run.problems`` and the part's rows are read instead, so
-a summary never changes a number. When two sessions of one worker and mode recorded
+a summary never changes a number. A summary also lists its part's distinct steps per (kind,
+group) as [first, last, stride] runs (:func:`part_step_set`, for ``Run.stats_steps``), its
+footer metadata guarded by a CRC-32. When two sessions of one worker and mode recorded
 overlapping steps (the later one wins a step, FORMAT.md "Sessions"), or the view picks one
 eval batch, every row is read through the reader's rules and binned.
 
@@ -27,9 +29,10 @@ from __future__ import annotations
 
 import json
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -38,16 +41,47 @@ import pyarrow.parquet as pq
 
 from .errors import DamagedFileError
 from .format import atomic_write
-from .safe_files import check_regular
+from .safe_files import check_regular, open_regular
 
-if TYPE_CHECKING:
-    from .run import Run
+
+
+class Run(Protocol):
+    """What this module uses of an ``inspector.Run``, typed structurally: ``run.py`` imports this
+    module (part skipping, step lists), so importing it here would make an import cycle."""
+    path: Any
+    problems: list[str]
+    verify: bool
+    store: Any
+
+    @property
+    def tensors(self) -> Any: ...
+
+    @property
+    def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]: ...
+
+    def _selected(self, items: Any, mode: str | None, worker: str | None,
+                  session: int | str | None) -> list[tuple[str, int, Any]]: ...
+
+    def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
+                   columns: Any, filters: Any) -> pa.Table | None: ...
+
+    def _where(self, mode: str | None, worker: str | None,
+               batch: int | None = None) -> tuple[str, str | None, int | None]: ...
+
+    def query_stats_table(self, tensors: Any = None, steps: Any = None, kinds: Any = None, groups: Any = None,
+                          columns: Any = None, *, mode: Any = None, worker: Any = None, session: Any = None,
+                          batch: Any = None) -> pa.Table: ...
 
 #: statistics a summary holds (the viewer overview's choices)
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 KEYS = ("worker", "session", "mode", "tensor", "kind", "group")
 SUMMARY_OF = b"tf_inspector.summary_of"
 KIND_GROUP_INDEX = b"tf_inspector.kind_group_row_groups"
+#: the distinct steps of the part's rows per "<kind>/<group>", as [first, last, stride] runs
+STEP_RUNS = b"tf_inspector.steps"
+#: CRC-32 of summary_of and steps (footer metadata has no page checksum: a flipped digit
+#: there would skip a part or count a step silently)
+META_CRC = b"tf_inspector.meta_crc32"
 #: bins per part at most (about): the part's step span / this, rounded up to a power of two
 PART_BINS = 32
 ROW_GROUP_ROWS = 32768
@@ -110,10 +144,11 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     lo, hi = (pc.min(steps).as_py(), pc.max(steps).as_py()) if len(steps) else (0, 0)
     width = pow2_at_least((hi - lo + 1) / PART_BINS)
     cols = [*KEYS, "step", *STATS]
-    chunks = []
+    chunks, distinct = [], []
     for start in range(0, pf.num_row_groups, 16):
         t = pf.read_row_groups(range(start, min(start + 16, pf.num_row_groups)), columns=cols)
         chunks.append(bin_rows(t, width))
+        distinct.append(_distinct_steps(t))
     summary = _rebin(pa.concat_tables(chunks), STATS) if chunks else bin_rows(pf.schema_arrow.empty_table(), width)
     order = pc.sort_indices(summary, [(k, "ascending") for k in ("kind", "group", "tensor", "bin")])
     summary = summary.take(order)
@@ -122,10 +157,11 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     for i, key in enumerate(kg):
         g = i // ROW_GROUP_ROWS
         index.setdefault(key, [g, g])[1] = g
-    meta = {SUMMARY_OF.decode(): json.dumps({"part": part.name, "rows": pf.metadata.num_rows,
-                                             "bytes": part.stat().st_size, "first_step": lo, "last_step": hi,
-                                             "width": width}),
-            KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":"))}
+    of = json.dumps({"part": part.name, "rows": pf.metadata.num_rows, "bytes": part.stat().st_size,
+                     "first_step": lo, "last_step": hi, "width": width})
+    runs = json.dumps(_step_runs_by_kind_group(distinct), separators=(",", ":"))
+    meta = {SUMMARY_OF.decode(): of, KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":")),
+            STEP_RUNS.decode(): runs, META_CRC.decode(): str(_meta_crc(of.encode(), runs.encode()))}
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, summary.schema, compression="zstd", write_page_checksum=True) as w:
         w.write_table(summary, row_group_size=ROW_GROUP_ROWS)
@@ -133,6 +169,46 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     target = Path(run_dir) / FOLDER / part.name
     atomic_write(target, [sink.getvalue().to_pybytes()], fsync=fsync)
     return target
+
+
+def _distinct_steps(t: pa.Table) -> pa.Table:
+    """The distinct (kind, group, step) of statistics rows ``t``, names as plain strings."""
+    d = t.select(["kind", "group", "step"]).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
+    return pa.table({k: d.column(k).cast(pa.string()) if k != "step" else d.column(k) for k in d.column_names})
+
+
+def _step_runs_by_kind_group(distinct: list[pa.Table]) -> dict[str, list[list[int]]]:
+    """{"<kind>/<group>": step runs} of the chunks' distinct steps."""
+    if not distinct:
+        return {}
+    t = pa.concat_tables(distinct).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
+    kg = np.array(pc.binary_join_element_wise(t.column("kind"), t.column("group"), "/").to_pylist(), dtype=object)
+    steps = t.column("step").to_numpy()
+    return {key: step_runs(np.unique(steps[kg == key])) for key in sorted(set(kg.tolist()))}
+
+
+def step_runs(steps: np.ndarray) -> list[list[int]]:
+    """Sorted distinct ``steps`` as [first, last, stride] runs (statistics every N steps: one run).
+
+    >>> step_runs(np.array([10, 20, 30, 31, 32, 50]))
+    [[10, 30, 10], [31, 32, 1], [50, 50, 1]]
+    """
+    out: list[list[int]] = []
+    s = [int(x) for x in steps]
+    i = 0
+    while i < len(s):
+        j, stride = i, 1
+        if i + 1 < len(s):
+            j, stride = i + 1, s[i + 1] - s[i]
+            while j + 1 < len(s) and s[j + 1] - s[j] == stride:
+                j += 1
+        out.append([s[i], s[j], stride])
+        i = j + 1
+    return out
+
+
+def _meta_crc(of: bytes, runs: bytes) -> int:
+    return zlib.crc32(of + b"\n" + runs)
 
 
 def remove_summary(run_dir: Path, part: Path) -> None:
@@ -160,7 +236,7 @@ class Overview:
     notes: list[str] = field(default_factory=list)
 
 
-def overview(run: "Run", kind: str, group: str, stat: str, max_columns: int = 300) -> Overview:
+def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300) -> Overview:
     """The (kind, group, stat) matrix of ``run``'s view, at most ``max_columns`` step bins."""
     if stat not in STATS:
         raise ValueError(f"stat={stat!r} must be one of {STATS}")
@@ -193,27 +269,33 @@ def overview(run: "Run", kind: str, group: str, stat: str, max_columns: int = 30
     return _matrix(run, pieces, stat, max_columns, summarized, len(run._stats_files) - summarized, notes)
 
 
-def _binned_part(run: "Run", worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
+def _binned_part(run: Run, worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
     """A part's rows of (kind, group), binned one step per bin (exact)."""
     t = run._read_part(worker, session, part, [*KEYS, "step", "batch", stat],
                        [("kind", "in", [kind]), ("group", "in", [group])])
     return bin_rows(t, 1, (stat,)) if t is not None and t.num_rows else pa.table({})
 
 
-def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None:
+def _open_summary(run: Run, part: tuple) -> tuple[pq.ParquetFile, dict] | None:
     """(the summary file, its ``summary_of``) if it describes ``part`` as it is now; None (and
     a problem reported) if it is stale or damaged."""
     rel, size = part[0], part[1]
-    path = Path(run.path) / summary_rel(rel)
-    try:  # the part too is stat'ed first: opening a FIFO would block forever
-        check_regular(Path(run.path) / rel, Path(run.path))
-    except DamagedFileError:
-        return None  # no summary can vouch for it; reading the part reports the damage
+    root = Path(run.path)
+    path = root / summary_rel(rel)
     try:
-        check_regular(path, Path(run.path))  # a regular file inside the run, as every file read
+        # the part's footer is opened only if it is a regular file (a FIFO would block the open
+        # forever); a part that is not is no summary's fault: reading it reports it
+        with open_regular(root / rel, root) as f:
+            rows = pq.read_metadata(f).num_rows
+    except (OSError, pa.ArrowException, DamagedFileError):
+        return None
+    try:
+        check_regular(path, root)  # a regular file inside the run, as every file read
         pf = pq.ParquetFile(path, page_checksum_verification=run.verify)
-        of = json.loads((pf.metadata.metadata or {})[SUMMARY_OF])
-        rows = pq.read_metadata(Path(run.path) / rel).num_rows
+        meta = pf.metadata.metadata or {}
+        of = json.loads(meta[SUMMARY_OF])
+        if META_CRC in meta and meta[META_CRC] != str(_meta_crc(meta[SUMMARY_OF], meta.get(STEP_RUNS, b""))).encode():
+            raise ValueError("its step range or step lists do not match their checksum")
         if not isinstance(of, dict) or {k: of.get(k) for k in ("part", "rows", "bytes")} != {
                 "part": rel.rsplit("/", 1)[-1], "rows": rows, "bytes": size}:
             run.problems.append(f"stale statistics summary {path}: it describes {of}, not the part as it is "
@@ -228,7 +310,7 @@ def _open_summary(run: "Run", part: tuple) -> tuple[pq.ParquetFile, dict] | None
         return None
 
 
-def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
+def part_steps(run: Run, part: tuple) -> tuple[int, int] | None:
     """(first, last) statistics step of a live ``part`` as its summary states them, or None if
     unknown (no summary, stale or damaged: then the part must be read). Read once per part.
 
@@ -247,7 +329,7 @@ def part_steps(run: "Run", part: tuple) -> tuple[int, int] | None:
     return cache[part]
 
 
-def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
+def nonfinite_bins(run: Run, part: tuple) -> list[tuple[int, int]] | None:
     """The step ranges of ``part``'s summary bins whose group ``all`` rows count a NaN or Inf
     (``nan``/``inf`` above 0): every such row of the part lies in one. None if the part has no
     usable summary (the part must be read whole); damaged summaries are reported.
@@ -275,7 +357,49 @@ def nonfinite_bins(run: "Run", part: tuple) -> list[tuple[int, int]] | None:
     return sorted(zip(c["first_step"][flag].tolist(), c["last_step"][flag].tolist()))
 
 
-def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
+def part_step_set(run: Run, part: tuple, kind: str, group: str) -> np.ndarray | None:
+    """The sorted distinct steps of ``part``'s rows of (``kind``, ``group``), from its summary;
+    None if the part has no usable summary or one written before summaries held step lists
+    (then the part's rows must be read). Damaged step lists are reported."""
+    if part_steps(run, part) is None:
+        return None
+    opened = _open_summary(run, part)
+    if opened is None:
+        return None
+    pf, of = opened
+    meta = pf.metadata.metadata or {}
+    if STEP_RUNS not in meta or META_CRC not in meta:
+        return None
+    try:
+        return _steps_of(json.loads(meta[STEP_RUNS]).get(f"{kind}/{group}", []), of)
+    except (ValueError, TypeError, AttributeError) as e:
+        _damaged(run, Path(run.path) / summary_rel(part[0]), e)
+        return None
+
+
+def _steps_of(runs: Any, of: dict) -> np.ndarray:
+    """The steps of [first, last, stride] ``runs``; ValueError unless they are increasing, inside
+    the part's step range and no more than its rows (so a damaged list cannot allocate more)."""
+    if not isinstance(runs, list):
+        raise ValueError("step lists are not lists")
+    pieces, total = [np.array([], np.int64)], 0
+    for r in runs:
+        if not (isinstance(r, list) and len(r) == 3 and all(type(x) is int for x in r)):
+            raise ValueError(f"step run {str(r)[:40]} is not three integers")
+        a, b, k = r
+        if not (of["first_step"] <= a <= b <= of["last_step"] and k >= 1 and (b - a) % k == 0):
+            raise ValueError(f"step run {r} is outside steps {of['first_step']}..{of['last_step']} or uneven")
+        total += (b - a) // k + 1
+        if total > of["rows"]:
+            raise ValueError(f"more steps than the part's {of['rows']} rows")
+        pieces.append(np.arange(a, b + 1, k, dtype=np.int64))
+    steps = np.concatenate(pieces)
+    if (np.diff(steps) <= 0).any():
+        raise ValueError("step runs are not increasing")
+    return steps
+
+
+def _read_summary(run: Run, part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
                   stat: str) -> pa.Table | None:
     """The summary rows of ``part`` for (kind, group); None (reported) if they are damaged."""
     cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"]
@@ -292,7 +416,7 @@ def _read_summary(run: "Run", part: tuple, pf: pq.ParquetFile, of: dict, kind: s
         return None
 
 
-def _damaged(run: "Run", path: Path, e: BaseException) -> None:
+def _damaged(run: Run, path: Path, e: BaseException) -> None:
     msg = f"damaged statistics summary {path}: {type(e).__name__}: {e}; the part's rows were read instead"
     if msg not in run.problems:
         run.problems.append(msg)
@@ -323,7 +447,7 @@ def _sessions_overlap(pieces: list[pa.Table]) -> bool:
     return any(a[:2] == b[:2] and b[2] <= a[3] for a, b in zip(rows, rows[1:]))
 
 
-def _matrix(run: "Run", pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
+def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
             notes: list[str]) -> Overview:
     pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"])
               for p in pieces if p.num_rows]

@@ -21,14 +21,15 @@ STRIDE = 10  # statistics every 10 steps: a window of steps reaches further back
 NAN_STEP = 38 * STRIDE
 
 
-def write(path: Path, start: int = 0, stop: int = STEPS, nonfinite_at: int | None = NAN_STEP, seed: int = 0) -> Path:
-    """Statistics steps ``start * STRIDE``..: one small part each, compacted every 4, merged by
-    fours (summaries included)."""
+def write(path: Path, start: int = 0, stop: int = STEPS, nonfinite_at: int | None = NAN_STEP, seed: int = 0,
+          steps: np.ndarray | None = None) -> Path:
+    """Statistics steps ``start * STRIDE``.. (or ``steps``): one small part each, compacted every 4,
+    merged by fours (summaries included)."""
     b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0,
                      nonfinite_at=nonfinite_at, seed=seed)
     b.writer._compactor.rows = 4 * len(b.row_tensor)
     b.writer._compactor.after.levels = Levels(4)
-    steps = np.arange(start, stop) * STRIDE
+    steps = np.arange(start, stop) * STRIDE if steps is None else steps
     values, ranges, hist = b.stats_block(steps)
     for k, step in enumerate(steps):
         b.writer.add_stats(int(step), values[k], ranges[k], hist[k])
@@ -146,30 +147,53 @@ def test_damaged_summary_is_reported_and_the_part_read(run_dir):
 
 
 @pytest.mark.parametrize("overlap", [False, True])
-def test_stats_steps_equal_the_steps_of_every_row(run_dir, overlap):
+def test_stats_steps_equal_the_steps_of_every_row(run_dir, monkeypatch, overlap):
     if overlap:
         write(run_dir, start=30, stop=45, nonfinite_at=None, seed=1)  # session 2 goes past session 1's end
     run = inspector.open_run(run_dir)
+    read = count_reads(monkeypatch)
     for kind, group in [("forward", "all"), ("gradient", "positive")]:
         want = np.unique(inspector.open_run(run_dir).query_stats(kinds=[kind], groups=[group], columns=[])["step"])
+        del read[:]
         np.testing.assert_array_equal(run.stats_steps(kind, group), want)
         assert len(want) == STEPS + 5 * overlap
+        summarised = {f"stats/{p.name}" for p in (run_dir / FOLDER).iterdir()}
+        assert summarised and not summarised & set(read)  # their summaries list the steps
 
 
-def test_a_fifo_in_place_of_a_summarised_part_is_reported_never_opened(made, tmp_path):
-    """Checking a summary against its part must not open the part before knowing it is a
-    regular file: a FIFO there blocked a step-range query forever (found by the reader fuzz).
-    In a child process with a time limit, so a regression fails instead of hanging."""
-    import os
-    import subprocess
-    import sys
-    run_dir = tmp_path / "run"
-    shutil.copytree(made, run_dir)
-    part = sorted(p for p in (run_dir / "stats").glob("*.parquet") if (run_dir / FOLDER / p.name).exists())[0]
-    part.unlink()
-    os.mkfifo(part)
-    code = ("import sys, inspector; r = inspector.open_run(sys.argv[1]); "
-            "r.query_stats(steps=(0, 50), groups=['all']); print('\\n'.join(r.problems))")
-    out = subprocess.run([sys.executable, "-c", code, str(run_dir)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert part.name in out.stdout and "not a regular file" in out.stdout
+def _rewrite_summary_metadata(path: Path, edit) -> None:
+    """Rewrite the summary at ``path`` with its footer metadata changed by ``edit(dict)``."""
+    import pyarrow.parquet as pq
+    pf = pq.ParquetFile(path)
+    meta = {k.decode(): v.decode() for k, v in pf.metadata.metadata.items() if k.startswith(b"tf_inspector")}
+    edit(meta)
+    t = pf.read().replace_schema_metadata(None)  # else the old footer metadata is written back
+    with pq.ParquetWriter(path, t.schema) as w:
+        w.write_table(t)
+        w.add_key_value_metadata(meta)
+
+
+@pytest.mark.parametrize("case", ["irregular", "older", "tampered", "crc-only"])
+def test_stats_steps_from_summaries_or_rows_equal_every_row(tmp_path, monkeypatch, case):
+    # irregular gaps: several step runs per part; older summaries (no step lists) and step lists
+    # that fail their checksum make the reader read the part's rows
+    steps = np.cumsum(np.random.default_rng(3).choice([1, 2, 7, 10], size=STEPS))
+    run_dir = write(tmp_path / "run", nonfinite_at=None, steps=steps)
+    s = sorted((run_dir / FOLDER).iterdir())[0]
+    if case == "older":
+        _rewrite_summary_metadata(s, lambda m: [m.pop(k) for k in ("tf_inspector.steps", "tf_inspector.meta_crc32")])
+    elif case == "tampered":  # the first step dropped from the step lists (a flipped digit, say)
+        old = f'"forward/all":[[{steps[0]},'
+        _rewrite_summary_metadata(s, lambda m: m.update({"tf_inspector.steps": m["tf_inspector.steps"].replace(
+            old, f'"forward/all":[[{steps[0] + 1},', 1)}) if old in m["tf_inspector.steps"] else 1 / 0)
+    elif case == "crc-only":  # the checksum also covers the step range used to skip parts
+        _rewrite_summary_metadata(s, lambda m: m.update({"tf_inspector.meta_crc32": "1"}))
+    want = np.unique(inspector.open_run(run_dir).query_stats(kinds=["forward"], groups=["all"], columns=[])["step"])
+    run = inspector.open_run(run_dir)
+    read = count_reads(monkeypatch)
+    got = run.stats_steps("forward", "all")
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, np.unique(steps))
+    assert (f"stats/{s.name}" in read) == (case != "irregular")
+    assert any("damaged statistics summary" in p and s.name in p for p in run.problems) == (
+        case in ("tampered", "crc-only"))

@@ -4,7 +4,11 @@ NaN/Inf) computed from every row through the reader, whether answered from summa
 the parts' rows (summaries missing), or despite a stale or damaged summary (reported)."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +149,43 @@ def test_a_summary_coarser_than_the_columns_is_not_used(tmp_path, monkeypatch):
     tensors, last, m = reference(run, "gradient", "all", "l2", 1)
     assert fine.width == 1 and fine.summarized < 2 and list(fine.steps) == list(last)
     np.testing.assert_allclose(fine.matrix, m, rtol=1e-12, equal_nan=True)
+
+
+_READ_IN_CHILD = """
+import json, sys
+import inspector
+from inspector.stats_summary import overview
+run = inspector.open_run(sys.argv[1])
+df = run.query_stats(steps=(20, 36), kinds=["gradient"], columns=["l2"])
+ov = overview(run, "gradient", "all", "l2", max_columns=6)
+print(json.dumps({"rows": df[["step", "tensor", "l2"]].astype(str).values.tolist(), "problems": run.problems,
+                  "columns": len(ov.steps)}))
+"""
+
+
+def _read_in_child(run_dir: Path) -> dict:
+    """A step-range query and the overview, read in a child with a time limit (a hang fails the
+    test instead of stalling it)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", _READ_IN_CHILD, str(run_dir)], capture_output=True, text=True,
+                          timeout=60, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_summarised_part_that_is_a_fifo_is_reported_without_opening_it(run_dir, tmp_path):
+    # The fuzz's hang: a step-range query (part skipping) and the overview check a summary against
+    # its part's footer; a part replaced by a FIFO blocked that open forever.
+    part = sorted((run_dir / "stats").iterdir())[0]
+    assert (run_dir / FOLDER / part.name).exists()
+    without = tmp_path / "without"  # the oracle: the same run without that part
+    shutil.copytree(run_dir, without)
+    (without / "stats" / part.name).unlink()
+    (without / FOLDER / part.name).unlink()
+    want = _read_in_child(without)
+    part.unlink()
+    os.mkfifo(part)
+    got = _read_in_child(run_dir)
+    assert got["rows"] == want["rows"] and got["columns"] == want["columns"] and want["rows"]
+    assert any("not a regular file" in p and part.name in p for p in got["problems"]), got["problems"]
+    assert not any("summary" in p for p in got["problems"]), got["problems"]  # the summary is fine
