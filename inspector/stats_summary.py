@@ -471,13 +471,15 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
     keep = r >= 0
     cols, c = np.unique(col_of[keep], return_inverse=True)
     shape = (len(order), len(cols))
-    s, fin, n = (np.zeros(shape) for _ in range(3))
-    first_m, last_m = np.full(len(cols), np.iinfo(np.int64).max), np.full(len(cols), np.iinfo(np.int64).min)
-    np.add.at(s, (r[keep], c), t.column(f"{stat}_sum").to_numpy()[keep])
-    np.add.at(fin, (r[keep], c), t.column(f"{stat}_finite").to_numpy()[keep])
-    np.add.at(n, (r[keep], c), t.column("rows").to_numpy()[keep])
-    np.minimum.at(first_m, c, first[keep])
-    np.maximum.at(last_m, c, t.column("last_step").to_numpy()[keep])
+    # bincount / reduceat, not np.add.at (10x slower here): the same sums, in the same order
+    cell, size = r[keep] * len(cols) + c, shape[0] * shape[1]
+    s, fin, n = (np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64),
+                             minlength=size).reshape(shape) for col in (f"{stat}_sum", f"{stat}_finite", "rows"))
+    by_col = np.argsort(c, kind="stable")
+    starts = np.flatnonzero(np.r_[True, c[by_col][1:] != c[by_col][:-1]]) if len(c) else np.zeros(0, np.int64)
+    first_m = np.minimum.reduceat(first[keep][by_col], starts) if len(c) else np.zeros(0, np.int64)
+    last_m = (np.maximum.reduceat(t.column("last_step").to_numpy()[keep][by_col], starts) if len(c)
+              else np.zeros(0, np.int64))
     with np.errstate(invalid="ignore", divide="ignore"):
         m = np.where((fin == n) & (n > 0), s / np.where(fin > 0, fin, 1), np.nan)
     return Overview(order, last_m, first_m, m, d, summarized, scanned, notes)
