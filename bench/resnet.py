@@ -32,6 +32,10 @@ v1 = tf.compat.v1
 WEIGHT_DECAY = 2e-4
 BN_MOMENTUM = 0.997
 FAMILIES = ("bn-resnet", "resnet-nobn", "vgg")
+#: Base learning rates. Without batch norm a ResNet at 0.1 turned to NaN within 10 steps for
+#: n >= 3 (the statistics then timed the kernel's non-finite path, not a training net); at
+#: 0.01, with its blocks' last convs scaled down (``_block_v2``), it trains at n = 1, 3, 5.
+BASE_LR = {"bn-resnet": 0.1, "resnet-nobn": 0.01, "vgg": 0.1}
 
 
 @dataclass
@@ -44,9 +48,9 @@ class ResNet:
     global_step: tf.Variable
 
 
-def _conv(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str) -> tf.Tensor:
+def _conv(x: tf.Tensor, filters: int, kernel: int, stride: int, name: str, scale: float = 1.0) -> tf.Tensor:
     w = v1.get_variable(f"{name}/kernel", [kernel, kernel, int(x.shape[-1]), filters],
-                        initializer=v1.variance_scaling_initializer(seed=len(name)))
+                        initializer=v1.variance_scaling_initializer(scale, seed=len(name)))
     return tf.nn.conv2d(x, w, stride, "SAME", name=name)
 
 
@@ -74,14 +78,17 @@ def _bn_relu(x: tf.Tensor, name: str, bn: bool = True) -> tf.Tensor:
         return tf.nn.relu(y, name="relu")
 
 
-def _block_v2(x: tf.Tensor, filters: int, stride: int, projection: bool, name: str, bn: bool = True) -> tf.Tensor:
-    """Pre-activation block: BN-ReLU-conv3x3-BN-ReLU-conv3x3, plus the (projected) shortcut."""
+def _block_v2(x: tf.Tensor, filters: int, stride: int, projection: bool, name: str, bn: bool = True,
+              branch_scale: float = 1.0) -> tf.Tensor:
+    """Pre-activation block: BN-ReLU-conv3x3-BN-ReLU-conv3x3, plus the (projected) shortcut.
+    ``branch_scale``: the variance scale of the block's last conv (Fixup's idea: without
+    batch norm, blocks at full scale make the activations grow with depth)."""
     with v1.variable_scope(name):
         pre = _bn_relu(x, "bn1", bn)
         shortcut = _conv(pre, filters, 1, stride, "projection") if projection else x
         h = _conv(pre, filters, 3, stride, "conv1")
         h = _bn_relu(h, "bn2", bn)
-        h = _conv(h, filters, 3, 1, "conv2")
+        h = _conv(h, filters, 3, 1, "conv2", branch_scale)
         return tf.add(h, shortcut, name="add")
 
 
@@ -100,7 +107,8 @@ def inference(images: tf.Tensor, n: int, filters: int = 16, classes: int = 10,
                                    f"stage{stage}/act{2 * i + j}")
                 continue
             first = i == 0 and stage > 0
-            x = _block_v2(x, filters * 2 ** stage, 2 if first else 1, first, f"stage{stage}/block{i}", bn)
+            x = _block_v2(x, filters * 2 ** stage, 2 if first else 1, first, f"stage{stage}/block{i}", bn,
+                          1.0 if bn else 1.0 / (3 * n))
         if family == "vgg" and stage < 2:
             x = tf.nn.max_pool2d(x, 2, 2, "VALID", name=f"stage{stage}/pool")
     x = _bn_relu(x, "pre_activation_final_norm", bn) if family != "vgg" else x
@@ -130,7 +138,8 @@ def build_resnet(n: int = 1, batch: int = 32, hw: int = 32, examples: int = 256,
     l2 = WEIGHT_DECAY * tf.add_n([tf.nn.l2_loss(v) for v in v1.trainable_variables()])
     loss = tf.add(xent, l2, name="loss")
     gs = v1.train.get_or_create_global_step()
-    lr = v1.train.piecewise_constant(gs, [10000, 15000, 20000, 25000], [0.1, 0.05, 0.01, 0.005, 0.001])
+    base = BASE_LR[family]
+    lr = v1.train.piecewise_constant(gs, [10000, 15000, 20000, 25000], [base * f for f in (1, 0.5, 0.1, 0.05, 0.01)])
     with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
         opt = v1.train.MomentumOptimizer(lr, momentum=0.9)
         if shared_gradients:

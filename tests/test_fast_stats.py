@@ -111,3 +111,34 @@ def test_one_tensor_under_several_names_is_computed_once(use_native):
     np.testing.assert_array_equal(v2[:3], v1_)
     np.testing.assert_array_equal(h2[3:], h1)
     assert ops2 == ops1  # only gathers (and their constants) repeat the rows: no second subgraph
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_nonfinite_chunks_match_reference(monkeypatch, dtype):
+    """The kernel's masked pass (a chunk holding NaN/Inf) on chunk-sized rows: NaN every 7th
+    value; NaN every 5th among values with |mean| >> std; a chunk whose first 100 values are
+    NaN before such values (the pivot must be one of the finite values, not 0); a chunk of
+    +-Inf only and one of NaN only; against the stock-op reference."""
+    if native._compiler() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setattr(fast_stats, "SMALL_MAX", 0)  # every tensor through the kernel
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(5, 3 * 2048)).astype(np.float32)
+    x[0, ::7] = np.nan
+    x[4] = rng.normal(-500.0, 0.01, size=3 * 2048)
+    x[4, 3::5] = np.nan
+    x[1] = rng.normal(1000.0, 0.01, size=3 * 2048)
+    x[1, 2048:2148] = np.nan
+    x[2, :2048] = np.where(np.arange(2048) % 2, np.inf, -np.inf)
+    x[3, 4096:] = np.nan
+    with tf.Graph().as_default():
+        gid = tf.constant([0], tf.int32)
+        # one tensor per case, unbatched: a row of its own (in a group, another case's values
+        # would hide a wrong min or std)
+        caps = [capture.Captured(tf.constant(row.astype(dtype)), batched=False, gradient=None) for row in x]
+        ref, fast = exact_stats.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
+        assert "InspectorStats" in {op.type for op in v1.get_default_graph().get_operations()}
+        with v1.Session() as s:
+            r, f = s.run([(ref.values, ref.hist), (fast.values, fast.hist)])
+    np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert np.abs(f[1] - r[1]).sum(axis=1).max() <= 2

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -103,37 +104,75 @@ void with_typed(const Row& r, Fn fn) {
   }
 }
 
-// Moments of values[0, len): one vectorised pass; a slow masked pass only if a value is
-// NaN/Inf (or the squares overflow: still exact).
+// The bits of an arithmetic type: masks are integer operations, which GCC vectorises where it
+// leaves a float select with NaN operands scalar (14 ms instead of 1.8 ms per 16 MiB).
+template <typename A> struct Bits;
+template <> struct Bits<float> { using U = uint32_t; static constexpr U kExp = 0x7f800000u; };
+template <> struct Bits<double> { using U = uint64_t; static constexpr U kExp = 0x7ff0000000000000ull; };
+
+// Moments of values[0, len) when some are NaN/Inf: the fast pass with the non-finite values
+// masked, deviations taken from `pivot` (finite). Why vectorised: a diverged network's tensors
+// are all NaN, and that is when its statistics are looked at; the scalar pass this replaces
+// ran at 2-3 GB/s instead of 6.
 template <typename T, typename A = Acc<T>>
-Moments chunk_moments(const T* v, int64_t len) {
-  // Sums of deviations from a pivot (the chunk's first value): one pass, and no cancellation
-  // in m2 = s2 - s1^2 / n as long as the pivot is within a few std of the mean.
-  const A pivot = len > 0 ? static_cast<A>(v[0]) : A(0);
-  A s1 = 0, s2 = 0, zeros = 0;  // zeros: exact, a chunk has at most kChunk elements
+Moments masked_pass(const T* v, int64_t len, A pivot) {
+  using U = typename Bits<A>::U;
+  constexpr U kExp = Bits<A>::kExp, kAbs = ~(U(1) << (8 * sizeof(U) - 1));
+  U pivot_bits;
+  std::memcpy(&pivot_bits, &pivot, sizeof pivot_bits);
+  A s1 = 0, s2 = 0, n = 0, nans = 0;  // n, nans: exact, a chunk has at most kChunk elements
   A mn = std::numeric_limits<A>::infinity(), mx = -std::numeric_limits<A>::infinity();
-#pragma omp simd reduction(+ : s1, s2, zeros) reduction(min : mn) reduction(max : mx)
+#pragma omp simd reduction(+ : s1, s2, n, nans) reduction(min : mn) reduction(max : mx)
   for (int64_t i = 0; i < len; ++i) {
     const A x = static_cast<A>(v[i]);
-    const A d = x - pivot;
+    U b;
+    std::memcpy(&b, &x, sizeof b);
+    const U finite = (b & kExp) != kExp ? ~U(0) : U(0);  // all ones unless NaN or +-Inf
+    const U kept = (b & finite) | (pivot_bits & ~finite);  // a non-finite value becomes the pivot
+    A xf;
+    std::memcpy(&xf, &kept, sizeof xf);
+    const A d = xf - pivot;
     s1 += d;
     s2 += d * d;
-    mn = x < mn ? x : mn;
-    mx = x > mx ? x : mx;
-    zeros += x == A(0) ? A(1) : A(0);
+    n += static_cast<A>(finite & 1);
+    nans += static_cast<A>((b & kAbs) > kExp ? 1 : 0);
+    mn = xf < mn ? xf : mn;  // a pivot among the finite values leaves min/max unchanged
+    mx = xf > mx ? xf : mx;
   }
   Moments m;
-  m.zeros = static_cast<double>(zeros);
-  if (std::isfinite(s2) && std::isfinite(mn) && std::isfinite(mx)) {  // NaN/Inf make s2 NaN/Inf
-    const double n = static_cast<double>(len), d1 = static_cast<double>(s1);
-    m.n = n;
-    m.mean = static_cast<double>(pivot) + d1 / n;
-    m.m2 = std::max(0.0, static_cast<double>(s2) - d1 * d1 / n);
+  m.nans = static_cast<double>(nans);
+  if (n > 0) {
+    const double d1 = static_cast<double>(s1);
+    m.n = static_cast<double>(n);
+    m.mean = static_cast<double>(pivot) + d1 / m.n;
+    m.m2 = std::max(0.0, static_cast<double>(s2) - d1 * d1 / m.n);
     m.mn = static_cast<double>(mn);
     m.mx = static_cast<double>(mx);
-    return m;
   }
-  // Slow path: mask NaN/Inf (also taken when a finite sum overflowed: still exact).
+  return m;
+}
+
+// masked_pass with a pivot among the values (a non-finite value stands in for the pivot, so
+// the pivot must be finite and one of them): the first finite one of the first 64; past
+// those, a probe pass counts the finite values first, so a chunk of NaN only is one pass.
+template <typename T, typename A = Acc<T>>
+Moments masked_moments(const T* v, int64_t len) {
+  for (int64_t i = 0; i < std::min<int64_t>(len, 64); ++i) {
+    const A x = static_cast<A>(v[i]);
+    if (std::isfinite(x)) return masked_pass(v, len, x);
+  }
+  const Moments probe = masked_pass(v, len, A(0));  // its n and nans are right, its min/max not
+  if (probe.n == 0) return probe;
+  int64_t first = 64;
+  while (!std::isfinite(static_cast<A>(v[first]))) ++first;  // probe.n > 0: one exists
+  return masked_pass(v, len, static_cast<A>(v[first]));
+}
+
+// Exact two-pass moments in double over the finite values: the last resort, for finite
+// values whose squares overflow the arithmetic type.
+template <typename T, typename A = Acc<T>>
+Moments exact_moments(const T* v, int64_t len) {
+  Moments m;
   double s = 0, n = 0;
   for (int64_t i = 0; i < len; ++i) {
     const double x = static_cast<double>(static_cast<A>(v[i]));
@@ -152,6 +191,41 @@ Moments chunk_moments(const T* v, int64_t len) {
       if (std::isfinite(x)) m.m2 += (x - m.mean) * (x - m.mean);
     }
   }
+  return m;
+}
+
+// Moments of values[0, len): one vectorised pass; if a value is NaN/Inf (or the squares
+// overflow), the masked pass, and for overflowing doubles the exact one.
+template <typename T, typename A = Acc<T>>
+Moments chunk_moments(const T* v, int64_t len) {
+  // Sums of deviations from a pivot (the chunk's first value): one pass, and no cancellation
+  // in m2 = s2 - s1^2 / n as long as the pivot is within a few std of the mean.
+  const A pivot = len > 0 ? static_cast<A>(v[0]) : A(0);
+  A s1 = 0, s2 = 0, zeros = 0;  // zeros: exact, a chunk has at most kChunk elements
+  A mn = std::numeric_limits<A>::infinity(), mx = -std::numeric_limits<A>::infinity();
+#pragma omp simd reduction(+ : s1, s2, zeros) reduction(min : mn) reduction(max : mx)
+  for (int64_t i = 0; i < len; ++i) {
+    const A x = static_cast<A>(v[i]);
+    const A d = x - pivot;
+    s1 += d;
+    s2 += d * d;
+    mn = x < mn ? x : mn;
+    mx = x > mx ? x : mx;
+    zeros += x == A(0) ? A(1) : A(0);
+  }
+  Moments m;
+  if (std::isfinite(s2) && std::isfinite(mn) && std::isfinite(mx)) {  // NaN/Inf make s2 NaN/Inf
+    const double n = static_cast<double>(len), d1 = static_cast<double>(s1);
+    m.n = n;
+    m.mean = static_cast<double>(pivot) + d1 / n;
+    m.m2 = std::max(0.0, static_cast<double>(s2) - d1 * d1 / n);
+    m.mn = static_cast<double>(mn);
+    m.mx = static_cast<double>(mx);
+  } else {
+    m = masked_moments(v, len);
+    if (!std::isfinite(m.m2) || !std::isfinite(m.mean)) m = exact_moments(v, len);  // squares overflowed
+  }
+  m.zeros = static_cast<double>(zeros);
   return m;
 }
 
