@@ -35,6 +35,18 @@ namespace {
 
 constexpr int64_t kChunk = 2048;  // elements per work unit: L1-resident for the second pass
 
+// The passes below are inlined into row_moments and bin_any, which are compiled twice on x86:
+// for AVX2 and for the baseline, chosen at load time by the CPU (GCC/Clang function
+// multiversioning). AVX2 doubles the moments pass (13 -> 24 GB/s, the memory's speed here);
+// FMA stays off so that every machine rounds the same.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__APPLE__)
+#define INSPECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define INSPECTOR_CLONES
+#endif
+#define INSPECTOR_INLINE inline __attribute__((always_inline))
+#define INSPECTOR_LAMBDA __attribute__((always_inline))  // a lambda's body is a function of its own
+
 REGISTER_OP("InspectorStats")
     .Input("xs: T")
     .Input("groups: int32")
@@ -94,7 +106,7 @@ template <typename T> using Acc = typename AccOf<T>::type;
 
 // fn(typed pointer to the row's first element), for every dtype the op accepts.
 template <typename Fn>
-void with_typed(const Row& r, Fn fn) {
+INSPECTOR_INLINE void with_typed(const Row& r, Fn fn) {
   switch (r.dtype) {
     case DT_FLOAT: fn(static_cast<const float*>(r.data)); break;
     case DT_DOUBLE: fn(static_cast<const double*>(r.data)); break;
@@ -115,7 +127,7 @@ template <> struct Bits<double> { using U = uint64_t; static constexpr U kExp = 
 // are all NaN, and that is when its statistics are looked at; the scalar pass this replaces
 // ran at 2-3 GB/s instead of 6.
 template <typename T, typename A = Acc<T>>
-Moments masked_pass(const T* v, int64_t len, A pivot) {
+INSPECTOR_INLINE Moments masked_pass(const T* v, int64_t len, A pivot) {
   using U = typename Bits<A>::U;
   constexpr U kExp = Bits<A>::kExp, kAbs = ~(U(1) << (8 * sizeof(U) - 1));
   U pivot_bits;
@@ -156,7 +168,7 @@ Moments masked_pass(const T* v, int64_t len, A pivot) {
 // the pivot must be finite and one of them): the first finite one of the first 64; past
 // those, a probe pass counts the finite values first, so a chunk of NaN only is one pass.
 template <typename T, typename A = Acc<T>>
-Moments masked_moments(const T* v, int64_t len) {
+INSPECTOR_INLINE Moments masked_moments(const T* v, int64_t len) {
   for (int64_t i = 0; i < std::min<int64_t>(len, 64); ++i) {
     const A x = static_cast<A>(v[i]);
     if (std::isfinite(x)) return masked_pass(v, len, x);
@@ -197,7 +209,7 @@ Moments exact_moments(const T* v, int64_t len) {
 // Moments of values[0, len): one vectorised pass; if a value is NaN/Inf (or the squares
 // overflow), the masked pass, and for overflowing doubles the exact one.
 template <typename T, typename A = Acc<T>>
-Moments chunk_moments(const T* v, int64_t len) {
+INSPECTOR_INLINE Moments chunk_moments(const T* v, int64_t len) {
   // Sums of deviations from a pivot (the chunk's first value): one pass, and no cancellation
   // in m2 = s2 - s1^2 / n as long as the pivot is within a few std of the mean.
   const A pivot = len > 0 ? static_cast<A>(v[0]) : A(0);
@@ -231,36 +243,42 @@ Moments chunk_moments(const T* v, int64_t len) {
 
 constexpr int64_t kLanes = 4;  // interleaved sub-histograms: no store-to-load stall on repeats
 
-// Bin len values (every `step`-th from v) into hist[kLanes][bins + 1] (slot bins: NaN/Inf).
+// The slot of value x in hist[kLanes][bins + 1] for the lane of position i (slot bins: NaN/Inf).
+template <typename F>
+INSPECTOR_INLINE int32_t slot(F x, int64_t i, F lo, F scale, F top, int bins) {
+  F t = (x - lo) * scale;
+  t = t >= F(0) ? t : F(0);  // also NaN -> 0; masked below
+  t = t <= top ? t : top;
+  const int32_t b = x - x == F(0) ? static_cast<int32_t>(t) : bins;  // NaN/Inf -> the discard slot
+  return b + static_cast<int32_t>(i & (kLanes - 1)) * (bins + 1);
+}
+
+// Bin len values (every `step`-th from v) into hist[kLanes][bins + 1]: the slots of a span
+// in one vectorised loop, then the increments alone (0.5 ns a value instead of 1.1 when each
+// block of 64 was copied and its lane computed in the increment loop).
 template <typename T>
-void bin_values(const T* v, int64_t len, int64_t step, Acc<T> lo,
+INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, Acc<T> lo,
                 Acc<T> scale, int bins, int32_t* hist) {
   using F = Acc<T>;
-  int32_t idx[64];
+  constexpr int64_t kSpan = 512;
+  int32_t idx[kSpan];
   const F top = static_cast<F>(bins - 1);
-  for (int64_t start = 0; start < len; start += 64) {
-    const int64_t n = std::min<int64_t>(64, len - start);
-    F x[64];
+  for (int64_t start = 0; start < len; start += kSpan) {
+    const int64_t n = std::min<int64_t>(kSpan, len - start);
+    const T* p = v + start * step;
     if (step == 1) {
-      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<F>(v[start + i]);
-    } else {
-      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<F>(v[(start + i) * step]);
-    }
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      F t = (x[i] - lo) * scale;
-      t = t >= F(0) ? t : F(0);  // also NaN -> 0; masked below
-      t = t <= top ? t : top;
-      const int32_t b = static_cast<int32_t>(t);
-      idx[i] = x[i] - x[i] == F(0) ? b : bins;  // NaN/Inf -> the discard slot
+      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<F>(p[i]), i, lo, scale, top, bins);
+    } else {
+      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<F>(p[i * step]), i, lo, scale, top, bins);
     }
-    for (int64_t i = 0; i < n; ++i) ++hist[(i & (kLanes - 1)) * (bins + 1) + idx[i]];
+    for (int64_t i = 0; i < n; ++i) ++hist[idx[i]];
   }
 }
 
 // One row's histogram subsample (inspector.format.hist_sample) into hist[bins].
 template <typename T>
-void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
+INSPECTOR_INLINE void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
              int32_t* hist) {
   using F = Acc<T>;
   std::vector<int32_t> lanes(kLanes * (bins + 1), 0);
@@ -275,19 +293,19 @@ void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo,
 }
 
 // Moments of one row: chunks of kChunk elements merged in double.
-Moments row_moments(const Row& row) {
+INSPECTOR_CLONES Moments row_moments(const Row& row) {
   Moments acc;
-  with_typed(row, [&](auto* v) {
+  with_typed(row, [&](auto* v) INSPECTOR_LAMBDA {
     for (int64_t start = 0; start < row.size; start += kChunk)
       acc.merge(chunk_moments(v + start, std::min(kChunk, row.size - start)));
   });
   return acc;
 }
 
-void bin_any(const Row& row, double lo, double hi, int bins, int64_t max_elements, int64_t block,
+INSPECTOR_CLONES void bin_any(const Row& row, double lo, double hi, int bins, int64_t max_elements, int64_t block,
              int32_t* hist) {
   const int64_t stride = std::max<int64_t>(1, (row.tensor_size + max_elements - 1) / max_elements);
-  with_typed(row, [&](auto* v) { bin_row(v, row.size, stride, block, lo, hi, bins, hist); });
+  with_typed(row, [&](auto* v) INSPECTOR_LAMBDA { bin_row(v, row.size, stride, block, lo, hi, bins, hist); });
 }
 
 class StatsOp : public OpKernel {
