@@ -150,19 +150,26 @@ def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
     return out
 
 
-def gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor | None]:
-    """d loss / d t for every t, built once; None where t does not reach the loss."""
+def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list:
+    """``tf.gradients(loss, tensors)`` built once, as TensorFlow returns them (IndexedSlices
+    kept: what an optimizer is handed); None where t does not reach the loss."""
     if not tensors:
         return []
     with tf.name_scope("tf_inspector/gradients"):
-        grads = tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
-    out = []
-    for t, g in zip(tensors, grads):
-        if isinstance(g, tf.IndexedSlices):  # e.g. the gradient of a gather input
-            g = tf.convert_to_tensor(g)
-        out.append(g if g is None or g.dtype.is_floating else None)
-        del t
-    return out
+        return tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
+
+
+def dense_gradient(g) -> tf.Tensor | None:
+    """A gradient as the capture records it: dense (e.g. a gather input's IndexedSlices), and
+    None where it is not floating."""
+    if isinstance(g, tf.IndexedSlices):
+        g = tf.convert_to_tensor(g)
+    return g if g is None or g.dtype.is_floating else None
+
+
+def gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor | None]:
+    """d loss / d t for every t, built once, dense; None where t does not reach the loss."""
+    return [dense_gradient(g) for g in raw_gradients(loss, tensors)]
 
 
 def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | None]:

@@ -26,7 +26,7 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from .keras_trace import ProbeGraph, ProbeOptions, layer_paths, record_calls
+from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls
 
 Key = tuple[bool, bool]   # (statistics, dump)
 log = logging.getLogger("tf_inspector")
@@ -80,6 +80,39 @@ def recorded_loss(model, box: dict) -> Iterator[None]:
             model.__dict__.pop("compute_loss", None)
         else:
             object.__setattr__(model, "compute_loss", saved)
+
+
+@contextlib.contextmanager
+def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) -> Iterator[None]:
+    """While tracing a capturing step: the train step's ``tape.gradient(loss, variables)`` is
+    answered by the capture's own ``tf.gradients`` over every op output and those variables,
+    one backward pass instead of two (the gradient functions are the same registered ones, so
+    the optimizer gets the same gradients). ``capture_now(handles)`` builds the capture and
+    leaves the handles' gradients in ``step.extra_gradients``; its result goes to
+    ``box["out"]``. Any other call (another target than the recorded loss, e.g. a scaled one,
+    output gradients, sources that are not variables, another graph) is the tape's own."""
+    tape_gradient = tf.GradientTape.gradient
+    none = tf.UnconnectedGradients.NONE
+
+    def gradient(tape, target, sources, output_gradients=None, unconnected_gradients=none):
+        flat = tf.nest.flatten(sources)
+        if (step.options.gradients and "out" not in box and box.get("loss") is not None and target is box["loss"]
+                and output_gradients is None and unconnected_gradients in (none, "none")
+                and tf.compat.v1.get_default_graph() is graph and flat and all(_is_variable(v) for v in flat)):
+            box["out"] = capture_now([graph.capture(_tf_var(v).handle) for v in flat])
+            return tf.nest.pack_sequence_as(sources, list(step.extra_gradients))
+        return tape_gradient(tape, target, sources, output_gradients, unconnected_gradients)
+
+    tf.GradientTape.gradient = gradient
+    try:
+        yield
+    finally:
+        tf.GradientTape.gradient = tape_gradient
+
+
+def _is_variable(v) -> bool:
+    """A tf.Variable, or a Keras 3 variable holding one."""
+    return isinstance(v, tf.Variable) or isinstance(getattr(v, "value", None), tf.Variable)
 
 
 class StepGraph(ProbeGraph):
@@ -157,11 +190,25 @@ class StepGraph(ProbeGraph):
         g = tf.compat.v1.get_default_graph()
         x, y, sw = unpack(data)
         box: dict = {}
-        with record_calls(self.model, g) as calls, recorded_loss(self.model, box):
+        self.has_targets, self.has_sample_weight = y is not None, sw is not None
+        with record_calls(self.model, g) as calls, recorded_loss(self.model, box), \
+                shared_backward(self, g, box, lambda extra: self._capture_step(g, (x, y, sw), calls, box, key, extra)):
             logs = original(data)
+        out = box.get("out")
+        if out is None:   # the step's gradients were not the loss's (a scaled loss, a custom step): its own pass
+            out = self._capture_step(g, (x, y, sw), calls, box, key, ())
+        with tf.name_scope("tf_inspector"):
+            self._store(key, out)
+        if self.graph_def is None:
+            self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+        return logs
+
+    def _capture_step(self, g, data, calls, box: dict, key: Key, extra) -> dict:
+        """The capture over the ops the step built so far (the model's call and its loss)."""
+        x, y, sw = data
         ops = g.get_operations()
         name = layer_paths(self.model)[id(self.model)]
-        call = next((c for c in calls if c.path == name and c.call == 0), None)
+        call = next((c for c in calls if c.path == name and c.call == 0 and c.end >= 0), None)
         if call is None:
             raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
                                f"use source='probe'")
@@ -172,13 +219,8 @@ class StepGraph(ProbeGraph):
                         "captured (forward values only); compute the loss with self.compute_loss(...) in train_step, "
                         "or use source='probe'", name)
         lo, hi = box.get("ops", (0, 0))
-        self.has_targets, self.has_sample_weight = y is not None, sw is not None
         with tf.name_scope("tf_inspector"):
-            out = self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key)
-            self._store(key, out)
-        if self.graph_def is None:
-            self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
-        return logs
+            return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra)
 
     def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
         """The first trace names the catalog. A retrace (fit's function retraces for the smaller

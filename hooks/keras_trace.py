@@ -180,6 +180,7 @@ class ProbeGraph:
         self.input_names: list[str] = []   # the model's inputs x in the traced graph
         self._names: list[str] | None = None
         self._functions: dict[tuple[bool, bool], Any] = {}
+        self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
 
     def function(self, stats: bool, dump: bool):
         """The concrete function computing the statistics and/or the dump (traced on first use)."""
@@ -224,10 +225,13 @@ class ProbeGraph:
         ops = g.get_operations()
         return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump)
 
-    def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool) -> dict:
+    def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool,
+                 extra: Sequence[tf.Tensor] = ()) -> dict:
         """The capture over ``g``'s ``forward`` ops (the model's call), the inputs ``data`` =
         (x, y, sample_weight) and of ``loss_ops`` (what computing the loss built) only what the loss
-        is computed from (not the loss trackers' updates): statistics and/or dump tensors."""
+        is computed from (not the loss trackers' updates): statistics and/or dump tensors.
+        ``extra``: more tensors (a train step's variable handles) whose ``d loss / d t`` the same
+        backward pass builds, left in ``self.extra_gradients`` as TensorFlow returns them."""
         x, y, sw = data
         ops = g.get_operations()
         region = {op.name for op in forward}
@@ -241,8 +245,11 @@ class ProbeGraph:
         gid = self._groups(y)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         handles, tf_vars = self._handles(g)
-        grads = (capture.gradients(loss, tensors + handles) if loss is not None and self.options.gradients
+        wanted = tensors + handles if loss is not None and self.options.gradients else []
+        raw = capture.raw_gradients(loss, wanted + list(extra)) if wanted or extra else []
+        grads = ([capture.dense_gradient(d) for d in raw[:len(wanted)]] if wanted
                  else [None] * (len(tensors) + len(handles)))
+        self.extra_gradients = raw[len(wanted):]
         by_owner = owners(ops, calls)
         captured = []
         for t, grad in zip(tensors, grads):

@@ -205,3 +205,56 @@ def test_a_train_step_without_compute_loss_is_said(tmp_path, caplog):
     assert "never called model.compute_loss" in caplog.text
     run = inspector.open_run(tmp_path / "r")
     assert run.manifest["loss"] is None and not run.tensors["has_gradient"].any()
+
+
+class ScaledStep(keras.Sequential):
+    """A custom train_step differentiating a scaled loss: not the loss compute_loss returned."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            scaled = loss * 4.0
+        grads = tape.gradient(scaled, self.trainable_variables)
+        self.optimizer.apply_gradients(zip([g / 4.0 for g in grads], self.trainable_variables))
+        return {"loss": loss}
+
+
+def _graph_ops(cb) -> list[str]:
+    graph = tf.compat.v1.GraphDef()
+    graph.ParseFromString(cb._graph.graph_def)
+    return [n.name for n in graph.node]
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_the_steps_backward_pass_is_shared(tmp_path, scaled):
+    """fit's step differentiates the loss once: its tape's ``gradient(loss, weights)`` is answered
+    by the capture's one ``tf.gradients`` (no tape backward ops in the capturing step), and
+    training is what it is without the callback. A step differentiating something else (a
+    scaled loss) keeps its tape's own pass, beside the capture's, and is as exact."""
+    x, y = _data(12, n=48)
+
+    def model():
+        keras.utils.set_random_seed(12)
+        layers = [keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
+                  keras.layers.Dense(2, name="logits")]
+        return ScaledStep(layers) if scaled else keras.Sequential(layers)
+    plain = model()
+    plain_loss = _fit(plain, x, y, [], epochs=2).history["loss"]
+    probed = model()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+    probed_loss = _fit(probed, x, y, [cb], epochs=2).history["loss"]
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    ops = _graph_ops(cb)
+    assert any("tf_inspector/gradients/" in n for n in ops)
+    assert any(n.startswith("gradient_tape/") for n in ops) == scaled
+    # the captured gradients are d loss / d weights whichever pass the step took: SGD(0.3)'s
+    # update is -0.3 times them
+    run = inspector.open_run(tmp_path / "r")
+    assert run.dump_steps() == [2]
+    for w in probed.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        assert np.abs(grad).max() > 0
+        np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
