@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import tensorflow as tf
@@ -127,19 +128,24 @@ class StepGraph(ProbeGraph):
         self._plain: tuple[Any, Any] | None = None
         self._saved_step: Any = None
         self._installed = False
+        self._own: tuple[Any, Any] = (None, None)   # the model's own train function(s), put back after fit
+        self._kept: _Kept | None = None              # ours, from the last fit
         self._warned_no_loss = False
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
 
     # ---- the wrapper ---------------------------------------------------------------------------
     def install(self) -> None:
-        """Wrap ``model.train_step`` (an instance attribute; the class's method is untouched) and
-        drop a train function built earlier, so ``fit`` builds its own with the wrapper."""
+        """Wrap ``model.train_step`` (an instance attribute; the class's method is untouched). fit
+        then builds its train function with the wrapper, unless the functions kept from an
+        earlier fit of this model still hold (same compile, the model's own function untouched
+        since): those are reused, so a fit per epoch does not trace the step again each time."""
         if self._installed:
             return
         model = self.model
         refuse_unsupported(model)
         self._saved_step = model.__dict__.get("train_step")
+        self._own = (model.train_function, getattr(model, "train_tf_function", None))
         original = model.train_step
 
         def train_step(data):
@@ -149,21 +155,28 @@ class StepGraph(ProbeGraph):
             return self._capturing_step(original, data, key)
 
         object.__setattr__(model, "train_step", train_step)
-        model.train_function = None
-        self._fns.clear()
+        kept, self._kept = self._kept, None
+        if kept is not None and kept.compiled == _compiled(model) and kept.own is self._own[0]:
+            _set_train_function(model, kept.wrapped)
+            self._fns = kept.capturing
+        else:
+            model.train_function = None
+            self._fns = {}
         self._installed = True
 
     def uninstall(self) -> None:
-        """The model's own ``train_step`` back, and no train function built with ours."""
+        """The model's own ``train_step`` and train function back; ours are kept for its next fit."""
         if not self._installed:
             return
         model = self.model
+        wrapped = (model.train_function, getattr(model, "train_tf_function", None))
         if self._saved_step is None:
             model.__dict__.pop("train_step", None)
         else:
             object.__setattr__(model, "train_step", self._saved_step)
-        model.train_function = None
-        self._fns.clear()
+        _set_train_function(model, self._own)
+        self._kept = _Kept(_compiled(model), self._own[0], wrapped, self._fns)
+        self._fns = {}
         self._installed = False
 
     def use(self, key: Key | None) -> None:
@@ -171,9 +184,7 @@ class StepGraph(ProbeGraph):
         model = self.model
         if key is None:
             if self._plain is not None:
-                model.train_function, tf_fn = self._plain
-                if tf_fn is not None:
-                    model.train_tf_function = tf_fn
+                _set_train_function(model, self._plain)
             self.current, self._plain = None, None
             return
         if self._plain is None:
@@ -275,6 +286,40 @@ class StepGraph(ProbeGraph):
         elif key[0]:
             out["stats"] = ()    # nothing to compute statistics of
         return out
+
+
+@dataclass
+class _Kept:
+    """A fit's train functions, reused by the next fit of the same model while ``compiled`` (the
+    optimizer and compiled loss objects) and the model's own function ``own`` are unchanged:
+    ``compile`` replaces both, and a fit without the callback may have rebuilt ``own``."""
+    compiled: tuple
+    own: Any
+    wrapped: tuple[Any, Any]          # (train_function, train_tf_function) tracing the wrapper
+    capturing: dict[Key, Any]
+
+
+class _Same:
+    """Compares by identity (compiled objects may define __eq__; a kept reference stops id reuse)."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+
+def _compiled(model) -> tuple:
+    """What ``compile`` replaces: the optimizer and the compiled loss (Keras 3 / tf.keras 2.15)."""
+    # from the instance's own attributes: Keras 3's class has a method named compiled_loss
+    return tuple(_Same(o) for o in (model.optimizer, model.__dict__.get("_compile_loss"),
+                                    model.__dict__.get("compiled_loss")))
+
+
+def _set_train_function(model, fns: tuple[Any, Any]) -> None:
+    model.train_function = fns[0]
+    if fns[1] is not None:
+        model.train_tf_function = fns[1]
 
 
 def _paths(out: dict, prefix: tuple = ()) -> list[tuple[tuple, tf.Tensor]]:

@@ -258,3 +258,31 @@ def test_the_steps_backward_pass_is_shared(tmp_path, scaled):
         grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
         assert np.abs(grad).max() > 0
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
+def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, monkeypatch):
+    """fit called again (a fit per epoch) reuses the capturing step traced by the first fit; after
+    compile (a new optimizer: learning rate 0) it is traced again, so training follows the new
+    compile, not a stale trace; and a fit without the callback runs the model's own step."""
+    import hooks.keras_step as ks
+    traces = []
+    original = ks.StepGraph._capturing_step
+    monkeypatch.setattr(ks.StepGraph, "_capturing_step", lambda self, *a: traces.append(1) or original(self, *a))
+    x, y = _data(13, n=32)
+    model = sequential()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    _fit(model, x, y, [cb])
+    first = len(traces)
+    assert first >= 1
+    for _ in range(2):
+        model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False, callbacks=[cb])
+    assert len(traces) == first                   # reused
+    before = [w.numpy() for w in model.trainable_variables]
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False, callbacks=[cb])
+    assert len(traces) > first                    # traced again for the new compile
+    for w, b in zip(model.trainable_variables, before):
+        np.testing.assert_array_equal(w.numpy(), b)  # learning rate 0: the new optimizer ran
+    count = len(traces)
+    model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False)
+    assert len(traces) == count and "train_step" not in model.__dict__
