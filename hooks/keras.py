@@ -177,10 +177,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._pending = (stats, dump)
         if not (stats or dump):
             return
-        # the update needs the value before the step: copied on sampled steps only (by the
-        # variable's id: the probe graph is traced at the end of the first step)
-        self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
-        if isinstance(self._graph, StepGraph):
+        if not isinstance(self._graph, StepGraph):
+            # the update needs the value before the step: copied on sampled steps only (by the
+            # variable's id: the probe graph is traced at the end of the first step). The step
+            # capture computes it in the graph instead (StepGraph._updates).
+            self._before = {id(v): _tf_var(v).numpy() for v in self.model.trainable_variables}
+        else:
             # the first capture always has the statistics: they define the catalog and its rows
             self._graph.use((stats or not self._graph.captured, dump))
 
@@ -211,14 +213,15 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _write(self, step: int, stats: bool, dump: bool, out: dict) -> None:
         """One sampled step's statistics and dump, with the variables' updates."""
-        updates = self._updates()
+        in_graph = isinstance(self._graph, StepGraph)
+        updates = out.get("update", {}) if in_graph else self._updates()
         if stats:
             values, hist_range, hist = (np.asarray(a) for a in out["stats"])
             if self._graph.variables:  # update rows follow (count 0: no "before" copy, e.g. an unbuilt model)
-                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
-                    (values, hist_range, hist), variables.numpy_stats(
-                        [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
-                        self.options.bins)))
+                rows = out["update_stats"] if in_graph else variables.numpy_stats(
+                    [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
+                    self.options.bins)
+                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip((values, hist_range, hist), rows))
             self._writer.add_stats(step, values, hist_range, hist)
             self._check_nonfinite(step, values)
         if dump:

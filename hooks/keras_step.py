@@ -27,6 +27,7 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
+from . import capture, fast_stats
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -209,6 +210,7 @@ class StepGraph(ProbeGraph):
         if out is None:   # the step's gradients were not the loss's (a scaled loss, a custom step): its own pass
             out = self._capture_step(g, (x, y, sw), calls, box, key, ())
         with tf.name_scope("tf_inspector"):
+            out.update(self._updates(key))
             self._store(key, out)
         if self.graph_def is None:
             self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
@@ -232,6 +234,26 @@ class StepGraph(ProbeGraph):
         lo, hi = box.get("ops", (0, 0))
         with tf.name_scope("tf_inspector"):
             return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra)
+
+    def _updates(self, key: Key) -> dict:
+        """Each variable's update in the graph: a read created after the step's optimizer (automatic
+        control dependencies order it after the update) minus the record's value, the step's own
+        read before it; with their statistics (the rows after the in-graph ones) on a
+        statistics step, the arrays on a dump step. No copy of the weights leaves the graph."""
+        stats, dump = key
+        with tf.name_scope("updates"):
+            g = tf.compat.v1.get_default_graph()
+            delta = {r.variable: tf.subtract(tf.raw_ops.ReadVariableOp(resource=g.capture(_tf_var(v).handle),
+                                                                        dtype=r.tensor.dtype), r.tensor)
+                     for r, v in self.traced_variables}
+            out: dict = {}
+            if stats and delta:
+                caps = [capture.Captured(d, batched=False, gradient=None) for d in delta.values()]
+                fetch = fast_stats.build_stats(caps, None, self.options.bins, self.options.native_stats)
+                out["update_stats"] = (fetch.values, fetch.hist_range, fetch.hist)
+            if dump and delta:
+                out["update"] = delta
+        return out
 
     def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
         """The first trace names the catalog. A retrace (fit's function retraces for the smaller
@@ -281,9 +303,10 @@ class StepGraph(ProbeGraph):
             for p in path[:-1]:
                 node = node.setdefault(p, {})
             node[path[-1]] = var.numpy()
-        if "stats" in out:
-            out["stats"] = tuple(out["stats"][i] for i in range(len(out["stats"])))
-        elif key[0]:
+        for part in ("stats", "update_stats"):
+            if part in out:
+                out[part] = tuple(out[part][i] for i in range(len(out[part])))
+        if key[0] and "stats" not in out:
             out["stats"] = ()    # nothing to compute statistics of
         return out
 

@@ -181,6 +181,7 @@ class ProbeGraph:
         self._names: list[str] | None = None
         self._functions: dict[tuple[bool, bool], Any] = {}
         self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
+        self.traced_variables: list = []  # the last _capture's (VariableRecord, Keras variable) pairs
 
     def function(self, stats: bool, dump: bool):
         """The concrete function computing the statistics and/or the dump (traced on first use)."""
@@ -259,6 +260,7 @@ class ProbeGraph:
             captured.append(c)
         structure.annotate(captured, g, set())
         records = self._variable_records(tf_vars, handles, grads[len(tensors):], region)
+        self.traced_variables = list(zip(records, tf_vars))   # this trace's (a retrace has its own tensors)
         read_of = {read: r.variable for r in records for read in r.reads}
         for c in captured:  # a read of a variable names it (FORMAT.md, catalog field `variable`)
             if c.name in read_of:

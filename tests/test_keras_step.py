@@ -254,10 +254,16 @@ def test_the_steps_backward_pass_is_shared(tmp_path, scaled):
     # update is -0.3 times them
     run = inspector.open_run(tmp_path / "r")
     assert run.dump_steps() == [2]
+    stats = run.stats
     for w in probed.trainable_variables:
         grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
         assert np.abs(grad).max() > 0
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+        # the update's statistics row (computed in the graph) describes the same array
+        row = stats[(stats["tensor"] == _var(w)) & (stats["step"] == 2) & (stats["kind"] == "update")].iloc[0]
+        np.testing.assert_allclose([row["count"], row["mean"], row["std"], row["min"], row["max"]],
+                                   [update.size, update.mean(), update.std(), update.min(), update.max()],
+                                   rtol=1e-5, atol=1e-9, err_msg=_var(w))
 
 
 def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, monkeypatch):
