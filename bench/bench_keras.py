@@ -6,20 +6,30 @@ Run::
     .venv-latest/bin/python bench/bench_keras.py              # 5 reps of 100-step blocks
     .venv/bin/python bench/bench_keras.py --reps 7            # tf.keras 2.15
     .venv-latest/bin/python bench/bench_keras.py --quick      # smoke run (seconds, numbers meaningless)
+    .venv-latest/bin/python bench/bench_keras.py --model resnet --reps 9   # ResNet-8 v2 (bench_hook's)
 
-Method. One model per configuration (the same small CNN and seed: conv 16 / pool / conv 32 /
-pool / conv 32 / dense 10 on 32x32x3, batch 32, random images from an in-memory ``tf.data``
-pipeline), compiled and warmed up once. Then, for each repetition, for each configuration (in
-an order shuffled every repetition), one ``model.fit(steps_per_epoch=--block, epochs=1)``; a
-timing callback placed last measures from the end of the block's first step to the end of
-``on_train_end`` (which, for the callback, closes its writer session after the last dump is on
-disk, so writing counts). Per configuration: the median over repetitions of the time per step,
-and its ratio to plain fit's in the same process over the same minutes. Run directories are
-deleted (untimed) after each block and ``os.sync()`` flushes their writeback.
+Method. One model per configuration (the same model and seed: ``--model small``, conv 16 / pool
+/ conv 32 / pool / conv 32 / dense 10 on 32x32x3, a ~5 ms step here; or ``--model resnet``,
+bench_hook.py's ResNet-8 v2 with batch norm in Keras layers; batch 32, random images from an
+in-memory ``tf.data`` pipeline), compiled and warmed up once. Then, for each repetition, for
+each configuration (in an order shuffled every repetition), one
+``model.fit(steps_per_epoch=--block, epochs=1)``; a timing callback placed last measures from
+the end of the block's first step to the end of ``on_train_end`` (which, for the callback,
+closes its writer session after the last dump is on disk, so writing counts). Per
+configuration: the median over repetitions of the time per step, and its ratio to plain fit's
+in the same process over the same minutes. Run directories are deleted (untimed) after each
+block and ``os.sync()`` flushes their writeback.
+
+Besides the step times, the callback's own time: every call of its batch methods and
+``on_train_end`` is timed, per step (``callback ms/step``), and ``1 + callback/plain`` is the
+ratio that time alone gives. For the idle callback that is the cost to read: 100-step blocks
+of two identical plain models differ by several percent here (row ``plain (twin)``), more than
+the 2% the idle target allows.
 
 Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
 
-1. ``plain``: fit without callbacks.
+1. ``plain``: fit without callbacks; ``plain (twin)``: a second, identical plain model (the
+   noise between configurations).
 2. ``idle``: InspectCallback attached, on steps where it neither computes statistics nor dumps.
 3. ``defaults``: InspectCallback's defaults (statistics every 100 steps, a dump of 2 samples
    per group every 1000), amortised: a block is 100 steps, so it holds one statistics step;
@@ -81,8 +91,12 @@ class Timer(keras.callbacks.Callback):
         self.seconds = time.perf_counter() - self.start
 
 
-def build_model(seed: int = 0):
+def build_model(seed: int = 0, kind: str = "small"):
+    """``small``: the CNN below (a ~5 ms step here: fixed per-step costs weigh most). ``resnet``:
+    the ResNet-8 v2 of ``bench_hook.py`` (batch norm, 16/32/64 filters) in Keras layers."""
     keras.utils.set_random_seed(seed)
+    if kind == "resnet":
+        return _compiled(resnet8())
     model = keras.Sequential([
         keras.Input((32, 32, 3)),
         keras.layers.Conv2D(16, 3, padding="same", activation="relu", name="conv1"),
@@ -92,9 +106,35 @@ def build_model(seed: int = 0):
         keras.layers.Conv2D(32, 3, padding="same", activation="relu", name="conv3"),
         keras.layers.GlobalAveragePooling2D(name="gap"),
         keras.layers.Dense(10, name="logits")], name="cnn")
+    return _compiled(model)
+
+
+def _compiled(model):
     model.compile(optimizer=keras.optimizers.SGD(0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
+
+
+def resnet8():
+    """Pre-activation ResNet v2, 6n+2 layers with n = 1 (bench/resnet.py's bn-resnet)."""
+    layers = keras.layers
+
+    def bn_relu(x, name):
+        return layers.ReLU(name=f"{name}_relu")(layers.BatchNormalization(name=f"{name}_bn")(x))
+
+    inp = keras.Input((32, 32, 3))
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False, name="conv1")(inp)
+    for stage, filters in enumerate((16, 32, 64)):
+        stride = 1 if stage == 0 else 2
+        pre = bn_relu(x, f"stage{stage}_pre")
+        shortcut = x if stage == 0 else layers.Conv2D(filters, 1, stride, use_bias=False,
+                                                      name=f"stage{stage}_projection")(pre)
+        h = layers.Conv2D(filters, 3, stride, padding="same", use_bias=False, name=f"stage{stage}_conv1")(pre)
+        h = layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"stage{stage}_conv2")(
+            bn_relu(h, f"stage{stage}_mid"))
+        x = layers.Add(name=f"stage{stage}_add")([h, shortcut])
+    x = layers.GlobalAveragePooling2D(name="gap")(bn_relu(x, "final"))
+    return keras.Model(inp, layers.Dense(10, name="logits")(x), name="resnet8")
 
 
 def data(n: int = 512):
@@ -113,6 +153,7 @@ def configs(root: Path, probe) -> dict[str, list]:
     never = dict(stats_every_n_steps=0, dump_every_n_steps=0)
     return {
         "plain": [],
+        "plain (twin)": [],   # a second plain model: how far two identical configurations differ here
         "idle": cb("idle", **never),
         "defaults": cb("defaults"),
         "stats-every": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
@@ -124,7 +165,31 @@ def configs(root: Path, probe) -> dict[str, list]:
     }
 
 
-def measure(names, models, callbacks, ds, reps: int, block: int, root: Path) -> dict[str, list[float]]:
+class CallbackClock:
+    """Seconds spent inside the callbacks' batch methods and on_train_end (their own Python and
+    the reads they do: the idle cost, without the block-to-block noise of the step times)."""
+
+    METHODS = ("on_train_batch_begin", "on_train_batch_end", "on_train_end")
+
+    def __init__(self, callbacks) -> None:
+        self.seconds = 0.0
+        self.spent: list[float] = []   # per block: seconds in the callbacks per step
+        for cb in callbacks:
+            for name in self.METHODS:
+                setattr(cb, name, self._timed(getattr(cb, name)))
+
+    def _timed(self, fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.seconds += time.perf_counter() - t
+        return wrapper
+
+
+def measure(names, models, callbacks, ds, reps: int, block: int, root: Path,
+            clocks: dict | None = None) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {n: [] for n in names}
     for name in names:  # warm-up: traces the train function (and the callback's probe graph)
         models[name].fit(ds, steps_per_epoch=2, epochs=1, verbose=0, callbacks=callbacks[name] + [Timer()])
@@ -133,8 +198,11 @@ def measure(names, models, callbacks, ds, reps: int, block: int, root: Path) -> 
         random.shuffle(order)
         for name in order:
             timer = Timer()
+            clock_before = clocks[name].seconds if clocks else 0.0
             models[name].fit(ds, steps_per_epoch=block, epochs=1, verbose=0, callbacks=callbacks[name] + [timer])
             times[name].append(timer.seconds / (block - 1))
+            if clocks:
+                clocks[name].spent.append((clocks[name].seconds - clock_before) / block)
             for p in root.iterdir():  # untimed: the block's files, then their writeback
                 if p.name != "debugger":
                     shutil.rmtree(p, ignore_errors=True)
@@ -142,16 +210,16 @@ def measure(names, models, callbacks, ds, reps: int, block: int, root: Path) -> 
     return times
 
 
-def debugger_segment(reps: int, block: int) -> dict[str, list[float]]:
+def debugger_segment(reps: int, block: int, kind: str) -> dict[str, list[float]]:
     """plain and Debugger V2 in this process: plain traced before the debugger is enabled."""
     _, _, ds = data()
     root = Path(tempfile.mkdtemp(prefix="bench_keras_dbg_"))
     try:
-        plain = build_model()
+        plain = build_model(kind=kind)
         plain.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
         tf.debugging.experimental.enable_dump_debug_info(str(root / "debugger"), tensor_debug_mode="FULL_HEALTH",
                                                          circular_buffer_size=-1)
-        models = {"plain": plain, "debugger-v2": build_model()}
+        models = {"plain": plain, "debugger-v2": build_model(kind=kind)}
         return measure(list(models), models, {n: [] for n in models}, ds, reps, block, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -162,6 +230,8 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=100)
     ap.add_argument("--probe", type=int, default=BATCH, help="probe samples (a statistics step's cost scales with it)")
+    ap.add_argument("--model", choices=["small", "resnet"], default="small",
+                    help="small: a 3-conv CNN; resnet: ResNet-8 v2 with batch norm (bench_hook.py's)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep of 4-step blocks")
     ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
@@ -169,35 +239,39 @@ def main(argv=None) -> None:
     if args.quick:
         args.reps, args.block = 1, 4
     if args.segment == "debugger":
-        print(json.dumps(debugger_segment(args.reps, args.block)))
+        print(json.dumps(debugger_segment(args.reps, args.block, args.model)))
         return
     x, y, ds = data()
     root = Path(tempfile.mkdtemp(prefix="bench_keras_"))
     try:
         probe = (x[:args.probe], y[:args.probe])
         callbacks = configs(root, probe)
-        models = {name: build_model() for name in callbacks}
-        times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root)
+        models = {name: build_model(kind=args.model) for name in callbacks}
+        clocks = {name: CallbackClock(cbs) for name, cbs in callbacks.items()}
+        times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root, clocks)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     dbg = {}
     if not args.no_debugger:
         out = subprocess.run([sys.executable, __file__, "--segment", "debugger", "--reps", str(args.reps),
-                              "--block", str(args.block)], capture_output=True, text=True, check=True)
+                              "--block", str(args.block), "--model", args.model],
+                             capture_output=True, text=True, check=True)
         dbg = json.loads(out.stdout.strip().splitlines()[-1])
     med = {n: float(np.median(t)) for n, t in times.items()}
     med["defaults"] += (med["dump-2/grp"] - med["idle"]) / 1000  # one default dump per 1000 steps
     base = med["plain"]
-    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}") for n in med]
+    spent = {n: float(np.median(c.spent)) if c.spent else 0.0 for n, c in clocks.items()}
+    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{1e3 * spent[n]:.3f}", f"{1 + spent[n] / base:.3f}")
+            for n in med]
     if dbg:
         d = {n: float(np.median(t)) for n, t in dbg.items()}
-        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000"))
+        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000", "-", "-"))
         dbg_ratio = d["debugger-v2"] / d["plain"]
-        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}"))
-    print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; batch {BATCH}, "
-          f"probe {args.probe}; "
-          f"{args.reps} reps of {args.block}-step blocks; median ms per step")
-    print(format_table(rows, ["config", "ms/step", "ratio to plain"]))
+        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}", "-", "-"))
+    print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; model {args.model}, "
+          f"batch {BATCH}, probe {args.probe}; {args.reps} reps of {args.block}-step blocks; median ms per step; "
+          f"callback ms/step: inside the callback's batch methods and on_train_end, per step")
+    print(format_table(rows, ["config", "ms/step", "ratio to plain", "callback ms/step", "1 + callback/plain"]))
 
 
 if __name__ == "__main__":
