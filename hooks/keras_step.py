@@ -27,8 +27,8 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from . import capture, fast_stats
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls
+from .variables import update_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
 log = logging.getLogger("tf_inspector")
@@ -157,7 +157,8 @@ class StepGraph(ProbeGraph):
 
         object.__setattr__(model, "train_step", train_step)
         kept, self._kept = self._kept, None
-        if kept is not None and kept.compiled == _compiled(model) and kept.own is self._own[0]:
+        if kept is not None and kept.own is self._own[0] and all(
+                a is b for a, b in zip(kept.compiled, _compiled(model))):
             _set_train_function(model, kept.wrapped)
             self._fns = kept.capturing
         else:
@@ -248,9 +249,7 @@ class StepGraph(ProbeGraph):
                      for r, v in self.traced_variables}
             out: dict = {}
             if stats and delta:
-                caps = [capture.Captured(d, batched=False, gradient=None) for d in delta.values()]
-                fetch = fast_stats.build_stats(caps, None, self.options.bins, self.options.native_stats)
-                out["update_stats"] = (fetch.values, fetch.hist_range, fetch.hist)
+                out["update_stats"] = update_stats(list(delta.values()), self.options.bins, self.options.native_stats)
             if dump and delta:
                 out["update"] = delta
         return out
@@ -315,28 +314,18 @@ class StepGraph(ProbeGraph):
 class _Kept:
     """A fit's train functions, reused by the next fit of the same model while ``compiled`` (the
     optimizer and compiled loss objects) and the model's own function ``own`` are unchanged:
-    ``compile`` replaces both, and a fit without the callback may have rebuilt ``own``."""
+    ``compile`` replaces both, and a fit without the callback may have rebuilt ``own``. Both
+    are compared by identity (the references kept here also stop an id being reused)."""
     compiled: tuple
     own: Any
     wrapped: tuple[Any, Any]          # (train_function, train_tf_function) tracing the wrapper
     capturing: dict[Key, Any]
 
 
-class _Same:
-    """Compares by identity (compiled objects may define __eq__; a kept reference stops id reuse)."""
-
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Same) and other.obj is self.obj
-
-
 def _compiled(model) -> tuple:
-    """What ``compile`` replaces: the optimizer and the compiled loss (Keras 3 / tf.keras 2.15)."""
-    # from the instance's own attributes: Keras 3's class has a method named compiled_loss
-    return tuple(_Same(o) for o in (model.optimizer, model.__dict__.get("_compile_loss"),
-                                    model.__dict__.get("compiled_loss")))
+    """What ``compile`` replaces: the optimizer and the compiled loss (Keras 3 / tf.keras 2.15),
+    from the instance's own attributes (Keras 3's class has a method named compiled_loss)."""
+    return model.optimizer, model.__dict__.get("_compile_loss"), model.__dict__.get("compiled_loss")
 
 
 def _set_train_function(model, fns: tuple[Any, Any]) -> None:

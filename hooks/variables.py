@@ -221,7 +221,6 @@ class Updates:
     a VGG-style net of 1 MiB of weights on the 2 shared cores."""
 
     def __init__(self, records: Sequence[VariableRecord], bins: int = 30, use_native: bool = True) -> None:
-        from .fast_stats import build_stats
         self.records = [r for r in records if r.after is not None]
         self.before = {r.variable: _host(r.tensor) for r in self.records}
         after = {r.variable: _host(r.after) for r in self.records}
@@ -229,14 +228,20 @@ class Updates:
             self._fed = {k: tf.compat.v1.placeholder(t.dtype, t.shape, name="before") for k, t in after.items()}
             #: {variable: value after this step's update - value before (fed)}
             self.delta = {k: tf.subtract(after[k], self._fed[k], name="update") for k in after}
-            fetch = build_stats([Captured(self.delta[r.variable], batched=False, gradient=None)
-                                 for r in self.records], None, bins, use_native)
-        #: rows for :func:`stats_rows`, in record order: (values, hist_range, hist)
-        self.stats = (fetch.values, fetch.hist_range, fetch.hist)
+            #: rows for :func:`stats_rows`, in record order: (values, hist_range, hist)
+            self.stats = update_stats([self.delta[r.variable] for r in self.records], bins, use_native)
 
     def feed(self, before: dict[str, np.ndarray]) -> dict:
         """The feed of the extra run: the values fetched with the training run."""
         return {self._fed[k]: before[k] for k in self._fed}
+
+
+def update_stats(deltas: Sequence[tf.Tensor], bins: int, use_native: bool = True) -> tuple:
+    """(values, hist_range, hist) of the updates ``deltas`` in the graph, one statistics row
+    each (unbatched, no groups), in order: the rows that follow the captured tensors' rows."""
+    from .fast_stats import build_stats
+    fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None, bins, use_native)
+    return fetch.values, fetch.hist_range, fetch.hist
 
 
 def _host(t: tf.Tensor) -> tf.Tensor:

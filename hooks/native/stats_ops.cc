@@ -254,7 +254,7 @@ INSPECTOR_INLINE int32_t slot(F x, int64_t i, F lo, F scale, F top, int bins) {
 }
 
 // Bin len values (every `step`-th from v) into hist[kLanes][bins + 1]: the slots of a span
-// in one vectorised loop, then the increments alone (0.5 ns a value instead of 1.1 when each
+// in one vectorised loop, then the increments alone (0.3-0.5 ns a value instead of 1.1 when each
 // block of 64 was copied and its lane computed in the increment loop).
 template <typename T>
 INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, Acc<T> lo,
