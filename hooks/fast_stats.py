@@ -222,9 +222,16 @@ def _native_stats(items: list[_Item], groups: Groups | None, bins: int, lib):
     lay = _Layout(items, k)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
     ids = tf.cast(groups.ids, tf.int32) if groups is not None else tf.zeros([0], tf.int32)
-    moments, leaf, hist = lib.inspector_stats(  # leaf: each row's output row, as _leaf_of_row
-        xs, ids, batched=batched, base=lay.base, leaves=lay.n_out, ngroups=k, bins=bins,
-        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
+    # One op per tensor, not one over all: each runs as soon as its tensor is ready, beside
+    # the rest of the step, while the tensor is still in cache, and the tensor's buffer can
+    # be reused as in plain training. One op had to wait for the last gradient and kept every
+    # captured tensor alive until then: 1.74x -> 1.46x plain on a ResNet-8 at batch 32.
+    ends = [*lay.base[1:], lay.n_out]
+    parts = [lib.inspector_stats(  # leaf: each row's output row, as _leaf_of_row
+        [x], ids, batched=[b], base=[0], leaves=end - first, ngroups=k, bins=bins,
+        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK, offset=first)
+        for x, b, first, end in zip(xs, batched, lay.base, ends)]
+    moments, leaf, hist = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i] for i in range(3))
     e_r, c_r, mean_r, m2_r, mn_r, mx_r, z_r, nan_r = tf.unstack(moments, 8, axis=1)
 
     def to_leaves(v, op=tf.math.unsorted_segment_sum):

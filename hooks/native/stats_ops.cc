@@ -1,19 +1,21 @@
-// Fused statistics kernel for DumpHook: one op reads every captured tensor once.
+// Fused statistics kernel for DumpHook: one op reads its captured tensors once.
 //
 // Why: TensorFlow's stock ops take one pass (and often a temporary) per statistic, and one
 // op launch per tensor and statistic: ~80 ms of op time per statistics step on a ResNet-8,
 // against ~2 ms for a single read of the same tensors. This op computes per-sample moments
 // in one vectorised pass, then bins each tensor's histogram subsample while the tensor is
-// still in cache; threads take whole tensors.
+// still in cache; threads take whole tensors. DumpHook gives it one tensor per op (see
+// fast_stats._native_stats), so each runs as soon as its tensor is ready.
 //
-// InspectorStats(xs, groups; batched, base, leaves, ngroups, bins, max_elements, block)
+// InspectorStats(xs, groups; batched, base, leaves, ngroups, bins, max_elements, block, offset)
 //     -> moments [R, 8], leaf [R], hist [leaves, bins]
 //   Every tensor is split in rows: one per sample (dim 0) if batched, else one. Per row:
 //   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans]
 //   over its finite values (mean 0, m2 0, min +inf, max -inf when none are finite).
 //   leaf: the output row each row belongs to: base[i] for a row of unbatched input i, base[i]
 //   + 1 + groups[sample] for a sample of a batched one (groups in 0..ngroups, ngroups: in no
-//   group; samples past groups' length: ngroups). A batched input has ngroups + 2 leaves.
+//   group; samples past groups' length: ngroups), plus `offset` (the op's first leaf among
+//   several ops' concatenated rows). A batched input has ngroups + 2 leaves.
 //   Histograms: each row counts into its leaf's histogram the finite values of its
 //   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
@@ -61,6 +63,7 @@ REGISTER_OP("InspectorStats")
     .Attr("bins: int >= 1")
     .Attr("max_elements: int >= 1")
     .Attr("block: int >= 1")
+    .Attr("offset: int >= 0 = 0")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       int64_t leaves, bins;
       TF_RETURN_IF_ERROR(c->GetAttr("leaves", &leaves));
@@ -318,6 +321,7 @@ class StatsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("bins", &bins_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_elements", &max_elements_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("offset", &offset_));
     OP_REQUIRES(ctx, batched_.size() == base_.size(),
                 errors::InvalidArgument("batched and base differ in length"));
     for (size_t i = 0; i < base_.size(); ++i)
@@ -385,7 +389,8 @@ class StatsOp : public OpKernel {
     Shard(pool->num_threads, pool->workers, xs.size(), 4 * (1 + total / std::max<int64_t>(1, xs.size())), work);
     Tensor* leaf_out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({R}), &leaf_out));
-    std::copy(leaf.begin(), leaf.end(), leaf_out->flat<int32_t>().data());
+    int32_t* out = leaf_out->flat<int32_t>().data();
+    for (int64_t r = 0; r < R; ++r) out[r] = static_cast<int32_t>(leaf[r] + offset_);
   }
 
  private:
@@ -396,6 +401,7 @@ class StatsOp : public OpKernel {
   int bins_;
   int64_t max_elements_;
   int64_t block_;
+  int64_t offset_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("InspectorStats").Device(DEVICE_CPU), StatsOp);
