@@ -407,7 +407,7 @@ class DumpHook(v1.train.SessionRunHook):
         records = variables.find_records(g, backward, grads, self.filters)
         self.captured += records
         sources.annotate(self.captured, g)
-        self._updates = (variables.Updates(records, self.bins, self.native_stats)
+        self._updates = (variables.Updates(records, self.bins, self.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
@@ -571,7 +571,7 @@ class DumpHook(v1.train.SessionRunHook):
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
         if (stats or dump) and self._updates is not None:
-            fetches["var_before"] = self._updates.before
+            fetches["var_before"] = self._updates.save
         if self._loss_finite is not None:
             fetches["loss_finite"] = self._loss_finite
             if not dump and self._nan_dump and self._first_nonfinite is None \
@@ -588,16 +588,16 @@ class DumpHook(v1.train.SessionRunHook):
         results = run_values.results or {}
         batch = None if self.mode == "train" else self._batch
         # One extra run on sampled steps: the exact global step and the variables' updates and
-        # their statistics, all read after this step's update (the values before are fed back).
+        # their statistics, all read after this step's update (the values before: snapshots
+        # taken in the step's run).
         reads: dict[str, Any] = {}
-        feed = self._updates.feed(results["var_before"]) if "var_before" in results else None
-        if feed is not None and stats:
+        if "var_before" in results and stats:
             reads["update_stats"] = self._updates.stats
-        if feed is not None and dump:
+        if "var_before" in results and dump:
             reads["update"] = self._updates.delta
         if self.mode == "train" and (stats or dump) and self._global_step is not None:
             reads["step"] = self._global_step
-        after = self._run_reads(run_context.session, reads, feed) if reads else {}
+        after = self._run_reads(run_context.session, reads) if reads else {}
         if self.mode == "train":
             if "step" in after:
                 step = int(after["step"])
@@ -635,19 +635,18 @@ class DumpHook(v1.train.SessionRunHook):
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
 
-    def _run_reads(self, session, reads: dict[str, Any], feed: dict | None) -> dict[str, Any]:
-        """``session.run(reads, feed)`` through a callable made once per session and set of reads:
+    def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:
+        """``session.run(reads)`` through a callable made once per session and set of reads:
         a plain ``run`` builds its fetch handler anew each call (~1 ms a sampled step here)."""
-        placeholders = list(feed) if feed else []
-        key = (id(session), tuple(reads), len(placeholders))
+        key = (id(session), tuple(reads))
         fn = self._callables.get(key)
         if fn is None:
             if not hasattr(session, "make_callable"):   # a wrapped session: the plain way
-                return session.run(reads, feed_dict=feed)
+                return session.run(reads)
             if len(self._callables) > 16:   # sessions recreated after errors: forget the old ones
                 self._callables.clear()
-            fn = self._callables[key] = session.make_callable(reads, feed_list=placeholders)
-        return fn(*(feed[p] for p in placeholders))
+            fn = self._callables[key] = session.make_callable(reads)
+        return fn()
 
     def _group_rows_check(self, step: int, bad: int, rows: int) -> np.ndarray | None:
         """None (write every row), or, on a step where ``bad`` samples break the group rule, a

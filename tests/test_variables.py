@@ -163,3 +163,31 @@ def test_a_variable_read_by_another_op_type_says_why_it_has_no_gradient(tmp_path
     assert run.tensor("w", 1, "update").shape == (4, 3)  # value and update are still recorded
     with pytest.raises(inspector.NoDumpError, match="read by ResourceGatherNd.*no gradient"):
         run.tensor("w", 1, "gradient")
+
+
+def test_update_snapshots_stay_private_to_each_hook(tmp_path):
+    """The values before a step live in snapshot variables: in no collection (so never saved,
+    initialised or waited for by a Scaffold), named apart per hook and worker (a parameter
+    server would otherwise share one between workers), and both hooks' updates are right."""
+    with tf.Graph().as_default() as g:
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        loss = conv_net(x, y)
+        train_op = v1.train.GradientDescentOptimizer(LR).minimize(loss, global_step=gs)
+        hooks = [DumpHook(tmp_path / name, loss=loss, labels=y, stats_every_n_steps=1, dump_every_n_steps=1,
+                          worker=name, strict=True) for name in ("a", "b")]
+        w = v1.trainable_variables()[0]
+        with v1.train.MonitoredTrainingSession(hooks=hooks, checkpoint_dir=str(tmp_path / "ckpt"),
+                                               save_summaries_steps=None, log_step_count_steps=None) as sess:
+            before = sess.run_step_fn(lambda step_context: step_context.session.run(w))
+            sess.run(train_op, {x: batch_images(1), y: batch_labels(1)})
+            after = sess.run_step_fn(lambda step_context: step_context.session.run(w))
+        shared = sorted(op.get_attr("shared_name").decode() for op in g.get_operations()
+                        if op.type == "VarHandleOp" and op.name.startswith("tf_inspector"))
+    assert len(shared) == 2 * 3 and len(set(shared)) == 6 and {s.split("/")[1] for s in shared} == {"a", "b"}
+    saved = [name for name, _ in tf.train.list_variables(str(tmp_path / "ckpt"))]
+    assert saved and not [n for n in saved if "tf_inspector" in n]
+    for name in ("a", "b"):
+        np.testing.assert_allclose(inspector.open_run(tmp_path / name).tensor(w.op.name, 1, "update"),
+                                   after - before, rtol=1e-6, atol=1e-9)
