@@ -57,7 +57,11 @@ because ``hooks`` is imported before the model is built; ``hooks.gradient_record
 the hook's own second backward pass. 4d (``stats-every-stock``, only when named): the
 stock-op statistics that run where the fused kernel cannot be compiled. 4e
 (``stats-every-classes``, only when named): statistics with ``groups="per_class"`` (10
-classes: 11 rows per tensor and kind instead of 3), in the same fused pass.
+classes: 11 rows per tensor and kind instead of 3), in the same fused pass. 4f
+(``stats-every-one-op``, only when named): the fused kernel as one op over every captured
+tensor (before session 8) instead of one op per tensor. 4g (``touch-every``, only when
+named): the statistics step's graph with one element of each captured tensor read instead of
+the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions).
 
 After each block (untimed) its dumps are deleted and ``os.sync()`` flushes what is left of
 its writeback, so a dumping block does not slow whichever block follows it.
@@ -95,7 +99,7 @@ from tqdm import tqdm  # noqa: E402
 
 from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
 from bench.resnet import FAMILIES, ResNet, build_resnet  # noqa: E402
-from hooks import DumpHook  # noqa: E402
+from hooks import DumpHook, fast_stats  # noqa: E402
 from hooks.dump_hook import _static_bytes  # noqa: E402
 from inspector import safetensors_io  # noqa: E402
 
@@ -123,6 +127,28 @@ class Config:
     make_hooks: Callable[[Path, ResNet], list]
     shared: bool = False  # train with hooks.minimize (one backward pass shared with the hook)
     optional: bool = False  # only when named in --configs
+    per_tensor_ops: bool = True  # fast_stats.PER_TENSOR_OPS while the graph is built
+    stats_builder: Callable | None = None  # replaces fast_stats.build_stats while the graph is built
+
+
+BUILD_STATS = fast_stats.build_stats
+
+
+def touch_stats(captured, groups, bins: int, use_native: bool = True):
+    """(4g): one element of every captured tensor and gradient is read, and nothing computed:
+    what plain training costs once every op's output has a consumer (the fusions Grappler can
+    no longer make) and the extra gradients exist, without the statistics' own passes. The
+    real fetch is built for its rows and shapes but never run; the rows written are zeros."""
+    import tensorflow as tf
+    real = BUILD_STATS(captured, groups, bins, use_native)
+    if real is None:
+        return None
+    unique = {t.name: t for c in captured for t in (c.tensor, c.gradient) if t is not None}
+    one = [tf.reduce_sum(tf.cast(tf.reshape(t, [-1])[:1], tf.float64)) for t in unique.values()]
+    zero = tf.cast(tf.math.is_nan(tf.add_n(one)), tf.float64) * 0.0  # a real consumer, always 0
+    r = len(real.rows)
+    return type(real)(tf.zeros([r, real.values.shape[1]], tf.float64) + zero, tf.zeros([r, 2], tf.float64) + zero,
+                      tf.zeros([r, bins], tf.int32), real.rows)
 
 
 def configs(batch: int) -> list[Config]:
@@ -145,6 +171,10 @@ def configs(batch: int) -> list[Config]:
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), shared=True),
         Config("stats-every-own", "(4c) statistics, own backward pass",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, share_gradients=False)),
+        Config("stats-every-one-op", "(4f) statistics, one kernel op over all tensors",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), optional=True, per_tensor_ops=False),
+        Config("touch-every", "(4g) every captured tensor read by one element, no statistics",
+               dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), optional=True, stats_builder=touch_stats),
         Config("stats-every-stock", "(4d) statistics, stock-op fallback",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, native_stats=False), optional=True),
         Config("stats-every-classes", "(4e) statistics every step, groups='per_class' (10)",
@@ -190,10 +220,16 @@ class Trainer:
             with tf.device("/device:GPU:0" if self.device == "gpu" else ""):
                 self.model = build_resnet(self.n, self.batch, shared_gradients=self.cfg.shared, family=self.family)
             self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
-            self.sess = v1.train.MonitoredTrainingSession(
-                config=v1.ConfigProto(allow_soft_placement=True),
-                hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
-                save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None)
+            # read when the hooks' begin() builds the statistics
+            fast_stats.PER_TENSOR_OPS = self.cfg.per_tensor_ops
+            fast_stats.build_stats = self.cfg.stats_builder or BUILD_STATS
+            try:
+                self.sess = v1.train.MonitoredTrainingSession(
+                    config=v1.ConfigProto(allow_soft_placement=True),
+                    hooks=self.hooks, checkpoint_dir=None, save_checkpoint_secs=None, save_checkpoint_steps=None,
+                    save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None)
+            finally:
+                fast_stats.PER_TENSOR_OPS, fast_stats.build_stats = True, BUILD_STATS
         self.baseline = du_bytes(self.run_dir)
         for h in self.hooks:
             if isinstance(h, DumpHook):
@@ -329,6 +365,8 @@ def memory_bandwidth(mib: int = 256, reps: int = 5) -> float:
 def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: float) -> str:
     """One row per (family, n, batch): statistics every step against plain training."""
     rows = []
+    # any other configuration named in --configs: its ratio to plain in a column of its own
+    extra = sorted({t.cfg.key for t in trainers} - {"plain", "stats-every"})
     for combo in combos(args):
         by = {t.cfg.key: t for t in trainers if t.combo == combo}
         plain, stats = by.get("plain"), by.get("stats-every")
@@ -340,13 +378,15 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         floor_ms = 1e3 * stats.captured_bytes / bandwidth
         ratio = s_ms / p_ms
         hook_ms = 1e3 * stats.hook_seconds / max(len(stats.step_times), 1)
+        others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f}" for k in extra]
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
                      "yes" if ratio <= 1.5 else "NO", f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
-                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}"])
+                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", *others])
     head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
             f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
     return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
-                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms"])
+                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms",
+                                             *(f"{k} ratio" for k in extra)])
 
 
 def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
