@@ -12,7 +12,8 @@ On a sampled step the callback runs the model and its compiled loss on a fixed p
 traced once into a graph where the hook's capture machinery (``hooks.capture``,
 ``hooks.fast_stats``) selects every op's output, builds ``d loss / d output`` with one
 ``tf.gradients`` and computes the statistics in the graph (``hooks/keras_trace.py``). Steps
-are ``optimizer.iterations`` after the step's update (the first step is 1); the values are
+are ``optimizer.iterations`` after the step's update (the first step is 1; after a new
+``compile()`` they continue rather than start over, see ``_continue_steps``); the values are
 those of the model the step produced (the weights a checkpoint at that step holds). On other
 steps the callback does nothing but count. With ``source="train_batch"`` the same capture is
 built into ``fit``'s own train step instead (``hooks/keras_step.py``): the step's own batch,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -134,6 +136,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
         self._step = 0
+        # steps = optimizer.iterations + this offset: 0 until a new compile() restarts the count
+        self._step_offset = 0
+        self._optimizer: weakref.ref | None = None
         self._before: dict[str, np.ndarray] | None = None
         # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
         # without this; the callback never reads the logs.
@@ -161,9 +166,26 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")
-        self._step = int(self.model.optimizer.iterations.numpy())
+        self._step = self._continue_steps(self.model.optimizer)
         if self.source == "probe" and self._graph is not None and self._graph.model is not self.model:
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
+
+    def _continue_steps(self, optimizer) -> int:
+        """The step before this fit's first: ``optimizer.iterations`` plus the offset. A new
+        ``compile()`` brings an optimizer counting from 0 again; its steps would repeat ones
+        this callback already wrote, and the later session would hide the earlier one's rows
+        of those steps (FORMAT.md, "Sessions"), splicing two trainings into one curve. So
+        after a new optimizer whose count is below this callback's, steps continue from the
+        last (the manifest's ``step_offset`` says by how much)."""
+        iterations = int(optimizer.iterations.numpy())
+        new = self._optimizer is not None and self._optimizer() is not optimizer
+        if new and iterations + self._step_offset < self._step:
+            self._step_offset = self._step - iterations
+            log.warning("model.optimizer is new (compile() again) and counts from step %d: this run's steps continue "
+                        "from %d instead (step = optimizer.iterations + %d; manifest step_offset)", iterations,
+                        self._step, self._step_offset)
+        self._optimizer = weakref.ref(optimizer)
+        return iterations + self._step_offset
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
@@ -304,7 +326,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         return {
             "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
             "source": "keras", "model": self.model.name,
-            "probe": probe,
+            "probe": probe, "step_offset": self._step_offset,
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,

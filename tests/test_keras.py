@@ -248,3 +248,28 @@ def test_positive_array_must_match_the_probe(tmp_path):
     model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
     groups = inspector.open_run(tmp_path / "s").samples(1)["group"]
     assert (groups == np.where(flags, "positive", "negative")).all()
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_a_new_compile_continues_the_steps(tmp_path, source):
+    """Fine-tuning: fit, compile() again (a new optimizer counting from 0), fit again. The
+    second fit's steps continue after the first's, so no step of the first training is hidden
+    by the later session (a curve spliced from two trainings); the manifest gives the offset.
+    Fitting again with the same optimizer, or restoring its count, keeps steps = iterations."""
+    x, y = _data(3)
+    model = sequential()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    probe = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True, **probe)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])            # steps 1-3
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])            # same optimizer: 4-6
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss=loss)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])            # new one: 7-9, not 1-3
+    assert int(model.optimizer.iterations.numpy()) == 3
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == list(range(1, 10))
+    stats = run.query_stats(kinds=["forward"], groups=["all"])
+    assert stats.groupby("step")["session"].first().tolist() == [1] * 3 + [2] * 3 + [3] * 3
+    assert [m["step_offset"] for _, m in sorted(run.manifests.items(), key=lambda kv: kv[0][1])] == [0, 0, 6]
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6], [7, 9]]
