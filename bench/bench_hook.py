@@ -145,10 +145,12 @@ def touch_stats(captured, groups, bins: int, use_native: bool = True):
         return None
     unique = {t.name: t for c in captured for t in (c.tensor, c.gradient) if t is not None}
     one = [tf.reduce_sum(tf.cast(tf.reshape(t, [-1])[:1], tf.float64)) for t in unique.values()]
-    zero = tf.cast(tf.math.is_nan(tf.add_n(one)), tf.float64) * 0.0  # a real consumer, always 0
-    r = len(real.rows)
-    return type(real)(tf.zeros([r, real.values.shape[1]], tf.float64) + zero, tf.zeros([r, 2], tf.float64) + zero,
-                      tf.zeros([r, bins], tf.int32), real.rows)
+    # The sum is written (in the first row), not multiplied by 0: Grappler folds x * 0 away,
+    # and every touch with it.
+    r, cols = len(real.rows), real.values.shape[1]
+    first = tf.concat([tf.reshape(tf.add_n(one), [1, 1]), tf.zeros([1, cols - 1], tf.float64)], 1)
+    values = tf.concat([first, tf.zeros([r - 1, cols], tf.float64)], 0)
+    return type(real)(values, tf.zeros([r, 2], tf.float64), tf.zeros([r, bins], tf.int32), real.rows)
 
 
 def configs(batch: int) -> list[Config]:
