@@ -126,21 +126,39 @@ def shots(tmp_path_factory) -> Path:
     return d
 
 
-def wait_rendered(page, min_images: int, timeout_ms: int = 60_000) -> None:
-    """Until the script run is over (no 'running' status) and the page's images have loaded."""
-    page.wait_for_function(
-        """n => !document.querySelector('[data-testid="stStatusWidget"]')
-               && document.querySelectorAll('[data-testid="stImage"] img').length >= n""",
-        arg=min_images, timeout=timeout_ms, polling=200)
-    for src in page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stImage\"] img')].map(i => i.src)"):
-        # Streamlit 1.60 with starlette >= 1.5 answers 500 for every image (gzip middleware
-        # mismatch); say so instead of timing out below.
-        try:
-            status = urllib.request.urlopen(src, timeout=10).status
-        except urllib.error.HTTPError as e:
-            status = e.code
-        assert status == 200, (f"image {src} answered HTTP {status}; with Streamlit 1.60 this is the "
-                               f"starlette>=1.5 gzip incompatibility: pin starlette==1.3.1")
+IMAGE_SRCS = "() => [...document.querySelectorAll('[data-testid=\"stImage\"] img')].map(i => i.src)"
+
+
+def _status(src: str) -> int:
+    try:
+        return urllib.request.urlopen(src, timeout=10).status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def wait_rendered(page, min_images: int, timeout_ms: int = 60_000, attempts: int = 5) -> None:
+    """Until the script run is over (no 'running' status) and the page's images have loaded.
+
+    Each image the page shows must answer 200. A rerun that starts after the status check can
+    replace the page's images, and Streamlit forgets the old ones (404): an image that failed
+    and is no longer shown is no failure, the check starts over on what the page shows now."""
+    idle = """n => !document.querySelector('[data-testid="stStatusWidget"]')
+                   && document.querySelectorAll('[data-testid="stImage"] img').length >= n"""
+    for _ in range(attempts):
+        page.wait_for_function(idle, arg=min_images, timeout=timeout_ms, polling=200)
+        failed = [(src, code) for src in page.evaluate(IMAGE_SRCS) if (code := _status(src)) != 200]
+        shown = set(page.evaluate(IMAGE_SRCS))
+        still = [(src, code) for src, code in failed if src in shown]
+        if still:
+            src, code = still[0]
+            # Streamlit 1.60 with starlette >= 1.5 answers 500 for every image (gzip middleware
+            # mismatch); say so instead of timing out below.
+            hint = "; with Streamlit 1.60 this is the starlette>=1.5 gzip incompatibility: pin starlette==1.3.1"
+            raise AssertionError(f"image {src} answered HTTP {code} and is still shown{hint if code == 500 else ''}")
+        if not failed:   # else the page has new images since: check those
+            break
+    else:
+        raise AssertionError(f"the page replaced its images {attempts} times while they were checked")
     page.wait_for_function(
         """n => !document.querySelector('[data-testid="stStatusWidget"]')
                && document.querySelectorAll('[data-testid="stImage"] img').length >= n
