@@ -571,7 +571,7 @@ class DumpHook(v1.train.SessionRunHook):
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
         if (stats or dump) and self._updates is not None:
-            fetches["var_before"] = self._updates.save
+            fetches["snapshots"] = self._updates.save
         if self._loss_finite is not None:
             fetches["loss_finite"] = self._loss_finite
             if not dump and self._nan_dump and self._first_nonfinite is None \
@@ -591,9 +591,9 @@ class DumpHook(v1.train.SessionRunHook):
         # their statistics, all read after this step's update (the values before: snapshots
         # taken in the step's run).
         reads: dict[str, Any] = {}
-        if "var_before" in results and stats:
+        if "snapshots" in results and stats:
             reads["update_stats"] = self._updates.stats
-        if "var_before" in results and dump:
+        if "snapshots" in results and dump:
             reads["update"] = self._updates.delta
         if self.mode == "train" and (stats or dump) and self._global_step is not None:
             reads["step"] = self._global_step

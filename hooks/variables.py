@@ -234,7 +234,7 @@ class Updates:
             for r in self.records:
                 with r.tensor.graph.colocate_with(r.tensor.op):  # where the variable lives: no copy elsewhere
                     # the op's graph-unique name keeps two hooks' snapshots apart in one session
-                    name = tf.compat.v1.get_default_graph().unique_name("before")
+                    name = tf.compat.v1.get_default_graph().unique_name("before", mark_as_used=False)
                     handle = tf.raw_ops.VarHandleOp(dtype=r.tensor.dtype, shape=r.tensor.shape,
                                                     shared_name=f"tf_inspector/{owner}/{name}", name="before")
                     saves.append(tf.raw_ops.AssignVariableOp(resource=handle, value=r.tensor))
