@@ -14,8 +14,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, parse_icnn_entry,
-                              parse_shared_gradient_entry)
+from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, icnn_catalog_fields,
+                              parse_icnn_entry, parse_shared_gradient_entry)
 # the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
 from inspector.format import INPUT_OP_TYPES  # noqa: F401
 
@@ -148,6 +148,12 @@ def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
         layer, role, name = parse_icnn_entry(entry)
         out[name] = (layer, role)
     return out
+
+
+def icnn_fields(graph: tf.Graph) -> dict[str, dict]:
+    """tensor name -> the catalog fields its ICNN registration carries (a multi-class layer's
+    ``icnn_filter_class`` on ``class_positive``; {} for the other roles)."""
+    return {parse_icnn_entry(e)[2]: icnn_catalog_fields(e) for e in graph.get_collection(ICNN_COLLECTION)}
 
 
 def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list:

@@ -24,9 +24,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, ICNN_COLLECTION, LABELS_COLLECTION,
-                              LOSS_COLLECTION, MODES, PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS,
-                              icnn_catalog_fields, parse_icnn_entry)
+from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION,
+                              MODES, PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
@@ -357,7 +356,7 @@ class DumpHook(v1.train.SessionRunHook):
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
-        fields = {parse_icnn_entry(e)[2]: icnn_catalog_fields(e) for e in g.get_collection(ICNN_COLLECTION)}
+        fields = capture.icnn_fields(g)
         for t, grad in zip(sel.tensors, grads):
             layer, role = roles.get(t.name, (None, None))
             self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role,

@@ -1,12 +1,13 @@
 """The ICNN conv-mask layer as a Keras layer (tf.keras 2.15 and Keras 3 on the TF backend).
 
-The maths is ``inspector.icnn``'s (the TF-compat layer): the same peak position, mask,
-filter-loss gradient and beta pseudo-gradient functions, with the same release semantics:
-the mask is a constant in the backward pass (``dx = upstream * relu(m)`` plus the filter-loss
-term), beta receives only its pseudo-gradient. docs/ICNN.md describes them. What differs is
-plumbing: beta is a Keras weight, the epoch a non-trainable Keras weight that ``ICNNEpoch``
-sets at every epoch's start (1-based, as the release), and the labels come in as a second
-input (``fit`` feeds them like any input).
+The maths is ``inspector.icnn``'s (the TF-compat layer), through the same function
+(``inspector.icnn.layer.masked``), with the same release semantics: the mask is a constant in
+the backward pass (``dx = upstream * relu(m)`` plus the filter-loss term), beta receives only
+its pseudo-gradient (or, with ``beta_update="stable"``, moves itself); several classes take
+bool [N, K] labels with ``filter_class`` and ``class_density``, as ``conv_mask``. docs/ICNN.md
+describes them. What differs is plumbing: beta is a Keras weight, the epoch a non-trainable
+Keras weight that ``ICNNEpoch`` sets at every epoch's start (1-based, as the release), and
+the labels come in as a second input (``fit`` feeds them like any input).
 
 Example::
 
@@ -17,95 +18,86 @@ Example::
     model = keras.Model([images, positive], logits)
     model.fit([x, y == 1], y, callbacks=[ICNNEpoch()])
 
+    # three classes, filters 0-3 of class 0, 4-7 of class 1, 8-11 of class 2:
+    labels = keras.Input((3,), dtype="bool")                    # labels[n, k]: sample n is of class k
+    post = ICNNMask(filter_class=[0] * 4 + [1] * 4 + [2] * 4, class_density=[0.3, 0.3, 0.3])([top, labels])
+
 In a traced graph (``fit``'s train function, ``InspectCallback``'s probe) the layer registers
-its role tensors (pre_mask, mask, mu, sqrtvar, post_mask, beta, strength, filter_loss) in the
-graph's ``ICNN_COLLECTION``, so the catalog marks them as ``DumpHook``'s does.
+its role tensors (pre_mask, mask, mu, sqrtvar, post_mask, beta, strength, filter_loss, and
+class_positive with several classes) in the graph's ``ICNN_COLLECTION``, so the catalog marks
+them as ``DumpHook``'s does.
 """
 from __future__ import annotations
 
 import tensorflow as tf
 
 from inspector.icnn import layer as icnn
-from inspector.format import ICNN_COLLECTION, ICNN_ROLES, icnn_entry
+
+from .keras_trace import _tf_var
 
 keras = tf.keras
 
 
-def masked(x: tf.Tensor, beta: tf.Tensor, positive: tf.Tensor, part: tf.Tensor, epoch: tf.Tensor, *,
-           mu: str, filter_loss: bool, filter_loss_weight: float, mag: float, reduction: str,
-           beta_lr_mult: float) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """``relu(x * m)`` with the release's custom gradient, and the role tensors it computed.
-
-    The same forward and backward as the custom gradient inside ``inspector.icnn.conv_mask``
-    (built from its functions ``masked_forward``, ``_filter_grad``, ``_beta_pseudo_grad``)."""
-    dtype = x.dtype
-    out: dict[str, tf.Tensor] = {}
-
-    @tf.custom_gradient
-    def _masked(x_in, beta_v):
-        y, roles = icnn.masked_forward(x_in, beta_v, part, mu)
-        out.update(roles)
-        m, s, sqrtvar = roles["mask"], roles["strength"], roles["sqrtvar"]
-
-        def grad(dy):
-            dx = dy * tf.nn.relu(m)
-            n = tf.cast(tf.shape(x_in)[0], dtype)
-            scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
-            if filter_loss:
-                dx = dx + icnn._filter_grad(x_in, m, s, positive, part, epoch, mag) * (scale * filter_loss_weight)
-            dbeta = icnn._beta_pseudo_grad(beta_v, s, sqrtvar, positive, part) * (scale * beta_lr_mult)
-            return dx, dbeta
-
-        return y, grad
-
-    return _masked(x, beta), out
-
-
 class ICNNMask(keras.layers.Layer):
-    """The ICNN conv mask on ``[x, positive]``: x [N, H, W, C] (>= 0, static H, W, C), positive bool [N].
+    """The ICNN conv mask on ``[x, labels]``: x [N, H, W, C] (>= 0, static H, W, C); labels bool
+    [N] (positives of the one class) or [N, K] (static K, with ``filter_class``).
 
     Arguments as ``inspector.icnn.conv_mask`` (mu, part_filters, beta_init, beta_lr_mult,
-    filter_loss, filter_loss_weight, mag, reduction, monitor, register); the epoch is the
-    layer's ``epoch`` weight, set by the ``ICNNEpoch`` callback (1 until then)."""
+    filter_loss, filter_loss_weight, mag, reduction, monitor, register, beta_update, beta_rate,
+    beta_watch, filter_class, class_density); the epoch is the layer's ``epoch`` weight, set by
+    the ``ICNNEpoch`` callback (1 until then). ``beta_watch`` runs a NumPy check in the step, so
+    the layer then tells Keras 3 not to compile the model with XLA."""
 
     def __init__(self, mu: str = "centroid", part_filters=None, beta_init: float = 2.0, beta_lr_mult: float = 0.05,
                  filter_loss: bool = True, filter_loss_weight: float = 1.0, mag: float = 0.1,
-                 reduction: str = "mean", monitor: bool = True, register: bool = True, **kwargs) -> None:
+                 reduction: str = "mean", monitor: bool = True, register: bool = True, beta_update: str = "release",
+                 beta_rate: float = 0.01, beta_watch: bool = True, filter_class=None, class_density=None,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
-        if reduction not in ("mean", "sum"):
-            raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-        if mu not in ("centroid", "argmax"):
-            raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+        icnn.check_options(mu, reduction, beta_update, beta_rate)
         self.mu, self.part_filters, self.beta_init, self.beta_lr_mult = mu, part_filters, beta_init, beta_lr_mult
         self.filter_loss, self.filter_loss_weight, self.mag = filter_loss, filter_loss_weight, mag
         self.reduction, self.monitor, self.register = reduction, monitor, register
+        self.beta_update, self.beta_rate, self.beta_watch = beta_update, beta_rate, beta_watch
+        self.filter_class = None if filter_class is None else [int(k) for k in filter_class]
+        self.class_density = None if class_density is None else [float(d) for d in class_density]
+        self._watch: icnn.BetaWatch | None = None
+        if beta_watch:
+            self.supports_jit = False   # Keras 3's jit_compile="auto": tf.numpy_function cannot be compiled
 
     def build(self, input_shape) -> None:
-        shape = list(input_shape[0])
+        shape, labels = list(input_shape[0]), tf.TensorShape(input_shape[1])
         if len(shape) != 4 or None in shape[1:]:
             raise ValueError(f"ICNNMask needs x as NHWC with static H, W, C, got shape {tuple(shape)}")
+        if labels.rank not in (1, 2):
+            raise ValueError(f"ICNNMask needs labels bool [N] (one class) or [N, K] (K classes), got shape {labels}")
         c = int(shape[3])
         self.part = icnn._part_vector(self.part_filters, c)
+        self.slices = icnn._class_slices(labels, self.part, self.filter_class, self.class_density)
         self.beta = self.add_weight(name="beta", shape=(c,), initializer=keras.initializers.Constant(self.beta_init),
                                     trainable=True)
         self.epoch = self.add_weight(name="epoch", shape=(), initializer=keras.initializers.Constant(1.0),
                                      trainable=False)
+        if self.beta_watch:
+            self._watch = icnn.BetaWatch(self.name, self.beta_init)
         super().build(input_shape)
 
     def call(self, inputs):
-        x, positive = inputs
+        x, labels = inputs
         x = tf.convert_to_tensor(x)
         if not x.dtype.is_floating:
             raise ValueError(f"x must be a float tensor, got dtype {x.dtype.name}")
         _, h, w, c = x.shape.as_list()
-        positive = tf.reshape(tf.cast(positive, tf.bool), [-1])
+        labels = tf.convert_to_tensor(labels)
+        positive, groups = icnn._class_groups(labels, self.part, self.slices)
         pre = tf.identity(x, name="pre_mask")
         beta = tf.identity(tf.cast(tf.convert_to_tensor(self.beta), x.dtype), name="beta_value")
         epoch = tf.maximum(tf.cast(tf.convert_to_tensor(self.epoch), x.dtype), 1.0)
         part = tf.constant(self.part)
-        y, out = masked(pre, beta, positive, part, epoch, mu=self.mu, filter_loss=self.filter_loss,
-                        filter_loss_weight=self.filter_loss_weight, mag=self.mag, reduction=self.reduction,
-                        beta_lr_mult=self.beta_lr_mult)
+        y, out = icnn.masked(pre, beta, _tf_var(self.beta), part, groups, epoch, mu=self.mu,
+                             filter_loss=self.filter_loss, filter_loss_weight=self.filter_loss_weight, mag=self.mag,
+                             reduction=self.reduction, beta_lr_mult=self.beta_lr_mult, beta_update=self.beta_update,
+                             beta_rate=self.beta_rate, watch=self._watch)
         post = tf.identity(y, name="post_mask")
         if self.monitor:
             with tf.name_scope("monitor"):  # DumpHook/InspectCallback(exclude=r"/monitor/") drops its templates
@@ -113,9 +105,10 @@ class ICNNMask(keras.layers.Layer):
         else:
             fl = tf.zeros([c], x.dtype)
         out.update(pre_mask=pre, post_mask=post, beta=beta, filter_loss=tf.identity(fl, name="filter_loss"))
+        if self.slices is not None:   # the viewer's class split: exactly the labels the groups used
+            out["class_positive"] = tf.identity(tf.cast(labels, x.dtype), name="class_positive")
         if self.register and not tf.executing_eagerly():
-            for role in ICNN_ROLES:
-                tf.compat.v1.add_to_collection(ICNN_COLLECTION, icnn_entry(self.name, role, out[role].name))
+            icnn.register_roles(self.name, out, self.slices)
         return post
 
     def compute_output_shape(self, input_shape):
@@ -125,7 +118,9 @@ class ICNNMask(keras.layers.Layer):
         return {**super().get_config(), "mu": self.mu, "part_filters": self.part_filters,
                 "beta_init": self.beta_init, "beta_lr_mult": self.beta_lr_mult, "filter_loss": self.filter_loss,
                 "filter_loss_weight": self.filter_loss_weight, "mag": self.mag, "reduction": self.reduction,
-                "monitor": self.monitor, "register": self.register}
+                "monitor": self.monitor, "register": self.register, "beta_update": self.beta_update,
+                "beta_rate": self.beta_rate, "beta_watch": self.beta_watch, "filter_class": self.filter_class,
+                "class_density": self.class_density}
 
 
 class ICNNEpoch(keras.callbacks.Callback):

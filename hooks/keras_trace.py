@@ -252,9 +252,11 @@ class ProbeGraph:
                  else [None] * (len(tensors) + len(handles)))
         self.extra_gradients = raw[len(wanted):]
         by_owner = owners(ops, calls)
+        fields = capture.icnn_fields(g)
         captured = []
         for t, grad in zip(tensors, grads):
-            c = capture.Captured(t, axis.is_batched(t), grad, *roles.get(t.name, (None, None)))
+            c = capture.Captured(t, axis.is_batched(t), grad, *roles.get(t.name, (None, None)),
+                                 extra=dict(fields.get(t.name, {})))
             owner = by_owner.get(t.op.name)
             c.extra.update(keras_layer=owner.path if owner else None, keras_call=owner.call if owner else None)
             captured.append(c)

@@ -1,5 +1,7 @@
 """The Keras ICNN layer (hooks/keras_icnn.py) against the TF-compat layer (inspector/icnn.py):
-the same output, d loss / d x (mask constant + filter-loss term) and beta pseudo-gradient."""
+the same output, d loss / d x (mask constant + filter-loss term) and beta pseudo-gradient, for
+one class and several (filter slices), with the release's beta update and the stable one; and
+a multi-class Keras model's run as the viewer reads it."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +25,7 @@ def _inputs(seed=0, n=6, h=5, w=4, c=3):
 
 
 def _compat(x, positive, up, epoch, kwargs):
+    """post, d x, d beta and beta after the gradient (the stable update moves it)."""
     with tf.Graph().as_default():
         xt = tf.constant(x)
         post = icnn.conv_mask(xt, tf.constant(positive), tf.constant(epoch), name="m", **kwargs)
@@ -31,20 +34,25 @@ def _compat(x, positive, up, epoch, kwargs):
         dx, dbeta = tf.gradients(loss, [xt, beta])
         with tf1.Session() as s:
             s.run(tf1.global_variables_initializer())
-            return s.run([post, dx, dbeta])
+            return [*s.run([post, dx, dbeta]), s.run(beta)]
 
 
 def _keras(x, positive, up, epoch, kwargs):
     layer = ICNNMask(name="m", **kwargs)
     xt = tf.constant(x)
-    layer.build([xt.shape, (len(positive),)])
+    layer.build([xt.shape, positive.shape])
     layer.epoch.assign(epoch)
     with tf.GradientTape() as tape:
         tape.watch(xt)
         post = layer([xt, tf.constant(positive)])
         loss = tf.reduce_sum(post * up)
     dx, dbeta = tape.gradient(loss, [xt, layer.beta])
-    return post.numpy(), dx.numpy(), np.asarray(dbeta)
+    return post.numpy(), dx.numpy(), np.asarray(dbeta), np.asarray(layer.beta)
+
+
+def _assert_same(expected, got):
+    for name, e, g in zip(("post_mask", "d x", "d beta", "beta after"), expected, got):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-8, err_msg=name)
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"mu": "argmax"}, {"reduction": "sum", "part_filters": 2},
@@ -53,12 +61,71 @@ def test_keras_layer_matches_compat_layer(kwargs):
     x, positive, up = _inputs()
     expected = _compat(x, positive, up, 3.0, kwargs)
     got = _keras(x, positive, up, 3.0, kwargs)
-    for name, e, g in zip(("post_mask", "d x", "d beta"), expected, got):
-        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-8, err_msg=name)
+    _assert_same(expected, got)
     # the filter-loss term is there: without it d x differs (unless switched off)
     if kwargs.get("filter_loss", True):
         plain = _keras(x, positive, up, 3.0, {**kwargs, "filter_loss": False})
         assert not np.allclose(plain[1], got[1])
+
+
+
+CLASSES = {"filter_class": [0, 1, 2, 1], "class_density": [0.3, 0.2, 0.4]}
+
+
+def _class_labels(n=6, k=3):
+    labels = np.zeros((n, k), bool)
+    labels[np.arange(n - 1), np.arange(n - 1) % k] = True    # the last sample: no class (background)
+    return labels
+
+
+@pytest.mark.parametrize("kwargs", [CLASSES, {**CLASSES, "part_filters": 3, "reduction": "sum"},
+                                    {**CLASSES, "beta_update": "stable", "beta_rate": 0.2}])
+def test_several_classes_match_the_compat_layer(kwargs):
+    x, _, up = _inputs(c=4)
+    labels = _class_labels()
+    expected = _compat(x, labels, up, 2.0, kwargs)
+    got = _keras(x, labels, up, 2.0, kwargs)
+    _assert_same(expected, got)
+    # the class slices and weights matter: one class over "any class" gives another d x
+    single = _keras(x, labels.any(axis=1), up, 2.0, {k: v for k, v in kwargs.items() if k not in CLASSES})
+    assert not np.allclose(single[1], got[1])
+
+
+def test_stable_update_moves_beta_itself_as_the_compat_layer():
+    x, positive, up = _inputs()
+    kwargs = {"beta_update": "stable", "beta_rate": 0.5, "beta_init": 1.0}
+    expected = _compat(x, positive, up, 1.0, kwargs)
+    got = _keras(x, positive, up, 1.0, kwargs)
+    _assert_same(expected, got)
+    assert not got[2].any()                        # beta's gradient is 0 ...
+    assert not np.allclose(got[3], 1.0)            # ... and the gradient computation moved beta
+    with pytest.raises(ValueError, match="beta_rate must be in"):
+        ICNNMask(beta_update="stable", beta_rate=1.5)
+
+
+def test_a_multiclass_keras_model_records_its_class_slices(tmp_path):
+    import inspector
+    from hooks.keras import InspectCallback
+    keras = tf.keras
+    n, k = 8, 3
+    rng = np.random.default_rng(0)
+    x = rng.random((n, 6, 6, 1)).astype("float32")
+    y = np.arange(n) % (k + 1)                             # 0: background, k + 1: class k
+    labels = y[:, None] == np.arange(1, k + 1)[None, :]
+    images, lab = keras.Input((6, 6, 1)), keras.Input((k,), dtype="bool")
+    top = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(images)
+    post = ICNNMask(name="icnn_mask", filter_class=[0, 1, 2, 0], class_density=[0.25] * k, monitor=False)([top, lab])
+    out = keras.layers.Dense(k + 1)(keras.layers.Flatten()(post))
+    model = keras.Model([images, lab], out)
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "run", probe=([x, labels], y), stats_every_n_steps=1, dump_every_n_steps=2,
+                         samples_per_group=n)
+    model.fit([x, labels], y, batch_size=n, epochs=2, verbose=0, callbacks=[cb, ICNNEpoch()])
+    run = inspector.open_run(tmp_path / "run")
+    name = run.icnn_layers().set_index("layer").loc["icnn_mask", "class_positive"]
+    assert run.tensors.loc[name, "icnn_filter_class"] == [0, 1, 2, 0]
+    step = run.dump_steps()[-1]
+    np.testing.assert_array_equal(np.asarray(run.tensor(name, step)), labels)
 
 
 def test_epoch_callback_sets_one_based_epoch():

@@ -323,14 +323,7 @@ def conv_mask(x: tf.Tensor,
         raise ValueError(f"x must be NHWC with static H, W, C, got shape {x.shape}")
     if not x.dtype.is_floating:
         raise ValueError(f"x must be a float tensor, got dtype {x.dtype.name}")
-    if reduction not in ("mean", "sum"):
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
-    if mu not in ("centroid", "argmax"):
-        raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
-    if beta_update not in BETA_UPDATES:
-        raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
-    if not 0.0 < float(beta_rate) < 1.0:
-        raise ValueError(f"beta_rate must be in (0, 1) so beta cannot overshoot its target, got {beta_rate!r}")
+    check_options(mu, reduction, beta_update, beta_rate)
     _, h, w, c = x.shape.as_list()
     dtype = x.dtype
     if epoch is None:
@@ -354,40 +347,10 @@ def conv_mask(x: tf.Tensor,
         beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
         part = tf.constant(part_np)
         watch = BetaWatch(name, beta_init) if beta_watch else None
-        out: dict[str, tf.Tensor] = {}  # role -> tensor
-
-        @tf.custom_gradient
-        def _masked(x_in, beta_v):
-            y, roles = masked_forward(x_in, beta_v, part, mu)
-            out.update(roles)
-            m, s, sqrtvar = roles["mask"], roles["strength"], roles["sqrtvar"]
-
-            def _beta_step(dx, beta_v, s, sqrtvar, scale):
-                """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
-                target = _group_target(groups, s, sqrtvar)
-                deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
-                if beta_update == "stable":
-                    new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
-                    deps.append(beta_var.assign(new))
-                    with tf.control_dependencies(deps):
-                        return tf.identity(dx), tf.zeros_like(beta_v)
-                dbeta = _pseudo_grad_toward(beta_v, target, part) * (scale * beta_lr_mult)
-                with tf.control_dependencies(deps):
-                    return dx, tf.identity(dbeta)
-
-            def grad(dy):
-                dx = dy * tf.nn.relu(m)
-                n = tf.cast(tf.shape(x_in)[0], dtype)
-                scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
-                if filter_loss:
-                    terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch, mag, w_pos, w_neg)
-                             for pos_k, part_k, w_pos, w_neg in groups]   # disjoint channels
-                    dx = dx + tf.add_n(terms) * (scale * filter_loss_weight)
-                return _beta_step(dx, beta_v, s, sqrtvar, scale)
-
-            return y, grad
-
-        post = tf.identity(_masked(pre, beta_in), name="post_mask")
+        y, out = masked(pre, beta_in, beta_var, part, groups, epoch, mu=mu, filter_loss=filter_loss,
+                        filter_loss_weight=filter_loss_weight, mag=mag, reduction=reduction,
+                        beta_lr_mult=beta_lr_mult, beta_update=beta_update, beta_rate=beta_rate, watch=watch)
+        post = tf.identity(y, name="post_mask")
         if monitor:
             # Own scope: its [H*W, H, W, C] template tensors are worth leaving out of dumps
             # (DumpHook(exclude=r"/monitor/")).
@@ -400,13 +363,75 @@ def conv_mask(x: tf.Tensor,
         if slices is not None:   # the viewer's class split: exactly the labels the groups used
             out["class_positive"] = tf.identity(tf.cast(labels_positive, dtype), name="class_positive")
     if register:
-        layer = name
-        for role in ICNN_ROLES:
-            tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, role, out[role].name))
-        if slices is not None:
-            tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, "class_positive", out["class_positive"].name,
-                                                              filter_classes(slices)))
+        register_roles(name, out, slices)
     return post
+
+
+def register_roles(layer: str, out: dict[str, tf.Tensor], slices) -> None:
+    """Add each role tensor of ``out`` to the default graph's ``ICNN_COLLECTION``; with class
+    slices (:func:`_class_slices`) also ``class_positive``, carrying each filter's class."""
+    for role in ICNN_ROLES:
+        tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, role, out[role].name))
+    if slices is not None:
+        tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, "class_positive", out["class_positive"].name,
+                                                          filter_classes(slices)))
+
+
+def check_options(mu: str, reduction: str, beta_update: str, beta_rate: float) -> None:
+    """ValueError naming the bad value of any of these ``conv_mask`` / ``ICNNMask`` arguments."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}")
+    if mu not in ("centroid", "argmax"):
+        raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
+    if beta_update not in BETA_UPDATES:
+        raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
+    if not 0.0 < float(beta_rate) < 1.0:
+        raise ValueError(f"beta_rate must be in (0, 1) so beta cannot overshoot its target, got {beta_rate!r}")
+
+
+def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epoch: tf.Tensor, *, mu: str,
+           filter_loss: bool, filter_loss_weight: float, mag: float, reduction: str, beta_lr_mult: float,
+           beta_update: str, beta_rate: float, watch: "BetaWatch | None") -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """``relu(x * m)`` with the release's custom gradient, and the role tensors it computed.
+
+    The one implementation of the layer's forward and backward, for :func:`conv_mask` and the
+    Keras ``ICNNMask`` alike. ``beta``: beta's read (the value used); ``beta_var``: the
+    variable (assigned by the ``"stable"`` update); ``groups``: :func:`_class_groups`'s list."""
+    dtype = x.dtype
+    out: dict[str, tf.Tensor] = {}  # role -> tensor
+
+    @tf.custom_gradient
+    def _masked(x_in, beta_v):
+        y, roles = masked_forward(x_in, beta_v, part, mu)
+        out.update(roles)
+        m, s, sqrtvar = roles["mask"], roles["strength"], roles["sqrtvar"]
+
+        def _beta_step(dx, beta_v, s, sqrtvar, scale):
+            """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
+            target = _group_target(groups, s, sqrtvar)
+            deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
+            if beta_update == "stable":
+                new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
+                deps.append(beta_var.assign(new))
+                with tf.control_dependencies(deps):
+                    return tf.identity(dx), tf.zeros_like(beta_v)
+            dbeta = _pseudo_grad_toward(beta_v, target, part) * (scale * beta_lr_mult)
+            with tf.control_dependencies(deps):
+                return dx, tf.identity(dbeta)
+
+        def grad(dy):
+            dx = dy * tf.nn.relu(m)
+            n = tf.cast(tf.shape(x_in)[0], dtype)
+            scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
+            if filter_loss:
+                terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch, mag, w_pos, w_neg)
+                         for pos_k, part_k, w_pos, w_neg in groups]   # disjoint channels
+                dx = dx + tf.add_n(terms) * (scale * filter_loss_weight)
+            return _beta_step(dx, beta_v, s, sqrtvar, scale)
+
+        return y, grad
+
+    return _masked(x, beta), out
 
 
 def filter_classes(slices) -> list[int]:
@@ -501,11 +526,6 @@ def _pseudo_grad_toward(beta, target, part):
     """The release's pseudo-gradient (beta - target) * 1e4 on the part filters, 0 elsewhere."""
     g = (beta - target) * BETA_GRAD_SCALE
     return tf.where(part, g, tf.zeros_like(g))
-
-
-def _beta_pseudo_grad(beta, s, sqrtvar, positive, part):
-    """(beta - clip(3/t, 1.5, 3)) * 1e4 on the part filters (single class): the Keras layer's d beta."""
-    return _pseudo_grad_toward(beta, _beta_target(s, sqrtvar, positive), part)
 
 
 def _beta_target(s, sqrtvar, positive):
