@@ -140,6 +140,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step_offset = 0
         self._optimizer: weakref.ref | None = None
         self._before: dict[str, np.ndarray] | None = None
+        self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
         # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
         # without this; the callback never reads the logs.
         self._supports_tf_logs = True
@@ -213,20 +214,25 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step += 1
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)
-        if self.dump_on_nonfinite and self._first_nonfinite is None and not _finite((logs or {}).get("loss")):
+        noted = self.dump_on_nonfinite and self._first_nonfinite is None and not _finite((logs or {}).get("loss"))
+        if noted:
             self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward", "loss check")
         if isinstance(self._graph, StepGraph):
             key = self._graph.current
             self._graph.use(None)     # fit's own function for the next step
-            if key is None:
+            if key is None and not (noted and self._graph.captured):   # (no catalog before the first capture)
                 return
-            out = self._graph.results(key)
+            out = self._graph.results(key) if key is not None else None
         else:
             if self._graph is None:
                 self._trace()
             out = None
+        if not (stats or dump or noted):
+            return
         if self._writer is None or self._writer.closed:
-            self._open()  # every fit() is a writer session of this worker (FORMAT.md, "Sessions")
+            # Every fit() that writes is a writer session of this worker (FORMAT.md, "Sessions"),
+            # opened at its first write: a fit that samples no step costs no session (~8 ms).
+            self._open()
         if not (stats or dump):
             return
         if out is None:
@@ -298,9 +304,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         graph = self._graph
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
-        kept = max(1, 2 * self.options.samples_per_group)
-        self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
-                                  for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
+        if self._estimated is not graph:   # once per graph, not per fit: later dumps measure it
+            kept = max(1, 2 * self.options.samples_per_group)
+            self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
+                                      for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
+            self._estimated = graph
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
                                  stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,

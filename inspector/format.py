@@ -342,6 +342,34 @@ def atomic_file(path: Path, fsync: bool = True) -> Iterator[BinaryIO]:
         raise
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as JSON for a run file: one line per top-level key, and per element of a
+    top-level list (the catalog: one tensor a line), each encoded by json's C encoder.
+
+    Why not ``indent=``: with it json uses its pure-Python encoder, ~3 ms for a small CNN's
+    manifest, paid at every writer session's start and close (each ``fit`` of the Keras
+    callback) and every heartbeat; this is ~10x faster and still reads line by line.
+
+    >>> print(json_bytes({"a": 1, "tensors": [{"n": "x"}, {"n": "y"}]}).decode())
+    {
+    "a": 1,
+    "tensors": [
+     {"n": "x"},
+     {"n": "y"}
+    ]
+    }
+    """
+    def one(v: Any) -> str:
+        return json.dumps(v, allow_nan=False)
+
+    def value(v: Any) -> str:
+        if isinstance(v, list) and v:
+            return "[\n " + ",\n ".join(map(one, v)) + "\n]"
+        return one(v)
+    if not isinstance(obj, dict):
+        return one(obj).encode()
+    return ("{\n" + ",\n".join(f"{one(k)}: {value(v)}" for k, v in obj.items()) + "\n}").encode()
+
+
 def write_json(path: Path, obj: Any) -> int:
-    data = json.dumps(obj, indent=1, sort_keys=False, allow_nan=False).encode()
-    return atomic_write(path, [data])
+    return atomic_write(path, [json_bytes(obj)])

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import atexit
 import errno as _errno
-import json
+import functools
 import logging
 import os
 import queue
@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 from . import safetensors_io
 from .claim import Claim, run_bytes
 from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
-                     dump_name, graph_name, manifest_name, stats_name)
+                     dump_name, graph_name, json_bytes, manifest_name, stats_name)
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
@@ -166,8 +166,10 @@ def _close_open_writers() -> None:
                 timeout=30)
 
 
+@functools.lru_cache(maxsize=4)
 def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
-    """The tensor, kind and group columns of every statistics part (dictionary-encoded)."""
+    """The tensor, kind and group columns of every statistics part (dictionary-encoded; arrow
+    arrays are immutable, so sessions with the same layout, e.g. each ``fit``, share them)."""
     return {name: pa.array(list(values)).dictionary_encode()
             for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
@@ -541,5 +543,5 @@ class RunWriter:
                 self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
                                       dropped=st.dropped.records(), errors=st.errors.records())
-            data = json.dumps(self._manifest, indent=1, sort_keys=False, allow_nan=False).encode()
+            data = json_bytes(self._manifest)
             self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole

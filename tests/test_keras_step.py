@@ -170,6 +170,29 @@ def test_nonfinite_loss_is_recorded_and_the_next_step_dumped(tmp_path, source):
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_a_fit_that_samples_nothing_leaves_no_session(tmp_path, source):
+    """A writer session opens at a fit's first sampled step, not at every fit (~8 ms a fit for
+    nothing, the idle callback's cost on short fits); a NaN on a step that samples nothing
+    still opens one, so the manifest records it (once the catalog exists)."""
+    x, y = _data(11, n=48)
+    probe = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    model = sequential()
+    cb = InspectCallback(tmp_path / "r", **probe, stats_every_n_steps=5, dump_every_n_steps=0,
+                         dump_on_nonfinite=True, strict=True)
+    _fit(model, x, y, [cb])                                 # steps 1-3: nothing sampled
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").glob("manifest.*"))
+    _fit(model, x, y, [cb])                                 # steps 4-6: step 5
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == [5] and sorted(run.sessions["session"]) == [1]
+    x[32:] = 3e38                                           # the third batch: NaN loss at step 9
+    _fit(model, x, y, [cb])                                 # steps 7-9: nothing sampled
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.sessions["session"]) == [1, 2]
+    first = run.manifests[("chief", 2)]["first_nonfinite"]
+    assert (first["step"], first["source"]) == (9, "loss check")
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_callback_writes_to_a_url(tmp_path, monkeypatch, source):
     """An fsspec URL is a URL (object storage; memory:// here), never a local folder 'memory:'."""
     monkeypatch.chdir(tmp_path)
