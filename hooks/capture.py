@@ -6,6 +6,7 @@ full tensors (only the kept samples) for dump steps, and the kept samples' metad
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ import tensorflow as tf
 
 from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, icnn_catalog_fields,
                               parse_icnn_entry, parse_shared_gradient_entry)
+from inspector.icnn.layer import observer_gradients
 # the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
 from inspector.format import INPUT_OP_TYPES  # noqa: F401
 
@@ -156,12 +158,15 @@ def icnn_fields(graph: tf.Graph) -> dict[str, dict]:
     return {parse_icnn_entry(e)[2]: icnn_catalog_fields(e) for e in graph.get_collection(ICNN_COLLECTION)}
 
 
-def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list:
+def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool = True) -> list:
     """``tf.gradients(loss, tensors)`` built once, as TensorFlow returns them (IndexedSlices
-    kept: what an optimizer is handed); None where t does not reach the loss."""
+    kept: what an optimizer is handed); None where t does not reach the loss. ``observer``:
+    this pass only observes (the training step has its own), so custom gradients with side
+    effects leave them out (``inspector.icnn.layer.observer_gradients``); False where this
+    pass is the training step's own (the Keras step capture answering fit's tape)."""
     if not tensors:
         return []
-    with tf.name_scope("tf_inspector/gradients"):
+    with tf.name_scope("tf_inspector/gradients"), observer_gradients() if observer else contextlib.nullcontext():
         return tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
 
 

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION,
                               MODES, PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
+from inspector.icnn.layer import observer_gradients
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
@@ -421,8 +422,9 @@ class DumpHook(v1.train.SessionRunHook):
                 if t.name in recorded:
                     name = recorded[t.name]
                     shared[t.name] = None if name is None else g.get_tensor_by_name(name)
-            shared.update(gradient_recorder.complete(g, loss, [t for t in usable if t.name not in recorded],
-                                                     recorded))
+            with observer_gradients():   # completing from the optimizer's pass is an observer's pass too
+                shared.update(gradient_recorder.complete(g, loss, [t for t in usable if t.name not in recorded],
+                                                         recorded))
         rest = [t for t in tensors if t.name not in shared]
         own = dict(zip((t.name for t in rest), capture.gradients(loss, rest)))
         if len(rest) < len(tensors):

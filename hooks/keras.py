@@ -167,6 +167,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")
+        if self._writer is not None and not self._writer.closed:
+            # the last fit ended by an exception (Keras skips on_train_end then): its session ends
+            # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
+            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
+        if isinstance(self._graph, StepGraph):
+            self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
         self._step = self._continue_steps(self.model.optimizer)
         if self.source == "probe" and self._graph is not None and self._graph.model is not self.model:
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then

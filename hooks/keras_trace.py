@@ -247,7 +247,8 @@ class ProbeGraph:
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
-        raw = capture.raw_gradients(loss, wanted + list(extra)) if wanted or extra else []
+        # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
+        raw = capture.raw_gradients(loss, wanted + list(extra), observer=not extra) if wanted or extra else []
         grads = ([capture.dense_gradient(d) for d in raw[:len(wanted)]] if wanted
                  else [None] * (len(tensors) + len(handles)))
         self.extra_gradients = raw[len(wanted):]

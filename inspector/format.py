@@ -362,13 +362,20 @@ def json_bytes(obj: Any) -> bytes:
     def one(v: Any) -> str:
         return json.dumps(v, allow_nan=False)
 
+    def key(k: Any) -> str:   # as json.dumps turns a key into a string (7 -> "7", True -> "true")
+        if isinstance(k, str):
+            return one(k)
+        if k is None or isinstance(k, (int, float)):
+            return one(one(k))
+        raise TypeError(f"keys must be str, int, float, bool or None, not {type(k).__name__}")
+
     def value(v: Any) -> str:
         if isinstance(v, list) and v:
             return "[\n " + ",\n ".join(map(one, v)) + "\n]"
         return one(v)
     if not isinstance(obj, dict):
         return one(obj).encode()
-    return ("{\n" + ",\n".join(f"{one(k)}: {value(v)}" for k, v in obj.items()) + "\n}").encode()
+    return ("{\n" + ",\n".join(f"{key(k)}: {value(v)}" for k, v in obj.items()) + "\n}").encode()
 
 
 def write_json(path: Path, obj: Any) -> int:

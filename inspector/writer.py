@@ -162,8 +162,9 @@ _OPEN: "weakref.WeakSet[RunWriter]" = weakref.WeakSet()
 @atexit.register
 def _close_open_writers() -> None:
     for w in list(_OPEN):
-        w.close("failed", error="the process exited before the session ended (DumpHook.end() was not called)",
-                timeout=30)
+        w.close("failed", error="the process exited before the session ended (DumpHook.end() or the Keras "
+                                "callback's on_train_end was not called: an exception in training or in "
+                                "another callback)", timeout=30)
 
 
 @functools.lru_cache(maxsize=4)

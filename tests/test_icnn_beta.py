@@ -108,8 +108,10 @@ def test_bad_beta_options_are_refused():
         x = tf.zeros([2, 3, 3, 1])
         with pytest.raises(ValueError, match="beta_update must be one of"):
             icnn.conv_mask(x, tf.constant([True, False]), 1.0, beta_update="adam")
-        with pytest.raises(ValueError, match=r"beta_rate must be in \(0, 1\)"):
+        with pytest.raises(ValueError, match=r"beta_rate must be a number in \(0, 1\)"):
             icnn.conv_mask(x, tf.constant([True, False]), 1.0, beta_update="stable", beta_rate=1.5)
+        with pytest.raises(ValueError, match=r"got '0.1'"):   # e.g. read from a config file: refused, not cast
+            icnn.conv_mask(x, tf.constant([True, False]), 1.0, beta_update="stable", beta_rate="0.1")
         assert not tf1.get_collection(ICNN_COLLECTION)
 
 
@@ -150,3 +152,43 @@ def test_viewer_notes_what_gradients_mean_below_an_icnn_layer():
         assert "pseudo-gradient" in icnn_gradient_note(cat, beta)
     plain = cat.assign(icnn_role=None, icnn_layer=None)
     assert icnn_gradient_note(plain, "conv1/Relu:0") is None
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_the_hooks_backward_pass_leaves_the_stable_update_alone(tmp_path, monkeypatch, share):
+    """DumpHook's gradients are an observer's pass: with its own tf.gradients
+    (share_gradients=False) or completing the optimizer's, the layer's side effects run once
+    per step, in training's pass: beta and the weights are those of training without the
+    hook, and the beta watch sees each step once (twice would reset its overshoot count)."""
+    from hooks import DumpHook
+    calls = []
+    real = icnn.BetaWatch.__call__
+    monkeypatch.setattr(icnn.BetaWatch, "__call__", lambda self, *a: calls.append(1) or real(self, *a))
+
+    def train(hook: bool):
+        rng = np.random.default_rng(0)
+        pos = np.arange(8) % 2 == 0
+        with tf.Graph().as_default():
+            tf1.set_random_seed(0)
+            xp = tf1.placeholder(tf.float32, [8, 6, 6, 4], name="x")
+            w = tf1.get_variable("w", [3, 3, 4, 4], initializer=tf1.glorot_uniform_initializer(seed=1))
+            top = tf.nn.relu(tf.nn.conv2d(xp, w, 1, "SAME"))
+            post = icnn.conv_mask(top, tf.constant(pos), 1.0, name="m", beta_update="stable", beta_rate=0.3)
+            loss = tf.reduce_mean(tf.reduce_sum(post, axis=[1, 2, 3]))
+            step = tf1.train.get_or_create_global_step()
+            train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
+            (beta,) = tf1.get_collection(icnn.BETA_COLLECTION)
+            hooks = [DumpHook(tmp_path / f"run{share}", loss=loss, stats_every_n_steps=1, dump_every_n_steps=2,
+                              share_gradients=share, strict=True)] if hook else []
+            with tf1.train.MonitoredTrainingSession(hooks=hooks) as sess:
+                for _ in range(6):
+                    sess.run(train_op, {xp: _maps(rng)})
+                return sess.run_step_fn(lambda step_context: step_context.session.run([beta, w]))   # no hook in this read
+
+    plain = train(False)
+    assert len(calls) == 6
+    hooked = train(True)
+    assert len(calls) == 12                                        # 6 more: once a step with the hook too
+    assert np.abs(plain[0] - 2.0).max() > 0.05                     # beta moved
+    for a, b in zip(plain, hooked):
+        np.testing.assert_array_equal(a, b)

@@ -99,7 +99,7 @@ def test_stable_update_moves_beta_itself_as_the_compat_layer():
     _assert_same(expected, got)
     assert not got[2].any()                        # beta's gradient is 0 ...
     assert not np.allclose(got[3], 1.0)            # ... and the gradient computation moved beta
-    with pytest.raises(ValueError, match="beta_rate must be in"):
+    with pytest.raises(ValueError, match="beta_rate must be a number in"):
         ICNNMask(beta_update="stable", beta_rate=1.5)
 
 
@@ -148,3 +148,36 @@ def test_bad_input_refused():
         ICNNMask(reduction="avg")
     with pytest.raises(ValueError, match="static H, W, C"):
         ICNNMask().build([(None, None, 4, 3), (None,)])
+
+
+@pytest.mark.parametrize("source, update", [("probe", "stable"), ("probe", "release"), ("train_batch", "stable")])
+def test_the_capture_leaves_the_layers_beta_update_and_watch_alone(tmp_path, source, update):
+    """The probe's backward pass is an observer's: with a stable update it would move beta a
+    second time on every sampled step (on the probe's labels), and it would call the beta
+    watch twice a step. The step capture's pass is training's own: the update runs in it, once.
+    Training with the callback equals training without it, bit for bit."""
+    from hooks.keras import InspectCallback
+    keras = tf.keras
+    rng = np.random.default_rng(0)
+    x = np.abs(rng.normal(size=(8, 8, 8, 1))).astype("float32")
+    y = np.arange(8) % 2
+
+    def train(callback: bool):
+        keras.utils.set_random_seed(3)
+        images, pos = keras.Input((8, 8, 1)), keras.Input((), dtype="bool")
+        top = keras.layers.Conv2D(4, 3, padding="same", activation="relu")(images)
+        mask = ICNNMask(name="icnn_mask", beta_update=update, beta_rate=0.2)
+        out = keras.layers.Dense(2)(keras.layers.Flatten()(mask([top, pos])))
+        model = keras.Model([images, pos], out)
+        model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        probe = ([x[::-1], y[::-1] == 1], y[::-1])            # other labels per position than training's
+        where = dict(probe=probe) if source == "probe" else dict(source="train_batch")
+        cbs = [InspectCallback(tmp_path / f"r{source}{update}", **where, stats_every_n_steps=1, strict=True)] \
+            if callback else []
+        model.fit([x, y == 1], y, batch_size=8, epochs=6, shuffle=False, verbose=0, callbacks=cbs)
+        return [np.asarray(w) for w in model.weights], mask._watch._calls
+
+    (plain, plain_calls), (probed, probed_calls) = train(False), train(True)
+    assert plain_calls == probed_calls == 6
+    for a, b in zip(plain, probed):
+        np.testing.assert_array_equal(a, b)

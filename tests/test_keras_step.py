@@ -193,6 +193,31 @@ def test_a_fit_that_samples_nothing_leaves_no_session(tmp_path, source):
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_a_fit_ended_by_an_exception_is_a_failed_session_of_its_own(tmp_path, source):
+    """Keras skips on_train_end when a fit raises (here another callback, in step 2's end):
+    the next fit closes that session as failed, and writes its own; the interrupted step's
+    capture does not leak into the next fit's first step."""
+    x, y = _data(12, n=48)
+    probe = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                raise RuntimeError("boom")
+
+    model = sequential()
+    cb = InspectCallback(tmp_path / "r", **probe, stats_every_n_steps=2, dump_every_n_steps=0, strict=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        _fit(model, x, y, [cb, Boom()])                     # steps 1-2, step 2 sampled, then the exception
+    _fit(model, x, y, [cb])                                 # its steps continue: 3-5, step 4 sampled
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.set_index("session")["state"].to_dict() == {1: "failed", 2: "finished"}
+    assert "exception" in run.manifests[("chief", 1)]["error"]
+    stats = run.query_stats(kinds=["forward"], groups=["all"])
+    assert stats.groupby("step")["session"].first().to_dict() == {2: 1, 4: 2}
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_callback_writes_to_a_url(tmp_path, monkeypatch, source):
     """An fsspec URL is a URL (object storage; memory:// here), never a local folder 'memory:'."""
     monkeypatch.chdir(tmp_path)

@@ -87,3 +87,23 @@ def test_the_reader_fills_caller_defaults_for_an_older_manifest(tmp_path):
     assert {k: run.manifest[k] for k in ("config", "skipped", "first_nonfinite", "tensorflow_version", "is_chief")} \
         == {"config": {}, "skipped": [], "first_nonfinite": None, "tensorflow_version": None, "is_chief": False}
     assert run.config == {} and len(run.tensors) == len(m["tensors"]) > 0
+
+
+def test_manifest_json_is_what_json_reads_back_one_key_and_one_tensor_a_line(tmp_path):
+    """format.json_bytes (json's C encoder per line; indent= is its slow Python one) writes
+    what json.dumps would mean, keys turned into strings as json does, NaN refused."""
+    from inspector.format import json_bytes
+    manifest = {"model": "m", 7: "seven", True: 1, "config": {"every": 20, "include": None},
+                "tensors": [{"name": "a:0", "shape": [2, 3]}, {"name": "b:0", "shape": None}], "skipped": []}
+    data = json_bytes(manifest)
+    assert json.loads(data) == json.loads(json.dumps(manifest))
+    lines = data.decode().splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and '"7": "seven",' in lines
+    assert sum('"name":' in line for line in lines) == 2                 # one catalog entry a line
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        json_bytes({"mean": float("nan")})
+    with pytest.raises(TypeError, match="keys must be"):
+        json_bytes({(1, 2): "x"})
+    w = RunWriter(tmp_path / "r", manifest={"model": "m", 7: "x"})     # a caller's odd key: still a run
+    w.close()
+    assert inspector.open_run(tmp_path / "r").manifest["7"] == "x"

@@ -78,8 +78,10 @@ replace it by zeros.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Optional, Sequence, Union
+import threading
+from typing import Iterator, Optional, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -377,6 +379,29 @@ def register_roles(layer: str, out: dict[str, tf.Tensor], slices) -> None:
                                                           filter_classes(slices)))
 
 
+_OBSERVER = threading.local()   # .on: gradients built now are an observer's extra pass
+
+
+@contextlib.contextmanager
+def observer_gradients() -> Iterator[None]:
+    """Gradients built inside are an observer's extra backward pass (``DumpHook``'s own
+    ``tf.gradients``, the Keras callback's probe), not the training step's: the layer's
+    gradient then leaves out its side effects, the ``"stable"`` update of beta and the beta
+    watch, which belong to the training step's one pass (an observer's pass would otherwise
+    move beta a second time on every sampled step, on the observer's samples). The values
+    are the same either way (beta's gradient is 0 under the stable update).
+
+    >>> with observer_gradients():                      # doctest: +SKIP
+    ...     grads = tf.gradients(loss, captured)
+    """
+    before = getattr(_OBSERVER, "on", False)
+    _OBSERVER.on = True
+    try:
+        yield
+    finally:
+        _OBSERVER.on = before
+
+
 def check_options(mu: str, reduction: str, beta_update: str, beta_rate: float) -> None:
     """ValueError naming the bad value of any of these ``conv_mask`` / ``ICNNMask`` arguments."""
     if reduction not in ("mean", "sum"):
@@ -385,8 +410,10 @@ def check_options(mu: str, reduction: str, beta_update: str, beta_rate: float) -
         raise ValueError(f"mu must be 'centroid' or 'argmax', got {mu!r}")
     if beta_update not in BETA_UPDATES:
         raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
-    if not 0.0 < float(beta_rate) < 1.0:
-        raise ValueError(f"beta_rate must be in (0, 1) so beta cannot overshoot its target, got {beta_rate!r}")
+    if isinstance(beta_rate, (bool, str)) or not isinstance(beta_rate, (int, float, np.number)) \
+            or not 0.0 < float(beta_rate) < 1.0:
+        raise ValueError(f"beta_rate must be a number in (0, 1) so beta cannot overshoot its target, "
+                         f"got {beta_rate!r}")
 
 
 def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epoch: tf.Tensor, *, mu: str,
@@ -409,10 +436,12 @@ def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epo
         def _beta_step(dx, beta_v, s, sqrtvar, scale):
             """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
             target = _group_target(groups, s, sqrtvar)
-            deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None else []
+            acting = not getattr(_OBSERVER, "on", False)   # read when the backward pass is built
+            deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None and acting else []
             if beta_update == "stable":
-                new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
-                deps.append(beta_var.assign(new))
+                if acting:
+                    new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
+                    deps.append(beta_var.assign(new))
                 with tf.control_dependencies(deps):
                     return tf.identity(dx), tf.zeros_like(beta_v)
             dbeta = _pseudo_grad_toward(beta_v, target, part) * (scale * beta_lr_mult)
