@@ -69,23 +69,30 @@ def summary(run: Run) -> str:
         lines.append("anomalies  no NaN/Inf seen")
     lines += _sessions_lines(run)
     for r in run.errors.itertuples():
+        span = _span(r.first_step, r.last_step)
         lines.append(f"ERROR      {r.worker} session {r.session}: {r.what} {r.reason} ({r.count}x"
-                     + (f", steps {r.first_step}..{r.last_step})" if r.first_step == r.first_step
-                        and r.first_step is not None else ")"))
+                     + (f", steps {span})" if span else ")"))
     for r in run.dropped.itertuples():
         lines.append(f"dropped    {r.count} {r.what}(s) of {r.worker} session {r.session}, steps "
-                     f"{r.first_step}..{r.last_step}: {r.reason}")
+                     f"{_span(r.first_step, r.last_step) or '?'}: {r.reason}")
     for p in run.problems:
         lines.append(f"problem    {p}")
     return "\n".join(lines)
+
+
+def _span(first, last) -> str | None:
+    """'3..9' for a step range, None where there is none (None or NaN: a column with gaps is float)."""
+    if first is None or first != first:   # NaN
+        return None
+    return f"{int(first)}..{int(last)}"
 
 
 def _sessions_lines(run: Run) -> list[str]:
     """One line per writer session: worker, number, mode, state, steps; failures with their error."""
     out = []
     for r in run.sessions.itertuples():
-        steps = f"steps {r.first_step}..{r.last_step}" if r.first_step is not None and r.first_step == r.first_step \
-            else "no steps"
+        span = _span(r.first_step, r.last_step)
+        steps = f"steps {span}" if span else "no steps"
         flag = "FAILED " if r.state in ("failed", "crashed") else ""
         out.append(f"session    {flag}{r.worker} s{r.session} {r.mode:<7} {r.state:<8} {steps}"
                    + (f": {r.error}" if isinstance(r.error, str) and r.error else ""))

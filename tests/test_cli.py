@@ -179,3 +179,17 @@ def test_bad_storage_options_json_says_what_to_give(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["info", "s3://b/runs", "--storage-options", "{endpoint"])
     assert e.value.code == 2 and "is not JSON" in capsys.readouterr().err
+
+
+def test_info_writes_session_steps_as_integers_beside_a_session_without_steps(tmp_path, capsys):
+    """A session that recorded no step makes the sessions' step columns float (NaN): info still
+    says 'steps 0..5', never '0.0..5.0'."""
+    import shutil
+    from inspector.writer import RunWriter
+    shutil.copytree(make_synthetic_run(tmp_path / "r", steps=6, tensors=2), tmp_path / "r2")
+    RunWriter(tmp_path / "r2", manifest={"model": "m"}).close()        # a second session, no steps
+    assert cli.main(["info", str(tmp_path / "r2")]) == 0
+    out = capsys.readouterr().out
+    sessions = [line for line in out.splitlines() if line.startswith("session")]
+    assert len(sessions) == 2 and "no steps" in sessions[1]
+    assert " steps 0..5" in sessions[0] and ".0" not in sessions[0]
