@@ -59,8 +59,9 @@ class ICNNMask(keras.layers.Layer):
         self.filter_loss, self.filter_loss_weight, self.mag = filter_loss, filter_loss_weight, mag
         self.reduction, self.monitor, self.register = reduction, monitor, register
         self.beta_update, self.beta_rate, self.beta_watch = beta_update, beta_rate, beta_watch
-        self.filter_class = None if filter_class is None else [int(k) for k in filter_class]
-        self.class_density = None if class_density is None else [float(d) for d in class_density]
+        # tuples: tf.keras 2.15 would track a list attribute as a ListWrapper (and say so in errors)
+        self.filter_class = None if filter_class is None else tuple(int(k) for k in filter_class)
+        self.class_density = None if class_density is None else tuple(float(d) for d in class_density)
         self._watch: icnn.BetaWatch | None = None
         if beta_watch:
             self.supports_jit = False   # Keras 3's jit_compile="auto": tf.numpy_function cannot be compiled
@@ -73,7 +74,8 @@ class ICNNMask(keras.layers.Layer):
             raise ValueError(f"ICNNMask needs labels bool [N] (one class) or [N, K] (K classes), got shape {labels}")
         c = int(shape[3])
         self.part = icnn._part_vector(self.part_filters, c)
-        self.slices = icnn._class_slices(labels, self.part, self.filter_class, self.class_density)
+        self.slices = icnn._class_slices(labels, self.part, self.filter_class, self.class_density,
+                                         labels="the labels input (the layer's second)")
         self.beta = self.add_weight(name="beta", shape=(c,), initializer=keras.initializers.Constant(self.beta_init),
                                     trainable=True)
         self.epoch = self.add_weight(name="epoch", shape=(), initializer=keras.initializers.Constant(1.0),
@@ -119,8 +121,9 @@ class ICNNMask(keras.layers.Layer):
                 "beta_init": self.beta_init, "beta_lr_mult": self.beta_lr_mult, "filter_loss": self.filter_loss,
                 "filter_loss_weight": self.filter_loss_weight, "mag": self.mag, "reduction": self.reduction,
                 "monitor": self.monitor, "register": self.register, "beta_update": self.beta_update,
-                "beta_rate": self.beta_rate, "beta_watch": self.beta_watch, "filter_class": self.filter_class,
-                "class_density": self.class_density}
+                "beta_rate": self.beta_rate, "beta_watch": self.beta_watch,
+                "filter_class": None if self.filter_class is None else list(self.filter_class),
+                "class_density": None if self.class_density is None else list(self.class_density)}
 
 
 class ICNNEpoch(keras.callbacks.Callback):

@@ -148,6 +148,11 @@ def test_bad_input_refused():
         ICNNMask(reduction="avg")
     with pytest.raises(ValueError, match="static H, W, C"):
         ICNNMask().build([(None, None, 4, 3), (None,)])
+    # several classes: the errors name the layer's labels input, and the value as given
+    with pytest.raises(ValueError, match=r"need the labels input .* of shape \[N, K\]"):
+        ICNNMask(filter_class=[0, 1, 2]).build([(None, 4, 4, 3), (None,)])
+    with pytest.raises(ValueError, match=r"with the labels input .*filter_class must be .* got \(0, 1\)$"):
+        ICNNMask(filter_class=[0, 1], class_density=[0.5, 0.5]).build([(None, 4, 4, 3), (None, 2)])
 
 
 @pytest.mark.parametrize("source, update", [("probe", "stable"), ("probe", "release"), ("train_batch", "stable")])
@@ -181,3 +186,13 @@ def test_the_capture_leaves_the_layers_beta_update_and_watch_alone(tmp_path, sou
     assert plain_calls == probed_calls == 6
     for a, b in zip(plain, probed):
         np.testing.assert_array_equal(a, b)
+
+
+def test_config_round_trip_keeps_the_classes_and_the_update():
+    layer = ICNNMask(name="m", filter_class=[0, 1, 0], class_density=[0.4, 0.3], beta_update="stable",
+                     beta_rate=0.2, beta_watch=False)
+    config = layer.get_config()
+    assert config["filter_class"] == [0, 1, 0] and config["class_density"] == [0.4, 0.3]
+    again = ICNNMask.from_config(config)
+    assert again.get_config() == config
+    assert (again.filter_class, again.beta_update, again.beta_rate) == ((0, 1, 0), "stable", 0.2)

@@ -504,20 +504,21 @@ def _filter_grad(x, m, s, positive, part, epoch, mag, w_pos=1.0, w_neg=1.0):
     return tf.cast(term, dtype)
 
 
-def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_class, class_density):
+def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_class, class_density,
+                  labels: str = "labels_positive"):
     """None for one class; for [N, K] labels, [(part channels of class k [C] bool, w_pos, w_neg)]
     with the release's weights (see :func:`conv_mask`). Checked before any op is built."""
     if labels_shape.rank != 2:
         if filter_class is not None or class_density is not None:
-            raise ValueError("filter_class and class_density need labels_positive of shape [N, K]")
+            raise ValueError(f"filter_class and class_density need {labels} of shape [N, K], got shape {labels_shape}")
         return None
     k = labels_shape.as_list()[1]
     if k is None:
-        raise ValueError(f"labels_positive [N, K] needs a static K, got shape {labels_shape}")
+        raise ValueError(f"{labels} [N, K] needs a static K, got shape {labels_shape}")
     channels = part_np.size
     fc = np.asarray(filter_class if filter_class is not None else [], dtype=np.int64)
     if fc.shape != (channels,) or (fc[part_np] < 0).any() or (fc[part_np] >= k).any():
-        raise ValueError(f"with labels_positive [N, {k}], filter_class must be an int vector of length C={channels} "
+        raise ValueError(f"with {labels} [N, {k}], filter_class must be an int vector of length C={channels} "
                          f"with values in [0, {k}) on part channels, got {filter_class!r}")
     if k > 10:
         weights = [(0.5 * k, 0.5 / (1.0 - 1.0 / k))] * k
