@@ -1,7 +1,7 @@
 """The ICNN conv-mask layer as a Keras layer (tf.keras 2.15 and Keras 3 on the TF backend).
 
 The maths is ``inspector.icnn``'s (the TF-compat layer), through the same function
-(``inspector.icnn.layer.masked``), with the same release semantics: the mask is a constant in
+(``inspector.icnn.layer.mask_roles``), with the same release semantics: the mask is a constant in
 the backward pass (``dx = upstream * relu(m)`` plus the filter-loss term), beta receives only
 its pseudo-gradient (or, with ``beta_update="stable"``, moves itself); several classes take
 bool [N, K] labels with ``filter_class`` and ``class_density``, as ``conv_mask``. docs/ICNN.md
@@ -89,26 +89,13 @@ class ICNNMask(keras.layers.Layer):
         x = tf.convert_to_tensor(x)
         if not x.dtype.is_floating:
             raise ValueError(f"x must be a float tensor, got dtype {x.dtype.name}")
-        _, h, w, c = x.shape.as_list()
-        labels = tf.convert_to_tensor(labels)
-        positive, groups = icnn._class_groups(labels, self.part, self.slices)
-        pre = tf.identity(x, name="pre_mask")
-        beta = tf.identity(tf.cast(tf.convert_to_tensor(self.beta), x.dtype), name="beta_value")
         epoch = tf.maximum(tf.cast(tf.convert_to_tensor(self.epoch), x.dtype), 1.0)
-        part = tf.constant(self.part)
-        y, out = icnn.masked(pre, beta, _tf_var(self.beta), part, groups, epoch, mu=self.mu,
-                             filter_loss=self.filter_loss, filter_loss_weight=self.filter_loss_weight, mag=self.mag,
-                             reduction=self.reduction, beta_lr_mult=self.beta_lr_mult, beta_update=self.beta_update,
-                             beta_rate=self.beta_rate, watch=self._watch)
-        post = tf.identity(y, name="post_mask")
-        if self.monitor:
-            with tf.name_scope("monitor"):  # DumpHook/InspectCallback(exclude=r"/monitor/") drops its templates
-                fl = icnn._filter_loss_value(pre, beta, part, positive, h, w)
-        else:
-            fl = tf.zeros([c], x.dtype)
-        out.update(pre_mask=pre, post_mask=post, beta=beta, filter_loss=tf.identity(fl, name="filter_loss"))
-        if self.slices is not None:   # the viewer's class split: exactly the labels the groups used
-            out["class_positive"] = tf.identity(tf.cast(labels, x.dtype), name="class_positive")
+        post, out = icnn.mask_roles(
+            x, tf.cast(tf.convert_to_tensor(self.beta), x.dtype), _tf_var(self.beta), tf.convert_to_tensor(labels),
+            self.part, self.slices, epoch, mu=self.mu, filter_loss=self.filter_loss,
+            filter_loss_weight=self.filter_loss_weight, mag=self.mag, reduction=self.reduction,
+            beta_lr_mult=self.beta_lr_mult, beta_update=self.beta_update, beta_rate=self.beta_rate,
+            watch=self._watch, monitor=self.monitor)
         if self.register and not tf.executing_eagerly():
             icnn.register_roles(self.name, out, self.slices)
         return post

@@ -326,7 +326,7 @@ def conv_mask(x: tf.Tensor,
     if not x.dtype.is_floating:
         raise ValueError(f"x must be a float tensor, got dtype {x.dtype.name}")
     check_options(mu, reduction, beta_update, beta_rate)
-    _, h, w, c = x.shape.as_list()
+    c = x.shape.as_list()[3]
     dtype = x.dtype
     if epoch is None:
         if step is None or steps_per_epoch is None:
@@ -344,26 +344,11 @@ def conv_mask(x: tf.Tensor,
             tf1.add_to_collection(BETA_COLLECTION, beta_var)
         scope = tf1.get_variable_scope().original_name_scope
     with tf1.name_scope(scope):
-        positive, groups = _class_groups(labels_positive, part_np, slices)
-        pre = tf.identity(x, name="pre_mask")
-        beta_in = tf.identity(beta_var, name="beta_value")  # the read, passed into the custom grad
-        part = tf.constant(part_np)
         watch = BetaWatch(name, beta_init) if beta_watch else None
-        y, out = masked(pre, beta_in, beta_var, part, groups, epoch, mu=mu, filter_loss=filter_loss,
-                        filter_loss_weight=filter_loss_weight, mag=mag, reduction=reduction,
-                        beta_lr_mult=beta_lr_mult, beta_update=beta_update, beta_rate=beta_rate, watch=watch)
-        post = tf.identity(y, name="post_mask")
-        if monitor:
-            # Own scope: its [H*W, H, W, C] template tensors are worth leaving out of dumps
-            # (DumpHook(exclude=r"/monitor/")).
-            with tf1.name_scope("monitor"):
-                fl = _filter_loss_value(pre, beta_in, part, positive, h, w)
-        else:
-            fl = tf.zeros([c], dtype)
-        out.update(pre_mask=pre, post_mask=post, beta=beta_in,
-                   filter_loss=tf.identity(fl, name="filter_loss"))
-        if slices is not None:   # the viewer's class split: exactly the labels the groups used
-            out["class_positive"] = tf.identity(tf.cast(labels_positive, dtype), name="class_positive")
+        post, out = mask_roles(x, beta_var, beta_var, labels_positive, part_np, slices, epoch, mu=mu,
+                               filter_loss=filter_loss, filter_loss_weight=filter_loss_weight, mag=mag,
+                               reduction=reduction, beta_lr_mult=beta_lr_mult, beta_update=beta_update,
+                               beta_rate=beta_rate, watch=watch, monitor=monitor)
     if register:
         register_roles(name, out, slices)
     return post
@@ -416,13 +401,40 @@ def check_options(mu: str, reduction: str, beta_update: str, beta_rate: float) -
                          f"got {beta_rate!r}")
 
 
+def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np.ndarray, slices, epoch: tf.Tensor,
+               *, monitor: bool, **grad_options) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """The layer's output ``relu(x * m)`` and every role tensor, built in the current name scope
+    under the registered names (``pre_mask``, ``beta_value``, ``post_mask``, ``filter_loss``,
+    ``class_positive`` with class slices; the rest from :func:`masked_forward`): the one body
+    of :func:`conv_mask` and the Keras ``ICNNMask``. ``beta_read``: beta's value as the layer
+    uses it; ``grad_options``: :func:`masked`'s keyword arguments."""
+    _, h, w, c = x.shape.as_list()
+    positive, groups = _class_groups(labels, part_np, slices)
+    pre = tf.identity(x, name="pre_mask")
+    beta = tf.identity(beta_read, name="beta_value")  # the read, passed into the custom grad
+    part = tf.constant(part_np)
+    y, out = masked(pre, beta, beta_var, part, groups, epoch, **grad_options)
+    post = tf.identity(y, name="post_mask")
+    if monitor:
+        # Own scope: its [H*W, H, W, C] template tensors are worth leaving out of dumps
+        # (DumpHook/InspectCallback(exclude=r"/monitor/")).
+        with tf.name_scope("monitor"):
+            fl = _filter_loss_value(pre, beta, part, positive, h, w)
+    else:
+        fl = tf.zeros([c], x.dtype)
+    out.update(pre_mask=pre, post_mask=post, beta=beta, filter_loss=tf.identity(fl, name="filter_loss"))
+    if slices is not None:   # the viewer's class split: exactly the labels the groups used
+        out["class_positive"] = tf.identity(tf.cast(labels, x.dtype), name="class_positive")
+    return post, out
+
+
 def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epoch: tf.Tensor, *, mu: str,
            filter_loss: bool, filter_loss_weight: float, mag: float, reduction: str, beta_lr_mult: float,
            beta_update: str, beta_rate: float, watch: "BetaWatch | None") -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """``relu(x * m)`` with the release's custom gradient, and the role tensors it computed.
 
-    The one implementation of the layer's forward and backward, for :func:`conv_mask` and the
-    Keras ``ICNNMask`` alike. ``beta``: beta's read (the value used); ``beta_var``: the
+    The one implementation of the layer's forward and backward (through :func:`mask_roles`,
+    for :func:`conv_mask` and the Keras ``ICNNMask`` alike). ``beta``: beta's read (the value used); ``beta_var``: the
     variable (assigned by the ``"stable"`` update); ``groups``: :func:`_class_groups`'s list."""
     dtype = x.dtype
     out: dict[str, tf.Tensor] = {}  # role -> tensor
