@@ -133,7 +133,7 @@ def _write_streaming(target: Path, schema: pa.Schema, files: list[pq.ParquetFile
     """Write the merged part batch by batch to a temporary file, then rename it to ``target``."""
     index: dict[str, list[int]] = {}
     with atomic_file(target, fsync) as f:
-        with pq.ParquetWriter(f, schema, compression="zstd", write_page_checksum=True) as w:
+        with pq.ParquetWriter(f, schema, **stats_parts.parquet_options(schema)) as w:
             n_groups = 0
             for batch in _batches(indexes):
                 table = _read_batch(batch, files, indexes, schema)

@@ -56,6 +56,19 @@ INDEX_KEY = b"tf_inspector.tensor_row_groups"
 SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
 
 
+def parquet_options(schema: pa.Schema) -> dict[str, Any]:
+    """Keyword arguments for every statistics Parquet file (parts, compacted parts, summaries):
+    zstd, page checksums (the reader verifies them), and dictionary pages only for the columns
+    that repeat: strings and integers (not the floats, not the histogram's counts). Why: a float
+    statistic rarely repeats, so Parquet tries a dictionary, gives it up after the first page
+    and writes plain; trying cost ~40% of a part's encoding (0.79 -> 0.49 ms per ResNet-8 step
+    of 606 rows, on the writer thread that shares the training machine's cores) and left parts
+    ~15% larger."""
+    repeat = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_dictionary(f.type)
+              or pa.types.is_string(f.type)]
+    return {"compression": "zstd", "write_page_checksum": True, "use_dictionary": repeat}
+
+
 def seq_range(name: str) -> tuple[int, int] | None:
     """[first, last] sequence numbers a part's file name covers (a small part: [seq, seq])."""
     m = STATS_RE.match(name) or STATS_V1_RE.match(name)
@@ -142,7 +155,7 @@ def sorted_part(table: pa.Table) -> bytes:
     index = _tensor_row_groups(table.column("tensor").take(order))
     sink = pa.BufferOutputStream()
     # sorted one row group at a time: memory is the parts' rows once, not twice
-    with pq.ParquetWriter(sink, table.schema, compression="zstd", write_page_checksum=True) as w:
+    with pq.ParquetWriter(sink, table.schema, **parquet_options(table.schema)) as w:
         for start in range(0, max(table.num_rows, 1), ROW_GROUP_ROWS):
             w.write_table(table.take(order[start:start + ROW_GROUP_ROWS]), row_group_size=ROW_GROUP_ROWS)
         # the Parquet footer's key-value metadata only: in the Arrow schema it would be stored twice

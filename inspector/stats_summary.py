@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from .errors import DamagedFileError
 from .format import atomic_write
 from .safe_files import check_regular, open_regular
+from .stats_parts import parquet_options
 
 
 
@@ -163,7 +164,7 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
     meta = {SUMMARY_OF.decode(): of, KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":")),
             STEP_RUNS.decode(): runs, META_CRC.decode(): str(_meta_crc(of.encode(), runs.encode()))}
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, summary.schema, compression="zstd", write_page_checksum=True) as w:
+    with pq.ParquetWriter(sink, summary.schema, **parquet_options(summary.schema)) as w:
         w.write_table(summary, row_group_size=ROW_GROUP_ROWS)
         w.add_key_value_metadata(meta)
     target = Path(run_dir) / FOLDER / part.name

@@ -46,7 +46,7 @@ from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
 from .stats_merge import LevelMerger
-from .stats_parts import COMPACT_ROWS, Compactor
+from .stats_parts import COMPACT_ROWS, Compactor, parquet_options
 
 log = logging.getLogger("tf_inspector")
 
@@ -520,7 +520,7 @@ class RunWriter:
         table = pa.Table.from_batches(self._stats_buffer)
         try:
             sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, compression="zstd", write_page_checksum=True)  # the reader verifies them
+            pq.write_table(table, sink, **parquet_options(table.schema))
             size = self.store.write(stats_name(self.worker, self.session, self._seq + 1),
                                     [sink.getvalue().to_pybytes()], fsync=self.fsync)
         except BaseException as e:

@@ -70,6 +70,22 @@ def test_leftovers_are_compacted_at_close(tmp_path, oracle):
     pd.testing.assert_frame_equal(table(inspector.open_run(path)), oracle)
 
 
+def test_every_statistics_file_has_dictionaries_only_for_repeating_columns(tmp_path, oracle):
+    """Small parts, compacted parts and summaries: strings and integers dictionary-encoded,
+    float statistics and histogram counts plain (a float's dictionary is given up after a page:
+    time spent for a larger file)."""
+    path = write(tmp_path / "run", 7, compact_rows=3 * (len(oracle) // 9))
+    import pyarrow.parquet as pq
+    files = sorted(path.rglob("*.parquet"))
+    kinds = {"summary" if f.parent.name != "stats" else "compacted" if "-" in f.name else "small" for f in files}
+    assert kinds == {"small", "compacted", "summary"}, [str(f.relative_to(path)) for f in files]
+    for f in files:
+        meta = pq.ParquetFile(f).metadata
+        for c in (meta.row_group(0).column(i) for i in range(meta.num_columns)):
+            repeats = c.physical_type not in ("FLOAT", "DOUBLE") and "." not in c.path_in_schema
+            assert c.has_dictionary_page == repeats, (f.name, c.path_in_schema, c.physical_type)
+
+
 def crash_after_rename(path, seqs: range, keep: set[int], monkeypatch) -> None:
     """Compact ``seqs`` (``path``: a local run or a Storage), then 'crash' before deleting the
     small parts in ``keep``."""
