@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION,
                               MODES, PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
+from inspector import format as fmt
 from inspector.icnn.layer import observer_gradients
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
@@ -489,7 +490,8 @@ class DumpHook(v1.train.SessionRunHook):
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
             "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
             "config": hook_config(**self.schedule.to_json(), samples_per_group=self.samples_per_group,
-                                  max_bytes=self.max_bytes, histogram_bins=self.bins, gradients=self.with_gradients,
+                                  max_bytes=self.max_bytes, histogram_bins=self.bins,
+                                  histogram_sample=fmt.HIST_MAX_ELEMENTS, gradients=self.with_gradients,
                                   dump_on_nonfinite=self.dump_on_nonfinite, strict=self.strict, fsync=self.fsync,
                                   share_gradients=self.share_gradients,
                                   native_stats=bool(self.native_stats and native.library() is not None),

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
 from inspector.storage import normalize
 from inspector.units import human_bytes
@@ -361,6 +362,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
                        "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,
+                       "histogram_sample": fmt.HIST_MAX_ELEMENTS,
                        "gradients": self.options.gradients, "dump_on_nonfinite": self.dump_on_nonfinite,
                        "strict": self.strict, "fsync": self.fsync, "share_gradients": False,
                        "native_stats": bool(self.options.native_stats and native.library() is not None),

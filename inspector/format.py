@@ -77,10 +77,23 @@ def check_group_name(name: object) -> str:
 STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf")
 #: Histograms of tensors with more elements than this (``count`` of the ``all`` row) count
 #: every k-th block of HIST_BLOCK elements of each sample, k = ceil(count / HIST_MAX_ELEMENTS);
-#: see FORMAT.md and :func:`hist_sample`. Why: counting is a single-threaded loop in
-#: TensorFlow, the largest statistics cost; whole blocks (256 bytes) skip memory untouched.
-HIST_MAX_ELEMENTS = 1 << 16
+#: see FORMAT.md and :func:`hist_sample`. Why: the moments read every element once; binning
+#: costs ~0.3 ns a value beside, re-read from memory for a large tensor. 16,384 values (~550 a
+#: bin of 30) draw the same shape as 65,536 (written before, LEGACY_HIST_MAX_ELEMENTS) and cut a
+#: VGG statistics step by ~0.09x plain training (bench/README.md, session 10).
+HIST_MAX_ELEMENTS = 1 << 14
+#: what runs whose ``config`` has no ``histogram_sample`` (written before it existed) used
+LEGACY_HIST_MAX_ELEMENTS = 1 << 16
 HIST_BLOCK = 64
+
+
+def histogram_sample(config: dict) -> int:
+    """HIST_MAX_ELEMENTS of the session whose manifest ``config`` this is (older runs: 65,536).
+
+    >>> histogram_sample({}), histogram_sample({"histogram_sample": 16384})
+    (65536, 16384)
+    """
+    return int(config.get("histogram_sample", LEGACY_HIST_MAX_ELEMENTS))
 
 
 def hist_stride(count: int) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import DamagedFileError, FormatVersionError
-from .format import FORMAT_NAME, FORMAT_VERSION, MODES, check_group_name
+from .format import FORMAT_NAME, FORMAT_VERSION, HIST_MAX_ELEMENTS, MODES, check_group_name
 from .safe_files import read_bytes
 
 # ---- the keys ---------------------------------------------------------------------------------
@@ -49,7 +49,8 @@ GROUPS_REFUSED_KEY = "groups_refused"
 #: kernels ran, ``mode`` the mode the hook wrote.
 CONFIG_DEFAULTS: dict[str, Any] = {
     "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [], "samples_per_group": 2,
-    "max_bytes": 2 * 1024 ** 3, "histogram_bins": 30, "gradients": True, "dump_on_nonfinite": False,
+    "max_bytes": 2 * 1024 ** 3, "histogram_bins": 30,
+    "histogram_sample": HIST_MAX_ELEMENTS, "gradients": True, "dump_on_nonfinite": False,
     "strict": False, "fsync": False, "share_gradients": True, "native_stats": True, "mode": "train",
     "eval_stats_batches": None, "eval_dump_batches": 1, "include": None, "exclude": None, "op_types": None,
     "exclude_op_types": None, "dtypes": ["float16", "bfloat16", "float32", "float64"],

@@ -157,7 +157,7 @@ def _log_floor(*ys: np.ndarray) -> float:
 
 
 def _legend_label(group: str, shown: int, total: int | None) -> str:
-    """'positive (n=70,000; histogram of 65,536)': the real element count and, separately,
+    """'positive (n=70,000; histogram of 16,384)': the real element count and, separately,
     how many values the histogram counts where that differs (a subsample, non-finite values)."""
     if total is None or total == shown:
         return f"{group} (n={shown:,})"

@@ -628,9 +628,12 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     want = (f"positive (n={n['positive']:,})" if counted["positive"] == n["positive"]
             else f"positive (n={n['positive']:,}; histogram of {counted['positive']:,})")
     assert want in labels
-    monkeypatch.setattr(viewer.distributions, "HIST_MAX_ELEMENTS", 1000)
+    # the note's size is the run's (its config's histogram_sample; 65,536 for older runs)
+    seen = []
+    monkeypatch.setattr(viewer.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 1000)
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert "the histogram counts a subsample of about 1,000 values; n is every element" in captions(at)
+    assert seen and seen[-1] == inspector.open_run(runs / "exp1").config
 
 
 @pytest.fixture(scope="module")

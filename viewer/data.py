@@ -195,7 +195,7 @@ def icnn_layers(path: str, sig: Sig) -> pd.DataFrame:
 def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str,
                      column: str = "count") -> dict:
     """{step: {group: the rows' ``column``}}: by default the real element count, to state beside
-    histograms that count a subsample (tensors over 65,536 elements, FORMAT.md); ``"mean"``: the
+    histograms that count a subsample (tensors over 16,384 elements, FORMAT.md); ``"mean"``: the
     exact mean over every element, which a histogram's bins can only approximate."""
     df = tensor_histograms(path, sig, tensor, kind)
     out: dict = {}

@@ -9,7 +9,7 @@ import streamlit as st
 
 from inspector import analysis, plots
 from inspector.binning import Bins, value_bins
-from inspector.format import HIST_MAX_ELEMENTS
+from inspector.format import histogram_sample
 
 from . import bands, data, hist_charts
 from .dumps import dump_step_picker
@@ -83,7 +83,8 @@ def render(ctx: Ctx) -> None:
     st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, totals=totals), width="stretch")
     download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals), f"hist_{tensor}_{step}",
                     key="di_hist")
-    st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean")))
+    st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
+                            histogram_sample(run.config)))
 
     st.subheader("From dumped samples")
     if len(run.steps) > 0:
@@ -120,20 +121,21 @@ def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> Non
                "linear within a bin (exact to one bin width). Scroll to zoom the steps.")
 
 
-def hist_caption(panels: dict, totals: dict, means: dict) -> str:
+def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
     """Per kind and group: the real element count, the values the histogram counts, and the
     exact mean from the statistics (a histogram's bin centres would give one bin's centre for
-    every group whose mass falls in one bin: equal where the groups differ)."""
+    every group whose mass falls in one bin: equal where the groups differ). ``sample``: the
+    run's histogram subsample size (``format.histogram_sample``)."""
     desc = []
     # the subsample rule reads the 'all' row's count (FORMAT.md), also for the groups
-    sampled = any(t.get("all", max(t.values(), default=0)) > HIST_MAX_ELEMENTS for t in totals.values())
+    sampled = any(t.get("all", max(t.values(), default=0)) > sample for t in totals.values())
     for kind, groups in panels.items():
         for g, (_, counts) in groups.items():
             n, mean = totals.get(kind, {}).get(g), means.get(kind, {}).get(g)
             desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}"
                         + (f", mean={mean:.4g}" if mean is not None else ""))
-    note = (f" (tensors over {HIST_MAX_ELEMENTS:,} elements: the histogram counts a subsample of about "
-            f"{HIST_MAX_ELEMENTS:,} values; n is every element)") if sampled else ""
+    note = (f" (tensors over {sample:,} elements: the histogram counts a subsample of about "
+            f"{sample:,} values; n is every element)") if sampled else ""
     return "; ".join(desc) + note
 
 

@@ -18,7 +18,7 @@ Example::
     lib = native.library()          # None -> stock-op statistics
     if lib is not None:
         moments, leaf, hist = lib.inspector_stats(
-            [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=65536, block=64)
+            [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=16384, block=64)
 """
 from __future__ import annotations
 
