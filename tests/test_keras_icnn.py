@@ -91,6 +91,22 @@ def test_several_classes_match_the_compat_layer(kwargs):
     assert not np.allclose(single[1], got[1])
 
 
+@pytest.mark.parametrize("form", [_compat, _keras])
+def test_numeric_labels_are_read_only_where_they_are_0_or_1(form):
+    """One-hot numbers give what bool labels give; soft or smoothed labels, which a cast would make
+    True wherever nonzero (every sample a positive of every class), are refused at the step."""
+    x, _, up = _inputs(c=4)
+    labels = _class_labels()
+    expected = form(x, labels, up, 2.0, CLASSES)
+    _assert_same(expected, form(x, labels.astype("float32"), up, 2.0, CLASSES))
+    _assert_same(form(x, labels[:, 0], up, 2.0, {}), form(x, labels[:, 0].astype("int32"), up, 2.0, {}))
+    smoothed = (labels * 0.9 + 0.1 / 3).astype("float32")
+    with pytest.raises(tf.errors.InvalidArgumentError, match="soft or smoothed labels"):
+        form(x, smoothed, up, 2.0, CLASSES)
+    with pytest.raises(ValueError, match="ICNN labels must be bool .* got dtype string"):
+        form(x, np.array(["a"] * 6), up, 2.0, {})
+
+
 def test_stable_update_moves_beta_itself_as_the_compat_layer():
     x, positive, up = _inputs()
     kwargs = {"beta_update": "stable", "beta_rate": 0.5, "beta_init": 1.0}

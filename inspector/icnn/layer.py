@@ -409,6 +409,7 @@ def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np
     of :func:`conv_mask` and the Keras ``ICNNMask``. ``beta_read``: beta's value as the layer
     uses it; ``grad_options``: :func:`masked`'s keyword arguments."""
     _, h, w, c = x.shape.as_list()
+    labels = bool_labels(labels)
     positive, groups = _class_groups(labels, part_np, slices)
     pre = tf.identity(x, name="pre_mask")
     beta = tf.identity(beta_read, name="beta_value")  # the read, passed into the custom grad
@@ -543,13 +544,35 @@ def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_clas
     return [(part_np & (fc == j), w_pos, w_neg) for j, (w_pos, w_neg) in enumerate(weights)]
 
 
+def bool_labels(labels) -> tf.Tensor:
+    """``labels`` as bool: bool labels as given; numbers only where every value is 0 or 1 (else
+    InvalidArgumentError at the step). Why: a cast makes every nonzero value True, so soft or
+    smoothed labels (0.9 / 0.01) would silently make every sample a positive of every class.
+
+    >>> bool_labels(tf.constant([[0.0, 1.0]])).dtype
+    tf.bool
+    """
+    labels = tf.convert_to_tensor(labels)
+    if labels.dtype == tf.bool:
+        return labels
+    if not (labels.dtype.is_integer or labels.dtype.is_floating):
+        raise ValueError(f"ICNN labels must be bool (or 0/1 numbers), got dtype {labels.dtype.name}")
+    binary = tf.reduce_all(tf.logical_or(tf.equal(labels, 0), tf.equal(labels, 1)))
+    check = tf.debugging.Assert(binary, [
+        "ICNN labels must be bool, or numbers that are all 0 or 1 (one-hot); these have other values "
+        "(soft or smoothed labels?), which a cast would make True wherever nonzero. Pass the hard "
+        "labels, e.g. tf.one_hot(class_ids, K, dtype=tf.bool). min, max:",
+        tf.reduce_min(labels), tf.reduce_max(labels)])
+    with tf.control_dependencies([check]):
+        return tf.cast(labels, tf.bool)
+
+
 def _class_groups(labels, part_np: np.ndarray, slices):
     """(any-class positives [N], [(positives [N], part channels [C] bool, w_pos, w_neg)]):
-    one group with weights 1 for one class, one per class otherwise."""
+    one group with weights 1 for one class, one per class otherwise; ``labels`` bool."""
     if slices is None:
-        positive = tf.reshape(tf.cast(labels, tf.bool), [-1])
+        positive = tf.reshape(labels, [-1])
         return positive, [(positive, part_np, 1.0, 1.0)]
-    labels = tf.cast(labels, tf.bool)
     groups = [(labels[:, j], part_k, w_pos, w_neg) for j, (part_k, w_pos, w_neg) in enumerate(slices)]
     return tf.reduce_any(labels, axis=1), groups
 
