@@ -204,10 +204,11 @@ def default_rule(labels: tf.Tensor) -> str:
     if not (dtype.is_integer or dtype.is_floating or dtype == tf.bool):
         raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive rule; pass "
                           f"positive=lambda y: ... (a bool [N] of the positive samples).")
+    whole = " (whole numbers; others in no group)" if dtype.is_floating else ""
     if rank == 1:
-        return "class ids [N]: label != 0"
+        return f"class ids [N]: label != 0{whole}"
     if rank == 2 and shape[1] == 1:
-        return "class ids [N, 1]: label != 0"
+        return f"class ids [N, 1]: label != 0{whole}"
     if rank == 2 and shape[1] is not None:
         return f"one-hot / probabilities [N, {shape[1]}]: argmax != 0"
     if rank == 2:
@@ -231,8 +232,20 @@ def _default_positive(labels: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.equal(tf.shape(labels)[1], 1), ids, hot)
 
 
+def not_class_ids(labels: tf.Tensor) -> tf.Tensor | None:
+    """bool [N]: the samples whose float class-id labels ([N] or [N, 1]) are not whole numbers
+    (soft binary targets, regression targets), which the default rule cannot split: "label !=
+    0" would call every one of them positive. None where every label is a class id by type."""
+    shape = labels.shape
+    if not labels.dtype.is_floating or not (shape.rank == 1 or (shape.rank == 2 and shape[1] == 1)):
+        return None
+    flat = tf.reshape(labels, [-1])
+    return tf.logical_not(tf.equal(flat, tf.round(flat)))
+
+
 def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
-    """int32 [N]: 1 for positive samples, 0 for negative ones.
+    """int32 [N]: 1 for positive samples, 0 for negative ones, -1 for samples in neither
+    (:func:`not_class_ids`, under the default rule only).
 
     ``positive`` is a callable on the labels tensor, a precomputed bool tensor, or None:
     the default rule (``default_rule``): labels != 0 for class ids [N] or [N, 1], argmax != 0
@@ -248,7 +261,9 @@ def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Te
         pos = tf.not_equal(pos, tf.zeros([], pos.dtype))
     if pos.shape.rank is None or pos.shape.rank > 1:
         pos = tf.reduce_any(tf.reshape(pos, [tf.shape(pos)[0], -1]), axis=1)
-    return tf.cast(pos, tf.int32)
+    ids = tf.cast(pos, tf.int32)
+    unsure = not_class_ids(labels) if positive is None else None
+    return ids if unsure is None else tf.where(unsure, -tf.ones_like(ids), ids)
 
 
 @dataclass
@@ -271,9 +286,11 @@ class Groups:
         return Groups(ids, self.names, self.codes, None)
 
 
-def from_positive(positive_ids: tf.Tensor) -> Groups:
-    """positive/negative :class:`Groups` from int [N] ids, 1 positive and 0 negative (:func:`group_ids`)."""
-    return Groups(1 - tf.cast(positive_ids, tf.int32), DEFAULT_GROUPS, (1, 0))
+def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None) -> Groups:
+    """positive/negative :class:`Groups` from int [N] ids, 1 positive, 0 negative, -1 neither
+    (:func:`group_ids`)."""
+    ids = tf.cast(positive_ids, tf.int32)
+    return Groups(tf.where(ids < 0, tf.fill(tf.shape(ids), 2), 1 - ids), DEFAULT_GROUPS, (1, 0), bad)
 
 
 def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:

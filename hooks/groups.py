@@ -98,7 +98,10 @@ class GroupSpec:
                 return _per_class(labels, self.num_classes)
             if self.kind == "function":
                 return _from_function(self.fn, labels, predictions, self.needs_predictions)
-            return from_positive(capture.group_ids(labels, self.positive))
+            ids = capture.group_ids(labels, self.positive)
+            unsure = capture.not_class_ids(labels) if self.positive is None else None
+            # samples the default rule cannot split: that step's statistics are written for 'all' only
+            return from_positive(ids, None if unsure is None else tf.reduce_sum(tf.cast(unsure, tf.int32)))
 
 
 def _check_classes(n: int | None) -> None:
@@ -177,4 +180,7 @@ def bad_rule(spec: GroupSpec) -> str:
     """What a bad sample is under ``spec`` (for the error the hook logs)."""
     if spec.kind == "per_class":
         return "class ids outside [0, num_classes) or not integers"
+    if spec.kind == "positive_negative":
+        return ("float labels that are not whole numbers (soft or regression targets): the default rule "
+                "(label != 0) needs class ids; pass positive=")
     return "samples in more than one group (groups must be disjoint)"

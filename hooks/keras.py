@@ -32,11 +32,12 @@ import tensorflow as tf
 
 from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
+from inspector.manifest_schema import GROUPS_REFUSED_KEY
 from inspector.storage import normalize
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, native, variables
+from . import capture, groups, native, variables
 from .dump_hook import _jsonable, check_options, guarded, worker_from_env
 from .keras_step import StepGraph
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
@@ -124,6 +125,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.dump_on_nonfinite = dump_on_nonfinite
         self._first_nonfinite: dict | None = None
         self._force_dump = False
+        self._ungrouped_logged = False
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
@@ -259,7 +261,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                     [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
                     self.options.bins)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip((values, hist_range, hist), rows))
-            self._writer.add_stats(step, values, hist_range, hist)
+            self._writer.add_stats(step, values, hist_range, hist, keep=self._ungrouped_check(step, values))
             self._check_nonfinite(step, values)
         if dump:
             arrays = {k: np.asarray(v) for k, v in {**out["dump"], **out["samples"]}.items()}
@@ -374,6 +376,28 @@ class InspectCallback(tf.keras.callbacks.Callback):
             "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite,
         }
 
+    def _ungrouped_check(self, step: int, values: np.ndarray) -> np.ndarray | None:
+        """None (write every row), or, on a step where some samples are in no group (float
+        targets that are not class ids, ``capture.not_class_ids``), a mask keeping the ``all``
+        rows only, as ``DumpHook`` does: the groups' rows would leave those samples out."""
+        rows = self._graph.rows
+        first = next((i for i, (_, _, g) in enumerate(rows) if g != "all"), None)
+        if first is None:
+            return None
+        count = STAT_COLUMNS.index("count")
+        tensor, kind, _ = rows[first]
+        mine = [i for i, (t, k, _) in enumerate(rows) if t == tensor and k == kind]
+        grouped = sum(values[i, count] for i in mine if rows[i][2] != "all")
+        if grouped >= sum(values[i, count] for i in mine if rows[i][2] == "all"):
+            return None
+        if not self._ungrouped_logged:
+            self._ungrouped_logged = True
+            why = groups.bad_rule(groups.GroupSpec("positive_negative"))
+            log.error("step %d: some samples are in no group (%s): that step's statistics are written for group "
+                      "'all' only, and so is every such step (logged once)", step, why)
+            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: {"first_step": step, "samples": None, "why": why}})
+        return np.asarray([g == "all" for _, _, g in rows] + [True] * (len(values) - len(rows)))
+
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
         bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
@@ -400,7 +424,15 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
         if probe is None:
             raise ValueError("probe= is required with source='probe': pass (x, y) of a fixed batch, or "
                              "source='train_batch' to capture the sampled step's own batch")
-        return probe_batch(probe)
+        batch = probe_batch(probe)
+        y = batch[1]
+        unsure = capture.not_class_ids(y) if positive is None and isinstance(y, tf.Tensor) else None
+        if unsure is not None and bool(np.any(unsure.numpy())):
+            raise ValueError(f"the probe's targets are floats that are not all whole numbers (e.g. "
+                             f"{float(tf.boolean_mask(tf.reshape(y, [-1]), unsure)[0]):g}): the default "
+                             f"positive rule (label != 0) needs class ids; pass positive= (a callable on "
+                             f"the targets, or a bool array [N])")
+        return batch
     if source != "train_batch":
         raise ValueError(f"source={source!r}: expected 'probe' (a fixed batch) or 'train_batch'")
     if probe is not None:

@@ -40,12 +40,13 @@ class Oracle(v1.train.SessionRunHook):
 def _train(run_dir, y=Y, **kw) -> dict:
     with tf.Graph().as_default():
         x = v1.placeholder(tf.float32, [None, D], name="x")
-        labels = v1.placeholder(tf.int64, [None], name="y")
+        labels = v1.placeholder(tf.as_dtype(np.asarray(y).dtype), [None], name="y")
         w1 = v1.get_variable("w1", initializer=RNG.normal(size=(D, H)).astype(np.float32))
         w2 = v1.get_variable("w2", initializer=RNG.normal(size=(H, C)).astype(np.float32))
         hidden = tf.nn.relu(tf.matmul(x, w1), name="hidden")
         logits = tf.matmul(hidden, w2, name="logits")
-        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        ids = tf.cast(tf.round(labels), tf.int64)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits))
         step = v1.train.get_or_create_global_step()
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
         oracle = Oracle()
@@ -125,6 +126,25 @@ def test_overlapping_groups_are_refused_per_step(tmp_path, caplog):
     assert set(run.stats["group"].astype(str)) == {"all"}  # never numbers over the wrong samples
     assert "more than one group" in caplog.text
     assert run.manifest["groups_refused"]["samples"] == int((Y == 1).sum())
+
+
+def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
+    """Float class ids (0., 1., ...) split as integers do; a label that is not a whole number
+    (a soft or regression target, which label != 0 would call positive) refuses the step's groups."""
+    seen = _train(tmp_path / "whole", y=Y.astype(np.float32))
+    run = inspector.open_run(tmp_path / "whole")
+    assert "groups_refused" not in run.manifest
+    _check_against_numpy(run, seen, {"positive": Y != 0, "negative": Y == 0})
+    soft = Y.astype(np.float32)
+    soft[5] = 0.7
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        _train(tmp_path / "soft", y=soft)
+    run = inspector.open_run(tmp_path / "soft")
+    assert set(run.stats["group"].astype(str)) == {"all"}
+    assert "not whole numbers" in caplog.text and "pass positive=" in run.manifest["groups_refused"]["why"]
+    assert run.manifest["groups_refused"]["samples"] == 1
+    kept = np.asarray(run.dump_array(1, "samples/index")).tolist()
+    assert kept == [i for i in range(N) if i != 5]   # in neither group: never dumped as a group's
 
 
 def test_class_id_out_of_range_refused(tmp_path, caplog):

@@ -340,3 +340,30 @@ def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, 
     count = len(traces)
     model.fit(x, y, batch_size=BATCH, verbose=0, shuffle=False)
     assert len(traces) == count and "train_step" not in model.__dict__
+
+
+def test_soft_targets_are_not_split_by_the_default_rule(tmp_path, caplog):
+    """Float targets that are not class ids (soft, regression): label != 0 would call every
+    sample positive. A probe of them is refused when the callback is made; with the training
+    batch, such steps write group 'all' only and the manifest says why."""
+    import logging
+    x, y = _data(4, n=32)
+    soft = np.where(y == 1, 0.9, 0.1).astype("float32")
+    with pytest.raises(ValueError, match=r"not all whole numbers \(e.g. 0.1\).*pass positive="):
+        InspectCallback(tmp_path / "p", probe=(x[:8], soft[:8]))
+    InspectCallback(tmp_path / "p", probe=(x[:8], soft[:8]), positive=lambda t: t > 0.5)   # a rule of one's own
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, name="logit")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.BinaryCrossentropy(from_logits=True))
+    for name, targets in (("hard", y.astype("float32")), ("soft", soft)):
+        cb = InspectCallback(tmp_path / name, source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0,
+                             strict=True)
+        with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+            model.fit(x, targets, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+        run = inspector.open_run(tmp_path / name)
+        groups = set(run.stats["group"].astype(str))
+        if name == "hard":
+            assert groups == {"all", "positive", "negative"} and "groups_refused" not in run.manifest
+        else:
+            assert groups == {"all"} and "not whole numbers" in run.manifest["groups_refused"]["why"]
+            assert "some samples are in no group" in caplog.text
