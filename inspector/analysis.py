@@ -212,6 +212,15 @@ def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
                   int(first.min()) if len(first) else None)]
 
 
+def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:
+    """One warning per session whose group rule was broken (``Run.groups_refused``): its
+    groups' rows are missing from those steps on purpose, not lost."""
+    return [Alert("warning", "groups_refused",
+                  f"{r.worker} session {r.session} ({r.mode}): from step {r.first_step}, statistics steps whose "
+                  f"samples broke the group rule have group 'all' only ({r.why})", int(r.first_step))
+            for r in refused.itertuples()]
+
+
 def error_alerts(errors: pd.DataFrame, sessions: pd.DataFrame) -> list[Alert]:
     """Write errors, hook errors and sessions that ended with an error or crashed: errors."""
     out = [Alert("error", "writer_error", f"{r.what}: {r.reason} ({int(r.count)}x)"
@@ -313,6 +322,7 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
     if not beta.empty:
         out += icnn_beta_alerts(beta, run.tensors)
     out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
+    out += groups_refused_alerts(run.groups_refused)
     out += [Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":
         out.append(Alert("info", "running", "the run is still being written; press Refresh for new steps"))

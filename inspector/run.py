@@ -35,7 +35,7 @@ from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_
                      parse_stats_name, safe_join)
 from .liveness import writer_state
 from . import manifest_schema
-from .manifest_schema import CALLER_DEFAULTS, load_manifest, with_caller_defaults
+from .manifest_schema import CALLER_DEFAULTS, GROUPS_REFUSED_KEY, load_manifest, with_caller_defaults
 from .stats_parts import live_parts
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
@@ -294,6 +294,17 @@ class Run:
     def errors(self) -> pd.DataFrame:
         """Write errors of every session (aggregated like :attr:`dropped`), and hook errors."""
         return self._records("errors")
+
+    @property
+    def groups_refused(self) -> pd.DataFrame:
+        """Sessions with statistics steps whose samples broke the group rule (two groups, a class
+        id out of range, float labels that are not class ids): from ``first_step`` on, such
+        steps have group ``all`` rows only. Columns worker, session, mode, first_step, samples
+        (None: not counted), why."""
+        cols = ["worker", "session", "mode", "first_step", "samples", "why"]
+        rows = [{"worker": w, "session": s, "mode": m["mode"], **{c: m[GROUPS_REFUSED_KEY].get(c) for c in cols[3:]}}
+                for (w, s), m in self.manifests.items() if isinstance(m.get(GROUPS_REFUSED_KEY), dict)]
+        return pd.DataFrame(rows, columns=cols)
 
     def _records(self, key: str) -> pd.DataFrame:
         cols = ["worker", "session", "mode", "what", "reason", "count", "bytes", "first_step", "last_step"]

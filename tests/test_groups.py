@@ -143,6 +143,10 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     assert set(run.stats["group"].astype(str)) == {"all"}
     assert "not whole numbers" in caplog.text and "pass positive=" in run.manifest["groups_refused"]["why"]
     assert run.manifest["groups_refused"]["samples"] == 1
+    # the viewer's alerts say the groups' rows are missing on purpose
+    from inspector.analysis import run_alerts
+    (alert,) = [a for a in run_alerts(run) if a.kind == "groups_refused"]
+    assert alert.step == 1 and "not whole numbers" in alert.message and alert.severity == "warning"
     kept = np.asarray(run.dump_array(1, "samples/index")).tolist()
     assert kept == [i for i in range(N) if i != 5]   # in neither group: never dumped as a group's
 

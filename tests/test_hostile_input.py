@@ -293,7 +293,8 @@ def test_large_arrays_are_mapped_small_ones_copied(tmp_path, monkeypatch):
 # ---- 5. manifests -------------------------------------------------------------------------------
 BAD_FIELDS = [("tensors", {"a": 1}), ("worker", 3), ("pid", "12"), ("pid", 2 ** 64), ("status", None),
               ("status", "done"), ("config", []), ("dropped", [1]), ("skipped", "x"), ("first_nonfinite", []),
-              ("heartbeat_secs", "60"), ("is_chief", 1), ("bytes_written", True), ("format_version", "1")]
+              ("heartbeat_secs", "60"), ("is_chief", 1), ("bytes_written", True), ("format_version", "1"),
+              ("groups_refused", {"first_step": "3", "why": "x"})]
 
 
 @pytest.mark.parametrize("field, value", BAD_FIELDS)
