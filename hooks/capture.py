@@ -235,12 +235,16 @@ def _default_positive(labels: tf.Tensor) -> tf.Tensor:
 def not_class_ids(labels: tf.Tensor) -> tf.Tensor | None:
     """bool [N]: the samples whose float class-id labels ([N] or [N, 1]) are not whole numbers
     (soft binary targets, regression targets), which the default rule cannot split: "label !=
-    0" would call every one of them positive. None where every label is a class id by type."""
+    0" would call every one of them positive. [N, C] with C unknown until run time: the same
+    on steps where C is 1 (``default_rule``). None where every label is a class id by type."""
     shape = labels.shape
-    if not labels.dtype.is_floating or not (shape.rank == 1 or (shape.rank == 2 and shape[1] == 1)):
+    if not labels.dtype.is_floating or shape.rank not in (1, 2) or (shape.rank == 2 and shape[1] not in (None, 1)):
         return None
-    flat = tf.reshape(labels, [-1])
-    return tf.logical_not(tf.equal(flat, tf.round(flat)))
+    fraction = tf.logical_not(tf.equal(labels, tf.round(labels)))
+    if shape.rank == 1:
+        return fraction
+    fraction = tf.reduce_any(fraction, axis=1)
+    return fraction if shape[1] == 1 else tf.logical_and(tf.equal(tf.shape(labels)[1], 1), fraction)
 
 
 def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
@@ -271,11 +275,13 @@ class Groups:
     """The sample groups of one batch: ``ids`` int32 [N], each sample's group index 0..K-1, or
     K: in no group; ``names`` the K names (rows after ``all``); ``codes`` what a dump's
     ``samples/group`` stores per group; ``bad`` an int32 scalar: samples breaking the rule
-    (hooks/groups.py; None: none can)."""
+    (hooks/groups.py; None: none can); ``complete``: every sample is in a group by
+    construction (a dump whose budget covers the batch may then fetch tensors whole)."""
     ids: tf.Tensor
     names: tuple[str, ...] = DEFAULT_GROUPS
     codes: tuple[int, ...] = (1, 0)
     bad: tf.Tensor | None = None
+    complete: bool = False
 
     @property
     def count(self) -> int:
@@ -283,14 +289,24 @@ class Groups:
 
     def sliced(self, ids: tf.Tensor) -> "Groups":
         """The same groups over other samples (a tower's slice of the batch)."""
-        return Groups(ids, self.names, self.codes, None)
+        return Groups(ids, self.names, self.codes, None, self.complete)
 
 
-def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None) -> Groups:
+def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None, complete: bool = False) -> Groups:
     """positive/negative :class:`Groups` from int [N] ids, 1 positive, 0 negative, -1 neither
-    (:func:`group_ids`)."""
+    (:func:`group_ids`); ``complete``: no id can be -1."""
     ids = tf.cast(positive_ids, tf.int32)
-    return Groups(tf.where(ids < 0, tf.fill(tf.shape(ids), 2), 1 - ids), DEFAULT_GROUPS, (1, 0), bad)
+    return Groups(tf.where(ids < 0, tf.fill(tf.shape(ids), 2), 1 - ids), DEFAULT_GROUPS, (1, 0), bad, complete)
+
+
+def positive_groups(labels: tf.Tensor, positive: Callable | tf.Tensor | None, count_bad: bool = False) -> Groups:
+    """positive/negative :class:`Groups` of ``labels`` (:func:`group_ids`), complete unless the
+    default rule may leave samples in neither (:func:`not_class_ids`); ``count_bad``: those
+    samples' count as ``bad`` (the step's groups are then refused)."""
+    ids = group_ids(labels, positive)
+    unsure = not_class_ids(labels) if positive is None else None
+    bad = tf.reduce_sum(tf.cast(unsure, tf.int32)) if count_bad and unsure is not None else None
+    return from_positive(ids, bad, complete=unsure is None)
 
 
 def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:

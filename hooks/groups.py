@@ -38,7 +38,7 @@ import tensorflow as tf
 from inspector.format import check_group_name
 
 from . import capture
-from .capture import Groups, from_positive
+from .capture import Groups
 
 #: ``groups="per_class"`` makes at most this many groups (rows per tensor and kind: C + 1).
 MAX_CLASS_GROUPS = 64
@@ -98,10 +98,8 @@ class GroupSpec:
                 return _per_class(labels, self.num_classes)
             if self.kind == "function":
                 return _from_function(self.fn, labels, predictions, self.needs_predictions)
-            ids = capture.group_ids(labels, self.positive)
-            unsure = capture.not_class_ids(labels) if self.positive is None else None
             # samples the default rule cannot split: that step's statistics are written for 'all' only
-            return from_positive(ids, None if unsure is None else tf.reduce_sum(tf.cast(unsure, tf.int32)))
+            return capture.positive_groups(labels, self.positive, count_bad=True)
 
 
 def _check_classes(n: int | None) -> None:

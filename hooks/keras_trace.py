@@ -281,7 +281,7 @@ class ProbeGraph:
             out.update(self._dump(everything, gid, labels, x))
         return out
 
-    def _groups(self, y) -> tf.Tensor | None:
+    def _groups(self, y) -> capture.Groups | None:
         positive = self.options.positive
         if y is None:
             return None
@@ -291,14 +291,14 @@ class ProbeGraph:
             if pos.shape.rank != 1 or pos.shape[0] != n:
                 raise ValueError(f"positive= as an array must be [N] = [{n}] (one flag per probe sample), "
                                  f"got shape {pos.shape}")
-            return capture.group_ids(pos, pos)
+            return capture.positive_groups(pos, pos)
         if not isinstance(y, tf.Tensor):
             if callable(positive):
-                return capture.group_ids(y, positive)
+                return capture.positive_groups(y, positive)
             log.info("the probe's targets are nested (several outputs): no positive/negative groups unless "
                      "positive= is given (a callable on the targets, or a bool array [N])")
             return None
-        return capture.group_ids(y, positive)
+        return capture.positive_groups(y, positive)
 
     def _handles(self, g) -> tuple[list[tf.Tensor], list]:
         """The function's placeholders of the model's trainable variables (d loss / d handle is
@@ -349,7 +349,8 @@ class ProbeGraph:
         keep, kept_groups = capture.kept_samples(gid, n, self.options.samples_per_group)
         static = first.shape.as_list()[0] if first.shape.rank else None
         per_group = self.options.samples_per_group * (1 if gid is not None else 2)
-        keep_all_of = static if static and per_group >= static else None
+        whole = static and per_group >= static and (gid is None or gid.complete)   # every sample kept
+        keep_all_of = static if whole else None
         dump, aliases = capture.build_dump(captured, keep, keep_all_of)
         self.aliases = aliases
         samples = {"samples/index": keep}

@@ -215,7 +215,7 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
         return None, None
     if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
-        return labels, capture.from_positive(marked)
+        return labels, capture.from_positive(marked, complete=True)   # mark(positive=): 0 or 1 each
     if predictions is None and spec.needs_predictions:
         predictions = estimator_predictions(graph)
     try:

@@ -37,15 +37,19 @@ class Oracle(v1.train.SessionRunHook):
             self.seen = run_values.results
 
 
-def _train(run_dir, y=Y, **kw) -> dict:
+def _train(run_dir, y=Y, label_shape=(None,), **kw) -> dict:
+    """One training step of a 2-layer net on (X, y); ``label_shape``: the labels placeholder's
+    shape ((None, None): [N, C] with C known at run time; y is fed as [N, 1] then)."""
+    batch = label_shape[0]
     with tf.Graph().as_default():
-        x = v1.placeholder(tf.float32, [None, D], name="x")
-        labels = v1.placeholder(tf.as_dtype(np.asarray(y).dtype), [None], name="y")
+        x = v1.placeholder(tf.float32, [batch, D], name="x")
+        labels = v1.placeholder(tf.as_dtype(np.asarray(y).dtype), list(label_shape), name="y")
+        feed_y = np.asarray(y).reshape(-1, 1) if len(label_shape) == 2 else y
         w1 = v1.get_variable("w1", initializer=RNG.normal(size=(D, H)).astype(np.float32))
         w2 = v1.get_variable("w2", initializer=RNG.normal(size=(H, C)).astype(np.float32))
         hidden = tf.nn.relu(tf.matmul(x, w1), name="hidden")
         logits = tf.matmul(hidden, w2, name="logits")
-        ids = tf.cast(tf.round(labels), tf.int64)
+        ids = tf.reshape(tf.cast(tf.round(labels), tf.int64), [-1])
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits))
         step = v1.train.get_or_create_global_step()
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
@@ -53,7 +57,7 @@ def _train(run_dir, y=Y, **kw) -> dict:
         hook = DumpHook(run_dir, loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,
                         samples_per_group=N, histogram_bins=BINS, strict=True, **kw)
         with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
-            sess.run(train, feed_dict={x: X, labels: y})
+            sess.run(train, feed_dict={x: X, labels: feed_y})
     return oracle.seen
 
 
@@ -149,6 +153,15 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     assert alert.step == 1 and "not whole numbers" in alert.message and alert.severity == "warning"
     kept = np.asarray(run.dump_array(1, "samples/index")).tolist()
     assert kept == [i for i in range(N) if i != 5]   # in neither group: never dumped as a group's
+    # a static batch that the budget covers: the dump still holds exactly the indexed rows
+    _train(tmp_path / "static", y=soft, label_shape=(N,))
+    run = inspector.open_run(tmp_path / "static")
+    assert np.asarray(run.dump_array(1, "samples/index")).tolist() == kept
+    assert run.dump_array(1, "forward/hidden:0").shape[0] == len(kept)
+    # [N, C] labels with C known at run time are class ids on steps where C is 1
+    _train(tmp_path / "wide", y=soft, label_shape=(None, None))
+    run = inspector.open_run(tmp_path / "wide")
+    assert set(run.stats["group"].astype(str)) == {"all"} and run.manifest["groups_refused"]["samples"] == 1
 
 
 def test_class_id_out_of_range_refused(tmp_path, caplog):

@@ -107,6 +107,21 @@ def test_numeric_labels_are_read_only_where_they_are_0_or_1(form):
         form(x, np.array(["a"] * 6), up, 2.0, {})
 
 
+def test_under_xla_soft_labels_turn_the_output_nan():
+    """XLA drops the assertion: there the layer's output is NaN on a step with labels that are
+    not 0/1, never the output of labels cast to True."""
+    x, _, _ = _inputs(c=4)
+    labels = _class_labels()
+    layer = ICNNMask(name="m", beta_watch=False, **CLASSES)
+    layer.build([x.shape, labels.shape])
+    run = tf.function(lambda a, b: layer([a, b]), jit_compile=True)
+    hard = run(tf.constant(x), tf.constant(labels.astype("float32"))).numpy()
+    np.testing.assert_allclose(hard, layer([tf.constant(x), tf.constant(labels)]).numpy(), rtol=1e-6)
+    assert np.isfinite(hard).all()
+    soft = run(tf.constant(x), tf.constant((labels * 0.9 + 0.1 / 3).astype("float32"))).numpy()
+    assert np.isnan(soft).all()
+
+
 def test_stable_update_moves_beta_itself_as_the_compat_layer():
     x, positive, up = _inputs()
     kwargs = {"beta_update": "stable", "beta_rate": 0.5, "beta_init": 1.0}

@@ -409,12 +409,14 @@ def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np
     of :func:`conv_mask` and the Keras ``ICNNMask``. ``beta_read``: beta's value as the layer
     uses it; ``grad_options``: :func:`masked`'s keyword arguments."""
     _, h, w, c = x.shape.as_list()
-    labels = bool_labels(labels)
+    labels, valid = bool_labels(labels)
     positive, groups = _class_groups(labels, part_np, slices)
     pre = tf.identity(x, name="pre_mask")
     beta = tf.identity(beta_read, name="beta_value")  # the read, passed into the custom grad
     part = tf.constant(part_np)
     y, out = masked(pre, beta, beta_var, part, groups, epoch, **grad_options)
+    if valid is not None:  # labels not all 0/1 where the assertion did not run (XLA): a NaN, not a guess
+        y = y + tf.cast(tf.where(valid, 0.0, np.nan), y.dtype)
     post = tf.identity(y, name="post_mask")
     if monitor:
         # Own scope: its [H*W, H, W, C] template tensors are worth leaving out of dumps
@@ -544,17 +546,19 @@ def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_clas
     return [(part_np & (fc == j), w_pos, w_neg) for j, (w_pos, w_neg) in enumerate(weights)]
 
 
-def bool_labels(labels) -> tf.Tensor:
-    """``labels`` as bool: bool labels as given; numbers only where every value is 0 or 1 (else
-    InvalidArgumentError at the step). Why: a cast makes every nonzero value True, so soft or
-    smoothed labels (0.9 / 0.01) would silently make every sample a positive of every class.
+def bool_labels(labels) -> tuple[tf.Tensor, tf.Tensor | None]:
+    """(``labels`` as bool, ``valid``): bool labels as given (``valid`` None); numbers only where
+    every value is 0 or 1, else InvalidArgumentError at the step, and ``valid`` (a bool scalar)
+    is False: XLA drops the assertion, so the layer turns its output NaN on such a step
+    instead. Why: a cast makes every nonzero value True, so soft or smoothed labels (0.9 /
+    0.01) would silently make every sample a positive of every class.
 
-    >>> bool_labels(tf.constant([[0.0, 1.0]])).dtype
+    >>> bool_labels(tf.constant([[0.0, 1.0]]))[0].dtype
     tf.bool
     """
     labels = tf.convert_to_tensor(labels)
     if labels.dtype == tf.bool:
-        return labels
+        return labels, None
     if not (labels.dtype.is_integer or labels.dtype.is_floating):
         raise ValueError(f"ICNN labels must be bool (or 0/1 numbers), got dtype {labels.dtype.name}")
     binary = tf.reduce_all(tf.logical_or(tf.equal(labels, 0), tf.equal(labels, 1)))
@@ -564,7 +568,7 @@ def bool_labels(labels) -> tf.Tensor:
         "labels, e.g. tf.one_hot(class_ids, K, dtype=tf.bool). min, max:",
         tf.reduce_min(labels), tf.reduce_max(labels)])
     with tf.control_dependencies([check]):
-        return tf.cast(labels, tf.bool)
+        return tf.cast(labels, tf.bool), binary
 
 
 def _class_groups(labels, part_np: np.ndarray, slices):
