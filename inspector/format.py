@@ -96,24 +96,28 @@ def histogram_sample(config: dict) -> int:
     return int(config.get("histogram_sample", LEGACY_HIST_MAX_ELEMENTS))
 
 
-def hist_stride(count: int) -> int:
-    """k: the histogram of a tensor of ``count`` elements counts every k-th block of each sample."""
-    return max(1, -(-int(count) // HIST_MAX_ELEMENTS))
+def hist_stride(count: int, size: int | None = None) -> int:
+    """k: the histogram of a tensor of ``count`` elements counts every k-th block of each
+    sample; ``size``: the session's subsample size (:func:`histogram_sample`; None: this
+    version's HIST_MAX_ELEMENTS)."""
+    return max(1, -(-int(count) // (size or HIST_MAX_ELEMENTS)))
 
 
-def hist_sample(values, samples: int = 1):
+def hist_sample(values, samples: int = 1, size: int | None = None):
     """The values a histogram counts, from the whole tensor (numpy): every k-th block of
     HIST_BLOCK consecutive elements of each sample's flattened values, or every k-th element
     where a sample's size is not a multiple of HIST_BLOCK. ``samples``: the batch size of a
-    batched tensor, 1 otherwise.
+    batched tensor, 1 otherwise; ``size``: the subsample size of the session that wrote the
+    histogram (``histogram_sample(config)``; None: this version's).
 
     Example::
 
-        counts, _ = np.histogram(hist_sample(x, len(x)), bins, (hist_lo, hist_hi))
+        size = histogram_sample(run.manifests[(worker, session)]["config"])
+        counts, _ = np.histogram(hist_sample(x, len(x), size), bins, (hist_lo, hist_hi))
     """
     import numpy as np
     rows = np.asarray(values).reshape(samples, -1)
-    k, e = hist_stride(rows.size), rows.shape[1]
+    k, e = hist_stride(rows.size, size), rows.shape[1]
     if e % HIST_BLOCK == 0:
         return rows.reshape(samples, -1, HIST_BLOCK)[:, ::k, :].reshape(samples, -1)
     return rows[:, ::k]

@@ -1000,3 +1000,30 @@ def test_distributions_percentile_bands(runs):
     table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
     got = table[(table["step"] == 29) & (table["group"] == "positive")]["p50"].iloc[0]
     assert got == median and set(table["group"]) == {"positive", "negative"}
+
+
+def test_distributions_caption_uses_the_subsample_of_the_steps_session(tmp_path, monkeypatch):
+    """A run resumed by another version mixes subsample sizes: the caption reads the config of
+    the session that wrote the step shown (session 1 here, as an older version wrote it, has
+    no histogram_sample: 65,536), not the latest session's."""
+    import json
+    import inspector
+    import viewer.distributions
+    from inspector.testing import SyntheticRun
+    path = tmp_path / "r"
+    for first, last in ((0, 3), (3, 6)):
+        b = SyntheticRun(path, tensors=6, steps_hint=6, dump_every=None)
+        b.write_steps(first, last)
+        b.close()
+    (m,) = path.glob("manifest.*.s0001.json")
+    doc = json.loads(m.read_text())
+    del doc["config"]["histogram_sample"]
+    m.write_text(json.dumps(doc))
+    seen = []
+    monkeypatch.setattr(viewer.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 7)
+    tensor = inspector.open_run(path).tensors.index[-1]
+    steps = inspector.open_run(path).query_stats([tensor], columns=["count"])
+    for step, session in sorted(set(zip(steps["step"], steps["session"]))):
+        seen.clear()
+        ok(start(path, "Distributions", di_tensor=tensor, di_step=int(step)))
+        assert seen and ("histogram_sample" in seen[-1]) == (session == 2), (step, session)

@@ -115,3 +115,7 @@ def test_histogram_sample_is_recorded_and_older_runs_read_as_65536(hook_manifest
     from inspector import format as fmt
     assert fmt.histogram_sample(hook_manifest["config"]) == fmt.HIST_MAX_ELEMENTS == 1 << 14
     assert fmt.histogram_sample({k: v for k, v in hook_manifest["config"].items() if k != "histogram_sample"}) == 65536
+    # the numpy reference takes the session's size: an older run's histogram is reproduced
+    import numpy as np
+    x = np.arange(8 * 8000, dtype=np.float32).reshape(8, 8000)   # 64,000 elements: between the sizes
+    assert fmt.hist_sample(x, 8).size < fmt.hist_sample(x, 8, 65536).size == x.size

@@ -59,6 +59,19 @@ def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str], c
     return {k: data.histogram_totals(path, sig, tensor, (step,), k, column).get(step, {}) for k in kinds}
 
 
+def sample_of_step(ctx: Ctx, run, tensor: str, step: int, kinds: list[str]) -> int:
+    """The histogram subsample size of the writer session whose rows of ``tensor`` hold ``step``
+    (a run resumed by another version mixes 65,536 and 16,384); the run's latest otherwise."""
+    for kind in kinds:
+        df = data.tensor_histograms(ctx.path, ctx.sig, tensor, kind)
+        rows = df[df["step"] == step]
+        if not rows.empty and {"worker", "session"} <= set(rows.columns):
+            m = run.manifests.get((str(rows["worker"].iloc[-1]), int(rows["session"].iloc[-1])))
+            if m is not None:
+                return histogram_sample(m.get("config", {}))
+    return histogram_sample(run.config)
+
+
 def render(ctx: Ctx) -> None:
     st.header("Distributions")
     run = data.get_run(ctx.path, ctx.sig)
@@ -84,7 +97,7 @@ def render(ctx: Ctx) -> None:
     download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals), f"hist_{tensor}_{step}",
                     key="di_hist")
     st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
-                            histogram_sample(run.config)))
+                            sample_of_step(ctx, run, tensor, step, kinds)))
 
     st.subheader("From dumped samples")
     if len(run.steps) > 0:
