@@ -34,7 +34,7 @@ from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, sources, structure, towers, variables
-from .groups import GroupSpec, bad_rule
+from .groups import GroupSpec, Refusals, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
@@ -276,7 +276,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._tower_groups: dict[str, capture.Groups] = {}
         self._bad: tf.Tensor | None = None
         self._groups_rule: str | None = None
-        self._bad_groups_logged = False
+        self._refusals = Refusals()
         self._global_step = None
         self._loss_finite = None
         self._step = 0
@@ -658,13 +658,12 @@ class DumpHook(v1.train.SessionRunHook):
         mask keeping only the ``all`` rows: a group's numbers never cover the wrong samples."""
         if not bad:
             return None
-        if not self._bad_groups_logged:
-            self._bad_groups_logged = True
+        first = self._refusals.note(step, bad, bad_rule(self.group_spec))
+        if first is not None:
             log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics are written for "
                       "group 'all' only, and so is every such step (logged once)", step, bad,
                       bad_rule(self.group_spec), self._groups_rule)
-            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: {"first_step": step, "samples": bad,
-                                                                 "why": bad_rule(self.group_spec)}})
+            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
         groups = [g for _, _, g in self._stats.rows] + ["all"] * (rows - len(self._stats.rows))
         return np.asarray([g == "all" for g in groups])
 
@@ -691,6 +690,8 @@ class DumpHook(v1.train.SessionRunHook):
     @_guarded
     def end(self, session) -> None:
         if self._writer is not None and not self._writer.closed:
+            if self._refusals.final():
+                self._writer.update_manifest(**{GROUPS_REFUSED_KEY: self._refusals.final()})
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "

@@ -174,6 +174,29 @@ def _from_function(fn: Callable, labels: tf.Tensor, predictions: Any, with_predi
     return Groups(ids, names, tuple(range(len(names))), bad)
 
 
+class Refusals:
+    """One writer session's statistics steps whose groups were refused: the manifest's
+    ``groups_refused`` record, written at the first such step (so a crash keeps it) and
+    completed with ``steps`` and ``last_step`` when the session closes."""
+
+    def __init__(self) -> None:
+        self.record: dict | None = None
+        self.steps = 0
+
+    def note(self, step: int, samples: int | None, why: str) -> dict | None:
+        """Count ``step``; the record to write now if it is the session's first, else None."""
+        self.steps += 1
+        first = self.record is None
+        if first:
+            self.record = {"first_step": int(step), "samples": samples, "why": why}
+        self.record["last_step"] = int(step)
+        return dict(self.record, steps=1) if first else None
+
+    def final(self) -> dict | None:
+        """The complete record, for the session's last manifest (None: no step was refused)."""
+        return None if self.record is None else {**self.record, "steps": self.steps}
+
+
 def bad_rule(spec: GroupSpec) -> str:
     """What a bad sample is under ``spec`` (for the error the hook logs)."""
     if spec.kind == "per_class":

@@ -125,7 +125,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.dump_on_nonfinite = dump_on_nonfinite
         self._first_nonfinite: dict | None = None
         self._force_dump = False
-        self._ungrouped_logged = False
+        self._refusals = groups.Refusals()   # this fit's session's
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
@@ -282,6 +282,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def _close(self) -> None:
         if self._writer is not None and not self._writer.closed:
+            if self._refusals.final():
+                self._writer.update_manifest(**{GROUPS_REFUSED_KEY: self._refusals.final()})
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s", self.run_dir,
@@ -328,6 +330,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _open(self) -> None:
         """Open this fit's writer session."""
         graph = self._graph
+        self._refusals = groups.Refusals()
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
         if self._estimated is not graph:   # once per graph, not per fit: later dumps measure it
@@ -390,12 +393,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         grouped = sum(values[i, count] for i in mine if rows[i][2] != "all")
         if grouped >= sum(values[i, count] for i in mine if rows[i][2] == "all"):
             return None
-        if not self._ungrouped_logged:
-            self._ungrouped_logged = True
-            why = groups.bad_rule(groups.GroupSpec("positive_negative"))
+        why = groups.bad_rule(groups.GroupSpec("positive_negative"))
+        first = self._refusals.note(step, None, why)
+        if first is not None:
             log.error("step %d: some samples are in no group (%s): that step's statistics are written for group "
-                      "'all' only, and so is every such step (logged once)", step, why)
-            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: {"first_step": step, "samples": None, "why": why}})
+                      "'all' only, and so is every such step (logged once a fit)", step, why)
+            self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
         return np.asarray([g == "all" for _, _, g in rows] + [True] * (len(values) - len(rows)))
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:

@@ -216,8 +216,10 @@ def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:
     """One warning per session whose group rule was broken (``Run.groups_refused``): its
     groups' rows are missing from those steps on purpose, not lost."""
     return [Alert("warning", "groups_refused",
-                  f"{r.worker} session {r.session} ({r.mode}): from step {r.first_step}, statistics steps whose "
-                  f"samples broke the group rule have group 'all' only ({r.why})", int(r.first_step))
+                  f"{r.worker} session {r.session} ({r.mode}): " + (
+                      f"{int(r.steps)} statistics step(s), {r.first_step}..{int(r.last_step)}, " if pd.notna(r.steps)
+                      and pd.notna(r.last_step) else f"from step {r.first_step}, statistics steps ")
+                  + f"whose samples broke the group rule have group 'all' only ({r.why})", int(r.first_step))
             for r in refused.itertuples()]
 
 

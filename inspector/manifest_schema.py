@@ -226,8 +226,8 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
     "first_nonfinite": lambda v, w: None if v is None else _object(
         {"step": (int,), "tensor": _STR, "kind": _STR, "source": _STR})(v, w),
     "dropped": _list_of(_RECORD),
-    GROUPS_REFUSED_KEY: _object({"first_step": (int,), "samples": (int, type(None)), "why": _STR},
-                                required=("first_step", "why")),
+    GROUPS_REFUSED_KEY: _object({"first_step": (int,), "samples": (int, type(None)), "why": _STR,
+                                 "last_step": (int,), "steps": (int,)}, required=("first_step", "why")),
     "bytes_written": _scalar(int), "dumps_written": _scalar(int), "hook_error": _scalar(str),
     "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
     "tensorflow_version": _scalar(str, type(None)),

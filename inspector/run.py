@@ -299,9 +299,10 @@ class Run:
     def groups_refused(self) -> pd.DataFrame:
         """Sessions with statistics steps whose samples broke the group rule (two groups, a class
         id out of range, float labels that are not class ids): from ``first_step`` on, such
-        steps have group ``all`` rows only. Columns worker, session, mode, first_step, samples
-        (None: not counted), why."""
-        cols = ["worker", "session", "mode", "first_step", "samples", "why"]
+        steps have group ``all`` rows only. Columns worker, session, mode, first_step, last_step
+        and steps (how many; None where the session did not close, e.g. a crash or an older
+        writer), samples (at the first; None: not counted), why."""
+        cols = ["worker", "session", "mode", "first_step", "last_step", "steps", "samples", "why"]
         rows = [{"worker": w, "session": s, "mode": m["mode"], **{c: m[GROUPS_REFUSED_KEY].get(c) for c in cols[3:]}}
                 for (w, s), m in self.manifests.items() if isinstance(m.get(GROUPS_REFUSED_KEY), dict)]
         return pd.DataFrame(rows, columns=cols)

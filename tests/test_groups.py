@@ -147,6 +147,7 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     assert set(run.stats["group"].astype(str)) == {"all"}
     assert "not whole numbers" in caplog.text and "pass positive=" in run.manifest["groups_refused"]["why"]
     assert run.manifest["groups_refused"]["samples"] == 1
+    assert (run.manifest["groups_refused"]["steps"], run.manifest["groups_refused"]["last_step"]) == (1, 1)
     # the viewer's alerts say the groups' rows are missing on purpose
     from inspector.analysis import run_alerts
     (alert,) = [a for a in run_alerts(run) if a.kind == "groups_refused"]

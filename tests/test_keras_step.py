@@ -367,3 +367,10 @@ def test_soft_targets_are_not_split_by_the_default_rule(tmp_path, caplog):
         else:
             assert groups == {"all"} and "not whole numbers" in run.manifest["groups_refused"]["why"]
             assert "some samples are in no group" in caplog.text
+    # each fit is a session of its own, with its own record (the model's steps go on: 3..4, 5..6)
+    model.fit(x, soft, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    refused = inspector.open_run(tmp_path / "soft").groups_refused
+    assert refused[["session", "first_step", "last_step", "steps"]].values.tolist() == [[1, 3, 4, 2], [2, 5, 6, 2]]
+    from inspector.analysis import run_alerts
+    alerts = sorted(a.message for a in run_alerts(inspector.open_run(tmp_path / "soft")) if a.kind == "groups_refused")
+    assert ["2 statistics step(s), 3..4" in alerts[0], "2 statistics step(s), 5..6" in alerts[1]] == [True, True]
