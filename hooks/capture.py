@@ -248,8 +248,8 @@ def not_class_ids(labels: tf.Tensor) -> tf.Tensor | None:
 
 
 def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Tensor:
-    """int32 [N]: 1 for positive samples, 0 for negative ones, -1 for samples in neither
-    (:func:`not_class_ids`, under the default rule only).
+    """int32 [N]: 1 for positive samples, 0 for negative ones (:func:`positive_groups` also
+    marks those the default rule cannot split).
 
     ``positive`` is a callable on the labels tensor, a precomputed bool tensor, or None:
     the default rule (``default_rule``): labels != 0 for class ids [N] or [N, 1], argmax != 0
@@ -265,9 +265,7 @@ def group_ids(labels: tf.Tensor, positive: Callable | tf.Tensor | None) -> tf.Te
         pos = tf.not_equal(pos, tf.zeros([], pos.dtype))
     if pos.shape.rank is None or pos.shape.rank > 1:
         pos = tf.reduce_any(tf.reshape(pos, [tf.shape(pos)[0], -1]), axis=1)
-    ids = tf.cast(pos, tf.int32)
-    unsure = not_class_ids(labels) if positive is None else None
-    return ids if unsure is None else tf.where(unsure, -tf.ones_like(ids), ids)
+    return tf.cast(pos, tf.int32)
 
 
 @dataclass
@@ -305,8 +303,10 @@ def positive_groups(labels: tf.Tensor, positive: Callable | tf.Tensor | None, co
     samples' count as ``bad`` (the step's groups are then refused)."""
     ids = group_ids(labels, positive)
     unsure = not_class_ids(labels) if positive is None else None
-    bad = tf.reduce_sum(tf.cast(unsure, tf.int32)) if count_bad and unsure is not None else None
-    return from_positive(ids, bad, complete=unsure is None)
+    if unsure is None:
+        return from_positive(ids, complete=True)
+    bad = tf.reduce_sum(tf.cast(unsure, tf.int32)) if count_bad else None
+    return from_positive(tf.where(unsure, -tf.ones_like(ids), ids), bad)
 
 
 def as_groups(groups: "Groups | tf.Tensor | None") -> Groups | None:

@@ -34,7 +34,7 @@ from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
 
 from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, sources, structure, towers, variables
-from .groups import GroupSpec, Refusals, bad_rule
+from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from .schedule import Schedule, StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
@@ -664,8 +664,7 @@ class DumpHook(v1.train.SessionRunHook):
                       "group 'all' only, and so is every such step (logged once)", step, bad,
                       bad_rule(self.group_spec), self._groups_rule)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
-        groups = [g for _, _, g in self._stats.rows] + ["all"] * (rows - len(self._stats.rows))
-        return np.asarray([g == "all" for g in groups])
+        return all_rows_only(self._stats.rows, rows)
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
@@ -690,8 +689,7 @@ class DumpHook(v1.train.SessionRunHook):
     @_guarded
     def end(self, session) -> None:
         if self._writer is not None and not self._writer.closed:
-            if self._refusals.final():
-                self._writer.update_manifest(**{GROUPS_REFUSED_KEY: self._refusals.final()})
+            self._refusals.close(self._writer)
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from inspector.format import check_group_name
+from inspector.manifest_schema import GROUPS_REFUSED_KEY
 
 from . import capture
 from .capture import Groups
@@ -192,9 +194,16 @@ class Refusals:
         self.record["last_step"] = int(step)
         return dict(self.record, steps=1) if first else None
 
-    def final(self) -> dict | None:
-        """The complete record, for the session's last manifest (None: no step was refused)."""
-        return None if self.record is None else {**self.record, "steps": self.steps}
+    def close(self, writer) -> None:
+        """Complete the record in ``writer``'s manifest before it closes (if a step was refused)."""
+        if self.record is not None:
+            writer.update_manifest(**{GROUPS_REFUSED_KEY: {**self.record, "steps": self.steps}})
+
+
+def all_rows_only(rows: Sequence[tuple[str, str, str]], n: int) -> np.ndarray:
+    """bool [n]: the statistics rows of group ``all`` (``rows``: (tensor, kind, group) of the
+    first rows; the rest, e.g. variable updates, are ``all`` rows): what a refused step writes."""
+    return np.asarray([g == "all" for _, _, g in rows] + [True] * (n - len(rows)))
 
 
 def bad_rule(spec: GroupSpec) -> str:

@@ -282,8 +282,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def _close(self) -> None:
         if self._writer is not None and not self._writer.closed:
-            if self._refusals.final():
-                self._writer.update_manifest(**{GROUPS_REFUSED_KEY: self._refusals.final()})
+            self._refusals.close(self._writer)
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s", self.run_dir,
@@ -399,7 +398,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             log.error("step %d: some samples are in no group (%s): that step's statistics are written for group "
                       "'all' only, and so is every such step (logged once a fit)", step, why)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
-        return np.asarray([g == "all" for _, _, g in rows] + [True] * (len(values) - len(rows)))
+        return groups.all_rows_only(rows, len(values))
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
