@@ -613,10 +613,12 @@ class DumpHook(v1.train.SessionRunHook):
                 if dump:
                     self._dump_since = max(self._dump_since, step)
             elif "global_step" in results:
-                # Read in the step's own run, the global step is its value before this run's
-                # update (the read is ready at once; the update waits for the whole backward
-                # pass), so this run ended at that value + 1 at least.
-                step = max(step, int(results["global_step"]) + 1)
+                # Read in the step's own run, before or after this run's update (the executor
+                # orders the two as it likes): a lower bound of the step this run ended at, as
+                # is this worker's own count. Taking either as more (read + 1) sampled a step
+                # early when the read came last; this way a worker that others move may sample
+                # one run late, never early, and one alone samples exactly the multiples.
+                step = max(step, int(results["global_step"]))
             self._step = step
         else:
             self._batch += 1
