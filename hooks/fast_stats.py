@@ -229,24 +229,20 @@ def _native_stats(items: list[_Item], groups: Groups | None, bins: int, lib):
     # One op per tensor, not one over all: each runs as soon as its tensor is ready, beside
     # the rest of the step, while the tensor is still in cache, and the tensor's buffer can
     # be reused as in plain training. One op had to wait for the last gradient and kept every
-    # captured tensor alive until then (bench_hook's stats-every-one-op row).
+    # captured tensor alive until then (bench_hook's stats-every-one-op row). Each op returns
+    # its tensor's output rows whole (groups combined into all, ranges): what runs after the
+    # last one is a concat and a few ops on vectors of rows.
     spans = [(i, i + 1) for i in range(len(xs))] if PER_TENSOR_OPS else [(0, len(xs))]
     ends = [*lay.base[1:], lay.n_out]
-    parts = [lib.inspector_stats(  # leaf: each row's output row, as _leaf_of_row
+    parts = [lib.inspector_stats(
         xs[i:j], ids, batched=batched[i:j], base=[b - lay.base[i] for b in lay.base[i:j]],
         leaves=ends[j - 1] - lay.base[i], ngroups=k, bins=bins,
-        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK, offset=lay.base[i]) for i, j in spans]
-    moments, leaf, hist = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i] for i in range(3))
-    e_r, c_r, mean_r, m2_r, mn_r, mx_r, z_r, nan_r = tf.unstack(moments, 8, axis=1)
-
-    def to_leaves(v, op=tf.math.unsorted_segment_sum):
-        return op(v, leaf, lay.n_out)
-    c, s = to_leaves(c_r), to_leaves(c_r * mean_r)
-    leaf_mean = s / tf.maximum(c, 1.0)
-    m2 = to_leaves(m2_r + c_r * tf.square(mean_r - tf.gather(leaf_mean, leaf)))
-    mn, mx = to_leaves(mn_r, tf.math.unsorted_segment_min), to_leaves(mx_r, tf.math.unsorted_segment_max)
-    values, lo_p, hi_p = _combine_leaves(lay, c, s, m2, mn, mx, to_leaves(z_r), to_leaves(nan_r), to_leaves(e_r))
-    return lay.finish(values, lo_p, hi_p, hist)
+        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK) for i, j in spans]
+    stats, hist = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i] for i in range(2))
+    e, c, mean, m2, mn, mx, zeros, nans, lo, hi = tf.unstack(stats, 10, axis=1)
+    values = _finish(e, c, c * mean, m2, mn, mx, zeros, nans, e - c)
+    keep = tf.constant(lay.keep)
+    return tf.gather(values, keep), tf.gather(tf.stack([lo, hi], 1), keep), tf.gather(hist, keep)
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------

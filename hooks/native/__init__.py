@@ -17,7 +17,7 @@ Example::
     from hooks import native
     lib = native.library()          # None -> stock-op statistics
     if lib is not None:
-        moments, leaf, hist = lib.inspector_stats(
+        stats, hist = lib.inspector_stats(   # [4, 10], [4, 30]: all, group 0, group 1, none
             [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=16384, block=64)
 """
 from __future__ import annotations
