@@ -5,11 +5,11 @@ Why: one ``tensor_stats`` subgraph is ~80 ops and ~10 passes (some in float64) p
 On a ResNet the hook captures ~400 tensors and gradients: 30k ops whose per-op executor
 cost, Python construction time and memory passes dwarf the arithmetic. So:
 
-- **fused kernels** (``hooks/native``, compiled once per machine): one op reads every
-  tensor once for per-sample moments (count, mean, squared deviations, min, max, zeros,
-  NaNs; NaN/Inf masked) and one op bins every tensor's histogram subsample; ~30 small ops
-  combine the samples into the all / positive / negative rows. About 8x less op time than
-  the stock-op paths below, which are the fallback where no C++ compiler is available:
+- **fused kernel** (``hooks/native``, compiled once per machine): one op per tensor reads
+  it once for per-sample moments (count, mean, squared deviations, min, max, zeros, NaNs;
+  NaN/Inf masked), bins its histogram subsample and returns its all / group rows whole; a
+  concat and ~15 ops on vectors of rows finish them. About 8x less op time than the
+  stock-op paths below, which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
   float64 vector and reduced with sorted segment ops: a fixed ~60 ops for all of them, exact
   (masked for NaN/Inf, centered second moments);

@@ -7,6 +7,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 from hooks import capture, exact_stats, fast_stats, native  # noqa: E402
+from inspector.format import STAT_COLUMNS  # noqa: E402
 
 v1 = tf.compat.v1
 
@@ -146,3 +147,37 @@ def test_native_nonfinite_chunks_match_reference(monkeypatch, dtype):
             r, f = s.run([(ref.values, ref.hist), (fast.values, fast.hist)])
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
     assert np.abs(f[1] - r[1]).sum(axis=1).max() <= 2
+
+
+def test_native_extremes_match_numpy(monkeypatch):
+    """Where the kernel's arithmetic overflowed (found by a red team): float64 values near 1e160,
+    whose merge into an empty accumulator squared the whole mean (the all row's std was NaN),
+    and a float32 range wider than the largest float (x - lo overflowed: every value past the
+    middle landed in the top bin). Against numpy in float64, every element histogrammed."""
+    if native._compiler() is None:
+        pytest.skip("no C++ compiler")
+    monkeypatch.setattr(fast_stats, "SMALL_MAX", 0)
+    rng = np.random.default_rng(0)
+    cases = [1e160 + rng.normal(size=(4, 300)) * 1e150, rng.uniform(-3e38, 3e38, (4, 1000)).astype(np.float32)]
+    std, l2 = STAT_COLUMNS.index("std"), STAT_COLUMNS.index("l2")
+    for x in cases:
+        with tf.Graph().as_default():
+            fetch = fast_stats.build_stats([capture.Captured(tf.constant(x), batched=True)],
+                                           tf.constant([1, 0, 1, 0], tf.int32), 10, True)
+            with v1.Session() as s:
+                values, hist = s.run((fetch.values, fetch.hist))
+        x64 = x.astype(np.float64)
+        np.testing.assert_allclose(values[0, std], x64.std(), rtol=1e-6)
+        np.testing.assert_allclose(values[0, l2], np.sqrt(np.sum(x64 ** 2)), rtol=1e-6)   # inf at 1e160, as numpy's
+        assert hist[0].tolist() == np.histogram(x64, 10, (x64.min(), x64.max()))[0].tolist()
+
+
+def test_native_op_refuses_inputs_sharing_leaves():
+    """Threads write each input's leaves unlocked: bases that overlap are an error, not a race."""
+    lib = native.library() if native._compiler() is not None else None
+    if lib is None:
+        pytest.skip("no C++ compiler")
+    x, y = tf.constant(np.arange(8, dtype=np.float32)), tf.constant(np.arange(4, dtype=np.float32))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="overlap at leaf 0"):
+        lib.inspector_stats([x, y], tf.zeros([0], tf.int32), batched=[False, False], base=[0, 0], leaves=1,
+                            bins=4, max_elements=16384, block=64)

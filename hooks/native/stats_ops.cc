@@ -41,8 +41,8 @@
 namespace tensorflow {
 namespace {
 
-constexpr int64_t kChunk = 2048;
-constexpr int kStatColumns = 10;  // elements per work unit: L1-resident for the second pass
+constexpr int64_t kChunk = 2048;  // elements per work unit (the length of the float sums)
+constexpr int kStatColumns = 10;
 
 // The passes below are inlined into row_moments and bin_any, which are compiled twice on x86:
 // for AVX2 and for the baseline, chosen at load time by the CPU (GCC/Clang function
@@ -91,6 +91,10 @@ struct Moments {
   double n = 0, mean = 0, m2 = 0, mn = std::numeric_limits<double>::infinity(),
          mx = -std::numeric_limits<double>::infinity(), zeros = 0, nans = 0;
   void merge(const Moments& o) {
+    if (n == 0) {  // not the formula: delta^2 * 0 is NaN when delta^2 overflows (|mean| > 1e154)
+      *this = Moments{o.n, o.mean, o.m2, o.mn, o.mx, zeros + o.zeros, nans + o.nans};
+      return;
+    }
     if (o.n > 0) {
       const double total = n + o.n, delta = o.mean - mean;
       mean += delta * (o.n / total);
@@ -263,10 +267,8 @@ INSPECTOR_INLINE int32_t slot(F x, int64_t i, F lo, F scale, F top, int bins) {
 // Bin len values (every `step`-th from v) into hist[kLanes][bins + 1]: the slots of a span
 // in one vectorised loop, then the increments alone (0.3-0.5 ns a value instead of 1.1 when each
 // block of 64 was copied and its lane computed in the increment loop).
-template <typename T>
-INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, Acc<T> lo,
-                Acc<T> scale, int bins, int32_t* hist) {
-  using F = Acc<T>;
+template <typename T, typename F>
+INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, F lo, F scale, int bins, int32_t* hist) {
   constexpr int64_t kSpan = 512;
   int32_t idx[kSpan];
   const F top = static_cast<F>(bins - 1);
@@ -283,11 +285,10 @@ INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, Acc<T> l
   }
 }
 
-// One row's histogram subsample (inspector.format.hist_sample) into hist[bins].
-template <typename T>
-INSPECTOR_INLINE void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
-             int32_t* hist) {
-  using F = Acc<T>;
+// One row's histogram subsample (inspector.format.hist_sample) into hist[bins], binned in F.
+template <typename T, typename F>
+INSPECTOR_INLINE void bin_row_in(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi,
+                                 int bins, int32_t* hist) {
   std::vector<int32_t> lanes(kLanes * (bins + 1), 0);
   const F flo = static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
   if (size % block == 0) {
@@ -297,6 +298,19 @@ INSPECTOR_INLINE void bin_row(const T* v, int64_t size, int64_t stride, int64_t 
   }
   for (int64_t l = 0; l < kLanes; ++l)
     for (int b = 0; b < bins; ++b) hist[b] += lanes[l * (bins + 1) + b];
+}
+
+// bin_row_in in the tensor's arithmetic type, or in double when a range wider than that
+// type's largest value (a diverging float net near +-3.4e38) would overflow x - lo.
+template <typename T>
+INSPECTOR_INLINE void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
+                              int32_t* hist) {
+  using F = Acc<T>;
+  const F span = static_cast<F>(hi) - static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
+  if (std::isfinite(span) && std::isfinite(scale))
+    bin_row_in<T, F>(v, size, stride, block, lo, hi, bins, hist);
+  else
+    bin_row_in<T, double>(v, size, stride, block, lo, hi, bins, hist);
 }
 
 // Moments of one row: chunks of kChunk elements merged in double. Before each chunk, the
@@ -335,9 +349,18 @@ class StatsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
     OP_REQUIRES(ctx, batched_.size() == base_.size(),
                 errors::InvalidArgument("batched and base differ in length"));
-    for (size_t i = 0; i < base_.size(); ++i)
-      OP_REQUIRES(ctx, base_[i] >= 0 && base_[i] + (batched_[i] ? ngroups_ + 2 : 1) <= leaves_,
+    std::vector<std::pair<int64_t, int64_t>> spans;  // each input's leaves: [base, base + count)
+    for (size_t i = 0; i < base_.size(); ++i) {
+      spans.emplace_back(base_[i], base_[i] + (batched_[i] ? ngroups_ + 2 : 1));
+      OP_REQUIRES(ctx, base_[i] >= 0 && spans.back().second <= leaves_,
                   errors::InvalidArgument("base[", i, "] = ", base_[i], " is out of range for ", leaves_, " leaves"));
+    }
+    // threads write each input's leaves unlocked: two inputs may not share one
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      OP_REQUIRES(ctx, spans[i].first >= spans[i - 1].second,
+                  errors::InvalidArgument("two inputs' leaves overlap at leaf ", spans[i].first, ": base must give "
+                                          "each input its own leaves (1, or ngroups + 2 when batched)"));
   }
 
   void Compute(OpKernelContext* ctx) override {
