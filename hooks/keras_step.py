@@ -301,7 +301,9 @@ class StepGraph(ProbeGraph):
             node = out
             for p in path[:-1]:
                 node = node.setdefault(p, {})
-            node[path[-1]] = var.numpy()
+            # the bare read op: var.numpy() adds an Identity and Python around it (~70 us a
+            # variable against ~25, 0.3 ms of a small CNN's statistics step)
+            node[path[-1]] = tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype).numpy()
         for part in ("stats", "update_stats"):
             if part in out:
                 out[part] = tuple(out[part][i] for i in range(len(out[part])))
