@@ -374,3 +374,19 @@ def test_soft_targets_are_not_split_by_the_default_rule(tmp_path, caplog):
     from inspector.analysis import run_alerts
     alerts = sorted(a.message for a in run_alerts(inspector.open_run(tmp_path / "soft")) if a.kind == "groups_refused")
     assert ["2 statistics step(s), 3..4" in alerts[0], "2 statistics step(s), 5..6" in alerts[1]] == [True, True]
+
+
+def test_train_batch_under_a_one_replica_strategy(tmp_path):
+    """fit under MirroredStrategy with one device (the variables are the strategy's): the
+    capture writes each step's own batch (the refused case is several replicas, each a slice)."""
+    keras.utils.set_random_seed(5)
+    x, y = _data(5, n=40)          # steps of 16, 16 and 8 samples
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = sequential()
+        cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+        _fit(model, x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    name = run.manifest["probe"]["inputs"][0]
+    rows = run.query_stats(tensors=[name], groups=["all"], kinds=["forward"]).sort_values("step")
+    assert list(rows["step"]) == [1, 2, 3] and run.dump_steps() == [2]
+    np.testing.assert_allclose(rows["mean"], [x[:16].mean(), x[16:32].mean(), x[32:].mean()], rtol=1e-5)
