@@ -388,6 +388,15 @@ def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str], dtypes: Seque
     return out
 
 
+def keeps_whole_batch(groups: "Groups | None", static_batch: int | None, per_group: int) -> int | None:
+    """``build_dump``'s ``keep_all_of``: the static batch size when :func:`kept_samples` keeps
+    every sample (a budget of at least the batch per group, 2x without groups, and every sample
+    in a group: else the budget leaves the others out), or None."""
+    budget = per_group if groups is not None else 2 * per_group
+    whole = static_batch and budget >= static_batch and (groups is None or groups.complete)
+    return static_batch if whole else None
+
+
 def build_dump(captured: Sequence[Captured], keep: tf.Tensor, keep_all_of: int | None = None,
                gate: tf.Tensor | None = None, keeps: Mapping[int, tf.Tensor] | None = None
                ) -> tuple[dict[str, tf.Tensor], dict[str, str]]:

@@ -440,13 +440,9 @@ class DumpHook(v1.train.SessionRunHook):
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
         keep, kept_groups = capture.kept_samples(gid, batch, self.samples_per_group)
         keeps, tower_samples = self._tower_keeps()
-        # a budget of at least the static batch per group (2x without labels) keeps every sample
         static_batch = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else (
             batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
-        per_group = self.samples_per_group if gid is not None else 2 * self.samples_per_group
-        # ... and every sample is in a group (else the budget leaves the others out)
-        whole = static_batch and per_group >= static_batch and (gid is None or gid.complete)
-        keep_all_of = static_batch if whole else None
+        keep_all_of = capture.keeps_whole_batch(gid, static_batch, self.samples_per_group)
         self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of, keeps=keeps)
         self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
         self._samples = {"samples/index": keep}

@@ -348,9 +348,7 @@ class ProbeGraph:
         n = tf.shape(labels)[0] if labels is not None else tf.shape(first)[0]
         keep, kept_groups = capture.kept_samples(gid, n, self.options.samples_per_group)
         static = first.shape.as_list()[0] if first.shape.rank else None
-        per_group = self.options.samples_per_group * (1 if gid is not None else 2)
-        whole = static and per_group >= static and (gid is None or gid.complete)   # every sample kept
-        keep_all_of = static if whole else None
+        keep_all_of = capture.keeps_whole_batch(gid, static, self.options.samples_per_group)
         dump, aliases = capture.build_dump(captured, keep, keep_all_of)
         self.aliases = aliases
         samples = {"samples/index": keep}

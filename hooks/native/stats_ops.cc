@@ -405,14 +405,14 @@ class StatsOp : public OpKernel {
         const int64_t nleaf = batched_[i] ? ngroups_ + 2 : 1;
         std::vector<Moments> by_leaf(nleaf);
         std::vector<double> elements(nleaf, 0.0);
-        Moments all;
         for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r) {
-          const Moments mo = row_moments(rows[r]);
-          by_leaf[leaf[r] - base_[i]].merge(mo);
+          by_leaf[leaf[r] - base_[i]].merge(row_moments(rows[r]));
           elements[leaf[r] - base_[i]] += static_cast<double>(rows[r].size);
-          all.merge(mo);
         }
-        by_leaf[0] = all;  // the all leaf: every row (an unbatched input's one row is its leaf 0)
+        // the all leaf: every other leaf (an unbatched input's one row is its leaf 0)
+        Moments all;
+        for (const Moments& mo : by_leaf) all.merge(mo);
+        by_leaf[0] = all;
         elements[0] = std::accumulate(elements.begin(), elements.end(), 0.0);
         // numpy's range convention, as fast_stats._hist_range
         double lo = all.n > 0 ? all.mn : 0.0, hi = all.n > 0 ? all.mx : 1.0;
