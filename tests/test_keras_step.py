@@ -309,9 +309,10 @@ def test_the_steps_backward_pass_is_shared(tmp_path, scaled):
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
         # the update's statistics row (computed in the graph) describes the same array
         row = stats[(stats["tensor"] == _var(w)) & (stats["step"] == 2) & (stats["kind"] == "update")].iloc[0]
+        # (float32 values are summed in float32: a mean near 0 is exact to ~1e-7 of their size)
         np.testing.assert_allclose([row["count"], row["mean"], row["std"], row["min"], row["max"]],
                                    [update.size, update.mean(), update.std(), update.min(), update.max()],
-                                   rtol=1e-5, atol=1e-9, err_msg=_var(w))
+                                   rtol=1e-5, atol=1e-6 * np.abs(update).max(), err_msg=_var(w))
 
 
 def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, monkeypatch):
