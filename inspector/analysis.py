@@ -204,12 +204,26 @@ def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
     """One alert summarising what the writers dropped (``Run.dropped``: aggregated records)."""
     if dropped is None or dropped.empty:
         return []
-    total = int(dropped["count"].sum())
     reasons = "; ".join(f"{r.what} {r.reason} ({int(r.count)}x, steps {r.first_step}..{r.last_step})"
                         for r in dropped.itertuples())
     first = dropped["first_step"].dropna()
-    return [Alert("warning", "dropped_dumps", f"{total} file(s) dropped: {reasons}",
+    return [Alert("warning", "dropped_dumps", f"{dropped_text(dropped)} dropped: {reasons}",
                   int(first.min()) if len(first) else None)]
+
+
+def dropped_text(dropped: pd.DataFrame) -> str:
+    """What ``Run.dropped`` counts, by what it is: a dump record counts dump files, a stats
+    record statistics steps.
+
+    >>> dropped_text(pd.DataFrame({"what": ["dump", "stats", "stats"], "count": [2, 3, 4]}))
+    '2 dump(s), 7 statistics step(s)'
+    """
+    if dropped is None or dropped.empty:
+        return "0 dump(s)"
+    counts = dropped.groupby("what")["count"].sum()
+    names = {"dump": "dump(s)", "stats": "statistics step(s)"}
+    order = [w for w in names if w in counts] + sorted(w for w in counts.index if w not in names)
+    return ", ".join(f"{int(counts[w])} {names.get(w, f'{w} record(s)')}" for w in order)
 
 
 def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:

@@ -123,6 +123,8 @@ class DumpFile:
 
 #: Selects every worker (``worker="all"``) or every session, unmerged (``session="all"``).
 ALL = "all"
+#: The mode of a session whose manifest is damaged (see Run._mode_of).
+UNKNOWN_MODE = "unknown"
 
 
 class Run:
@@ -365,8 +367,11 @@ class Run:
         return {worker}
 
     def _mode_of(self, worker: str, session: int) -> str:
+        """The session's mode; ``UNKNOWN_MODE`` for a session whose manifest is damaged: its files
+        are in no mode's view (an evaluation's rows read as training's would be wrong numbers),
+        only in ``mode="all"`` and ``session=<it>`` queries (``run.problems`` names the manifest)."""
         m = self.manifests.get((worker, session))
-        return m["mode"] if m else "train"  # a session whose manifest is damaged: its files are training's
+        return m["mode"] if m else UNKNOWN_MODE
 
     @staticmethod
     def _check_mode(mode: str | None) -> None:
@@ -380,7 +385,8 @@ class Run:
         self._check_mode(mode)
         workers = self._workers_for(worker, mode)
         out = [(w, s, x) for w, s, x in items if w in workers
-               and (mode == ALL or self._mode_of(w, s) == mode)
+               and (mode == ALL or self._mode_of(w, s) == mode
+                    or (isinstance(session, int) and self._mode_of(w, s) == UNKNOWN_MODE))
                and (session in (None, ALL) or s == session)]
         if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
             sessions = sorted({s for _, s in self.manifests})
@@ -394,6 +400,13 @@ class Run:
         found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
                        if (ids := parse_stats_name(e.name)))
         live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
+        orphans: dict[tuple[str, int], int] = {}
+        for w, s, _ in live:
+            if (w, s) not in self.manifests:
+                orphans[(w, s)] = orphans.get((w, s), 0) + 1
+        problems += [f"{n} statistics part(s) of {w} session {s}, which has no readable manifest: its mode is unknown, "
+                     f"so its rows are in no mode's view (read them with mode='all' or session={s})"
+                     for (w, s), n in sorted(orphans.items())]
         self.problems += [m for m in problems if m not in self.problems]
         return live
 
@@ -459,17 +472,34 @@ class Run:
             t = self._read_part(w, s, p, columns, filters)
             if t is None:
                 failed.append(p[0])
-            if t is not None and batch is not None:
-                t = t.filter(pc.equal(t.column("batch"), batch))
             if t is not None and t.num_rows:
                 parts.setdefault((w, s), []).append(t)
         if session is None:
-            parts = _latest_session_wins(parts)
+            parts = _latest_session_wins(parts, self._claimed_steps(files))
         tables = [t for ts in parts.values() for t in ts]
+        if batch is not None:  # after the rule: a later evaluation at a step wins all its batches
+            tables = [t.filter(pc.equal(t.column("batch"), batch)) for t in tables]
         if not tables:
             return pa.table({}), failed
         table = pa.concat_tables(tables, promote_options="permissive")
         return (table.select([c for c in columns if c in table.column_names]) if columns is not None else table), failed
+
+    def _claimed_steps(self, files: list) -> dict[tuple[str, int], tuple[str, set]]:
+        """{(worker, session): (mode, every step it recorded)} for the sessions of ``files`` that
+        share a worker and mode with another: read from each part's whole ``step`` column, not
+        from the rows a query's filters let through, so the later session wins a step whichever
+        tensors, kinds, groups or batch are asked for (one session per worker and mode: none)."""
+        by_mode: dict[tuple[str, str], set[int]] = {}
+        for w, s, _ in files:
+            by_mode.setdefault((w, self._mode_of(w, s)), set()).add(s)
+        out: dict[tuple[str, int], tuple[str, set]] = {}
+        for w, s, p in files:
+            mode = self._mode_of(w, s)
+            if len(by_mode[(w, mode)]) > 1:
+                t = self._read_part(w, s, p, ["tensor", "kind", "group", "step"], None)
+                steps = out.setdefault((w, s), (mode, set()))[1]
+                steps.update(() if t is None else pc.unique(t.column("step")).to_pylist())
+        return out
 
     @cached_property
     def stats(self) -> pd.DataFrame:
@@ -750,10 +780,20 @@ class Run:
         return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                session: int | None = None, tower: str | None = None) -> pd.DataFrame:
+                session: int | None = None, tower: str | None = None, tensor: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``: batch index, label and group per row, and the
         worker and session that wrote them. ``tower``: a tower's kept samples instead (the
-        catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch)."""
+        catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch).
+        ``tensor``: the samples of that tensor's dumped rows (its tower's, if it has one).
+
+        >>> run.samples(40, tensor="tower_1/conv1/Relu:0")   # doctest: +SKIP"""
+        if tensor is not None:
+            own = self.tensors.loc[self.check_tensor(tensor), "tower"]
+            own = own if isinstance(own, str) else None
+            if tower is not None and tower != own:
+                whose = f"tower {own!r}" if own else "the whole batch"
+                raise ValueError(f"tower={tower!r} with tensor={tensor!r}, whose rows are samples of {whose}")
+            tower = own
         f = self._dump(step, worker, mode, batch, session)
         keys = self.dump_keys(step, worker, mode=mode, batch=batch, session=session)
         prefix = "samples/" if tower is None else f"samples/{tower}/"
@@ -765,7 +805,11 @@ class Run:
         arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode, batch=batch,
                                                   session=session))
                   for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
-        codes = _group_codes(self.manifests.get((f.worker, f.session), {}))
+        m = self.manifests.get((f.worker, f.session))
+        if m is None and "group" in arrays:   # its codes' names are in the manifest alone
+            raise DamagedFileError(f"the manifest of {f.worker} session {f.session} is damaged (run.problems): the "
+                                   f"group names of its dump of step {step} are unknown")
+        codes = _group_codes(m or {})
         check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"), codes=codes)
         cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
         df = pd.DataFrame(cols)
@@ -895,16 +939,24 @@ def _step_bounds(filters: Any) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]]) -> dict[tuple[str, int], list[pa.Table]]:
-    """Drop the rows of a step that a later session of the same worker and mode also recorded."""
+def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]],
+                         recorded: dict[tuple[str, int], tuple[str, set]] | None = None,
+                         ) -> dict[tuple[str, int], list[pa.Table]]:
+    """Drop the rows of a step that a later session of the same worker and mode also recorded.
+    ``recorded``: {(worker, session): (mode, every step it recorded)}, for a query whose
+    ``parts`` hold only some of a session's rows, or none; else a session's steps are those of
+    its rows in ``parts``."""
+    sessions: dict[tuple[str, int], tuple[str, set]] = {
+        k: (ts[0].column("mode")[0].as_py(), set()) for k, ts in parts.items()}
+    sessions.update(recorded or {})
     out: dict[tuple[str, int], list[pa.Table]] = {}
     claimed: dict[tuple[str, str], set[int]] = {}
-    for (w, s) in sorted(parts, key=lambda k: (k[0], -k[1])):
-        mode = parts[(w, s)][0].column("mode")[0].as_py()
+    for (w, s) in sorted(sessions, key=lambda k: (k[0], -k[1])):
+        mode, steps = sessions[(w, s)]
         taken = claimed.setdefault((w, mode), set())
-        steps: set[int] = set()
+        steps = set(steps)
         kept = []
-        for t in parts[(w, s)]:
+        for t in parts.get((w, s), ()):
             steps.update(pc.unique(t.column("step")).to_pylist())
             if taken:
                 t = t.filter(pc.invert(pc.is_in(t.column("step"), value_set=pa.array(sorted(taken), pa.int64()))))

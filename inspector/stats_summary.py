@@ -106,7 +106,10 @@ def pow2_at_least(x: float) -> int:
 def bin_rows(table: pa.Table, width: int, stats: tuple[str, ...] = STATS) -> pa.Table:
     """Summary rows of statistics rows: per KEYS and ``bin = step // width``: ``rows``,
     ``first_step``, ``last_step``, and per statistic ``<stat>_sum`` / ``<stat>_finite``."""
-    cols: dict[str, Any] = {k: table.column(k) for k in KEYS}  # dictionaries: grouped as such (fast)
+    # dictionaries: grouped as such (fast), once every chunk has the same one (parts of sessions
+    # with other catalogs bring their own, which Arrow's group_by cannot mix)
+    table = table.unify_dictionaries()
+    cols: dict[str, Any] = {k: table.column(k) for k in KEYS}
     step = table.column("step")
     cols["bin"] = pc.floor(pc.divide(pc.cast(step, pa.float64()), float(width))).cast(pa.int64()) if width > 1 \
         else step

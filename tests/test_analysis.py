@@ -8,7 +8,7 @@ import pytest
 import inspector
 from inspector import analysis
 from inspector.analysis import Thresholds
-from inspector.testing import make_synthetic_run
+from inspector.testing import SyntheticRun, make_synthetic_run
 
 
 def stats_frame(rows):
@@ -77,6 +77,20 @@ def test_run_alerts_on_synthetic_run(bad_run):
     assert "dead_relu" in kinds and "dropped_dumps" in kinds
     frame = analysis.alerts_frame(alerts)
     assert list(frame.columns) == ["severity", "kind", "message", "step", "tensor"] and len(frame) == len(alerts)
+
+
+def test_dropped_statistics_steps_are_not_counted_as_dumps(tmp_path):
+    """Found by a red team: ten statistics steps lost to a full disk read "10 file(s) dropped"
+    in the alert and "Dropped dumps 10" in the viewer, with no dump dropped."""
+    run = SyntheticRun(tmp_path / "r", tensors=10, steps_hint=30, dump_every=10, dropped_steps=(20,))
+    run.write_steps(0, 30)
+    for step in range(21, 25):
+        run.writer.record_drop(step, "write error: OSError: [Errno 28] No space left on device", what="stats")
+    run.close()
+    dropped = inspector.open_run(tmp_path / "r").dropped
+    assert analysis.dropped_text(dropped) == "1 dump(s), 4 statistics step(s)"
+    (alert,) = analysis.dropped_alerts(dropped)
+    assert alert.message.startswith("1 dump(s), 4 statistics step(s) dropped: ") and alert.step == 20
 
 
 def test_clean_synthetic_run_has_no_alerts(tmp_path):

@@ -100,7 +100,7 @@ def test_summary(runs):
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Status"] == "finished"
     assert metrics["Statistics steps"] == "30" and metrics["Last step"] == "29"
-    assert metrics["Dump steps"] == "2" and metrics["Dropped dumps"] == "1"       # step 20 dropped
+    assert metrics["Dump steps"] == "2" and metrics["Dropped"] == "1 dump(s)"       # step 20 dropped
     errors = unescape(" ".join(e.value for e in at.error))
     assert "first non-finite value at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)

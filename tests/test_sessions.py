@@ -397,3 +397,53 @@ def test_drain_returns_once_every_queued_dump_is_written(tmp_path, monkeypatch):
     assert w.drain(30) is True
     assert (tmp_path / dump_name("chief", w.session, 3)).is_file()
     w.close()
+
+
+def test_a_session_whose_manifest_is_damaged_is_in_no_modes_view(tmp_path):
+    """Found by a red team: a session whose manifest is damaged was read as training. An
+    evaluation's rows and dump then stood for training step 10. Its mode is unknown now: it is
+    read only with mode='all' or by its number, and run.problems names the manifest."""
+    session(tmp_path, range(1, 11), 0.0, dumps=(10,))
+    session(tmp_path, [10, 10], 50.0, dumps=(10,), mode="eval")
+    path = tmp_path / manifest_name("chief", 2)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "dumps_written": "two"}))
+    run = inspector.open_run(tmp_path)
+    assert any("dumps_written" in p for p in run.problems), run.problems
+    assert means(run.stats, 10) == [10.0] and set(run.stats["session"]) == {1}
+    assert run.tensor("a:0", 10)[0, 0] == 0.0 and run.steps == [10]
+    assert run.query_stats(mode="eval").empty
+    assert means(run.query_stats(session=2), 10) == [60.0, 60.0]
+    assert set(run.query_stats(mode="all")["session"]) == {1, 2}
+
+
+def _session_of(path: Path, tensor: str, steps, value: float, mode: str = "train", batches: int = 1) -> None:
+    """A session of one tensor ``tensor`` (another catalog than :func:`session`'s)."""
+    layout = StatsLayout((tensor,), ("forward",), ("all",), 4)
+    catalog = [{**CATALOG[0], "name": tensor, "op": tensor.split(":")[0]}]
+    w = RunWriter(path, worker="chief", manifest={"tensors": catalog, "is_chief": True}, stats_layout=layout,
+                  mode=mode, stats_flush_secs=1000)
+    for s in steps:
+        for b in range(batches):
+            vals = np.zeros((1, 9))
+            vals[:, 0], vals[:, 1] = 4, value + b
+            w.add_stats(s, vals, np.array([[0.0, 1.0]]), np.ones((1, 4)), batch=b)
+    w.close("finished")
+
+
+def test_the_later_session_wins_a_step_whatever_a_query_asks(tmp_path):
+    """Found by a red team: the rule ran on the rows a query's filters let through, so asking
+    for one tensor (or one eval batch) brought back an earlier session's rows of steps a later
+    session had recorded, and the answer depended on the question. A resumed training that
+    records other tensors, and two evaluations at one step, one of three batches, one of one."""
+    _session_of(tmp_path, "a:0", range(0, 40), 0.0)
+    _session_of(tmp_path, "b:0", range(20, 60), 1000.0)
+    _session_of(tmp_path, "a:0", [40], 100.0, mode="eval", batches=3)
+    _session_of(tmp_path, "a:0", [40], 200.0, mode="eval", batches=1)
+    run = inspector.open_run(tmp_path)
+    whole = run.stats
+    assert sorted(whole[whole.tensor == "a:0"]["step"]) == list(range(20))
+    assert sorted(run.query_stats(["a:0"])["step"]) == list(range(20))
+    assert sorted(run.query_stats(["b:0"])["step"]) == list(range(20, 60))
+    assert run.query_stats(mode="eval")["mean"].tolist() == [200.0]
+    assert run.query_stats(mode="eval", batch=2).empty and run.view(mode="eval", batch=2).stats.empty
+    assert run.query_stats(mode="eval", batch=2, session=3)["mean"].tolist() == [102.0]

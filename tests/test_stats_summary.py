@@ -130,6 +130,21 @@ def test_overlapping_sessions_read_every_row_later_session_wins(run_dir):
     assert ov.notes and "overlapping" in ov.notes[0]
 
 
+def test_overlapping_sessions_of_other_tensor_sets_are_drawn(tmp_path):
+    """Found by a red team: a resumed training that records other tensors (another include=)
+    gives each session's parts their own dictionaries, which Arrow's group_by would not mix:
+    the overview failed on exactly the multi-session runs its fallback exists for."""
+    a = SyntheticRun(tmp_path / "run", tensors=30, steps_hint=STEPS, dump_every=None, seed=1)
+    a.write_steps(0, STEPS)
+    a.close()
+    b = SyntheticRun(tmp_path / "run", tensors=12, steps_hint=STEPS, dump_every=None, seed=2)
+    b.write_steps(STEPS // 2, STEPS + 20)
+    b.close()
+    run = inspector.open_run(tmp_path / "run")
+    ov = check(run, "forward", "all", "mean")
+    assert len(ov.tensors) == 30 and ov.notes and "overlapping" in ov.notes[0]
+
+
 def test_bin_rows_sums_and_counts_finite_values():
     t = pa.table({"worker": ["c"] * 4, "session": [1] * 4, "mode": ["train"] * 4, "tensor": ["a"] * 4,
                   "kind": ["forward"] * 4, "group": ["all"] * 4, "step": [1, 2, 3, 9],

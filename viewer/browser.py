@@ -146,7 +146,7 @@ def render(ctx: Ctx) -> None:
 
     def bundle() -> bytes:
         arrays = {f"{k}/{tensor}": data.dumped(ctx.path, ctx.sig, tensor, step, k) for k in kinds}
-        s = data.samples(ctx.path, ctx.sig, step)
+        s = data.samples(ctx.path, ctx.sig, step, tensor)
         arrays.update({f"samples/{c}": s[c].to_numpy() for c in ("index", "label") if c in s})
         if "group" in s:  # the group names (unicode: np.load reads them without pickle)
             arrays["samples/group"] = s["group"].to_numpy().astype(str)

@@ -160,8 +160,9 @@ def dumped(path: str, sig: Sig, tensor: str, step: int, kind: str = "forward") -
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def samples(path: str, sig: Sig, step: int) -> pd.DataFrame:
-    return get_run(path, sig).samples(step)
+def samples(path: str, sig: Sig, step: int, tensor: str | None = None) -> pd.DataFrame:
+    """The dump's kept samples; with ``tensor``, those of its rows (a tower's tensor: its tower's)."""
+    return get_run(path, sig).samples(step, tensor=tensor)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -155,7 +155,7 @@ def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
 def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scale: str) -> None:
     if not bool(run.tensors.loc[tensor, "batched"]):
         st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
-    groups = data.samples(ctx.path, ctx.sig, step)["group"].to_numpy()
+    groups = data.samples(ctx.path, ctx.sig, step, tensor)["group"].to_numpy()
     panels, xscale, shown = {}, {}, []
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     for kind in kinds:

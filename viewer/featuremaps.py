@@ -137,7 +137,6 @@ def render(ctx: Ctx) -> None:
         return
     c = st.columns(3)
     step = dump_step_picker(ctx, "Dump step", "fm_step", container=c[0])
-    samples = data.samples(ctx.path, ctx.sig, step)
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     cat = run.tensors
     maps = map_tensors(cat, keys)
@@ -147,8 +146,8 @@ def render(ctx: Ctx) -> None:
                                      "transposed conv: the first in graph order)")
         kind = c[2].radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys], horizontal=True,
                           key="fm_kind", bind="query-params")
-        channel_views(ctx, run, cat, maps, samples, step, tensor, kind)
-    icnn_section(ctx, samples, step)
+        channel_views(ctx, run, cat, maps, data.samples(ctx.path, ctx.sig, step, tensor), step, tensor, kind)
+    icnn_section(ctx, step)
 
 
 def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd.DataFrame, step: int,
@@ -156,8 +155,8 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
     """Every channel of one sample, then one channel: over the input, per group, top samples."""
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     if not need(len(samples) > 0 and len(x) == len(samples),
-                f"The dump of step {step} keeps {len(samples)} samples but {plain(tensor)} has {len(x)} rows "
-                f"(a tower's tensor, with its own samples): choose another layer."):
+                f"The dump of step {step} keeps {len(samples)} samples for {plain(tensor)}, which has {len(x)} "
+                f"rows: they do not match, so no sample is labelled; choose another layer."):
         return
     n_ch, sym = x.shape[-1], kind == "gradient"
     st.subheader("Every channel of one sample")
@@ -240,19 +239,20 @@ def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: b
     st.dataframe(table, hide_index=True, key="fm_top_table")
 
 
-def icnn_section(ctx: Ctx, samples: pd.DataFrame, step: int) -> None:
+def icnn_section(ctx: Ctx, step: int) -> None:
     """ICNN mask layers: pre-mask | mask | post-mask of one filter, a positive and a negative sample."""
     layers = data.icnn_layers(ctx.path, ctx.sig)
     st.subheader("ICNN mask layers")
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor has an ICNN role)."):
-        return
-    if not need(len(samples) > 0 and "group" in samples, f"The dump of step {step} holds no samples with groups."):
         return
     c = st.columns(4)
     layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer", bind="query-params")
     m = icnn_maps(ctx, layers.loc[layer], step)
     if not need({"pre_mask", "post_mask", "mask", "mu"} <= set(m),
                 f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: {plain(sorted(m))})."):
+        return
+    samples = data.samples(ctx.path, ctx.sig, step, layers.loc[layer, "pre_mask"])
+    if not need(len(samples) > 0 and "group" in samples, f"The dump of step {step} holds no samples with groups."):
         return
     n_filters = m["pre_mask"].shape[-1]
     filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params")

@@ -105,7 +105,7 @@ def render(ctx: Ctx) -> None:
                       if (classes[0] < 0).any() else "") + ".")
     filt = c[2].selectbox("Filter", ids, key="mt_filter", bind="query-params",
                           format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
-    samples = data.samples(ctx.path, ctx.sig, step)
+    samples = data.samples(ctx.path, ctx.sig, step, mu_name)
     have_split = False      # a class split read from this step's dump
     if klass is not None:
         split, why = class_groups(ctx, roles, step, klass, len(samples))
@@ -158,8 +158,8 @@ def render(ctx: Ctx) -> None:
     for s in (data.readable_steps(ctx.path, ctx.sig) if pool else [step]):
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
-        g = (data.samples(ctx.path, ctx.sig, s)["group"].to_numpy() if klass is None
-             else class_groups(ctx, roles, s, klass, len(data.samples(ctx.path, ctx.sig, s)))[0])
+        g = (data.samples(ctx.path, ctx.sig, s, mu_name)["group"].to_numpy() if klass is None
+             else class_groups(ctx, roles, s, klass, len(data.samples(ctx.path, ctx.sig, s, mu_name)))[0])
         if g is None:
             continue
         m = data.dumped(ctx.path, ctx.sig, mu_name, s)[:, filt]

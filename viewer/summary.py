@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import NONFINITE_SOURCES, source_text
+from inspector.analysis import NONFINITE_SOURCES, dropped_text, source_text
 from inspector.errors import InspectorError
 from inspector.units import human_bytes
 
@@ -39,7 +39,7 @@ def render(ctx: Ctx) -> None:
     c[4].metric("Size on disk", human_bytes(run.size_bytes()))
     c = st.columns(5)
     c[0].metric("Dump steps", f"{len(run.steps)}")
-    c[1].metric("Dropped dumps", f"{int(run.dropped['count'].sum())}")
+    c[1].metric("Dropped", dropped_text(run.dropped), help="dumps and statistics steps the writers could not write")
     c[2].metric("Workers", plain(", ".join(run.workers)))
     c[3].metric("Format", f"v{plain(m.get('format_version'))}")
     c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
@@ -74,7 +74,7 @@ def render(ctx: Ctx) -> None:
             counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(name="tensors")
             st.bar_chart(counts, x="op type", y="tensors", height=260)
     if not run.dropped.empty:
-        st.subheader("Dropped dumps")
+        st.subheader("Dropped writes")
         st.dataframe(run.dropped, hide_index=True, width="stretch")
     st.subheader("Sessions")
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded is "
