@@ -61,6 +61,9 @@ MAX_BACKOFF_SECS = 60.0
 #: Distinct (what, reason) records kept in ``dropped`` / ``errors``; more are counted under
 #: one "other" record, so the manifest stays small however long the run.
 MAX_RECORDS = 50
+#: A local session's reserve beyond twice its first manifest (``RunWriter._make_reserve``):
+#: room for the records (50 dropped, 50 errors) the final manifest adds on a full disk.
+RESERVE_BYTES = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,7 @@ class RunWriter:
         except BaseException:
             self.claim.release()
             raise
+        self._reserve = self._make_reserve()
         # the tensor/kind/group columns, the same for every statistics step (none without a layout)
         self._static = _static_columns(stats_layout) if stats_layout else {}
         self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
@@ -404,12 +408,45 @@ class RunWriter:
             self._manifest["status"] = status
             if error:
                 self._manifest["error"] = error
-            self._write_manifest()
+            try:
+                self._write_manifest()
+            except OSError as e:
+                if e.errno not in (_errno.ENOSPC, _errno.EDQUOT) or not self._free_reserve():
+                    raise
+                self._write_manifest()   # in the space the reserve held
         except BaseException as e:
             self._failed("manifest", e, drop=False)
             log.error("tf_inspector: could not write the final manifest of %s: %s", self.run_dir, describe_error(e))
         finally:
+            self._free_reserve()
             self.claim.release()
+
+    def _make_reserve(self) -> Path | None:
+        """A local session's reserve: a temporary file of twice the manifest's size (and
+        RESERVE_BYTES more: the records it gathers), deleted to make room for the final
+        manifest on a full disk, so the run still says how the session ended and what it
+        lost (without it, a full disk kept the first manifest: "running", then "crashed").
+        Named as a temporary file: readers skip it, the worker's next session deletes it
+        after a crash. None where it cannot be made (an object store, a disk already full)."""
+        if not self.store.is_local:
+            return None
+        path = Path(self.store.display()) / f".{manifest_name(self.worker, self.session)}.reserve.tmp"
+        size = 2 * len(json_bytes(self._manifest)) + RESERVE_BYTES
+        try:
+            with open(path, "wb") as f:
+                f.write(bytes(size))   # written, not truncated: a sparse file would hold no blocks
+            return path
+        except OSError:
+            path.unlink(missing_ok=True)
+            return None
+
+    def _free_reserve(self) -> bool:
+        """Delete the reserve; whether there was one."""
+        path, self._reserve = self._reserve, None
+        if path is None:
+            return False
+        path.unlink(missing_ok=True)
+        return True
 
     def _dump_loop(self) -> None:
         """One dump thread: write dumps until the None that close() sends."""

@@ -230,6 +230,32 @@ def test_a_full_disk_drops_big_dumps_and_keeps_statistics(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: detach even if a handle lingers
 
 
+def test_a_disk_that_stays_full_still_gets_the_final_manifest(tmp_path):
+    """Found by a red team: with the disk full to the end, every manifest write after the first
+    failed, so the run read "running", then "crashed", and said nothing of what it lost. The
+    session's reserve file is deleted to make room for the final manifest."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "512k"):
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        w = session(disk / "run", range(1, 4), 0.0, close=None)
+        assert [p.name for p in (disk / "run").iterdir() if p.name.endswith(".reserve.tmp")]
+        fd = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT)   # the disk full, to the last block
+        with pytest.raises(OSError):
+            while True:
+                os.write(fd, bytes(4096))
+        os.close(fd)
+        w.add_dump(4, {"forward/a:0": np.ones(1000, np.float32)})
+        w.close()
+        run = inspector.open_run(disk / "run")
+        assert run.status == "finished" and run.sessions["state"].tolist() == ["finished"]
+        lost = run.dropped.groupby("what")["count"].sum().to_dict()
+        assert lost == {"dump": 1, "stats": 3} and "Errno 28" in run.errors.iloc[0]["reason"]
+        assert not [p for p in (disk / "run").iterdir() if p.name.endswith(".tmp")]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 def test_version_1_runs_read_as_session_0(tmp_path):
     """A run written before sessions (format 1): file names without a session, no identity
     columns, a list of single drops. The reader shows it as session 0, mode train."""
