@@ -264,6 +264,11 @@ class DumpHook(v1.train.SessionRunHook):
         self._track_step = cluster_tasks() > 1
         self._disabled = False
         self._writer: RunWriter | None = None
+        # the live session (MonitoredSession's tf.Session) and its coordinator; a session begun
+        # inside it (train_and_evaluate's evaluation) is another's: this hook leaves it alone
+        self._session: Any = None
+        self._coord: Any = None
+        self._nested_begin = self._nested_logged = False
         self._reset()
 
     def _reset(self) -> None:
@@ -278,6 +283,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._groups_rule: str | None = None
         self._refusals = Refusals()
         self._global_step = None
+        self._increments: frozenset = frozenset()   # the ops adding to the global step
+        self._trains: dict[tuple, bool] = {}        # a run's fetches -> whether they train
         self._loss_finite = None
         self._step = 0
         # Each schedule has considered every global step up to these (a firing run also
@@ -343,6 +350,18 @@ class DumpHook(v1.train.SessionRunHook):
 
     @_guarded
     def begin(self) -> None:
+        if self._writer is not None and not self._writer.closed and self._coord is not None \
+                and not self._coord.should_stop():
+            # A session inside the live one (local train_and_evaluate evaluates inside training,
+            # one hook in both specs): taking it over closed the live session and lost it.
+            self._nested_begin = True
+            if self._nested_logged:
+                return
+            self._nested_logged = True
+            log.error("DumpHook(%s) is recording a live %s session, and another session began inside it (the same "
+                      "hook in train_and_evaluate's TrainSpec and EvalSpec?): it records the live one only. Give the "
+                      "evaluation its own DumpHook(run_dir, worker='evaluator-0')", self.run_dir, self.mode)
+            return
         self._close_writer("failed", "a new session began before this one ended (end() was not called)")
         self._reset()
         g = v1.get_default_graph()
@@ -365,6 +384,7 @@ class DumpHook(v1.train.SessionRunHook):
                                                   extra=dict(fields.get(t.name, {}))))
         self._assign_towers(axis, gid)
         self._global_step = v1.train.get_global_step(g)
+        self._increments = frozenset(_increments(g, self._global_step))
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         self._add_variable_records(g, loss)
         self._build_fetches(gid, labels, loss)
@@ -515,6 +535,10 @@ class DumpHook(v1.train.SessionRunHook):
     # ---- the session ----------------------------------------------------------------------
     @_guarded
     def after_create_session(self, session, coord) -> None:
+        if self._nested_begin:   # the session begun inside the live one: not this hook's
+            self._nested_begin = False
+            return
+        self._session, self._coord = session, coord
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
         self._stats_since = self._dump_since = self._step
@@ -546,9 +570,18 @@ class DumpHook(v1.train.SessionRunHook):
             self._writer.close(status, error=error)
 
     # ---- the training loop -------------------------------------------------------------------
+    def _foreign(self, session) -> bool:
+        """A run or end of a session begun inside the live one (see begin)."""
+        return self._session is not None and session is not self._session
+
     @_guarded
     def before_run(self, run_context):
         fetches: dict[str, Any] = {}
+        if self._foreign(run_context.session):   # the live run's state stays as it is
+            return None
+        if self.mode == "train" and not self._run_trains(run_context.original_args.fetches):
+            self._pending = None   # a run that does not train (a validation fetch): no step
+            return None
         if self.mode == "train":
             step = self._step + 1
             stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
@@ -583,8 +616,28 @@ class DumpHook(v1.train.SessionRunHook):
         self._pending = (step, stats, dump)
         return v1.train.SessionRunArgs(fetches) if fetches else None
 
+    def _run_trains(self, fetches) -> bool:
+        """Whether a run of ``fetches`` advances the global step: they reach an op adding to it.
+        Counted as a step, a run that does not (a validation fetch through the session) was
+        sampled and written as the training step before it, with a zero update. True where it
+        cannot be told: no such op in the graph, a fetch that is not a graph element."""
+        if not self._increments:
+            return True
+        try:
+            flat = tf.nest.flatten(fetches, expand_composites=True)
+            key = tuple(f if isinstance(f, str) else f.name for f in flat)
+        except (AttributeError, TypeError, ValueError):
+            return True
+        if key not in self._trains:
+            if len(self._trains) > 256:
+                self._trains.clear()
+            self._trains[key] = _reaches(flat, self._increments)
+        return self._trains[key]
+
     @_guarded
     def after_run(self, run_context, run_values) -> None:
+        if self._pending is None or self._foreign(run_context.session):
+            return
         step, stats, dump = self._pending
         results = run_values.results or {}
         batch = None if self.mode == "train" else self._batch
@@ -686,6 +739,8 @@ class DumpHook(v1.train.SessionRunHook):
 
     @_guarded
     def end(self, session) -> None:
+        if self._foreign(session):
+            return
         if self._writer is not None and not self._writer.closed:
             self._refusals.close(self._writer)
             self._writer.close("finished")
@@ -707,12 +762,43 @@ def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
 
 def _advances(g: tf.Graph, global_step) -> bool:
     """Whether some op of ``g`` adds to the global step (an optimizer's ``global_step=``)."""
+    return bool(_increments(g, global_step))
+
+
+def _increments(g: tf.Graph, global_step) -> list[tf.Operation]:
+    """The ops of ``g`` that add to the global step."""
     if global_step is None:
-        return False
+        return []
     handle = global_step.op.name if hasattr(global_step, "op") else None
     # AssignAdd only: a checkpoint restore assigns every variable, the global step included
-    return any(op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle
-               for op in g.get_operations())
+    return [op for op in g.get_operations()
+            if op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle]
+
+
+def _reaches(fetches: list, targets: frozenset) -> bool:
+    """Whether running ``fetches`` (graph elements or their names) runs one of the ops
+    ``targets``: one is among their inputs and control inputs, transitively. True if a fetch
+    cannot be resolved (as a run is counted when in doubt)."""
+    try:
+        g = next(f.graph for f in fetches if not isinstance(f, str))
+    except StopIteration:
+        g = tf.compat.v1.get_default_graph()
+    todo: list[tf.Operation] = []
+    for f in fetches:
+        try:
+            e = g.as_graph_element(f) if isinstance(f, str) else f
+        except (KeyError, ValueError, TypeError):
+            return True
+        todo.append(e if isinstance(e, tf.Operation) else e.op)
+    seen: set[tf.Operation] = set()
+    while todo:
+        op = todo.pop()
+        if op in targets:
+            return True
+        if op not in seen:
+            seen.add(op)
+            todo += [t.op for t in op.inputs] + list(op.control_inputs)
+    return False
 
 
 def _static_bytes(t: tf.Tensor, batched: bool) -> int:

@@ -162,27 +162,79 @@ def test_a_worker_alone_in_a_cluster_samples_at_the_multiples(tmp_path, monkeypa
     assert run.steps == [10, 20, 30, 40] and run.workers == ["worker-0"]
 
 
+def test_runs_that_do_not_train_are_no_steps(tmp_path):
+    """Runs through the monitored session that do not advance the global step (a validation
+    fetch, a read of the step) are no training steps. Counted as steps, they made the schedule
+    drift off the multiples and one was sampled: written as the training step before it, with
+    the validation batch's values and a zero update."""
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=4, dump_every_n_steps=4, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_steps=None, save_summaries_steps=None,
+                                               log_step_count_steps=None) as sess:
+            for step in range(1, 13):
+                sess.run(m.train_op, m.feed(step))
+                if step % 3 == 2:
+                    sess.run(m.loss, m.feed(100 + step))   # validation, through the hooks
+                    sess.run({"step": m.global_step})
+    run = inspector.open_run(tmp_path / "run")
+    assert sorted(run.stats["step"].unique()) == [4, 8, 12] and run.steps == [4, 8, 12]
+    for step in run.steps:
+        kept = run.samples(step)["index"].to_numpy()
+        np.testing.assert_array_equal(run.tensor("x:0", step), batch_images(step)[kept])
+        assert np.abs(run.tensor("conv1/w", step, "update")).max() > 0
+
+
+def _estimator_input_fn():
+    images = np.concatenate([batch_images(s) for s in range(1, 11)])
+    labels = np.concatenate([batch_labels(s) for s in range(1, 11)])
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(BATCH, drop_remainder=True)
+
+
+def _model_fn(features, labels, mode):
+    if mode == tf.estimator.ModeKeys.PREDICT:
+        w = v1.get_variable("w", [HW_FLAT, 2])
+        logits = tf.matmul(tf.reshape(features, [-1, HW_FLAT]), w, name="logits")
+        return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+    v1.get_variable("w", [HW_FLAT, 2])
+    labels = tf.identity(labels, name="labels")
+    loss = conv_net(features, labels)
+    mark(loss=loss, labels=labels)
+    train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+    return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+
+@needs_estimator
+def test_train_and_evaluate_with_one_hook_or_two(tmp_path, caplog):
+    """Found by a red team: local train_and_evaluate evaluates inside the training session. One
+    hook in both specs took each evaluation for a new session: it closed the live training
+    session as failed at the first checkpoint and lost everything after. Now it records the
+    training whole and logs an error; an evaluator hook of its own records the evaluations."""
+    for two in (False, True):
+        run_dir = tmp_path / f"run{int(two)}"
+        est = tf.estimator.Estimator(_model_fn, model_dir=str(tmp_path / f"model{int(two)}"),
+                                     config=tf.estimator.RunConfig(save_checkpoints_steps=4))
+        hook = DumpHook(run_dir, stats_every_n_steps=2, dump_every_n_steps=4, strict=True)
+        evaluator = DumpHook(run_dir, worker="evaluator-0", strict=True) if two else hook
+        tf.estimator.train_and_evaluate(
+            est, tf.estimator.TrainSpec(_estimator_input_fn, max_steps=12, hooks=[hook]),
+            tf.estimator.EvalSpec(_estimator_input_fn, steps=2, hooks=[evaluator], throttle_secs=0,
+                                  start_delay_secs=0))
+        run = inspector.open_run(run_dir)
+        train = run.sessions[run.sessions["mode"] == "train"]
+        assert train[["worker", "state", "first_step", "last_step"]].values.tolist() == [["chief", "finished", 2, 12]]
+        assert sorted(run.stats["step"].unique()) == [2, 4, 6, 8, 10, 12] and run.steps == [4, 8, 12]
+        evaluations = run.query_stats(mode="eval", worker="all")
+        assert evaluations.empty != two and (set(evaluations["worker"]) == {"evaluator-0"} if two else True)
+        assert ("another session began inside it" in caplog.text) != two
+        caplog.clear()
+
+
 @needs_estimator
 def test_estimator_train_evaluate_loop(tmp_path):
     """The classic loop: train 10 steps, evaluate 2 batches, three times, one hook for both."""
     images = np.concatenate([batch_images(s) for s in range(1, 11)])
-    labels = np.concatenate([batch_labels(s) for s in range(1, 11)])
-
-    def input_fn():
-        return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(BATCH, drop_remainder=True)
-
-    def model_fn(features, labels, mode):
-        if mode == tf.estimator.ModeKeys.PREDICT:
-            w = v1.get_variable("w", [HW_FLAT, 2])
-            logits = tf.matmul(tf.reshape(features, [-1, HW_FLAT]), w, name="logits")
-            return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
-        v1.get_variable("w", [HW_FLAT, 2])
-        labels = tf.identity(labels, name="labels")
-        loss = conv_net(features, labels)
-        mark(loss=loss, labels=labels)
-        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
-
+    input_fn, model_fn = _estimator_input_fn, _model_fn
     est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
     hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=10, strict=True)
     for _ in range(3):
