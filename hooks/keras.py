@@ -39,7 +39,7 @@ from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, groups, native, variables
 from .dump_hook import _jsonable, check_options, guarded, worker_from_env
-from .keras_step import StepGraph
+from .keras_step import StepGraph, _compiled
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
@@ -138,10 +138,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._disabled = False
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
+        self._traced_for: tuple = ()   # what the graph's trace depends on (see _compile_state)
         self._step = 0
         # steps = optimizer.iterations + this offset: 0 until a new compile() restarts the count
         self._step_offset = 0
         self._optimizer: weakref.ref | None = None
+        self._iterations_left: int | None = None   # optimizer.iterations at the last fit's end
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
@@ -160,8 +162,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """The capture goes into fit's train step: installed before fit builds its train function
         (it does so after this); what it cannot do is refused before fit traces anything, so
         fit's own function never fails because of the callback."""
-        if self._graph is None or self._graph.model is not model:
-            self._graph = StepGraph(model, self.options)
+        if self._graph is None or self._graph.model is not model or self._recompiled(model):
+            self._graph = StepGraph(model, self.options)   # a new catalog, traced by this fit
+            self._traced_for = _compile_state(model)
         self._graph.install()
 
     @_guarded
@@ -178,8 +181,17 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):
             self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
         self._step = self._continue_steps(self.model.optimizer)
-        if self.source == "probe" and self._graph is not None and self._graph.model is not self.model:
+        if self.source == "probe" and self._graph is not None and (
+                self._graph.model is not self.model or self._recompiled(self.model)):
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
+
+    def _recompiled(self, model) -> bool:
+        """Whether ``compile()`` ran (a new optimizer or loss) or other variables train since the
+        graph was traced: a probe traced before would record the old loss's gradients of the old
+        variables (fine-tuning: unfreeze, compile, fit again), and the step capture's catalog
+        would not match fit's new step."""
+        now = _compile_state(model)
+        return len(now) != len(self._traced_for) or any(a is not b for a, b in zip(now, self._traced_for))
 
     def _continue_steps(self, optimizer) -> int:
         """The step before this fit's first: ``optimizer.iterations`` plus the offset. A new
@@ -187,14 +199,23 @@ class InspectCallback(tf.keras.callbacks.Callback):
         this callback already wrote, and the later session would hide the earlier one's rows
         of those steps (FORMAT.md, "Sessions"), splicing two trainings into one curve. So
         after a new optimizer whose count is below this callback's, steps continue from the
-        last (the manifest's ``step_offset`` says by how much)."""
+        last (the manifest's ``step_offset`` says by how much).
+
+        Within a fit each batch is a step. Keras 3's ``LossScaleOptimizer`` does not count a
+        step it skips (mixed precision, the loss scale overflowing), so the batches ran ahead
+        of ``optimizer.iterations``: when the count is where the last fit left it, steps also
+        continue from the last. A count set back since (a checkpoint restored) is a resume:
+        its steps are recorded again, and the later session wins them."""
         iterations = int(optimizer.iterations.numpy())
         new = self._optimizer is not None and self._optimizer() is not optimizer
-        if new and iterations + self._step_offset < self._step:
+        untouched = not new and iterations == self._iterations_left
+        if (new or untouched) and iterations + self._step_offset < self._step:
             self._step_offset = self._step - iterations
-            log.warning("model.optimizer is new (compile() again) and counts from step %d: this run's steps continue "
-                        "from %d instead (step = optimizer.iterations + %d; manifest step_offset)", iterations,
-                        self._step, self._step_offset)
+            why = ("model.optimizer is new (compile() again) and counts" if new else
+                   "optimizer.iterations counted fewer steps than fit ran batches (a loss-scale optimizer does not "
+                   "count the steps it skips); it stands")
+            log.warning("%s from step %d: this run's steps continue from %d instead (step = optimizer.iterations + %d; "
+                        "manifest step_offset)", why, iterations, self._step, self._step_offset)
         self._optimizer = weakref.ref(optimizer)
         return iterations + self._step_offset
 
@@ -231,6 +252,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):
             key = self._graph.current
             self._graph.use(None)     # fit's own function for the next step
+            if self._graph.mismatch:  # a retrace captured other ops: refused (logged, or raised if strict)
+                raise RuntimeError(self._graph.mismatch)
             if key is None and not (noted and self._graph.captured):   # (no catalog before the first capture)
                 return
             out = self._graph.results(key) if key is not None else None
@@ -277,6 +300,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):   # also when the callback was disabled
             self._graph.use(None)
             self._graph.uninstall()
+        self._iterations_left = int(self.model.optimizer.iterations.numpy())   # see _continue_steps
         self._close()
 
     @_guarded
@@ -319,6 +343,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
         x, y, sw = self.probe
         graph = ProbeGraph(self.model, x, y, sw, self.options)
+        self._traced_for = _compile_state(self.model)
         graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
@@ -444,6 +469,12 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
         raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
                          "callable on the batch's targets (y -> bool [N])")
     return None
+
+
+def _compile_state(model) -> tuple:
+    """The objects a trace of the model's step depends on besides its code: compile()'s
+    optimizer and loss, and the trainable variables (compared by identity)."""
+    return (*_compiled(model), *model.trainable_variables)
 
 
 def _finite(loss) -> bool:

@@ -134,6 +134,8 @@ class StepGraph(ProbeGraph):
         self._warned_no_loss = False
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
+        #: why a retrace's capture was refused (the callback disables itself at that step's end)
+        self.mismatch: str | None = None
 
     # ---- the wrapper ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -210,6 +212,8 @@ class StepGraph(ProbeGraph):
         out = box.get("out")
         if out is None:   # the step's gradients were not the loss's (a scaled loss, a custom step): its own pass
             out = self._capture_step(g, (x, y, sw), calls, box, key, ())
+        if self.mismatch:
+            return logs   # fit's step as it is; its capture is refused (mismatch)
         with tf.name_scope("tf_inspector"):
             out.update(self._updates(key))
             self._store(key, out)
@@ -265,9 +269,11 @@ class StepGraph(ProbeGraph):
             self._types, self._rename = types, {}
             return
         if types != self._types:
-            raise RuntimeError(f"tracing fit's train step again captured other ops ({len(types)} tensors, "
-                               f"{len(self._types)} the first time): this model's step is not deterministic; "
-                               f"use source='probe'")
+            # not raised here: this runs inside fit's trace, and training must go on without us
+            self.mismatch = (f"tracing fit's train step again captured other ops ({len(types)} tensors, "
+                             f"{len(self._types)} the first time): this model's step is not deterministic; "
+                             f"use source='probe'")
+            return
         self._rename = {c.name: first for c, first in zip(everything, self._names)}
 
     def _renamed(self, key: str) -> str:

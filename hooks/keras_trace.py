@@ -132,15 +132,25 @@ def metric_variables(model) -> list:
     return out
 
 
+def seed_states(model) -> list:
+    """Keras 3's random seed generators' state variables of the model (dropout draws advance
+    them); tf.keras 2.15's stateful random ops have none."""
+    return [v for v in getattr(model, "non_trainable_variables", [])
+            if str(getattr(v, "path", "")).endswith("seed_generator_state")]
+
+
 @contextlib.contextmanager
 def metrics_untouched(model) -> Iterator[None]:
-    """Inside a traced function: whatever the body does to the model's metric variables is undone.
+    """Inside a traced function: whatever the body does to the model's metric variables and
+    random seed states is undone.
 
     ``compute_loss`` also updates the loss trackers that ``fit`` reports (tf.keras 2.15: the
     loss mean; Keras 3: per-output losses): their values are read before and assigned back
     after, so the progress bar and History never see the probe (automatic control dependencies
-    order the reads, the body and the assignments)."""
-    tracked = [_tf_var(v) for v in metric_variables(model)]
+    order the reads, the body and the assignments). A probe in training mode draws dropout
+    masks from Keras 3's seed generators: their states are put back too, so training draws
+    the masks it would without the callback."""
+    tracked = [_tf_var(v) for v in metric_variables(model) + seed_states(model)]
     with tf.name_scope("tf_inspector/metrics"):
         before = [tf.identity(v.read_value()) for v in tracked]
     yield

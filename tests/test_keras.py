@@ -273,3 +273,99 @@ def test_a_new_compile_continues_the_steps(tmp_path, source):
     assert stats.groupby("step")["session"].first().tolist() == [1] * 3 + [2] * 3 + [3] * 3
     assert [m["step_offset"] for _, m in sorted(run.manifests.items(), key=lambda kv: kv[0][1])] == [0, 0, 6]
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6], [7, 9]]
+
+
+class _Weights(keras.callbacks.Callback):
+    """The trainable weights at each batch's end (placed before InspectCallback)."""
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.before = [v.numpy() for v in self.model.trainable_variables]
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.after = [v.numpy() for v in self.model.trainable_variables]
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, source):
+    """Found by a red team: fit with a frozen layer, unfreeze it, compile() with another loss,
+    fit again. The probe kept its first trace (the old loss's gradients, a third of the new
+    ones; no records of the unfrozen layer's variables) and the step capture raised out of fit
+    (its catalog taken for the first trace's). Both trace the new step now."""
+    x, y = _data(4, n=32)
+    model = sequential()
+    sce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.get_layer("hidden").trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=sce)
+    probe = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=16, **probe)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    model.get_layer("hidden").trainable = True
+
+    def triple(y_true, y_pred):
+        return 3.0 * sce(y_true, y_pred)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=triple)
+    weights = _Weights()
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[weights, cb])
+    run = inspector.open_run(tmp_path / "r")
+    step = run.dump_steps()[-1]
+    assert step == 4 and run.manifests[("chief", 2)]["first_nonfinite"] is None
+    names = [getattr(v, "path", None) or v.name.split(":")[0] for v in model.trainable_variables]
+    assert len(names) == 4 and set(names) <= set(run.variables.index)
+    if source == "train_batch":   # the step's gradient: what SGD(0.1) applied
+        expected = [(b - a) / 0.1 for a, b in zip(weights.after, weights.before)]
+    else:                         # the probe's, after the step, of the new loss
+        with tf.GradientTape() as tape:
+            loss = triple(y[:N], model(x[:N], training=False))
+        expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
+    for name, g in zip(names, expected):
+        np.testing.assert_allclose(run.tensor(name, step, "gradient"), g, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_steps_a_loss_scale_optimizer_skips_still_count(tmp_path, caplog):
+    """Found by a red team: under mixed precision Keras 3's LossScaleOptimizer does not count the
+    steps it skips (the loss scale overflowing float16), so a second fit started from
+    optimizer.iterations again: its session rewrote steps 1-4 and hid the first fit's rows.
+    Each batch is a step; the next fit continues from the callback's count."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+        y = np.round(20.0 + 2.0 * x[:, :1]).astype("float32")      # mse ~400: its scaled gradients overflow
+        keras.utils.set_random_seed(1)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
+                                  keras.layers.Dense(1, dtype="float32")])
+        model.compile(optimizer=keras.optimizers.SGD(1e-6), loss="mse")
+        cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0,
+                             positive=lambda t: t[:, 0] > 20.0)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+        counted = int(model.optimizer.iterations.numpy())
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == list(range(1, 9))
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 4], [5, 8]]
+    assert ("does not count the steps it skips" in caplog.text) == (counted < 4)
+
+
+def test_a_probe_in_training_mode_leaves_the_dropout_masks_of_training(tmp_path):
+    """Found by a red team: under Keras 3 a probe with training=True drew its dropout masks from
+    the model's seed generator, so every later training step drew other masks: the trained
+    weights differed from a fit without the callback. The seed states are put back now."""
+    x, y = _data(7, n=48)
+
+    def fit(callbacks):
+        keras.utils.set_random_seed(7)
+        model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu", name="hidden"),
+                                  keras.layers.Dropout(0.5, name="drop"), keras.layers.Dense(2, name="logits")])
+        model.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=callbacks)
+        return model, history.history["loss"]
+    plain, plain_loss = fit([])
+    cb = InspectCallback(tmp_path / "r", probe=(x[:N], y[:N]), training=True, stats_every_n_steps=1,
+                         dump_every_n_steps=2, strict=True)
+    probed, probed_loss = fit([cb])
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(np.asarray(a.numpy()), np.asarray(b.numpy()), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    assert inspector.open_run(tmp_path / "r").stats["step"].max() == 6
