@@ -162,9 +162,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """The capture goes into fit's train step: installed before fit builds its train function
         (it does so after this); what it cannot do is refused before fit traces anything, so
         fit's own function never fails because of the callback."""
-        if self._graph is None or self._graph.model is not model or self._recompiled(model):
-            self._graph = StepGraph(model, self.options)   # a new catalog, traced by this fit
-            self._traced_for = _compile_state(model)
+        if self._graph is None or self._graph.model is not model:
+            self._graph = StepGraph(model, self.options)
         self._graph.install()
 
     @_guarded
@@ -187,9 +186,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _recompiled(self, model) -> bool:
         """Whether ``compile()`` ran (a new optimizer or loss) or other variables train since the
-        graph was traced: a probe traced before would record the old loss's gradients of the old
-        variables (fine-tuning: unfreeze, compile, fit again), and the step capture's catalog
-        would not match fit's new step."""
+        probe was traced: it would record the old loss's gradients of the old variables
+        (fine-tuning: unfreeze, compile, fit again). The step capture traces fit's new step
+        itself (``StepGraph.install``)."""
         now = _compile_state(model)
         return len(now) != len(self._traced_for) or any(a is not b for a, b in zip(now, self._traced_for))
 

@@ -166,6 +166,9 @@ class StepGraph(ProbeGraph):
         else:
             model.train_function = None
             self._fns = {}
+            # fit traces the step anew (compile() ran: another loss, other trainable variables):
+            # its first capture names a new catalog, as the first fit's did
+            self._names, self._outputs, self.graph_def, self.mismatch = None, {}, None, None
         self._installed = True
 
     def uninstall(self) -> None:

@@ -184,12 +184,15 @@ def test_a_fit_that_samples_nothing_leaves_no_session(tmp_path, source):
     _fit(model, x, y, [cb])                                 # steps 4-6: step 5
     run = inspector.open_run(tmp_path / "r")
     assert list(run.stats_steps()) == [5] and sorted(run.sessions["session"]) == [1]
-    x[32:] = 3e38                                           # the third batch: NaN loss at step 9
+    # a NaN output bias: the loss is NaN from step 7 (inputs of 3e38 left it finite when the
+    # unseeded weights had ReLU zero every unit: a flaky test)
+    bias = model.layers[-1].bias
+    bias.assign(np.full(bias.shape, np.nan, np.float32))
     _fit(model, x, y, [cb])                                 # steps 7-9: nothing sampled
     run = inspector.open_run(tmp_path / "r")
     assert sorted(run.sessions["session"]) == [1, 2]
     first = run.manifests[("chief", 2)]["first_nonfinite"]
-    assert (first["step"], first["source"]) == (9, "loss check")
+    assert (first["step"], first["source"]) == (7, "loss check")
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
