@@ -18,6 +18,7 @@ import functools
 import json
 import logging
 import os
+import re
 import threading
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -351,9 +352,10 @@ class DumpHook(v1.train.SessionRunHook):
     @_guarded
     def begin(self) -> None:
         if self._writer is not None and not self._writer.closed and self._coord is not None \
-                and not self._coord.should_stop():
-            # A session inside the live one (local train_and_evaluate evaluates inside training,
-            # one hook in both specs): taking it over closed the live session and lost it.
+                and not self._coord.should_stop() and v1.get_default_graph().get_collection(v1.GraphKeys.EVAL_STEP):
+            # An evaluation inside the live session (local train_and_evaluate evaluates inside
+            # training, one hook in both specs): taking it over closed the live session and lost
+            # it. Any other new session takes over, as before (a session never closed: failed).
             self._nested_begin = True
             if self._nested_logged:
                 return
@@ -617,10 +619,13 @@ class DumpHook(v1.train.SessionRunHook):
         return v1.train.SessionRunArgs(fetches) if fetches else None
 
     def _run_trains(self, fetches) -> bool:
-        """Whether a run of ``fetches`` advances the global step: they reach an op adding to it.
-        Counted as a step, a run that does not (a validation fetch through the session) was
-        sampled and written as the training step before it, with a zero update. True where it
-        cannot be told: no such op in the graph, a fetch that is not a graph element."""
+        """Whether a run of ``fetches`` trains: they reach an op that changes state (an assignment,
+        an optimizer's update, a scatter, an accumulator or queue write; the global step's
+        increment is one). Counted as a step, a run that changes nothing (a validation fetch
+        through the session) was sampled and written as the training step before it, with a
+        zero update. Not "reaches the increment": SyncReplicasOptimizer's chief increments the
+        step in a run of its own, and its workers' training runs would never be sampled. True
+        where it cannot be told: no increment in the graph, a fetch that is no graph element."""
         if not self._increments:
             return True
         try:
@@ -631,7 +636,7 @@ class DumpHook(v1.train.SessionRunHook):
         if key not in self._trains:
             if len(self._trains) > 256:
                 self._trains.clear()
-            self._trains[key] = _reaches(flat, self._increments)
+            self._trains[key] = _reaches(flat, _changes_state)
         return self._trains[key]
 
     @_guarded
@@ -775,10 +780,18 @@ def _increments(g: tf.Graph, global_step) -> list[tf.Operation]:
             if op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle]
 
 
-def _reaches(fetches: list, targets: frozenset) -> bool:
-    """Whether running ``fetches`` (graph elements or their names) runs one of the ops
-    ``targets``: one is among their inputs and control inputs, transitively. True if a fetch
-    cannot be resolved (as a run is counted when in doubt)."""
+#: Op types that change state: assignments, optimizers' updates, scatters, accumulators, queues.
+_STATE_CHANGING = re.compile(r"Assign|Apply|Scatter|Accumulator|Enqueue")
+
+
+def _changes_state(op: tf.Operation) -> bool:
+    return bool(_STATE_CHANGING.search(op.type))
+
+
+def _reaches(fetches: list, found: Callable[[tf.Operation], bool]) -> bool:
+    """Whether running ``fetches`` (graph elements or their names) runs an op for which
+    ``found`` holds: one is among their inputs and control inputs, transitively. True if a
+    fetch cannot be resolved (as a run is counted when in doubt)."""
     try:
         g = next(f.graph for f in fetches if not isinstance(f, str))
     except StopIteration:
@@ -793,7 +806,7 @@ def _reaches(fetches: list, targets: frozenset) -> bool:
     seen: set[tf.Operation] = set()
     while todo:
         op = todo.pop()
-        if op in targets:
+        if found(op):
             return True
         if op not in seen:
             seen.add(op)

@@ -185,6 +185,43 @@ def test_runs_that_do_not_train_are_no_steps(tmp_path):
         assert np.abs(run.tensor("conv1/w", step, "update")).max() > 0
 
 
+def test_a_train_op_that_leaves_the_step_to_another_run_is_sampled(tmp_path):
+    """Found by a review: SyncReplicasOptimizer's workers apply gradients to accumulators and the
+    chief increments the global step in a run of its own. Taking only runs that reach the
+    increment as training, the hook sampled none of them; a run that changes state counts."""
+    with tf.Graph().as_default():
+        m = build_cnn()
+        own_step = v1.assign_add(m.global_step, 1)            # the chief's run, outside the hooks
+        apply = v1.train.GradientDescentOptimizer(0.1).minimize(m.loss)   # no global_step=
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=4, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_steps=None, save_summaries_steps=None,
+                                               log_step_count_steps=None) as sess:
+            for step in range(1, 13):
+                sess.run(apply, m.feed(step))
+                sess.run_step_fn(lambda step_context: step_context.session.run(own_step))
+    # (the step is the other run's: read after a sampled run, it lags this run's count by one)
+    assert len(inspector.open_run(tmp_path / "run").stats["step"].unique()) >= 2
+
+
+def test_a_hook_reused_after_a_session_never_closed_records_the_next(tmp_path):
+    """Found by a review: a session never closed (a notebook loop without `with`) looked like
+    the live session of a nested evaluation, so the next session was ignored. Only an
+    evaluation graph begun inside a live session is; any other takes over (the first: failed)."""
+    hook = DumpHook(tmp_path / "run", loss="loss:0", labels="labels:0", stats_every_n_steps=2, dump_every_n_steps=0,
+                    strict=True)
+    with tf.Graph().as_default():
+        m = build_cnn()
+        left_open = v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_steps=None,
+                                                      save_summaries_steps=None, log_step_count_steps=None)
+        for step in range(1, 5):
+            left_open.run(m.train_op, m.feed(step))
+    with tf.Graph().as_default():   # the cell run again: a new graph, the same hook
+        train_session(build_cnn(), [hook], 4)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.sessions[["session", "state"]].values.tolist() == [[1, "failed"], [2, "finished"]]
+    assert sorted(run.query_stats(session=2)["step"].unique()) == [2, 4]
+
+
 def _estimator_input_fn():
     images = np.concatenate([batch_images(s) for s in range(1, 11)])
     labels = np.concatenate([batch_labels(s) for s in range(1, 11)])
