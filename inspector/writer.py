@@ -434,7 +434,12 @@ class RunWriter:
         size = 2 * len(json_bytes(self._manifest)) + RESERVE_BYTES
         try:
             with open(path, "wb") as f:
-                f.write(bytes(size))   # written, not truncated: a sparse file would hold no blocks
+                try:   # blocks allocated, none written (a truncated, sparse file would hold none)
+                    os.posix_fallocate(f.fileno(), 0, size)
+                except (AttributeError, OSError) as e:   # no fallocate here: zeros written
+                    if isinstance(e, OSError) and e.errno in (_errno.ENOSPC, _errno.EDQUOT):
+                        raise
+                    f.write(bytes(size))
             return path
         except OSError:
             path.unlink(missing_ok=True)
