@@ -431,7 +431,7 @@ class RunWriter:
         if not self.store.is_local:
             return None
         path = Path(self.store.display()) / f".{manifest_name(self.worker, self.session)}.reserve.tmp"
-        size = 2 * len(json_bytes(self._manifest)) + RESERVE_BYTES
+        size = 2 * self._manifest_bytes + RESERVE_BYTES
         try:
             with open(path, "wb") as f:
                 try:   # blocks allocated, none written (a truncated, sparse file would hold none)
@@ -587,4 +587,5 @@ class RunWriter:
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
                                       dropped=st.dropped.records(), errors=st.errors.records())
             data = json_bytes(self._manifest)
+            self._manifest_bytes = len(data)
             self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole
