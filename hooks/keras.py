@@ -162,8 +162,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """The capture goes into fit's train step: installed before fit builds its train function
         (it does so after this); what it cannot do is refused before fit traces anything, so
         fit's own function never fails because of the callback."""
-        if self._graph is None or self._graph.model is not model:
-            self._graph = StepGraph(model, self.options)
+        if isinstance(self._graph, StepGraph):
+            self._graph.abandon()   # installed still: the last fit ended by an exception
+        if self._graph is None or self._graph.model is not model or not self._graph.reuses_kept():
+            self._graph = StepGraph(model, self.options)   # fit traces the step anew: a new catalog
         self._graph.install()
 
     @_guarded
@@ -207,7 +209,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         its steps are recorded again, and the later session wins them."""
         iterations = int(optimizer.iterations.numpy())
         new = self._optimizer is not None and self._optimizer() is not optimizer
+        # only as the last fit left it at its end: after a fit ended by an exception (no
+        # on_train_end), a restored checkpoint could match a stale count
         untouched = not new and iterations == self._iterations_left
+        self._iterations_left = None
         if (new or untouched) and iterations + self._step_offset < self._step:
             self._step_offset = self._step - iterations
             why = ("model.optimizer is new (compile() again) and counts" if new else

@@ -159,17 +159,38 @@ class StepGraph(ProbeGraph):
 
         object.__setattr__(model, "train_step", train_step)
         kept, self._kept = self._kept, None
-        if kept is not None and kept.own is self._own[0] and all(
-                a is b for a, b in zip(kept.compiled, _compiled(model))):
+        if kept is not None and self._reusable(kept):
             _set_train_function(model, kept.wrapped)
             self._fns = kept.capturing
         else:
             model.train_function = None
             self._fns = {}
-            # fit traces the step anew (compile() ran: another loss, other trainable variables):
-            # its first capture names a new catalog, as the first fit's did
-            self._names, self._outputs, self.graph_def, self.mismatch = None, {}, None, None
         self._installed = True
+
+    def _reusable(self, kept: "_Kept") -> bool:
+        """Whether the functions kept from the last fit still hold: the same compile, and the
+        model's own train function untouched since."""
+        return kept.own is self.model.train_function and all(
+            a is b for a, b in zip(kept.compiled, _compiled(self.model)))
+
+    def reuses_kept(self) -> bool:
+        """Whether the next ``install`` reuses the last fit's functions, and so this catalog;
+        if not (compile() ran since), fit traces the step anew: a new StepGraph names its catalog."""
+        return self._kept is not None and self._reusable(self._kept)
+
+    def abandon(self) -> None:
+        """After a fit that ended by an exception (Keras skips on_train_end, so ``uninstall``
+        never ran): the model's own train_step back, and nothing of that fit reused. Its
+        functions were traced with that fit's compile, and putting one back would train the
+        next fit with an old optimizer and loss."""
+        if not self._installed:
+            return
+        if self._saved_step is None:
+            self.model.__dict__.pop("train_step", None)
+        else:
+            object.__setattr__(self.model, "train_step", self._saved_step)
+        self.model.train_function = None   # rebuilt by fit from the model's own step
+        self.current, self._plain, self._kept, self._fns, self._installed = None, None, None, {}, False
 
     def uninstall(self) -> None:
         """The model's own ``train_step`` and train function back; ours are kept for its next fit."""

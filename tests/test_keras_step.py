@@ -188,7 +188,9 @@ def test_a_fit_that_samples_nothing_leaves_no_session(tmp_path, source):
     # unseeded weights had ReLU zero every unit: a flaky test)
     bias = model.layers[-1].bias
     bias.assign(np.full(bias.shape, np.nan, np.float32))
-    _fit(model, x, y, [cb])                                 # steps 7-9: nothing sampled
+    # steps 7-9: nothing sampled (no compile: after one the step capture has no catalog until
+    # its first capture, and a NaN before it is logged only)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
     run = inspector.open_run(tmp_path / "r")
     assert sorted(run.sessions["session"]) == [1, 2]
     first = run.manifests[("chief", 2)]["first_nonfinite"]
@@ -394,3 +396,78 @@ def test_train_batch_under_a_one_replica_strategy(tmp_path):
     rows = run.query_stats(tensors=[name], groups=["all"], kinds=["forward"]).sort_values("step")
     assert list(rows["step"]) == [1, 2, 3] and run.dump_steps() == [2]
     np.testing.assert_allclose(rows["mean"], [x[:16].mean(), x[16:32].mean(), x[32:].mean()], rtol=1e-5)
+
+
+class _Stop(keras.callbacks.Callback):
+    """Raises at the end of batch ``at`` (an interrupted fit: Keras skips on_train_end)."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at = at
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch + 1 == self.at:
+            raise KeyboardInterrupt("stopped")
+
+
+def test_a_fit_ended_by_an_exception_then_compile_trains_the_new_compile(tmp_path):
+    """Found by a review: after a fit ended by an exception (no on_train_end: the capture still
+    installed), compile() with another loss and fit trained every step with the old compile's
+    function: old optimizer, old loss (weights off by 0.1 from a run without the callback)."""
+    x, y = _data(12, n=64)
+    sce = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def train(callbacks):
+        keras.utils.set_random_seed(12)
+        model = sequential()
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=sce)
+        with pytest.raises(KeyboardInterrupt):
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[_Stop(2), *callbacks])
+        model.compile(optimizer=keras.optimizers.SGD(0.1), loss=lambda t, p: 3.0 * sce(t, p))
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=callbacks)
+        return model
+    plain = train([])
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    probed = train([cb])
+    assert int(probed.optimizer.iterations.numpy()) == 4
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    assert "train_step" not in probed.__dict__
+
+
+def test_a_recompiled_fit_whose_first_sampled_step_only_dumps_keeps_its_statistics(tmp_path):
+    """Found by a review: after compile() the step capture kept the old catalog's rows; a fit
+    whose first sampled step was a dump wrote no statistics at all (a layout of the old rows)."""
+    x, y = _data(13, n=64)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=2, dump_every_n_steps=5,
+                         strict=True)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # steps 1-4
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=lambda t, p: keras.losses.sparse_categorical_crossentropy(t, p, from_logits=True) + 0.01)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # 5 (dump only)-8
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == [2, 4, 6, 8] and run.dump_steps() == [5] and run.problems == []
+    catalog = set(run.manifests[("chief", 2)]["tensors"][i]["name"] for i in range(len(run.manifests[("chief", 2)]["tensors"])))
+    assert {k.split("/", 1)[1] for k in run.dump_keys(5) if k.startswith("forward/")} <= catalog
+
+
+def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
+    """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
+    loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
+    that count read as skipped steps: the resumed steps were written 3 past the optimizer's."""
+    x, y = _data(14, n=64)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # steps 1-4
+    ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+    saved = ckpt.save(str(tmp_path / "ckpt" / "c"))
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb, _Stop(3)])  # 5-7
+    ckpt.restore(saved)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # 5-8 again
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 4], [5, 7], [5, 8]]
+    assert [m["step_offset"] for _, m in sorted(run.manifests.items())] == [0, 0, 0]
