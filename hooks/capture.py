@@ -34,12 +34,16 @@ DEFAULT_EXCLUDE = (
     r"(^|/)beta[12]_power", r"(^|/)(Initializer|Assign|IsInitialized|IsVariableInitialized)(_\d+)?(/|$)",
     r"(^|/)(ExponentialMovingAverage|learning_rate|PiecewiseConstant|ExponentialDecay)(_\d+)?(/|$)",
 )
-#: Op types never worth capturing (no values, constants, variable plumbing, summaries, I/O).
+#: Op types never worth capturing (no values, constants, variable plumbing, summaries, I/O),
+#: and blocking takes another run performs: SyncReplicasOptimizer's chief takes the aggregated
+#: gradients in a queue runner of its own, and fetching one in a training step ran it there,
+#: waiting forever for gradients.
 DEFAULT_EXCLUDE_OP_TYPES = frozenset({
     "Const", "VariableV2", "VarHandleOp", "Assign", "AssignAdd", "AssignSub", "AssignVariableOp",
     "AssignAddVariableOp", "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
     "TensorSummaryV2", "SaveV2", "RestoreV2", "VarIsInitializedOp", "IsVariableInitialized", "Shape",
     "Fill", "ZerosLike", "OnesLike",
+    "AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient", "SparseAccumulatorTakeGradient",
 })
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 

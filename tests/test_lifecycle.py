@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,6 +205,39 @@ def test_a_train_op_that_leaves_the_step_to_another_run_is_sampled(tmp_path):
                 sess.run_step_fn(lambda step_context: step_context.session.run(own_step))
     # (the step is the other run's: read after a sampled run, it lags this run's count by one)
     assert len(inspector.open_run(tmp_path / "run").stats["step"].unique()) >= 2
+
+
+def test_sync_replicas_training_with_the_default_capture_runs(tmp_path):
+    """Found by a review: the default capture selected SyncReplicasOptimizer's accumulator takes,
+    which the chief runs in a queue runner of its own; fetched in a training step they waited
+    forever for gradients, and training hung at the first sampled step. In a child process with
+    a timeout, so a hang fails the test instead of the suite."""
+    script = textwrap.dedent(f"""
+        import numpy as np, tensorflow as tf
+        import inspector
+        from hooks import DumpHook
+        v1 = tf.compat.v1
+        v1.disable_eager_execution()
+        x = v1.placeholder(tf.float32, [4, 3], name="x")
+        y = v1.placeholder(tf.int32, [4], name="y")
+        w = v1.get_variable("w", [3, 2])
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=tf.matmul(x, w)))
+        gs = v1.train.get_or_create_global_step()
+        opt = v1.train.SyncReplicasOptimizer(v1.train.GradientDescentOptimizer(0.1), replicas_to_aggregate=1,
+                                             total_num_replicas=1)
+        train = opt.minimize(loss, global_step=gs)
+        hook = DumpHook({str(tmp_path / "run")!r}, loss=loss, labels=y, stats_every_n_steps=4, dump_every_n_steps=0)
+        with v1.train.MonitoredTrainingSession(hooks=[opt.make_session_run_hook(is_chief=True), hook],
+                                               save_checkpoint_steps=None, save_summaries_steps=None,
+                                               log_step_count_steps=None, stop_grace_period_secs=3) as sess:
+            for i in range(12):
+                sess.run(train, {{x: np.full((4, 3), i, np.float32), y: np.arange(4) % 2}})
+        print("STEPS", len(inspector.open_run({str(tmp_path / "run")!r}).stats["step"].unique()))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=str(Path(__file__).resolve().parents[1]))
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split("STEPS")[-1]) >= 2, out.stdout
 
 
 def test_a_hook_reused_after_a_session_never_closed_records_the_next(tmp_path):
