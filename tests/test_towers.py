@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pandas as pd
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
@@ -133,3 +134,9 @@ def test_reader_samples_of_a_tower(tmp_path):
     assert list(s["group"]) == ["positive" if v else "negative" for v in Y[8:] != 0]
     with pytest.raises(inspector.NoDumpError, match="split:0, split:1"):
         run.samples(1, tower="tower_9")
+    # a tensor's own samples (the viewer's pages label a tower's rows this way: they used the
+    # whole batch's, a red team found): its tower's, or the batch's for an untowered tensor
+    pd.testing.assert_frame_equal(run.samples(1, tensor="tower_1/hidden:0"), s)
+    pd.testing.assert_frame_equal(run.samples(1, tensor="x:0"), run.samples(1))
+    with pytest.raises(ValueError, match="tower 'split:1'"):
+        run.samples(1, tensor="tower_1/hidden:0", tower="split:0")
