@@ -284,7 +284,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._groups_rule: str | None = None
         self._refusals = Refusals()
         self._global_step = None
-        self._increments: frozenset = frozenset()   # the ops adding to the global step
+        self._counts_every_run = True               # no op adds to the global step
         self._trains: dict[tuple, bool] = {}        # a run's fetches -> whether they train
         self._loss_finite = None
         self._step = 0
@@ -386,7 +386,7 @@ class DumpHook(v1.train.SessionRunHook):
                                                   extra=dict(fields.get(t.name, {}))))
         self._assign_towers(axis, gid)
         self._global_step = v1.train.get_global_step(g)
-        self._increments = frozenset(_increments(g, self._global_step))
+        self._counts_every_run = not _advances(g, self._global_step)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         self._add_variable_records(g, loss)
         self._build_fetches(gid, labels, loss)
@@ -626,7 +626,7 @@ class DumpHook(v1.train.SessionRunHook):
         zero update. Not "reaches the increment": SyncReplicasOptimizer's chief increments the
         step in a run of its own, and its workers' training runs would never be sampled. True
         where it cannot be told: no increment in the graph, a fetch that is no graph element."""
-        if not self._increments:
+        if self._counts_every_run:
             return True
         try:
             flat = tf.nest.flatten(fetches, expand_composites=True)
@@ -767,17 +767,12 @@ def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
 
 def _advances(g: tf.Graph, global_step) -> bool:
     """Whether some op of ``g`` adds to the global step (an optimizer's ``global_step=``)."""
-    return bool(_increments(g, global_step))
-
-
-def _increments(g: tf.Graph, global_step) -> list[tf.Operation]:
-    """The ops of ``g`` that add to the global step."""
     if global_step is None:
-        return []
+        return False
     handle = global_step.op.name if hasattr(global_step, "op") else None
     # AssignAdd only: a checkpoint restore assigns every variable, the global step included
-    return [op for op in g.get_operations()
-            if op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle]
+    return any(op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle
+               for op in g.get_operations())
 
 
 #: Op types that change state: assignments, optimizers' updates, scatters, accumulators, queues.

@@ -39,7 +39,7 @@ from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, groups, native, variables
 from .dump_hook import _jsonable, check_options, guarded, worker_from_env
-from .keras_step import StepGraph, _compiled
+from .keras_step import StepGraph, compile_state, identical
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
@@ -138,7 +138,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._disabled = False
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
-        self._traced_for: tuple = ()   # what the graph's trace depends on (see _compile_state)
+        self._traced_for: tuple = ()   # what the probe's trace depends on (keras_step.compile_state)
         self._step = 0
         # steps = optimizer.iterations + this offset: 0 until a new compile() restarts the count
         self._step_offset = 0
@@ -191,8 +191,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         probe was traced: it would record the old loss's gradients of the old variables
         (fine-tuning: unfreeze, compile, fit again). The step capture traces fit's new step
         itself (``StepGraph.install``)."""
-        now = _compile_state(model)
-        return len(now) != len(self._traced_for) or any(a is not b for a, b in zip(now, self._traced_for))
+        return not identical(compile_state(model), self._traced_for)
 
     def _continue_steps(self, optimizer) -> int:
         """The step before this fit's first: ``optimizer.iterations`` plus the offset. A new
@@ -347,7 +346,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
         x, y, sw = self.probe
         graph = ProbeGraph(self.model, x, y, sw, self.options)
-        self._traced_for = _compile_state(self.model)
+        self._traced_for = compile_state(self.model)
         graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
@@ -473,12 +472,6 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
         raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
                          "callable on the batch's targets (y -> bool [N])")
     return None
-
-
-def _compile_state(model) -> tuple:
-    """The objects a trace of the model's step depends on besides its code: compile()'s
-    optimizer and loss, and the trainable variables (compared by identity)."""
-    return (*_compiled(model), *model.trainable_variables)
 
 
 def _finite(loss) -> bool:

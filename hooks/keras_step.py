@@ -170,8 +170,7 @@ class StepGraph(ProbeGraph):
     def _reusable(self, kept: "_Kept") -> bool:
         """Whether the functions kept from the last fit still hold: the same compile, and the
         model's own train function untouched since."""
-        return kept.own is self.model.train_function and all(
-            a is b for a, b in zip(kept.compiled, _compiled(self.model)))
+        return kept.own is self.model.train_function and identical(kept.compiled, _compiled(self.model))
 
     def reuses_kept(self) -> bool:
         """Whether the next ``install`` reuses the last fit's functions, and so this catalog;
@@ -366,6 +365,17 @@ def _compiled(model) -> tuple:
     """What ``compile`` replaces: the optimizer and the compiled loss (Keras 3 / tf.keras 2.15),
     from the instance's own attributes (Keras 3's class has a method named compiled_loss)."""
     return model.optimizer, model.__dict__.get("_compile_loss"), model.__dict__.get("compiled_loss")
+
+
+def compile_state(model) -> tuple:
+    """The objects a trace of the model's step depends on besides its code: compile()'s
+    optimizer and loss, and the trainable variables (compared by :func:`identical`)."""
+    return (*_compiled(model), *model.trainable_variables)
+
+
+def identical(a: tuple, b: tuple) -> bool:
+    """The same objects, one for one (by identity: a new compile makes new ones)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
 
 
 def _set_train_function(model, fns: tuple[Any, Any]) -> None:

@@ -474,8 +474,8 @@ class Run:
                 failed.append(p[0])
             if t is not None and t.num_rows:
                 parts.setdefault((w, s), []).append(t)
-        if session is None:
-            parts = _latest_session_wins(parts, self._claimed_steps(files))
+        if session is None:   # a filtered query's rows do not show every step a session recorded
+            parts = _latest_session_wins(parts, self._claimed_steps(files) if filters else None)
         tables = [t for ts in parts.values() for t in ts]
         if batch is not None:  # after the rule: a later evaluation at a step wins all its batches
             tables = [t.filter(pc.equal(t.column("batch"), batch)) for t in tables]
