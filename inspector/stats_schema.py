@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .storage import Ranged
 
 _INT = ("count", "nan", "inf")
-#: Each column the writer writes (``writer.RunWriter._stats_batch``) and a test of its type.
+#: Each column the writer writes (``writer.RunWriter._stats_table``) and a test of its type.
 COLUMNS = {
     "step": pa.types.is_int64,
     "session": pa.types.is_int64,

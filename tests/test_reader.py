@@ -43,6 +43,42 @@ def write_run(path: Path, steps=(1, 2, 3), dumps=(2, 3), max_bytes=None) -> dict
     return written
 
 
+def test_steps_of_one_part_keep_their_own_rows_and_values(tmp_path):
+    """The writer builds a part from many buffered steps at once: each step's rows (all, or the
+    rows its ``keep`` mask names) and values land in order, with its own step and batch."""
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    w = RunWriter(tmp_path / "r", manifest={"tensors": [], "loss": None}, stats_layout=lay)
+    rng = np.random.default_rng(1)
+    sent = {}
+    for s, keep in [(1, None), (2, np.array([True, False, False])), (3, None), (4, np.array([False, True, True]))]:
+        vals, hist = rng.normal(size=(3, 9)), rng.integers(0, 99, (3, 4))
+        w.add_stats(s, vals, np.tile([[-1.0, 2.0]], (3, 1)), hist, keep=keep)
+        rows = range(3) if keep is None else np.flatnonzero(keep)
+        sent.update({(s, lay.groups[r]): (vals[r], hist[r]) for r in rows})
+    w.close()
+    st = inspector.open_run(tmp_path / "r").stats
+    assert sorted(zip(st.step, st.group)) == sorted(sent)
+    for row in st.itertuples():
+        vals, hist = sent[(row.step, row.group)]
+        np.testing.assert_allclose([row.mean, row.std, row.l2], vals[[1, 2, 5]])
+        assert row.count == int(vals[0]) and list(row.histogram) == list(hist) and row.hist_hi == 2.0
+
+
+def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path):
+    lay = StatsLayout(("a:0", "b:0"), ("forward", "forward"), ("all", "all"), 4)
+    w = RunWriter(tmp_path / "r", manifest={"tensors": [], "loss": None}, stats_layout=lay)
+    try:
+        w.add_stats(1, np.zeros((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+        with pytest.raises(ValueError, match=r"step 2: hist has shape \(2, 5\), the layout needs \(2, 4\)"):
+            w.add_stats(2, np.zeros((2, 9)), np.zeros((2, 2)), np.zeros((2, 5)))
+        with pytest.raises(ValueError, match=r"step 3: values has shape \(3, 9\)"):
+            w.add_stats(3, np.zeros((3, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+        w.add_stats(4, np.ones((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+    finally:
+        w.close()
+    assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 4]   # the good steps, both
+
+
 def test_roundtrip_stats_dumps_samples(tmp_path):
     written = write_run(tmp_path / "r")
     run = inspector.open_run(tmp_path / "r")
