@@ -281,9 +281,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         in_graph = isinstance(self._graph, StepGraph)
         updates = out.get("update", {}) if in_graph else self._updates()
         if stats:
-            values, hist_range, hist = (np.asarray(a) for a in out["stats"])
-            if self._graph.variables:  # update rows follow (count 0: no "before" copy, e.g. an unbuilt model)
-                rows = out["update_stats"] if in_graph else variables.numpy_stats(
+            values, hist_range, hist = (np.asarray(a) for a in out["stats"])   # in_graph: the update rows too
+            if self._graph.variables and not in_graph:  # update rows follow (count 0: no "before" copy)
+                rows = variables.numpy_stats(
                     [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
                     self.options.bins)
                 values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip((values, hist_range, hist), rows))

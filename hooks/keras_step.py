@@ -239,6 +239,10 @@ class StepGraph(ProbeGraph):
             return logs   # fit's step as it is; its capture is refused (mismatch)
         with tf.name_scope("tf_inspector"):
             out.update(self._updates(key))
+            if "update_stats" in out:   # the layout's order, one matrix each: 3 reads after the step, not 6
+                rows = out.pop("update_stats")
+                out["stats"] = tuple(tf.concat([a, b], 0) for a, b in zip(out["stats"], rows)) if out.get("stats") \
+                    else rows
             self._store(key, out)
         if self.graph_def is None:
             self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
@@ -331,9 +335,8 @@ class StepGraph(ProbeGraph):
             for p in path[:-1]:
                 node = node.setdefault(p, {})
             node[path[-1]] = _value(var)
-        for part in ("stats", "update_stats"):
-            if part in out:
-                out[part] = tuple(out[part][i] for i in range(len(out[part])))
+        if "stats" in out:   # the captured tensors' rows, then the updates' (_capturing_step)
+            out["stats"] = tuple(out["stats"][i] for i in range(len(out["stats"])))
         if key[0] and "stats" not in out:
             out["stats"] = ()    # nothing to compute statistics of
         return out
