@@ -144,6 +144,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step_offset = 0
         self._optimizer: weakref.ref | None = None
         self._iterations_left: int | None = None   # optimizer.iterations at the last fit's end
+        self._counter: Any = None   # the last fit's optimizer.iterations (held: see _continue_steps)
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
@@ -206,6 +207,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         of ``optimizer.iterations``: when the count is where the last fit left it, steps also
         continue from the last. A count set back since (a checkpoint restored) is a resume:
         its steps are recorded again, and the later session wins them."""
+        if self._counter is not None and self._iterations_left is None:
+            # The last fit ended by an exception. One raised in another callback's batch end
+            # comes after the step trained but before this callback counted it; the last
+            # optimizer's count says whether it trained (compile() since would else number
+            # this fit's steps from one too few).
+            self._step = max(self._step, int(self._counter.numpy()) + self._step_offset)
         iterations = int(optimizer.iterations.numpy())
         new = self._optimizer is not None and self._optimizer() is not optimizer
         # only as the last fit left it at its end: after a fit ended by an exception (no
@@ -219,7 +226,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                    "count the steps it skips); it stands")
             log.warning("%s from step %d: this run's steps continue from %d instead (step = optimizer.iterations + %d; "
                         "manifest step_offset)", why, iterations, self._step, self._step_offset)
-        self._optimizer = weakref.ref(optimizer)
+        self._optimizer, self._counter = weakref.ref(optimizer), optimizer.iterations
         return iterations + self._step_offset
 
     @_guarded

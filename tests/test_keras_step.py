@@ -453,6 +453,28 @@ def test_a_recompiled_fit_whose_first_sampled_step_only_dumps_keeps_its_statisti
     assert {k.split("/", 1)[1] for k in run.dump_keys(5) if k.startswith("forward/")} <= catalog
 
 
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_a_step_another_callback_interrupted_still_counts_after_compile(tmp_path, source):
+    """Found by a review: another callback raising in a batch's end (listed before this one)
+    ends the fit after that step trained but before this callback counted it. After compile()
+    (a new optimizer counting from 0), the next fit's steps began one too low: step 3 again,
+    a step the first optimizer had already applied."""
+    x, y = _data(15, n=64)
+    model = sequential()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **where, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[_Stop(3), cb])  # 1-3
+    assert int(model.optimizer.iterations.numpy()) == 3
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # 4-7
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 2], [4, 7]]
+    assert run.manifests[("chief", 2)]["step_offset"] == 3
+
+
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
