@@ -52,6 +52,7 @@ class Claim:
     worker: str
     session: int
     heartbeat_secs: float
+    bytes_before: int = 0   # the run's bytes when the session started (scan)
 
     def __post_init__(self) -> None:
         self.run_dir = normalize(self.run_dir)
@@ -74,9 +75,10 @@ class Claim:
         claim = cls(run_dir, check_worker(worker), 0, heartbeat_secs)
         claim.store.makedirs("")
         claim._acquire()
-        claim.session = next_session(claim.store, worker)
+        found = scan(claim.store, worker)
+        claim.session, claim.bytes_before = found.session, found.bytes
         claim.refresh()
-        remove_leftovers(claim.store, worker)
+        _remove(claim.store, found.leftovers)
         return claim
 
     def _record(self) -> dict:
@@ -151,44 +153,44 @@ def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
 _FOLDERS = (("", parse_manifest_name), ("stats", parse_stats_name), ("dumps", parse_dump_name))
 
 
-def next_session(run_dir: Path | str | Storage, worker: str) -> int:
-    """1 + the highest session number of ``worker`` found in any file of the run."""
+@dataclass
+class Scan:
+    """What one listing of a run tells a writer session that is starting."""
+    session: int            # 1 + the highest session number of the worker in any file of the run
+    leftovers: list[str]    # temporary files a killed writer of the worker left (``.<name>.<random>.tmp``)
+    bytes: int              # the run's bytes (temporary files, locks and links excluded)
+
+
+def scan(run_dir: Path | str | Storage, worker: str) -> Scan:
+    """One pass over the run's folders (a session used to list them three times: at 1,900
+    files, 28 ms of every ``fit``'s start on local disk, and three times the requests on an
+    object store). Object stores have no temporary files (an unfinished multipart upload is no
+    object: the bucket's lifecycle rule for incomplete uploads removes it)."""
     store = open_storage(normalize(run_dir))
-    found = [0]
+    found = Scan(1, [], 0)
+    prefixes = (f".manifest.{worker}.", f".graph.{worker}.", f".{worker}.", f".lock.{worker}.")
     for sub, parse in _FOLDERS:
         for entry in store.list(sub):
-            ids = parse(entry.name)
+            ids = parse(entry.name)   # a link's name counts too: the new session never reuses it
             if ids and ids[0] == worker:
-                found.append(ids[1])
-    return max(found) + 1
+                found.session = max(found.session, ids[1] + 1)
+            if entry.size is None or entry.link:
+                continue
+            if is_temporary(entry.name):
+                if entry.name.startswith(prefixes):
+                    found.leftovers.append(f"{sub}/{entry.name}" if sub else entry.name)
+            elif not LOCK_RE.match(entry.name):
+                found.bytes += entry.size
+    return found
 
 
-def remove_leftovers(run_dir: Path | str | Storage, worker: str) -> int:
-    """Delete temporary files a killed writer of ``worker`` left (``.<name>.<random>.tmp``).
-    Object stores have none (an unfinished multipart upload is no object: the bucket's
-    lifecycle rule for incomplete uploads removes it)."""
-    store = open_storage(normalize(run_dir))
-    removed = 0
-    prefixes = (f".manifest.{worker}.", f".graph.{worker}.", f".{worker}.", f".lock.{worker}.")
-    for sub, _ in _FOLDERS:
-        for entry in store.list(sub):
-            if is_temporary(entry.name) and entry.name.startswith(prefixes) and entry.size is not None:
-                rel = f"{sub}/{entry.name}" if sub else entry.name
-                if store.is_local and (os.path.islink(store.display(rel)) or not os.path.isfile(store.display(rel))):
-                    continue
-                store.delete(rel)
-                removed += 1
-    return removed
+def next_session(run_dir: Path | str | Storage, worker: str) -> int:
+    """1 + the highest session number of ``worker`` found in any file of the run."""
+    return scan(run_dir, worker).session
 
 
-def run_bytes(run_dir: Path | str | Storage) -> int:
-    """Bytes of the run's files (temporary files and locks excluded): what a byte budget starts from."""
-    store = open_storage(normalize(run_dir))
-    total = 0
-    for sub, _ in _FOLDERS:
-        for entry in store.list(sub):
-            if entry.size is not None and not is_temporary(entry.name) and not LOCK_RE.match(entry.name):
-                if store.is_local and os.path.islink(store.display(f"{sub}/{entry.name}" if sub else entry.name)):
-                    continue
-                total += entry.size
-    return total
+def _remove(store: Storage, leftovers: list[str]) -> None:
+    for rel in leftovers:
+        if store.is_local and (os.path.islink(store.display(rel)) or not os.path.isfile(store.display(rel))):
+            continue
+        store.delete(rel)

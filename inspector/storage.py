@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ class Entry:
     name: str
     size: int | None
     stamp: str
+    link: bool = False   # a symbolic link (local disk): never counted or followed
 
 
 def is_url(path: Any) -> bool:
@@ -256,7 +258,8 @@ class LocalStorage(Storage):
                     except OSError:
                         continue
                     is_dir = e.is_dir(follow_symlinks=False)
-                    out.append(Entry(e.name, None if is_dir else st.st_size, str(st.st_mtime_ns)))
+                    out.append(Entry(e.name, None if is_dir else st.st_size, str(st.st_mtime_ns),
+                                     stat.S_ISLNK(st.st_mode)))
         except OSError:
             return []
         return out

@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .claim import Claim, run_bytes
+from .claim import Claim
 from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, json_bytes, manifest_name, stats_name)
 from .liveness import now_iso
@@ -233,7 +233,7 @@ class RunWriter:
         self.claim = Claim.take(self.store, self.worker, heartbeat_secs)
         self.session = self.claim.session
         self._last_manifest = time.monotonic()
-        self.state = WriterState(bytes_before=run_bytes(self.store))
+        self.state = WriterState(bytes_before=self.claim.bytes_before)
         self.error: BaseException | None = None  # the last write error (strict mode raises it)
         self.closed = False
         self._close_lock = threading.Lock()
@@ -275,11 +275,10 @@ class RunWriter:
         self._reserve = self._make_reserve()
         # the tensor/kind/group columns, the same for every statistics step (none without a layout)
         self._static = _static_columns(stats_layout) if stats_layout else {}
-        self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
-                                               name=f"tf-inspector-dumps-{worker}-s{self.session}-{i}")
-                              for i in range(dump_threads)]
-        for t in self._dump_threads:
-            t.start()
+        # started at the first dump: most sessions (a fit at the defaults) write none, and a
+        # thread's start waits for the busy training process to schedule it
+        self._dump_thread_count = dump_threads
+        self._dump_threads: list[threading.Thread] = []
         self._thread = threading.Thread(target=self._loop, name=f"tf-inspector-writer-{worker}-s{self.session}",
                                         daemon=True)
         self._thread.start()
@@ -304,8 +303,10 @@ class RunWriter:
     def _check_stats(self, s: _Stats) -> None:
         """ValueError unless ``s`` has the layout's rows and the statistics' columns: the writer
         builds a part from many steps at once, and one malformed step must not lose the others."""
+        assert self.layout is not None   # add_stats refused a writer without one
         rows, bins = len(self.layout.tensors), self.layout.bins
-        want = {"values": (rows, len(STAT_COLUMNS)), "hist_range": (rows, 2), "hist": (rows, bins)}
+        want: dict[str, tuple[int, ...]] = {"values": (rows, len(STAT_COLUMNS)), "hist_range": (rows, 2),
+                                            "hist": (rows, bins)}
         if s.keep is not None:
             want["keep"] = (rows,)
         for name, shape in want.items():
@@ -332,6 +333,7 @@ class RunWriter:
             return False
         with self._lock:
             self._pending_bytes += nbytes
+            self._start_dump_threads()
         try:
             self._dumps.put_nowait(_Dump(int(step), batch, data))
         except queue.Full:
@@ -506,10 +508,23 @@ class RunWriter:
         with done:
             return done.wait_for(lambda: self._dumps.unfinished_tasks == 0, timeout)
 
-    def _stop_dump_threads(self) -> None:
-        for _ in self._dump_threads:
-            self._dumps.put(None)  # after every queued dump: FIFO
+    def _start_dump_threads(self) -> None:
+        """Start the dump threads unless they run (called under ``self._lock``)."""
+        if self._dump_threads:
+            return
+        self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
+                                               name=f"tf-inspector-dumps-{self.worker}-s{self.session}-{i}")
+                              for i in range(self._dump_thread_count)]
         for t in self._dump_threads:
+            t.start()
+
+    def _stop_dump_threads(self) -> None:
+        with self._lock:   # no dump thread starts after this (add_dump racing close())
+            self._dump_threads, threads = [], self._dump_threads
+            self._dump_thread_count = 0
+        for _ in threads:
+            self._dumps.put(None)  # after every queued dump: FIFO
+        for t in threads:
             t.join()
 
     def _handle(self, item: Any) -> None:
@@ -582,7 +597,7 @@ class RunWriter:
         cols["hist_lo"] = pa.array(hist_range[:, 0].astype(np.float64))
         cols["hist_hi"] = pa.array(hist_range[:, 1].astype(np.float64))
         flat = pa.array(np.ascontiguousarray(hist, dtype=np.int32).ravel())
-        cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, self.layout.bins)
+        cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, hist.shape[1])
         return pa.Table.from_pydict(cols)
 
     def _flush_stats(self, final: bool = False) -> None:

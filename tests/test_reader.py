@@ -79,6 +79,26 @@ def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path
     assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 4]   # the good steps, both
 
 
+def test_dump_threads_start_at_the_first_dump(tmp_path):
+    """A session that writes no dump (most fits at the defaults) starts no dump thread; the
+    first dump starts them and is written."""
+    import threading
+
+    def dump_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("tf-inspector-dumps-w7-")]
+    lay = StatsLayout(("a:0",), ("forward",), ("all",), 4)
+    catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [3], "scope": "",
+                "has_gradient": False, "batched": False, "icnn_layer": None, "icnn_role": None}]
+    w = RunWriter(tmp_path / "r", worker="w7", manifest={"tensors": catalog, "loss": None}, stats_layout=lay)
+    w.add_stats(1, np.zeros((1, 9)), np.zeros((1, 2)), np.zeros((1, 4)))
+    assert dump_threads() == []
+    w.add_dump(2, {"forward/a:0": np.arange(3, dtype=np.float32)})
+    assert len(dump_threads()) == 2
+    w.close()
+    assert dump_threads() == []
+    np.testing.assert_array_equal(inspector.open_run(tmp_path / "r").tensor("a:0", 2, worker="w7"), [0, 1, 2])
+
+
 def test_roundtrip_stats_dumps_samples(tmp_path):
     written = write_run(tmp_path / "r")
     run = inspector.open_run(tmp_path / "r")

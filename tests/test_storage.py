@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import inspector
-from inspector.claim import Claim, RunLockedError, next_session
+from inspector.claim import Claim, RunLockedError, next_session, scan
 from inspector.storage import FsspecStorage, check_relative, open_storage
 from inspector.testing import SyntheticRun, make_synthetic_run
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
@@ -504,3 +504,33 @@ def test_viewer_reads_a_bucket_while_workers_write(s3, monkeypatch):
             r.close()
     m = metrics(at.run())
     assert m["Status"] == "finished", m
+
+
+def test_one_listing_finds_the_session_the_leftovers_and_the_bytes(tmp_path):
+    """A session's start lists the run once: the next session number (a link's name counts,
+    so it is never reused), the worker's own temporary files (another worker's stay), and the
+    bytes a budget starts from (no temporary file, lock or link counted)."""
+    run = tmp_path / "run"
+    (run / "dumps").mkdir(parents=True)
+    (run / "stats").mkdir()
+    sizes = {"manifest.chief.s0003.json": 10, "dumps/chief.s0005.step-0000000001.safetensors": 100,
+             "stats/worker-1.s0009.000001.parquet": 1000}
+    for rel, n in sizes.items():
+        (run / rel).write_bytes(b"x" * n)
+    (run / "manifest.chief.s0007.json").symlink_to(tmp_path / "elsewhere.json")
+    (run / "lock.chief.json").write_bytes(b"{}" * 50)
+    (run / ".manifest.chief.s0002.json.ab12.tmp").write_bytes(b"x" * 7)
+    (run / "dumps" / ".chief.s0002.step-0000000004.safetensors.cd34.tmp").write_bytes(b"x" * 7)
+    (run / ".manifest.worker-1.s0001.json.ef56.tmp").write_bytes(b"x" * 7)
+    found = scan(run, "chief")
+    assert found.session == 8
+    assert sorted(found.leftovers) == [".manifest.chief.s0002.json.ab12.tmp",
+                                       "dumps/.chief.s0002.step-0000000004.safetensors.cd34.tmp"]
+    assert found.bytes == sum(sizes.values())
+    claim = Claim.take(run, "chief", heartbeat_secs=60)
+    try:
+        assert (claim.session, claim.bytes_before) == (8, sum(sizes.values()))
+        assert not (run / ".manifest.chief.s0002.json.ab12.tmp").exists()
+        assert (run / ".manifest.worker-1.s0001.json.ef56.tmp").exists()
+    finally:
+        claim.release()
