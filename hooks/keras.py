@@ -116,6 +116,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  unbatched: str | Sequence[str] | None = None,
                  storage_options: dict[str, Any] | None = None) -> None:
         super().__init__()
+        backend = tf.keras.backend.backend()
+        if backend != "tensorflow":   # the capture traces the model into a TensorFlow graph
+            raise ValueError(f"InspectCallback needs Keras on the TensorFlow backend; this Keras runs on {backend!r}: "
+                             f"set KERAS_BACKEND=tensorflow before importing keras")
         check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
         self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
         self.storage_options = storage_options

@@ -184,6 +184,14 @@ def test_bad_probe_is_refused(tmp_path):
         InspectCallback(tmp_path / "r", probe=(np.float32(1.0), np.int32(0)))
 
 
+def test_keras_on_another_backend_is_refused(tmp_path, monkeypatch):
+    """Keras 3 may run on JAX or PyTorch; the capture traces a TensorFlow graph, so the callback
+    says which backend it needs instead of failing inside fit."""
+    monkeypatch.setattr(tf.keras.backend, "backend", lambda: "jax")
+    with pytest.raises(ValueError, match="runs on 'jax': set KERAS_BACKEND=tensorflow"):
+        InspectCallback(tmp_path / "r", source="train_batch")
+
+
 class TwoHeads(keras.layers.Layer):
     """A custom layer with two outputs: class logits and a regression value."""
 
