@@ -149,6 +149,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._optimizer: weakref.ref | None = None
         self._iterations_left: int | None = None   # optimizer.iterations at the last fit's end
         self._counter: Any = None   # the last fit's optimizer.iterations (held: see _continue_steps)
+        self._unended = False       # a batch began whose end this callback has not seen
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
@@ -211,12 +212,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
         of ``optimizer.iterations``: when the count is where the last fit left it, steps also
         continue from the last. A count set back since (a checkpoint restored) is a resume:
         its steps are recorded again, and the later session wins them."""
-        if self._counter is not None and self._iterations_left is None:
-            # The last fit ended by an exception. One raised in another callback's batch end
-            # comes after the step trained but before this callback counted it; the last
-            # optimizer's count says whether it trained (compile() since would else number
-            # this fit's steps from one too few).
-            self._step = max(self._step, int(self._counter.numpy()) + self._step_offset)
+        if self._unended and self._counter is not None and int(self._counter.numpy()) + self._step_offset > self._step:
+            # The last fit ended by an exception in a batch this callback saw begin, not end.
+            # One raised in another callback's batch end comes after the step trained; the last
+            # optimizer's count says whether it did (compile() since would else number this
+            # fit's steps from one too few). Only that step: steps trained by fits without this
+            # callback are not counted after any fit.
+            self._step += 1
+        self._unended = False
         iterations = int(optimizer.iterations.numpy())
         new = self._optimizer is not None and self._optimizer() is not optimizer
         # only as the last fit left it at its end: after a fit ended by an exception (no
@@ -235,6 +238,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
+        self._unended = True
         stats, dump = self._wants(self._step + 1)
         dump = dump or self._force_dump
         if dump and self._writer is not None and not self._writer.closed:
@@ -257,6 +261,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_end(self, batch, logs=None) -> None:
+        self._unended = False
         self._step += 1
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)

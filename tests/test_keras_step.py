@@ -475,6 +475,24 @@ def test_a_step_another_callback_interrupted_still_counts_after_compile(tmp_path
     assert run.manifests[("chief", 2)]["step_offset"] == 3
 
 
+def test_an_interrupted_fit_counts_no_step_trained_without_the_callback(tmp_path):
+    """Found by the review of the test above's fix: only the step in flight counts. Steps
+    trained by fits without the callback are not numbered after an interrupted fit, as they
+    are not after a fit that ended well."""
+    x, y = _data(16, n=96)
+    model = sequential()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb, _Stop(3)])  # 1-3
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)                   # 6 steps unseen
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x[:48], y[:48], batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])    # 4-6
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
+
+
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
