@@ -81,16 +81,13 @@ class StatsLayout:
 
 @dataclass
 class _Stats:
+    """One step's statistics as a part holds them: the rows it writes, checked and converted."""
     step: int
     batch: int
-    values: np.ndarray      # [R, len(STAT_COLUMNS)]
-    hist_range: np.ndarray  # [R, 2]
-    hist: np.ndarray        # [R, bins]
-    keep: np.ndarray | None = None  # bool [R]: the rows to write (None: all)
-
-    def rows(self) -> np.ndarray:
-        """The layout rows this step writes."""
-        return np.arange(len(self.values)) if self.keep is None else np.flatnonzero(self.keep)
+    rows: np.ndarray        # int [K]: the layout's rows written (``keep``)
+    values: np.ndarray      # float64 [K, len(STAT_COLUMNS)]
+    hist_range: np.ndarray  # float64 [K, 2]
+    hist: np.ndarray        # int32 [K, bins]
 
 
 @dataclass
@@ -293,26 +290,35 @@ class RunWriter:
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
-        item = _Stats(int(step), int(batch), np.asarray(values), np.asarray(hist_range), np.asarray(hist),
-                      None if keep is None else np.asarray(keep, bool))
-        self._check_stats(item)
+        item = self._checked_stats(int(step), int(batch), values, hist_range, hist, keep)
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(item)
 
-    def _check_stats(self, s: _Stats) -> None:
-        """ValueError unless ``s`` has the layout's rows and the statistics' columns: the writer
-        builds a part from many steps at once, and one malformed step must not lose the others."""
+    def _checked_stats(self, step: int, batch: int, values, hist_range, hist, keep) -> _Stats:
+        """The step as a part will hold it; ValueError naming what does not fit the layout's
+        rows and the columns' types. Why here: the writer builds a part from many steps at
+        once, and one malformed step must not lose the others."""
         assert self.layout is not None   # add_stats refused a writer without one
-        rows, bins = len(self.layout.tensors), self.layout.bins
-        want: dict[str, tuple[int, ...]] = {"values": (rows, len(STAT_COLUMNS)), "hist_range": (rows, 2),
-                                            "hist": (rows, bins)}
-        if s.keep is not None:
-            want["keep"] = (rows,)
-        for name, shape in want.items():
-            got = getattr(s, name).shape
-            if got != shape:
-                raise ValueError(f"statistics of step {s.step}: {name} has shape {got}, the layout needs {shape}")
+        n = len(self.layout.tensors)
+        want = {"values": ((n, len(STAT_COLUMNS)), np.float64), "hist_range": ((n, 2), np.float64),
+                "hist": ((n, self.layout.bins), np.int32), "keep": ((n,), np.bool_)}
+        got: dict[str, np.ndarray] = {}
+        for name, given in (("values", values), ("hist_range", hist_range), ("hist", hist), ("keep", keep)):
+            if given is None:
+                continue
+            shape, dtype = want[name]
+            try:
+                got[name] = np.asarray(given, dtype)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"statistics of step {step}: {name} is not {np.dtype(dtype).name} ({e})") from None
+            if got[name].shape != shape:
+                raise ValueError(f"statistics of step {step}: {name} has shape {got[name].shape}, the layout needs "
+                                 f"{shape}")
+        if "keep" not in got:
+            return _Stats(step, batch, np.arange(n), got["values"], got["hist_range"], got["hist"])
+        rows = np.flatnonzero(got["keep"])
+        return _Stats(step, batch, rows, got["values"][rows], got["hist_range"][rows], got["hist"][rows])
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
@@ -530,7 +536,7 @@ class RunWriter:
     def _handle(self, item: Any) -> None:
         if isinstance(item, _Stats):
             self._buffer_stats(item)
-            self.state.stats_rows += len(item.values)
+            self.state.stats_rows += len(item.rows)
         elif isinstance(item, tuple) and item[0] == "manifest":
             self._manifest.update(item[1])
             self._write_manifest()
@@ -542,10 +548,10 @@ class RunWriter:
 
     def _buffer_stats(self, item: _Stats) -> None:
         self._stats_buffer.append(item)
-        self._buffered_rows += len(item.values)
+        self._buffered_rows += len(item.rows)
         while self._buffered_rows > MAX_BUFFERED_ROWS and len(self._stats_buffer) > 1:
             old = self._stats_buffer.pop(0)  # parts keep failing: bound the memory, record the loss
-            self._buffered_rows -= len(old.values)
+            self._buffered_rows -= len(old.rows)
             self.record_drop(old.step, "statistics buffer full while their parts could not be written", what="stats")
 
     def _wait(self) -> float:
@@ -569,12 +575,11 @@ class RunWriter:
 
     def _stats_table(self, items: list[_Stats]) -> pa.Table:
         """The buffered steps as one table (the columns of FORMAT.md's statistics parts)."""
-        picked = [s.rows() for s in items]
-        counts = [len(p) for p in picked]
-        layout_rows = np.concatenate(picked)
+        counts = [len(s.rows) for s in items]
+        layout_rows = np.concatenate([s.rows for s in items])
 
         def stacked(name: str) -> np.ndarray:
-            return np.concatenate([getattr(s, name)[p] for s, p in zip(items, picked)])
+            return np.concatenate([getattr(s, name) for s in items])
 
         def per_step(value) -> np.ndarray:
             return np.repeat(np.asarray([value(s) for s in items], np.int64), counts)
@@ -593,10 +598,10 @@ class RunWriter:
             cols[name] = pa.DictionaryArray.from_arrays(indices, column.dictionary)
         for i, name in enumerate(STAT_COLUMNS):
             v = values[:, i]
-            cols[name] = pa.array(v.astype(np.int64) if name in ("count", "nan", "inf") else v.astype(np.float64))
-        cols["hist_lo"] = pa.array(hist_range[:, 0].astype(np.float64))
-        cols["hist_hi"] = pa.array(hist_range[:, 1].astype(np.float64))
-        flat = pa.array(np.ascontiguousarray(hist, dtype=np.int32).ravel())
+            cols[name] = pa.array(v.astype(np.int64) if name in ("count", "nan", "inf") else np.ascontiguousarray(v))
+        cols["hist_lo"] = pa.array(np.ascontiguousarray(hist_range[:, 0]))
+        cols["hist_hi"] = pa.array(np.ascontiguousarray(hist_range[:, 1]))
+        flat = pa.array(np.ascontiguousarray(hist).ravel())
         cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, hist.shape[1])
         return pa.Table.from_pydict(cols)
 

@@ -73,10 +73,12 @@ def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path
             w.add_stats(2, np.zeros((2, 9)), np.zeros((2, 2)), np.zeros((2, 5)))
         with pytest.raises(ValueError, match=r"step 3: values has shape \(3, 9\)"):
             w.add_stats(3, np.zeros((3, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
-        w.add_stats(4, np.ones((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+        with pytest.raises(ValueError, match=r"step 4: values is not float64"):
+            w.add_stats(4, np.array([["n/a"] * 9] * 2, object), np.zeros((2, 2)), np.zeros((2, 4)))
+        w.add_stats(5, np.ones((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
     finally:
         w.close()
-    assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 4]   # the good steps, both
+    assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 5]   # the good steps, both
 
 
 def test_dump_threads_start_at_the_first_dump(tmp_path):
