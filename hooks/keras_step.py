@@ -221,7 +221,7 @@ class StepGraph(ProbeGraph):
             model.make_train_function(force=True)
             self._fns[key] = model.train_function
         self.current = key           # read while fit traces the function on this step
-        model.train_function = self._fns[key]
+        _set_train_function(model, (self._fns[key], None))
 
     # ---- inside the traced step ----------------------------------------------------------------
     def _capturing_step(self, original, data, key: Key):
@@ -382,9 +382,13 @@ def identical(a: tuple, b: tuple) -> bool:
 
 
 def _set_train_function(model, fns: tuple[Any, Any]) -> None:
-    model.train_function = fns[0]
+    """Swap fit's train function by plain attribute writes. The model's own ``__setattr__``
+    tracks a new value as a checkpoint dependency (tf.keras 2.15 walks every layer's weights
+    for it: ~0.1 ms a write in training, four writes a sampled step); the functions swapped
+    in are fit's own, which Keras tracked when it made them."""
+    object.__setattr__(model, "train_function", fns[0])
     if fns[1] is not None:
-        model.train_tf_function = fns[1]
+        object.__setattr__(model, "train_tf_function", fns[1])
 
 
 def _paths(out: dict, prefix: tuple = ()) -> list[tuple[tuple, tf.Tensor]]:
