@@ -150,6 +150,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._iterations_left: int | None = None   # optimizer.iterations at the last fit's end
         self._counter: Any = None   # the last fit's optimizer.iterations (held: see _continue_steps)
         self._unended = False       # a batch began whose end this callback has not seen
+        self._starting = False      # a fit began whose steps are not read yet (on_train_batch_begin)
+        self._model_name: str | None = None   # the model the last fit trained
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
@@ -187,7 +189,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
         if isinstance(self._graph, StepGraph):
             self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
-        self._step = self._continue_steps(self.model.optimizer)
+        if self._model_name not in (None, self.model.name):
+            log.warning("this InspectCallback recorded model %r into %s; this fit trains model %r, whose steps continue "
+                        "that run's (run.problems will say so): give each model a callback and a run directory of "
+                        "its own", self._model_name, self.run_dir, self.model.name)
+        self._model_name = self.model.name
+        # read at the fit's first batch: BackupAndRestore (or another callback listed after this
+        # one) restores optimizer.iterations in its own on_train_begin
+        self._starting = True
         if self.source == "probe" and self._graph is not None and (
                 self._graph.model is not self.model or self._recompiled(self.model)):
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
@@ -238,6 +247,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
+        if self._starting:
+            self._step, self._starting = self._continue_steps(self.model.optimizer), False
         self._unended = True
         stats, dump = self._wants(self._step + 1)
         dump = dump or self._force_dump

@@ -23,9 +23,9 @@ def _data(seed=0, n=48, d=6):
     return x, y
 
 
-def sequential():
+def sequential(name="seq"):
     return keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
-                             keras.layers.Dense(2, name="logits")], name="seq")
+                             keras.layers.Dense(2, name="logits")], name=name)
 
 
 def functional():
@@ -192,7 +192,27 @@ def test_keras_on_another_backend_is_refused(tmp_path, monkeypatch):
         InspectCallback(tmp_path / "r", source="train_batch")
 
 
-class TwoHeads(keras.layers.Layer):
+def test_another_model_written_into_a_run_is_a_problem_of_the_run(tmp_path, caplog):
+    """Found by a new user's trial: a second model written into a run directory (a new
+    callback, or the same one in a sweep loop) spliced its steps into the first's training,
+    silently. The run now says so, and the reused callback warns."""
+    x, y = _data(21)
+    a, b = sequential(name="model_a"), sequential(name="model_b")
+    for m in (a, b):
+        m.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    a.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    assert inspector.open_run(tmp_path / "r").problems == []     # one model, fitted again below: none
+    a.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    assert inspector.open_run(tmp_path / "r").problems == []
+    with caplog.at_level("WARNING", logger="tf_inspector"):
+        b.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    assert "recorded model 'model_a'" in caplog.text and "trains model 'model_b'" in caplog.text
+    problems = inspector.open_run(tmp_path / "r").problems
+    assert len(problems) == 1 and "session 2: 'model_a', session 3: 'model_b'" in problems[0]
+
+
+
     """A custom layer with two outputs: class logits and a regression value."""
 
     def __init__(self, **kw):

@@ -493,6 +493,40 @@ def test_an_interrupted_fit_counts_no_step_trained_without_the_callback(tmp_path
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
 
 
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_backup_and_restore_listed_after_the_callback_numbers_the_resumed_steps(tmp_path, source):
+    """Found by a new user's trial: BackupAndRestore restores optimizer.iterations in its own
+    on_train_begin; listed after InspectCallback, the callback had read the count before the
+    restore, and wrote the resumed steps 5-12 as 7-14 (steps 13-14 never ran)."""
+    x, y = _data(17, n=128)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **where, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    seen = []
+
+    class Preempt(keras.callbacks.Callback):
+        armed = True
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(int(self.model.optimizer.iterations.numpy()))
+            if self.armed and seen[-1] == 6:
+                self.armed = False
+                raise RuntimeError("preempted")
+    preempt = Preempt()
+
+    def fit():
+        backup = keras.callbacks.BackupAndRestore(str(tmp_path / "backup"))
+        model.fit(x, y, batch_size=32, epochs=3, shuffle=False, verbose=0, callbacks=[cb, backup, preempt])
+    with pytest.raises(RuntimeError, match="preempted"):
+        fit()                                   # epoch 1: steps 1-4 (backed up), epoch 2: 5-6, then preempted
+    seen.clear()
+    fit()                                       # resumed from the end of epoch 1
+    run = inspector.open_run(tmp_path / "r")
+    last = run.sessions.sort_values("session").iloc[-1]
+    assert [last["first_step"], last["last_step"]] == [seen[0], seen[-1]] == [5, 12]
+
+
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
