@@ -190,9 +190,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):
             self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
         if self._model_name not in (None, self.model.name):
-            log.warning("this InspectCallback recorded model %r into %s; this fit trains model %r, whose steps continue "
-                        "that run's (run.problems will say so): give each model a callback and a run directory of "
-                        "its own", self._model_name, self.run_dir, self.model.name)
+            log.warning("this InspectCallback recorded model %r into %s; this fit trains model %r, whose steps "
+                        "continue that run's (run.problems will say so): give each model a callback and a run "
+                        "directory of its own", self._model_name, self.run_dir, self.model.name)
         self._model_name = self.model.name
         # read at the fit's first batch: BackupAndRestore (or another callback listed after this
         # one) restores optimizer.iterations in its own on_train_begin
@@ -332,6 +332,23 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._graph.uninstall()
         self._iterations_left = int(self.model.optimizer.iterations.numpy())   # see _continue_steps
         self._close()
+
+    def close(self) -> None:
+        """End what a fit ended by an exception left open (Keras skips ``on_train_end`` then):
+        its writer session, closed as failed with every row written so far, and the step
+        capture in the model's ``train_step``. This callback's next fit, or the process's exit,
+        would do it; call it to hand the run directory's worker name to another callback at
+        once (a notebook cell run again). After a fit that ended well it does nothing.
+
+        >>> try:
+        ...     model.fit(x, y, callbacks=[cb])   # doctest: +SKIP
+        ... finally:
+        ...     cb.close()
+        """
+        if self._writer is not None and not self._writer.closed:
+            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
+        if isinstance(self._graph, StepGraph):
+            self._graph.abandon()
 
     @_guarded
     def _close(self) -> None:

@@ -143,11 +143,15 @@ def _live(holder: dict, key: str) -> bool:
 
 
 def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
+    here = holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+    where = (" It is a writer of this process: a Keras fit that ended by an exception keeps its session open until "
+             "that InspectCallback's next fit; call its close() first." if here else
+             " A writer that died is taken over once its heartbeat is late.")
     return (f"{run_dir} already has a live writer for worker {worker!r} (session {holder.get('session')}, "
             f"pid {holder.get('pid')} on {holder.get('host')}, heartbeat {holder.get('updated')}): two writers "
-            f"with one identity would interleave. End that session first, give this hook another name "
-            f"(DumpHook(..., worker='name')), or write to another run directory. A writer that died is "
-            f"taken over once its heartbeat is late.")
+            f"with one identity would interleave. End that session first, give this writer another name "
+            f"(DumpHook(..., worker='name') or InspectCallback(..., worker='name')), or write to another run "
+            f"directory.{where}")
 
 
 _FOLDERS = (("", parse_manifest_name), ("stats", parse_stats_name), ("dumps", parse_dump_name))

@@ -212,7 +212,7 @@ def test_another_model_written_into_a_run_is_a_problem_of_the_run(tmp_path, capl
     assert len(problems) == 1 and "session 2: 'model_a', session 3: 'model_b'" in problems[0]
 
 
-
+class TwoHeads(keras.layers.Layer):
     """A custom layer with two outputs: class logits and a regression value."""
 
     def __init__(self, **kw):

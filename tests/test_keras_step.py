@@ -13,6 +13,7 @@ from hooks.keras import InspectCallback  # noqa: E402
 from test_keras import BUILD, _data, _find, _oracle, sequential  # noqa: E402
 
 import inspector  # noqa: E402
+from inspector.claim import RunLockedError  # noqa: E402
 
 BATCH = 16
 KERAS3 = int(str(getattr(keras, "__version__", "2")).split(".")[0]) >= 3
@@ -525,6 +526,30 @@ def test_backup_and_restore_listed_after_the_callback_numbers_the_resumed_steps(
     run = inspector.open_run(tmp_path / "r")
     last = run.sessions.sort_values("session").iloc[-1]
     assert [last["first_step"], last["last_step"]] == [seen[0], seen[-1]] == [5, 12]
+
+
+def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path):
+    """Found by a new user's trial: a notebook cell run again after a fit failed makes a new
+    callback on the same run directory; the old one's session was still open, so the new one
+    was refused (naming DumpHook) and the whole fit went unrecorded. The refusal now names
+    close(), which ends the old session and puts the model's own train_step back."""
+    x, y = _data(18, n=64)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    old = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[old, _Stop(2)])  # 1-2
+    new = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0,
+                          strict=True)
+    with pytest.raises(RunLockedError, match=r"InspectCallback\(\.\.\., worker='name'\).*call its close\(\)"):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[new])
+    assert int(model.optimizer.iterations.numpy()) == 3          # refused at its first write, step 3's end
+    old.close()
+    assert "train_step" not in model.__dict__
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[new])            # 4-7
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["state", "first_step", "last_step"]].values.tolist() == [
+        ["failed", 1, 2], ["finished", 4, 7]]
 
 
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
