@@ -170,6 +170,27 @@ def variable_name(v) -> str:
     return path if isinstance(path, str) else v.name.split(":")[0]
 
 
+def variable_names(model) -> dict[int, str]:
+    """id(variable) -> its record's name: :func:`variable_name`, and where nested models repeat
+    one (tf.keras 2.15: two sub-models' ``proj/kernel``), ``#2``, ``#3`` in the order of the
+    layers that own them. Not in ``trainable_variables``' order: freezing or unfreezing a layer
+    changes that, and a record would change which variable it holds between fits."""
+    owner: dict[int, tuple[int, int]] = {}   # id(variable) -> (its deepest layer's order, its index there)
+    variables: dict[int, Any] = {}
+    order = {lid: i for i, lid in enumerate(layer_paths(model))}
+    layers = {id(model): model, **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
+    for lid in sorted(order, key=order.get):   # depth first: a nested layer after the one holding it
+        for k, v in enumerate(getattr(layers.get(lid), "weights", None) or []):
+            owner[id(v)], variables[id(v)] = (order[lid], k), v
+    names: dict[int, str] = {}
+    seen: dict[str, int] = {}
+    for vid in sorted(owner, key=owner.get):
+        name = variable_name(variables[vid])
+        seen[name] = seen.get(name, 0) + 1
+        names[vid] = name if seen[name] == 1 else f"{name}#{seen[name]}"
+    return names
+
+
 # ---- the probe graph -------------------------------------------------------------------------
 class ProbeGraph:
     """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
@@ -323,12 +344,10 @@ class ProbeGraph:
         return handles, out
 
     def _variable_records(self, tf_vars, handles, grads, region: set[str]) -> list[VariableRecord]:
-        records, names = [], {}
+        records, stable = [], variable_names(self.model)
         for v, handle, grad in zip(tf_vars, handles, grads):
             var = _tf_var(v)
-            name = variable_name(v)
-            k = names[name] = names.get(name, 0) + 1
-            name = name if k == 1 else f"{name}#{k}"   # tf.keras 2.15: nested models may repeat names
+            name = stable.get(id(v)) or variable_name(v)
             # reads in the captured region only (a train step's optimizer reads the variable too)
             found = [op.outputs[0] for op in handle.consumers() if op.type == "ReadVariableOp"
                      and not op.name.startswith("tf_inspector/") and op.name in region]

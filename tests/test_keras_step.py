@@ -552,6 +552,40 @@ def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path):
         ["failed", 1, 2], ["finished", 4, 7]]
 
 
+def test_a_variable_record_holds_one_variable_when_a_layer_is_unfrozen(tmp_path):
+    """Found by a new user's trial (tf.keras 2.15, where two sub-models' layers both name their
+    kernel proj/kernel): the records were told apart by '#2' in trainable_variables' order, so
+    after unfreezing the first encoder, 'proj/kernel' held the other encoder's kernel: one
+    curve of two variables. Keras 3 names them by path and runs the same test."""
+    x, y = _data(19, n=64)
+
+    def block(name):
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, name="proj")], name=name)
+    inp = keras.Input((6,))
+    enc_a, enc_b = block("enc_a"), block("enc_b")
+    model = keras.Model(inp, keras.layers.Dense(2, name="head")(keras.layers.Concatenate()([enc_a(inp), enc_b(inp)])))
+    kernels = {}
+
+    class Kernels(keras.callbacks.Callback):   # before each step: source="train_batch" records these
+        def on_train_batch_begin(self, batch, logs=None):   # steps go on after compile(): 1-4, then 5-8
+            kernels[len(kernels) + 1] = {e.name: e.layers[0].kernel.numpy() for e in (enc_a, enc_b)}
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2, 6])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    enc_a.trainable = False
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[Kernels(), cb])   # 1-4
+    assert len(kernels) == 4
+    enc_a.trainable = True
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[Kernels(), cb])   # 5-8
+    run = inspector.open_run(tmp_path / "r")
+    names = [n for n in run.variables.index if "proj/kernel" in n]
+    held = {n: {step: next(enc for enc, k in kernels[step].items() if np.array_equal(run.tensor(n, step), k))
+                for step in (2, 6) if f"forward/{n}" in run.dump_keys(step)} for n in names}
+    assert held and all(len(set(steps.values())) == 1 for steps in held.values()), held
+    assert any(len(steps) == 2 for steps in held.values())   # enc_b's, recorded in both fits
+
+
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
