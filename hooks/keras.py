@@ -331,7 +331,19 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._graph.use(None)
             self._graph.uninstall()
         self._iterations_left = int(self.model.optimizer.iterations.numpy())   # see _continue_steps
+        self._dump_left_by_nonfinite()
         self._close()
+
+    @_guarded
+    def _dump_left_by_nonfinite(self) -> None:
+        """The probe dump a NaN/Inf asked for when the fit ended before its next step (Keras's
+        TerminateOnNaN stops it right there): the probe on the weights training left, under
+        the NaN step's number (a probe records the weights after its step)."""
+        if not (self._force_dump and self.source == "probe" and self._graph is not None):
+            return
+        if self._writer is None or self._writer.closed:
+            self._open()
+        self._write(self._step, False, True, self._graph.function(False, True)(*self._graph.args))
 
     def close(self) -> None:
         """End what a fit ended by an exception left open (Keras skips ``on_train_end`` then):

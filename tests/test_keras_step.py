@@ -170,6 +170,26 @@ def test_nonfinite_loss_is_recorded_and_the_next_step_dumped(tmp_path, source):
     assert not np.isfinite(np.asarray(run.tensor(hidden, 4))).all()   # the NaN weights show
 
 
+@pytest.mark.parametrize("place", ["before", "after"])
+def test_terminate_on_nan_still_gets_the_probe_dump(tmp_path, place):
+    """Found by a new user's trial: with Keras's TerminateOnNaN the fit stops at the NaN step,
+    so 'dump the next step' never ran and a diverged run had no dump. The probe's dump is taken
+    at the fit's end instead: the weights training left, under the NaN step's number."""
+    x, y = _data(9, n=64)
+    x[40] = 3e38       # the third batch of 16: NaN logits
+    keras.utils.set_random_seed(9)
+    cb = InspectCallback(tmp_path / "r", probe=(x[:8], y[:8]), stats_every_n_steps=0, dump_every_n_steps=0,
+                         dump_on_nonfinite=True, strict=True)
+    stop = keras.callbacks.TerminateOnNaN()
+    model = sequential()
+    _fit(model, x, y, [stop, cb] if place == "before" else [cb, stop])
+    assert int(model.optimizer.iterations.numpy()) == 3
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["first_nonfinite"]["step"] == 3
+    assert run.dump_steps() == [3] and run.dump_metadata(3)["reason"] == "after NaN/Inf"
+    assert not np.isfinite(np.asarray(run.tensor(_find(run.tensors, "hidden/Relu"), 3))).all()
+
+
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_a_fit_that_samples_nothing_leaves_no_session(tmp_path, source):
     """A writer session opens at a fit's first sampled step, not at every fit (~8 ms a fit for
