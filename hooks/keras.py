@@ -403,7 +403,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         x, y, sw = self.probe
         graph = ProbeGraph(self.model, x, y, sw, self.options)
         self._traced_for = compile_state(self.model)
-        graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
+        try:
+            graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
+        except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+            shapes = tf.nest.map_structure(lambda t: tuple(t.shape), (x, y))
+            raise ValueError(f"the model and its loss could not run on probe= (x, y shapes {shapes}): "
+                             f"{type(e).__name__}: {e}; give a batch like the training data's") from e
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
             if self.schedule.stats_every:

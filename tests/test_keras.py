@@ -184,6 +184,17 @@ def test_bad_probe_is_refused(tmp_path):
         InspectCallback(tmp_path / "r", probe=(np.float32(1.0), np.int32(0)))
 
 
+def test_a_probe_the_model_cannot_take_is_named(tmp_path):
+    """Found by a new user's trial: a probe with the wrong feature count logged only Keras's
+    own message, which does not say that the probe is what is wrong."""
+    x, y = _data(22)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", probe=(x[:8, :4], y[:8]), stats_every_n_steps=1, strict=True)
+    with pytest.raises(ValueError, match=r"could not run on probe= \(x, y shapes \(\(8, 4\), \(8,\)\)\)"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+
+
 def test_keras_on_another_backend_is_refused(tmp_path, monkeypatch):
     """Keras 3 may run on JAX or PyTorch; the capture traces a TensorFlow graph, so the callback
     says which backend it needs instead of failing inside fit."""
