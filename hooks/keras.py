@@ -32,7 +32,8 @@ import tensorflow as tf
 
 from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
-from inspector.manifest_schema import GROUPS_REFUSED_KEY
+from inspector.errors import InspectorError
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, MAX_MANIFEST_BYTES
 from inspector.storage import normalize
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
@@ -152,6 +153,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._unended = False       # a batch began whose end this callback has not seen
         self._starting = False      # a fit began whose steps are not read yet (on_train_batch_begin)
         self._model_name: str | None = None   # the model the last fit trained
+        self._opened = 0   # writer sessions this callback opened
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
@@ -431,10 +433,31 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode="train",
                                  storage_options=self.storage_options)
+        self._opened += 1
+        if self._opened == 1:
+            self._warn_if_hiding(self._writer)
         on = ("each sampled step's training batch" if isinstance(graph, StepGraph)
               else f"a {_probe_size(self.probe[0])}-sample probe")
         log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s", len(graph.captured),
                  sum(c.gradient is not None for c in graph.captured), self.model.name, on, self.run_dir)
+
+    def _warn_if_hiding(self, writer: RunWriter) -> None:
+        """Warn when this callback's first session starts at or below the last step the
+        session before it recorded (another callback or process): a new training written into
+        an old run directory, or a resume from a checkpoint, which is meant. The later
+        session's rows hide the earlier one's of the same steps."""
+        if writer.session == 1:
+            return
+        try:
+            data = writer.store.read(fmt.manifest_name(self.worker, writer.session - 1), limit=MAX_MANIFEST_BYTES)
+            before = json.loads(data)
+            last = (before.get("steps") or [None, None])[1]
+        except (OSError, ValueError, InspectorError, AttributeError, IndexError):
+            return   # no readable manifest there: nothing to compare
+        if before.get("mode") == "train" and isinstance(last, int) and last >= self._step:
+            log.warning("%s already holds steps up to %d (session %d); this callback writes from step %d on, and its "
+                        "rows hide the earlier ones of the same steps. Meant for a resume from a checkpoint; for a "
+                        "new training, use another run directory", self.run_dir, last, writer.session - 1, self._step)
 
     def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
         if isinstance(graph, StepGraph):   # fit's own step: always in training mode

@@ -223,6 +223,26 @@ def test_another_model_written_into_a_run_is_a_problem_of_the_run(tmp_path, capl
     assert len(problems) == 1 and "session 2: 'model_a', session 3: 'model_b'" in problems[0]
 
 
+def test_a_new_callback_hiding_earlier_steps_warns(tmp_path, caplog):
+    """Found by a new user's trial: compile() and a new callback on the same run directory
+    started again at step 1, and its rows hid the first training's silently. Meant for a
+    resume from a checkpoint, so it is not refused: the callback warns at its first write."""
+    x, y = _data(23)
+    model = sequential()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    first = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    with caplog.at_level("WARNING", logger="tf_inspector"):
+        model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[first])     # 1-6
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[first])     # 7-9: its own, no warning
+    assert "hide" not in caplog.text
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    with caplog.at_level("WARNING", logger="tf_inspector"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0,
+                  callbacks=[InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1)])
+    assert "already holds steps up to 9 (session 2); this callback writes from step 1 on" in caplog.text
+
+
 class TwoHeads(keras.layers.Layer):
     """A custom layer with two outputs: class logits and a regression value."""
 
