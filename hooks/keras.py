@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -192,9 +193,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):
             self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
         if self._model_name not in (None, self.model.name):
-            log.warning("this InspectCallback recorded model %r into %s; this fit trains model %r, whose steps "
-                        "continue that run's (run.problems will say so): give each model a callback and a run "
-                        "directory of its own", self._model_name, self.run_dir, self.model.name)
+            log.warning("this InspectCallback was used with model %r on %s; this fit trains model %r, whose steps "
+                        "continue that run's as one training: give each model a callback and a run directory of "
+                        "its own", self._model_name, self.run_dir, self.model.name)
         self._model_name = self.model.name
         # read at the fit's first batch: BackupAndRestore (or another callback listed after this
         # one) restores optimizer.iterations in its own on_train_begin
@@ -359,6 +360,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         ... finally:
         ...     cb.close()
         """
+        if self.model is not None and _inside_fit(self.model):
+            log.warning("InspectCallback.close() called during the model's fit: ignored (the fit's end closes its "
+                        "session); call it after fit returned or raised")
+            return
         if self._writer is not None and not self._writer.closed:
             self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
         if isinstance(self._graph, StepGraph):
@@ -408,7 +413,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         try:
             graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-            shapes = tf.nest.map_structure(lambda t: tuple(t.shape), (x, y))
+            shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t) for t in (x, y)]
             raise ValueError(f"the model and its loss could not run on probe= (x, y shapes {shapes}): "
                              f"{type(e).__name__}: {e}; give a batch like the training data's") from e
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
@@ -556,6 +561,17 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
         raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
                          "callable on the batch's targets (y -> bool [N])")
     return None
+
+
+def _inside_fit(model) -> bool:
+    """Whether this thread is inside ``model.fit`` (a callback calling ``close()``): a frame of
+    a function named fit whose ``self`` is the model."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _finite(loss) -> bool:

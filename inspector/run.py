@@ -96,24 +96,6 @@ def _session_steps(m: dict, files: list[DumpFile]) -> dict:
             "dumps": dumps if files or m.get("dumps_written") is not None else None}
 
 
-def _models_spliced(manifests: dict[tuple[str, int], dict]) -> list[str]:
-    """A problem for each worker and mode whose sessions record differently named models (the
-    Keras callback's ``model``): their steps read as one training, a later session hiding an
-    earlier one's rows of the same steps (a new model written into an old run directory)."""
-    by: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    for (worker, session), m in sorted(manifests.items()):
-        if isinstance(m.get("model"), str):
-            by.setdefault((worker, str(m.get("mode"))), []).append((session, m["model"]))
-    out = []
-    for (worker, mode), sessions in by.items():
-        if len({name for _, name in sessions}) > 1:
-            listed = ", ".join(f"session {s}: {name!r}" for s, name in sessions)
-            out.append(f"worker {worker!r} ({mode}) recorded different models into this run ({listed}); their "
-                       f"steps read as one training, a later session hiding an earlier one's rows of the same "
-                       f"steps: write each model to a run directory of its own")
-    return out
-
-
 def worker_status(manifest: dict, now: float | None = None) -> str:
     """One writer session's state from its manifest: its ``status``, or for a 'running' one
     whose writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
@@ -168,7 +150,6 @@ class Run:
         self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
-        self.problems += _models_spliced(self.manifests)
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
         self._headers: dict[str, tuple[dict, int]] = {}
         # dump_index per (mode, worker, session) as resolved: every tensor/dump_keys/dump_array

@@ -606,6 +606,29 @@ def test_a_variable_record_holds_one_variable_when_a_layer_is_unfrozen(tmp_path)
     assert any(len(steps) == 2 for steps in held.values())   # enc_b's, recorded in both fits
 
 
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_close_during_the_fit_is_ignored(tmp_path, source):
+    """Found by a review: close() called by another callback during the fit set the train
+    function to None (training crashed: 'NoneType' is not callable), and in its on_train_end
+    it closed a good fit's session as failed. Inside fit it is ignored, with a warning."""
+    x, y = _data(20, n=64)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **where, stats_every_n_steps=2, dump_every_n_steps=0, strict=True)
+
+    class Tidy(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            cb.close()
+
+        def on_train_end(self, logs=None):
+            cb.close()
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[Tidy(), cb])
+    assert int(model.optimizer.iterations.numpy()) == 4
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions[["state", "first_step", "last_step"]].values.tolist() == [["finished", 2, 4]]
+
+
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
