@@ -34,7 +34,7 @@ import tensorflow as tf
 from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
 from inspector.errors import InspectorError
-from inspector.manifest_schema import GROUPS_REFUSED_KEY, MAX_MANIFEST_BYTES
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, MAX_MANIFEST_BYTES, load_manifest
 from inspector.storage import normalize
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
@@ -186,10 +186,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")
-        if self._writer is not None and not self._writer.closed:
-            # the last fit ended by an exception (Keras skips on_train_end then): its session ends
-            # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
-            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
+        # the last fit ended by an exception (Keras skips on_train_end then): its session ends
+        # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
+        self._end_interrupted_session()
         if isinstance(self._graph, StepGraph):
             self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
         if self._model_name not in (None, self.model.name):
@@ -364,10 +363,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
             log.warning("InspectCallback.close() called during the model's fit: ignored (the fit's end closes its "
                         "session); call it after fit returned or raised")
             return
-        if self._writer is not None and not self._writer.closed:
-            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
+        self._end_interrupted_session()
         if isinstance(self._graph, StepGraph):
             self._graph.abandon()
+
+    def _end_interrupted_session(self) -> None:
+        """Close, as failed, the session a fit that ended by an exception left open (if any)."""
+        if self._writer is not None and not self._writer.closed:
+            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
 
     @_guarded
     def _close(self) -> None:
@@ -453,12 +456,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         session's rows hide the earlier one's of the same steps."""
         if writer.session == 1:
             return
-        try:
-            data = writer.store.read(fmt.manifest_name(self.worker, writer.session - 1), limit=MAX_MANIFEST_BYTES)
-            before = json.loads(data)
-            last = (before.get("steps") or [None, None])[1]
-        except (OSError, ValueError, InspectorError, AttributeError, IndexError):
+        name = fmt.manifest_name(self.worker, writer.session - 1)
+        try:   # the reader's own check (schema and types), on the bytes the writer's storage reads
+            before = load_manifest(name, data=writer.store.read(name, limit=MAX_MANIFEST_BYTES))
+        except (OSError, InspectorError):
             return   # no readable manifest there: nothing to compare
+        last = (before.get("steps") or [None, None])[1]
         if before.get("mode") == "train" and isinstance(last, int) and last >= self._step:
             log.warning("%s already holds steps up to %d (session %d); this callback writes from step %d on, and its "
                         "rows hide the earlier ones of the same steps. Meant for a resume from a checkpoint; for a "

@@ -177,11 +177,10 @@ def variable_names(model) -> dict[int, str]:
     changes that, and a record would change which variable it holds between fits."""
     owner: dict[int, tuple[int, int]] = {}   # id(variable) -> (its deepest layer's order, its index there)
     variables: dict[int, Any] = {}
-    order = {lid: i for i, lid in enumerate(layer_paths(model))}
     layers = {id(model): model, **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
-    for lid in sorted(order, key=order.get):   # depth first: a nested layer after the one holding it
+    for i, lid in enumerate(layer_paths(model)):   # depth first: a nested layer after the one holding it
         for k, v in enumerate(getattr(layers.get(lid), "weights", None) or []):
-            owner[id(v)], variables[id(v)] = (order[lid], k), v
+            owner[id(v)], variables[id(v)] = (i, k), v
     names: dict[int, str] = {}
     seen: dict[str, int] = {}
     for vid in sorted(owner, key=owner.get):
