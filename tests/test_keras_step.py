@@ -13,6 +13,8 @@ from hooks.keras import InspectCallback  # noqa: E402
 from test_keras import BUILD, _data, _find, _oracle, sequential  # noqa: E402
 
 import inspector  # noqa: E402
+from hooks.variables import numpy_stats  # noqa: E402
+from inspector.format import STAT_COLUMNS  # noqa: E402
 from inspector.claim import RunLockedError  # noqa: E402
 
 BATCH = 16
@@ -61,6 +63,34 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path, kind):
     for w in model.trainable_variables:
         np.testing.assert_allclose(run.tensor(_var(w), 2) + run.tensor(_var(w), 2, "update"), run.tensor(_var(w), 3),
                                    rtol=1e-5, atol=1e-7)
+
+
+def test_train_batch_statistics_are_those_of_the_steps_tensors(tmp_path):
+    """Every statistics row of a step (the columns and the histogram, as read back) equals the
+    reference statistics of the tensor dumped at that step, whole batch: the rows the step
+    writes are the ones its capture computed, column for column."""
+    keras.utils.set_random_seed(7)
+    x, y = _data(7, n=32)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2],
+                         samples_per_group=BATCH, strict=True)
+    _fit(sequential(), x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    rows = run.query_stats(steps=(2, 2), groups=["all"])
+    checked = 0
+    keys = set(run.dump_keys(2))
+    for r in rows.itertuples():
+        if f"{r.kind}/{r.tensor}" not in keys:
+            continue
+        a = np.asarray(run.tensor(r.tensor, 2, r.kind), np.float64)
+        values, ranges, hist = numpy_stats([a], len(r.histogram))
+        got = [getattr(r, c) for c in STAT_COLUMNS]
+        np.testing.assert_allclose(got, values[0], rtol=1e-5, atol=1e-7, err_msg=f"{r.tensor} {r.kind}")
+        np.testing.assert_allclose([r.hist_lo, r.hist_hi], ranges[0], rtol=1e-6, err_msg=r.tensor)
+        h = np.asarray(r.histogram)
+        # float32 binning may put a value within a rounding step of an edge in the next bin
+        assert h.sum() == hist[0].sum() and np.abs(h - hist[0]).sum() <= 2, (r.tensor, h, hist[0])
+        checked += 1
+    assert checked >= 8, checked
 
 
 def _var(w) -> str:
