@@ -65,14 +65,16 @@ def test_train_batch_values_and_gradients_are_the_steps_own(tmp_path, kind):
                                    rtol=1e-5, atol=1e-7)
 
 
-def test_train_batch_statistics_are_those_of_the_steps_tensors(tmp_path):
+@pytest.mark.parametrize("source", ["train_batch", "probe"])
+def test_statistics_are_those_of_the_steps_tensors(tmp_path, source):
     """Every statistics row of a step (the columns and the histogram, as read back) equals the
-    reference statistics of the tensor dumped at that step, whole batch: the rows the step
-    writes are the ones its capture computed, column for column."""
+    reference statistics of the tensor dumped at that step, whole batch or probe: the rows the
+    step writes are the ones its capture computed, column for column."""
     keras.utils.set_random_seed(7)
     x, y = _data(7, n=32)
-    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2],
-                         samples_per_group=BATCH, strict=True)
+    probe = {"probe": (x[:BATCH], y[:BATCH])} if source == "probe" else {}
+    cb = InspectCallback(tmp_path / "r", source=source, stats_every_n_steps=1, dump_steps=[2],
+                         samples_per_group=BATCH, strict=True, **probe)
     _fit(sequential(), x, y, [cb])
     run = inspector.open_run(tmp_path / "r")
     rows = run.query_stats(steps=(2, 2), groups=["all"])
