@@ -293,6 +293,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._stats_since = self._dump_since = 0
         self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
+        self._in_run = False   # between this session's before_run and after_run (see _watch)
         self._force_dump = False
         self._first_nonfinite: dict | None = None
         self._dump_bytes_estimate = 0
@@ -559,11 +560,21 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _watch(self, coord, writer: RunWriter) -> None:
         coord.wait_for_stop()
-        if not writer.closed:
-            writer.close("failed", error=self._abnormal_end())
+        if writer.closed:
+            return
+        if self.mode == "predict" and not self._in_run:
+            # Estimator.predict is a generator: its caller stopping early (a break, close(), a
+            # generator collected) exits the session between batches, skipping end(). Every
+            # batch it ran is complete; nothing failed.
+            log.info("predict() ended by its caller after %d batches; session %d finished", self._batch,
+                     writer.session)
+            writer.close("finished")
+            return
+        writer.close("failed", error=self._abnormal_end())
 
     def _abnormal_end(self) -> str:
-        why = "the session ended with an error before DumpHook.end() (training raised)"
+        doing = {"train": "training", "eval": "evaluation", "predict": "prediction"}.get(self.mode, self.mode)
+        why = f"the session ended with an error before DumpHook.end() ({doing} raised)"
         nf = self._first_nonfinite
         return why + (f"; NaN/Inf first seen at step {nf['step']} in {nf['tensor']}" if nf else "")
 
@@ -581,6 +592,7 @@ class DumpHook(v1.train.SessionRunHook):
         fetches: dict[str, Any] = {}
         if self._foreign(run_context.session):   # the live run's state stays as it is
             return None
+        self._in_run = True
         if self.mode == "train" and not self._run_trains(run_context.original_args.fetches):
             self._pending = None   # a run that does not train (a validation fetch): no step
             return None
@@ -641,7 +653,10 @@ class DumpHook(v1.train.SessionRunHook):
 
     @_guarded
     def after_run(self, run_context, run_values) -> None:
-        if self._pending is None or self._foreign(run_context.session):
+        if self._foreign(run_context.session):
+            return
+        self._in_run = False
+        if self._pending is None:
             return
         step, stats, dump = self._pending
         results = run_values.results or {}

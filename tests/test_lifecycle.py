@@ -328,6 +328,41 @@ def test_estimator_train_evaluate_loop(tmp_path):
 
 
 @needs_estimator
+@pytest.mark.parametrize("how", ["close", "error"])
+def test_predict_stopped_by_its_caller_is_finished_and_an_error_inside_is_failed(tmp_path, how):
+    """Estimator.predict is a generator: a caller that stops iterating exits the session between
+    batches, and DumpHook.end() is skipped. Every batch it ran is recorded; the session finished
+    (it had been closed as failed, "training raised"). An error inside a batch's run still fails."""
+    images = np.concatenate([batch_images(s) for s in range(1, 5)])
+    est = tf.estimator.Estimator(_model_fn, model_dir=str(tmp_path / "model"))
+    est.train(_estimator_input_fn, steps=1)
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, strict=True)
+
+    def input_fn():
+        ds = tf.data.Dataset.from_tensor_slices(images).batch(BATCH)
+        if how == "error":   # the third batch's run raises inside the session
+            ds = ds.enumerate().map(lambda i, x: tf.cond(
+                i < 2, lambda: x, lambda: tf.debugging.check_numerics(x * np.nan, "bad batch")))
+        return ds
+
+    preds = est.predict(input_fn, hooks=[hook])
+    if how == "close":
+        for _ in range(BATCH + 1):   # into the second batch
+            next(preds)
+        preds.close()
+    else:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="bad batch"):
+            list(preds)
+    run = inspector.open_run(tmp_path / "run")
+    row = run.sessions[run.sessions["mode"] == "predict"].iloc[0]
+    assert row["state"] == ("finished" if how == "close" else "failed"), row.to_dict()
+    batches = sorted(run.query_stats(mode="predict", tensors=["logits:0"], groups=["all"])["batch"].unique())
+    assert batches == [0, 1]
+    if how == "error":
+        assert "prediction raised" in row["error"]
+
+
+@needs_estimator
 def test_estimator_nan_dump_is_on_disk_when_training_raises(tmp_path):
     images = np.concatenate([batch_images(s, nan=s == 4) for s in range(1, 9)])
     labels = np.concatenate([batch_labels(s) for s in range(1, 9)])
