@@ -49,8 +49,9 @@ def unpack(data) -> tuple[Any, Any, Any]:
 
 def refuse_unsupported(model) -> None:
     """ValueError for what the step capture cannot do, before ``fit`` traces anything."""
-    if getattr(model, "jit_compile", False) is True:
-        raise ValueError("source='train_batch' with model.jit_compile=True: the statistics kernel and the "
+    jit = getattr(model, "jit_compile", False)
+    if jit:   # any truthy value: tf.keras 2.15 keeps compile(jit_compile="auto") as is, and compiles by XLA
+        raise ValueError(f"source='train_batch' with model.jit_compile={jit!r}: the statistics kernel and the "
                          "capture cannot be compiled by XLA; compile(..., jit_compile=False) or use source='probe'")
     if getattr(model, "run_eagerly", False):
         raise ValueError("source='train_batch' with run_eagerly=True: the capture needs fit's traced train step; "

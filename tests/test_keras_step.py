@@ -140,19 +140,26 @@ def test_train_batch_arguments_are_checked(tmp_path):
         InspectCallback(tmp_path / "d", source="train_batch", positive=np.ones(8, bool))
 
 
-def test_xla_train_step_is_refused_before_fit_runs(tmp_path, caplog):
-    """Under jit_compile=True the copy cannot be compiled: the callback refuses (and is disabled,
-    training goes on untouched), or raises with strict=True, before fit traces its step."""
+@pytest.mark.parametrize("jit", [True, "auto"])
+def test_xla_train_step_is_refused_before_fit_runs(tmp_path, caplog, jit):
+    """Under XLA the copy cannot be compiled: the callback refuses (and is disabled, training
+    goes on untouched), or raises with strict=True, before fit traces its step. tf.keras 2.15
+    keeps jit_compile="auto" (Keras 3's default, written into 2.15 code) as it is and compiles
+    by XLA: found by a red team, it crashed fit at the first sampled step."""
     x, y = _data(7, n=32)
     model = sequential()
-    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), jit_compile=True)
-    if model.jit_compile is not True:
-        pytest.skip("this Keras has no XLA train step")
-    with pytest.raises(ValueError, match="jit_compile=True"):
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), jit_compile=jit)
+    if not model.jit_compile:   # Keras 3 resolves "auto" at compile: here, to no XLA
+        hist = model.fit(x, y, batch_size=8, verbose=0,
+                         callbacks=[InspectCallback(tmp_path / "a", source="train_batch", stats_every_n_steps=1,
+                                                    strict=True)])
+        assert inspector.open_run(tmp_path / "a").stats["step"].max() == 4
+        return
+    with pytest.raises(ValueError, match="jit_compile="):
         model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "s", source="train_batch",
                                                                              strict=True)])
     hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source="train_batch")])
-    assert np.isfinite(hist.history["loss"][0]) and "jit_compile=True" in caplog.text
+    assert np.isfinite(hist.history["loss"][0]) and f"jit_compile={jit!r}" in caplog.text
     assert "train_step" not in model.__dict__
 
 
