@@ -101,9 +101,17 @@ def _in_control_flow(op: tf.Operation) -> bool:
 
 
 def backward_ops(graph: tf.Graph) -> set[str]:
-    """Names of ops of any backward pass or optimizer (descendants of 'gradients' scopes)."""
+    """Names of ops of any backward pass or optimizer (descendants of 'gradients' scopes).
+
+    An op created before the first of those is forward, whatever it reads: the gradient of a
+    TF2 ``tf.while_loop`` adds accumulator inputs (``gradients/while_grad/...``) to the
+    forward ``While`` op, which made it, and everything after the loop (logits, the loss),
+    a "descendant" of the backward pass, silently left out of the capture."""
     grad_re = re.compile(r"(^|/)gradients(_\d+)?/")
-    seeds = [op for op in graph.get_operations() if grad_re.search(op.name)]
+    ops = graph.get_operations()   # in creation order
+    first = next((i for i, op in enumerate(ops) if grad_re.search(op.name)), len(ops))
+    forward = {op.name for op in ops[:first]}
+    seeds = [op for op in ops[first:] if grad_re.search(op.name)]
     seen = {op.name for op in seeds}
     stack = list(seeds)
     while stack:
@@ -111,7 +119,7 @@ def backward_ops(graph: tf.Graph) -> set[str]:
         # private Operation._control_outputs: the ops gated on this one (TF 2.15, 2.21)
         consumers = [c for out in op.outputs for c in out.consumers()] + list(op._control_outputs)
         for c in consumers:
-            if c.name not in seen:
+            if c.name not in seen and c.name not in forward:
                 seen.add(c.name)
                 stack.append(c)
     return seen

@@ -66,11 +66,20 @@ def resolve_loss(graph: tf.Graph, explicit: tf.Tensor | None, *, strict: bool) -
         log.error("%s Capturing forward values only, without gradients.", e)
         return None
     if choice is None:
-        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses); "
-                    "capturing forward values only, without gradients")
+        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses)%s; "
+                    "capturing forward values only, without gradients", _v1_loop_hint(graph))
         return None
     log.info("loss: %s (%s)", choice.tensor.name, choice.reason)
     return choice.tensor
+
+
+def _v1_loop_hint(graph: tf.Graph) -> str:
+    """Why an optimizer's loss may be unseen: the recorder skips backward passes through TF1
+    (v1 control flow) while loops, whose gradients need the loop's own state."""
+    if any(op.type == "LoopCond" for op in graph.get_operations()):
+        return (": the graph has a TF1 while loop (v1 control flow, e.g. dynamic_rnn under "
+                "disable_v2_behavior), whose backward pass the optimizer's loss cannot be read from")
+    return ""
 
 
 def choose_loss(graph: tf.Graph, explicit: tf.Tensor | None = None) -> Choice | None:

@@ -309,6 +309,54 @@ def test_tensors_in_v1_while_loops_are_skipped(tmp_path):
     assert "looped:0" in run.tensors.index and run.steps == [1]
 
 
+def test_tensors_after_a_tf2_while_loop_are_captured(tmp_path):
+    """Found by a red team: the gradient of a TF2 while loop adds accumulator inputs from the
+    'gradients/' scope to the forward While op, and everything after the loop (the logits, the
+    loss) was taken for backward ops and silently left out. Now captured, values and gradients
+    exact (d loss / d a of loss = sum(a @ w2) is w2's row sums)."""
+    rng = np.random.default_rng(3)
+    xv, w1, w2 = rng.normal(size=(4, 3)), rng.normal(size=(3, 5)), rng.normal(size=(5, 2))
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float64, [None, 3], name="x")
+        h = tf.matmul(x, v1.get_variable("w1", initializer=w1), name="h")
+        _, a = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, 0.9 * a + tf.tanh(a)), [tf.constant(0), h])
+        a = tf.identity(a, name="a")
+        loss = tf.reduce_sum(tf.matmul(a, v1.get_variable("w2", initializer=w2)), name="loss")
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_or_create_global_step())
+        hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=4,
+                        strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: xv})
+    run = inspector.open_run(tmp_path / "run")
+    assert {"a:0", "loss:0"} <= set(run.tensors.index)
+    ref = xv @ w1
+    for _ in range(3):
+        ref = 0.9 * ref + np.tanh(ref)
+    index = np.asarray(run.samples(1)["index"])
+    np.testing.assert_allclose(run.tensor("a:0", 1), ref[index], rtol=1e-12)
+    np.testing.assert_allclose(run.tensor("a:0", 1, "gradient"), np.tile(w2.sum(1), (len(index), 1)), rtol=1e-12)
+    assert run.query_stats(["loss:0"], kinds=["forward"])["mean"].iloc[0] == pytest.approx((ref @ w2).sum())
+
+
+def test_an_unseen_loss_behind_a_tf1_while_loop_is_explained(tmp_path, caplog):
+    """Under v1 control flow the optimizer's backward pass through a while loop is not recorded
+    (it needs the loop's state), so no loss is found: the warning says why and what to pass."""
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            x = v1.placeholder(tf.float32, [None, 3], name="x")
+            h = tf.matmul(x, v1.get_variable("w1", [3, 5]), name="h")
+            _, a = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.tanh(a)), [tf.constant(0), h])
+            loss = tf.reduce_sum(a, name="loss")
+            train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_or_create_global_step())
+            hook = DumpHook(tmp_path / "run", stats_every_n_steps=1)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                sess.run(train_op, {x: np.ones((2, 3), np.float32)})
+    finally:
+        v1.enable_control_flow_v2()
+    assert "no loss found" in caplog.text and "TF1 while loop" in caplog.text
+
+
 def test_monitored_training_session_path(tmp_path):
     with tf.Graph().as_default():
         m = build_cnn()
