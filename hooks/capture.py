@@ -337,15 +337,35 @@ def grouping_of(cap: Captured, groups: Groups | None) -> Groups | None:
 def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_group: int
                  ) -> tuple[tf.Tensor, tf.Tensor | None]:
     """Batch indices kept by the sample budget: the first ``per_group`` samples of each group
-    (in batch order), and each kept sample's group code (``samples/group``); without groups
-    the first ``2 * per_group`` samples."""
+    (in batch order), and each kept sample's group code (``samples/group``, -1: in no group);
+    without groups the first ``2 * per_group`` samples. On a step whose samples break the
+    group rule (``groups.bad``: its statistics are written for ``all`` only), the first
+    ``count * per_group`` samples, whatever their group: float regression targets under the
+    default rule put every sample in no group, and the dumps had kept none."""
     groups = as_groups(groups)
     if groups is None:
         return tf.range(tf.minimum(batch, 2 * per_group)), None
-    picked = [tf.reshape(tf.where(tf.equal(groups.ids, k)), [-1])[:per_group] for k in range(groups.count)]
-    keep = tf.cast(tf.sort(tf.concat(picked, 0)), tf.int32)
-    codes = tf.gather(tf.constant(list(groups.codes) + [-1], tf.int32), tf.gather(groups.ids, keep))
+    ids = groups.ids
+    member = tf.one_hot(ids, groups.count, dtype=tf.int32)   # id count (no group): all zeros
+    rank = tf.reduce_sum(tf.cumsum(member, axis=0, exclusive=True) * member, axis=1)   # place in its group
+    mask = tf.logical_and(ids < groups.count, rank < per_group)
+    if groups.bad is not None:
+        first = tf.range(tf.size(ids)) < groups.count * per_group
+        mask = tf.where(groups.bad > 0, first, mask)
+    keep = tf.cast(tf.reshape(tf.where(mask), [-1]), tf.int32)
+    codes = tf.gather(tf.constant(list(groups.codes) + [-1], tf.int32), tf.gather(ids, keep))
     return keep, codes
+
+
+def ungrouped_dump(arrays: dict[str, np.ndarray]) -> bool:
+    """Drop the ``samples/.../group`` arrays of a dump whose kept samples include samples in no
+    group (codes -1: :func:`kept_samples` on a step whose samples break the group rule); the
+    group of those samples is unknown, and FORMAT.md has no code for it. Whether it did."""
+    ungrouped = [k for k, a in arrays.items()
+                 if k.startswith("samples/") and k.endswith("/group") and np.any(np.asarray(a) < 0)]
+    for k in ungrouped:
+        del arrays[k]
+    return bool(ungrouped)
 
 
 def taken(pred: tf.Tensor, t: tf.Tensor) -> tf.Tensor:

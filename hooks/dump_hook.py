@@ -739,7 +739,8 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
-        self._writer.add_dump(step, arrays, {**self._dump_metadata, "reason": why}, batch=batch)
+        refused = {"groups": "refused"} if capture.ungrouped_dump(arrays) else {}
+        self._writer.add_dump(step, arrays, {**self._dump_metadata, **refused, "reason": why}, batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")

@@ -326,7 +326,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             meta = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
             why = "after NaN/Inf" if self._force_dump else "schedule"
             self._force_dump = False
-            self._writer.add_dump(step, arrays, {**meta, "reason": why})
+            refused = {"groups": "refused"} if capture.ungrouped_dump(arrays) else {}
+            self._writer.add_dump(step, arrays, {**meta, **refused, "reason": why})
 
     def on_train_end(self, logs=None) -> None:
         if isinstance(self._graph, StepGraph):   # also when the callback was disabled

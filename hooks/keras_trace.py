@@ -328,7 +328,9 @@ class ProbeGraph:
             log.info("the probe's targets are nested (several outputs): no positive/negative groups unless "
                      "positive= is given (a callable on the targets, or a bool array [N])")
             return None
-        return capture.positive_groups(y, positive)
+        # count_bad: a step's samples in no group (float targets) make its dump keep the
+        # budget's first samples, ungrouped (capture.kept_samples), not none of them
+        return capture.positive_groups(y, positive, count_bad=True)
 
     def _handles(self, g) -> tuple[list[tf.Tensor], list]:
         """The function's placeholders of the model's trainable variables (d loss / d handle is

@@ -67,6 +67,11 @@ def summary(run: Run) -> str:
               f"({nf.get('kind', '?')}, seen by the {nf['source']}, {nf['worker']})" for i, nf in enumerate(evidence)]
     if not evidence:
         lines.append("anomalies  no NaN/Inf seen")
+    for r in run.groups_refused.itertuples():
+        count = f"{int(r.steps)} " if r.steps == r.steps and r.steps is not None else ""
+        lines.insert(4, f"refused    groups on {count}statistics steps of {r.worker} session {r.session} from step "
+                        f"{r.first_step}: {r.why} (such steps write group 'all' only; their dumps keep "
+                        f"samples ungrouped)")
     lines += _sessions_lines(run)
     for r in run.errors.itertuples():
         span = _span(r.first_step, r.last_step)

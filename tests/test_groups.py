@@ -55,7 +55,7 @@ def _train(run_dir, y=Y, label_shape=(None,), **kw) -> dict:
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
         oracle = Oracle()
         hook = DumpHook(run_dir, loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,
-                        samples_per_group=N, histogram_bins=BINS, strict=True, **kw)
+                        histogram_bins=BINS, strict=True, **{"samples_per_group": N, **kw})
         with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
             sess.run(train, feed_dict={x: X, labels: feed_y})
     return oracle.seen
@@ -142,7 +142,7 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     soft = Y.astype(np.float32)
     soft[5] = 0.7
     with caplog.at_level(logging.ERROR, logger="tf_inspector"):
-        _train(tmp_path / "soft", y=soft)
+        seen = _train(tmp_path / "soft", y=soft)
     run = inspector.open_run(tmp_path / "soft")
     assert set(run.stats["group"].astype(str)) == {"all"}
     assert "not whole numbers" in caplog.text and "pass positive=" in run.manifest["groups_refused"]["why"]
@@ -152,13 +152,24 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     from inspector.analysis import run_alerts
     (alert,) = [a for a in run_alerts(run) if a.kind == "groups_refused"]
     assert alert.step == 1 and "not whole numbers" in alert.message and alert.severity == "warning"
-    kept = np.asarray(run.dump_array(1, "samples/index")).tolist()
-    assert kept == [i for i in range(N) if i != 5]   # in neither group: never dumped as a group's
+    # never dumped as a group's: the refused step's dump keeps the budget's first samples,
+    # ungrouped (it had kept only the samples in a group: none at all for regression targets)
+    assert np.asarray(run.dump_array(1, "samples/index")).tolist() == list(range(N))
+    assert "samples/group" not in run.dump_keys(1) and run.dump_metadata(1)["groups"] == "refused"
+    from inspector.cli import summary
+    assert "refused    groups on 1 statistics steps of chief session 1 from step 1: float labels" in summary(run)
+    assert "group" not in run.samples(1) and run.samples(1)["label"].tolist() == soft.tolist()
+    np.testing.assert_array_equal(run.tensor("hidden:0", 1), seen["hidden:0"])
+    # a smaller budget: the first 2 x samples_per_group, whatever their group
+    seen = _train(tmp_path / "budget", y=soft, samples_per_group=3)
+    run = inspector.open_run(tmp_path / "budget")
+    assert np.asarray(run.dump_array(1, "samples/index")).tolist() == list(range(6))
+    np.testing.assert_array_equal(run.tensor("hidden:0", 1), seen["hidden:0"][:6])
     # a static batch that the budget covers: the dump still holds exactly the indexed rows
     _train(tmp_path / "static", y=soft, label_shape=(N,))
     run = inspector.open_run(tmp_path / "static")
-    assert np.asarray(run.dump_array(1, "samples/index")).tolist() == kept
-    assert run.dump_array(1, "forward/hidden:0").shape[0] == len(kept)
+    assert np.asarray(run.dump_array(1, "samples/index")).tolist() == list(range(N))
+    assert run.dump_array(1, "forward/hidden:0").shape[0] == N
     # [N, C] labels with C known at run time are class ids on steps where C is 1
     _train(tmp_path / "wide", y=soft, label_shape=(None, None))
     run = inspector.open_run(tmp_path / "wide")

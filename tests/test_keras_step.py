@@ -95,6 +95,28 @@ def test_statistics_are_those_of_the_steps_tensors(tmp_path, source):
     assert checked >= 8, checked
 
 
+def test_regression_targets_still_dump_the_steps_samples(tmp_path):
+    """Float targets that are not class ids break the default group rule: the step's statistics
+    are 'all' only, and its dump keeps the batch's first 2 x samples_per_group samples,
+    ungrouped (found by a red team: it kept none, every batched tensor dumped empty)."""
+    keras.utils.set_random_seed(8)
+    x, _ = _data(8, n=32)
+    y = (x @ np.arange(1.0, 7.0, dtype=np.float32) / 7).astype(np.float32)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="relu", name="hidden"),
+                              keras.layers.Dense(1, name="out")])
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2],
+                         samples_per_group=3)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    assert set(run.stats["group"].astype(str)) == {"all"} and run.manifest["groups_refused"]["first_step"] == 1
+    samples = run.samples(2)
+    assert samples["index"].tolist() == list(range(6)) and "group" not in samples
+    np.testing.assert_allclose(samples["label"].to_numpy().ravel(), y[BATCH:BATCH + 6])
+    np.testing.assert_array_equal(run.tensor(run.manifest["probe"]["inputs"][0], 2), x[BATCH:BATCH + 6])
+    assert run.dump_metadata(2)["groups"] == "refused"
+
+
 def _var(w) -> str:
     """The run's name of a Keras variable (Keras 3's path, tf.keras's name without ':0')."""
     return getattr(w, "path", None) or w.name.split(":")[0]

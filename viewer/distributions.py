@@ -155,14 +155,16 @@ def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
 def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scale: str) -> None:
     if not bool(run.tensors.loc[tensor, "batched"]):
         st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
-    groups = data.samples(ctx.path, ctx.sig, step, tensor)["group"].to_numpy()
+    kept = data.samples(ctx.path, ctx.sig, step, tensor)
+    # no group column: a run without labels, or a step whose samples broke the group rule
+    groups = kept["group"].to_numpy() if "group" in kept else None
     panels, xscale, shown = {}, {}, []
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     for kind in kinds:
         if f"{kind}/{tensor}" not in keys:
             continue
         x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-        if bool(run.tensors.loc[tensor, "batched"]) and len(x) == len(groups):
+        if groups is not None and bool(run.tensors.loc[tensor, "batched"]) and len(x) == len(groups):
             split = analysis.split_by_group(x, groups, run.groups)
         else:
             split = {"all": x}

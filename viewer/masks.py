@@ -158,8 +158,10 @@ def render(ctx: Ctx) -> None:
     for s in (data.readable_steps(ctx.path, ctx.sig) if pool else [step]):
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
-        g = (data.samples(ctx.path, ctx.sig, s, mu_name)["group"].to_numpy() if klass is None
-             else class_groups(ctx, roles, s, klass, len(data.samples(ctx.path, ctx.sig, s, mu_name)))[0])
+        kept = data.samples(ctx.path, ctx.sig, s, mu_name)
+        # no group column: the step's samples broke the group rule (its dump is ungrouped)
+        g = ((kept["group"].to_numpy() if "group" in kept else None) if klass is None
+             else class_groups(ctx, roles, s, klass, len(kept))[0])
         if g is None:
             continue
         m = data.dumped(ctx.path, ctx.sig, mu_name, s)[:, filt]
@@ -181,7 +183,8 @@ def render(ctx: Ctx) -> None:
         st.caption("mean distance of mu to its group centre: "
                    + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
                    + " (a part filter keeps positives tight)")
-    filter_table(mu, samples["group"].to_numpy(), dead, step, ids)
+    filter_table(mu, samples["group"].to_numpy() if "group" in samples else np.full(len(samples), ""), dead, step,
+                 ids)
 
 
 def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray:
