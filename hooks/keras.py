@@ -183,6 +183,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def on_train_begin(self, logs=None) -> None:
         spe = getattr(self.model, "steps_per_execution", None)
         spe = getattr(self.model, "_steps_per_execution", None) if spe is None else spe
+        if isinstance(spe, str) or getattr(self.model, "_autotune_steps_per_execution", False):
+            # Keras 3 keeps "auto"; tf.keras 2.15 starts it at 1 and raises it during fit: batch
+            # callbacks then run once per several steps, and the step numbers would be wrong
+            raise ValueError("steps_per_execution='auto': Keras raises it during fit and calls batch callbacks "
+                             "once per several steps, so InspectCallback could not number the steps; "
+                             "compile(..., steps_per_execution=1)")
         if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
             raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
                              f"callbacks once per execution, so the step before an update is not observable)")

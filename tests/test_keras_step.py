@@ -117,6 +117,26 @@ def test_regression_targets_still_dump_the_steps_samples(tmp_path):
     assert run.dump_metadata(2)["groups"] == "refused"
 
 
+@pytest.mark.parametrize("spe", [4, "auto"])
+@pytest.mark.parametrize("source", ["train_batch", "probe"])
+def test_several_steps_per_execution_are_refused(tmp_path, caplog, spe, source):
+    """Keras calls batch callbacks once per execution: with several steps in one, the callback
+    cannot number them. "auto" (found by a red team) starts at 1 under tf.keras 2.15 and rises
+    during fit: step numbers came out silently wrong (a recorded 'step 500' was iteration 1223).
+    Refused before fit trains; without strict, the callback is disabled and training goes on."""
+    if KERAS3 and spe == "auto":
+        pytest.skip("Keras 3.15's TensorFlow trainer cannot fit with steps_per_execution='auto' itself")
+    x, y = _data(9, n=32)
+    model = sequential()
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), steps_per_execution=spe)
+    probe = {"probe": (x[:8], y[:8])} if source == "probe" else {}
+    with pytest.raises(ValueError, match="steps_per_execution"):
+        model.fit(x, y, batch_size=8, verbose=0,
+                  callbacks=[InspectCallback(tmp_path / "s", source=source, strict=True, **probe)])
+    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source=source, **probe)])
+    assert np.isfinite(hist.history["loss"][0]) and "steps_per_execution" in caplog.text
+
+
 def _var(w) -> str:
     """The run's name of a Keras variable (Keras 3's path, tf.keras's name without ':0')."""
     return getattr(w, "path", None) or w.name.split(":")[0]
