@@ -380,6 +380,53 @@ def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, sourc
         np.testing.assert_allclose(run.tensor(name, step, "gradient"), g, rtol=1e-4, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+@pytest.mark.parametrize("scale", [2.0 ** 15, 2.0 ** 60])
+def test_mixed_precision_gradients_are_the_loss_scaled_ones(tmp_path, source, scale):
+    """Found by a red team: under mixed_float16 the capture differentiated the unscaled loss in
+    float16, so small gradients read 0 (a ReLU layer's 87% zeros; the optimizer's loss-scaled
+    gradients had none). Now d (loss * scale) / d t / scale in float32, as the optimizer
+    applies them; where that overflows (a scale of 2^60: the step LossScaleOptimizer skips),
+    the unscaled gradient, never a NaN/Inf the training did not have."""
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(64, 8)).astype("float32")
+        y = (x[:, :1] * 0.01).astype("float32")   # small targets: gradients below float16's range
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu", name="h1"),
+                                  keras.layers.Dense(1, dtype="float32", name="out",
+                                                     kernel_initializer=keras.initializers.RandomNormal(stddev=1e-3))])
+        opt = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(1e-3), initial_scale=scale)
+        model.compile(optimizer=opt, loss="mse")
+        weights = [w.numpy() for w in model.weights]
+        kw = {"probe": (x, y), "positive": np.arange(64) % 2 == 0} if source == "probe" else {"source": "train_batch"}
+        cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_steps=[1], samples_per_group=64, strict=True,
+                             **kw)
+        model.fit(x, y, batch_size=64, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+        if source == "train_batch":   # the step's own gradients: on the weights it started from
+            for w, v in zip(model.weights, weights):
+                w.assign(v)
+        with tf.GradientTape(persistent=True) as tape:
+            h = model.get_layer("h1")(tf.convert_to_tensor(x))
+            tape.watch(h)
+            loss = tf.reduce_mean(tf.square(tf.cast(model.get_layer("out")(h), tf.float32) - y))
+            scaled = loss * scale
+        applied = tf.cast(tape.gradient(scaled, h), tf.float32).numpy() / scale
+        unscaled = tf.cast(tape.gradient(loss, h), tf.float32).numpy()
+        expected = np.where(np.isfinite(applied), applied, unscaled)
+        run = inspector.open_run(tmp_path / "r")
+        name = _find(run.tensors, "h1/Relu")
+        index = np.asarray(run.samples(1)["index"])
+        got = run.tensor(name, 1, "gradient")
+        assert got.dtype == np.float32 and run.manifest["first_nonfinite"] is None
+        np.testing.assert_allclose(got, expected[index], rtol=2e-3, atol=1e-12)
+        assert np.mean(got == 0) == np.mean(expected[index] == 0)
+        assert (scale > 2 ** 40) == (not np.isfinite(applied).all())   # the 2^60 case did overflow
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
 def test_steps_a_loss_scale_optimizer_skips_still_count(tmp_path, caplog):
     """Found by a red team: under mixed precision Keras 3's LossScaleOptimizer does not count the
     steps it skips (the loss scale overflowing float16), so a second fit started from
