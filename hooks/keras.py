@@ -423,6 +423,15 @@ class InspectCallback(tf.keras.callbacks.Callback):
         try:
             graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
+            if "outside the replica context" in str(e):   # Keras 3, fit called inside strategy.scope()
+                raise ValueError(f"the probe cannot read the model's {type(self.model.distribute_strategy).__name__} "
+                                 f"variables while fit runs inside `with strategy.scope():` ({e}); call fit "
+                                 f"outside that block (build and compile the model inside it)") from e
+            if "cross-replica context" in str(e):   # not the probe's shape: say what is wrong
+                raise ValueError(f"the probe cannot run under {type(self.model.distribute_strategy).__name__}: "
+                                 f"this Keras's compute_loss updates its loss tracker (a sync-on-read variable) "
+                                 f"outside a replica ({e}); under tf.keras 2.15 use source='train_batch' (one "
+                                 f"replica) or Keras 3, whose probe runs under a strategy") from e
             shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t) for t in (x, y)]
             raise ValueError(f"the model and its loss could not run on probe= (x, y shapes {shapes}): "
                              f"{type(e).__name__}: {e}; give a batch like the training data's") from e

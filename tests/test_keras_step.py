@@ -500,6 +500,27 @@ def test_train_batch_under_a_one_replica_strategy(tmp_path):
     np.testing.assert_allclose(rows["mean"], [x[:16].mean(), x[16:32].mean(), x[32:].mean()], rtol=1e-5)
 
 
+def test_the_probe_under_a_strategy_runs_or_says_why_not(tmp_path):
+    """Keras 3's probe runs under MirroredStrategy. tf.keras 2.15's compute_loss updates its loss
+    tracker outside a replica there, which fails: the error said "give a batch like the training
+    data's" (found by a red team); it names the strategy and what works instead."""
+    x, y = _data(5, n=32)
+    with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
+        model = sequential()
+        model.compile(optimizer=keras.optimizers.SGD(0.3),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", probe=(x[:8], y[:8]), stats_every_n_steps=1, strict=True)
+    if KERAS3:
+        model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[cb])
+        assert inspector.open_run(tmp_path / "r").stats["step"].max() == 2
+        with model.distribute_strategy.scope(), pytest.raises(ValueError, match="call fit outside that block"):
+            model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
+                InspectCallback(tmp_path / "s", probe=(x[:8], y[:8]), stats_every_n_steps=1, strict=True)])
+    else:
+        with pytest.raises(ValueError, match="cannot run under MirroredStrategy.*source='train_batch'"):
+            model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[cb])
+
+
 class _Stop(keras.callbacks.Callback):
     """Raises at the end of batch ``at`` (an interrupted fit: Keras skips on_train_end)."""
 
