@@ -272,6 +272,7 @@ class RunWriter:
         self._reserve = self._make_reserve()
         # the tensor/kind/group columns, the same for every statistics step (none without a layout)
         self._static = _static_columns(stats_layout) if stats_layout else {}
+        self._group_rows = np.array([g != "all" for g in (stats_layout.groups if stats_layout else ())], bool)
         # started at the first dump: most sessions (a fit at the defaults) write none, and a
         # thread's start waits for the busy training process to schedule it
         self._dump_thread_count = dump_threads
@@ -315,9 +316,12 @@ class RunWriter:
             if got[name].shape != shape:
                 raise ValueError(f"statistics of step {step}: {name} has shape {got[name].shape}, the layout needs "
                                  f"{shape}")
-        if "keep" not in got:
+        # A group no sample of this batch is in has no row (its count would be 0 and its mean
+        # NaN, which the overview took for a NaN/Inf); the `all` rows are always written.
+        empty = (got["values"][:, STAT_COLUMNS.index("count")] == 0) & self._group_rows
+        if "keep" not in got and not empty.any():
             return _Stats(step, batch, np.arange(n), got["values"], got["hist_range"], got["hist"])
-        rows = np.flatnonzero(got["keep"])
+        rows = np.flatnonzero(got.get("keep", np.ones(n, bool)) & ~empty)
         return _Stats(step, batch, rows, got["values"][rows], got["hist_range"][rows], got["hist"][rows])
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,

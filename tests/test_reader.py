@@ -13,7 +13,7 @@ import pytest
 
 import inspector
 from inspector import cli
-from inspector.format import FORMAT_VERSION, dump_name, manifest_name, safe_join
+from inspector.format import FORMAT_VERSION, STAT_COLUMNS, dump_name, manifest_name, safe_join
 from inspector.writer import RunWriter, StatsLayout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,6 +79,31 @@ def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path
     finally:
         w.close()
     assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 5]   # the good steps, both
+
+
+def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
+    """Found by a red team: a group empty in a step's batch (a batch of 1, a small imbalanced
+    one) was written with count 0 and a NaN mean, and the overview drew its whole column as
+    NaN/Inf (grey), the other rows' finite means discarded. Such a row is not written; the
+    `all` row always is."""
+    from inspector.stats_summary import overview
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
+                "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
+    w = RunWriter(tmp_path / "r", manifest={"tensors": catalog, "loss": None}, stats_layout=lay)
+    count, mean = STAT_COLUMNS.index("count"), STAT_COLUMNS.index("mean")
+    for step in (1, 2, 3):
+        values = np.ones((3, 9))
+        values[:, mean] = [2.0, 3.0, 1.0]
+        if step == 2:   # no positive sample in this batch
+            values[1, count], values[1, mean] = 0, np.nan
+        w.add_stats(step, values, np.zeros((3, 2)), np.zeros((3, 4)))
+    w.close()
+    run = inspector.open_run(tmp_path / "r")
+    pos = run.query_stats(group="positive")
+    assert pos["step"].tolist() == [1, 3] and len(run.query_stats(group="all")) == 3
+    ov = overview(run, "forward", "positive", "mean")
+    assert not np.isnan(ov.matrix).any() and ov.matrix[0].tolist() == [3.0, 3.0]
 
 
 def test_dump_threads_start_at_the_first_dump(tmp_path):
