@@ -294,6 +294,9 @@ class DumpHook(v1.train.SessionRunHook):
         self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
         self._in_run = False   # between this session's before_run and after_run (see _watch)
+        self._runs = 0                                # training runs of this hook, its sessions together
+        self._sampled_at: tuple[int, int] | None = None   # (runs, global step) at the last sampled run
+        self._warned_lag = False
         self._force_dump = False
         self._first_nonfinite: dict | None = None
         self._dump_bytes_estimate = 0
@@ -673,8 +676,10 @@ class DumpHook(v1.train.SessionRunHook):
             reads["step"] = self._global_step
         after = self._run_reads(run_context.session, reads) if reads else {}
         if self.mode == "train":
+            self._runs += 1
             if "step" in after:
                 step = int(after["step"])
+                self._check_step_lag(step)
                 # This row stands for every multiple up to the step it carries: other workers may
                 # have crossed the next one during this run (FORMAT.md, "Schedule").
                 if stats:
@@ -710,6 +715,22 @@ class DumpHook(v1.train.SessionRunHook):
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
+
+    def _check_step_lag(self, step: int) -> None:
+        """Warn once when the global step advanced less than this worker's training runs between
+        two sampled runs: gradient accumulation (a train op that advances it every k-th run) or
+        a step advanced by another run. Rows carry the global step after their run, which
+        may then be a micro-batch's; the schedule counts runs (README, "Distributed")."""
+        last, self._sampled_at = self._sampled_at, (self._runs, step)
+        if last is None or self._track_step or self._warned_lag:
+            return
+        runs, moved = self._runs - last[0], step - last[1]
+        if 0 <= moved < runs:
+            self._warned_lag = True
+            log.warning("the global step advanced %d over %d training runs (steps %d..%d): gradient accumulation, or "
+                        "a step another run advances? Each row carries the global step after its run, which may "
+                        "be a micro-batch's, and the schedule counts runs (README, \"Distributed\")",
+                        moved, runs, last[1], step)
 
     def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:
         """``session.run(reads)`` through a callable made once per session and set of reads:

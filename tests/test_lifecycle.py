@@ -207,6 +207,35 @@ def test_a_train_op_that_leaves_the_step_to_another_run_is_sampled(tmp_path):
     assert len(inspector.open_run(tmp_path / "run").stats["step"].unique()) >= 2
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_gradient_accumulation_is_warned_about(tmp_path, caplog, k):
+    """Found by a red team: a train op applying its accumulated gradients (and advancing the
+    global step) every k-th run gets rows labelled with the global step after a micro-batch's
+    run, on a schedule of runs. Not supported, and said once: the global step advanced less
+    than the runs between two sampled runs. Plain training (k = 1) says nothing."""
+    with tf.Graph().as_default():
+        m = build_cnn()
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        grads = opt.compute_gradients(m.loss)
+        acc = [v1.get_variable(f"acc{i}", v.shape, initializer=v1.zeros_initializer(), trainable=False)
+               for i, (_, v) in enumerate(grads)]
+        runs = v1.get_variable("runs", [], tf.int64, initializer=v1.zeros_initializer(), trainable=False)
+        with tf.control_dependencies([a.assign_add(g) for a, (g, _) in zip(acc, grads)]):
+            count = runs.assign_add(1)
+
+        def apply():
+            with tf.control_dependencies([opt.apply_gradients([(a / k, v) for a, (_, v) in zip(acc, grads)],
+                                                              global_step=m.global_step)]):
+                return tf.group(*[a.assign(tf.zeros_like(a)) for a in acc])
+        train = tf.cond(tf.equal(count % k, 0), lambda: tf.group(apply()), lambda: tf.group(tf.no_op()))
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=2, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook], save_checkpoint_steps=None, save_summaries_steps=None,
+                                               log_step_count_steps=None) as sess:
+            for step in range(1, 9):
+                sess.run(train, m.feed(step))
+    assert ("gradient accumulation" in caplog.text) == (k > 1)
+
+
 def test_sync_replicas_training_with_the_default_capture_runs(tmp_path):
     """Found by a review: the default capture selected SyncReplicasOptimizer's accumulator takes,
     which the chief runs in a queue runner of its own; fetched in a training step they waited
