@@ -579,8 +579,9 @@ class Run:
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
         """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
         of ``query_stats(kinds=[kind], groups=[group])``: a summarised part's from its summary's
-        step lists, other parts' from four columns (FORMAT.md "Summaries"; the later-session
-        rule picks which session's rows a step shows, never drops a step).
+        step lists, other parts' from four columns (FORMAT.md "Summaries"). Where a worker has
+        several sessions of a mode, the steps ``query_stats`` reads: a later session wins a
+        step even where it has no row of this group.
 
         >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
         """
@@ -588,7 +589,16 @@ class Run:
         columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
         found = [np.array([], np.int64)]
         from .stats_summary import part_step_set
-        for w, s, p in self._selected(self._stats_files, None, None, None):
+        files = self._selected(self._stats_files, None, None, None)
+        sessions: dict[tuple[str, str], set[int]] = {}
+        for w, s, _ in files:
+            sessions.setdefault((w, self._mode_of(w, s)), set()).add(s)
+        if any(len(v) > 1 for v in sessions.values()):
+            # a later session wins its steps even where it has no row of this group (no sample
+            # of it in that batch, or its groups refused there): the reader's rule decides
+            df = self.query_stats(kinds=[kind], groups=[group], columns=[])
+            return np.sort(df["step"].unique()).astype(np.int64)
+        for w, s, p in files:
             if batch is None and self.store.is_local and (got := part_step_set(self, p, kind, group)) is not None:
                 found.append(got)  # the part's summary lists its steps: no row read
                 continue

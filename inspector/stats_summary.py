@@ -264,7 +264,7 @@ def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300)
                 got = _read_summary(run, p, *opened[p], kind, group, stat) if opened[p][1]["width"] <= width else None
                 summarized += got is not None
                 pieces.append(got if got is not None else _binned_part(run, w, s, p, kind, group, stat))
-        if _sessions_overlap(pieces):
+        if _sessions_overlap(run, files, pieces):
             notes.append("sessions recorded overlapping steps: every row read (the later session wins a step)")
             files = None
     if files is None:
@@ -438,17 +438,27 @@ def _check_summary(t: pa.Table, stat: str, of: dict) -> None:
         raise ValueError("inconsistent counts, widths or steps")
 
 
-def _sessions_overlap(pieces: list[pa.Table]) -> bool:
-    """True if two sessions of one worker and mode have overlapping step ranges."""
-    pieces = [p for p in pieces if p.num_rows]
-    if not pieces:
-        return False
-    t = pa.concat_tables([p.select(["worker", "mode", "session", "first_step", "last_step"]) for p in pieces])
-    spans = t.group_by(["worker", "mode", "session"], use_threads=False).aggregate(
-        [("first_step", "min"), ("last_step", "max")]).sort_by([("worker", "ascending"), ("mode", "ascending"),
-                                                                ("first_step_min", "ascending")]).to_pydict()
-    rows = list(zip(spans["worker"], spans["mode"], spans["first_step_min"], spans["last_step_max"]))
-    return any(a[:2] == b[:2] and b[2] <= a[3] for a, b in zip(rows, rows[1:]))
+def _sessions_overlap(run: Run, files: list, pieces: list[pa.Table]) -> bool:
+    """True if two sessions of one worker and mode have overlapping step ranges: each session's
+    range is its manifest's steps (every step it recorded, whichever group: a group with no
+    sample at a step has no row there, so one group's rows can miss a later session's claim)
+    widened by the rows read (a writer killed before its manifest's last update)."""
+    spans: dict[tuple[str, str, int], list[int]] = {}
+    for w, s, _ in files:
+        steps = [x for x in (run.manifests.get((w, s), {}).get("steps") or []) if isinstance(x, int)]
+        if steps:
+            spans[(w, run._mode_of(w, s), s)] = [min(steps), max(steps)]
+    for p in pieces:
+        if not p.num_rows:
+            continue
+        t = p.select(["worker", "mode", "session", "first_step", "last_step"]).group_by(
+            ["worker", "mode", "session"], use_threads=False).aggregate([("first_step", "min"), ("last_step", "max")])
+        for w, m, s, a, b in zip(*(t.column(c).to_pylist() for c in (
+                "worker", "mode", "session", "first_step_min", "last_step_max"))):
+            span = spans.setdefault((w, m, s), [a, b])
+            span[0], span[1] = min(span[0], a), max(span[1], b)
+    rows = sorted((w, m, a, b) for (w, m, _), (a, b) in spans.items())
+    return any(x[:2] == y[:2] and y[2] <= x[3] for x, y in zip(rows, rows[1:]))
 
 
 def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,

@@ -106,6 +106,34 @@ def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
     assert not np.isnan(ov.matrix).any() and ov.matrix[0].tolist() == [3.0, 3.0]
 
 
+def test_a_later_session_wins_its_steps_where_it_has_no_row_of_a_group(tmp_path):
+    """Found by a review: two sessions recording steps 1-6 (a re-run), the first with negatives
+    at steps 1-3 only, the second at 4-6 only. The reader shows the second's (it wins every
+    step); the overview's overlap check compared one group's rows, missed the overlap, and drew
+    the first session's superseded rows at 1-3; stats_steps listed them too."""
+    from inspector.stats_summary import overview
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
+                "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
+    count, mean = STAT_COLUMNS.index("count"), STAT_COLUMNS.index("mean")
+    for scale, negatives in ((1.0, {1, 2, 3}), (100.0, {4, 5, 6})):
+        w = RunWriter(tmp_path / "r", manifest={"tensors": catalog, "loss": None}, stats_layout=lay)
+        for step in range(1, 7):
+            values = np.ones((3, 9))
+            values[:, mean] = scale * step
+            if step not in negatives:
+                values[2, count], values[2, mean] = 0, np.nan
+            w.add_stats(step, values, np.zeros((3, 2)), np.zeros((3, 4)))
+        w.close()
+    run = inspector.open_run(tmp_path / "r")
+    q = run.query_stats(group="negative")
+    assert dict(zip(q["step"], q["mean"])) == {4: 400.0, 5: 500.0, 6: 600.0}
+    assert run.stats_steps("forward", "negative").tolist() == [4, 5, 6]
+    ov = overview(run, "forward", "negative", "mean")
+    shown = {int(s): v for s, v in zip(ov.steps, ov.matrix[0]) if not np.isnan(v)}
+    assert shown == {4: 400.0, 5: 500.0, 6: 600.0}, shown
+
+
 def test_dump_threads_start_at_the_first_dump(tmp_path):
     """A session that writes no dump (most fits at the defaults) starts no dump thread; the
     first dump starts them and is written."""
