@@ -298,8 +298,10 @@ class Groups:
         return len(self.names)
 
     def sliced(self, ids: tf.Tensor) -> "Groups":
-        """The same groups over other samples (a tower's slice of the batch)."""
-        return Groups(ids, self.names, self.codes, None, self.complete)
+        """The same groups over other samples (a tower's slice of the batch). ``bad`` stays the
+        whole batch's: a step whose samples break the rule is refused in every slice, and
+        its slices' dumps keep their first samples, ungrouped, like the batch's."""
+        return Groups(ids, self.names, self.codes, self.bad, self.complete)
 
 
 def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None, complete: bool = False) -> Groups:

@@ -140,3 +140,32 @@ def test_reader_samples_of_a_tower(tmp_path):
     pd.testing.assert_frame_equal(run.samples(1, tensor="x:0"), run.samples(1))
     with pytest.raises(ValueError, match="tower 'split:1'"):
         run.samples(1, tensor="tower_1/hidden:0", tower="split:0")
+
+
+def test_a_refused_step_dumps_every_towers_first_samples(tmp_path):
+    """Found by a review: float regression targets (the default rule refuses the step's groups)
+    under traced tf.split towers dumped the whole batch's first samples but no row of any
+    tower's tensors: a slice's groups had dropped the batch's count of samples breaking the
+    rule. Each tower now keeps its slice's first samples, ungrouped, like the batch."""
+    y = RNG.normal(size=(N,)).astype(np.float32)
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [None, D], name="x")
+        labels = v1.placeholder(tf.float32, [None], name="y")
+        w = v1.get_variable("w", initializer=RNG.normal(size=(D, 1)).astype(np.float32))
+        losses = []
+        for i, (xi, yi) in enumerate(zip(tf.split(x, 2), tf.split(labels, 2))):
+            with tf.name_scope(f"tower_{i}"):
+                h = tf.nn.relu(tf.matmul(xi, w), name="hidden")
+                losses.append(tf.reduce_mean(tf.square(tf.reshape(h, [-1]) - yi)))
+        loss = tf.add_n(losses, name="loss")
+        train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
+        hook = DumpHook(tmp_path / "run", loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,
+                        samples_per_group=2, strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+            sess.run(train, {x: X, labels: y})
+    run = inspector.open_run(tmp_path / "run")
+    assert run.dump_metadata(1)["groups"] == "refused" and run.manifest["groups_refused"]["first_step"] == 1
+    for i in range(2):
+        half = X[i * N // 2:(i + 1) * N // 2]
+        np.testing.assert_allclose(run.tensor(f"tower_{i}/hidden:0", 1),
+                                   np.maximum(half[:4] @ run.tensor("w", 1), 0), rtol=1e-5)
