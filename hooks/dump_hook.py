@@ -549,6 +549,7 @@ class DumpHook(v1.train.SessionRunHook):
             self._step = int(session.run(self._global_step))
         self._stats_since = self._dump_since = self._step
         self._batch = 0
+        self._sampled_at = None   # a recovered session restores an older checkpoint: its step goes back
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
             self._writer = RunWriter(self.run_dir, **self._writer_args)
             log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,

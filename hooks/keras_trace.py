@@ -281,8 +281,10 @@ class ProbeGraph:
         raw = capture.raw_gradients(loss, wanted + list(extra), observer=not extra) if wanted or extra else []
         grads = ([capture.dense_gradient(d) for d in raw[:len(wanted)]] if wanted
                  else [None] * (len(tensors) + len(handles)))
+        # under a LossScaleOptimizer whatever tensors are captured: the variables' gradients
+        # come through the float16 backward pass too
         scale = loss_scale(self.model) if wanted and not extra else None
-        if scale is not None and any(t.dtype == tf.float16 for t in tensors):
+        if scale is not None:
             grads = scaled_gradients(loss, wanted, grads, scale)
         self.extra_gradients = raw[len(wanted):]
         by_owner = owners(ops, calls)

@@ -236,6 +236,30 @@ def test_gradient_accumulation_is_warned_about(tmp_path, caplog, k):
     assert ("gradient accumulation" in caplog.text) == (k > 1)
 
 
+def test_a_recovered_session_is_no_gradient_accumulation(tmp_path, caplog):
+    """Found by a review: MonitoredTrainingSession recovering from an AbortedError restores the
+    last checkpoint, so the global step goes back; the lag check compared across the recovery
+    and warned of gradient accumulation. Each session starts the check afresh."""
+
+    class Preempt(v1.train.SessionRunHook):
+        done = False
+
+        def after_run(self, run_context, run_values):
+            if not self.done and run_context.session.run(v1.train.get_global_step()) == 9:
+                self.done = True
+                raise tf.errors.AbortedError(None, None, "preempted (test)")
+    with tf.Graph().as_default():
+        m = build_cnn()
+        hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=4, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredTrainingSession(checkpoint_dir=str(tmp_path / "ckpt"), save_checkpoint_steps=5,
+                                               save_summaries_steps=None, log_step_count_steps=None,
+                                               hooks=[hook, Preempt()]) as sess:
+            for step in range(1, 17):
+                sess.run(m.train_op, m.feed(step))
+    assert "Aborted" in caplog.text or len(inspector.open_run(tmp_path / "run").sessions) == 2
+    assert "gradient accumulation" not in caplog.text
+
+
 def test_sync_replicas_training_with_the_default_capture_runs(tmp_path):
     """Found by a review: the default capture selected SyncReplicasOptimizer's accumulator takes,
     which the chief runs in a queue runner of its own; fetched in a training step they waited

@@ -123,7 +123,8 @@ def render(ctx: Ctx) -> None:
 
     cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
     what = f"{layer} filter {filt}" + (f" (class {klass})" if klass is not None else "")
-    label = f"sample #{sample} ({samples['group'].iloc[sample]}): mu cell {cell}"
+    group = samples["group"].iloc[sample] if "group" in samples else "ungrouped"   # a refused step's dump
+    label = f"sample #{sample} ({group}): mu cell {cell}"
     title = f"{what}, step {step}, beta={beta:.3f}"
     # The figure is a function of exactly these values: they are its cache key.
     show_cached_figure(lambda: plots.templates_grid(
