@@ -388,6 +388,8 @@ def group_contrast(stats: pd.DataFrame, stat: str = "mean", kind: str = "forward
     df = stats[(stats["kind"] == kind) & stats["group"].isin(["positive", "negative"])]
     cols = [stat] + (["std"] if stat == "mean" and "std" in df else [])
     wide = df.pivot_table(index=["step", "tensor"], columns="group", values=cols, observed=True, aggfunc="last")
+    # a group with no row (no sample of it in any batch read): its columns NaN, not a KeyError
+    wide = wide.reindex(columns=pd.MultiIndex.from_product([cols, ["positive", "negative"]]))
     out = pd.DataFrame({"positive": wide[(stat, "positive")], "negative": wide[(stat, "negative")]})
     out["diff"] = out["positive"] - out["negative"]
     if len(cols) == 2:

@@ -108,6 +108,11 @@ def test_group_contrast_and_series(bad_run):
     assert len(top) == 3 and top["effect"].abs().is_monotonic_decreasing
     s = analysis.group_series(fwd, "conv1/Relu:0", "mean")
     assert list(s.columns) == ["all", "positive", "negative"] and s.index.tolist() == list(range(12))
+    # a group with no row at all (no sample of it in any batch read): NaN, not a KeyError
+    only_pos = fwd[fwd["group"] != "negative"]
+    c = analysis.group_contrast(only_pos, "mean")
+    assert len(c) and c["negative"].isna().all() and c["diff"].isna().all()
+    assert len(analysis.top_separating(only_pos, n=3)) == 3
 
 
 def test_synthetic_run_is_consistent(bad_run):
