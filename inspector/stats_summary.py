@@ -53,6 +53,7 @@ class Run(Protocol):
     problems: list[str]
     verify: bool
     store: Any
+    manifests: dict[tuple[str, int], dict]
 
     @property
     def tensors(self) -> Any: ...
@@ -65,6 +66,8 @@ class Run(Protocol):
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
                    columns: Any, filters: Any) -> pa.Table | None: ...
+
+    def _mode_of(self, worker: str, session: int) -> str: ...
 
     def _where(self, mode: str | None, worker: str | None,
                batch: int | None = None) -> tuple[str, str | None, int | None]: ...
