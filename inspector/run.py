@@ -580,38 +580,55 @@ class Run:
         """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
         of ``query_stats(kinds=[kind], groups=[group])``: a summarised part's from its summary's
         step lists, other parts' from four columns (FORMAT.md "Summaries"). Where a worker has
-        several sessions of a mode, the steps ``query_stats`` reads: a later session wins a
-        step even where it has no row of this group.
+        several sessions of a mode, a later session wins each step it recorded (its ``forward``
+        / ``all`` steps, which every recorded step has), also where it has no row of this group.
 
         >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
         """
         batch = self._where(None, None)[2]
-        columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
-        found = [np.array([], np.int64)]
-        from .stats_summary import part_step_set
         files = self._selected(self._stats_files, None, None, None)
         sessions: dict[tuple[str, str], set[int]] = {}
         for w, s, _ in files:
             sessions.setdefault((w, self._mode_of(w, s)), set()).add(s)
-        if any(len(v) > 1 for v in sessions.values()):
-            # a later session wins its steps even where it has no row of this group (no sample
-            # of it in that batch, or its groups refused there): the reader's rule decides
-            df = self.query_stats(kinds=[kind], groups=[group], columns=[])
-            return np.sort(df["step"].unique()).astype(np.int64)
+        own: dict[tuple[str, str, int], list[np.ndarray]] = {}
+        claims: dict[tuple[str, str, int], list[np.ndarray]] = {}
         for w, s, p in files:
-            if batch is None and self.store.is_local and (got := part_step_set(self, p, kind, group)) is not None:
-                found.append(got)  # the part's summary lists its steps: no row read
-                continue
-            before = list(self.problems)
-            t = self._read_part(w, s, p, columns, [("kind", "in", [kind]), ("group", "in", [group])])
-            if t is None:  # unreadable, or compacted away since listed: the full reader decides
-                self.problems[:] = before
+            mode = self._mode_of(w, s)
+            got = self._part_step_list(w, s, p, kind, group, batch)
+            claim = (self._part_step_list(w, s, p, "forward", "all", None, every_row=True)
+                     if len(sessions[(w, mode)]) > 1 else np.zeros(0, np.int64))
+            if got is None or claim is None:  # unreadable, or compacted away since listed: the full reader
                 df = self.query_stats(kinds=[kind], groups=[group], columns=[])
                 return np.sort(df["step"].unique()).astype(np.int64)
-            if batch is not None:
-                t = t.filter(pc.equal(t.column("batch"), batch))
-            found.append(pc.unique(t.column("step")).to_numpy().astype(np.int64))
+            own.setdefault((w, mode, s), []).append(got)
+            claims.setdefault((w, mode, s), []).append(claim)
+        found = [np.array([], np.int64)]
+        for (w, mode), numbers in sessions.items():
+            later = np.zeros(0, np.int64)   # steps a later session of this worker and mode recorded
+            for s in sorted(numbers, reverse=True):
+                steps = np.unique(np.concatenate(own.get((w, mode, s), [np.zeros(0, np.int64)])))
+                found.append(np.setdiff1d(steps, later))
+                later = np.union1d(later, np.concatenate(claims.get((w, mode, s), [np.zeros(0, np.int64)])))
         return np.unique(np.concatenate(found))
+
+    def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str, batch: int | None,
+                        every_row: bool = False) -> np.ndarray | None:
+        """The steps of ``part``'s (kind, group) rows (``every_row``: of any row, read where the
+        summary lists none), from its summary where it has one; None if it cannot be read."""
+        from .stats_summary import part_step_set
+        if batch is None and self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
+                and (len(got) or not every_row):
+            return got  # the part's summary lists its steps: no row read
+        before = list(self.problems)
+        columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
+        filters = None if every_row else [("kind", "in", [kind]), ("group", "in", [group])]
+        t = self._read_part(worker, session, part, ["step"] if every_row else columns, filters)
+        if t is None:
+            self.problems[:] = before
+            return None
+        if batch is not None:
+            t = t.filter(pc.equal(t.column("batch"), batch))
+        return pc.unique(t.column("step")).to_numpy().astype(np.int64)
 
     @staticmethod
     def to_pandas(table: pa.Table) -> pd.DataFrame:
