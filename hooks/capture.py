@@ -100,17 +100,22 @@ def _in_control_flow(op: tf.Operation) -> bool:
     return getattr(op, "_control_flow_context", None) is not None
 
 
-def backward_ops(graph: tf.Graph) -> set[str]:
+def backward_ops(graph: tf.Graph, loss: tf.Tensor | None = None) -> set[str]:
     """Names of ops of any backward pass or optimizer (descendants of 'gradients' scopes).
 
     An op created before the first of those is forward, whatever it reads: the gradient of a
     TF2 ``tf.while_loop`` adds accumulator inputs (``gradients/while_grad/...``) to the
     forward ``While`` op, which made it, and everything after the loop (logits, the loss),
-    a "descendant" of the backward pass, silently left out of the capture."""
+    a "descendant" of the backward pass, silently left out of the capture. So is every op the
+    ``loss`` is computed from outside a 'gradients' scope: a gradient penalty (WGAN-GP) takes
+    ``tf.gradients`` inside the forward pass, and the ops after it, the loss included, are
+    the model's, not a backward pass's."""
     grad_re = re.compile(r"(^|/)gradients(_\d+)?/")
     ops = graph.get_operations()   # in creation order
     first = next((i for i, op in enumerate(ops) if grad_re.search(op.name)), len(ops))
     forward = {op.name for op in ops[:first]}
+    if loss is not None:
+        forward |= {name.rpartition(":")[0] for name in ancestors(loss) if not grad_re.search(name)}
     seeds = [op for op in ops[first:] if grad_re.search(op.name)]
     seen = {op.name for op in seeds}
     stack = list(seeds)
@@ -125,16 +130,29 @@ def backward_ops(graph: tf.Graph) -> set[str]:
     return seen
 
 
+def ancestors(t: tf.Tensor) -> set[str]:
+    """Names of every tensor ``t`` is computed from (data inputs, transitively), ``t`` included."""
+    seen, stack = {t.name}, [t]
+    while stack:
+        for x in stack.pop().op.inputs:
+            if x.name not in seen:
+                seen.add(x.name)
+                stack.append(x)
+    return seen
+
+
 def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Iterable[str] | None = None,
                    exclude_op_types: Iterable[str] | None = None, dtypes: Sequence[tf.DType] = FLOAT_DTYPES,
-                   forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True) -> Selection:
-    """Outputs of every forward op that pass the filters (plus ``forced`` tensors)."""
+                   forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True,
+                   loss: tf.Tensor | None = None) -> Selection:
+    """Outputs of every forward op that pass the filters (plus ``forced`` tensors); ``loss``:
+    what it is computed from is forward (:func:`backward_ops`)."""
     inc, exc = _compile(include), _compile(exclude)
     if use_default_exclude:
         exc += _compile(DEFAULT_EXCLUDE)
     types = set(op_types) if op_types else None
     skip_types = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ())
-    backward = backward_ops(graph)
+    backward = backward_ops(graph, loss)
     forced = list(forced)
     forced_names = {t.name for t in forced}
     chosen, skipped = [], []

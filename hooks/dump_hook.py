@@ -376,7 +376,7 @@ class DumpHook(v1.train.SessionRunHook):
         labels, gid = self._resolve_groups(g)
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
-        sel = capture.select_tensors(g, forced=forced, **self.filters)
+        sel = capture.select_tensors(g, forced=forced, loss=loss, **self.filters)
         if sel.skipped:
             log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
                      len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))

@@ -170,15 +170,7 @@ def _unique(tensors: Iterable) -> list[tf.Tensor]:
     return out
 
 
-def ancestors(t: tf.Tensor) -> set[str]:
-    """Names of every tensor ``t`` is computed from (data inputs, transitively), ``t`` included."""
-    seen, stack = {t.name}, [t]
-    while stack:
-        for x in stack.pop().op.inputs:
-            if x.name not in seen:
-                seen.add(x.name)
-                stack.append(x)
-    return seen
+ancestors = capture.ancestors   # names of every tensor t is computed from (data inputs), t included
 
 
 def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:

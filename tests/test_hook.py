@@ -338,6 +338,30 @@ def test_tensors_after_a_tf2_while_loop_are_captured(tmp_path):
     assert run.query_stats(["loss:0"], kinds=["forward"])["mean"].iloc[0] == pytest.approx((ref @ w2).sum())
 
 
+def test_a_gradient_penalty_in_the_forward_pass_is_captured(tmp_path):
+    """Found by a review: a WGAN-GP penalty takes tf.gradients inside the forward pass, and the
+    ops after it (the penalty, the loss) were taken for backward ops and silently left out.
+    What the loss is computed from, outside a gradients scope, is forward: captured, exact."""
+    rng = np.random.default_rng(4)
+    xv, wv = rng.normal(size=(4, 3)), rng.normal(size=(3, 1))
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float64, [None, 3], name="x")
+        d = tf.matmul(tf.tanh(x), v1.get_variable("w", initializer=wv), name="d")
+        penalty = tf.reduce_mean(tf.square(tf.norm(tf.gradients(d, x)[0], axis=1) - 1), name="penalty")
+        loss = tf.add(tf.reduce_mean(d), penalty, name="loss")
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_or_create_global_step())
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train, {x: xv})
+    run = inspector.open_run(tmp_path / "run")
+    grad_x = (1 - np.tanh(xv) ** 2) * wv.T                    # d d / d x, row by row
+    want = np.mean((np.linalg.norm(grad_x, axis=1) - 1) ** 2)
+    np.testing.assert_allclose(run.tensor("penalty:0", 1), want, rtol=1e-12)
+    np.testing.assert_allclose(run.tensor("loss:0", 1), np.mean(np.tanh(xv) @ wv) + want, rtol=1e-12)
+    np.testing.assert_allclose(run.tensor("penalty:0", 1, "gradient"), 1.0)
+    np.testing.assert_allclose(run.tensor("d:0", 1, "gradient"), np.full((4, 1), 0.25))
+
+
 def test_an_unseen_loss_behind_a_tf1_while_loop_is_explained(tmp_path, caplog):
     """Under v1 control flow the optimizer's backward pass through a while loop is not recorded
     (it needs the loop's state), so no loss is found: the warning says why and what to pass."""
