@@ -165,6 +165,19 @@ def samples(path: str, sig: Sig, step: int, tensor: str | None = None) -> pd.Dat
     return get_run(path, sig).samples(step, tensor=tensor)
 
 
+def sample_groups(kept: pd.DataFrame, fill: str | None = None) -> np.ndarray | None:
+    """Each kept sample's group name (:func:`samples`' ``group``). A dump without one (a run
+    without labels, a step whose samples broke the group rule): ``fill`` for every sample,
+    or None when no ``fill`` is given.
+
+    >>> sample_groups(pd.DataFrame({"index": [0, 1]}), "kept").tolist()
+    ['kept', 'kept']
+    """
+    if "group" in kept:
+        return kept["group"].to_numpy()
+    return None if fill is None else np.full(len(kept), fill)
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def update_ratios(path: str, sig: Sig) -> pd.DataFrame:
     """Update / weight L2 ratio per variable record (columns) and statistics step (index)."""

@@ -155,9 +155,7 @@ def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
 def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scale: str) -> None:
     if not bool(run.tensors.loc[tensor, "batched"]):
         st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
-    kept = data.samples(ctx.path, ctx.sig, step, tensor)
-    # no group column: a run without labels, or a step whose samples broke the group rule
-    groups = kept["group"].to_numpy() if "group" in kept else None
+    groups = data.sample_groups(data.samples(ctx.path, ctx.sig, step, tensor))
     panels, xscale, shown = {}, {}, []
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     for kind in kinds:

@@ -215,7 +215,7 @@ def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name:
              ident: tuple) -> None:
     """Channel maps of every kept sample, one block per group (positive | negative ...)."""
     st.markdown("**Every kept sample, by group**")
-    labels = samples["group"].astype(str).to_numpy() if "group" in samples else np.full(len(samples), "kept")
+    labels = data.sample_groups(samples, "kept").astype(str)
     order = group_order(list(groups), list(dict.fromkeys(labels)))
     panels = {g: [(f"#{i}", xc[i]) for i in np.flatnonzero(labels == g)] for g in order}
     show_cached_figure(lambda: plots.sample_grid(panels, title, symmetric=sym), ident, name, key="fm_groups")
@@ -227,7 +227,7 @@ def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: b
     """The kept samples ranked by the channel's ``stat``: the top ones drawn, all in a table."""
     st.markdown("**Top-activating kept samples**")
     order, scores = top_samples(xc, stat)
-    groups = samples["group"].astype(str).to_numpy() if "group" in samples else np.full(len(samples), "")
+    groups = data.sample_groups(samples, "").astype(str)
     k = min(TOP_K, len(order))
     panels = {f"top {k} by {stat}": [(f"#{i} {groups[i]}\n{stat} {v:.3g}", xc[i])
                                      for i, v in zip(order[:k], scores[:k])]}

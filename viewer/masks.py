@@ -123,8 +123,7 @@ def render(ctx: Ctx) -> None:
 
     cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
     what = f"{layer} filter {filt}" + (f" (class {klass})" if klass is not None else "")
-    group = samples["group"].iloc[sample] if "group" in samples else "ungrouped"   # a refused step's dump
-    label = f"sample #{sample} ({group}): mu cell {cell}"
+    label = f"sample #{sample} ({data.sample_groups(samples, 'ungrouped')[sample]}): mu cell {cell}"
     title = f"{what}, step {step}, beta={beta:.3f}"
     # The figure is a function of exactly these values: they are its cache key.
     show_cached_figure(lambda: plots.templates_grid(
@@ -160,9 +159,7 @@ def render(ctx: Ctx) -> None:
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
         kept = data.samples(ctx.path, ctx.sig, s, mu_name)
-        # no group column: the step's samples broke the group rule (its dump is ungrouped)
-        g = ((kept["group"].to_numpy() if "group" in kept else None) if klass is None
-             else class_groups(ctx, roles, s, klass, len(kept))[0])
+        g = data.sample_groups(kept) if klass is None else class_groups(ctx, roles, s, klass, len(kept))[0]
         if g is None:
             continue
         m = data.dumped(ctx.path, ctx.sig, mu_name, s)[:, filt]
@@ -184,8 +181,7 @@ def render(ctx: Ctx) -> None:
         st.caption("mean distance of mu to its group centre: "
                    + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
                    + " (a part filter keeps positives tight)")
-    filter_table(mu, samples["group"].to_numpy() if "group" in samples else np.full(len(samples), ""), dead, step,
-                 ids)
+    filter_table(mu, data.sample_groups(samples, ""), dead, step, ids)
 
 
 def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray:
