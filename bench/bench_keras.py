@@ -39,6 +39,9 @@ Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
 6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
 7. ``idle/train-batch``, ``stats-every/train-batch``: as 2 and 4 with ``source="train_batch"``
    (the capture inside fit's own train step, on its batch: no probe, no second forward pass).
+   ``stats-every/tb/no-input``: the latter with the input images excluded (``exclude=``, their
+   value and their gradient): what ``d loss / d input``, the one gradient plain training never
+   computes, costs a statistics step.
 8. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
    per epoch (a block is one epoch); it records no activations or gradients.
 9. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
@@ -78,6 +81,8 @@ from hooks.keras import InspectCallback  # noqa: E402
 
 keras = tf.keras
 BATCH = 32
+#: the batch's input images in the traced train step (Keras 3, tf.keras 2.15); not the labels
+INPUT = r"^(data|IteratorGetNext):0$"
 
 
 class Timer(keras.callbacks.Callback):
@@ -161,6 +166,10 @@ def configs(root: Path, probe) -> dict[str, list]:
         "dump-2/grp": cb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
         "idle/train-batch": tb("idle-tb", **never),
         "stats-every/train-batch": tb("stats-every-tb", stats_every_n_steps=1, dump_every_n_steps=0),
+        # the same with the input images left out: their gradient is the one backward op
+        # training never runs (a backward-data convolution to 3 channels); what that costs
+        "stats-every/tb/no-input": tb("stats-every-tb-no-input", stats_every_n_steps=1, dump_every_n_steps=0,
+                                      exclude=INPUT),
         "tensorboard": [keras.callbacks.TensorBoard(str(root / "tensorboard"), histogram_freq=1)],
     }
 
