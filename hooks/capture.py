@@ -78,6 +78,20 @@ class Captured:
 class Selection:
     tensors: list[tf.Tensor]
     skipped: list[str] = field(default_factory=list)   # names that cannot be fetched
+    #: skipped name -> why it cannot be fetched
+    reasons: dict[str, str] = field(default_factory=dict)
+    #: a TF2 cond's output (not fetchable) -> the Identity tf.cond returned for it, captured:
+    #: the same value under the name the model holds, so not skipped
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    def within(self, ops: set[str]) -> Selection:
+        """The same tensors; the skipped tensors and aliases of ``ops`` only (what a Keras
+        trace captures from: tensors outside it were never candidates, fetchable or not)."""
+        def own(name: str) -> bool:
+            return name.rpartition(":")[0] in ops
+        return Selection(self.tensors, [n for n in self.skipped if own(n)],
+                         {n: r for n, r in self.reasons.items() if own(n)},
+                         {n: a for n, a in self.aliases.items() if own(n)})
 
 
 def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
@@ -94,10 +108,56 @@ def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
     return out
 
 
+#: TF2 (control flow v2) cond ops. cond_v2 marks each not fetchable (its gradient's variant
+#: outputs cannot be fetched) and returns every branch output through an Identity.
+V2_COND_OP_TYPES = frozenset({"If", "StatelessIf", "Case", "StatelessCase"})
+IN_V1_BODY = "inside a v1 while/cond body"
+
+
 def _in_control_flow(op: tf.Operation) -> bool:
-    # v1 while/cond bodies have a control-flow context; their tensors cannot be fetched.
+    """True if ``op``'s outputs live inside a v1 while/cond body, where they cannot be fetched."""
     # Private Operation._control_flow_context: no public test (TF 2.15, 2.21; docs/ARCHITECTURE.md).
-    return getattr(op, "_control_flow_context", None) is not None
+    ctx = getattr(op, "_control_flow_context", None)
+    if ctx is not None and op.type in ("Exit", "RefExit"):
+        # a loop's Exit is created in the loop's context, but its output is the loop's
+        # result, outside the loop: fetchable unless the loop is itself in a body
+        ctx = ctx.outer_context
+    return ctx is not None
+
+
+def _v2_cond_alias(t: tf.Tensor) -> tf.Tensor | None:
+    """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if any."""
+    if t.op.type not in V2_COND_OP_TYPES:
+        return None
+    return next((c.outputs[0] for c in t.consumers() if c.type == "Identity" and not _in_control_flow(c)
+                 and c.graph.is_fetchable(c.outputs[0])), None)
+
+
+def _why_unfetchable(graph: tf.Graph, t: tf.Tensor) -> str | None:
+    """Why ``t`` cannot be fetched by ``Session.run``, or None if it can."""
+    if _in_control_flow(t.op):
+        return IN_V1_BODY
+    if graph.is_fetchable(t):
+        return None
+    if t.op.type in V2_COND_OP_TYPES:
+        return "a TF2 cond's output that TensorFlow marks not fetchable, with no Identity returned for it"
+    return "marked not fetchable by TensorFlow"
+
+
+def _sort_unfetchable(unfetchable: list[tf.Tensor], captured: set[str]) -> Selection:
+    """The skipped names with their reasons, and the TF2 cond outputs whose value is captured
+    as the Identity tf.cond returned (an alias: not skipped)."""
+    out = Selection([])
+    for t in unfetchable:
+        alias = _v2_cond_alias(t)
+        if alias is not None and alias.name in captured:
+            out.aliases[t.name] = alias.name
+            continue
+        out.skipped.append(t.name)
+        out.reasons[t.name] = (_why_unfetchable(t.graph, t) if alias is None else
+                               f"a TF2 cond's output that TensorFlow marks not fetchable; its value is "
+                               f"{alias.name}, which the filters leave out")
+    return out
 
 
 def backward_ops(graph: tf.Graph, loss: tf.Tensor | None = None) -> set[str]:
@@ -146,7 +206,8 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                    forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True,
                    loss: tf.Tensor | None = None) -> Selection:
     """Outputs of every forward op that pass the filters (plus ``forced`` tensors); ``loss``:
-    what it is computed from is forward (:func:`backward_ops`)."""
+    what it is computed from is forward (:func:`backward_ops`). Those that cannot be fetched
+    are skipped, with the reason, unless their value is captured as a TF2 cond's Identity."""
     inc, exc = _compile(include), _compile(exclude)
     if use_default_exclude:
         exc += _compile(DEFAULT_EXCLUDE)
@@ -155,7 +216,7 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     backward = backward_ops(graph, loss)
     forced = list(forced)
     forced_names = {t.name for t in forced}
-    chosen, skipped = [], []
+    chosen, unfetchable = [], []
     for op in graph.get_operations():
         if op.name in backward or op.type in skip_types or (types and op.type not in types):
             continue
@@ -166,11 +227,29 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                 continue
             if any(p.search(t.name) for p in exc):
                 continue
-            if _in_control_flow(op) or not graph.is_fetchable(t):
-                skipped.append(t.name)
+            if _why_unfetchable(graph, t) is not None:
+                unfetchable.append(t)
                 continue
             chosen.append(t)
-    return Selection(chosen + forced, skipped)
+    sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
+    sel.tensors = chosen + forced
+    return sel
+
+
+def _listed(names: Sequence[str], most: int = 20) -> str:
+    return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
+
+
+def log_unfetchable(sel: Selection) -> None:
+    """Log the skipped tensors once per reason, and the TF2 cond outputs captured as their Identity."""
+    by_reason: dict[str, list[str]] = {}
+    for name in sel.skipped:
+        by_reason.setdefault(sel.reasons.get(name, "cannot be fetched"), []).append(name)
+    for why, names in by_reason.items():
+        log.info("skipping %d tensors that cannot be fetched (%s): %s", len(names), why, _listed(names))
+    if sel.aliases:
+        log.info("%d TF2 cond outputs, not fetchable, are captured as the Identity tf.cond returned: %s",
+                 len(sel.aliases), _listed([f"{k} as {v}" for k, v in sel.aliases.items()]))
 
 
 def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:

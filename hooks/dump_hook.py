@@ -377,9 +377,7 @@ class DumpHook(v1.train.SessionRunHook):
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
         sel = capture.select_tensors(g, forced=forced, loss=loss, **self.filters)
-        if sel.skipped:
-            log.info("skipping %d tensors that cannot be fetched (inside while/cond bodies): %s",
-                     len(sel.skipped), ", ".join(sel.skipped[:20]) + (" ..." if len(sel.skipped) > 20 else ""))
+        capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))

@@ -270,7 +270,8 @@ class ProbeGraph:
         of_loss = {name.rpartition(":")[0] for name in resolve.ancestors(loss)} if loss is not None else set()
         region |= {op.name for op in loss_ops if op.name in of_loss}
         roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras_icnn.py)
-        sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles], **self.options.filters)
+        sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles],
+                                     **self.options.filters).within(region)
         tensors = [t for t in sel.tensors if t.op.name in region]
         labels = y if isinstance(y, tf.Tensor) else None
         gid = self._groups(y)
@@ -371,6 +372,7 @@ class ProbeGraph:
         if self._names is None:
             self._names, self.captured, self.variables, self.tf_vars = names, everything, records, tf_vars
             self.skipped = [n for n in sel.skipped]
+            capture.log_unfetchable(sel)
             self.loss_name = loss.name if loss is not None else None
             self.labels_name = labels.name if labels is not None else None
         elif names != self._names:

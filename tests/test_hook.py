@@ -1,12 +1,14 @@
 """DumpHook on small CNNs: exact values, gradients, statistics, schedule, budgets, failures."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
-from hooks import DumpHook, mark  # noqa: E402
+from hooks import DumpHook, capture, mark  # noqa: E402
 from hooks.dump_hook import worker_from_env  # noqa: E402
 from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
 
@@ -307,6 +309,70 @@ def test_tensors_in_v1_while_loops_are_skipped(tmp_path):
     run = inspector.open_run(tmp_path / "run")
     assert run.manifest["skipped"] and all("while" in n for n in run.manifest["skipped"])
     assert "looped:0" in run.tensors.index and run.steps == [1]
+    # the loop's Exit is its result, outside the loop (found by a red team: it was skipped as
+    # "inside a while body", and not captured): captured, the value of what it feeds
+    assert "while/Exit_1:0" not in run.manifest["skipped"]
+    np.testing.assert_array_equal(run.tensor("while/Exit_1:0", 1), run.tensor("looped:0", 1))
+
+
+def test_v1_control_flow_is_skipped_with_the_reason_and_its_results_are_not():
+    """A v1 cond's branches and a v1 loop's body cannot be fetched, and say so; what comes
+    out of them (the cond's Merge, an outermost loop's Exit) can, and is selected. The Exit
+    of a loop inside another loop's body is inside that body."""
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default() as g:
+            x = v1.placeholder(tf.float32, [None, 3], name="x")
+            c = tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: tf.tanh(x), name="c")
+            inner = lambda a: tf.while_loop(lambda j, b: j < 2, lambda j, b: (j + 1, b * 2.0), [0, a], name="inner")[1]  # noqa: E731
+            tf.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, inner(a)), [0, c], name="outer")
+            sel = capture.select_tensors(g)
+    finally:
+        v1.enable_control_flow_v2()
+    chosen = {t.name for t in sel.tensors}
+    assert {"c/Merge:0", "outer/Exit_1:0"} <= chosen and "outer/inner/Exit_1:0" in sel.skipped
+    assert {"c/mul:0", "c/Tanh:0", "outer/inner/mul:0"} <= set(sel.skipped) and not sel.aliases
+    assert {sel.reasons[n] for n in sel.skipped} == {capture.IN_V1_BODY}
+
+
+def _cond_model(xv: np.ndarray, w: np.ndarray):
+    """x @ w through a TF2 tf.cond (a tensor predicate), a loss and an optimizer."""
+    x = v1.placeholder(tf.float64, [None, 3], name="x")
+    h = tf.matmul(x, v1.get_variable("w", initializer=w), name="h")
+    c = tf.cond(tf.reduce_sum(h) > 0, lambda: h * 2.0, lambda: tf.tanh(h), name="cond")
+    loss = tf.reduce_sum(c, name="loss")
+    return x, v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_or_create_global_step())
+
+
+def test_a_tf2_cond_output_is_captured_as_its_identity_not_skipped(tmp_path, caplog):
+    """Found by a red team: a TF2 tf.cond's If op is marked not fetchable by TensorFlow, and
+    its output cond:0 was listed as skipped "inside while/cond bodies", although tf.cond
+    returns it through cond/Identity, which is captured: the same value, not a skipped tensor."""
+    caplog.set_level(logging.INFO, logger="tf_inspector")
+    rng = np.random.default_rng(5)
+    xv, w = np.abs(rng.normal(size=(4, 3))), np.abs(rng.normal(size=(3, 2)))   # the true branch
+    with tf.Graph().as_default():
+        x, train_op = _cond_model(xv, w)
+        hook = DumpHook(tmp_path / "run", stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=4,
+                        strict=True)
+        with v1.train.MonitoredTrainingSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: xv})
+    run = inspector.open_run(tmp_path / "run")
+    assert run.manifest["skipped"] == [] and "cond:0" not in run.tensors.index
+    index = np.asarray(run.samples(1)["index"])
+    np.testing.assert_allclose(run.tensor("cond/Identity:0", 1), 2 * (xv @ w)[index], rtol=1e-12)
+    np.testing.assert_allclose(run.tensor("cond/Identity:0", 1, "gradient"), 1.0)
+    assert "cond:0 as cond/Identity:0" in caplog.text and "skipping" not in caplog.text
+
+
+def test_a_tf2_cond_output_whose_identity_is_filtered_out_says_so():
+    """Where the filters leave out the Identity, cond:0 is skipped: the reason is the TF2 cond
+    and names the tensor holding its value, not "inside while/cond bodies"."""
+    with tf.Graph().as_default() as g:
+        _cond_model(np.ones((1, 3)), np.ones((3, 2)))
+        sel = capture.select_tensors(g, exclude=r"Identity")
+    assert sel.skipped == ["cond:0"] and not sel.aliases
+    assert "TF2 cond" in sel.reasons["cond:0"] and "cond/Identity:0" in sel.reasons["cond:0"]
 
 
 def test_tensors_after_a_tf2_while_loop_are_captured(tmp_path):

@@ -206,6 +206,47 @@ def test_keras_on_another_backend_is_refused(tmp_path, monkeypatch):
         InspectCallback(tmp_path / "r", source="train_batch")
 
 
+class Gate(keras.layers.Layer):
+    """A custom layer with a TF2 tf.cond on a tensor predicate."""
+
+    def call(self, x):
+        return tf.cond(tf.reduce_sum(x) > 0, lambda: x * 2.0, lambda: tf.tanh(x))
+
+
+def _fit_gate(path, optimizer=None, **filters) -> inspector.Run:
+    """One epoch of a model with a :class:`Gate`, statistics of each training batch."""
+    x, y = _data(22)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="hidden"), Gate(name="gate"),
+                              keras.layers.Dense(2, name="logits")])
+    model.compile(optimizer=optimizer or keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(path, source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0, strict=True,
+                         **filters)
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[cb])
+    return inspector.open_run(path)
+
+
+def test_a_tf_cond_in_a_custom_layer_is_captured_not_skipped(tmp_path, caplog):
+    """Found by a red team: the If op's output cond:0 (marked not fetchable by TensorFlow) was
+    listed as skipped although its value is captured as cond/Identity:0."""
+    with caplog.at_level("INFO", logger="tf_inspector"):
+        run = _fit_gate(tmp_path / "r")
+    gate = run.tensors[run.tensors["keras_layer"].fillna("").str.endswith("gate")]
+    identity = gate.index[gate["op_type"] == "Identity"].tolist()
+    assert run.manifest["skipped"] == [] and len(identity) == 1 and identity[0].endswith("cond/Identity:0")
+    assert f"{identity[0].rpartition('/Identity')[0]}:0 as {identity[0]}" in caplog.text
+
+
+def test_only_the_models_unfetchable_tensors_are_listed_as_skipped(tmp_path):
+    """With the Identity left out by the filters, the model's cond:0 is skipped; the backward
+    pass's If (under a LossScaleOptimizer tf.keras 2.15's tape builds gradient_tape/..., in
+    the traced train step) never was a candidate and is not listed (it was, found by a red team)."""
+    optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    run = _fit_gate(tmp_path / "r", optimizer, exclude=r"Identity")
+    [skipped] = run.manifest["skipped"]   # Keras 3 numbers its scopes: .../gate_1/cond:0
+    assert skipped.endswith("/cond:0") and "/gate" in skipped
+
+
 def test_a_callback_reused_for_another_model_warns(tmp_path, caplog):
     """Found by a new user's trial: one callback reused in a sweep loop spliced the second
     model's steps into the first's training with a warning about compile(). It names both
