@@ -1,10 +1,11 @@
 """Training-loop integrations (import TensorFlow; ``hooks.schedule`` alone does not).
 
-Importing this package installs two recorders, each wrapping private TensorFlow functions
+Importing this package installs three recorders, each wrapping private TensorFlow functions
 to record names and changing nothing else (docs/ARCHITECTURE.md lists them): the gradients
 of every ``tf.gradients`` built afterwards (``hooks.gradient_recorder``), so ``DumpHook``
-reuses the optimizer's backward pass and knows which loss it minimizes, and, with
-``tf.estimator``, the labels and loss of every ``model_fn`` call
+reuses the optimizer's backward pass and knows which loss it minimizes; the loss and scale
+behind a TF1 loss-scale optimizer's scaled loss (``hooks.loss_scale``), so that pass is
+unscaled; and, with ``tf.estimator``, the labels and loss of every ``model_fn`` call
 (``hooks.estimator_recorder``), so ``DumpHook`` needs no tensor names. Each logs its install
 at DEBUG; ``TF_INSPECTOR_RECORD_GRADIENTS=0`` / ``TF_INSPECTOR_RECORD_MODEL_FN=0`` opt out,
 ``hooks.gradient_recorder.uninstall()`` / ``hooks.estimator_recorder.uninstall()`` undo them.
@@ -27,11 +28,12 @@ except ModuleNotFoundError as e:
         raise
     _NO_TF = e
 else:
-    from . import estimator_recorder, gradient_recorder
+    from . import estimator_recorder, gradient_recorder, loss_scale
     from .dump_hook import DumpHook, mark
     from .shared_gradients import compute_gradients, minimize
 
     gradient_recorder.install()
+    loss_scale.install()
     estimator_recorder.install()
 
 

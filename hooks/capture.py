@@ -292,6 +292,25 @@ def gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor]) -> list[tf.Tensor |
     return [dense_gradient(g) for g in raw_gradients(loss, tensors)]
 
 
+def unscale(scaled: Sequence, plain: Sequence, scale: tf.Tensor) -> list:
+    """d loss / d t as mixed-precision training takes it, from ``scaled`` (d (loss * scale) / d t)
+    and ``plain`` (d loss / d t): float16 gradients of the unscaled loss lose values below
+    ~6e-5 and read 0 below ~6e-8, where the loss-scaled ones keep them. So ``scaled / scale``
+    in float32 (float64 stays float64), and where that overflowed (a step a dynamic loss
+    scale skips) ``plain``: a routine loss-scale overflow is no NaN/Inf in the records."""
+    out = []
+    with tf.name_scope("tf_inspector/unscale"):
+        for g, p in zip(scaled, plain):
+            g = dense_gradient(g)
+            if g is None or p is None:
+                out.append(p)
+                continue
+            wide = tf.float64 if g.dtype == tf.float64 else tf.float32
+            g = tf.cast(g, wide) / tf.cast(scale, wide)
+            out.append(tf.where(tf.math.is_finite(g), g, tf.cast(p, wide)))
+    return out
+
+
 def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | None]:
     """tensor name -> d loss / d tensor (None: unconnected) recorded by ``hooks.minimize`` for ``loss``."""
     out: dict[str, tf.Tensor | None] = {}

@@ -34,7 +34,8 @@ from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
 
-from . import batch_axis, capture, fast_stats, gradient_recorder, native, resolve, sources, structure, towers, variables
+from . import (batch_axis, capture, fast_stats, gradient_recorder, loss_scale, native, resolve, sources, structure,
+               towers, variables)
 from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from .schedule import Schedule, StepSpec
 
@@ -437,7 +438,11 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
-        completed from it, else (or for IndexedSlices) the hook's own ``tf.gradients``."""
+        completed from it, else (or for IndexedSlices) the hook's own ``tf.gradients``; through
+        the scale where a loss-scale optimizer scaled ``loss``."""
+        scaling = loss_scale.lookup(g, loss)
+        if scaling is not None:
+            return self._unscaled_gradients(g, loss, tensors, scaling)
         shared = capture.shared_gradients(g, loss) if self.share_gradients else {}
         recorded = gradient_recorder.lookup(g, loss) if self.share_gradients else {}
         todo = [t for t in tensors if t.name not in shared]
@@ -456,6 +461,17 @@ class DumpHook(v1.train.SessionRunHook):
             log.info("reusing the optimizer's backward pass for %d of %d tensors (%s)", len(tensors) - len(rest),
                      len(tensors), "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
+
+    def _unscaled_gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
+                            scaling: loss_scale.Scaling) -> list[tf.Tensor | None]:
+        """Under a TF1 loss-scale optimizer, d loss / d t as it takes them: its pass of loss x scale
+        (reused, as any pass) / scale in float32, the unscaled pass where that overflowed
+        (``capture.unscale``). Its scaled loss alone was 2^15 times too large; the unscaled pass
+        alone, in float16, reads 0 below ~6e-8. One more backward pass on sampled steps."""
+        log.info("%s is scaled by a loss-scale optimizer (%s): gradients of %d tensors are d (%s) / d t / scale, in "
+                 "float32", loss.name, scaling.scale.name, len(tensors), scaling.scaled.name)
+        through = self._gradients(g, scaling.scaled, tensors)
+        return capture.unscale(through, capture.gradients(loss, tensors), scaling.scale)
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.bins, self.native_stats)

@@ -411,20 +411,8 @@ def loss_scale(model) -> tf.Tensor | None:
 
 
 def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list, scale: tf.Tensor) -> list:
-    """d loss / d t as mixed-precision training computes it: float16 gradients of the unscaled
-    loss lose values below ~6e-5 and read 0 below ~6e-8, where the optimizer's loss-scaled ones
-    keep them (a red team found a ReLU layer's recorded gradients 87% zeros, the applied ones
-    none). So: ``d (loss * scale) / d t / scale`` in float32 (float16 tensors' gradients are
-    float32), and where that overflowed float16 (a step LossScaleOptimizer skips; the scale
-    then drops) the unscaled pass ``plain``, so a routine loss-scale overflow is no NaN/Inf.
-    One more backward pass, on sampled steps of mixed-precision models only."""
+    """d loss / d t as mixed-precision training computes it (``capture.unscale``): a red team
+    found a ReLU layer's recorded gradients 87% zeros, the applied ones none. One more
+    backward pass, on sampled steps of mixed-precision models only."""
     raw = capture.raw_gradients(loss * tf.cast(scale, loss.dtype), list(tensors))
-    out = []
-    for g, p in zip(raw, plain):
-        g = capture.dense_gradient(g)
-        if g is None or p is None:
-            out.append(p)
-            continue
-        wide = tf.cast(g, tf.float32) / scale
-        out.append(tf.where(tf.math.is_finite(wide), wide, tf.cast(p, tf.float32)))
-    return out
+    return capture.unscale(raw, plain, scale)

@@ -5,7 +5,8 @@ Loss, first match wins:
 1. ``DumpHook(loss=...)``;
 2. ``hooks.mark(loss=...)`` (or ``hooks.minimize``, which marks the loss it minimizes);
 3. the loss the optimizer's ``tf.gradients`` differentiated (recorded by
-   ``hooks.gradient_recorder``): scalar losses whose pass reached a variable. One: that
+   ``hooks.gradient_recorder``; a loss-scale optimizer's ``loss * scale`` stands for its
+   loss, ``hooks.loss_scale``): scalar losses whose pass reached a variable. One: that
    one. Several: the one that is also the EstimatorSpec's loss (or the LOSSES
    collection's), else ambiguous;
 4. the ``loss`` of the EstimatorSpec the model_fn returned (``hooks.estimator_recorder``);
@@ -33,7 +34,7 @@ import tensorflow as tf
 
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 
-from . import capture, estimator_recorder, gradient_recorder
+from . import capture, estimator_recorder, gradient_recorder, loss_scale
 
 if TYPE_CHECKING:
     from .groups import GroupSpec
@@ -124,8 +125,8 @@ def optimizer_losses(graph: tf.Graph) -> list[tf.Tensor]:
             continue
         ops = {graph.get_operation_by_name(k.rsplit(":", 1)[0]).type for k in table if _has_op(graph, k)}
         if ops & VARIABLE_OP_TYPES:
-            out.append(t)
-    return out
+            out.append(loss_scale.unscaled(graph, t))   # a loss-scale optimizer's loss x scale: the loss
+    return _unique(out)
 
 
 def _has_op(graph: tf.Graph, tensor_name: str) -> bool:
