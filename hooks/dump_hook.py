@@ -742,9 +742,10 @@ class DumpHook(v1.train.SessionRunHook):
         runs, moved = self._runs - last[0], step - last[1]
         if 0 <= moved < runs:
             self._warned_lag = True
-            log.warning("the global step advanced %d over %d training runs (steps %d..%d): gradient accumulation, or "
-                        "a step another run advances? Each row carries the global step after its run, which may "
-                        "be a micro-batch's, and the schedule counts runs (README, \"Distributed\")",
+            log.warning("the global step advanced %d over %d training runs (steps %d..%d): gradient accumulation, "
+                        "a loss-scale optimizer skipping steps whose gradients overflowed (mixed precision), or a "
+                        "step another run advances? Each row carries the global step after its run, which may be "
+                        "a micro-batch's or a skipped step's, and the schedule counts runs (README, \"Distributed\")",
                         moved, runs, last[1], step)
 
     def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:

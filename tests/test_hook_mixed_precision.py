@@ -1,6 +1,8 @@
 """DumpHook under TF1 mixed precision: a MixedPrecisionLossScaleOptimizer's loss scale."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -70,3 +72,22 @@ def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, l
         assert np.mean(plain_h == 0) > 0.3 and np.mean(got == 0) == 0
     else:   # the scaled pass overflowed: the step the optimizer skips; the records are the unscaled pass
         assert not np.isfinite(applied_w1).all() and not np.isfinite(scaled_h).all()
+
+
+def test_steps_the_loss_scale_skips_are_named_in_the_step_lag_warning(tmp_path, caplog):
+    """A step a dynamic loss scale skips (its gradients overflowed) does not advance the global
+    step, so the hook's rows carry the step before it: the warning named only gradient
+    accumulation and other runs, not the everyday mixed-precision cause."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 60))
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+        with caplog.at_level(logging.WARNING, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for _ in range(3):
+                sess.run(train_op, {x: x_val, y: y_val})
+    lag = [r.getMessage() for r in caplog.records if "training runs" in r.getMessage()]
+    assert len(lag) == 1 and "loss-scale optimizer skipping steps" in lag[0]
