@@ -67,7 +67,10 @@ def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: 
     if callable(loss) or tf.executing_eagerly():
         raise ValueError("hooks.compute_gradients needs a graph-mode loss tensor (tf.compat.v1 training)")
     if _overrides_compute_gradients(optimizer):
-        log.warning("%s overrides compute_gradients; not sharing its backward pass with DumpHook",
+        # DumpHook may still reuse the pass through hooks.gradient_recorder (a loss-scale
+        # optimizer's, unscaled: hooks.loss_scale); hooks.minimize adds nothing to it
+        log.warning("%s overrides compute_gradients: hooks.minimize passes it through unchanged (DumpHook "
+                    "reuses its backward pass only where hooks.gradient_recorder recorded it)",
                     type(optimizer).__name__)
         return optimizer.compute_gradients(loss, **kw)
     if gate_gradients not in (optimizer.GATE_NONE, optimizer.GATE_OP, optimizer.GATE_GRAPH):
