@@ -41,7 +41,7 @@ from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, groups, native, variables
 from .dump_hook import _jsonable, check_options, guarded, worker_from_env
-from .keras_step import StepGraph, compile_state, identical
+from .keras_step import StepGraph, TrainedVariables, compile_state, identical
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
@@ -158,6 +158,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._before: dict[int, np.ndarray] | None = None
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
+        self._trained = TrainedVariables()   # what fit's train function updates (refused if not what we record)
         # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
         # without this; the callback never reads the logs.
         self._supports_tf_logs = True
@@ -255,11 +256,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_batch_begin(self, batch, logs=None) -> None:
-        if self._starting:
-            self._step, self._starting = self._continue_steps(self.model.optimizer), False
+        first, self._starting = self._starting, False
+        if first:
+            self._step = self._continue_steps(self.model.optimizer)
         self._unended = True
         stats, dump = self._wants(self._step + 1)
         dump = dump or self._force_dump
+        if first or stats or dump:   # before the step capture traces a function for this step
+            self._trained.check(self.model)
         if dump and self._writer is not None and not self._writer.closed:
             reason = self._writer.would_drop(self._dump_estimate)
             if reason:
@@ -281,6 +285,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def on_train_batch_end(self, batch, logs=None) -> None:
         self._unended = False
+        self._trained.traced(self.model)
         self._step += 1
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)

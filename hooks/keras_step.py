@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import tensorflow as tf
 
-from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls
+from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
 from .variables import update_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -375,6 +376,57 @@ def compile_state(model) -> tuple:
     """The objects a trace of the model's step depends on besides its code: compile()'s
     optimizer and loss, and the trainable variables (compared by :func:`identical`)."""
     return (*_compiled(model), *model.trainable_variables)
+
+
+class TrainedVariables:
+    """Which variables fit's train function updates: those trainable when it was traced.
+
+    Keras traces the train step once, at the first call of the function ``make_train_function``
+    made, and fit reuses it until ``compile()`` or ``make_train_function(force=True)``. A layer
+    frozen or unfrozen since trains as before (Keras 3 between fits: a red team found a frozen
+    layer's weights still updated, and its records gone; either Keras within a fit; tf.keras
+    2.15's fit restores the flags of compile() time). Records of ``model.trainable_variables``
+    would then leave out weights that train, or show ones that do not: refused (:meth:`check`)."""
+
+    def __init__(self) -> None:
+        self._fn: weakref.ref | None = None   # the train function whose variables are known
+        self._held: list = []                 # held, so no id compared is reused by another variable
+        self._new: Any = None                 # a function first seen at a step's begin
+
+    def check(self, model) -> None:
+        """At a step's begin: ValueError naming the variables where ``model.trainable_variables``
+        differs from those fit's train function was traced with. A function not seen before is
+        traced by this step (or was, by a fit without this callback: unknown, taken as is)."""
+        fn = model.train_function
+        if self._fn is None or self._fn() is not fn:
+            self._new = fn
+            return
+        now = list(model.trainable_variables)
+        ids = {id(v) for v in now}
+        still = [variable_name(v) for v in self._held if id(v) not in ids]
+        known = {id(v) for v in self._held}
+        idle = [variable_name(v) for v in now if id(v) not in known]
+        if still or idle:
+            raise ValueError(mismatch_message(still, idle))
+
+    def traced(self, model) -> None:
+        """At a step's end: a function first seen at its begin was traced with the variables
+        trainable now (a layer built inside the step has its weights by then). Where the step
+        capture ran instead, fit's own is traced at its first unsampled step: with the same
+        variables, unless trainable changes in between (then the next check refuses)."""
+        if self._new is not None:
+            self._fn, self._held, self._new = weakref.ref(self._new), list(model.trainable_variables), None
+
+
+def mismatch_message(still: list[str], idle: list[str]) -> str:
+    """What fit trains against what ``trainable`` says, and what to do."""
+    parts = ([f"still updates {', '.join(still)} (trainable=False now)"] if still else []) + \
+        ([f"does not update {', '.join(idle)} (trainable=True now)"] if idle else [])
+    return (f"model.trainable_variables changed since fit's train function was built: it {' and '.join(parts)}. "
+            f"Keras builds the train step once and reuses it until compile(), so setting layer.trainable without "
+            f"compile() does not change what fit trains, and InspectCallback would record other variables than "
+            f"those trained. Call model.compile(...) again after changing trainable (or "
+            f"model.make_train_function(force=True)), then fit")
 
 
 def identical(a: tuple, b: tuple) -> bool:

@@ -12,6 +12,7 @@ from hooks.keras import InspectCallback  # noqa: E402
 
 import inspector  # noqa: E402
 
+KERAS3 = int(str(getattr(keras, "__version__", "2")).split(".")[0]) >= 3
 N = 8           # probe samples
 STEPS = 3       # training steps; the dump of the last one is checked against the final weights
 
@@ -419,6 +420,41 @@ def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, sourc
         expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
     for name, g in zip(names, expected):
         np.testing.assert_allclose(run.tensor(name, step, "gradient"), g, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+@pytest.mark.parametrize("freeze", [True, False])
+def test_trainable_changed_without_compile_is_refused(tmp_path, caplog, source, freeze):
+    """Found by a red team (Keras 3): a layer frozen without compile() again still trains (fit
+    reuses its train step, traced with the layer trainable), and the probe's records silently
+    left its weights out; unfrozen, it does not train, and its records showed it. Refused: one
+    error naming the variables and saying to compile() again. tf.keras 2.15's fit trains the
+    layers as compile() left them, and the records hold exactly those."""
+    x, y = _data(21, n=64)
+    model = sequential()
+    model.get_layer("hidden").trainable = freeze
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    probe = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=2, dump_every_n_steps=2, **probe)
+    model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])   # steps 1-4
+    model.get_layer("hidden").trainable = not freeze
+    name = {id(v): getattr(v, "path", None) or v.name.split(":")[0] for v in model.weights}
+    before = {id(v): v.numpy() for v in model.weights}
+    with caplog.at_level("ERROR", logger="tf_inspector"):
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])   # steps 5-8
+    trained = {name[id(v)] for v in model.weights if not np.array_equal(before[id(v)], v.numpy())}
+    hidden = {n for n in name.values() if "hidden" in n}
+    run = inspector.open_run(tmp_path / "r")
+    assert (hidden <= trained) == freeze   # what fit trains: the layers trainable at compile()
+    if not KERAS3:   # and tf.keras 2.15's model.trainable_variables in fit: recorded, updates and all
+        assert not caplog.text and list(run.stats_steps()) == list(range(2, 9, 2))
+        for step in (6, 8):
+            assert {k.partition("/")[2] for k in run.dump_keys(step) if k.startswith("update/")} == trained
+        return
+    assert list(run.stats_steps()) == [2, 4]   # the second fit is refused, not recorded as trainable says
+    says = "still updates" if freeze else "does not update"
+    assert f"{says} {', '.join(sorted(hidden, reverse=True))} (trainable={not freeze} now)" in caplog.text
+    assert "Call model.compile(...) again" in caplog.text and caplog.text.count("ERROR") == 1
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
