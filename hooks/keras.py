@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import weakref
 from typing import Any, Callable, Iterable, Sequence
 
@@ -159,6 +160,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
         self._trained = TrainedVariables()   # what fit's train function updates (refused if not what we record)
+        self._fit_watch: Callable[[], str | None] | None = None   # see fit_watch
         # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
         # without this; the callback never reads the logs.
         self._supports_tf_logs = True
@@ -182,6 +184,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     @_guarded
     def on_train_begin(self, logs=None) -> None:
+        self._fit_watch = fit_watch(self.model)   # its session ends as failed if the fit raises
         spe = getattr(self.model, "steps_per_execution", None)
         spe = getattr(self.model, "_steps_per_execution", None) if spe is None else spe
         if isinstance(spe, str) or getattr(self.model, "_autotune_steps_per_execution", False):
@@ -347,6 +350,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._iterations_left = int(self.model.optimizer.iterations.numpy())   # see _continue_steps
         self._dump_left_by_nonfinite()
         self._close()
+        self._fit_watch = None   # it holds the fit's frame
 
     @_guarded
     def _dump_left_by_nonfinite(self) -> None:
@@ -362,8 +366,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def close(self) -> None:
         """End what a fit ended by an exception left open (Keras skips ``on_train_end`` then):
         its writer session, closed as failed with every row written so far, and the step
-        capture in the model's ``train_step``. This callback's next fit, or the process's exit,
-        would do it; call it to hand the run directory's worker name to another callback at
+        capture in the model's ``train_step``. The writer ends such a session by itself within
+        ``writer.OWNER_CHECK_SECS`` (``fit_watch``), this callback's next fit or the process's
+        exit would too; call it to hand the run directory's worker name to another callback at
         once (a notebook cell run again). After a fit that ended well it does nothing.
 
         >>> try:
@@ -380,8 +385,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._graph.abandon()
 
     def _end_interrupted_session(self) -> None:
-        """Close, as failed, the session a fit that ended by an exception left open (if any)."""
-        if self._writer is not None and not self._writer.closed:
+        """Close, as failed, the session a fit that ended by an exception left open (if any);
+        where its writer ended it already (``fit_watch``), wait until it has: its worker's
+        lock is released then."""
+        if self._writer is not None:
             self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
 
     @_guarded
@@ -461,7 +468,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode="train",
-                                 storage_options=self.storage_options)
+                                 storage_options=self.storage_options, owner_gone=self._fit_watch)
         self._opened += 1
         if self._opened == 1:
             self._warn_if_hiding(self._writer)
@@ -587,15 +594,40 @@ def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
     return None
 
 
-def _inside_fit(model) -> bool:
-    """Whether this thread is inside ``model.fit`` (a callback calling ``close()``): a frame of
-    a function named fit whose ``self`` is the model."""
-    frame = sys._getframe(1)
+def _fit_frame(model, frame) -> Any:
+    """The frame of ``model.fit`` that ``frame`` runs inside (a function named fit whose
+    ``self`` is the model), or None."""
     while frame is not None:
         if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return True
+            return frame
         frame = frame.f_back
-    return False
+    return None
+
+
+def _inside_fit(model) -> bool:
+    """Whether this thread is inside ``model.fit`` (a callback calling ``close()``)."""
+    return _fit_frame(model, sys._getframe(1)) is not None
+
+
+def fit_watch(model) -> Callable[[], str | None] | None:
+    """A ``RunWriter(owner_gone=)`` check for the ``model.fit`` this thread is in now: None
+    while the thread is still inside that call, a reason once it left it without
+    ``on_train_end`` (Keras skips it after an exception). None where no fit calls this (a
+    custom loop calling the callback's methods): nothing to watch. The check compares frames
+    by identity only, from the writer's thread (``sys._current_frames``)."""
+    fit = _fit_frame(model, sys._getframe(1))
+    if fit is None:
+        return None
+    thread = threading.get_ident()
+
+    def gone() -> str | None:
+        frame = sys._current_frames().get(thread)
+        while frame is not None:
+            if frame is fit:
+                return None
+            frame = frame.f_back
+        return "the fit ended by an exception (on_train_end was not called)"
+    return gone
 
 
 def _finite(loss) -> bool:

@@ -32,7 +32,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -53,6 +53,8 @@ log = logging.getLogger("tf_inspector")
 #: Statistics rows kept in memory while their part cannot be written; beyond this the
 #: oldest are dropped (and recorded), so a long disk outage cannot exhaust memory.
 MAX_BUFFERED_ROWS = 1_000_000
+#: seconds between two calls of a writer's ``owner_gone`` (a frame walk of one thread: microseconds)
+OWNER_CHECK_SECS = 2.0
 #: Back-off after a failed write: BACKOFF_SECS, doubling per consecutive failure of that kind
 #: of file (dump, stats), at most MAX_BACKOFF_SECS; dumps queued meanwhile are dropped and
 #: recorded, statistics are kept and retried.
@@ -189,7 +191,8 @@ class RunWriter:
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
                  dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
                  filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS,
-                 format_version: int = PLAIN_FORMAT_VERSION) -> None:
+                 format_version: int = PLAIN_FORMAT_VERSION,
+                 owner_gone: Callable[[], str | None] | None = None) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -207,6 +210,10 @@ class RunWriter:
         rows (``inspector.stats_parts``; None: never).
         ``format_version``: what the manifest says (FORMAT.md, "Versioning": 3 where the run
         has named groups, which a version 2 reader would not read).
+        ``owner_gone``: called on the writer thread every ``OWNER_CHECK_SECS``: None while what
+        writes this session is still running, else why not; the session then ends as failed
+        with that error (a Keras fit that raised: Keras skips ``on_train_end``, and the session
+        read "running", with a live heartbeat, until the process exited).
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -227,6 +234,8 @@ class RunWriter:
         self.strict = strict
         self.stats_flush_secs = stats_flush_secs
         self.heartbeat_secs = heartbeat_secs
+        self._owner_gone = owner_gone
+        self._last_owner_check = time.monotonic()
         self.claim = Claim.take(self.store, self.worker, heartbeat_secs)
         self.session = self.claim.session
         self._last_manifest = time.monotonic()
@@ -368,15 +377,17 @@ class RunWriter:
 
     def close(self, status: str = "finished", timeout: float | None = None, error: str | None = None) -> None:
         """Flush everything, write the final manifest with ``status`` (and ``error``), stop the
-        threads, release the lock. Safe to call twice and from two threads: the first call wins."""
+        threads, release the lock. Safe to call twice and from two threads: the first call's
+        status wins, and every call returns once the session has ended (or ``timeout``)."""
         with self._close_lock:
-            if self.closed:
-                return
-            self.closed = True
-        _OPEN.discard(self)
-        self._queue.put(("close", status, error))
-        self._thread.join(timeout)
-        self._raise_if_strict()
+            first, self.closed = not self.closed, True
+        if first:
+            _OPEN.discard(self)
+            self._queue.put(("close", status, error))
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if first:
+            self._raise_if_strict()
 
     # ---- the threads -----------------------------------------------------------------------
     def _drop_reason(self, nbytes: int) -> str | None:
@@ -428,6 +439,29 @@ class RunWriter:
                 self._handle(item)
             except BaseException as e:  # the writer must never take training down
                 self._failed("manifest", e, drop=False)
+            if self._ended_by_owner():
+                return
+
+    def _ended_by_owner(self) -> bool:
+        """End the session as failed if ``owner_gone`` says its owner stopped without closing it."""
+        if self._owner_gone is None or time.monotonic() - self._last_owner_check < OWNER_CHECK_SECS:
+            return False
+        self._last_owner_check = time.monotonic()
+        try:
+            why = self._owner_gone()
+        except Exception as e:  # noqa: BLE001 - a failing check must not end a live session
+            log.debug("tf_inspector: owner check of %s failed: %s", self.run_dir, e)
+            return False
+        if why is None:
+            return False
+        with self._close_lock:
+            if self.closed:   # a close() is queued: it ends the session with its own status
+                return False
+            self.closed = True
+        _OPEN.discard(self)
+        log.warning("tf_inspector: session %d of %s ended as failed: %s", self.session, self.run_dir, why)
+        self._finish("failed", why)
+        return True
 
     def _finish(self, status: str, error: str | None) -> None:
         """Close: every queued dump, the last statistics, the final manifest, the lock."""
@@ -450,6 +484,7 @@ class RunWriter:
         finally:
             self._free_reserve()
             self.claim.release()
+            self._owner_gone = None   # it may hold the owner's frame
 
     def _make_reserve(self) -> Path | None:
         """A local session's reserve: a temporary file of twice the manifest's size (and
@@ -556,11 +591,13 @@ class RunWriter:
             self.record_drop(old.step, "statistics buffer full while their parts could not be written", what="stats")
 
     def _wait(self) -> float:
-        """Seconds until the next statistics flush or heartbeat is due."""
+        """Seconds until the next statistics flush, heartbeat or owner check is due."""
         now = time.monotonic()
         due = self._last_manifest + self.heartbeat_secs
         if self._stats_buffer:
             due = min(due, self._last_flush + self.stats_flush_secs)
+        if self._owner_gone is not None:
+            due = min(due, self._last_owner_check + OWNER_CHECK_SECS)
         return max(due - now, 0.001)
 
     def _raise_if_strict(self) -> None:

@@ -16,6 +16,7 @@ import inspector  # noqa: E402
 from hooks.variables import numpy_stats  # noqa: E402
 from inspector.format import STAT_COLUMNS  # noqa: E402
 from inspector.claim import RunLockedError  # noqa: E402
+from inspector import writer as writer_module  # noqa: E402
 
 BATCH = 16
 KERAS3 = int(str(getattr(keras, "__version__", "2")).split(".")[0]) >= 3
@@ -322,6 +323,50 @@ def test_a_fit_ended_by_an_exception_is_a_failed_session_of_its_own(tmp_path, so
     assert "exception" in run.manifests[("chief", 1)]["error"]
     stats = run.query_stats(kinds=["forward"], groups=["all"])
     assert stats.groupby("step")["session"].first().to_dict() == {2: 1, 4: 2}
+
+
+def _manifest_state(run_dir, session: int) -> tuple[str, str | None]:
+    m = inspector.open_run(run_dir).manifests[("chief", session)]
+    return m["status"], m.get("error")
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_the_session_of_a_fit_that_raised_ends_as_failed_by_itself(tmp_path, monkeypatch, source):
+    """Found in review: Keras skips on_train_end after an exception, so the session read
+    "running", its heartbeat live, until the next fit, close() or the process's exit (a
+    notebook after a KeyboardInterrupt: hours). The writer sees that the fit it was opened in
+    has left the thread's stack and ends the session as failed, every row kept."""
+    monkeypatch.setattr(writer_module, "OWNER_CHECK_SECS", 0.01)
+    x, y = _data(12, n=48)
+    probe = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **probe, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(sequential(), x, y, [cb, _Stop(2)])             # steps 1-2, then the interrupt
+    cb._writer._thread.join(timeout=60)                      # ends by itself: nothing else calls it
+    status, error = _manifest_state(tmp_path / "r", 1)
+    assert status == "failed" and "on_train_end was not called" in error
+    assert sorted(inspector.open_run(tmp_path / "r").stats_steps()) == [1, 2]
+
+
+def test_a_live_fit_is_never_ended_by_the_owner_check(tmp_path, monkeypatch):
+    """The check runs on every wake of the writer while the fit trains (here at every
+    statistics step) and finds the fit's frame each time: the session ends as the fit does,
+    finished, with every step."""
+    monkeypatch.setattr(writer_module, "OWNER_CHECK_SECS", 0.0)
+    calls = []
+    real = writer_module.RunWriter._ended_by_owner
+
+    def counted(self):
+        calls.append(1)
+        return real(self)
+    monkeypatch.setattr(writer_module.RunWriter, "_ended_by_owner", counted)
+    x, y = _data(13, n=96)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0,
+                         strict=True)
+    _fit(sequential(), x, y, [cb])
+    assert len(calls) >= 6                                   # one per statistics step at least
+    assert _manifest_state(tmp_path / "r", 1) == ("finished", None)
+    assert sorted(inspector.open_run(tmp_path / "r").stats_steps()) == list(range(1, 7))
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
@@ -650,11 +695,14 @@ def test_backup_and_restore_listed_after_the_callback_numbers_the_resumed_steps(
     assert [last["first_step"], last["last_step"]] == [seen[0], seen[-1]] == [5, 12]
 
 
-def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path):
+def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path, monkeypatch):
     """Found by a new user's trial: a notebook cell run again after a fit failed makes a new
     callback on the same run directory; the old one's session was still open, so the new one
     was refused (naming DumpHook) and the whole fit went unrecorded. The refusal now names
-    close(), which ends the old session and puts the model's own train_step back."""
+    close(), which ends the old session and puts the model's own train_step back. (The
+    writer ends such a session itself within OWNER_CHECK_SECS: held off here, so the new
+    callback comes while it is still open.)"""
+    monkeypatch.setattr(writer_module, "OWNER_CHECK_SECS", 1e9)
     x, y = _data(18, n=64)
     model = sequential()
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
