@@ -246,6 +246,9 @@ class RunWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=queue_size)  # statistics, manifest updates, close
         self._dumps: queue.Queue = queue.Queue(maxsize=queue_size)  # full dumps, for the dump threads
         self._pending_bytes = 0
+        # (step, batch) of every dump queued: a second of the same step would have replaced the
+        # first file while the manifest counted both (a step that did not advance)
+        self._dumped: set[tuple[int, int | None]] = set()
         self._lock = threading.Lock()
         self._manifest_lock = threading.Lock()
         # one step's arrays each; turned into Arrow columns at the flush, all steps at once: per
@@ -335,6 +338,11 @@ class RunWriter:
         """Queue a full dump; returns False (and records why) if it was dropped. ``batch``: the
         batch index within an evaluation or prediction (None in training)."""
         self._raise_if_strict()
+        if (int(step), batch) in self._dumped:
+            self.state.saw(int(step))
+            self.record_drop(step, "a dump of this step is already in this session (the step did not advance between "
+                                   "the two: gradient accumulation, a loss-scale optimizer's skipped step)")
+            return False
         # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
         meta = {"step": str(step), "worker": self.worker, "session": str(self.session), "mode": self.mode,
                 "format_version": str(self._manifest["format_version"]),
@@ -357,6 +365,7 @@ class RunWriter:
                 self._pending_bytes -= nbytes
             self.record_drop(step, "writer queue full (disk slower than dumps)", nbytes)
             return False
+        self._dumped.add((int(step), batch))
         return True
 
     def would_drop(self, nbytes: int) -> str | None:

@@ -128,6 +128,26 @@ def test_byte_budget_covers_the_whole_run(tmp_path):
     assert "max_bytes" in run.dropped.iloc[0]["reason"]
 
 
+def test_a_second_dump_of_a_step_in_one_session_is_dropped_and_recorded(tmp_path):
+    """Found by a new user's trial (DumpHook, a TF1 loss-scale optimizer skipping steps): the
+    global step did not advance between two sampled runs, so both dumps had one file name; the
+    second replaced the first while the manifest counted two written and none dropped. The
+    first is kept, the second recorded as dropped; another batch index of the step is another
+    dump."""
+    w = RunWriter(tmp_path, manifest={"tensors": CATALOG}, mode="eval")
+    first, second = np.ones(4, np.float32), np.full(4, 2.0, np.float32)
+    assert w.add_dump(3, {"forward/a:0": first}, batch=0)
+    assert not w.add_dump(3, {"forward/a:0": second}, batch=0)
+    assert w.add_dump(3, {"forward/a:0": second}, batch=1)
+    w.close()
+    run = inspector.open_run(tmp_path)
+    manifest = run.manifests[("chief", 1)]
+    assert manifest["dumps_written"] == 2 and len(list((tmp_path / "dumps").iterdir())) == 2
+    assert [(d["what"], d["steps"], d["count"]) for d in manifest["dropped"]] == [("dump", [3], 1)]
+    assert "already in this session" in manifest["dropped"][0]["reason"]
+    np.testing.assert_array_equal(run.tensor("a:0", step=3, batch=0, mode="eval"), first)
+
+
 def test_leftover_temporary_files_are_cleaned_and_not_counted(tmp_path):
     session(tmp_path, [1], 0.0, dumps=(1,))
     mine = [tmp_path / "dumps" / f".{Path(dump_name('chief', 1, 7)).name}.abc.tmp",
