@@ -302,12 +302,15 @@ def unscale(scaled: Sequence, plain: Sequence, scale: tf.Tensor) -> list:
     with tf.name_scope("tf_inspector/unscale"):
         for g, p in zip(scaled, plain):
             g = dense_gradient(g)
-            if g is None or p is None:
-                out.append(p)
+            if g is None:
+                # the scaled pass (the optimizer's) says what reaches the loss: a plain pass
+                # over many tensors at once fills zeros for a multi-output op's unused output
+                # (SparseSoftmaxCrossEntropyWithLogits:1), a gradient of zeros that is none
+                out.append(None)
                 continue
             wide = tf.float64 if g.dtype == tf.float64 else tf.float32
             g = tf.cast(g, wide) / tf.cast(scale, wide)
-            out.append(tf.where(tf.math.is_finite(g), g, tf.cast(p, wide)))
+            out.append(g if p is None else tf.where(tf.math.is_finite(g), g, tf.cast(p, wide)))
     return out
 
 

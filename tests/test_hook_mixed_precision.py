@@ -74,6 +74,39 @@ def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, l
         assert not np.isfinite(applied_w1).all() and not np.isfinite(scaled_h).all()
 
 
+def _classifier_run(run_dir, loss_scale: bool):
+    """A float16 classifier (sparse softmax cross-entropy: an op with an output the loss does
+    not use), one statistics step, with or without a loss-scale optimizer."""
+    rng = np.random.default_rng(1)
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = tf.constant(rng.normal(size=(N, 8)).astype("float32"))
+        y = tf.constant(rng.integers(0, 3, N).astype("int32"))
+        w = v1.get_variable("w", [8, 3], tf.float32, initializer=v1.random_normal_initializer(seed=1))
+        logits = tf.cast(tf.matmul(tf.cast(x, tf.float16), tf.cast(w, tf.float16)), tf.float32, name="logits")
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        if loss_scale:
+            opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(opt, "dynamic")
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(run_dir, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op)
+    return inspector.open_run(run_dir).tensors["has_gradient"]
+
+
+def test_a_tensor_the_loss_does_not_use_has_no_gradient_under_loss_scaling(tmp_path):
+    """Found by a new user's trial: under a loss-scale optimizer, the cross-entropy op's second
+    output (its backprop, which the loss does not use) was recorded with a gradient of zeros,
+    where the same model without loss scaling records none: the unscaled fallback pass, over
+    every tensor at once, fills zeros for a multi-output op's unused output."""
+    plain = _classifier_run(tmp_path / "plain", loss_scale=False)
+    scaled = _classifier_run(tmp_path / "scaled", loss_scale=True)
+    unused = "SparseSoftmaxCrossEntropyWithLogits/SparseSoftmaxCrossEntropyWithLogits:1"
+    assert not plain[unused] and not scaled[unused]
+    assert scaled[plain.index].equals(plain)   # the loss scale's own ops aside, the same tensors have gradients
+
+
 def test_steps_the_loss_scale_skips_are_named_in_the_step_lag_warning(tmp_path, caplog):
     """A step a dynamic loss scale skips (its gradients overflowed) does not advance the global
     step, so the hook's rows carry the step before it: the warning named only gradient
