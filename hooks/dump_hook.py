@@ -327,10 +327,11 @@ class DumpHook(v1.train.SessionRunHook):
     def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, capture.Groups | None]:
         if isinstance(self.labels_arg, Mapping):
             return self._resolve_tower_labels(g)
-        labels, groups = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
-                                                self._tensor(self.predictions_arg, "predictions"), strict=self.strict)
+        labels, groups, rule = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
+                                                      self._tensor(self.predictions_arg, "predictions"),
+                                                      strict=self.strict)
         self._groups = groups
-        self._groups_rule = self.group_spec.describe(labels) if groups is not None else None
+        self._groups_rule = rule if groups is not None else None
         return labels, groups
 
     def _resolve_tower_labels(self, g: tf.Graph) -> tuple[None, None]:

@@ -204,29 +204,35 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
 
 
 # ---- labels ----------------------------------------------------------------------------------
+#: the group rule of samples split by ``hooks.mark(positive=...)``
+MARKED_RULE = "positive/negative by hooks.mark(positive=...)"
+
 def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None, *,
-                   strict: bool) -> tuple[tf.Tensor | None, capture.Groups | None]:
-    """(labels, their :class:`capture.Groups` per ``spec``), either None when unknown (logged)."""
+                   strict: bool) -> tuple[tf.Tensor | None, capture.Groups | None, str | None]:
+    """(labels, their :class:`capture.Groups` per ``spec``, the rule in words), each None when
+    unknown (logged)."""
     try:
         labels, reason, marked = choose_labels(graph, explicit)
     except AmbiguousError as e:
         _refuse(e, strict)
-        return None, None
+        return None, None, None
     if labels is None:
         log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
-        return None, None
+        return None, None, None
     if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
-        return labels, capture.from_positive(marked, complete=True)   # mark(positive=): 0 or 1 each
+        # mark(positive=): 0 or 1 each; the rule is the mark's, not the default rule of labels
+        return labels, capture.from_positive(marked, complete=True), MARKED_RULE
     if predictions is None and spec.needs_predictions:
         predictions = estimator_predictions(graph)
     try:
         groups = spec.build(labels, predictions)
     except (capture.LabelsError, ValueError) as e:
         _refuse(e, strict)
-        return labels, None
-    log.info("labels: %s (%s); groups: %s (%s)", labels.name, reason, spec.describe(labels), ", ".join(groups.names))
-    return labels, groups
+        return labels, None, None
+    rule = spec.describe(labels)
+    log.info("labels: %s (%s); groups: %s (%s)", labels.name, reason, rule, ", ".join(groups.names))
+    return labels, groups, rule
 
 
 def estimator_predictions(graph: tf.Graph):

@@ -145,7 +145,8 @@ def _live(holder: dict, key: str) -> bool:
 def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
     here = holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
     where = (" It is a writer of this process: a DumpHook or InspectCallback still open (a Keras fit that ended by "
-             "an exception keeps its session until that callback's next fit: call its close() first)." if here else
+             "an exception keeps its session ~2 s, until its writer sees the fit gone, or until that callback's "
+             "next fit: wait, or call its close() first)." if here else
              " A writer that died is taken over once its heartbeat is late.")
     return (f"{run_dir} already has a live writer for worker {worker!r} (session {holder.get('session')}, "
             f"pid {holder.get('pid')} on {holder.get('host')}, heartbeat {holder.get('updated')}): two writers "

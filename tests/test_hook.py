@@ -255,6 +255,8 @@ def test_marked_loss_and_labels_need_no_names(tmp_path):
     assert run.manifest["loss"] == "loss:0" and run.manifest["labels"] == "y:0"
     s = run.samples(1)
     assert (s["group"] == np.where(s["label"] == 0, "positive", "negative")).all()
+    # the rule the groups came from (a new user's trial: it said the default rule, label != 0)
+    assert run.manifest["groups"]["rule"] == "positive/negative by hooks.mark(positive=...)"
 
 
 def test_errors_degrade_unless_strict(tmp_path, caplog):
