@@ -125,6 +125,31 @@ def _in_control_flow(op: tf.Operation) -> bool:
     return ctx is not None
 
 
+#: stateful op types a v1 loop may hold and still be run by a fetch of its result with no
+#: effect training could see: TensorArray and gradient-stack plumbing (resources of the run)
+#: and variable reads
+_LOOP_PLUMBING = ("TensorArray", "Stack", "ReadVariableOp")
+
+
+def _loop_effects(graph: tf.Graph) -> dict:
+    """v1 while context -> the stateful op types inside it (its nested bodies included) other
+    than :data:`_LOOP_PLUMBING`: what running the loop runs (an assignment, a random op, an
+    iterator's next element, a print)."""
+    out: dict = {}
+    for op in graph.get_operations():
+        ctx = getattr(op, "_control_flow_context", None)   # private: see _in_control_flow
+        if ctx is None or op.type.startswith(_LOOP_PLUMBING):
+            continue
+        try:
+            stateful = op.op_def.is_stateful
+        except Exception:  # noqa: BLE001 - an op without an OpDef: count it as stateful
+            stateful = True
+        while stateful and ctx is not None:
+            out.setdefault(ctx, set()).add(op.type)
+            ctx = ctx.outer_context
+    return out
+
+
 def _v2_cond_alias(t: tf.Tensor) -> tf.Tensor | None:
     """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if any."""
     if t.op.type not in V2_COND_OP_TYPES:
@@ -216,7 +241,12 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     backward = backward_ops(graph, loss)
     forced = list(forced)
     forced_names = {t.name for t in forced}
-    chosen, unfetchable = [], []
+    # a v1 loop's result is fetched only where the loss needs it (training runs the loop then)
+    # or where running its loop changes nothing: an Exit fetched by the hook runs the whole
+    # loop in every sampled step, also a loop only the user's own occasional op runs
+    of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
+    effects: dict | None = None
+    chosen, unfetchable, reasons = [], [], {}
     for op in graph.get_operations():
         if op.name in backward or op.type in skip_types or (types and op.type not in types):
             continue
@@ -230,8 +260,17 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
                 continue
+            if op.type in ("Exit", "RefExit") and op.name not in of_loss:
+                effects = _loop_effects(graph) if effects is None else effects
+                runs = effects.get(op._control_flow_context)
+                if runs:
+                    unfetchable.append(t)
+                    reasons[t.name] = (f"a v1 loop's result that the loss does not need, whose loop changes state "
+                                       f"({', '.join(sorted(runs))}): fetching it would run the loop")
+                    continue
             chosen.append(t)
     sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
+    sel.reasons.update({n: r for n, r in reasons.items() if n in sel.reasons})
     sel.tensors = chosen + forced
     return sel
 

@@ -337,6 +337,43 @@ def test_v1_control_flow_is_skipped_with_the_reason_and_its_results_are_not():
     assert {sel.reasons[n] for n in sel.skipped} == {capture.IN_V1_BODY}
 
 
+
+def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
+    """Found by a red team: since a v1 loop's Exit is captured, the hook fetched it in every
+    sampled step, and so ran the loop where training never does: here a loop whose result only
+    the user's own, occasional op assigns, and whose body increments a counter. A loop's result
+    is captured where the loss needs it (training runs the loop anyway) or where its loop
+    changes nothing (TensorArray/stack plumbing and reads only); else skipped, saying why."""
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default() as g:
+            m = build_cnn()
+            calls = v1.get_variable("calls", [], tf.float32, initializer=v1.zeros_initializer(), trainable=False,
+                                    use_resource=True)
+            snapshot = v1.get_variable("snapshot", [], tf.float32, initializer=v1.zeros_initializer(), trainable=False,
+                                       use_resource=True)
+
+            def body(i, a):
+                with tf.control_dependencies([calls.assign_add(1.0)]):
+                    return i + 1, a * 0.5
+            _, result = v1.while_loop(lambda i, a: i < 2, body, [0, tf.constant(8.0)], name="refresh")
+            snapshot.assign(result, read_value=False)   # the user runs this now and then; training never
+            _, pure = v1.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a * 0.5), [0, tf.constant(8.0)], name="pure")
+            read = calls.read_value()
+            sel = capture.select_tensors(g, loss=m.loss)
+            hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                for step in range(2):
+                    sess.run(m.train_op, m.feed(step))
+                count = sess.run_step_fn(lambda step_context: step_context.session.run(read))
+    finally:
+        v1.enable_control_flow_v2()
+    assert count == 0
+    assert "refresh/Exit_1:0" in sel.skipped and "AssignAddVariableOp" in sel.reasons["refresh/Exit_1:0"]
+    assert "pure/Exit_1:0" in {t.name for t in sel.tensors}
+    run = inspector.open_run(tmp_path / "run")
+    assert "refresh/Exit_1:0" in run.manifest["skipped"] and "pure/Exit_1:0" in run.tensors.index
+
 def _cond_model(xv: np.ndarray, w: np.ndarray):
     """x @ w through a TF2 tf.cond (a tensor predicate), a loss and an optimizer."""
     x = v1.placeholder(tf.float64, [None, 3], name="x")
