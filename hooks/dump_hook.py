@@ -441,6 +441,13 @@ class DumpHook(v1.train.SessionRunHook):
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
         completed from it, else (or for IndexedSlices) the hook's own ``tf.gradients``; through
         the scale where a loss-scale optimizer scaled ``loss``."""
+        grads = self._gradients_of(g, loss, tensors)
+        # tf.gradients through a v1 while loop gives a loop result the loss does not use (and
+        # what only feeds it) zeros, not None (ZerosLikeForExit): no gradient, as anywhere else
+        upstream = capture.ancestors(loss)
+        return [gr if t.name in upstream else None for t, gr in zip(tensors, grads)]
+
+    def _gradients_of(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
         scaling = loss_scale.lookup(g, loss)
         if scaling is not None:
             return self._unscaled_gradients(g, loss, tensors, scaling)

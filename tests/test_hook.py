@@ -374,6 +374,31 @@ def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
     run = inspector.open_run(tmp_path / "run")
     assert "refresh/Exit_1:0" in run.manifest["skipped"] and "pure/Exit_1:0" in run.tensors.index
 
+
+def test_a_v1_loop_result_the_loss_does_not_use_has_no_gradient(tmp_path):
+    """Found by a red team: tf.gradients through a v1 loop gives an unused loop result zeros
+    (ZerosLikeForExit), and so does what only feeds it: the captured Exit read has_gradient
+    with an all-zero gradient, where the README promises "no gradient, never zeros"."""
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            m = build_cnn()
+            flat = v1.get_default_graph().get_tensor_by_name("flat:0")
+            side = tf.multiply(flat, 2.0, name="side")   # feeds only the loop variable the loss does not use
+            _, used, unused = v1.while_loop(lambda i, a, b: i < 2, lambda i, a, b: (i + 1, a * 1.5, b + a),
+                                            [0, flat, side], name="loop")
+            loss = tf.add(m.loss, tf.reduce_mean(used), name="total")
+            train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=m.global_step)
+            hook = DumpHook(tmp_path / "run", loss=loss, labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1,
+                            strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                sess.run(train_op, m.feed(1))
+    finally:
+        v1.enable_control_flow_v2()
+    cat = inspector.open_run(tmp_path / "run").tensors
+    assert cat.loc[used.name, "has_gradient"]
+    assert not cat.loc[unused.name, "has_gradient"] and not cat.loc["side:0", "has_gradient"]
+
 def _cond_model(xv: np.ndarray, w: np.ndarray):
     """x @ w through a TF2 tf.cond (a tensor predicate), a loss and an optimizer."""
     x = v1.placeholder(tf.float64, [None, 3], name="x")
