@@ -358,7 +358,7 @@ def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
                     return i + 1, a * 0.5
             _, result = v1.while_loop(lambda i, a: i < 2, body, [0, tf.constant(8.0)], name="refresh")
             snapshot.assign(result, read_value=False)   # the user runs this now and then; training never
-            _, pure = v1.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a * 0.5), [0, tf.constant(8.0)], name="pure")
+            v1.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a * 0.5), [0, tf.constant(8.0)], name="pure")
             read = calls.read_value()
             sel = capture.select_tensors(g, loss=m.loss)
             hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
