@@ -150,6 +150,58 @@ def _loop_effects(graph: tf.Graph) -> dict:
     return out
 
 
+#: stateful op types whose run changes nothing another run could see: variable handles and
+#: reads, loops' TensorArray/stack plumbing, placeholders
+_NO_EFFECT = ("ReadVariableOp", "VarHandleOp", "VariableV2", "VarIsInitializedOp", "TensorArray", "Stack",
+              "Placeholder", "PlaceholderWithDefault")
+
+
+def _stateful(op: tf.Operation) -> bool:
+    try:
+        return op.op_def.is_stateful
+    except Exception:  # noqa: BLE001 - an op without an OpDef: count it as stateful
+        return True
+
+
+def ran_by_training(graph: tf.Graph, loss: tf.Tensor | None) -> set[str]:
+    """Names of the ops a training run runs anyway: everything the loss, the UPDATE_OPS and the
+    TRAIN_OP collections are computed from, data and control inputs alike."""
+    v1 = tf.compat.v1
+    roots = ([loss.op] if loss is not None else []) + [
+        x if isinstance(x, tf.Operation) else x.op
+        for key in (v1.GraphKeys.UPDATE_OPS, v1.GraphKeys.TRAIN_OP) for x in graph.get_collection(key)
+        if isinstance(x, (tf.Operation, tf.Tensor))]
+    seen, stack = {op.name for op in roots}, list(roots)
+    while stack:
+        op = stack.pop()
+        for prev in [x.op for x in op.inputs] + list(op.control_inputs):
+            if prev.name not in seen:
+                seen.add(prev.name)
+                stack.append(prev)
+    return seen
+
+
+def side_effects(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
+    """op name -> the stateful op types outside ``ran`` that running it runs (its own, its
+    inputs' and control inputs', a v1 loop's body for its Exit): what a fetch of its outputs
+    would do that training does not (an assignment, an iterator's next element, a random
+    draw). Ops with none are absent."""
+    loops: dict | None = None
+    out: dict[str, set[str]] = {}
+    for op in graph.get_operations():   # creation order: an op's inputs come first
+        if op.name in ran:
+            continue
+        own = {op.type} if _stateful(op) and not op.type.startswith(_NO_EFFECT) else set()
+        for prev in [x.op for x in op.inputs] + list(op.control_inputs):
+            own |= out.get(prev.name, set())
+        if op.type in ("Exit", "RefExit"):   # its loop's body is not among its inputs' inputs yet
+            loops = _loop_effects(graph) if loops is None else loops
+            own |= loops.get(getattr(op, "_control_flow_context", None), set())
+        if own:
+            out[op.name] = own
+    return out
+
+
 def _v2_cond_alias(t: tf.Tensor) -> tf.Tensor | None:
     """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if any."""
     if t.op.type not in V2_COND_OP_TYPES:
@@ -229,10 +281,13 @@ def ancestors(t: tf.Tensor) -> set[str]:
 def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Iterable[str] | None = None,
                    exclude_op_types: Iterable[str] | None = None, dtypes: Sequence[tf.DType] = FLOAT_DTYPES,
                    forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True,
-                   loss: tf.Tensor | None = None) -> Selection:
+                   loss: tf.Tensor | None = None, fetched: bool = False) -> Selection:
     """Outputs of every forward op that pass the filters (plus ``forced`` tensors); ``loss``:
     what it is computed from is forward (:func:`backward_ops`). Those that cannot be fetched
-    are skipped, with the reason, unless their value is captured as a TF2 cond's Identity."""
+    are skipped, with the reason, unless their value is captured as a TF2 cond's Identity.
+    ``fetched`` (DumpHook: its tensors are fetches of the training's own runs): also skipped,
+    with the reason, a tensor whose fetch would run a stateful op training does not run
+    (:func:`side_effects`): the hook must not change what training does."""
     inc, exc = _compile(include), _compile(exclude)
     if use_default_exclude:
         exc += _compile(DEFAULT_EXCLUDE)
@@ -241,11 +296,13 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     backward = backward_ops(graph, loss)
     forced = list(forced)
     forced_names = {t.name for t in forced}
-    # a v1 loop's result is fetched only where the loss needs it (training runs the loop then)
-    # or where running its loop changes nothing: an Exit fetched by the hook runs the whole
-    # loop in every sampled step, also a loop only the user's own occasional op runs
-    of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
-    effects: dict | None = None
+    # A fetch runs everything its tensor is computed from: a read gated on the user's own
+    # occasional assign_add, or a v1 loop's result whose loop has effects, ran them on every
+    # sampled step (found by a review: the user's counter counted the hook's fetches).
+    # Without a loss or a TRAIN_OP nothing says what training runs (its input pipeline, even):
+    # the rule would skip every tensor, so it is not applied there.
+    known = loss is not None or bool(graph.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP))
+    effects = side_effects(graph, ran_by_training(graph, loss)) if fetched and known else {}
     chosen, unfetchable, reasons = [], [], {}
     for op in graph.get_operations():
         if op.name in backward or op.type in skip_types or (types and op.type not in types):
@@ -260,14 +317,13 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
                 continue
-            if op.type in ("Exit", "RefExit") and op.name not in of_loss:
-                effects = _loop_effects(graph) if effects is None else effects
-                runs = effects.get(op._control_flow_context)
-                if runs:
-                    unfetchable.append(t)
-                    reasons[t.name] = (f"a v1 loop's result that the loss does not need, whose loop changes state "
-                                       f"({', '.join(sorted(runs))}): fetching it would run the loop")
-                    continue
+            runs = effects.get(op.name)
+            if runs:
+                unfetchable.append(t)
+                reasons[t.name] = (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the "
+                                   f"loss, UPDATE_OPS and TRAIN_OP do not need it): fetching it would change "
+                                   f"what training does")
+                continue
             chosen.append(t)
     sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
     sel.reasons.update({n: r for n, r in reasons.items() if n in sel.reasons})

@@ -378,7 +378,7 @@ class DumpHook(v1.train.SessionRunHook):
         labels, gid = self._resolve_groups(g)
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
-        sel = capture.select_tensors(g, forced=forced, loss=loss, **self.filters)
+        sel = capture.select_tensors(g, forced=forced, loss=loss, fetched=True, **self.filters)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients

@@ -360,7 +360,7 @@ def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
             snapshot.assign(result, read_value=False)   # the user runs this now and then; training never
             v1.while_loop(lambda i, a: i < 2, lambda i, a: (i + 1, a * 0.5), [0, tf.constant(8.0)], name="pure")
             read = calls.read_value()
-            sel = capture.select_tensors(g, loss=m.loss)
+            sel = capture.select_tensors(g, loss=m.loss, fetched=True)
             hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
             with v1.train.MonitoredSession(hooks=[hook]) as sess:
                 for step in range(2):
@@ -373,6 +373,39 @@ def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
     assert "pure/Exit_1:0" in {t.name for t in sel.tensors}
     run = inspector.open_run(tmp_path / "run")
     assert "refresh/Exit_1:0" in run.manifest["skipped"] and "pure/Exit_1:0" in run.tensors.index
+
+
+def test_the_hook_runs_no_assignment_training_does_not(tmp_path):
+    """Found by a review: ``v.assign_add(1.0)`` returns a read gated on the assignment; the
+    hook captured that read, so every sampled step ran the user's occasional assignment (a
+    counter training never bumped read 5 after 5 runs). A tensor whose fetch would run a
+    stateful op training does not run (the loss, UPDATE_OPS and TRAIN_OP do not need it) is
+    skipped, saying why; batch norm's moving averages (UPDATE_OPS) are captured as before."""
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="y")
+        h = v1.layers.batch_normalization(x, training=True, name="bn")   # moving averages in UPDATE_OPS
+        loss = conv_net(h, y)
+        counter = v1.get_variable("counter", [], tf.float32, initializer=v1.zeros_initializer(), trainable=False,
+                                  use_resource=True)
+        counter.assign_add(1.0, name="bump")   # an op the user runs now and then, training never
+        read = counter.read_value()
+        gated = [op.outputs[0].name for op in tf.compat.v1.get_default_graph().get_operations()
+                 if any(c.type == "AssignAddVariableOp" for c in op.control_inputs)]   # the read bump returns
+        with tf.control_dependencies(v1.get_collection(v1.GraphKeys.UPDATE_OPS)):
+            train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "run", loss=loss, labels=y, stats_every_n_steps=1, dump_every_n_steps=1,
+                        strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for step in range(3):
+                sess.run(train_op, {x: batch_images(step), y: batch_labels(step)})
+            count = sess.run_step_fn(lambda step_context: step_context.session.run(read))
+    assert count == 0
+    run = inspector.open_run(tmp_path / "run")
+    assert gated and set(gated) <= set(run.manifest["skipped"])
+    moving = [n for n in run.tensors.index if "AssignMovingAvg" in n]
+    assert moving and run.steps == [1, 2, 3]
 
 
 def test_a_v1_loop_result_the_loss_does_not_use_has_no_gradient(tmp_path):
