@@ -467,9 +467,13 @@ class RunWriter:
             if self.closed:   # a close() is queued: it ends the session with its own status
                 return False
             self.closed = True
-        _OPEN.discard(self)
         log.warning("tf_inspector: session %d of %s ended as failed: %s", self.session, self.run_dir, why)
-        self._finish("failed", why)
+        try:
+            self._finish("failed", why)
+        finally:
+            # only now: an interpreter exit meanwhile must wait for this end (atexit's close joins
+            # this thread), not kill the daemon thread halfway (the session read "running")
+            _OPEN.discard(self)
         return True
 
     def _finish(self, status: str, error: str | None) -> None:

@@ -493,3 +493,36 @@ def test_the_later_session_wins_a_step_whatever_a_query_asks(tmp_path):
     assert run.query_stats(mode="eval")["mean"].tolist() == [200.0]
     assert run.query_stats(mode="eval", batch=2).empty and run.view(mode="eval", batch=2).stats.empty
     assert run.query_stats(mode="eval", batch=2, session=3)["mean"].tolist() == [102.0]
+
+
+def test_a_session_its_owner_check_is_ending_survives_the_process_exit(tmp_path):
+    """Found in review: the owner check (RunWriter(owner_gone=)) took the writer out of the
+    writers atexit closes before ending the session; a process exiting meanwhile (a script
+    whose fit raised) killed the daemon writer thread halfway: the session read "running",
+    its unflushed statistics lost. atexit now waits for that end."""
+    script = textwrap.dedent(f"""
+        import sys, time; sys.path.insert(0, {str(ROOT)!r})
+        import numpy as np
+        from inspector import writer
+        from inspector.writer import RunWriter, StatsLayout
+        writer.OWNER_CHECK_SECS = 0.01
+        flush = RunWriter._flush_stats
+        def slow(self, final=False, **kw):
+            if final:
+                time.sleep(1.0)   # slow storage: the process exits while the session ends
+            return flush(self, final=final, **kw)
+        RunWriter._flush_stats = slow
+        gone = []
+        w = RunWriter({str(tmp_path)!r}, manifest={{"tensors": []}}, stats_flush_secs=1000,
+                      stats_layout=StatsLayout(("a:0",), ("forward",), ("all",), 4),
+                      owner_gone=lambda: "owner gone" if gone else None)
+        for s in (1, 2, 3):
+            w.add_stats(s, np.ones((1, 9)), np.array([[0.0, 1.0]]), np.ones((1, 4)))
+        gone.append(1)
+        time.sleep(0.3)   # the check has begun ending the session
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    run = inspector.open_run(tmp_path)
+    assert run.manifests[("chief", 1)]["status"] == "failed"
+    assert run.manifests[("chief", 1)]["error"] == "owner gone"
+    assert sorted(run.stats_steps()) == [1, 2, 3]
