@@ -381,6 +381,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                         "session); call it after fit returned or raised")
             return
         self._end_interrupted_session()
+        self._fit_watch = None   # a fit that raised before its first write: its frame
         if isinstance(self._graph, StepGraph):
             self._graph.abandon()
 
@@ -469,6 +470,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode="train",
                                  storage_options=self.storage_options, owner_gone=self._fit_watch)
+        # the writer holds the check (and with it fit's frame and locals: its data) until the
+        # session ends; kept here too, they outlived a fit that raised until the next fit
+        self._fit_watch = None
         self._opened += 1
         if self._opened == 1:
             self._warn_if_hiding(self._writer)

@@ -346,6 +346,8 @@ def test_the_session_of_a_fit_that_raised_ends_as_failed_by_itself(tmp_path, mon
     status, error = _manifest_state(tmp_path / "r", 1)
     assert status == "failed" and "on_train_end was not called" in error
     assert sorted(inspector.open_run(tmp_path / "r").stats_steps()) == [1, 2]
+    # nothing holds the ended fit's frame (its locals: fit's data) once the session ended
+    assert cb._fit_watch is None and cb._writer._owner_gone is None
 
 
 def test_a_live_fit_is_never_ended_by_the_owner_check(tmp_path, monkeypatch):
