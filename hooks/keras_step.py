@@ -128,6 +128,7 @@ class StepGraph(ProbeGraph):
         self.current: Key | None = None   # the capture fit's next step runs (read while tracing it)
         self._outputs: dict[Key, list[tuple[tuple, tf.Variable]]] = {}
         self._fns: dict[Key, Any] = {}
+        self._fns_with: Any = None   # fit's own train function when those in _fns were traced
         self._plain: tuple[Any, Any] | None = None
         self._saved_step: Any = None
         self._installed = False
@@ -163,7 +164,7 @@ class StepGraph(ProbeGraph):
         kept, self._kept = self._kept, None
         if kept is not None and self._reusable(kept):
             _set_train_function(model, kept.wrapped)
-            self._fns = kept.capturing
+            self._fns, self._fns_with = kept.capturing, kept.wrapped[0]
         else:
             model.train_function = None
             self._fns = {}
@@ -217,7 +218,17 @@ class StepGraph(ProbeGraph):
             self.current, self._plain = None, None
             return
         if self._plain is None:
+            if self._fns and self._fns_with is not model.train_function:
+                # fit's function was rebuilt since ours were traced (make_train_function(force=True),
+                # e.g. by a callback that froze a layer): ours would still train what the old one
+                # did. Fit trains with its own from here; the catalog cannot follow a new step.
+                self._fns = {}
+                raise RuntimeError("fit's train function was rebuilt during this fit (make_train_function(force=True), "
+                                   "e.g. after changing layer.trainable): source='train_batch' captures the step it "
+                                   "traced first and cannot follow it; fit goes on with the new function unrecorded. "
+                                   "Rebuild it between fits (compile() again), or use source='probe'")
             self._plain = (model.train_function, getattr(model, "train_tf_function", None))
+            self._fns_with = model.train_function
         if key not in self._fns:
             # tf.keras 2.15 returns and sets the function; Keras 3 only sets it
             model.make_train_function(force=True)

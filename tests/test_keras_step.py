@@ -497,6 +497,30 @@ def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, 
     assert len(traces) == count and "train_step" not in model.__dict__
 
 
+def test_a_layer_frozen_and_rebuilt_within_fit_stops_training_on_sampled_steps_too(tmp_path, caplog):
+    """Found in review: a callback freezing a layer mid-fit and rebuilding fit's train function
+    (make_train_function(force=True), as the trainable refusal advises) froze it for fit's
+    own steps only: the capturing functions, traced before, kept training it on every sampled
+    step, and nothing was refused. Now fit trains with its rebuilt function, and the callback
+    refuses to go on (it cannot capture a step other than the one it traced first)."""
+    class FreezeAfterFirstEpoch(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 0:
+                self.model.get_layer("hidden").trainable = False
+                self.model.make_train_function(force=True)
+                self.kernel = self.model.get_layer("hidden").kernel.numpy().copy()
+
+    x, y = _data(14, n=64)
+    model, freeze = sequential(), FreezeAfterFirstEpoch()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    with caplog.at_level("ERROR", logger="tf_inspector"):
+        _fit(model, x, y, [freeze, cb], epochs=2)
+    np.testing.assert_array_equal(model.get_layer("hidden").kernel.numpy(), freeze.kernel)
+    assert "train function was rebuilt during this fit" in caplog.text
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.stats_steps()) == [1, 2, 3, 4] and run.manifests[("chief", 1)]["status"] == "failed"
+
+
 def test_soft_targets_are_not_split_by_the_default_rule(tmp_path, caplog):
     """Float targets that are not class ids (soft, regression): label != 0 would call every
     sample positive. A probe of them is refused when the callback is made; with the training
