@@ -447,7 +447,9 @@ def test_trainable_changed_without_compile_is_refused(tmp_path, caplog, source, 
     run = inspector.open_run(tmp_path / "r")
     assert (hidden <= trained) == freeze   # what fit trains: the layers trainable at compile()
     if not KERAS3:   # and tf.keras 2.15's model.trainable_variables in fit: recorded, updates and all
-        assert not caplog.text and list(run.stats_steps()) == list(range(2, 9, 2))
+        # (TensorFlow's own retracing warning may come, after other tests: only ours count)
+        assert not [r for r in caplog.records if r.name == "tf_inspector"]
+        assert list(run.stats_steps()) == list(range(2, 9, 2))
         for step in (6, 8):
             assert {k.partition("/")[2] for k in run.dump_keys(step) if k.startswith("update/")} == trained
         return
