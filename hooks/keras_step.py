@@ -389,6 +389,12 @@ def compile_state(model) -> tuple:
     return (*_compiled(model), *model.trainable_variables)
 
 
+#: fit's train functions (by weak reference) -> the variables trainable when one was traced,
+#: held (so no id compared is reused by another variable). For every callback: a new callback
+#: per fit (a notebook cell run again) sees what the model's function was traced with too.
+_TRAINED: "weakref.WeakKeyDictionary[Any, list]" = weakref.WeakKeyDictionary()
+
+
 class TrainedVariables:
     """Which variables fit's train function updates: those trainable when it was traced.
 
@@ -400,8 +406,6 @@ class TrainedVariables:
     would then leave out weights that train, or show ones that do not: refused (:meth:`check`)."""
 
     def __init__(self) -> None:
-        self._fn: weakref.ref | None = None   # the train function whose variables are known
-        self._held: list = []                 # held, so no id compared is reused by another variable
         self._new: Any = None                 # a function first seen at a step's begin
 
     def check(self, model) -> None:
@@ -409,13 +413,14 @@ class TrainedVariables:
         differs from those fit's train function was traced with. A function not seen before is
         traced by this step (or was, by a fit without this callback: unknown, taken as is)."""
         fn = model.train_function
-        if self._fn is None or self._fn() is not fn:
+        held = _TRAINED.get(fn) if fn is not None else None
+        if held is None:
             self._new = fn
             return
         now = list(model.trainable_variables)
         ids = {id(v) for v in now}
-        still = [variable_name(v) for v in self._held if id(v) not in ids]
-        known = {id(v) for v in self._held}
+        still = [variable_name(v) for v in held if id(v) not in ids]
+        known = {id(v) for v in held}
         idle = [variable_name(v) for v in now if id(v) not in known]
         if still or idle:
             raise ValueError(mismatch_message(still, idle))
@@ -426,7 +431,7 @@ class TrainedVariables:
         capture ran instead, fit's own is traced at its first unsampled step: with the same
         variables, unless trainable changes in between (then the next check refuses)."""
         if self._new is not None:
-            self._fn, self._held, self._new = weakref.ref(self._new), list(model.trainable_variables), None
+            _TRAINED[self._new], self._new = list(model.trainable_variables), None
 
 
 def mismatch_message(still: list[str], idle: list[str]) -> str:

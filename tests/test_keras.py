@@ -572,3 +572,20 @@ def test_a_probe_in_training_mode_leaves_the_dropout_masks_of_training(tmp_path)
     for a, b in zip(probed.variables, plain.variables):
         np.testing.assert_allclose(np.asarray(a.numpy()), np.asarray(b.numpy()), rtol=1e-6, atol=1e-7, err_msg=a.name)
     assert inspector.open_run(tmp_path / "r").stats["step"].max() == 6
+
+
+def test_trainable_changed_without_compile_is_refused_for_a_new_callback_too(tmp_path, caplog):
+    """Found in review: the refusal knew only the train functions its own callback saw traced,
+    so a new callback per fit (a notebook cell run again) recorded a layer frozen without
+    compile() as not training while Keras 3 kept training it, unrefused."""
+    x, y = _data(22, n=64)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[InspectCallback(tmp_path / "r", probe=(x[:N], y[:N]),
+                                                                                    stats_every_n_steps=2)])
+    model.get_layer("hidden").trainable = False
+    with caplog.at_level("ERROR", logger="tf_inspector"):
+        model.fit(x, y, batch_size=16, epochs=1, verbose=0, callbacks=[InspectCallback(
+            tmp_path / "r", probe=(x[:N], y[:N]), stats_every_n_steps=2)])
+    refused = "still updates" in caplog.text
+    assert refused == KERAS3   # tf.keras 2.15's fit trains (and records) the layers as compile() left them
