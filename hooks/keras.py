@@ -457,6 +457,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _open(self) -> None:
         """Open this fit's writer session."""
         graph = self._graph
+        if self._fit_watch is not None and self._fit_watch() is not None:
+            # a fit that raised before its first write left it, and batches come without a fit
+            # (a loop calling the batch methods by hand, no on_train_begin): nothing to watch
+            self._fit_watch = None
         self._refusals = groups.Refusals()
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None

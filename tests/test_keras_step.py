@@ -350,6 +350,35 @@ def test_the_session_of_a_fit_that_raised_ends_as_failed_by_itself(tmp_path, mon
     assert cb._fit_watch is None and cb._writer._owner_gone is None
 
 
+def test_batches_driven_by_hand_after_a_fit_that_raised_are_never_ended(tmp_path, monkeypatch):
+    """Found in review: after a fit that raised before it wrote, the callback kept that fit's
+    watch; a loop then calling its batch methods by hand (no on_train_begin) opened its
+    session with it, and the writer ended the live session at once, 'the fit ended by an
+    exception', a new failed session per sampled step."""
+    monkeypatch.setattr(writer_module, "OWNER_CHECK_SECS", 0.0)
+    import time
+
+    class Boom(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            raise RuntimeError("boom")
+    x, y = _data(15, n=32)
+    model = sequential()
+    cb = InspectCallback(tmp_path / "r", probe=(x[:8], y[:8]), stats_every_n_steps=1, dump_every_n_steps=0,
+                         strict=True)
+    with pytest.raises(RuntimeError, match="boom"):
+        _fit(model, x, y, [cb, Boom()])
+    for i in range(3):
+        cb.on_train_batch_begin(i)
+        model.optimizer.apply_gradients(zip([tf.zeros_like(v) for v in model.trainable_variables],
+                                            model.trainable_variables))
+        cb.on_train_batch_end(i, {"loss": 1.0})
+        time.sleep(0.05)
+    cb.on_train_end()
+    run = inspector.open_run(tmp_path / "r")
+    assert {k: m["status"] for k, m in run.manifests.items()} == {("chief", 1): "finished"}
+    assert sorted(run.stats_steps()) == [1, 2, 3]
+
+
 def test_a_live_fit_is_never_ended_by_the_owner_check(tmp_path, monkeypatch):
     """The check runs on every wake of the writer while the fit trains (here at every
     statistics step) and finds the fit's frame each time: the session ends as the fit does,
