@@ -389,6 +389,9 @@ def compile_state(model) -> tuple:
     return (*_compiled(model), *model.trainable_variables)
 
 
+#: Keras 3 (tf.keras 2.15 is 2.x)
+KERAS3 = int(str(getattr(tf.keras, "__version__", None) or __import__("keras").__version__).split(".")[0]) >= 3
+
 #: fit's train functions (by weak reference) -> the variables trainable when one was traced,
 #: held (so no id compared is reused by another variable). For every callback: a new callback
 #: per fit (a notebook cell run again) sees what the model's function was traced with too.
@@ -411,7 +414,12 @@ class TrainedVariables:
     def check(self, model) -> None:
         """At a step's begin: ValueError naming the variables where ``model.trainable_variables``
         differs from those fit's train function was traced with. A function not seen before is
-        traced by this step (or was, by a fit without this callback: unknown, taken as is)."""
+        traced by this step (or was, by a fit without this callback: unknown, taken as is).
+        Keras 3 only: tf.keras 2.15's fit puts compile()'s flags back for its length, so what
+        trains is what it reports; a train_step that sets flags itself (a GAN's) would read as
+        a mismatch there (found by a review: a fit that trained was refused)."""
+        if not KERAS3:
+            return
         fn = model.train_function
         held = _TRAINED.get(fn) if fn is not None else None
         if held is None:

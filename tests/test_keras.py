@@ -2,6 +2,8 @@
 independent eager ``tf.GradientTape`` computation on the same probe batch and weights."""
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
@@ -420,6 +422,46 @@ def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, sourc
         expected = [g.numpy() for g in tape.gradient(loss, model.trainable_variables)]
     for name, g in zip(names, expected):
         np.testing.assert_allclose(run.tensor(name, step, "gradient"), g, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_a_train_step_that_sets_trainable_itself_is_not_refused(tmp_path, caplog):
+    """Found by a review (tf.keras 2.15): a custom train_step that unfreezes a layer, trains
+    every variable and freezes it again (a GAN's habit) had its second fit refused as "does
+    not update logits", though the logits trained. tf.keras 2.15's fit reports what trains;
+    Keras 3 keeps its own check (a refusal there names compile())."""
+    x, y = _data(23, n=48)
+
+    class Toggling(keras.Model):
+        def __init__(self):
+            super().__init__(name="toggling")
+            self.hidden, self.head = keras.layers.Dense(5, activation="relu", name="hidden"), keras.layers.Dense(2)
+
+        def call(self, x, training=False):
+            return self.head(self.hidden(x))
+
+        def train_step(self, data):
+            x, y = data
+            self.head.trainable = True
+            with tf.GradientTape() as tape:
+                loss = self.compiled_loss(y, self(x, training=True))
+            weights = self.trainable_variables
+            self.optimizer.apply_gradients(zip(tape.gradient(loss, weights), weights))
+            self.head.trainable = False
+            return {"loss": loss}
+
+    if KERAS3:
+        pytest.skip("tf.keras 2.15's train_step (compiled_loss); Keras 3 refuses a flag changed since the trace")
+    model = Toggling()
+    model(x[:1])   # built: its weights exist before the first fit
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", probe=(x[:8], y[:8]), stats_every_n_steps=1, dump_every_n_steps=0)
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        for _ in range(2):
+            before = [w.numpy().copy() for w in model.head.weights]
+            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+            assert not all(np.array_equal(b, w.numpy()) for b, w in zip(before, model.head.weights))   # it trains
+    assert not [r for r in caplog.records if r.name == "tf_inspector"]
+    assert sorted(inspector.open_run(tmp_path / "r").stats_steps()) == list(range(1, 7))
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
