@@ -289,6 +289,8 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     with the reason, a tensor whose fetch would run a stateful op training does not run
     (:func:`side_effects`): the hook must not change what training does."""
     inc, exc = _compile(include), _compile(exclude)
+    given = inc + exc   # the caller's patterns: one that matches no name is a typo (warned)
+    matched: set[int] = set()
     if use_default_exclude:
         exc += _compile(DEFAULT_EXCLUDE)
     types = set(op_types) if op_types else None
@@ -305,6 +307,8 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     effects = side_effects(graph, ran_by_training(graph, loss)) if fetched and known else {}
     chosen, unfetchable, reasons = [], [], {}
     for op in graph.get_operations():
+        if given and len(matched) < len(given):
+            matched.update(id(p) for p in given for t in op.outputs if p.search(t.name))
         if op.name in backward or op.type in skip_types or (types and op.type not in types):
             continue
         for t in op.outputs:
@@ -325,6 +329,10 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                                    f"what training does")
                 continue
             chosen.append(t)
+    for p in given:
+        if id(p) not in matched:
+            log.warning("include/exclude pattern %r matches no tensor name of the graph (names look like %s): "
+                        "it selects nothing", p.pattern, _listed([t.name for t in chosen], 3))
     sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
     sel.reasons.update({n: r for n, r in reasons.items() if n in sel.reasons})
     sel.tensors = chosen + forced

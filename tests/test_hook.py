@@ -176,6 +176,19 @@ def test_include_exclude_and_op_type_filters(tmp_path):
     assert list(inspector.open_run(tmp_path / "run").tensors.index) == ["conv1/relu:0"]
 
 
+def test_a_filter_pattern_that_matches_no_name_is_warned_about(caplog):
+    """Found by a new user's trial: Keras 3's input name (^data:0$) given under tf.keras 2.15
+    (IteratorGetNext:0) excluded nothing, silently. A pattern that matches no tensor name of
+    the graph (backward ops and all) is a typo: warned, naming it and some real names."""
+    with tf.Graph().as_default() as g:
+        build_cnn()
+        with caplog.at_level(logging.WARNING, logger="tf_inspector"):
+            capture.select_tensors(g, include=[r"^conv", r"^nothing_here"], exclude=[r"^data:0$", r"gradients/"])
+    warned = [r.getMessage() for r in caplog.records if r.name == "tf_inspector"]
+    assert len(warned) == 2 and "'^nothing_here'" in warned[0] and "'^data:0$'" in warned[1]
+    assert "conv1/" in warned[0]   # real names to compare with
+
+
 def test_schedule_dumps_exactly_the_steps_asked(tmp_path):
     with tf.Graph().as_default():
         m = build_cnn()
