@@ -202,6 +202,48 @@ def side_effects(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
     return out
 
 
+#: op types that write their input 0's variable (resource and reference variables)
+_WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApply", "ResourceScatter", "Scatter")
+
+
+def _op_ancestors(op: tf.Operation) -> set[str]:
+    """Names of the ops ``op`` runs after: data and control inputs, transitively."""
+    seen: set[str] = set()
+    stack = [op]
+    while stack:
+        node = stack.pop()
+        for prev in [x.op for x in node.inputs] + list(node.control_inputs):
+            if prev.name not in seen:
+                seen.add(prev.name)
+                stack.append(prev)
+    return seen
+
+
+def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
+    """op name -> the variable it reads (or is computed from a read of) where training's run
+    writes that variable and the read is not on the loss's path: nothing orders it against the
+    write, so its value is the one before or after the update, by chance (a review saw the
+    variable's own ``Read/ReadVariableOp`` differ from the weights the step used in 1 of 40
+    steps). A read on the loss's path runs before the update, which needs the gradient."""
+    writes: dict[str, set[str]] = {}   # variable -> the ops of training's run that write it
+    for op in graph.get_operations():
+        if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
+            writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
+    out: dict[str, str] = {}
+    for op in graph.get_operations():
+        if op.name in of_loss:
+            continue
+        source = op.inputs[0].op if op.inputs else None
+        if (source is not None and source.name in writes and op.type in ("ReadVariableOp", "Identity")
+                and not writes[source.name] & _op_ancestors(op)):   # a read after its write is ordered
+            out[op.name] = source.name
+            continue
+        var = next((out[x.op.name] for x in op.inputs if x.op.name in out), None)
+        if var is not None:
+            out[op.name] = var
+    return out
+
+
 def _v2_cond_alias(t: tf.Tensor) -> tf.Tensor | None:
     """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if any."""
     if t.op.type not in V2_COND_OP_TYPES:
@@ -304,7 +346,11 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     # Without a loss or a TRAIN_OP nothing says what training runs (its input pipeline, even):
     # the rule would skip every tensor, so it is not applied there.
     known = loss is not None or bool(graph.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP))
-    effects = side_effects(graph, ran_by_training(graph, loss)) if fetched and known else {}
+    ran = ran_by_training(graph, loss) if fetched and known else set()
+    effects = side_effects(graph, ran) if ran else {}
+    # A read of a variable the step writes, off the loss's path, is in no order with the write.
+    of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
+    racy = unordered_reads(graph, ran, of_loss) if ran and loss is not None else {}
     chosen, unfetchable, reasons = [], [], {}
     for op in graph.get_operations():
         if given and len(matched) < len(given):
@@ -320,6 +366,12 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                 continue
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
+                continue
+            if op.name in racy:
+                unfetchable.append(t)
+                reasons[t.name] = (f"it reads {racy[op.name]}, which the training step writes, off the loss's path: "
+                                   f"in no order with the update, its value would be the one before or after it, "
+                                   f"by chance (the variable's record holds the value the step used)")
                 continue
             runs = effects.get(op.name)
             if runs:
@@ -349,7 +401,7 @@ def log_unfetchable(sel: Selection) -> None:
     for name in sel.skipped:
         by_reason.setdefault(sel.reasons.get(name, "cannot be fetched"), []).append(name)
     for why, names in by_reason.items():
-        log.info("skipping %d tensors that cannot be fetched (%s): %s", len(names), why, _listed(names))
+        log.info("skipping %d tensors (%s): %s", len(names), why, _listed(names))
     if sel.aliases:
         log.info("%d TF2 cond outputs, not fetchable, are captured as the Identity tf.cond returned: %s",
                  len(sel.aliases), _listed([f"{k} as {v}" for k, v in sel.aliases.items()]))

@@ -159,8 +159,9 @@ def test_custom_model_fn_with_v1_losses_and_weight_decay(tmp_path, caplog):
     run = _train(tmp_path, est, labels, oracle)
     assert _check_gradients(run, oracle, ["hidden:0", "logits:0", "MatMul:0"]) >= 4
     assert "reusing the optimizer's backward pass" in caplog.text  # the total is what it differentiated
-    w1 = [n for n in run.tensors.index if n.startswith("w1/Read") or n.startswith("w1:")]
-    assert w1, list(run.tensors.index)  # a weight: its gradient includes the weight decay term
+    cat = run.tensors   # a weight (its record, its reads): its gradient includes the weight decay term
+    w1 = [n for n in cat.index if n == "w1" or cat.loc[n, "variable"] == "w1"]
+    assert w1 and cat.loc["w1", "has_gradient"], list(cat.index)
     _check_positive_count(run, _batch_labels(labels), "logits:0", 2, _batch_labels(labels) != 0)
 
 
