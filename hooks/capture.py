@@ -138,13 +138,9 @@ def _loop_effects(graph: tf.Graph) -> dict:
     out: dict = {}
     for op in graph.get_operations():
         ctx = getattr(op, "_control_flow_context", None)   # private: see _in_control_flow
-        if ctx is None or op.type.startswith(_LOOP_PLUMBING):
+        if ctx is None or op.type.startswith(_LOOP_PLUMBING) or not _stateful(op):
             continue
-        try:
-            stateful = op.op_def.is_stateful
-        except Exception:  # noqa: BLE001 - an op without an OpDef: count it as stateful
-            stateful = True
-        while stateful and ctx is not None:
+        while ctx is not None:
             out.setdefault(ctx, set()).add(op.type)
             ctx = ctx.outer_context
     return out
@@ -171,6 +167,11 @@ def ran_by_training(graph: tf.Graph, loss: tf.Tensor | None) -> set[str]:
         x if isinstance(x, tf.Operation) else x.op
         for key in (v1.GraphKeys.UPDATE_OPS, v1.GraphKeys.TRAIN_OP) for x in graph.get_collection(key)
         if isinstance(x, (tf.Operation, tf.Tensor))]
+    return _upstream(roots)
+
+
+def _upstream(roots: Sequence[tf.Operation]) -> set[str]:
+    """Names of ``roots`` and of every op they run after: data and control inputs, transitively."""
     seen, stack = {op.name for op in roots}, list(roots)
     while stack:
         op = stack.pop()
@@ -206,19 +207,6 @@ def side_effects(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
 _WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApply", "ResourceScatter", "Scatter")
 
 
-def _op_ancestors(op: tf.Operation) -> set[str]:
-    """Names of the ops ``op`` runs after: data and control inputs, transitively."""
-    seen: set[str] = set()
-    stack = [op]
-    while stack:
-        node = stack.pop()
-        for prev in [x.op for x in node.inputs] + list(node.control_inputs):
-            if prev.name not in seen:
-                seen.add(prev.name)
-                stack.append(prev)
-    return seen
-
-
 def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
     """op name -> the variable it reads (or is computed from a read of) where training's run
     writes that variable and the read is not on the loss's path: nothing orders it against the
@@ -235,7 +223,7 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
             continue
         source = op.inputs[0].op if op.inputs else None
         if (source is not None and source.name in writes and op.type in ("ReadVariableOp", "Identity")
-                and not writes[source.name] & _op_ancestors(op)):   # a read after its write is ordered
+                and not writes[source.name] & _upstream([op])):   # a read after its write is ordered
             out[op.name] = source.name
             continue
         var = next((out[x.op.name] for x in op.inputs if x.op.name in out), None)
