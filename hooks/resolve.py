@@ -20,6 +20,9 @@ Loss, first match wins:
 Labels: ``DumpHook(labels=...)``, else ``hooks.mark(labels=...)``, else the ``labels`` the
 Estimator passed to the model_fn (a single tensor, or a dict of one), else none.
 
+``loss=`` or a mark naming a loss-scale optimizer's ``loss * scale`` is refused: its gradients
+would be ``scale`` times those training applies.
+
 Ambiguous cases are refused, never guessed: the hook logs an error naming the candidates
 (``strict=True``: raises ``AmbiguousError``) and goes on without gradients (loss) or
 without positive/negative groups (labels).
@@ -86,10 +89,11 @@ def _v1_loop_hint(graph: tf.Graph) -> str:
 def choose_loss(graph: tf.Graph, explicit: tf.Tensor | None = None) -> Choice | None:
     """The loss and why it was chosen; raises ``AmbiguousError``."""
     if explicit is not None:
-        return Choice(explicit, "the loss= argument")
+        return Choice(_not_scaled(graph, explicit, "loss="), "the loss= argument")
     marked = graph.get_collection(LOSS_COLLECTION)
     if marked:
-        return Choice(marked[-1], "marked with hooks.mark or hooks.minimize")
+        return Choice(_not_scaled(graph, marked[-1], "hooks.mark(loss=...)"),
+                      "marked with hooks.mark or hooks.minimize")
     spec = _spec_loss(graph)
     recorded = optimizer_losses(graph)
     if recorded:
@@ -97,6 +101,19 @@ def choose_loss(graph: tf.Graph, explicit: tf.Tensor | None = None) -> Choice | 
     if spec is not None:
         return Choice(spec, "the loss of the EstimatorSpec the model_fn returned")
     return collection_loss(graph)
+
+
+def _not_scaled(graph: tf.Graph, t: tf.Tensor, how: str) -> tf.Tensor:
+    """``t``, unless it is a loss-scale optimizer's ``loss x scale``: its gradients would be
+    ``scale`` times those training applies (2^15 under the dynamic default), with nothing in
+    the records to say so. Refused (``AmbiguousError``), naming the loss to give instead."""
+    loss = loss_scale.unscaled(graph, t)
+    if loss is not t:
+        raise AmbiguousError(f"{how} names {t.name!r}, the loss x scale a loss-scale optimizer differentiates: its "
+                             f"gradients would be the scale times those training applies. Name the loss it scales, "
+                             f"{loss.name!r} (its gradients are then taken through the scale, as the optimizer "
+                             f"takes them).")
+    return t
 
 
 def _spec_loss(graph: tf.Graph) -> tf.Tensor | None:

@@ -8,6 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
+import hooks.loss_scale  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 
 v1 = tf.compat.v1
@@ -124,3 +125,28 @@ def test_steps_the_loss_scale_skips_are_named_in_the_step_lag_warning(tmp_path, 
                 sess.run(train_op, {x: x_val, y: y_val})
     lag = [r.getMessage() for r in caplog.records if "training runs" in r.getMessage()]
     assert len(lag) == 1 and "loss-scale optimizer skipping steps" in lag[0]
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_loss_argument_naming_the_scaled_loss_is_refused(tmp_path, strict, caplog):
+    """Left by session 15: ``loss=`` naming the optimizer's ``loss x scale`` recorded gradients
+    the scale times those training applies (2^15), with no warning. Now refused, naming the
+    loss to give; without strict=True the hook goes on with forward values only."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 15))
+        train_op = opt.minimize(loss, global_step=gs)
+        scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
+        hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=1, dump_every_n_steps=0, strict=strict)
+        if strict:
+            with pytest.raises(ValueError, match=f"{scaled.name}.*loss x scale.*'loss:0'"):
+                v1.train.MonitoredSession(hooks=[hook])
+            return
+        with caplog.at_level(logging.ERROR, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: x_val, y: y_val})
+    assert any("'loss:0'" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["loss"] is None and not run.tensors["has_gradient"].any()
