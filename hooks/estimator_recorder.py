@@ -19,17 +19,15 @@ Example::
 """
 from __future__ import annotations
 
-import functools
 import importlib.util
-import logging
-import os
 import threading
 import weakref
 from dataclasses import dataclass
 
 import tensorflow as tf
 
-log = logging.getLogger("tf_inspector")
+from .method_patch import MethodPatch
+
 #: ``TF_INSPECTOR_RECORD_MODEL_FN=0`` (or false, no, off): :func:`install` wraps nothing.
 ENV_VAR = "TF_INSPECTOR_RECORD_MODEL_FN"
 
@@ -47,7 +45,6 @@ class ModelFnCall:
 
 _lock = threading.Lock()
 _calls: "weakref.WeakKeyDictionary[tf.Graph, ModelFnCall]" = weakref.WeakKeyDictionary()
-_original = None  # Estimator._call_model_fn as tf.estimator defined it, while wrapped
 
 
 def _estimator_class():
@@ -69,47 +66,20 @@ def _estimator_class():
 def install() -> bool:
     """Wrap ``Estimator._call_model_fn`` once (``import hooks`` calls this). False where opted
     out by ``TF_INSPECTOR_RECORD_MODEL_FN=0`` or where tf.estimator is absent."""
-    global _original
-    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
-        log.debug("model_fn recorder not installed: %s=%s", ENV_VAR, os.environ[ENV_VAR])
-        return False
-    cls = _estimator_class()
-    call = getattr(cls, "_call_model_fn", None)  # private API: see _estimator_class
-    if call is None:
-        return False
-    with _lock:
-        if getattr(call, "_tf_inspector", False):
-            return True
-        _original = call
-        cls._call_model_fn = _wrap(call)
-    log.debug("model_fn recorder installed: Estimator model_fn calls record their labels and loss "
-              "(%s=0 or hooks.estimator_recorder.uninstall() to opt out)", ENV_VAR)
-    return True
+    return _patch.install()
 
 
 def uninstall() -> bool:
     """Put the Estimator's own ``_call_model_fn`` back; True if it had been wrapped."""
-    global _original
-    cls = _estimator_class()
-    with _lock:
-        if _original is None or cls is None:
-            return False
-        if not getattr(cls.__dict__.get("_call_model_fn"), "_tf_inspector", False):
-            log.warning("model_fn recorder: something replaced Estimator._call_model_fn after it; leaving it")
-            return False
-        cls._call_model_fn = _original
-        _original = None
-    log.debug("model_fn recorder uninstalled")
-    return True
+    return _patch.uninstall()
 
 
 def installed() -> bool:
     """Whether Estimator model_fn calls are recorded now."""
-    return _original is not None
+    return _patch.installed
 
 
 def _wrap(call_model_fn):
-    @functools.wraps(call_model_fn)
     def wrapper(self, features, labels, mode, config, *args, **kwargs):
         spec = call_model_fn(self, features, labels, mode, config, *args, **kwargs)
         try:
@@ -117,8 +87,13 @@ def _wrap(call_model_fn):
         except Exception:  # noqa: BLE001 - recording must never break the Estimator
             pass
         return spec
-    wrapper._tf_inspector = True
     return wrapper
+
+
+_patch = MethodPatch("model_fn recorder", _estimator_class, {"_call_model_fn": _wrap}, env_var=ENV_VAR,
+                     detail="Estimator model_fn calls record their labels and loss "
+                            f"({ENV_VAR}=0 or hooks.estimator_recorder.uninstall() to opt out)",
+                     replaced="something replaced Estimator._call_model_fn after it; leaving it")
 
 
 def _labels_name(labels) -> tuple[str | None, str | None]:

@@ -34,16 +34,14 @@ Example::
 """
 from __future__ import annotations
 
-import functools
-import logging
-import os
 import threading
 import weakref
 from typing import Sequence
 
 import tensorflow as tf
 
-log = logging.getLogger("tf_inspector")
+from .method_patch import MethodPatch
+
 #: a recorded gradient that is an IndexedSlices (not reusable as one tensor)
 INDEXED = "<IndexedSlices>"
 _local = threading.local()
@@ -54,7 +52,6 @@ _recordings: "weakref.WeakKeyDictionary[tf.Graph, dict[str, dict[str, str | None
 
 #: ``TF_INSPECTOR_RECORD_GRADIENTS=0`` (or false, no, off): :func:`install` wraps nothing.
 ENV_VAR = "TF_INSPECTOR_RECORD_GRADIENTS"
-_originals: tuple | None = None  # (_GradientsHelper, _AggregatedGrads) as TensorFlow had them
 
 
 def _gradients_util():
@@ -76,46 +73,18 @@ def _gradients_util():
 def install() -> bool:
     """Wrap ``gradients_util`` once (``import hooks`` calls this). False where opted out by
     ``TF_INSPECTOR_RECORD_GRADIENTS=0`` or where this TensorFlow lacks the functions."""
-    global _originals
-    if os.environ.get(ENV_VAR, "1").strip().lower() in ("0", "false", "no", "off"):
-        log.debug("gradient recorder not installed: %s=%s", ENV_VAR, os.environ[ENV_VAR])
-        return False
-    gu = _gradients_util()
-    helper = getattr(gu, "_GradientsHelper", None)  # private TF API: see _gradients_util
-    aggregated = getattr(gu, "_AggregatedGrads", None)
-    if helper is None or aggregated is None:
-        log.debug("gradient recorder not installed: this TensorFlow has no gradients_util._GradientsHelper")
-        return False
-    with _lock:
-        if getattr(helper, "_tf_inspector", False):
-            return True
-        _originals = (helper, aggregated)
-        gu._GradientsHelper, gu._AggregatedGrads = _wrap_helper(helper), _wrap_aggregated(aggregated)
-    log.debug("gradient recorder installed: tf.gradients built from now on record their per-op gradients "
-              "(%s=0 or hooks.gradient_recorder.uninstall() to opt out)", ENV_VAR)
-    return True
+    return _patch.install()
 
 
 def uninstall() -> bool:
     """Put TensorFlow's own ``_GradientsHelper`` and ``_AggregatedGrads`` back; True if they had
     been wrapped. Recordings already made stay readable; later ``tf.gradients`` are not recorded."""
-    global _originals
-    gu = _gradients_util()
-    with _lock:
-        if _originals is None or gu is None:
-            return False
-        if not all(getattr(f, "_tf_inspector", False) for f in (gu._GradientsHelper, gu._AggregatedGrads)):
-            log.warning("gradient recorder: something wrapped gradients_util after it; leaving both in place")
-            return False
-        gu._GradientsHelper, gu._AggregatedGrads = _originals
-        _originals = None
-    log.debug("gradient recorder uninstalled")
-    return True
+    return _patch.uninstall()
 
 
 def installed() -> bool:
     """Whether ``tf.gradients`` built now are recorded."""
-    return _originals is not None
+    return _patch.installed
 
 
 def _loss_of_call(ys, grad_ys) -> tf.Tensor | None:
@@ -128,7 +97,6 @@ def _loss_of_call(ys, grad_ys) -> tf.Tensor | None:
 
 
 def _wrap_helper(helper):
-    @functools.wraps(helper)
     def wrapper(ys, xs, grad_ys=None, *args, **kwargs):
         try:
             loss = _loss_of_call(ys, grad_ys)
@@ -140,12 +108,10 @@ def _wrap_helper(helper):
             return helper(ys, xs, grad_ys, *args, **kwargs)
         finally:
             _local.loss = previous
-    wrapper._tf_inspector = True
     return wrapper
 
 
 def _wrap_aggregated(aggregated):
-    @functools.wraps(aggregated)
     def wrapper(grads, op, gradient_uid, loop_state, *args, **kwargs):
         out = aggregated(grads, op, gradient_uid, loop_state, *args, **kwargs)
         loss = getattr(_local, "loss", None)
@@ -155,8 +121,15 @@ def _wrap_aggregated(aggregated):
             except Exception:  # noqa: BLE001 - recording must never break tf.gradients
                 pass
         return out
-    wrapper._tf_inspector = True
     return wrapper
+
+
+_patch = MethodPatch("gradient recorder", _gradients_util,
+                     {"_GradientsHelper": _wrap_helper, "_AggregatedGrads": _wrap_aggregated}, env_var=ENV_VAR,
+                     missing="this TensorFlow has no gradients_util._GradientsHelper",
+                     detail="tf.gradients built from now on record their per-op gradients "
+                            f"({ENV_VAR}=0 or hooks.gradient_recorder.uninstall() to opt out)",
+                     replaced="something wrapped gradients_util after it; leaving both in place")
 
 
 def _record(loss: tf.Tensor, op: tf.Operation, out_grads: Sequence) -> None:

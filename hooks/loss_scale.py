@@ -24,19 +24,17 @@ Example::
 """
 from __future__ import annotations
 
-import functools
-import logging
 import threading
 import weakref
 from typing import NamedTuple
 
 import tensorflow as tf
 
-log = logging.getLogger("tf_inspector")
+from .method_patch import MethodPatch
+
 _lock = threading.Lock()
 # graph -> scaled loss name -> (loss name, scale tensor name)
 _scaled: "weakref.WeakKeyDictionary[tf.Graph, dict[str, tuple[str, str]]]" = weakref.WeakKeyDictionary()
-_original = None   # MixedPrecisionLossScaleOptimizer._scale_loss as TensorFlow had it, while wrapped
 
 
 class Scaling(NamedTuple):
@@ -60,33 +58,15 @@ def _optimizer_class():
 
 def install() -> bool:
     """Wrap ``_scale_loss`` once (``import hooks`` calls this); False where it does not exist."""
-    global _original
-    cls = _optimizer_class()
-    method = getattr(cls, "_scale_loss", None)
-    if method is None:
-        return False
-    with _lock:
-        if getattr(method, "_tf_inspector", False):
-            return True
-        _original = method
-        cls._scale_loss = _wrap(method)
-    log.debug("loss-scale recorder installed")
-    return True
+    return _patch.install()
 
 
 def uninstall() -> bool:
     """Put TensorFlow's ``_scale_loss`` back; True if it had been wrapped."""
-    global _original
-    cls = _optimizer_class()
-    with _lock:
-        if _original is None or cls is None or not getattr(cls._scale_loss, "_tf_inspector", False):
-            return False
-        cls._scale_loss, _original = _original, None
-    return True
+    return _patch.uninstall()
 
 
 def _wrap(method):
-    @functools.wraps(method)
     def wrapper(self, loss):
         scaled = method(self, loss)
         try:
@@ -94,8 +74,10 @@ def _wrap(method):
         except Exception:  # noqa: BLE001 - recording must never break the optimizer
             pass
         return scaled
-    wrapper._tf_inspector = True
     return wrapper
+
+
+_patch = MethodPatch("loss-scale recorder", _optimizer_class, {"_scale_loss": _wrap}, log_uninstall=False)
 
 
 def _record(loss, scaled) -> None:
