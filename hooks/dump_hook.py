@@ -298,6 +298,11 @@ class DumpHook(v1.train.SessionRunHook):
         self._runs = 0                                # training runs of this hook, its sessions together
         self._sampled_at: tuple[int, int] | None = None   # (runs, global step) at the last sampled run
         self._warned_lag = False
+        # A loss-scale optimizer in the graph: a training run may leave the global step where it
+        # was (a step the dynamic scale skipped). Sampled runs then read the step before them.
+        self._skips = False
+        self._since_before = (0, 0)   # the schedules' counts before the pending run (see _skipped)
+        self._warned_skip = False
         self._force_dump = False
         self._first_nonfinite: dict | None = None
         self._dump_bytes_estimate = 0
@@ -392,6 +397,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._global_step = v1.train.get_global_step(g)
         self._counts_every_run = not _advances(g, self._global_step)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
+        self._skips = self.mode == "train" and self._global_step is not None and loss_scale.scales(g)
         self._add_variable_records(g, loss)
         self._build_fetches(gid, labels, loss)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
@@ -624,8 +630,14 @@ class DumpHook(v1.train.SessionRunHook):
             return None
         if self.mode == "train":
             step = self._step + 1
-            stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
-            dump = bool(self._dump) and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
+            stats, dump = self._due(step)
+            if (stats or dump) and self._skips:
+                # Runs the loss scale skipped unsampled left this count ahead of the global step:
+                # plan from the step before this run, read exactly (one scalar run, sampled runs only)
+                self._step = int(self._run_reads(run_context.session, {"step": self._global_step})["step"])
+                step = self._step + 1
+                stats, dump = self._due(step)
+            self._since_before = (self._stats_since, self._dump_since)
             self._stats_since, self._dump_since = max(self._stats_since, step), max(self._dump_since, step)
         else:  # eval / predict: batches of one evaluation, at one global step
             step, b = self._step, self._batch
@@ -655,6 +667,12 @@ class DumpHook(v1.train.SessionRunHook):
             fetches["global_step"] = self._global_step
         self._pending = (step, stats, dump)
         return v1.train.SessionRunArgs(fetches) if fetches else None
+
+    def _due(self, step: int) -> tuple[bool, bool]:
+        """(statistics, dump) due at a training run that ends at global step ``step``."""
+        stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
+        dump = bool(self._dump) and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
+        return stats, dump
 
     def _run_trains(self, fetches) -> bool:
         """Whether a run of ``fetches`` trains: they reach an op that changes state (an assignment,
@@ -695,14 +713,20 @@ class DumpHook(v1.train.SessionRunHook):
             reads["update_stats"] = self._updates.stats
         if "snapshots" in results and dump:
             reads["update"] = self._updates.delta
-        if self.mode == "train" and (stats or dump) and self._global_step is not None:
-            reads["step"] = self._global_step
+        finite = bool(results.get("loss_finite", True))
+        if self.mode == "train" and self._global_step is not None and (stats or dump or (self._skips and not finite)):
+            reads["step"] = self._global_step   # under a loss scale also for the NaN dump's step
         after = self._run_reads(run_context.session, reads) if reads else {}
         if self.mode == "train":
             self._runs += 1
-            if "step" in after:
+            if "step" in after and self._skips and int(after["step"]) < step and (stats or dump):
+                # planned at the step before (read in before_run) + 1: the global step did not advance
+                self._skipped(step, int(after["step"]), stats, dump, finite, results)
+                step, stats, dump = int(after["step"]), False, False
+            elif "step" in after:
                 step = int(after["step"])
-                self._check_step_lag(step)
+                if not self._skips:   # under a loss scale no row carries a step its run did not make
+                    self._check_step_lag(step)
                 # This row stands for every multiple up to the step it carries: other workers may
                 # have crossed the next one during this run (FORMAT.md, "Schedule").
                 if stats:
@@ -719,7 +743,6 @@ class DumpHook(v1.train.SessionRunHook):
             self._step = step
         else:
             self._batch += 1
-        finite = bool(results.get("loss_finite", True))
         updates = after.get("update", {})
         if stats:
             values, hist_range, hist = results["stats"]
@@ -738,6 +761,32 @@ class DumpHook(v1.train.SessionRunHook):
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
+
+    def _skipped(self, step: int, now: int, stats: bool, dump: bool, finite: bool, results: dict) -> None:
+        """A run sampled for ``step`` that the loss scale skipped (its gradients overflowed): the
+        global step stayed at ``now``, so the run has no step of its own. Its rows and dump are not
+        written (each recorded in ``dropped``) and the schedules count as before it, so the next
+        run that applies is sampled for ``step``. (Labelled ``now``, its rows read as that step's,
+        and the schedule, past ``step``, left the run that made ``step`` unsampled.) Its dump is
+        kept as the dump of a NaN/Inf loss, at ``now`` as on unsampled runs."""
+        self._stats_since, self._dump_since = self._since_before
+        nan_dump = dump and not finite and bool(self._nan_dump) and self._first_nonfinite is None
+        why = ("a run the loss scale skipped (its gradients overflowed; the global step did not advance): it has no "
+               "step of its own, the next run that applies is sampled for this step")
+        if stats:
+            self._writer.record_drop(step, why, what="stats")
+            # not written, so said here: a NaN/Inf in a run the training skipped
+            self._check_nonfinite(now, results["stats"][0], "the statistics of a run the loss scale skipped (not "
+                                                            "written)")
+        if dump and not nan_dump:
+            self._writer.record_drop(step, why, self._dump_bytes_estimate)
+        if not self._warned_skip:
+            self._warned_skip = True
+            log.warning("the run sampled for step %d was skipped by the loss scale (its gradients overflowed; the "
+                        "global step stayed at %d): its statistics and dump are not written (manifest 'dropped'), and "
+                        "the next run that applies is sampled as step %d instead (logged once)", step, now, step)
+        if nan_dump:
+            self._add_dump(now, {**results["dump"], **results["samples"]}, "NaN/Inf in the loss", None)
 
     def _check_step_lag(self, step: int) -> None:
         """Warn once when the global step advanced less than this worker's training runs between
@@ -787,12 +836,12 @@ class DumpHook(v1.train.SessionRunHook):
         refused = {"groups": "refused"} if capture.ungrouped_dump(arrays) else {}
         self._writer.add_dump(step, arrays, {**self._dump_metadata, **refused, "reason": why}, batch=batch)
 
-    def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
+    def _check_nonfinite(self, step: int, values: np.ndarray, source: str = "statistics") -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
         bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
         if bad.size and self._first_nonfinite is None:
             tensor, kind, _ = self._stats.rows[bad[0]]
-            self._note_nonfinite(step, tensor, kind, "statistics")
+            self._note_nonfinite(step, tensor, kind, source)
 
     def _note_nonfinite(self, step: int, tensor: str, kind: str, source: str = "loss check") -> None:
         if self._first_nonfinite is not None:

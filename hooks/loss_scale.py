@@ -104,6 +104,13 @@ def lookup(graph: tf.Graph, loss: tf.Tensor) -> Scaling | None:
     return None
 
 
+def scales(graph: tf.Graph) -> bool:
+    """Whether a loss-scale optimizer scaled a loss in ``graph``: its training run may then
+    leave the global step where it was (a dynamic scale skipping a step that overflowed)."""
+    with _lock:
+        return bool(_scaled.get(graph))
+
+
 def unscaled(graph: tf.Graph, t: tf.Tensor) -> tf.Tensor:
     """The loss ``t`` scales, where ``t`` is a loss-scale optimizer's scaled loss; else ``t``."""
     with _lock:

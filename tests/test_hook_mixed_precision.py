@@ -38,8 +38,8 @@ def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, l
     for the loss (gradients and loss 2^15 times too large), and with loss= the plain loss it
     took float16 gradients of the unscaled loss, which read 0 where the applied ones do not.
     Now d (loss x scale) / d t / scale in float32, from the optimizer's own pass, equal to what
-    the optimizer applies; where that overflows (2^60: a step the dynamic scale skips), the
-    unscaled gradient, never a NaN/Inf the training did not have."""
+    the optimizer applies. Where that overflows (2^60) the optimizer skips the step: the run has
+    no step of its own, and nothing of it is written (recorded in ``dropped``)."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
         gs = v1.train.get_or_create_global_step()
@@ -62,17 +62,20 @@ def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, l
     expected = np.where(np.isfinite(expected), expected, plain_h.astype(np.float32))
     run = inspector.open_run(tmp_path / "r")
     assert run.manifest["loss"] == "loss:0" and run.manifest["first_nonfinite"] is None
-    step, = run.steps   # 0 where the optimizer skipped the step: it does not advance the global step then
+    if scale > 2 ** 40:   # the scaled pass overflowed: the step the optimizer skips (the global step stays 0)
+        assert not np.isfinite(applied_w1).all() and not np.isfinite(scaled_h).all()
+        assert run.steps == [] and run.stats_steps().size == 0
+        assert sorted(run.dropped["what"]) == ["dump", "stats"] and (run.dropped["first_step"] == 1).all()
+        return
+    step, = run.steps
+    assert step == 1
     index = np.asarray(run.samples(step)["index"])
     got = run.tensor("h1:0", step, "gradient")
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, expected[index], rtol=1e-6, atol=0)
-    want_w1 = applied_w1 if scale < 2 ** 40 else plain_w1   # what the optimizer applies where it applies
-    np.testing.assert_allclose(run.tensor("w1", step, "gradient"), want_w1, rtol=1e-6, atol=0)
-    if scale < 2 ** 40:   # the float16 pass of the unscaled loss reads 0 where the scaled one does not
-        assert np.mean(plain_h == 0) > 0.3 and np.mean(got == 0) == 0
-    else:   # the scaled pass overflowed: the step the optimizer skips; the records are the unscaled pass
-        assert not np.isfinite(applied_w1).all() and not np.isfinite(scaled_h).all()
+    np.testing.assert_allclose(run.tensor("w1", step, "gradient"), applied_w1, rtol=1e-6, atol=0)
+    # the float16 pass of the unscaled loss reads 0 where the scaled one does not
+    assert np.mean(plain_h == 0) > 0.3 and np.mean(got == 0) == 0
 
 
 def _classifier_run(run_dir, loss_scale: bool):
@@ -108,10 +111,10 @@ def test_a_tensor_the_loss_does_not_use_has_no_gradient_under_loss_scaling(tmp_p
     assert scaled[plain.index].equals(plain)   # the loss scale's own ops aside, the same tensors have gradients
 
 
-def test_steps_the_loss_scale_skips_are_named_in_the_step_lag_warning(tmp_path, caplog):
-    """A step a dynamic loss scale skips (its gradients overflowed) does not advance the global
-    step, so the hook's rows carry the step before it: the warning named only gradient
-    accumulation and other runs, not the everyday mixed-precision cause."""
+def test_runs_the_loss_scale_skips_are_dropped_and_said_once(tmp_path, caplog):
+    """A run a dynamic loss scale skips (its gradients overflowed) does not advance the global
+    step. Its rows carried the step before it, with a warning naming gradient accumulation and
+    other runs; now they are not written: recorded in ``dropped``, and said once in the log."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
         gs = v1.train.get_or_create_global_step()
@@ -123,8 +126,12 @@ def test_steps_the_loss_scale_skips_are_named_in_the_step_lag_warning(tmp_path, 
         with caplog.at_level(logging.WARNING, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
             for _ in range(3):
                 sess.run(train_op, {x: x_val, y: y_val})
-    lag = [r.getMessage() for r in caplog.records if "training runs" in r.getMessage()]
-    assert len(lag) == 1 and "loss-scale optimizer skipping steps" in lag[0]
+    said = [r.getMessage() for r in caplog.records if r.name == "tf_inspector" and r.levelno == logging.WARNING]
+    assert len(said) == 1 and "sampled for step 1 was skipped by the loss scale" in said[0]
+    run = inspector.open_run(tmp_path / "r")
+    assert run.stats_steps().size == 0
+    (what, count, first, last), = run.dropped[["what", "count", "first_step", "last_step"]].values.tolist()
+    assert (what, count, first, last) == ("stats", 3, 1, 1)
 
 
 @pytest.mark.parametrize("strict", [True, False])
@@ -150,3 +157,101 @@ def test_a_loss_argument_naming_the_scaled_loss_is_refused(tmp_path, strict, cap
     assert any("'loss:0'" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
     run = inspector.open_run(tmp_path / "r")
     assert run.manifest["loss"] is None and not run.tensors["has_gradient"].any()
+
+
+def _skipping_training(run_dir, runs: int, **hook_kw):
+    """Trains ``runs`` runs under a dynamic loss scale that overflows at first (2^30: six runs
+    skipped) and again each time it grows (increment_period=3: every fourth run after). Per run:
+    (global step before, after, w2 before, w2 after), read outside the hook."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        w2, = (v for v in v1.trainable_variables() if v.op.name == "w2")
+        scale = v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 30, increment_period=3)
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(1e-3), scale)
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(run_dir, strict=True, samples_per_group=N, **hook_kw)
+        seen = []
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            def read():
+                return sess.run_step_fn(lambda step_context: step_context.session.run((gs, w2)))
+            for _ in range(runs):
+                before = read()
+                sess.run(train_op, {x: x_val, y: y_val})
+                seen.append((*before, *read()))
+    return [(int(g0), int(g1), w0, w) for g0, w0, g1, w in seen]
+
+
+def test_every_applied_step_is_sampled_with_its_own_rows_under_a_skipping_loss_scale(tmp_path, caplog):
+    """Found by a trial: under a dynamic loss scale with stats_every_n_steps=1 only some runs got
+    statistics, and applied steps went unrecorded. A sampled run the scale skipped (the global
+    step stayed put) had already moved the schedule past the step it planned (its count + 1)
+    while its row took the step read after it (the step before): the run that then made that
+    step was not due, and skipped runs between samples left the count ahead of the global step.
+    Rows of skipped runs also carried the step before, as if that step's (two rows per step,
+    or the only row of a step whose own run went unsampled). Now every applied step has its
+    own rows and dump, each from the run that made it; a skipped run's are dropped, recorded."""
+    with caplog.at_level(logging.WARNING, logger="tf_inspector"):
+        seen = _skipping_training(tmp_path / "r", 20, stats_every_n_steps=1, dump_every_n_steps=1)
+    applied = {g1: (w0, w) for g0, g1, w0, w in seen if g1 > g0}
+    skipped = [g0 + 1 for g0, g1, _, _ in seen if g1 == g0]
+    assert len(applied) >= 8 and len(skipped) >= 8 and min(skipped) < max(applied)   # interleaved
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == list(run.steps) == sorted(applied) == list(range(1, len(applied) + 1))
+    for step, (before, after) in applied.items():   # the values of the run that made the step
+        np.testing.assert_array_equal(run.tensor("w2", step), before)
+        np.testing.assert_array_equal(run.tensor("w2", step, "update"), after - before)
+        assert np.any(after != before)
+    update = run.query_stats(tensors=["w2"], kinds=["update"], groups=["all"])
+    assert len(update) == len(applied) and (update["max"] - update["min"] > 0).all()
+    drops = {r.what: r for r in run.dropped.itertuples()}
+    assert set(drops) == {"stats", "dump"}
+    for r in drops.values():
+        assert r.count == len(skipped) and "loss scale skipped" in r.reason and (r.first_step, r.last_step) == (min(skipped), max(skipped))
+    assert "was skipped by the loss scale" in caplog.text and "training runs" not in caplog.text
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_the_schedule_samples_the_multiples_when_skipped_runs_went_unsampled(tmp_path, every):
+    """Runs the scale skipped between two sampled ones leave the hook's run count ahead of the
+    global step; the schedule planned from that count and sampled steps off the multiples
+    (with rows of skipped runs among them). Now a sampled run plans from the step read before it."""
+    seen = _skipping_training(tmp_path / "r", 20, stats_every_n_steps=every, dump_every_n_steps=every)
+    last = seen[-1][1]
+    applied = {g1: w0 for g0, g1, w0, _ in seen if g1 > g0}
+    run = inspector.open_run(tmp_path / "r")
+    want = list(range(every, last + 1, every))
+    assert list(run.stats_steps()) == list(run.steps) == want
+    for step in want:
+        np.testing.assert_array_equal(run.tensor("w2", step), applied[step])
+
+
+@pytest.mark.parametrize("dump_steps", [[], [5]])
+def test_a_nan_loss_the_loss_scale_skips_is_dumped_at_the_step_before_it(tmp_path, dump_steps):
+    """dump_on_nonfinite under a dynamic loss scale: the run whose loss is NaN is skipped (its
+    gradients are NaN too). Its dump, the NaN/Inf one, carries the step its run left the global
+    step at (4), also where the schedule had sampled the run for step 5; step 5 is then the next
+    run's, dumped as the step after the NaN. Its statistics are not written (they are no step's)."""
+    x_val, y_val = _data()
+    nan = y_val.copy()
+    nan[0] = np.nan
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 20))
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=5, dump_every_n_steps=0, dump_steps=dump_steps,
+                        dump_on_nonfinite=True, strict=True)
+        steps = []
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for i in range(8):
+                sess.run(train_op, {x: x_val, y: nan if i == 4 else y_val})
+                steps.append(sess.run_step_fn(lambda step_context: step_context.session.run(gs)))
+    assert steps == [1, 2, 3, 4, 4, 5, 6, 7]
+    run = inspector.open_run(tmp_path / "r")
+    assert {s: run.dump_metadata(s)["reason"] for s in run.steps} == {4: "NaN/Inf in the loss", 5: "after NaN/Inf"}
+    assert np.isnan(run.tensor("loss:0", 4)) and np.isfinite(run.tensor("loss:0", 5))
+    assert list(run.stats_steps()) == [5] and run.manifest["first_nonfinite"]["step"] == 4
+    assert run.dropped[["what", "count", "first_step"]].values.tolist() == [["stats", 1, 5]]
