@@ -270,7 +270,9 @@ class StepGraph(ProbeGraph):
         if call is None:
             raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
                                f"use source='probe'")
-        loss = box.get("loss") if y is not None else None
+        # the loss the step computed, targets or none (fit(x) with add_loss terms only): the one
+        # it differentiates, so the step's own gradients come from it (shared_backward)
+        loss = box.get("loss")
         if loss is None and self.options.gradients and not self._warned_no_loss:
             self._warned_no_loss = True   # a custom train_step computing its loss by hand
             log.warning("the train step of %s never called model.compute_loss: no loss tensor, so no gradients are "

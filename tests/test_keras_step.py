@@ -852,3 +852,44 @@ def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
     run = inspector.open_run(tmp_path / "r")
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 4], [5, 7], [5, 8]]
     assert [m["step_offset"] for _, m in sorted(run.manifests.items())] == [0, 0, 0]
+
+
+class _SelfLoss(keras.layers.Layer):
+    """An ``add_loss`` term: the model trains without targets (an autoencoder's own loss)."""
+
+    def call(self, h):
+        self.add_loss(tf.reduce_mean(tf.square(h - 1.0)))
+        return h
+
+
+def test_a_fit_without_targets_records_the_loss_it_minimizes(tmp_path):
+    """Found by a red team: fit(x) with no y, the loss from add_loss (compile() without loss=).
+    The step still calls compute_loss and differentiates its result, but the capture dropped that
+    loss for want of targets and then built the step's own gradients of None: fit crashed with
+    AttributeError ('NoneType' object has no attribute 'op'), strict or not. The loss is the
+    one the step minimizes, targets or none: its gradients are recorded, and training is
+    unchanged."""
+    x, _ = _data(18, n=48)
+
+    def model():
+        keras.utils.set_random_seed(18)
+        inp = keras.Input((6,))
+        out = _SelfLoss(name="self_loss")(keras.layers.Dense(5, name="hidden")(inp))
+        m = keras.Model(inp, out)
+        m.compile(optimizer=keras.optimizers.SGD(0.1))
+        return m
+    plain = model()
+    plain_loss = plain.fit(x, batch_size=BATCH, epochs=1, shuffle=False, verbose=0).history["loss"]
+    probed = model()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2])
+    probed_loss = probed.fit(x, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb]).history["loss"]
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["probe"]["targets"] is False and run.manifest["loss"] is not None
+    assert run.dump_steps() == [2]
+    for w in probed.trainable_variables:   # SGD(0.1): the step's update is -0.1 times its gradient
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        assert np.abs(grad).max() > 0
+        np.testing.assert_allclose(update, -0.1 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
