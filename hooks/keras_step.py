@@ -101,10 +101,12 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
     def gradient(tape, target, sources, output_gradients=None, unconnected_gradients=none):
         flat = tf.nest.flatten(sources)
         if (step.options.gradients and "out" not in box and box.get("loss") is not None and target is box["loss"]
-                and output_gradients is None and unconnected_gradients in (none, "none")
+                and not step.mismatch and output_gradients is None and unconnected_gradients in (none, "none")
                 and tf.compat.v1.get_default_graph() is graph and flat and all(_is_variable(v) for v in flat)):
-            box["out"] = capture_now([graph.capture(_tf_var(v).handle) for v in flat])
-            return tf.nest.pack_sequence_as(sources, list(step.extra_gradients))
+            out = capture_now([graph.capture(_tf_var(v).handle) for v in flat])
+            if out is not None:   # None: the capture failed (step.mismatch says why), the tape's own pass
+                box["out"] = out
+                return tf.nest.pack_sequence_as(sources, list(step.extra_gradients))
         return tape_gradient(tape, target, sources, output_gradients, unconnected_gradients)
 
     tf.GradientTape.gradient = gradient
@@ -243,13 +245,33 @@ class StepGraph(ProbeGraph):
         box: dict = {}
         self.has_targets, self.has_sample_weight = y is not None, sw is not None
         with record_calls(self.model, g) as calls, recorded_loss(self.model, box), \
-                shared_backward(self, g, box, lambda extra: self._capture_step(g, (x, y, sw), calls, box, key, extra)):
+                shared_backward(self, g, box, lambda extra: self._refusing(
+                    lambda: self._capture_step(g, (x, y, sw), calls, box, key, extra))):
             logs = original(data)
         out = box.get("out")
-        if out is None:   # the step's gradients were not the loss's (a scaled loss, a custom step): its own pass
-            out = self._capture_step(g, (x, y, sw), calls, box, key, ())
+        if out is None and not self.mismatch:   # the step's gradients were not the loss's (a scaled loss): its own pass
+            out = self._refusing(lambda: self._capture_step(g, (x, y, sw), calls, box, key, ()))
+        if not self.mismatch:
+            self._refusing(lambda: self._finish(key, out))
         if self.mismatch:
             return logs   # fit's step as it is; its capture is refused (mismatch)
+        if self.graph_def is None:
+            self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+        return logs
+
+    def _refusing(self, build):
+        """``build()``, or None where it raised: an error raised here would end fit's trace of its
+        train function, and so the fit (found by a red team: a custom step that never calls the
+        model crashed fit, strict=False too). It is kept in ``mismatch`` instead, the step
+        trains as it is, and the callback refuses at the step's end (logged, or raised if strict)."""
+        try:
+            return build()
+        except Exception as e:   # noqa: BLE001 - any failure of the capture, never the step's own code
+            self.mismatch = self.mismatch or f"the step capture failed while fit traced its train step: {e}"
+            return None
+
+    def _finish(self, key: Key, out: dict) -> None:
+        """The updates after the step, and every result into its variable (``_store``)."""
         with tf.name_scope("tf_inspector"):
             out.update(self._updates(key))
             if "update_stats" in out:   # the layout's order, one matrix each: 3 reads after the step, not 6
@@ -257,9 +279,6 @@ class StepGraph(ProbeGraph):
                 out["stats"] = tuple(tf.concat([a, b], 0) for a, b in zip(out["stats"], rows)) if out.get("stats") \
                     else rows
             self._store(key, out)
-        if self.graph_def is None:
-            self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
-        return logs
 
     def _capture_step(self, g, data, calls, box: dict, key: Key, extra) -> dict:
         """The capture over the ops the step built so far (the model's call and its loss)."""

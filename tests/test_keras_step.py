@@ -893,3 +893,52 @@ def test_a_fit_without_targets_records_the_loss_it_minimizes(tmp_path):
         grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
         assert np.abs(grad).max() > 0
         np.testing.assert_allclose(update, -0.1 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
+class _Wrapper(keras.Model):
+    """A custom train_step that calls an inner model, never the model itself (a GAN's or a
+    distillation's step calls its parts)."""
+
+    def __init__(self):
+        super().__init__(name="wrapper")
+        self.inner = sequential("inner")
+
+    def call(self, x, training=False):
+        return self.inner(x, training=training)
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = self.compute_loss(x=x, y=y, y_pred=self.inner(x, training=True))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_train_step_that_never_calls_the_model_is_refused_without_crashing_fit(tmp_path, caplog, strict):
+    """Found by a red team: the capture's refusal of such a step was raised inside fit's trace
+    of its train function, so fit crashed (strict=False too) instead of training on with the
+    callback disabled. Now the step trains as it is, and the refusal comes at its end: logged
+    (the callback disabled), or raised with strict=True."""
+    x, y = _data(19, n=48)
+
+    def model():
+        keras.utils.set_random_seed(19)
+        m = _Wrapper()
+        m(x[:1])
+        return m
+    plain = model()
+    plain_loss = _fit(plain, x, y, []).history["loss"]
+    probed = model()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
+    if strict:
+        with pytest.raises(RuntimeError, match="did not call the model"):
+            _fit(probed, x, y, [cb])
+        return
+    probed_loss = _fit(probed, x, y, [cb]).history["loss"]
+    assert "did not call the model" in caplog.text and "disabled" in caplog.text
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    assert "train_step" not in probed.__dict__
