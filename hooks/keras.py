@@ -225,8 +225,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         ``compile()`` brings an optimizer counting from 0 again; its steps would repeat ones
         this callback already wrote, and the later session would hide the earlier one's rows
         of those steps (FORMAT.md, "Sessions"), splicing two trainings into one curve. So
-        after a new optimizer whose count is below this callback's, steps continue from the
-        last (the manifest's ``step_offset`` says by how much).
+        after a new optimizer counting from 0, steps continue from the last (the manifest's
+        ``step_offset`` says by how much). A new optimizer whose count is not 0 was restored
+        (``keras.models.load_model`` of a checkpoint): a resume, its steps follow its count.
 
         Within a fit each batch is a step. Keras 3's ``LossScaleOptimizer`` does not count a
         step it skips (mixed precision, the loss scale overflowing), so the batches ran ahead
@@ -247,7 +248,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         # on_train_end), a restored checkpoint could match a stale count
         untouched = not new and iterations == self._iterations_left
         self._iterations_left = None
-        if (new or untouched) and iterations + self._step_offset < self._step:
+        if new and iterations and iterations + self._step_offset < self._step:
+            # found by a red team: taken for a new compile's, a model loaded from an earlier
+            # checkpoint had its resumed steps 4-6 written as 7-9
+            log.warning("model.optimizer is new and its count was restored to %d (a checkpoint loaded): a resume, "
+                        "steps follow it, and this fit's rows of steps %d-%d hide those %s already holds",
+                        iterations, iterations + self._step_offset + 1, self._step, self.run_dir)
+        elif (new or untouched) and iterations + self._step_offset < self._step:
             self._step_offset = self._step - iterations
             why = ("model.optimizer is new (compile() again) and counts" if new else
                    "optimizer.iterations counted fewer steps than fit ran batches (a loss-scale optimizer does not "

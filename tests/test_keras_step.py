@@ -942,3 +942,31 @@ def test_a_train_step_that_never_calls_the_model_is_refused_without_crashing_fit
     for a, b in zip(probed.variables, plain.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
     assert "train_step" not in probed.__dict__
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_a_model_loaded_from_a_checkpoint_resumes_at_its_count(tmp_path, caplog, source):
+    """Found by a red team: the same callback given a model loaded from an earlier checkpoint
+    (keras.models.load_model: a new optimizer object, its count restored to 3) numbered the
+    resumed steps 4-6 as 7-9, warning 'compile() again': a new optimizer was taken for one
+    counting from 0, and the run showed the checkpoint's training after the first's as steps
+    it never had. A new optimizer whose count is not 0 was restored: steps follow its count
+    (README: 'restored from a checkpoint keeps step = optimizer.iterations'), as they do for a
+    new callback, and the later session wins the steps it repeats."""
+    x, y = _data(20, n=48)
+    keras.utils.set_random_seed(20)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    cb = InspectCallback(tmp_path / "r", **where, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+    save = keras.callbacks.ModelCheckpoint(str(tmp_path / "e{epoch}.keras"), save_freq="epoch")
+    model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, callbacks=[cb, save])     # steps 1-6
+    resumed = keras.models.load_model(str(tmp_path / "e1.keras"))
+    assert int(resumed.optimizer.iterations.numpy()) == 3
+    resumed.fit(x, y, batch_size=16, epochs=2, initial_epoch=1, shuffle=False, verbose=0, callbacks=[cb])  # 4-6
+    assert int(resumed.optimizer.iterations.numpy()) == 6
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 6], [4, 6]]
+    assert [m["step_offset"] for _, m in sorted(run.manifests.items())] == [0, 0]
+    assert "restored to 3" in caplog.text and "compile() again" not in caplog.text
