@@ -242,7 +242,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             # callback are not counted after any fit.
             self._step += 1
         self._unended = False
-        iterations = int(optimizer.iterations.numpy())
+        counter = applied_batches(optimizer)
+        iterations = int(counter.numpy())
         new = self._optimizer is not None and self._optimizer() is not optimizer
         # only as the last fit left it at its end: after a fit ended by an exception (no
         # on_train_end), a restored checkpoint could match a stale count
@@ -261,7 +262,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                    "count the steps it skips); it stands")
             log.warning("%s from step %d: this run's steps continue from %d instead (step = optimizer.iterations + %d; "
                         "manifest step_offset)", why, iterations, self._step, self._step_offset)
-        self._optimizer, self._counter = weakref.ref(optimizer), optimizer.iterations
+        self._optimizer, self._counter = weakref.ref(optimizer), counter
         return iterations + self._step_offset
 
     @_guarded
@@ -354,7 +355,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(self._graph, StepGraph):   # also when the callback was disabled
             self._graph.use(None)
             self._graph.uninstall()
-        self._iterations_left = int(self.model.optimizer.iterations.numpy())   # see _continue_steps
+        self._iterations_left = int(applied_batches(self.model.optimizer).numpy())   # see _continue_steps
         self._dump_left_by_nonfinite()
         self._close()
         self._fit_watch = None   # it holds the fit's frame
@@ -581,6 +582,17 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if self._writer is not None and not self._writer.closed:
             self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
         self._force_dump = self.dump_on_nonfinite
+
+
+def applied_batches(optimizer):
+    """The optimizer's count of the batches it was applied to: ``optimizer.iterations``, but
+    under Keras 3's ``gradient_accumulation_steps=k`` that is updates, batches // k (a tensor
+    computed at the call), and the count of batches is the variable ``_iterations`` (found by a
+    red team: a new callback's steps started at the updates' count, hiding earlier rows)."""
+    batches = getattr(optimizer, "_iterations", None)
+    if getattr(optimizer, "gradient_accumulation_steps", None) and hasattr(batches, "numpy"):
+        return batches
+    return optimizer.iterations
 
 
 def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:

@@ -970,3 +970,24 @@ def test_a_model_loaded_from_a_checkpoint_resumes_at_its_count(tmp_path, caplog,
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 6], [4, 6]]
     assert [m["step_offset"] for _, m in sorted(run.manifests.items())] == [0, 0]
     assert "restored to 3" in caplog.text and "compile() again" not in caplog.text
+
+
+@pytest.mark.skipif(not KERAS3, reason="gradient_accumulation_steps is Keras 3's")
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_gradient_accumulation_numbers_every_batch_across_fits(tmp_path, source):
+    """Found by a red team: with Keras 3's gradient_accumulation_steps=2, optimizer.iterations
+    counts updates (batches // 2) while the callback numbers batches within a fit. A new
+    callback (a notebook cell run again, a process resumed from a checkpoint) started at that
+    count: the second fit's batches 4-6 were written as steps 2-4, hiding the first fit's rows
+    of steps 2-3 (other batches, other weights). Steps count the optimizer's applied batches
+    (its ``_iterations``), which checkpoints keep too."""
+    x, y = _data(21, n=48)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    where = dict(probe=(x[:8], y[:8])) if source == "probe" else dict(source="train_batch")
+    for _ in range(2):   # a new callback per fit: steps 1-3, then 4-6
+        cb = InspectCallback(tmp_path / "r", **where, stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
