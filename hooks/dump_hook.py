@@ -67,20 +67,30 @@ def mark(loss: tf.Tensor | None = None, labels: tf.Tensor | None = None,
             g.add_to_collection(POSITIVE_COLLECTION, capture.group_ids(labels, positive))
 
 
+#: the guarded methods that start a session or fit, and what they start
+_STARTS = {"begin": "session", "on_train_begin": "fit"}
+
+
 def guarded(noun: str):
     """Decorator: log an error once and disable the hook (``noun``: "hook", "callback") instead
-    of raising (unless ``self.strict``); the writer session is closed as failed."""
+    of raising (unless ``self.strict``); the writer session is closed as failed. A disabled
+    hook stays so (its state may be half-built), and says so again at each new session or fit
+    (``begin``, ``on_train_begin``): a user who fixed the cause and trained again with the same
+    object had nothing recorded and no word why (found by a red team)."""
     def decorate(method):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
             if self._disabled:
+                if method.__name__ in _STARTS:
+                    log.warning("this %s was disabled by an earlier error (%s) and records nothing in this %s; "
+                                "create a new %s", noun, self._disabled, _STARTS[method.__name__], type(self).__name__)
                 return None
             try:
                 return method(self, *args, **kwargs)
             except Exception as e:
                 if self.strict:
                     raise
-                self._disabled = True
+                self._disabled = f"{type(self).__name__}.{method.__name__}: {type(e).__name__}: {e}"
                 log.error("%s.%s failed (%s: %s); the %s is disabled and training continues. "
                           "Pass strict=True to raise instead.", type(self).__name__, method.__name__,
                           type(e).__name__, e, noun)
@@ -264,7 +274,7 @@ class DumpHook(v1.train.SessionRunHook):
         # Under asynchronous multi-worker training the global step moves between this worker's
         # runs: read it with every run (one scalar) so the schedule sees each crossing.
         self._track_step = cluster_tasks() > 1
-        self._disabled = False
+        self._disabled = ""   # why the hook was disabled (guarded); empty while it is not
         self._writer: RunWriter | None = None
         # the live session (MonitoredSession's tf.Session) and its coordinator; a session begun
         # inside it (train_and_evaluate's evaluation) is another's: this hook leaves it alone

@@ -142,7 +142,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
         default_worker, self.is_chief = worker_from_env()
         self.worker = worker or default_worker
-        self._disabled = False
+        self._disabled = ""   # why the callback was disabled (guarded); empty while it is not
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
         self._traced_for: tuple = ()   # what the probe's trace depends on (keras_step.compile_state)

@@ -278,7 +278,11 @@ def test_errors_degrade_unless_strict(tmp_path, caplog):
         hook = DumpHook(tmp_path / "run", labels="no_such_labels", stats_every_n_steps=1)
         train(m, hook, 2)  # training goes on
         assert hook._disabled
-    assert "the hook is disabled and training continues" in caplog.text  # said through logging
+        assert "the hook is disabled and training continues" in caplog.text  # said through logging
+        caplog.clear()
+        train(m, hook, 1)   # a new session with the same hook: still disabled, and it says so
+    said = [r.getMessage() for r in caplog.records if "disabled by an earlier error" in r.getMessage()]
+    assert len(said) == 1 and "no_such_labels" in said[0] and "create a new DumpHook" in said[0]
     with tf.Graph().as_default():
         m = build_cnn()
         with pytest.raises(ValueError, match="no_such_labels"):

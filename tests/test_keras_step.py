@@ -134,8 +134,16 @@ def test_several_steps_per_execution_are_refused(tmp_path, caplog, spe, source):
     with pytest.raises(ValueError, match="steps_per_execution"):
         model.fit(x, y, batch_size=8, verbose=0,
                   callbacks=[InspectCallback(tmp_path / "s", source=source, strict=True, **probe)])
-    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source=source, **probe)])
+    cb = InspectCallback(tmp_path / "n", source=source, **probe)
+    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[cb])
     assert np.isfinite(hist.history["loss"][0]) and "steps_per_execution" in caplog.text
+    # fixed and fitted again with the same callback (found by a red team): it stays disabled,
+    # and says so at this fit's start, naming the first error, where it had been silent
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), steps_per_execution=1)
+    caplog.clear()
+    model.fit(x, y, batch_size=8, verbose=0, callbacks=[cb])
+    said = [r.getMessage() for r in caplog.records if "disabled by an earlier error" in r.getMessage()]
+    assert len(said) == 1 and "steps_per_execution" in said[0] and "create a new InspectCallback" in said[0]
 
 
 def _var(w) -> str:
