@@ -877,10 +877,12 @@ class DumpHook(v1.train.SessionRunHook):
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
     """'eval' in a graph with an eval step counter (``Estimator.evaluate``), 'predict' where no
-    loss was found and no op advances the global step, else 'train'."""
+    loss was found and no op advances the global step, else 'train'. A graph in which a TF1
+    loss-scale optimizer scaled a loss trains: its increment of the global step sits in a TF2
+    cond's branch (a function), which ``_advances`` does not see."""
     if g.get_collection(v1.GraphKeys.EVAL_STEP):
         return "eval"
-    if loss is None and not _advances(g, global_step):
+    if loss is None and not _advances(g, global_step) and not loss_scale.scales(g):
         return "predict"
     return "train"
 

@@ -255,3 +255,27 @@ def test_a_nan_loss_the_loss_scale_skips_is_dumped_at_the_step_before_it(tmp_pat
     assert np.isnan(run.tensor("loss:0", 4)) and np.isfinite(run.tensor("loss:0", 5))
     assert list(run.stats_steps()) == [5] and run.manifest["first_nonfinite"]["step"] == 4
     assert run.dropped[["what", "count", "first_step"]].values.tolist() == [["stats", 1, 5]]
+
+
+def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
+    """Found by a red team: without strict=True, ``loss=`` naming the scaled loss is refused and
+    the hook goes on without a loss; the mode then came from the graph, where a TF2 cond hides
+    the optimizer's increment of the global step (its then-branch): with no loss and no visible
+    increment the session was taken for prediction. Four training runs were written as predict
+    batches 0..3, all at global step 0, with no training step at all. A graph in which a
+    loss-scale optimizer scaled a loss trains: rows carry the training steps."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 15))
+        train_op = opt.minimize(loss, global_step=gs)
+        scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
+        hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=2, dump_every_n_steps=0)
+        with caplog.at_level(logging.ERROR, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for _ in range(4):
+                sess.run(train_op, {x: x_val, y: y_val})
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["loss"] is None and run.config["mode"] == "train"
+    assert list(run.stats_steps()) == [2, 4]
