@@ -207,23 +207,61 @@ def side_effects(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
 _WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApply", "ResourceScatter", "Scatter")
 
 
+#: TF2 control flow and function calls: a write inside (a loss-scale optimizer's update, in the
+#: cond that skips it) is no op of the graph, and TRAIN_OP may name an op of the branch's graph
+_FUNCTIONAL = ("If", "Case", "While", "StatefulPartitionedCall")
+
+
+def _functional_writes(op: tf.Operation) -> list[str]:
+    """The variables whose handles ``op`` (a TF2 cond, loop or call) takes, but those TensorFlow
+    marks read-only (``_read_only_resource_inputs``, indices of ``op.inputs``; private, as
+    automatic control dependencies read it, TF 2.15, 2.21): written inside, for all it shows."""
+    try:
+        read_only = set(op.get_attr("_read_only_resource_inputs"))
+    except ValueError:
+        read_only = set()
+    return [t.op.name for i, t in enumerate(op.inputs) if t.dtype == tf.resource and i not in read_only]
+
+
+def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str, set[str]]) -> bool:
+    """Whether every writer is a TF2 cond or loop that runs after ``read`` (the loss scale read
+    that scales the loss whose gradients the cond applies): then the read is ordered before."""
+    for w in writers:
+        op = graph.get_operation_by_name(w)
+        if op.type not in _FUNCTIONAL:
+            return False
+        if w not in before:
+            before[w] = _upstream([op])
+        if read not in before[w]:
+            return False
+    return True
+
+
 def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
     """op name -> the variable it reads (or is computed from a read of) where training's run
     writes that variable and the read is not on the loss's path: nothing orders it against the
     write, so its value is the one before or after the update, by chance (a review saw the
     variable's own ``Read/ReadVariableOp`` differ from the weights the step used in 1 of 40
-    steps). A read on the loss's path runs before the update, which needs the gradient."""
+    steps). A read on the loss's path runs before the update, which needs the gradient. A TF2
+    cond or loop that takes a variable's handle, not read-only, counts as writing it (under a
+    loss-scale optimizer the update sits in a cond's branch; run by training or not, which the
+    branch's graph in TRAIN_OP does not tell)."""
     writes: dict[str, set[str]] = {}   # variable -> the ops of training's run that write it
     for op in graph.get_operations():
         if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
             writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
+        elif op.type in _FUNCTIONAL:
+            for var in _functional_writes(op):
+                writes.setdefault(var, set()).add(op.name)
     out: dict[str, str] = {}
+    before: dict[str, set[str]] = {}   # a TF2 cond or loop -> the ops it runs after
     for op in graph.get_operations():
         if op.name in of_loss:
             continue
         source = op.inputs[0].op if op.inputs else None
         if (source is not None and source.name in writes and op.type in ("ReadVariableOp", "Identity")
-                and not writes[source.name] & _upstream([op])):   # a read after its write is ordered
+                and not writes[source.name] & _upstream([op])   # a read after its write is ordered
+                and not _before_all(graph, op.name, writes[source.name], before)):
             out[op.name] = source.name
             continue
         var = next((out[x.op.name] for x in op.inputs if x.op.name in out), None)

@@ -279,3 +279,24 @@ def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
     run = inspector.open_run(tmp_path / "r")
     assert run.manifest["loss"] is None and run.config["mode"] == "train"
     assert list(run.stats_steps()) == [2, 4]
+
+
+def test_a_read_in_no_order_with_the_update_is_not_captured_under_a_loss_scale(tmp_path):
+    """Found by a red team: without loss scaling a variable's own Read/ReadVariableOp (off the
+    loss's path, in no order with the update) is skipped, saying why (test_hook.py). Under a
+    loss-scale optimizer the update runs inside a TF2 cond's branch (the step it may skip):
+    no write is seen, the read is captured, and its value is the one before or after the
+    update by chance (two identical trainings under TF 2.21 recorded w2's read with means
+    1.8e-5 and 1.2e-5 at one step)."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(1e-3), "dynamic")
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            sess.run(train_op, {x: x_val, y: y_val})
+    run = inspector.open_run(tmp_path / "r")
+    assert "w2/Read/ReadVariableOp:0" in run.manifest["skipped"]
+    assert "w2/Read/ReadVariableOp:0" not in run.tensors.index
