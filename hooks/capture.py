@@ -209,10 +209,10 @@ _WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApp
 
 #: TF2 control flow and function calls: a write inside (a loss-scale optimizer's update, in the
 #: cond that skips it) is no op of the graph, and TRAIN_OP may name an op of the branch's graph
-_FUNCTIONAL = ("If", "Case", "While", "StatefulPartitionedCall")
+FUNCTIONAL = ("If", "Case", "While", "StatefulPartitionedCall")
 
 
-def _functional_writes(op: tf.Operation) -> list[str]:
+def functional_writes(op: tf.Operation) -> list[str]:
     """The variables whose handles ``op`` (a TF2 cond, loop or call) takes, but those TensorFlow
     marks read-only (``_read_only_resource_inputs``, indices of ``op.inputs``; private, as
     automatic control dependencies read it, TF 2.15, 2.21): written inside, for all it shows."""
@@ -228,7 +228,7 @@ def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str,
     that scales the loss whose gradients the cond applies): then the read is ordered before."""
     for w in writers:
         op = graph.get_operation_by_name(w)
-        if op.type not in _FUNCTIONAL:
+        if op.type not in FUNCTIONAL:
             return False
         if w not in before:
             before[w] = _upstream([op])
@@ -250,8 +250,8 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
     for op in graph.get_operations():
         if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
             writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
-        elif op.type in _FUNCTIONAL:
-            for var in _functional_writes(op):
+        elif op.type in FUNCTIONAL:
+            for var in functional_writes(op):
                 writes.setdefault(var, set()).add(op.name)
     out: dict[str, str] = {}
     before: dict[str, set[str]] = {}   # a TF2 cond or loop -> the ops it runs after

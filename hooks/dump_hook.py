@@ -892,8 +892,11 @@ def _advances(g: tf.Graph, global_step) -> bool:
     if global_step is None:
         return False
     handle = global_step.op.name if hasattr(global_step, "op") else None
-    # AssignAdd only: a checkpoint restore assigns every variable, the global step included
-    return any(op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle
+    # AssignAdd only: a checkpoint restore assigns every variable, the global step included.
+    # Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch applies
+    # the step: its ops are no ops of the graph)
+    return any((op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle)
+               or (op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op))
                for op in g.get_operations())
 
 
@@ -902,7 +905,10 @@ _STATE_CHANGING = re.compile(r"Assign|Apply|Scatter|Accumulator|Enqueue")
 
 
 def _changes_state(op: tf.Operation) -> bool:
-    return bool(_STATE_CHANGING.search(op.type))
+    """Also a TF2 cond or loop taking a variable's handle not marked read-only (a loss-scale
+    optimizer's update, in the cond that may skip it)."""
+    return bool(_STATE_CHANGING.search(op.type)) or (op.type in capture.FUNCTIONAL
+                                                     and bool(capture.functional_writes(op)))
 
 
 def _reaches(fetches: list, found: Callable[[tf.Operation], bool]) -> bool:

@@ -300,3 +300,28 @@ def test_a_read_in_no_order_with_the_update_is_not_captured_under_a_loss_scale(t
     run = inspector.open_run(tmp_path / "r")
     assert "w2/Read/ReadVariableOp:0" in run.manifest["skipped"]
     assert "w2/Read/ReadVariableOp:0" not in run.tensors.index
+
+
+def test_a_validation_run_is_no_training_run_under_a_loss_scale(tmp_path, caplog):
+    """Found by a red team: a run through the session that trains nothing (a validation fetch of
+    the loss) is not a training step (test_hook.py). Under a loss-scale optimizer the increment
+    of the global step sits in a TF2 cond's branch, which the check did not see: every run was
+    counted as a training run, and a sampled validation run was dropped as "a run the loss
+    scale skipped (its gradients overflowed)", logged so, where nothing overflowed."""
+    x_val, y_val = _data()
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x, y, _, _, loss = _fp16_model()
+        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 8))
+        train_op = opt.minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=2, dump_every_n_steps=3, strict=True)
+        with caplog.at_level(logging.WARNING, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for _ in range(6):
+                sess.run(train_op, {x: x_val, y: y_val})
+                sess.run(loss, {x: x_val, y: y_val})
+            steps = sess.run_step_fn(lambda step_context: step_context.session.run(gs))
+    assert steps == 6
+    run = inspector.open_run(tmp_path / "r")
+    assert list(run.stats_steps()) == [2, 4, 6] and run.steps == [3, 6]
+    assert run.dropped.empty and "skipped by the loss scale" not in caplog.text
