@@ -407,6 +407,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._global_step = v1.train.get_global_step(g)
         self._counts_every_run = not _advances(g, self._global_step)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
+        if self.mode == "train" and self._global_step is not None and self._counts_every_run:
+            raise ValueError(_STILL_STEP.format(self._global_step.name))
         self._skips = self.mode == "train" and self._global_step is not None and loss_scale.scales(g)
         self._add_variable_records(g, loss)
         self._build_fetches(gid, labels, loss)
@@ -873,6 +875,15 @@ class DumpHook(v1.train.SessionRunHook):
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "
                      "%d write errors", self.run_dir, self._writer.session, st.dumps, st.stats_rows,
                      human_bytes(st.bytes_written), st.dropped.count(), st.errors.count())
+
+
+#: a training graph with a global step that no op adds to (found by a red team): every row
+#: carried the step the session began at, the schedule counted runs, and dumps after the first
+#: were dropped as a second dump of one step
+_STILL_STEP = ("the graph has a global step ({}) that no op adds to: training never advances it, and the hook "
+               "labels rows by it, so every row would carry one step. Pass global_step= to minimize() or "
+               "apply_gradients() (tf.compat.v1.train.get_or_create_global_step()), or build the graph without "
+               "a global step (the hook then counts its runs)")
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:

@@ -289,6 +289,29 @@ def test_errors_degrade_unless_strict(tmp_path, caplog):
             train(m, DumpHook(tmp_path / "run2", labels="no_such_labels", strict=True), 1)
 
 
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_global_step_training_never_advances_is_refused(tmp_path, strict, caplog):
+    """Found by a red team: minimize(loss) without global_step= in a graph that has one. Every
+    row carried step 0 (the schedule counted runs, later dumps were dropped as a second dump
+    of step 0; under a loss-scale optimizer nothing was written). Refused, saying what to pass."""
+    with tf.Graph().as_default():
+        v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+        w = v1.get_variable("w", [4, 1], tf.float32)
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w)), name="loss")
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss)   # no global_step=
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, strict=strict)
+        if strict:
+            with pytest.raises(ValueError, match="global_step:0.*no op adds to.*global_step= to minimize"):
+                v1.train.MonitoredSession(hooks=[hook])
+            return
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for _ in range(3):
+                sess.run(train_op, {x: np.ones((BATCH, 4), np.float32)})
+    assert hook._disabled and "no op adds to" in caplog.text
+    assert not (tmp_path / "r").exists() or not inspector.open_run(tmp_path / "r").steps
+
+
 def test_writer_failure_does_not_stop_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the run directory should go")
