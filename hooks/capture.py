@@ -237,6 +237,37 @@ def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str,
     return True
 
 
+def written(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
+    """variable op name -> the ops of training's run that write it (a TF2 cond or loop taking
+    its handle, not read-only, included)."""
+    writes: dict[str, set[str]] = {}
+    for op in graph.get_operations():
+        if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
+            writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
+        elif op.type in FUNCTIONAL:
+            for var in functional_writes(op):
+                writes.setdefault(var, set()).add(op.name)
+    return writes
+
+
+def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
+    """op name -> the reference (non-resource) variable whose buffer its output shares, for
+    ``Identity`` reads (``w/read`` and Identities of it) of variables training's run writes.
+    Such a read does not copy: the optimizer updates the buffer in place during the same run,
+    so the fetched value is the weights after the update (found by a red team: ``w2/read:0``
+    dumped the updated weights under ``disable_v2_behavior``), on the loss's path too.
+    Resource variables copy on write and are not affected."""
+    writes = written(graph, ran)
+    out: dict[str, str] = {}
+    for op in graph.get_operations():
+        src = op
+        while src.type == "Identity" and src.inputs:
+            src = src.inputs[0].op
+        if src is not op and src.type in ("VariableV2", "Variable") and src.name in writes:
+            out[op.name] = src.name
+    return out
+
+
 def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
     """op name -> the variable it reads (or is computed from a read of) where training's run
     writes that variable and the read is not on the loss's path: nothing orders it against the
@@ -246,13 +277,7 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
     cond or loop that takes a variable's handle, not read-only, counts as writing it (under a
     loss-scale optimizer the update sits in a cond's branch; run by training or not, which the
     branch's graph in TRAIN_OP does not tell)."""
-    writes: dict[str, set[str]] = {}   # variable -> the ops of training's run that write it
-    for op in graph.get_operations():
-        if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
-            writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
-        elif op.type in FUNCTIONAL:
-            for var in functional_writes(op):
-                writes.setdefault(var, set()).add(op.name)
+    writes = written(graph, ran)
     out: dict[str, str] = {}
     before: dict[str, set[str]] = {}   # a TF2 cond or loop -> the ops it runs after
     for op in graph.get_operations():
@@ -377,6 +402,7 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     # A read of a variable the step writes, off the loss's path, is in no order with the write.
     of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
     racy = unordered_reads(graph, ran, of_loss) if ran and loss is not None else {}
+    aliased = ref_aliases(graph, ran) if ran else {}
     chosen, unfetchable, reasons = [], [], {}
     for op in graph.get_operations():
         if given and len(matched) < len(given):
@@ -392,6 +418,12 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                 continue
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
+                continue
+            if op.name in aliased:
+                unfetchable.append(t)
+                reasons[t.name] = (f"it shares the buffer of {aliased[op.name]}, a reference variable the training "
+                                   f"step updates in place: its recorded value could be the weights after the update. "
+                                   f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
                 continue
             if op.name in racy:
                 unfetchable.append(t)

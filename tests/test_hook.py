@@ -312,6 +312,27 @@ def test_a_global_step_training_never_advances_is_refused(tmp_path, strict, capl
     assert not (tmp_path / "r").exists() or not inspector.open_run(tmp_path / "r").steps
 
 
+def test_a_reference_variables_read_is_not_captured(tmp_path):
+    """Found by a red team: a reference (non-resource) variable's ``w/read`` shares the
+    variable's buffer, which the optimizer updates in place during the same run, so its dump
+    held the weights after the update (the forward pass used those before). Skipped, with the
+    reason; a resource variable's read on the loss's path is still captured, exact."""
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+        ref = v1.get_variable("ref", [4, 1], tf.float32, use_resource=False)
+        res = v1.get_variable("res", [1, 1], tf.float32, use_resource=True)
+        loss = tf.reduce_mean(tf.square(tf.matmul(tf.matmul(x, ref), res) - 1.0), name="loss")
+        train_op = v1.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_steps=[1], samples_per_group=BATCH)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            weights = sess.run_step_fn(lambda step_context: step_context.session.run([ref, res]))
+            sess.run(train_op, {x: np.ones((BATCH, 4), np.float32)})
+    run = inspector.open_run(tmp_path / "r")
+    assert "ref/read:0" in run.manifest["skipped"] and "ref/read:0" not in run.tensors.index
+    np.testing.assert_array_equal(run.tensor("MatMul_1/ReadVariableOp:0", 1), weights[1])   # before the update
+
+
 def test_writer_failure_does_not_stop_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the run directory should go")
