@@ -167,10 +167,10 @@ def ran_by_training(graph: tf.Graph, loss: tf.Tensor | None) -> set[str]:
         x if isinstance(x, tf.Operation) else x.op
         for key in (v1.GraphKeys.UPDATE_OPS, v1.GraphKeys.TRAIN_OP) for x in graph.get_collection(key)
         if isinstance(x, (tf.Operation, tf.Tensor))]
-    return _upstream(roots)
+    return upstream(roots)
 
 
-def _upstream(roots: Sequence[tf.Operation]) -> set[str]:
+def upstream(roots: Sequence[tf.Operation]) -> set[str]:
     """Names of ``roots`` and of every op they run after: data and control inputs, transitively."""
     seen, stack = {op.name for op in roots}, list(roots)
     while stack:
@@ -231,19 +231,37 @@ def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str,
         if op.type not in FUNCTIONAL:
             return False
         if w not in before:
-            before[w] = _upstream([op])
+            before[w] = upstream([op])
         if read not in before[w]:
             return False
     return True
 
 
+#: ops that hand a variable's handle or reference on unchanged: v1 control flow's (an update
+#: in a v1 cond takes its variable through a Switch, one in a v1 loop through an Enter) and
+#: identities
+_PASSES = ("Switch", "RefSwitch", "Enter", "RefEnter", "Identity", "RefIdentity")
+
+
+def variable_of(t: tf.Tensor) -> str:
+    """The name of the op ``t`` (a write's variable input) comes from, through :data:`_PASSES`:
+    the variable's, where it is one. Found by a red team: under v1 control flow (TF1 code, a
+    TF1 loss-scale optimizer's cond) every update takes its variable through a Switch, and
+    taken by that name the writes were not seen (reference variables' reads dumped the weights
+    after the update; the global step's increment was not found)."""
+    op = t.op
+    while op.type in _PASSES and op.inputs:
+        op = op.inputs[0].op
+    return op.name
+
+
 def written(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
     """variable op name -> the ops of training's run that write it (a TF2 cond or loop taking
-    its handle, not read-only, included)."""
+    its handle, not read-only, included; one inside a v1 cond or loop, :func:`variable_of`)."""
     writes: dict[str, set[str]] = {}
     for op in graph.get_operations():
         if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
-            writes.setdefault(op.inputs[0].op.name, set()).add(op.name)
+            writes.setdefault(variable_of(op.inputs[0]), set()).add(op.name)
         elif op.type in FUNCTIONAL:
             for var in functional_writes(op):
                 writes.setdefault(var, set()).add(op.name)
@@ -285,7 +303,7 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
             continue
         source = op.inputs[0].op if op.inputs else None
         if (source is not None and source.name in writes and op.type in ("ReadVariableOp", "Identity")
-                and not writes[source.name] & _upstream([op])   # a read after its write is ordered
+                and not writes[source.name] & upstream([op])   # a read after its write is ordered
                 and not _before_all(graph, op.name, writes[source.name], before)):
             out[op.name] = source.name
             continue

@@ -903,12 +903,21 @@ def _advances(g: tf.Graph, global_step) -> bool:
     if global_step is None:
         return False
     handle = global_step.op.name if hasattr(global_step, "op") else None
-    # AssignAdd only: a checkpoint restore assigns every variable, the global step included.
-    # Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch applies
-    # the step: its ops are no ops of the graph)
-    return any((op.type in ("AssignAddVariableOp", "AssignAdd") and op.inputs and op.inputs[0].op.name == handle)
-               or (op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op))
-               for op in g.get_operations())
+    # AssignAdd, or an Assign of a value computed from the step itself (assign(gs, gs + 1)): a
+    # checkpoint restore or the initializer assigns it too, from no read of it. The variable
+    # taken through a v1 cond's or loop's Switch or Enter (capture.variable_of; found by a red
+    # team: a TF1 loss-scale optimizer under v1 control flow was refused, 'no op adds to' its
+    # step). Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch
+    # applies the step: its ops are no ops of the graph)
+    for op in g.get_operations():
+        if op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op):
+            return True
+        if op.type not in ("AssignAddVariableOp", "AssignAdd", "AssignVariableOp", "Assign") or len(op.inputs) < 2 \
+                or capture.variable_of(op.inputs[0]) != handle:
+            continue
+        if op.type.startswith("AssignAdd") or handle in capture.upstream([op.inputs[1].op]):
+            return True
+    return False
 
 
 #: Op types that change state: assignments, optimizers' updates, scatters, accumulators, queues.

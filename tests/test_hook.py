@@ -333,6 +333,43 @@ def test_a_reference_variables_read_is_not_captured(tmp_path):
     np.testing.assert_array_equal(run.tensor("MatMul_1/ReadVariableOp:0", 1), weights[1])   # before the update
 
 
+@pytest.mark.parametrize("how", ["assign", "v1_cond"])
+def test_a_global_step_training_advances_otherwise_is_not_refused(tmp_path, how):
+    """Found by a red team of 4b61e83: the refusal of a global step 'no op adds to' looked for an
+    AssignAdd whose input is the variable itself. ``tf.group(minimize(loss), assign(gs, gs + 1))``
+    advances it by an Assign, and an apply_gradients(global_step=) inside a v1 cond (a step
+    applied only while its gradients are finite, under v1 control flow) reaches it through a
+    Switch: both were refused, saying training never advances the step, where before every row
+    carried its own step (1, 2, 3). Recorded, one row per step."""
+    if how == "v1_cond":
+        v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            gs = v1.train.get_or_create_global_step()
+            x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+            w = v1.get_variable("w", [4, 1], tf.float32, use_resource=True)
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0), name="loss")
+            opt = v1.train.GradientDescentOptimizer(0.1)
+            if how == "assign":
+                train_op = tf.group(opt.minimize(loss), v1.assign(gs, gs + 1))
+            else:
+                grads = opt.compute_gradients(loss)
+                finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g, _ in grads])
+
+                def apply():
+                    with tf.control_dependencies([opt.apply_gradients(grads, global_step=gs)]):
+                        return tf.constant(True)
+                train_op = tf.cond(finite, apply, lambda: tf.constant(False))
+            hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                for _ in range(3):
+                    sess.run(train_op, {x: np.ones((BATCH, 4), np.float32)})
+    finally:
+        v1.enable_control_flow_v2()
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.query_stats(["loss:0"], groups=["all"], kinds=["forward"])["step"]) == [1, 2, 3]
+
+
 def test_writer_failure_does_not_stop_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the run directory should go")

@@ -325,3 +325,40 @@ def test_a_validation_run_is_no_training_run_under_a_loss_scale(tmp_path, caplog
     run = inspector.open_run(tmp_path / "r")
     assert list(run.stats_steps()) == [2, 4, 6] and run.steps == [3, 6]
     assert run.dropped.empty and "skipped by the loss scale" not in caplog.text
+
+
+def test_a_loss_scale_optimizer_under_v1_control_flow_records_each_step_with_the_weights_it_used(tmp_path):
+    """Found by a red team of 4b61e83 and 1c9fbba: under v1 control flow (TF1 code,
+    ``disable_v2_behavior``) the loss-scale optimizer's cond is a v1 cond, whose ops take the
+    variables through Switch ops. The global step's AssignAdd was not seen (the hook refused the
+    graph: 'a global step that no op adds to'; before 4b61e83 it recorded every step), and
+    neither were the updates of the reference variables: ``w1/read`` would be dumped with the
+    weights after the update. Recorded, steps 1-3; ``w1/read`` skipped or the weights before."""
+    x_val, y_val = _data()
+    v1.disable_control_flow_v2()
+    try:
+        with tf.Graph().as_default():
+            gs = v1.train.get_or_create_global_step()
+            x = v1.placeholder(tf.float32, [N, 8], name="x")
+            y = v1.placeholder(tf.float32, [N, 1], name="y")
+            w1 = v1.get_variable("w1", [8, 16], tf.float32, initializer=v1.random_normal_initializer(seed=1),
+                                 use_resource=False)
+            w2 = v1.get_variable("w2", [16, 1], tf.float32, initializer=v1.random_normal_initializer(seed=2),
+                                 use_resource=False)
+            loss = tf.reduce_mean(tf.square(tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2) - y), name="loss")
+            opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(0.1),
+                                                                      "dynamic")
+            train_op = opt.minimize(loss, global_step=gs)
+            hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_steps=[1], samples_per_group=N, strict=True)
+            with v1.train.MonitoredSession(hooks=[hook]) as sess:
+                before = sess.run_step_fn(lambda step_context: step_context.session.run(w1))
+                for _ in range(3):
+                    sess.run(train_op, {x: x_val, y: y_val})
+    finally:
+        v1.enable_control_flow_v2()
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.query_stats(["loss:0"], groups=["all"], kinds=["forward"])["step"]) == [1, 2, 3]
+    if "w1/read:0" in run.tensors.index:
+        np.testing.assert_array_equal(run.tensor("w1/read:0", 1), before)
+    else:
+        assert "w1/read:0" in run.manifest["skipped"]
