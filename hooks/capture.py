@@ -270,20 +270,74 @@ def written(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
 
 def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
     """op name -> the reference (non-resource) variable whose buffer its output shares, for
-    ``Identity`` reads (``w/read`` and Identities of it) of variables training's run writes.
+    reads (``w/read``, and views of it: :func:`_may_forward`) of variables training's run writes.
     Such a read does not copy: the optimizer updates the buffer in place during the same run,
     so the fetched value is the weights after the update (found by a red team: ``w2/read:0``
     dumped the updated weights under ``disable_v2_behavior``), on the loss's path too.
     Resource variables copy on write and are not affected."""
     writes = written(graph, ran)
     out: dict[str, str] = {}
-    for op in graph.get_operations():
-        src = op
-        while src.type == "Identity" and src.inputs:
-            src = src.inputs[0].op
-        if src is not op and src.type in ("VariableV2", "Variable") and src.name in writes:
-            out[op.name] = src.name
+    for op in graph.get_operations():   # creation order: an op's inputs come first
+        if not _may_forward(op):
+            continue
+        for x in op.inputs:
+            src = x.op.name if x.op.type in ("VariableV2", "Variable") and x.op.name in writes else out.get(x.op.name)
+            if src is not None:
+                out[op.name] = src
+                break
     return out
+
+
+#: ops whose output may be (a part of) their input's buffer: TensorFlow's kernels forward it, or
+#: slice it, rather than copy. Of a reference variable's read, such a view is the variable's
+#: buffer too (found by a red team of the Identity-only rule: Reshape, ExpandDims, StopGradient,
+#: CheckNumerics of ``w/read`` dumped the weights after the update, to the bit)
+_VIEWS = frozenset({"Identity", "IdentityN", "RefIdentity", "StopGradient", "PreventGradient",
+                    "Reshape", "ExpandDims", "Squeeze", "EnsureShape", "CheckNumerics", "CheckNumericsV2",
+                    "Print", "Bitcast", "DebugIdentity", "DebugIdentityV2", "Slice", "StridedSlice",
+                    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit"})
+
+
+def _may_forward(op: tf.Operation) -> bool:
+    """Whether ``op``'s output may share its input's buffer (:data:`_VIEWS`; unknown where it
+    depends on values: yes). Those that do only for some arguments: Transpose keeping the
+    order of the dimensions other than 1's, Tile by ones, a Pad of zeros, BroadcastTo the same
+    shape, ReverseV2 of no axis, a Split or Unpack with nothing but 1's before its axis."""
+    if op.type in _VIEWS:
+        return True
+    if op.type not in ("Transpose", "ConjugateTranspose", "Tile", "Pad", "PadV2", "MirrorPad", "BroadcastTo",
+                       "ReverseV2", "Split", "SplitV", "Unpack") or not op.inputs:
+        return False
+    data = op.inputs[1] if op.type == "Split" else op.inputs[0]
+    dims = data.shape.as_list() if data.shape.rank is not None else None
+    try:
+        if op.type == "Unpack":
+            arg = op.get_attr("axis")
+        else:
+            arg = tf.get_static_value(op.inputs[0] if op.type == "Split" else
+                                      op.inputs[2] if op.type == "SplitV" else op.inputs[1])
+    except (ValueError, TypeError, IndexError):
+        return True
+    if arg is None:
+        return True
+    arg = np.asarray(arg)
+    if op.type in ("Transpose", "ConjugateTranspose"):
+        if dims is None:
+            return True
+        kept = [int(p) for p in arg.reshape(-1) if dims[int(p)] != 1]
+        return kept == sorted(kept)
+    if op.type == "Tile":
+        return bool(np.all(arg == 1))
+    if op.type in ("Pad", "PadV2", "MirrorPad"):
+        return bool(np.all(arg == 0))
+    if op.type == "BroadcastTo":
+        return dims is None or None in dims or list(arg.reshape(-1)) == dims
+    if op.type == "ReverseV2":
+        return arg.size == 0
+    if dims is None:   # Split, SplitV, Unpack: a slice of whole rows can be the input's buffer
+        return True
+    axis = int(arg.reshape(-1)[0]) % len(dims) if dims else 0
+    return all(d == 1 for d in dims[:axis])
 
 
 def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
@@ -439,8 +493,9 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
                 continue
             if op.name in aliased:
                 unfetchable.append(t)
-                reasons[t.name] = (f"it shares the buffer of {aliased[op.name]}, a reference variable the training "
-                                   f"step updates in place: its recorded value could be the weights after the update. "
+                reasons[t.name] = (f"it shares (or may share) the buffer of {aliased[op.name]}, a reference variable "
+                                   f"the training step updates in place: its recorded value could be the weights after "
+                                   f"the update. "
                                    f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
                 continue
             if op.name in racy:

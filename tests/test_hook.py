@@ -370,6 +370,35 @@ def test_a_global_step_training_advances_otherwise_is_not_refused(tmp_path, how)
     assert sorted(run.query_stats(["loss:0"], groups=["all"], kinds=["forward"])["step"]) == [1, 2, 3]
 
 
+def test_a_reference_variables_read_through_reshapes_is_not_captured_after_the_update(tmp_path):
+    """Found by a red team of 1c9fbba: ``w/read`` of a reference variable the step updates is
+    skipped (it shares the variable's buffer, updated in place), but Reshape, ExpandDims,
+    Squeeze, StopGradient, CheckNumerics (and others) of it pass that buffer on unchanged: their
+    dumps held the weights after the update, to the bit. Each is skipped, with the reason, or
+    holds the weights the step used."""
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+        ref = v1.get_variable("ref", [4, 1], tf.float32, use_resource=False)
+        views = [tf.reshape(ref, [4], name="flat"), tf.expand_dims(ref, 0, name="expanded"),
+                 tf.squeeze(ref, 1, name="squeezed"), tf.stop_gradient(ref, name="stopped"),
+                 tf.debugging.check_numerics(ref, "ref", name="checked")]
+        extra = tf.add_n([tf.reduce_sum(v) for v in views[1:]])
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, tf.reshape(views[0], [4, 1])) - 1.0)) + 0.0 * extra
+        train_op = v1.train.GradientDescentOptimizer(0.5).minimize(loss, global_step=gs)
+        hook = DumpHook(tmp_path / "r", stats_every_n_steps=0, dump_steps=[1], samples_per_group=BATCH, strict=True)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            before = sess.run_step_fn(lambda step_context: step_context.session.run(ref))
+            sess.run(train_op, {x: np.ones((BATCH, 4), np.float32)})
+    run = inspector.open_run(tmp_path / "r")
+    for v in views:
+        if v.name in run.tensors.index:
+            np.testing.assert_array_equal(np.asarray(run.tensor(v.name, 1)).reshape(-1), before.reshape(-1),
+                                          err_msg=v.name)
+        else:
+            assert v.name in run.manifest["skipped"], v.name
+
+
 def test_writer_failure_does_not_stop_training(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the run directory should go")
