@@ -588,9 +588,16 @@ def applied_batches(optimizer):
     """The optimizer's count of the batches it was applied to: ``optimizer.iterations``, but
     under Keras 3's ``gradient_accumulation_steps=k`` that is updates, batches // k (a tensor
     computed at the call), and the count of batches is the variable ``_iterations`` (found by a
-    red team: a new callback's steps started at the updates' count, hiding earlier rows)."""
-    batches = getattr(optimizer, "_iterations", None)
-    if getattr(optimizer, "gradient_accumulation_steps", None) and hasattr(batches, "numpy"):
+    red team: a new callback's steps started at the updates' count, hiding earlier rows). A
+    ``LossScaleOptimizer`` (mixed precision) has no accumulation of its own and counts with its
+    inner optimizer's ``iterations``: the inner one's count, accumulating or not (found by a red
+    team: under mixed precision the fix above did not apply)."""
+    inner = optimizer
+    while getattr(inner, "inner_optimizer", None) is not None and not getattr(inner, "gradient_accumulation_steps",
+                                                                               None):
+        inner = inner.inner_optimizer
+    batches = getattr(inner, "_iterations", None)
+    if getattr(inner, "gradient_accumulation_steps", None) and hasattr(batches, "numpy"):
         return batches
     return optimizer.iterations
 

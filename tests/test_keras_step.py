@@ -999,3 +999,23 @@ def test_gradient_accumulation_numbers_every_batch_across_fits(tmp_path, source)
         model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
     run = inspector.open_run(tmp_path / "r")
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
+
+
+@pytest.mark.skipif(not KERAS3, reason="gradient_accumulation_steps is Keras 3's")
+def test_gradient_accumulation_under_a_loss_scale_optimizer_numbers_every_batch_across_fits(tmp_path):
+    """Found by a red team of 719633a: mixed precision wraps the optimizer in a
+    LossScaleOptimizer (compile() does so under 'mixed_float16'), whose ``iterations`` is its
+    inner optimizer's, updates (batches // k), and which has no gradient_accumulation_steps of
+    its own: a new callback started at the updates' count and wrote the second fit's batches
+    4-6 as steps 2-4, hiding the first fit's rows. The inner optimizer's applied batches count."""
+    x, y = _data(21, n=48)
+    model = sequential()
+    inner = keras.optimizers.SGD(0.1, gradient_accumulation_steps=2)
+    model.compile(optimizer=keras.optimizers.LossScaleOptimizer(inner),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for _ in range(2):   # a new callback per fit: steps 1-3, then 4-6
+        cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0,
+                             strict=True)
+        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
