@@ -278,13 +278,12 @@ def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
     writes = written(graph, ran)
     out: dict[str, str] = {}
     for op in graph.get_operations():   # creation order: an op's inputs come first
-        if not _may_forward(op):
-            continue
-        for x in op.inputs:
-            src = x.op.name if x.op.type in ("VariableV2", "Variable") and x.op.name in writes else out.get(x.op.name)
-            if src is not None:
-                out[op.name] = src
-                break
+        # the written reference variable each input is, or is a view of (None: neither)
+        sources = [x.op.name if x.op.type in ("VariableV2", "Variable") and x.op.name in writes
+                   else out.get(x.op.name) for x in op.inputs]
+        src = next((v for v in sources if v is not None), None)
+        if src is not None and _may_forward(op):
+            out[op.name] = src
     return out
 
 
