@@ -244,7 +244,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._unended = False
         counter = applied_batches(optimizer)
         iterations = int(counter.numpy())
-        new = self._optimizer is not None and self._optimizer() is not optimizer
+        # a new optimizer, counting on its own: compile() under mixed precision wraps the same
+        # inner optimizer, its count going on, in a new LossScaleOptimizer each time (found by a
+        # red team: taken for a restored one, its steps repeated those written)
+        new = self._optimizer is not None and self._optimizer() is not optimizer and counter is not self._counter
         # only as the last fit left it at its end: after a fit ended by an exception (no
         # on_train_end), a restored checkpoint could match a stale count
         untouched = not new and iterations == self._iterations_left

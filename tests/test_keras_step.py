@@ -1019,3 +1019,26 @@ def test_gradient_accumulation_under_a_loss_scale_optimizer_numbers_every_batch_
         model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
     run = inspector.open_run(tmp_path / "r")
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
+
+
+@pytest.mark.skipif(not KERAS3, reason="tf.keras 2 wraps an optimizer in one LossScaleOptimizer only, counting skips")
+def test_compile_again_with_the_same_optimizer_under_a_loss_scale_continues_the_steps(tmp_path, caplog):
+    """Found by a red team of 04b6533: compile() under mixed precision wraps the optimizer in a
+    new LossScaleOptimizer each time, around the same inner optimizer (one the user holds, passed
+    again), whose count goes on. Where the loss scale skipped a step (Keras 3 does not count
+    it), that count was below the steps written: the new wrapper was taken for a model loaded
+    from a checkpoint, 'restored to 2', and the second fit's batches were written as steps 3-5,
+    hiding the first fit's row of step 3. The count is the same variable: steps continue, 4-6."""
+    x, y = _data(22, n=48)
+    bad = x.copy()
+    bad[0, 0] = np.nan   # the first batch's gradients are NaN: the loss scale skips it
+    model = sequential()
+    inner = keras.optimizers.SGD(0.1)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_every_n_steps=0)
+    for data in (bad, x):
+        model.compile(optimizer=keras.mixed_precision.LossScaleOptimizer(inner),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(data, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
+    assert "restored to" not in caplog.text
