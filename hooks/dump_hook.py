@@ -883,7 +883,7 @@ class DumpHook(v1.train.SessionRunHook):
 _STILL_STEP = ("the graph has a global step ({}) that no op adds to: training never advances it, and the hook "
                "labels rows by it, so every row would carry one step. Pass global_step= to minimize() or "
                "apply_gradients() (tf.compat.v1.train.get_or_create_global_step()), or build the graph without "
-               "a global step (the hook then counts its runs)")
+               "a global step (the hook then counts its runs); for an evaluation, pass mode='eval'")
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
