@@ -388,6 +388,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._close_writer("failed", "a new session began before this one ended (end() was not called)")
         self._reset()
         g = v1.get_default_graph()
+        _refuse_distributed(g)
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
         loss = self._resolve_loss(g)
         labels, gid = self._resolve_groups(g)
@@ -884,6 +885,20 @@ _STILL_STEP = ("the graph has a global step ({}) that no op adds to: training ne
                "labels rows by it, so every row would carry one step. Pass global_step= to minimize() or "
                "apply_gradients() (tf.compat.v1.train.get_or_create_global_step()), or build the graph without "
                "a global step (the hook then counts its runs); for an evaluation, pass mode='eval'")
+
+
+def _refuse_distributed(g: tf.Graph) -> None:
+    """ValueError for a graph whose variables a ``tf.distribute`` strategy mirrors (an
+    Estimator's ``RunConfig(train_distribute=...)``): the hook does not capture replicas'
+    variables (it failed with "DistributedVariable.handle is not available outside the replica
+    context", which said nothing of what to change; found by a review)."""
+    mirrored = [v for v in g.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES)
+                if isinstance(v, tf.distribute.DistributedValues)]
+    if mirrored:
+        raise ValueError(f"the model's variables ({mirrored[0].name}, ...) are mirrored by a tf.distribute strategy "
+                         f"(an Estimator's RunConfig(train_distribute=...)?): DumpHook does not capture replicated "
+                         f"variables. Train on one device without train_distribute, or in a TF_CONFIG cluster with "
+                         f"parameter servers (each worker writes its own files; README, 'Distributed training')")
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:

@@ -228,3 +228,22 @@ def test_evaluate_finds_the_spec_loss_and_labels(tmp_path):
     s = stats[(stats.tensor == "dnn/logits/BiasAdd:0") & (stats.kind == "forward")].set_index("group")["count"]
     positive = labels[:N, 0] != 0  # the first batch
     assert s["positive"] == positive.sum() * 3 and s["negative"] == (~positive).sum() * 3
+
+
+def test_an_estimator_under_a_distribution_strategy_is_refused_clearly(tmp_path, caplog):
+    """Found by a review: an Estimator with RunConfig(train_distribute=MirroredStrategy) had
+    the hook fail with "DistributedVariable.handle is not available outside the replica
+    context", which said nothing of what to change. Refused now, naming what to do; training
+    goes on without the hook (strict=False)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(32, 3)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32")
+    columns = [tf.feature_column.numeric_column("a", shape=(3,))]
+    config = tf.estimator.RunConfig(train_distribute=tf.distribute.MirroredStrategy(["/cpu:0"]))
+    est = tf.estimator.DNNClassifier([4], columns, model_dir=str(tmp_path / "model"), config=config)
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=1)
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        est.train(lambda: tf.data.Dataset.from_tensor_slices(({"a": x}, y)).repeat().batch(8), hooks=[hook], steps=2)
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert hook._disabled and any("mirrored by a tf.distribute strategy" in m and "train_distribute" in m for m in said)
+    assert est.get_variable_value("global_step") == 2   # training went on
