@@ -309,10 +309,35 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     # the viewer process reads its storage options from the environment (storage.OPTIONS_ENV)
     env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
-        return subprocess.call([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                                "--server.address", address, "--client.toolbarMode", "viewer",
-                                "--browser.gatherUsageStats", "false", "--", run],
-                               **env)
+        return serve([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
+                      "--server.address", address, "--client.toolbarMode", "viewer",
+                      "--browser.gatherUsageStats", "false", "--", run],
+                     **env)
+
+
+def serve(cmd: list[str], **popen: Any) -> int:
+    """Run ``cmd`` (the viewer's server) until it exits, and take it down with this process: a
+    SIGTERM or SIGHUP is passed on to it, and any other exit (Ctrl-C) terminates it. With
+    ``subprocess.call`` a SIGTERM to ``tf-inspector app`` (a process manager, ``docker stop``,
+    a test's ``terminate()``) left the server running, orphaned, holding its port."""
+    import signal
+    proc = subprocess.Popen(cmd, **popen)
+    names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    saved = {}
+    try:
+        for name in names:   # the main thread only (the CLI's); elsewhere nothing to forward
+            with contextlib.suppress(ValueError):
+                saved[name] = signal.signal(getattr(signal, name), lambda signum, _frame: proc.send_signal(signum))
+        return proc.wait()
+    finally:
+        for name, handler in saved.items():
+            signal.signal(getattr(signal, name), handler)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 RUN_HELP = "a run directory or a folder of runs: a path, file://, or an fsspec URL (s3://bucket/runs/exp1)"

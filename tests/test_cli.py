@@ -153,7 +153,7 @@ def test_export_bad_steps_names_the_grammar(runs, tmp_path, capsys):
 
 def test_app_listens_on_localhost_by_default(monkeypatch):
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    monkeypatch.setattr(cli, "serve", lambda cmd: calls.append(cmd) or 0)
     assert cli.main(["app", "runs"]) == 0
     assert cli.main(["app", "runs", "--address", "0.0.0.0"]) == 0
     first, second = calls
@@ -193,3 +193,33 @@ def test_info_writes_session_steps_as_integers_beside_a_session_without_steps(tm
     sessions = [line for line in out.splitlines() if line.startswith("session")]
     assert len(sessions) == 2 and "no steps" in sessions[1]
     assert " steps 0..5" in sessions[0] and ".0" not in sessions[0]
+
+
+def test_app_takes_its_server_down_on_sigterm(tmp_path):
+    """``tf-inspector app`` ran the viewer's server with ``subprocess.call``: a SIGTERM to it (a
+    process manager, ``docker stop``, the wheel test's ``terminate()``) left the server running,
+    orphaned, holding its port (seen: servers of earlier test runs still up). ``serve`` passes
+    the signal on."""
+    import signal
+    import time
+    child = "import os, time; print(os.getpid(), flush=True); time.sleep(120)"
+    wrapper = subprocess.Popen([sys.executable, "-c", f"import sys; from inspector.cli import serve; "
+                                f"sys.exit(serve([sys.executable, '-c', {child!r}]))"],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(wrapper.stdout.readline())   # the server stand-in is up
+        wrapper.send_signal(signal.SIGTERM)
+        wrapper.wait(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"the server stand-in {pid} outlived its SIGTERMed parent")
+    finally:
+        if wrapper.poll() is None:
+            wrapper.kill()

@@ -73,7 +73,7 @@ def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):
     pytest.importorskip("streamlit")
     from inspector import cli
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    monkeypatch.setattr(cli, "serve", lambda cmd: calls.append(cmd) or 0)
     assert cli.main(["app", "runs", "--port", "8600"]) == 0
     import viewer
     script = Path(calls[0][calls[0].index("run") + 1])
