@@ -32,6 +32,18 @@ def _fp16_model():
     return x, y, w1, h, tf.reduce_mean(tf.square(out - y), name="loss")
 
 
+def _scaled_training(scale):
+    """In the default graph: a global step and ``_fp16_model`` trained by gradient descent under
+    a TF1 loss-scale optimizer (``scale``: an initial dynamic scale, a LossScale, or "dynamic").
+    Returns (global step, x, y, loss, train op)."""
+    gs = v1.train.get_or_create_global_step()
+    x, y, _, _, loss = _fp16_model()
+    if isinstance(scale, float):
+        scale = v1.mixed_precision.DynamicLossScale(initial_loss_scale=scale)
+    opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(1e-3), scale)
+    return gs, x, y, loss, opt.minimize(loss, global_step=gs)
+
+
 @pytest.mark.parametrize("scale, loss_arg", [(2.0 ** 15, False), (2.0 ** 15, True), (2.0 ** 60, False)])
 def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, loss_arg):
     """Found by a red team: under MixedPrecisionLossScaleOptimizer the hook took its loss x scale
@@ -117,11 +129,7 @@ def test_runs_the_loss_scale_skips_are_dropped_and_said_once(tmp_path, caplog):
     other runs; now they are not written: recorded in ``dropped``, and said once in the log."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 60))
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training(2.0 ** 60)
         hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
         with caplog.at_level(logging.WARNING, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
             for _ in range(3):
@@ -141,11 +149,7 @@ def test_a_loss_argument_naming_the_scaled_loss_is_refused(tmp_path, strict, cap
     loss to give; without strict=True the hook goes on with forward values only."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 15))
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training(2.0 ** 15)
         scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
         hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=1, dump_every_n_steps=0, strict=strict)
         if strict:
@@ -165,12 +169,9 @@ def _skipping_training(run_dir, runs: int, **hook_kw):
     (global step before, after, w2 before, w2 after), read outside the hook."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
+        gs, x, y, loss, train_op = _scaled_training(
+            v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 30, increment_period=3))
         w2, = (v for v in v1.trainable_variables() if v.op.name == "w2")
-        scale = v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 30, increment_period=3)
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(1e-3), scale)
-        train_op = opt.minimize(loss, global_step=gs)
         hook = DumpHook(run_dir, strict=True, samples_per_group=N, **hook_kw)
         seen = []
         with v1.train.MonitoredSession(hooks=[hook]) as sess:
@@ -237,11 +238,7 @@ def test_a_nan_loss_the_loss_scale_skips_is_dumped_at_the_step_before_it(tmp_pat
     nan = y_val.copy()
     nan[0] = np.nan
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 20))
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training(2.0 ** 20)
         hook = DumpHook(tmp_path / "r", stats_every_n_steps=5, dump_every_n_steps=0, dump_steps=dump_steps,
                         dump_on_nonfinite=True, strict=True)
         steps = []
@@ -266,11 +263,7 @@ def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
     loss-scale optimizer scaled a loss trains: rows carry the training steps."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 15))
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training(2.0 ** 15)
         scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
         hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=2, dump_every_n_steps=0)
         with caplog.at_level(logging.ERROR, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
@@ -290,10 +283,7 @@ def test_a_read_in_no_order_with_the_update_is_not_captured_under_a_loss_scale(t
     1.8e-5 and 1.2e-5 at one step)."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(v1.train.GradientDescentOptimizer(1e-3), "dynamic")
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training("dynamic")
         hook = DumpHook(tmp_path / "r", stats_every_n_steps=1, dump_every_n_steps=0, strict=True)
         with v1.train.MonitoredSession(hooks=[hook]) as sess:
             sess.run(train_op, {x: x_val, y: y_val})
@@ -310,11 +300,7 @@ def test_a_validation_run_is_no_training_run_under_a_loss_scale(tmp_path, caplog
     scale skipped (its gradients overflowed)", logged so, where nothing overflowed."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x, y, _, _, loss = _fp16_model()
-        opt = v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-            v1.train.GradientDescentOptimizer(1e-3), v1.mixed_precision.DynamicLossScale(initial_loss_scale=2.0 ** 8))
-        train_op = opt.minimize(loss, global_step=gs)
+        gs, x, y, loss, train_op = _scaled_training(2.0 ** 8)
         hook = DumpHook(tmp_path / "r", stats_every_n_steps=2, dump_every_n_steps=3, strict=True)
         with caplog.at_level(logging.WARNING, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
             for _ in range(6):
