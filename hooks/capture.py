@@ -243,7 +243,7 @@ def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str,
 _PASSES = ("Switch", "RefSwitch", "Enter", "RefEnter", "Identity", "RefIdentity")
 
 
-def variable_of(t: tf.Tensor) -> str:
+def write_target(t: tf.Tensor) -> str:
     """The name of the op ``t`` (a write's variable input) comes from, through :data:`_PASSES`:
     the variable's, where it is one. Found by a red team: under v1 control flow (TF1 code, a
     TF1 loss-scale optimizer's cond) every update takes its variable through a Switch, and
@@ -257,11 +257,11 @@ def variable_of(t: tf.Tensor) -> str:
 
 def written(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
     """variable op name -> the ops of training's run that write it (a TF2 cond or loop taking
-    its handle, not read-only, included; one inside a v1 cond or loop, :func:`variable_of`)."""
+    its handle, not read-only, included; one inside a v1 cond or loop, :func:`write_target`)."""
     writes: dict[str, set[str]] = {}
     for op in graph.get_operations():
         if op.name in ran and op.type.startswith(_WRITES) and op.inputs:
-            writes.setdefault(variable_of(op.inputs[0]), set()).add(op.name)
+            writes.setdefault(write_target(op.inputs[0]), set()).add(op.name)
         elif op.type in FUNCTIONAL:
             for var in functional_writes(op):
                 writes.setdefault(var, set()).add(op.name)

@@ -904,8 +904,9 @@ def _refuse_distributed(g: tf.Graph) -> None:
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
     """'eval' in a graph with an eval step counter (``Estimator.evaluate``), 'predict' where no
     loss was found and no op advances the global step, else 'train'. A graph in which a TF1
-    loss-scale optimizer scaled a loss trains: its increment of the global step sits in a TF2
-    cond's branch (a function), which ``_advances`` does not see."""
+    loss-scale optimizer scaled a loss trains, also where no loss was resolved (``loss=``
+    naming the scaled loss, refused) and nothing advances the step: it is then refused as a
+    step that never advances, not recorded as prediction."""
     if g.get_collection(v1.GraphKeys.EVAL_STEP):
         return "eval"
     if loss is None and not _advances(g, global_step) and not loss_scale.scales(g):
@@ -920,7 +921,7 @@ def _advances(g: tf.Graph, global_step) -> bool:
     handle = global_step.op.name if hasattr(global_step, "op") else None
     # AssignAdd, or an Assign of a value computed from the step itself (assign(gs, gs + 1)): a
     # checkpoint restore or the initializer assigns it too, from no read of it. The variable
-    # taken through a v1 cond's or loop's Switch or Enter (capture.variable_of; found by a red
+    # taken through a v1 cond's or loop's Switch or Enter (capture.write_target; found by a red
     # team: a TF1 loss-scale optimizer under v1 control flow was refused, 'no op adds to' its
     # step). Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch
     # applies the step: its ops are no ops of the graph)
@@ -928,7 +929,7 @@ def _advances(g: tf.Graph, global_step) -> bool:
         if op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op):
             return True
         if op.type not in ("AssignAddVariableOp", "AssignAdd", "AssignVariableOp", "Assign") or len(op.inputs) < 2 \
-                or capture.variable_of(op.inputs[0]) != handle:
+                or capture.write_target(op.inputs[0]) != handle:
             continue
         if op.type.startswith("AssignAdd") or handle in capture.upstream([op.inputs[1].op]):
             return True
