@@ -469,12 +469,27 @@ class RunWriter:
             self.closed = True
         log.warning("tf_inspector: session %d of %s ended as failed: %s", self.session, self.run_dir, why)
         try:
+            self._drain()   # what the owner queued before it went: its rows are written too
             self._finish("failed", why)
         finally:
             # only now: an interpreter exit meanwhile must wait for this end (atexit's close joins
             # this thread), not kill the daemon thread halfway (the session read "running")
             _OPEN.discard(self)
         return True
+
+    def _drain(self) -> None:
+        """Handle every item already queued (found by a CI run: the owner check ended a session
+        with two steps' statistics still queued, and lost them)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if not (isinstance(item, tuple) and item[0] == "close"):
+                try:
+                    self._handle(item)
+                except BaseException as e:  # the writer must never take training down
+                    self._failed("manifest", e, drop=False)
 
     def _finish(self, status: str, error: str | None) -> None:
         """Close: every queued dump, the last statistics, the final manifest, the lock."""
