@@ -242,6 +242,21 @@ def test_compare_two_steps_and_two_runs(runs):
     assert len(at.get("vega_lite_chart")) == 3 and len(vega_hists(at)) == 2       # series, A and B
 
 
+def test_compare_two_runs_reads_run_b_in_the_sidebar_view(tmp_path):
+    """With the sidebar on eval (batch 0), run B's series is its evaluation too: read in the
+    training view, B's training means sat beside A's evaluation means under one chart."""
+    from test_sessions import session
+    for name in ("a", "b"):   # the same run twice: A and B must draw the same line
+        session(tmp_path / name, range(1, 11), 0.0)                   # train: mean = step
+        session(tmp_path / name, [10, 10], 5.0, mode="eval")          # eval at step 10: mean 15, 15
+    at = ok(start(tmp_path, "Compare", cmp_mode="Same tensor in two runs"))
+    at.sidebar.selectbox(key="mode").set_value("eval").run()
+    _, (df,) = vega(ok(at))[0]                                        # the series chart: step, run, value
+    df = df.dropna()
+    values = {str(c): sorted(v.iloc[:, -1]) for c, v in df.groupby(df.columns[1])}
+    assert values == {"A a": [15.0], "B b": [15.0]}, values
+
+
 def test_every_page_of_a_single_run_path(runs):
     """The root may be one run instead of a folder of runs."""
     for page in PAGES:

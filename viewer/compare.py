@@ -8,6 +8,7 @@ import pandas as pd
 import streamlit as st
 
 from inspector import plots
+from inspector.errors import InspectorError
 
 from . import data, hist_charts
 from .distributions import kinds_of, pick_groups, totals_of
@@ -85,8 +86,12 @@ def two_runs(ctx: Ctx) -> None:
     others = [r for r in others if r != ctx.path]  # B is another run than A
     path_b = c[1].selectbox("Run B", others, index=0, format_func=lambda p: Path(p).name, key="cmp_run_b",
                             bind="query-params")
-    sig_b = data.signature(path_b)
-    run_b = data.get_run(path_b, sig_b)
+    sig_b = data.same_view(data.signature(path_b), ctx.sig)   # B in A's mode, eval batch and worker
+    try:
+        run_b = data.get_run(path_b, sig_b)
+    except InspectorError as e:   # e.g. the worker chosen for A wrote nothing in B
+        need(False, f"Run B cannot be shown in this view: {plain(e)}")
+        return
     common = [n for n in run_a.tensors["name"] if n in set(run_b.tensors["name"])]
     if not need(bool(common), "The two runs share no tensor name."):
         return

@@ -66,6 +66,19 @@ def with_view(sig: Sig, mode: str = "train", worker: str | None = None, batch: i
 _VIEW = "view"
 
 
+def same_view(sig: Sig, like: Sig) -> Sig:
+    """``sig`` (another run's) seen through the view ``like`` ends with: its mode and eval
+    batch, and its worker where one was chosen. A second run read without it would show its
+    training rows beside the first run's evaluation rows under one chart's labels.
+
+    >>> same_view(("b",), with_view(("a",), "eval", None, 0))
+    ('b', ('view', 'eval', None, 0))
+    """
+    if like and isinstance(like[-1], tuple) and like[-1][:1] == (_VIEW,):
+        return with_view(sig, *like[-1][1:])
+    return tuple(sig)
+
+
 @st.cache_resource(max_entries=16, show_spinner=False)
 def get_run(path: str, sig: Sig) -> inspector.Run:
     """The reader for ``path`` at signature ``sig`` (a new one when files changed), once
