@@ -1017,6 +1017,37 @@ def test_distributions_percentile_bands(runs):
     assert got == median and set(table["group"]) == {"positive", "negative"}
 
 
+def test_percentile_bands_end_at_the_exact_min_and_max():
+    """A histogram that counts a subsample (a tensor over 16,384 elements) misses the extremes
+    of the values it skipped: the 0-100 band ends at the statistics' min and max instead."""
+    import numpy as np
+    from inspector.format import hist_sample
+    from viewer import bands
+    x = np.random.default_rng(0).standard_normal((32, 640))
+    x[0, 100] = 9.0                                                  # in a block the subsample skips
+    edges = np.linspace(x.min(), x.max(), 31)
+    counts, _ = np.histogram(hist_sample(x, 32, 16_384), edges)
+    assert bands.hist_percentiles(edges, counts)[-1] < 9.0 - np.diff(edges)[0]   # a bin short, or more
+    frame = bands.percentile_frame({5: {"all": (edges, counts)}}, extremes={5: {"all": (x.min(), 9.0)}})
+    p = frame.iloc[0][[f"p{q}" for q in bands.PERCENTILES]].to_numpy(float)
+    assert p[0] == x.min() and p[-1] == 9.0 and np.all(np.diff(p) >= 0)
+
+
+def test_distributions_percentile_bands_use_each_groups_min_and_max(runs):
+    import numpy as np
+    import pyarrow as pa
+    import inspector
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient"))
+    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
+    drawn = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], kinds=["gradient"], columns=["min", "max"])
+    assert set(drawn["group"]) == {"positive", "negative"}
+    for r in df[(df["group"] != "all") & np.isfinite(df["min"])].itertuples():   # (exp1 has NaN steps)
+        row = drawn[(drawn["step"] == r.step) & (drawn["group"] == r.group) & (drawn["band"] == "0-100")].iloc[0]
+        assert (row["lo"], row["hi"]) == (r.min, r.max), (r.step, r.group)
+    assert "exact min and max" in captions(at)
+
+
 def test_distributions_caption_uses_the_subsample_of_the_steps_session(tmp_path, monkeypatch):
     """A run resumed by another version mixes subsample sizes: the caption reads the config of
     the session that wrote the step shown (session 1 here, as an older version wrote it, has

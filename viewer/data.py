@@ -148,7 +148,8 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
     read that :func:`histograms` and :func:`histogram_totals` slice. A Parquet read of one step
     or one kind costs about as much as of all (the column chunks are read whole), so a page
     asking for one step, a few and every step, forward and gradient, reads the tensor once."""
-    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count", "mean"])
+    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count", "mean",
+                                                            "min", "max"])
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -223,7 +224,8 @@ def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], k
                      column: str = "count") -> dict:
     """{step: {group: the rows' ``column``}}: by default the real element count, to state beside
     histograms that count a subsample (tensors over 16,384 elements, FORMAT.md); ``"mean"``: the
-    exact mean over every element, which a histogram's bins can only approximate."""
+    exact mean over every element, which a histogram's bins can only approximate (``"min"``,
+    ``"max"``: the exact extremes)."""
     df = tensor_histograms(path, sig, tensor, kind)
     out: dict = {}
     for step, group, value in zip(*(df.loc[df["step"].isin(steps), c] for c in ("step", "group", column))):

@@ -124,14 +124,19 @@ def render(ctx: Ctx) -> None:
 def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> None:
     """TensorBoard-style bands over every statistics step, positive and negative overlaid."""
     st.subheader("Percentile bands over steps")
-    hists = data.histograms(ctx.path, ctx.sig, tensor, tuple(int(s) for s in steps), kind)
-    frame = bands.percentile_frame({s: pick_groups(g) for s, g in hists.items()})
+    chosen = tuple(int(s) for s in steps)
+    hists = data.histograms(ctx.path, ctx.sig, tensor, chosen, kind)
+    low, high = (data.histogram_totals(ctx.path, ctx.sig, tensor, chosen, kind, c) for c in ("min", "max"))
+    extremes = {s: {g: (low[s][g], high.get(s, {}).get(g, np.nan)) for g in low[s]} for s in low}
+    frame = bands.percentile_frame({s: pick_groups(g) for s, g in hists.items()}, extremes=extremes)
     if not need(not frame.empty, f"No {kind} histograms of {plain(tensor)}."):
         return
     st.altair_chart(bands.bands_chart(frame, plots.GROUP_COLORS, f"{tensor} {kind}"), width="stretch")
     st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside; the median in the tooltip), per group. "
-               "The statistics hold no percentiles: these are derived from the stored in-graph histograms, "
-               "linear within a bin (exact to one bin width). Scroll to zoom the steps.")
+               "0 and 100 are the statistics' exact min and max of the finite values. The statistics hold no "
+               "other percentiles: these are derived from the stored in-graph histograms, linear within a bin "
+               "(exact to one bin width; for a tensor over the histogram's sample size, of the values it "
+               "sampled, as the histograms above). Scroll to zoom the steps.")
 
 
 def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
