@@ -111,8 +111,22 @@ def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> 
     source = NONFINITE_SOURCES.get(source, source)
     return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
                   f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else "")
-                  + (f", created at {made}" if made else ""),
+                  + (f", created at {made}" if made else "") + rerun_text(first),
                   first["step"], first.get("tensor"))]
+
+
+def rerun_text(first: dict) -> str:
+    """'; seen by session 1, whose step session 2 ran again: ...' for evidence whose step a later
+    session re-ran (``Run.nonfinite_evidence``'s ``rerun_by``): the rows the reader shows at that
+    step are the later session's, which may well be finite. '' otherwise.
+
+    >>> print(rerun_text({"session": 1, "rerun_by": 2}))
+    ; seen by session 1, whose step session 2 ran again (the rows shown at that step are session 2's)
+    """
+    if first.get("rerun_by") is None:
+        return ""
+    return (f"; seen by session {first.get('session')}, whose step session {first['rerun_by']} ran again "
+            f"(the rows shown at that step are session {first['rerun_by']}'s)")
 
 
 def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:

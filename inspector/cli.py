@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from .analysis import rerun_text
 from .errors import InspectorError, NotARunError
 from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
@@ -64,7 +65,8 @@ def summary(run: Run) -> str:
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
     evidence = run.nonfinite_evidence()
     lines += [f"anomalies  {'first' if i == 0 else 'also'} NaN/Inf at step {nf['step']} in {nf.get('tensor')} "
-              f"({nf.get('kind', '?')}, seen by the {nf['source']}, {nf['worker']})" for i, nf in enumerate(evidence)]
+              f"({nf.get('kind', '?')}, seen by the {nf['source']}, {nf['worker']})" + rerun_text(nf)
+              for i, nf in enumerate(evidence)]
     if not evidence:
         lines.append("anomalies  no NaN/Inf seen")
     for r in run.groups_refused.itertuples():

@@ -863,7 +863,10 @@ class Run:
         whose statistics count one (``source`` 'statistics'), and each session's own record
         from the hook (its every-step loss check, or its statistics check), with its worker.
         The two can disagree (the loss check sees step 5 in ``loss:0``, statistics every 2
-        steps see step 6 in a gradient): both are listed."""
+        steps see step 6 in a gradient): both are listed. Each names its ``session``; a
+        session's record at a step that a later session of its worker and mode ran again (a
+        resume from an earlier checkpoint) has ``rerun_by``: that session, whose rows and dump
+        the reader shows at that step."""
         found = []
         df = self._nonfinite_rows(mode, worker)
         if df is None:
@@ -874,13 +877,19 @@ class Run:
             row = bad.sort_values(["step"], kind="stable").iloc[0]
             found.append({"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
                           "nan": int(row["nan"]), "inf": int(row["inf"]), "worker": str(row["worker"]),
-                          "source": "statistics"})
+                          "session": int(row["session"]), "source": "statistics"})
         workers = self._workers_for(worker, mode)
-        for (w, _), m in self.manifests.items():
+        spans = self.sessions
+        for (w, s), m in self.manifests.items():
             rec = m.get("first_nonfinite")
             if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
                     and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
-                found.append({**rec, "worker": w, "source": str(rec.get("source", "loss check"))})
+                rec = {**rec, "worker": w, "session": s, "source": str(rec.get("source", "loss check"))}
+                later = spans[(spans["worker"] == w) & (spans["mode"] == m["mode"]) & (spans["session"] > s)
+                              & (spans["first_step"] <= rec["step"]) & (spans["last_step"] >= rec["step"])]
+                if len(later):   # its step was run again: the reader's rows there are the later run's
+                    rec["rerun_by"] = int(later["session"].max())
+                found.append(rec)
         return sorted(found, key=lambda r: r["step"])
 
     def _nonfinite_rows(self, mode: str | None, worker: str | None) -> pd.DataFrame | None:

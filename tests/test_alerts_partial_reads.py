@@ -45,7 +45,7 @@ def first_bad_row(run) -> dict | None:
         return None
     r = bad.iloc[0]
     return {"step": int(r["step"]), "tensor": str(r["tensor"]), "kind": str(r["kind"]), "nan": int(r["nan"]),
-            "inf": int(r["inf"]), "worker": str(r["worker"]), "source": "statistics"}
+            "inf": int(r["inf"]), "worker": str(r["worker"]), "session": int(r["session"]), "source": "statistics"}
 
 
 def reference_alerts(run, th: Thresholds) -> list[analysis.Alert]:

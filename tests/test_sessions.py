@@ -401,6 +401,30 @@ def test_nonfinite_evidence_lists_both_sightings_by_step(tmp_path):
     assert "first NaN/Inf at step 5 in loss:0" in text and "also NaN/Inf at step 6 in a:0" in text
 
 
+def test_nonfinite_evidence_names_a_later_session_that_ran_its_step_again(tmp_path):
+    """Session 1's loss check saw a NaN at step 8 and it failed; session 2 resumed from step 5 and
+    ran steps 6..15 cleanly. The reader shows session 2's finite rows at step 8: the evidence
+    (and the alert, the CLI's line) says it was session 1's, and that session 2 re-ran the step,
+    instead of reporting a NaN at a step whose shown rows hold none."""
+    from inspector.analysis import run_alerts
+    w = session(tmp_path, range(1, 11), 100.0, close=None)
+    w.update_manifest(first_nonfinite={"step": 8, "tensor": "loss:0", "kind": "forward", "source": "loss check"})
+    w.close("failed", error="NaN loss")
+    session(tmp_path, range(6, 16), 200.0)
+    run = inspector.open_run(tmp_path)
+    assert run.query_stats(steps=(8, 8))["nan"].sum() == 0
+    first = run.first_nonfinite()
+    assert (first["step"], first["session"], first["rerun_by"]) == (8, 1, 2)
+    alert = next(a for a in run_alerts(run) if a.kind == "nonfinite")
+    assert "seen by session 1, whose step session 2 ran again" in alert.message
+    assert "whose step session 2 ran again" in cli.summary(run)
+    w = session(tmp_path / "one", range(1, 11), 100.0, close=None)
+    w.update_manifest(first_nonfinite={"step": 8, "tensor": "loss:0", "kind": "forward", "source": "loss check"})
+    w.close()
+    first = inspector.open_run(tmp_path / "one").first_nonfinite()
+    assert first["session"] == 1 and "rerun_by" not in first
+
+
 @pytest.mark.parametrize("field, value", [("worker", "{}"), ("worker", "worker-9"), ("session", 7)])
 def test_a_manifest_naming_another_writer_than_its_file_is_damaged(tmp_path, field, value):
     """Found by the fuzz test: a manifest's own worker field reached file-name building."""

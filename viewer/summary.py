@@ -7,7 +7,7 @@ import datetime as dt
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import NONFINITE_SOURCES, dropped_text, source_text
+from inspector.analysis import NONFINITE_SOURCES, dropped_text, rerun_text, source_text
 from inspector.errors import InspectorError
 from inspector.units import human_bytes
 
@@ -91,7 +91,7 @@ def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> s
     where = f"{first.get('kind')} of {first.get('tensor')}" if first.get("tensor") else "the loss"
     made = source_text(catalog, first.get("tensor")) if catalog is not None else None
     return (f"First NaN/Inf: step {int(first['step'])}, found by {plain(source)} ({plain(where)})"
-            + (f", created at {plain(made)}." if made else "."))
+            + (f", created at {plain(made)}" if made else "") + plain(rerun_text(first)) + ".")
 
 
 def dead_filter_alerts(ctx: Ctx) -> list[str]:
