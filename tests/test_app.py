@@ -257,6 +257,31 @@ def test_compare_two_runs_reads_run_b_in_the_sidebar_view(tmp_path):
     assert values == {"A a": [15.0], "B b": [15.0]}, values
 
 
+def variable_run(path: Path, manifest: dict | None = None) -> Path:
+    """A run of one variable record ``w`` with forward and update statistics (l2 2 and 0.002)
+    at steps 1 and 2, and no gradient rows."""
+    import numpy as np
+    from inspector.writer import StatsLayout
+    cat = [{"name": "w", "op": "w", "op_type": "VarHandleOp", "dtype": "float32", "shape": [3], "scope": "",
+            "has_gradient": True, "batched": False, "icnn_layer": None, "icnn_role": None, "kind": "variable",
+            "has_update": True}]
+    w = RunWriter(path, manifest={"tensors": cat, "is_chief": True, **(manifest or {})},
+                  stats_layout=StatsLayout(("w", "w"), ("forward", "update"), ("all", "all"), 4), stats_flush_secs=1000)
+    for step in (1, 2):
+        vals = np.zeros((2, 9))
+        vals[:, 0], vals[:, 5] = 3, [2.0, 0.002]   # count, l2
+        w.add_stats(step, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+    w.close()
+    return path
+
+
+def test_training_overview_of_a_run_without_gradient_statistics(tmp_path):
+    """No gradient rows (gradients=False, or no loss found): the gradient heatmap says so; the
+    page failed with a KeyError (layer rows of no tensor)."""
+    at = ok(start(variable_run(tmp_path / "r"), "Training overview"))
+    assert any("No gradient statistics match this filter" in i.value for i in at.info)
+
+
 def test_every_page_of_a_single_run_path(runs):
     """The root may be one run instead of a folder of runs."""
     for page in PAGES:

@@ -58,6 +58,8 @@ def layer_rows(catalog: pd.DataFrame, tensors: list[str]) -> pd.DataFrame:
     """One row per tensor of ``tensors`` (graph order): its ``layer`` and whether it is the
     layer's ``output`` (the row a folded layer shows): the ICNN ``post_mask``, else the layer's
     last op output (not a variable, which the catalog lists after the ops), else its last row."""
+    if not len(tensors):   # no statistics of this kind (a run without gradients): no rows, not a KeyError
+        return pd.DataFrame({"tensor": [], "layer": [], "output": []}, dtype=object)
     cat = catalog.loc[tensors]
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
     ops = dict(zip(catalog["op"], catalog["scope"].fillna(""))) if "op" in catalog else {}
