@@ -360,8 +360,10 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
 
 
 def update_ratios(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
-    """Per variable and statistics step: L2 of the step's update over L2 of the weights before it
-    (a healthy SGD run sits around 1e-3). One column per variable record, indexed by step.
+    """Per variable and statistics step: L2 of the step's update over L2 of the variable record's
+    ``forward`` value: the weights before the step (after it in a Keras probe run, whose probe
+    runs after the update); a healthy SGD run sits around 1e-3. One column per variable record,
+    indexed by step.
 
     >>> stats = pd.DataFrame({"step": [1, 1], "tensor": ["w", "w"], "kind": ["forward", "update"],
     ...                       "group": "all", "l2": [2.0, 0.002]})

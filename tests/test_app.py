@@ -282,6 +282,15 @@ def test_training_overview_of_a_run_without_gradient_statistics(tmp_path):
     assert any("No gradient statistics match this filter" in i.value for i in at.info)
 
 
+@pytest.mark.parametrize("source, when", [("probe", "after it"), (None, "before it")])
+def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, source, when):
+    """A Keras probe run's variable records hold the weights after the step (the probe runs after
+    the update): the ratio's caption said "before it" there too."""
+    extra = {"probe": {"source": source, "samples": 4}} if source else {}
+    at = ok(start(variable_run(tmp_path / "r", extra), "Training overview"))
+    assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
+
+
 def test_every_page_of_a_single_run_path(runs):
     """The root may be one run instead of a folder of runs."""
     for page in PAGES:

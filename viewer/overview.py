@@ -171,5 +171,19 @@ def update_ratio_block(ctx: Ctx, pattern: str) -> None:
         x=alt.X("step:Q"), y=alt.Y("ratio:Q", title="L2 update / L2 weights (log scale)", scale=alt.Scale(type="log")),
         color=alt.Color("variable:N", legend=alt.Legend(title="variable")), tooltip=["step:Q", "variable:N", "ratio:Q"])
     st.altair_chart(chart, width="stretch")
-    st.caption("L2 of the step's update over L2 of the variable before it (around 1e-3 is typical for SGD); "
-               "the tensor filter above applies")
+    st.caption(f"L2 of the step's update over L2 of the variable {weights_when(data.get_run(ctx.path, ctx.sig))} "
+               "(around 1e-3 is typical for SGD); the tensor filter above applies")
+
+
+def weights_when(run) -> str:
+    """Which weights a variable record's ``forward`` holds, the ratio's denominator: the value
+    before the step, except in a Keras probe run, whose probe runs after the step's update
+    (FORMAT.md, ``keras_layer``).
+
+    >>> class R: manifests = {("chief", 1): {"probe": {"source": "probe"}}}
+    >>> weights_when(R())
+    'after it (a Keras probe run: the probe reads the weights after the update)'
+    """
+    if any(isinstance(m.get("probe"), dict) and m["probe"].get("source") == "probe" for m in run.manifests.values()):
+        return "after it (a Keras probe run: the probe reads the weights after the update)"
+    return "before it"
