@@ -2,12 +2,27 @@
 the same rows as inspector's reader, on a run whose parts were compacted and one that was not."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import inspector
 from inspector.testing import SyntheticRun
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_query(glob: str, tensor: str) -> str:
+    """README's DuckDB query ("Distributed training") on ``glob`` and ``tensor``, without its
+    httpfs lines: the documented text itself is what runs."""
+    text = README.read_text()
+    sql = text[text.index("```sql", text.index("The statistics are plain Parquet")) + 6:]
+    sql = sql[:sql.index("```")]
+    body = "\n".join(line for line in sql.splitlines() if line and not line.startswith(("INSTALL", "CREATE SECRET")))
+    assert "s3://my-bucket/runs/exp1/stats/*.parquet" in body and "conv2/Relu:0" in body, body
+    return body.replace("s3://my-bucket/runs/exp1/stats/*.parquet", glob).replace("conv2/Relu:0", tensor)
 
 
 @pytest.fixture(scope="module", params=["compacted", "small parts"])
@@ -63,10 +78,27 @@ def test_duckdb_reads_a_bucket_in_place_offline(s3):
     want = run.query_stats([name], kinds=["gradient"], groups=["all"]).sort_values("step")
     con = duckdb.connect()
     con.register_filesystem(s3.filesystem())
-    rows = con.sql(f"""SELECT worker, step, arg_max(l2, session) AS grad_l2
-                       FROM read_parquet('{url}/stats/*.parquet')
-                       WHERE mode = 'train' AND kind = 'gradient' AND "group" = 'all' AND tensor = '{name}'
-                       GROUP BY worker, step ORDER BY worker, step""").fetchall()
+    rows = con.sql(readme_query(f"{url}/stats/*.parquet", name)).fetchall()
     assert len(rows) == len(want) > 0
     np.testing.assert_array_equal([r[1] for r in rows], want["step"].to_numpy())
+    np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())
+
+
+def test_readme_duckdb_query_follows_the_later_session_rule(tmp_path):
+    """A resume recording fewer tensors (another ``include=``) hides the first session's rows of
+    the steps it ran, of every tensor: the reader shows none there, and neither does README's
+    query (found by a red team: the ``arg_max(l2, session)`` it had kept the first session's)."""
+    duckdb = pytest.importorskip("duckdb")
+    first = SyntheticRun(tmp_path, tensors=12, steps_hint=6, dump_every=None, stats_flush_secs=0, icnn=False)
+    first.write_steps(0, 6)
+    first.close()
+    resumed = SyntheticRun(tmp_path, tensors=5, steps_hint=6, dump_every=None, stats_flush_secs=0, icnn=False)
+    resumed.write_steps(3, 8)
+    resumed.close()
+    kept = {t.name for t in resumed.catalog}
+    name = next(t.name for t in first.catalog if t.has_gradient and t.name not in kept)
+    want = inspector.open_run(tmp_path).query_stats([name], kinds=["gradient"], groups=["all"]).sort_values("step")
+    assert want["step"].tolist() == [0, 1, 2]   # the resume's steps 3..7 hide its 3..5
+    rows = duckdb.sql(readme_query(f"{tmp_path}/stats/*.parquet", name)).fetchall()
+    assert [r[1] for r in rows] == [0, 1, 2]
     np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())
