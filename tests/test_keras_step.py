@@ -459,6 +459,65 @@ class ScaledStep(keras.Sequential):
         return {"loss": loss}
 
 
+class ExtraTerm(keras.Sequential):
+    """A custom train_step adding a term to compute_loss's result (a regularizer of its own)."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred) + 0.5 * tf.reduce_mean(tf.square(y_pred))
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_step_differentiating_more_than_compute_loss_is_refused(tmp_path, caplog, strict):
+    """Found by a red team: a custom step training on compute_loss's result plus a term of its
+    own had its gradients recorded as those of compute_loss's part alone (0.6 off the applied
+    ones on a logits tensor), with no word. Which target is "the loss" is a guess there: the
+    step is refused (logged and disabled, or raised with strict=True), training untouched."""
+    x, y = _data(21, n=48)
+
+    def model():
+        keras.utils.set_random_seed(21)
+        return ExtraTerm([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
+                          keras.layers.Dense(2, name="logits")])
+    plain = model()
+    plain_loss = _fit(plain, x, y, []).history["loss"]
+    probed = model()
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
+    if strict:
+        with pytest.raises(RuntimeError, match="neither compute_loss's result"):
+            _fit(probed, x, y, [cb])
+        return
+    probed_loss = _fit(probed, x, y, [cb]).history["loss"]
+    assert "neither compute_loss's result" in caplog.text and "disabled" in caplog.text
+    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+
+
+@pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
+def test_an_optimizers_loss_scale_factor_is_not_refused(tmp_path):
+    """Keras 3's ``optimizer.scale_loss`` multiplies the loss (``loss_scale_factor``) and the
+    optimizer divides the gradients again: a scaled loss, not another target. Recorded: d loss
+    / d t, so SGD's update is -lr times it."""
+    x, y = _data(22, n=48)
+    keras.utils.set_random_seed(22)
+    model = sequential()
+    model.compile(optimizer=keras.optimizers.SGD(0.3, loss_scale_factor=64.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    for w in model.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        assert np.abs(grad).max() > 0
+        np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
 def _graph_ops(cb) -> list[str]:
     graph = tf.compat.v1.GraphDef()
     graph.ParseFromString(cb._graph.graph_def)
