@@ -385,6 +385,65 @@ def _why_unfetchable(graph: tf.Graph, t: tf.Tensor) -> str | None:
     return "marked not fetchable by TensorFlow"
 
 
+#: attributes naming the functions a TF2 loop, cond or call runs (While, If, Case, PartitionedCall)
+_FUNCTION_ATTRS = ("cond", "body", "then_branch", "else_branch", "branches", "f")
+IN_FUNCTION = ("inside a TF2 function (a while loop's body or condition, a cond's branch, a called function such "
+               "as a Keras LSTM/GRU's): not an op of the traced graph, it runs once per iteration or call and "
+               "cannot be fetched; the loop's or call's outputs are captured")
+
+
+def function_body_tensors(ops: Iterable[tf.Operation], *, include=None, exclude=None,
+                          op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
+                          dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> list[str]:
+    """``<op>/<attribute>/<tensor>`` for each output computed inside the functions that ``ops``
+    (TF2 loops, conds, function calls) run, nested ones included, that the filters would
+    select: what the capture cannot fetch, to list as skipped. Found by a red team: a Keras
+    LSTM's gates (its while loop's body, or under tf.keras 2.15 a function holding the loop)
+    were neither captured nor listed, and the manifest said nothing was skipped."""
+    inc, exc = _compile(include), _compile(exclude) + _compile(DEFAULT_EXCLUDE)
+    skip = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ()) | {"Placeholder"}   # arguments come from outside
+    names = _inside(ops, tuple(dtypes), set(op_types or ()), skip)
+    return [n for n in names if (not inc or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
+
+
+def _inside(ops: Iterable[tf.Operation], dtypes: tuple, types: set[str], skip: frozenset[str]) -> list[str]:
+    """:func:`function_body_tensors` before the name filters."""
+    out: list[str] = []
+    for op in ops:
+        for prefix, body in _functions_of(op):
+            inner = body.get_operations()
+            out += [f"{prefix}/{t.name}" for o in inner if o.type not in skip and (not types or o.type in types)
+                    for t in o.outputs if t.dtype.base_dtype in dtypes]
+            out += [f"{prefix}/{n}" for n in _inside(inner, dtypes, types, skip)]
+    return out
+
+
+def _functions_of(op: tf.Operation) -> list[tuple[str, tf.Graph]]:
+    """(``<op>/<attribute>``, the function's graph) for each function ``op`` runs; none where
+    TensorFlow keeps no graph for it (private ``Graph._get_function``, TF 2.15, 2.21)."""
+    out = []
+    for attr in _FUNCTION_ATTRS:
+        value = op.node_def.attr[attr] if attr in op.node_def.attr else None
+        if value is None:
+            continue
+        one = value.HasField("func")
+        for i, fn in enumerate([value.func] if one else value.list.func):
+            found = _function_graph(op.graph, fn.name)
+            if found is not None:
+                out.append((f"{op.name}/{attr}" + ("" if one else f"/{i}"), found))
+    return out
+
+
+def _function_graph(graph: tf.Graph, name: str | None) -> tf.Graph | None:
+    """The graph of the function ``name`` in ``graph``'s library or an enclosing graph's."""
+    while name and graph is not None:
+        fn = graph._get_function(name)
+        if fn is not None:
+            return getattr(fn, "graph", None)
+        graph = getattr(graph, "outer_graph", None)
+    return None
+
+
 def _sort_unfetchable(unfetchable: list[tf.Tensor], captured: set[str]) -> Selection:
     """The skipped names with their reasons, and the TF2 cond outputs whose value is captured
     as the Identity tf.cond returned (an alias: not skipped)."""

@@ -272,6 +272,10 @@ class ProbeGraph:
         roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras_icnn.py)
         sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles],
                                      **self.options.filters).within(region)
+        # a loop's body (an RNN's steps), a cond's branches: not ops of this graph, listed as skipped
+        inside = capture.function_body_tensors([op for op in ops if op.name in region], **self.options.filters)
+        sel.skipped += inside
+        sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
         tensors = [t for t in sel.tensors if t.op.name in region]
         labels = y if isinstance(y, tf.Tensor) else None
         gid = self._groups(y)

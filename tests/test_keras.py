@@ -236,7 +236,11 @@ def test_a_tf_cond_in_a_custom_layer_is_captured_not_skipped(tmp_path, caplog):
         run = _fit_gate(tmp_path / "r")
     gate = run.tensors[run.tensors["keras_layer"].fillna("").str.endswith("gate")]
     identity = gate.index[gate["op_type"] == "Identity"].tolist()
-    assert run.manifest["skipped"] == [] and len(identity) == 1 and identity[0].endswith("cond/Identity:0")
+    assert len(identity) == 1 and identity[0].endswith("cond/Identity:0")
+    # the branches' own ops run inside functions: listed, never cond:0 itself
+    skipped = run.manifest["skipped"]
+    assert all("/then_branch/" in n or "/else_branch/" in n for n in skipped), skipped
+    assert any(n.endswith("Tanh:0") and "/else_branch/" in n for n in skipped), skipped
     assert f"{identity[0].rpartition('/Identity')[0]}:0 as {identity[0]}" in caplog.text
 
 
@@ -246,7 +250,8 @@ def test_only_the_models_unfetchable_tensors_are_listed_as_skipped(tmp_path):
     the traced train step) never was a candidate and is not listed (it was, found by a red team)."""
     optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
     run = _fit_gate(tmp_path / "r", optimizer, exclude=r"Identity")
-    [skipped] = run.manifest["skipped"]   # Keras 3 numbers its scopes: .../gate_1/cond:0
+    # Keras 3 numbers its scopes: .../gate_1/cond:0; the branches' insides are listed too
+    [skipped] = [n for n in run.manifest["skipped"] if "_branch/" not in n]
     assert skipped.endswith("/cond:0") and "/gate" in skipped
 
 
@@ -631,3 +636,34 @@ def test_trainable_changed_without_compile_is_refused_for_a_new_callback_too(tmp
             tmp_path / "r", probe=(x[:N], y[:N]), stats_every_n_steps=2)])
     refused = "still updates" in caplog.text
     assert refused == KERAS3   # tf.keras 2.15's fit trains (and records) the layers as compile() left them
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
+    """Found by a red team: an LSTM's gates run inside a TF2 while loop's body (under tf.keras
+    2.15, inside a function holding the loop): they were neither captured nor listed, and the
+    manifest said nothing was skipped. The body's tensors are listed; the loop's output is
+    captured, and its value and gradient are the tape's."""
+    keras.utils.set_random_seed(8)
+    rng = np.random.default_rng(8)
+    x = rng.integers(1, 20, size=(16, 5)).astype("int32")
+    y = (x[:, 0] > 10).astype("int32")
+    inp = keras.Input((5,), dtype="int32")
+    h = keras.layers.LSTM(3, name="rnn")(keras.layers.Embedding(20, 3, name="emb")(inp))
+    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(h), name="rnnm")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kw = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_steps=[2], samples_per_group=N, strict=True,
+                         **kw)
+    model.fit(x, y, batch_size=N, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    run = inspector.open_run(tmp_path / "r")
+    skipped = run.manifest["skipped"]
+    assert any("/body/" in n and "Sigmoid" in n for n in skipped), skipped
+    assert not set(skipped) & set(run.tensors.index)
+    if source == "probe":   # after the loop: the tape's values (step 2 is the last: the final weights)
+        logits = _find(run.tensors, "logits/MatMul")
+        rnn_out = model.get_layer("rnn")(model.get_layer("emb")(tf.constant(x[:N])))
+        matmul = np.asarray(run.tensor(logits, 2))
+        np.testing.assert_allclose(matmul, rnn_out.numpy() @ model.get_layer("logits").kernel.numpy(), rtol=1e-5,
+                                   atol=1e-6)
