@@ -292,6 +292,7 @@ class ProbeGraph:
         if scale is not None:
             grads = scaled_gradients(loss, wanted, grads, scale)
         self.extra_gradients = raw[len(wanted):]
+        grads = reaching(loss, tensors, grads)
         by_owner = owners(ops, calls)
         fields = capture.icnn_fields(g)
         captured = []
@@ -398,6 +399,18 @@ class ProbeGraph:
         if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
             samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         return {"dump": dump, "samples": samples}
+
+
+def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) -> list:
+    """``grads`` (the tensors' first, then the variables'), None for a tensor the loss is not
+    computed from. ``tf.gradients`` over many tensors fills zeros for an unused output of a
+    multi-output op whose other output the loss uses: found by a red team, an LSTM's final
+    state outputs, batch norm's batch statistics and the cross entropy's backprop output were
+    recorded with ``has_gradient`` and gradients of zeros, where the catalog promises none."""
+    if loss is None:
+        return grads
+    reach = resolve.ancestors(loss)
+    return [None if i < len(tensors) and tensors[i].name not in reach else g for i, g in enumerate(grads)]
 
 
 def loss_scale(model) -> tf.Tensor | None:

@@ -667,3 +667,24 @@ def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
         matmul = np.asarray(run.tensor(logits, 2))
         np.testing.assert_allclose(matmul, rnn_out.numpy() @ model.get_layer("logits").kernel.numpy(), rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_an_output_the_loss_does_not_use_has_no_gradient(tmp_path, source):
+    """Found by a red team: tf.gradients fills zeros for an unused output of a multi-output op
+    whose other output the loss uses (the cross entropy's backprop output, an LSTM's final
+    states, batch norm's batch statistics): they were recorded with has_gradient and gradients
+    of zeros, where the catalog promises none. A tensor the loss is not computed from has none."""
+    keras.utils.set_random_seed(9)
+    x, y = _data(9, n=16)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(5, name="hidden"),
+                              keras.layers.BatchNormalization(name="bn"), keras.layers.Dense(2, name="logits")])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kw = {"probe": (x[:N], y[:N]), "training": True} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_steps=[2], strict=True, **kw)
+    model.fit(x, y, batch_size=N, epochs=1, verbose=0, callbacks=[cb])
+    cat = inspector.open_run(tmp_path / "r").tensors
+    xent = cat[cat["op_type"] == "SparseSoftmaxCrossEntropyWithLogits"]
+    assert xent["has_gradient"].tolist() == [True, False], xent.index.tolist()   # :0 the loss, :1 its backprop
+    assert cat.loc[_find(cat, "logits/BiasAdd"), "has_gradient"]
