@@ -168,6 +168,7 @@ class StepGraph(ProbeGraph):
         self._own: tuple[Any, Any] = (None, None)   # the model's own train function(s), put back after fit
         self._kept: _Kept | None = None              # ours, from the last fit
         self._warned_no_loss = False
+        self._warned_calls = False   # the step called the model more than once (warned once)
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
         #: why a retrace's capture was refused (the callback disables itself at that step's end)
@@ -320,6 +321,11 @@ class StepGraph(ProbeGraph):
         if call is None:
             raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
                                f"use source='probe'")
+        again = sum(c.path == name and c.end >= 0 for c in calls) - 1
+        if again and not self._warned_calls:
+            self._warned_calls = True   # a custom train_step with two views of the batch, say
+            log.warning("the train step of %s calls the model %d times: the capture records the ops of its first "
+                        "call (their values and d loss / d output), not those of the other %d", name, again + 1, again)
         # the loss the step computed, targets or none (fit(x) with add_loss terms only): the one
         # it differentiates, so the step's own gradients come from it (shared_backward)
         loss = box.get("loss")

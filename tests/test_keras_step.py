@@ -518,6 +518,33 @@ def test_an_optimizers_loss_scale_factor_is_not_refused(tmp_path):
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
 
 
+class TwoViews(keras.Sequential):
+    """A custom train_step calling the model on two views of the batch (a consistency loss,
+    kept inside compute_loss's result so the step is not refused)."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            again = self(x * 0.5, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred + 0.0 * again)
+        grads = tape.gradient(loss, self.trainable_variables)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+        return {"loss": loss}
+
+
+def test_a_step_calling_the_model_twice_says_only_the_first_call_is_recorded(tmp_path, caplog):
+    """The capture records the ops of the model's first call in the step; a second call's were
+    missing from the catalog with no word. It says so now (once), and records the first."""
+    x, y = _data(23, n=32)
+    keras.utils.set_random_seed(23)
+    model = TwoViews([keras.Input((6,)), keras.layers.Dense(2, name="logits")])
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)
+    _fit(model, x, y, [cb])
+    assert caplog.text.count("calls the model 2 times") == 1
+    assert sum("logits" in n and n.endswith("MatMul:0") for n in inspector.open_run(tmp_path / "r").tensors.index) == 1
+
+
 def _graph_ops(cb) -> list[str]:
     graph = tf.compat.v1.GraphDef()
     graph.ParseFromString(cb._graph.graph_def)
