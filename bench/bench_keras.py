@@ -20,6 +20,14 @@ configuration: the median over repetitions of the time per step, and its ratio t
 in the same process over the same minutes. Run directories are deleted (untimed) after each
 block and ``os.sync()`` flushes their writeback.
 
+Each configuration's model also fits a plain block (no callbacks) beside each of its blocks,
+in a random order of the two: ``ratio to own plain`` is the median over repetitions of the
+block's time over that plain block's. Two models built alike train at different speeds here
+(``plain (twin)`` differs from ``plain`` by up to several percent, and single models by more:
+a session-17 trial had one model's steps 20% faster than another's over a whole run), so
+``ratio to plain`` (another model's plain fit) carries that spread into every row; ``ratio to
+own plain`` does not (its ``plain`` row: plain against plain, the noise floor).
+
 Besides the step times, the callback's own time: every call of its batch methods and
 ``on_train_end`` is timed, per step (``callback ms/step``), and ``1 + callback/plain`` is the
 ratio that time alone gives. For the idle callback that is the cost to read: 100-step blocks
@@ -198,7 +206,10 @@ class CallbackClock:
 
 
 def measure(names, models, callbacks, ds, reps: int, block: int, root: Path,
-            clocks: dict | None = None) -> dict[str, list[float]]:
+            clocks: dict | None = None, paired: dict | None = None) -> dict[str, list[float]]:
+    """Seconds per step of each configuration's blocks. ``paired`` (a dict, filled): each block
+    of a configuration has a plain block (no callbacks) of the same model beside it, in a random
+    order of the two: ``paired[name]`` holds those blocks' seconds per step."""
     times: dict[str, list[float]] = {n: [] for n in names}
     for name in names:  # warm-up: traces the train function (and the callback's probe graph)
         models[name].fit(ds, steps_per_epoch=2, epochs=1, verbose=0, callbacks=callbacks[name] + [Timer()])
@@ -206,17 +217,27 @@ def measure(names, models, callbacks, ds, reps: int, block: int, root: Path,
         order = list(names)
         random.shuffle(order)
         for name in order:
-            timer = Timer()
-            clock_before = clocks[name].seconds if clocks else 0.0
-            models[name].fit(ds, steps_per_epoch=block, epochs=1, verbose=0, callbacks=callbacks[name] + [timer])
-            times[name].append(timer.seconds / (block - 1))
-            if clocks:
-                clocks[name].spent.append((clocks[name].seconds - clock_before) / block)
+            runs = [False, True] if paired is not None else [False]
+            random.shuffle(runs)
+            for plain in runs:
+                seconds = _block(models[name], [] if plain else callbacks[name], ds, block,
+                                 None if plain or not clocks else clocks[name])
+                (paired.setdefault(name, []) if plain else times[name]).append(seconds)
             for p in root.iterdir():  # untimed: the block's files, then their writeback
                 if p.name != "debugger":
                     shutil.rmtree(p, ignore_errors=True)
             os.sync()
     return times
+
+
+def _block(model, callbacks, ds, block: int, clock: CallbackClock | None) -> float:
+    """One fit of ``block`` steps: seconds per step (the callbacks' own time into ``clock``)."""
+    timer = Timer()
+    clock_before = clock.seconds if clock else 0.0
+    model.fit(ds, steps_per_epoch=block, epochs=1, verbose=0, callbacks=callbacks + [timer])
+    if clock:
+        clock.spent.append((clock.seconds - clock_before) / block)
+    return timer.seconds / (block - 1)
 
 
 def debugger_segment(reps: int, block: int, kind: str) -> dict[str, list[float]]:
@@ -257,7 +278,8 @@ def main(argv=None) -> None:
         callbacks = configs(root, probe)
         models = {name: build_model(kind=args.model) for name in callbacks}
         clocks = {name: CallbackClock(cbs) for name, cbs in callbacks.items()}
-        times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root, clocks)
+        paired: dict[str, list[float]] = {}
+        times = measure(list(callbacks), models, callbacks, ds, args.reps, args.block, root, clocks, paired)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     dbg = {}
@@ -267,20 +289,25 @@ def main(argv=None) -> None:
                              capture_output=True, text=True, check=True)
         dbg = json.loads(out.stdout.strip().splitlines()[-1])
     med = {n: float(np.median(t)) for n, t in times.items()}
-    med["defaults"] += (med["dump-2/grp"] - med["idle"]) / 1000  # one default dump per 1000 steps
+    dump = (med["dump-2/grp"] - med["idle"]) / 1000   # one default dump per 1000 steps
+    med["defaults"] += dump
+    # each block over the same model's plain block beside it: no model-to-model spread
+    own = {n: float(np.median(np.asarray(times[n]) / np.asarray(paired[n]))) for n in times}
+    own["defaults"] += dump / float(np.median(paired["defaults"]))
     base = med["plain"]
     spent = {n: float(np.median(c.spent)) if c.spent else 0.0 for n, c in clocks.items()}
-    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{1e3 * spent[n]:.3f}", f"{1 + spent[n] / base:.3f}")
-            for n in med]
+    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{own[n]:.3f}", f"{1e3 * spent[n]:.3f}",
+             f"{1 + spent[n] / base:.3f}") for n in med]
     if dbg:
         d = {n: float(np.median(t)) for n, t in dbg.items()}
-        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000", "-", "-"))
+        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000", "-", "-", "-"))
         dbg_ratio = d["debugger-v2"] / d["plain"]
-        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}", "-", "-"))
+        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}", "-", "-", "-"))
     print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; model {args.model}, "
           f"batch {BATCH}, probe {args.probe}; {args.reps} reps of {args.block}-step blocks; median ms per step; "
           f"callback ms/step: inside the callback's batch methods and on_train_end, per step")
-    print(format_table(rows, ["config", "ms/step", "ratio to plain", "callback ms/step", "1 + callback/plain"]))
+    print(format_table(rows, ["config", "ms/step", "ratio to plain", "ratio to own plain", "callback ms/step",
+                              "1 + callback/plain"]))
 
 
 if __name__ == "__main__":
