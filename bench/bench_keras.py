@@ -265,6 +265,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep of 4-step blocks")
     ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
+    ap.add_argument("--configs", nargs="+", metavar="NAME",
+                    help="only these configurations (plain always; 'defaults' brings 'idle' and 'dump-2/grp')")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.block = 1, 4
@@ -276,6 +278,12 @@ def main(argv=None) -> None:
     try:
         probe = (x[:args.probe], y[:args.probe])
         callbacks = configs(root, probe)
+        if args.configs:
+            unknown = set(args.configs) - set(callbacks)
+            if unknown:
+                ap.error(f"unknown configurations {sorted(unknown)}; known: {sorted(callbacks)}")
+            wanted = {"plain", *args.configs} | ({"idle", "dump-2/grp"} if "defaults" in args.configs else set())
+            callbacks = {n: cb for n, cb in callbacks.items() if n in wanted}
         models = {name: build_model(kind=args.model) for name in callbacks}
         clocks = {name: CallbackClock(cbs) for name, cbs in callbacks.items()}
         paired: dict[str, list[float]] = {}
@@ -289,11 +297,12 @@ def main(argv=None) -> None:
                              capture_output=True, text=True, check=True)
         dbg = json.loads(out.stdout.strip().splitlines()[-1])
     med = {n: float(np.median(t)) for n, t in times.items()}
-    dump = (med["dump-2/grp"] - med["idle"]) / 1000   # one default dump per 1000 steps
-    med["defaults"] += dump
     # each block over the same model's plain block beside it: no model-to-model spread
     own = {n: float(np.median(np.asarray(times[n]) / np.asarray(paired[n]))) for n in times}
-    own["defaults"] += dump / float(np.median(paired["defaults"]))
+    if "defaults" in med:
+        dump = (med["dump-2/grp"] - med["idle"]) / 1000   # one default dump per 1000 steps
+        med["defaults"] += dump
+        own["defaults"] += dump / float(np.median(paired["defaults"]))
     base = med["plain"]
     spent = {n: float(np.median(c.spent)) if c.spent else 0.0 for n, c in clocks.items()}
     rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{own[n]:.3f}", f"{1e3 * spent[n]:.3f}",
