@@ -105,6 +105,26 @@ class BatchAxis:
         """``t`` is per-sample over a part of the batch the trace cannot map to the labels."""
         return t.name in self._partial
 
+    def lost_at(self, outputs: Iterable[tf.Tensor]) -> list[str]:
+        """The ops where axis 0 stopped being the batch on the way to ``outputs`` that are not
+        batched (rank >= 1): ops with a batched input and no batched output on that path (an
+        RNN's time-major transpose, a reshape merging the batch with another axis). Empty when
+        every such output is batched, or none comes from a batched tensor."""
+        lost: list[str] = []
+        seen: set[str] = set()
+        todo = [t for t in outputs if t.shape.rank != 0 and not self.is_batched(t)]
+        while todo:
+            t = todo.pop()
+            if t.name in seen or self.is_batched(t) or self.unresolved(t):
+                continue
+            seen.add(t.name)
+            if any(self.is_batched(x) for x in t.op.inputs):
+                if t.op.name not in lost:
+                    lost.append(t.op.name)
+                continue
+            todo += list(t.op.inputs)
+        return lost
+
     def _trace(self, op: tf.Operation) -> None:
         outs = self._op_outputs(op)
         split = self._split_axis0(op)

@@ -72,6 +72,7 @@ def recorded_loss(model, box: dict) -> Iterator[None]:
         start = len(graph.get_operations())
         loss = original(*args, **kwargs)
         box.setdefault("loss", loss)
+        box.setdefault("y_pred", kwargs.get("y_pred", args[2] if len(args) > 2 else None))   # tf.keras: positional
         box.setdefault("ops", (start, len(graph.get_operations())))
         return loss
 
@@ -335,6 +336,7 @@ class StepGraph(ProbeGraph):
                         "captured (forward values only); compute the loss with self.compute_loss(...) in train_step, "
                         "or use source='probe'", name)
         lo, hi = box.get("ops", (0, 0))
+        self.outputs = box.get("y_pred")
         with tf.name_scope("tf_inspector"):
             return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra)
 

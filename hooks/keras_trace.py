@@ -212,6 +212,8 @@ class ProbeGraph:
         self._functions: dict[tuple[bool, bool], Any] = {}
         self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
         self.traced_variables: list = []  # the last _capture's (VariableRecord, Keras variable) pairs
+        self.outputs: Any = None   # the model's output in the graph being captured (its y_pred)
+        self._warned_groups = False   # the batch axis was lost before the output (warned once)
 
     def function(self, stats: bool, dump: bool):
         """The concrete function computing the statistics and/or the dump (traced on first use)."""
@@ -254,6 +256,7 @@ class ProbeGraph:
             loss = (self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw) if y is not None else None)
             end = len(g.get_operations())
         ops = g.get_operations()
+        self.outputs = y_pred
         return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump)
 
     def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool,
@@ -280,6 +283,8 @@ class ProbeGraph:
         labels = y if isinstance(y, tf.Tensor) else None
         gid = self._groups(y)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
+        if gid is not None:
+            self._warn_groups_lost(axis, x)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
         # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
@@ -321,6 +326,23 @@ class ProbeGraph:
         if want_dump:
             out.update(self._dump(everything, gid, labels, x))
         return out
+
+    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x) -> None:
+        """Warn (once) where the batch axis is lost before the model's output: from there on
+        tensors have ``all`` rows only and are dumped whole (found by a red team: after an LSTM,
+        and under tf.keras 2.15 after a LayerNormalization or a Dense on sequences, the logits
+        had no positive/negative rows, with no word)."""
+        outputs = [t for t in tf.nest.flatten(self.outputs) if isinstance(t, tf.Tensor)]
+        inputs = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor)]
+        if self._warned_groups or not any(map(axis.is_batched, inputs)):
+            return
+        lost = axis.lost_at(outputs)
+        if lost:
+            self._warned_groups = True
+            log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging the batch with "
+                        "another axis): the tensors after it, the model's output included, have group 'all' rows "
+                        "only and are dumped whole; where axis 0 of such tensors is the batch, name them with "
+                        "batched=", self.model.name, ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
 
     def _groups(self, y) -> capture.Groups | None:
         positive = self.options.positive

@@ -639,6 +639,36 @@ def test_trainable_changed_without_compile_is_refused_for_a_new_callback_too(tmp
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_where_the_batch_axis_is_lost_before_the_output_is_said(tmp_path, caplog, source):
+    """Found by a red team: after an LSTM (its time-major loop) the logits were not per-sample,
+    so they had group 'all' rows only and were dumped whole, with no word; a plain model's
+    output keeps its groups and nothing is said."""
+    keras.utils.set_random_seed(9)
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(16, 5, 3)).astype("float32")
+    y = (x[:, 0, 0] > 0).astype("int32")
+    inp = keras.Input((5, 3))
+    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(keras.layers.LSTM(3, name="rnn")(inp)), name="rnnm")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kw = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    cb = InspectCallback(tmp_path / "r", stats_every_n_steps=1, strict=True, **kw)
+    model.fit(x, y, batch_size=N, epochs=2, shuffle=False, verbose=0, callbacks=[cb])
+    assert caplog.text.count("the batch axis of rnnm is lost at") == 1   # once, not every trace
+    run = inspector.open_run(tmp_path / "r")
+    logits = _find(run.tensors, "logits/BiasAdd")
+    assert set(run.query_stats([logits])["group"]) == {"all"}   # what the warning says
+    caplog.clear()
+    plain = sequential()
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x2, y2 = _data(9)
+    kw = {"probe": (x2[:N], y2[:N])} if source == "probe" else {"source": "train_batch"}
+    plain.fit(x2, y2, batch_size=N, epochs=1, verbose=0,
+              callbacks=[InspectCallback(tmp_path / "p", stats_every_n_steps=1, strict=True, **kw)])
+    assert "batch axis" not in caplog.text
+
+
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
     """Found by a red team: an LSTM's gates run inside a TF2 while loop's body (under tf.keras
     2.15, inside a function holding the loop): they were neither captured nor listed, and the
