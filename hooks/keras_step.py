@@ -121,19 +121,40 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
 
 
 def step_target(step: "StepGraph", box: dict, target: tf.Tensor) -> None:
-    """Refuse a step that differentiates, w.r.t. the model's variables, another target than
-    ``compute_loss``'s result or it times a factor (a loss scale, a constant): terms added
-    after ``compute_loss`` (a regularizer, a second view's consistency), a second loss
-    (sharpness-aware minimization, two optimizers). The recorded gradients would be those of
-    ``compute_loss``'s part alone (found by a red team: 0.6 off the applied ones, with no
-    word), and whether the target, or how it relates to the update, is "the loss" is a guess."""
-    loss = box["loss"]
-    if target is loss or _scaled(target, loss):
-        return
-    step.mismatch = step.mismatch or (
-        f"the train step differentiates {target.name}, neither compute_loss's result ({loss.name}) nor it times a "
-        f"factor: the recorded gradients would be d {loss.name} / d output, not those of the loss the step trains "
-        f"on; compute the whole loss in compute_loss (override it, or use add_loss), or use source='probe'")
+    """Note a target the step differentiates w.r.t. the model's variables, and make the loss the
+    capture differentiates the one the step trains on: ``compute_loss``'s result, or it times a
+    factor (a loss scale, ``loss_scale_factor``, a constant: the capture takes the unscaled
+    loss's gradients, as the optimizer applies them), else the target itself (terms the step
+    adds to ``compute_loss``'s result: found by a red team, the recorded gradients were those
+    of ``compute_loss``'s part alone, 0.6 off the applied ones, with no word), as DumpHook
+    takes the loss the optimizer differentiated. Refused (``step.mismatch``): such a target
+    under loss scaling (its scale cannot be told apart), and a second target (two optimizers,
+    sharpness-aware minimization: which gradients are the step's would be a guess)."""
+    targets = box.setdefault("targets", set())
+    same = target is box["loss"] or _scaled(target, box["loss"])
+    if not same and not targets:
+        if loss_scaling(step.model):
+            step.mismatch = step.mismatch or (
+                f"the train step differentiates {target.name}, neither compute_loss's result ({box['loss'].name}) "
+                f"nor it times the loss scale: under loss scaling its gradients cannot be unscaled; compute the whole "
+                f"loss in compute_loss (override it, or use add_loss), or use source='probe'")
+            return
+        log.info("the train step differentiates %s, not compute_loss's result %s: the capture takes its gradients "
+                 "(the loss the step trains on)", target.name, box["loss"].name)
+        box["loss"], same = target, True
+    targets.add(box["loss"].name if same else target.name)
+    if len(targets) > 1:
+        step.mismatch = step.mismatch or (
+            f"the train step differentiates {len(targets)} targets w.r.t. the model's variables "
+            f"({', '.join(sorted(targets))}): which gradients are the step's is ambiguous (two optimizers, "
+            f"sharpness-aware minimization); use source='probe'")
+
+
+def loss_scaling(model) -> bool:
+    """Whether the optimizer scales the loss and unscales its gradients (a ``LossScaleOptimizer``,
+    Keras 3's ``loss_scale_factor``)."""
+    optimizer = getattr(model, "optimizer", None)
+    return "LossScale" in type(optimizer).__name__ or getattr(optimizer, "loss_scale_factor", None) is not None
 
 
 def _scaled(target: tf.Tensor, loss: tf.Tensor) -> bool:

@@ -472,31 +472,77 @@ class ExtraTerm(keras.Sequential):
         return {"loss": loss}
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_a_step_differentiating_more_than_compute_loss_is_refused(tmp_path, caplog, strict):
-    """Found by a red team: a custom step training on compute_loss's result plus a term of its
-    own had its gradients recorded as those of compute_loss's part alone (0.6 off the applied
-    ones on a logits tensor), with no word. Which target is "the loss" is a guess there: the
-    step is refused (logged and disabled, or raised with strict=True), training untouched."""
-    x, y = _data(21, n=48)
+class TwoTargets(keras.Sequential):
+    """A custom train_step stepping along the gradients of two targets (as sharpness-aware
+    minimization or two optimizers do)."""
 
-    def model():
-        keras.utils.set_random_seed(21)
-        return ExtraTerm([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
-                          keras.layers.Dense(2, name="logits")])
-    plain = model()
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape(persistent=True) as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+            other = tf.reduce_mean(tf.square(y_pred))
+        first, second = (tape.gradient(t, self.trainable_variables) for t in (loss, other))
+        self.optimizer.apply_gradients(zip([a + 0.1 * b for a, b in zip(first, second)], self.trainable_variables))
+        return {"loss": loss}
+
+
+def _custom(cls, seed: int):
+    keras.utils.set_random_seed(seed)
+    return cls([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
+                keras.layers.Dense(2, name="logits")])
+
+
+def test_a_step_adding_to_compute_loss_records_the_gradients_it_trains_on(tmp_path):
+    """Found by a red team: a custom step training on compute_loss's result plus a term of its
+    own had the gradients of compute_loss's part recorded (0.6 off the applied ones on a logits
+    tensor), with no word. The capture takes the loss the step differentiates, as DumpHook does:
+    SGD's update is -lr times the recorded gradients, and training is what it is without it."""
+    x, y = _data(21, n=48)
+    plain = _custom(ExtraTerm, 21)
+    _fit(plain, x, y, [])
+    probed = _custom(ExtraTerm, 21)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+    _fit(probed, x, y, [cb])
+    for a, b in zip(probed.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    run = inspector.open_run(tmp_path / "r")
+    for w in probed.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_step_differentiating_two_targets_is_refused(tmp_path, caplog, strict):
+    """Which of two targets' gradients are the step's is a guess: refused (logged and disabled,
+    or raised with strict=True), training untouched."""
+    x, y = _data(24, n=48)
+    plain = _custom(TwoTargets, 24)
     plain_loss = _fit(plain, x, y, []).history["loss"]
-    probed = model()
+    probed = _custom(TwoTargets, 24)
     cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
     if strict:
-        with pytest.raises(RuntimeError, match="neither compute_loss's result"):
+        with pytest.raises(RuntimeError, match="differentiates 2 targets"):
             _fit(probed, x, y, [cb])
         return
     probed_loss = _fit(probed, x, y, [cb]).history["loss"]
-    assert "neither compute_loss's result" in caplog.text and "disabled" in caplog.text
+    assert "differentiates 2 targets" in caplog.text and "disabled" in caplog.text
     np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
     for a, b in zip(probed.variables, plain.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+
+
+@pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
+def test_a_step_adding_to_compute_loss_under_loss_scaling_is_refused(tmp_path):
+    """Under loss scaling a target that is not compute_loss's result times the scale cannot be
+    unscaled: refused, not recorded at the scale's multiple."""
+    x, y = _data(25, n=48)
+    model = _custom(ExtraTerm, 25)
+    model.compile(optimizer=keras.optimizers.SGD(0.3, loss_scale_factor=8.0),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)
+    with pytest.raises(RuntimeError, match="cannot be unscaled"):
+        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
 
 
 @pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
