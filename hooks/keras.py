@@ -442,6 +442,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _trace(self) -> None:
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
         x, y, sw = self.probe
+        _warn_custom_step(self.model)
         graph = ProbeGraph(self.model, x, y, sw, self.options)
         self._traced_for = compile_state(self.model)
         try:
@@ -665,6 +666,17 @@ def fit_watch(model) -> Callable[[], str | None] | None:
             frame = frame.f_back
         return "the fit ended by an exception (on_train_end was not called)"
     return gone
+
+
+def _warn_custom_step(model) -> None:
+    """The probe runs the model and ``compute_loss``; a ``train_step`` of the user's own may
+    train on more (terms added to the loss) or on other parts: say so where it is one."""
+    step = getattr(type(model), "train_step", None)
+    where = getattr(step, "__module__", "") or ""
+    if step is not None and not where.startswith(("keras", "tf_keras", "tensorflow")):
+        log.warning("%s has a train_step of its own (%s): the probe records the model's values and the gradients of "
+                    "compute_loss (the compiled loss), which may not be what that step trains on; "
+                    "source='train_batch' records the step's own", model.name, step.__qualname__)
 
 
 def _finite(loss) -> bool:

@@ -512,6 +512,17 @@ def test_a_step_adding_to_compute_loss_records_the_gradients_it_trains_on(tmp_pa
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
 
 
+def test_the_probe_of_a_model_with_its_own_train_step_says_what_it_records(tmp_path, caplog):
+    """The probe differentiates compute_loss's result: a train_step of the user's own may train
+    on more (ExtraTerm's added term); it says so, once, and a standard model says nothing."""
+    x, y = _data(26, n=32)
+    for cls in (ExtraTerm, keras.Sequential):
+        caplog.clear()
+        model = _custom(cls, 26)
+        _fit(model, x, y, [InspectCallback(tmp_path / cls.__name__, probe=(x[:8], y[:8]), stats_every_n_steps=1)])
+        assert caplog.text.count("has a train_step of its own") == (cls is ExtraTerm)
+
+
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_step_differentiating_two_targets_is_refused(tmp_path, caplog, strict):
     """Which of two targets' gradients are the step's is a guess: refused (logged and disabled,
