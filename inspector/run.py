@@ -318,11 +318,16 @@ class Run:
     # ---- catalog -------------------------------------------------------------------------
     @cached_property
     def tensors(self) -> pd.DataFrame:
-        """The catalog of captured tensors, one row per tensor (union over sessions and workers)."""
+        """The catalog of captured tensors, one row per tensor (union over sessions and workers:
+        a tensor's entry is the first session's that lists it, except ``has_gradient`` and
+        ``has_update``, true where any session's is: a resume that records gradients where the
+        first session did not has them read)."""
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
             for t in m.get("tensors", []):
-                rows.setdefault(t["name"], {c: t.get(c, CATALOG_DEFAULTS.get(c)) for c in CATALOG_COLUMNS})
+                row = rows.setdefault(t["name"], {c: t.get(c, CATALOG_DEFAULTS.get(c)) for c in CATALOG_COLUMNS})
+                for flag in ("has_gradient", "has_update"):
+                    row[flag] = row[flag] or t.get(flag, CATALOG_DEFAULTS.get(flag))
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
         return df.set_index("name", drop=False).rename_axis(None)
 

@@ -63,6 +63,23 @@ def test_sessions_accumulate_and_the_later_session_wins_a_step(tmp_path):
     assert run.tensor("a:0", 5)[0, 0] == 100.0
 
 
+def test_a_later_session_recording_gradients_gives_the_catalog_its_gradient(tmp_path):
+    """Found by a red team: the merged catalog took a tensor's entry from the first session
+    listing it, so a resume recording gradients where the first session did not (gradients=
+    False then, or no loss) read has_gradient=False, and run.tensor(..., "gradient") refused
+    the later session's dumped gradient."""
+    w = RunWriter(tmp_path, manifest={"tensors": [{**CATALOG[0], "has_gradient": False}]}, stats_layout=LAYOUT,
+                  stats_flush_secs=1000)
+    w.close()
+    later = session(tmp_path, [], 0.0, close=None)
+    later.add_dump(3, {"forward/a:0": np.zeros((2, 3), np.float32), "gradient/a:0": np.ones((2, 3), np.float32),
+                       "samples/index": np.array([0, 1], np.int32)})
+    later.close()
+    run = inspector.open_run(tmp_path)
+    assert bool(run.tensors.loc["a:0", "has_gradient"])
+    np.testing.assert_array_equal(run.tensor("a:0", 3, "gradient"), np.ones((2, 3)))
+
+
 def test_eval_sessions_are_kept_apart_per_batch(tmp_path):
     session(tmp_path, range(1, 11), 0.0)
     session(tmp_path, [10, 10, 10], 50.0, dumps=(10,), mode="eval")      # three eval batches at step 10
