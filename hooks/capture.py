@@ -437,7 +437,8 @@ def _functions_of(op: tf.Operation) -> list[tuple[str, tf.Graph]]:
 def _function_graph(graph: tf.Graph, name: str | None) -> tf.Graph | None:
     """The graph of the function ``name`` in ``graph``'s library or an enclosing graph's."""
     while name and graph is not None:
-        fn = graph._get_function(name)
+        find = getattr(graph, "_get_function", None)   # private: without it, nothing is listed
+        fn = find(name) if find is not None else None
         if fn is not None:
             return getattr(fn, "graph", None)
         graph = getattr(graph, "outer_graph", None)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops   # get_gradient_function: tf.gradients' own rule
 
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
 from .variables import update_stats
@@ -103,7 +104,7 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
         flat = tf.nest.flatten(sources)
         ours = tf.compat.v1.get_default_graph() is graph and flat and all(_is_variable(v) for v in flat)
         if ours and step.options.gradients and box.get("loss") is not None and isinstance(target, tf.Tensor):
-            step_target(step, box, target)
+            step_target(step, box, target, _handles(graph, flat))
         if (step.options.gradients and "out" not in box and box.get("loss") is not None and target is box["loss"]
                 and not step.mismatch and output_gradients is None and unconnected_gradients in (none, "none")
                 and ours):
@@ -120,7 +121,7 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
         tf.GradientTape.gradient = tape_gradient
 
 
-def step_target(step: "StepGraph", box: dict, target: tf.Tensor) -> None:
+def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[str]) -> None:
     """Note a target the step differentiates w.r.t. the model's variables, and make the loss the
     capture differentiates the one the step trains on: ``compute_loss``'s result, or it times a
     factor (a loss scale, ``loss_scale_factor``, a constant: the capture takes the unscaled
@@ -129,9 +130,10 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor) -> None:
     of ``compute_loss``'s part alone, 0.6 off the applied ones, with no word), as DumpHook
     takes the loss the optimizer differentiated. Refused (``step.mismatch``): such a target
     under loss scaling (its scale cannot be told apart), and a second target (two optimizers,
-    sharpness-aware minimization: which gradients are the step's would be a guess)."""
+    sharpness-aware minimization: which gradients are the step's would be a guess).
+    ``handles``: the names of the variables' handles in the step's graph (:func:`_handles`)."""
     targets = box.setdefault("targets", set())
-    same = target is box["loss"] or _scaled(target, box["loss"])
+    same = target is box["loss"] or _scaled(target, box["loss"], handles)
     if not same and not targets:
         if loss_scaling(step.model):
             step.mismatch = step.mismatch or (
@@ -157,16 +159,75 @@ def loss_scaling(model) -> bool:
     return "LossScale" in type(optimizer).__name__ or getattr(optimizer, "loss_scale_factor", None) is not None
 
 
-def _scaled(target: tf.Tensor, loss: tf.Tensor) -> bool:
-    """``target`` is ``loss`` times a factor, seen through Identity and Cast (``scale_loss``)."""
-    t = _through(target)
-    return t.op.type == "Mul" and any(_through(i).name == loss.name for i in t.op.inputs)
+#: ops scaling their first input by their second (Mul: either); the loss over a count is scaled too
+_SCALING = {"Mul": 2, "RealDiv": 1, "Div": 1, "DivNoNan": 1}
+
+
+def _scaled(target: tf.Tensor, loss: tf.Tensor, handles: set[str]) -> bool:
+    """``target`` is ``loss`` (seen through Identity and Cast: ``scale_loss``) times or over
+    factors no gradient flows from to the variables (``handles``): a loss scale, a constant, a
+    stopped gradient. A factor computed from them (the model's output, say) makes another
+    target, whose gradients are not the loss's times a factor (a red team: ``loss *
+    mean(y_pred ** 2)`` passed, 0.7 off the applied update, with no word)."""
+    want, seen, stack = _through(loss).name, set(), [target]
+    while stack:   # down the scaled side of each Mul or Div (seen once: a product may share its inputs)
+        t = _through(stack.pop())
+        if t.name == want:
+            return True
+        if t.name in seen or t.op.type not in _SCALING:
+            continue
+        seen.add(t.name)
+        a, b = t.op.inputs[0], t.op.inputs[1]
+        stack += [x for x, f in ((a, b), (b, a))[:_SCALING[t.op.type]] if not _depends(f, handles)]
+    return False
 
 
 def _through(t: tf.Tensor) -> tf.Tensor:
-    while t.op.type in ("Identity", "Cast") and t.op.inputs:
+    """``t`` seen through what leaves a scalar as it is: Identity, Cast, a mean or sum of it alone."""
+    while t.op.inputs and (t.op.type in ("Identity", "Cast")
+                           or t.op.type in ("Mean", "Sum") and t.op.inputs[0].shape.rank == 0):
         t = t.op.inputs[0]
     return t
+
+
+def _handles(graph: tf.Graph, variables: list) -> set[str]:
+    """The names, in ``graph``, of the variables' captured handles (what reads them)."""
+    ids = {id(h) for h in map(_handle, variables) if h is not None}
+    return {inner.name for outer, inner in graph.captures if id(outer) in ids}
+
+
+def _handle(v) -> tf.Tensor | None:
+    """``v``'s handle; None where it has none to give (a distributed variable outside a replica
+    raises): this runs inside fit's trace, where an error would end the fit."""
+    try:
+        return _tf_var(v).handle
+    except (AttributeError, ValueError, RuntimeError):
+        return None
+
+
+def _depends(t: tf.Tensor, handles: set[str]) -> bool:
+    """Whether a gradient flows from ``t`` back to a handle in ``handles``: its ops' inputs
+    followed up to ops without a gradient (StopGradient, Shape) and integer inputs, as
+    ``tf.gradients`` does."""
+    seen, stack = set(), [t.op]
+    while stack:
+        op = stack.pop()
+        if op.name in seen or not _differentiable(op):
+            continue
+        seen.add(op.name)
+        for i in op.inputs:
+            if i.name in handles:
+                return True
+            if not (i.dtype.is_integer or i.dtype == tf.bool):
+                stack.append(i.op)
+    return False
+
+
+def _differentiable(op: tf.Operation) -> bool:
+    try:
+        return tf_ops.get_gradient_function(op) is not None
+    except LookupError:   # no gradient registered: none flows through it
+        return False
 
 
 def _is_variable(v) -> bool:

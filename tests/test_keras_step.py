@@ -575,6 +575,69 @@ def test_an_optimizers_loss_scale_factor_is_not_refused(tmp_path):
         np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
 
 
+class TargetStep(keras.Sequential):
+    """A custom train_step differentiating ``target(loss, y_pred)`` and applying the gradients
+    times ``unscale`` (a loss scaled by hand is unscaled by hand)."""
+    target = staticmethod(lambda loss, y_pred: loss)
+    unscale = 1.0
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+            target = self.target(loss, y_pred)
+        grads = tape.gradient(target, self.trainable_variables)
+        self.optimizer.apply_gradients(zip([g * self.unscale for g in grads], self.trainable_variables))
+        return {"loss": loss}
+
+
+def _target_step(target, unscale=1.0) -> keras.Model:
+    keras.utils.set_random_seed(24)
+    model = TargetStep([keras.Input((6,)), keras.layers.Dense(5, activation="relu", name="hidden"),
+                        keras.layers.Dense(2, name="logits")])
+    model.target, model.unscale = target, unscale
+    return model
+
+
+@pytest.mark.parametrize("how", ["identity", "over a count", "a mean of it", "times a stopped gradient"])
+def test_the_loss_over_a_count_or_seen_through_an_identity_is_the_loss(tmp_path, how):
+    """Found by a red team: ``tf.identity(loss)``, ``loss / n`` (a gradient accumulation by
+    hand) and ``tf.reduce_mean(loss)`` are the loss (times a factor), but only a Mul was seen
+    as one, and the capture of such a step was refused. Recorded: d loss / d t, so SGD's update
+    is -lr times it where the step unscales its gradients."""
+    target, unscale = {"identity": (lambda loss, y_pred: tf.identity(loss), 1.0),
+                       "over a count": (lambda loss, y_pred: loss / 4.0, 4.0),
+                       "a mean of it": (lambda loss, y_pred: tf.reduce_mean(loss), 1.0),
+                       "times a stopped gradient": (
+                           lambda loss, y_pred: loss * tf.stop_gradient(tf.reduce_mean(y_pred ** 2)), None)}[how]
+    x, y = _data(24, n=48)
+    model = _target_step(target, unscale or 1.0)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+    _fit(model, x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    for w in model.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        assert np.abs(grad).max() > 0
+        if unscale is not None:   # a stopped gradient's factor is the batch's: the update is not -lr * grad
+            np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
+def test_the_loss_times_a_factor_computed_from_the_output_is_the_target(tmp_path):
+    """Found by a red team: ``loss * mean(y_pred ** 2)`` is a Mul of the loss, so it passed as
+    "the loss times a factor", and its gradients were recorded as the loss's alone (0.7 off the
+    applied update, relative, with no word). The factor's gradient flows to the weights: another
+    target, whose own gradients are recorded (SGD's update is -lr times them)."""
+    x, y = _data(25, n=48)
+    model = _target_step(lambda loss, y_pred: loss * tf.reduce_mean(y_pred ** 2))
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, dump_steps=[2], strict=True)
+    _fit(model, x, y, [cb])
+    run = inspector.open_run(tmp_path / "r")
+    for w in model.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+
+
 class TwoViews(keras.Sequential):
     """A custom train_step calling the model on two views of the batch (a consistency loss,
     kept inside compute_loss's result so the step is not refused)."""
