@@ -282,11 +282,16 @@ def test_training_overview_of_a_run_without_gradient_statistics(tmp_path):
     assert any("No gradient statistics match this filter" in i.value for i in at.info)
 
 
-@pytest.mark.parametrize("source, when", [("probe", "after it"), (None, "before it")])
-def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, source, when):
+@pytest.mark.parametrize("probe, when", [({"source": "probe", "samples": 4}, "after it"),
+                                         ({"samples": 4, "training": False}, "after it"),
+                                         ({"source": "train_batch", "samples": None}, "before it"),
+                                         (None, "before it")])
+def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, when):
     """A Keras probe run's variable records hold the weights after the step (the probe runs after
-    the update): the ratio's caption said "before it" there too."""
-    extra = {"probe": {"source": source, "samples": 4}} if source else {}
+    the update): the ratio's caption said "before it" there too. A Keras run from before
+    ``source='train_batch'`` existed has no ``probe.source`` (FORMAT.md: absent means "probe"):
+    found by a red team, its caption still said "before it"."""
+    extra = {"probe": probe} if probe else {}
     at = ok(start(variable_run(tmp_path / "r", extra), "Training overview"))
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
 

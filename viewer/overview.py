@@ -184,6 +184,8 @@ def weights_when(run) -> str:
     >>> weights_when(R())
     'after it (a Keras probe run: the probe reads the weights after the update)'
     """
-    if any(isinstance(m.get("probe"), dict) and m["probe"].get("source") == "probe" for m in run.manifests.values()):
+    # a Keras run from before source="train_batch" existed has no probe.source: a probe (FORMAT.md)
+    if any(isinstance(m.get("probe"), dict) and m["probe"].get("source", "probe") == "probe"
+           for m in run.manifests.values()):
         return "after it (a Keras probe run: the probe reads the weights after the update)"
     return "before it"
