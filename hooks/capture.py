@@ -385,6 +385,10 @@ def _why_unfetchable(graph: tf.Graph, t: tf.Tensor) -> str | None:
     return "marked not fetchable by TensorFlow"
 
 
+#: TF2 loops, conds and function calls: the ops whose functions' insides ``function_body_tensors``
+#: lists (not a tf.data op's map function: the input pipeline is not the model)
+CALL_OP_TYPES = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase",
+                           "PartitionedCall", "StatefulPartitionedCall"})
 #: attributes naming the functions a TF2 loop, cond or call runs (While, If, Case, PartitionedCall)
 _FUNCTION_ATTRS = ("cond", "body", "then_branch", "else_branch", "branches", "f")
 IN_FUNCTION = ("inside a TF2 function (a while loop's body or condition, a cond's branch, a called function such "

@@ -395,6 +395,7 @@ class DumpHook(v1.train.SessionRunHook):
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
         sel = capture.select_tensors(g, forced=forced, loss=loss, fetched=True, **self.filters)
+        self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
@@ -548,6 +549,16 @@ class DumpHook(v1.train.SessionRunHook):
             samples[f"samples/{c.extra['tower']}/index"] = keep
             samples[f"samples/{c.extra['tower']}/group"] = codes
         return keeps, samples
+
+    def _list_function_bodies(self, g: tf.Graph, loss, sel: capture.Selection) -> None:
+        """List as skipped what runs inside the forward pass's TF2 loops, conds and function
+        calls (a Keras LSTM's gates in a ``model_fn``): not ops of the graph, they cannot be
+        fetched, and were neither captured nor listed (as the Keras capture's were)."""
+        backward = capture.backward_ops(g, loss)
+        calls = [op for op in g.get_operations() if op.type in capture.CALL_OP_TYPES and op.name not in backward]
+        inside = capture.function_body_tensors(calls, **self.filters)
+        sel.skipped += inside
+        sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
 
     def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
         filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
