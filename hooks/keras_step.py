@@ -418,9 +418,9 @@ class StepGraph(ProbeGraph):
                         "captured (forward values only); compute the loss with self.compute_loss(...) in train_step, "
                         "or use source='probe'", name)
         lo, hi = box.get("ops", (0, 0))
-        self.outputs = box.get("y_pred")
         with tf.name_scope("tf_inspector"):
-            return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra)
+            return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra,
+                                 outputs=box.get("y_pred"))
 
     def _updates(self, key: Key) -> dict:
         """Each variable's update in the graph: a read created after the step's optimizer (automatic

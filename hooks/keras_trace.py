@@ -212,7 +212,6 @@ class ProbeGraph:
         self._functions: dict[tuple[bool, bool], Any] = {}
         self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
         self.traced_variables: list = []  # the last _capture's (VariableRecord, Keras variable) pairs
-        self.outputs: Any = None   # the model's output in the graph being captured (its y_pred)
         self._warned_groups = False   # the batch axis was lost before the output (warned once)
 
     def function(self, stats: bool, dump: bool):
@@ -256,16 +255,17 @@ class ProbeGraph:
             loss = (self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw) if y is not None else None)
             end = len(g.get_operations())
         ops = g.get_operations()
-        self.outputs = y_pred
-        return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump)
+        return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump,
+                             outputs=y_pred)
 
     def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool,
-                 extra: Sequence[tf.Tensor] = ()) -> dict:
+                 extra: Sequence[tf.Tensor] = (), outputs: Any = None) -> dict:
         """The capture over ``g``'s ``forward`` ops (the model's call), the inputs ``data`` =
         (x, y, sample_weight) and of ``loss_ops`` (what computing the loss built) only what the loss
         is computed from (not the loss trackers' updates): statistics and/or dump tensors.
         ``extra``: more tensors (a train step's variable handles) whose ``d loss / d t`` the same
-        backward pass builds, left in ``self.extra_gradients`` as TensorFlow returns them."""
+        backward pass builds, left in ``self.extra_gradients`` as TensorFlow returns them.
+        ``outputs``: the model's output (its ``y_pred``), to say where groups are lost before it."""
         x, y, sw = data
         ops = g.get_operations()
         region = {op.name for op in forward}
@@ -284,7 +284,7 @@ class ProbeGraph:
         gid = self._groups(y)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         if gid is not None:
-            self._warn_groups_lost(axis, x)
+            self._warn_groups_lost(axis, x, outputs)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
         # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
@@ -327,12 +327,12 @@ class ProbeGraph:
             out.update(self._dump(everything, gid, labels, x))
         return out
 
-    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x) -> None:
+    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs) -> None:
         """Warn (once) where the batch axis is lost before the model's output: from there on
         tensors have ``all`` rows only and are dumped whole (found by a red team: after an LSTM,
         and under tf.keras 2.15 after a LayerNormalization or a Dense on sequences, the logits
         had no positive/negative rows, with no word)."""
-        outputs = [t for t in tf.nest.flatten(self.outputs) if isinstance(t, tf.Tensor)]
+        outputs = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
         inputs = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor)]
         if self._warned_groups or not any(map(axis.is_batched, inputs)):
             return
