@@ -527,20 +527,8 @@ def test_the_probe_of_a_model_with_its_own_train_step_says_what_it_records(tmp_p
 def test_a_step_differentiating_two_targets_is_refused(tmp_path, caplog, strict):
     """Which of two targets' gradients are the step's is a guess: refused (logged and disabled,
     or raised with strict=True), training untouched."""
-    x, y = _data(24, n=48)
-    plain = _custom(TwoTargets, 24)
-    plain_loss = _fit(plain, x, y, []).history["loss"]
-    probed = _custom(TwoTargets, 24)
-    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
-    if strict:
-        with pytest.raises(RuntimeError, match="differentiates 2 targets"):
-            _fit(probed, x, y, [cb])
-        return
-    probed_loss = _fit(probed, x, y, [cb]).history["loss"]
-    assert "differentiates 2 targets" in caplog.text and "disabled" in caplog.text
-    np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
-    for a, b in zip(probed.variables, plain.variables):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    _refused_without_crashing(tmp_path, caplog, strict, lambda: _custom(TwoTargets, 24), _data(24, n=48),
+                              "differentiates 2 targets")
 
 
 @pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
@@ -1142,20 +1130,29 @@ def test_a_train_step_that_never_calls_the_model_is_refused_without_crashing_fit
         m = _Wrapper()
         m(x[:1])
         return m
-    plain = model()
+    probed = _refused_without_crashing(tmp_path, caplog, strict, model, (x, y), "did not call the model")
+    assert probed is None or "train_step" not in probed.__dict__
+
+
+def _refused_without_crashing(tmp_path, caplog, strict: bool, build, data, why: str):
+    """Fit ``build()``'s model with a statistics-every-step step capture whose refusal says
+    ``why``: raised with strict=True (returns None); else logged, the callback disabled, and
+    training what it is without the callback (returns the fitted model)."""
+    x, y = data
+    plain = build()
     plain_loss = _fit(plain, x, y, []).history["loss"]
-    probed = model()
+    probed = build()
     cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
     if strict:
-        with pytest.raises(RuntimeError, match="did not call the model"):
+        with pytest.raises(RuntimeError, match=why):
             _fit(probed, x, y, [cb])
-        return
+        return None
     probed_loss = _fit(probed, x, y, [cb]).history["loss"]
-    assert "did not call the model" in caplog.text and "disabled" in caplog.text
+    assert why in caplog.text and "disabled" in caplog.text
     np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
     for a, b in zip(probed.variables, plain.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
-    assert "train_step" not in probed.__dict__
+    return probed
 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
