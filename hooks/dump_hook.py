@@ -25,10 +25,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (ALIASES_KEY, DEFAULT_GROUPS, FORMAT_VERSION, LABELS_COLLECTION, LOSS_COLLECTION,
-                              MODES, PLAIN_FORMAT_VERSION, POSITIVE_COLLECTION, STAT_COLUMNS)
+from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION,
+                              STAT_COLUMNS)
 from inspector import format as fmt
 from inspector.icnn.layer import observer_gradients
+from inspector.loghist import concat_rows
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
@@ -109,13 +110,15 @@ def guarded(noun: str):
 _guarded = guarded("hook")
 
 
-def check_options(samples_per_group: int, histogram_bins: int, *patterns) -> None:
+def check_options(samples_per_group: int, histogram_bins: int | None, *patterns) -> None:
     """ValueError for the options DumpHook and InspectCallback share, before anything is built:
-    a negative sample budget, no histogram bins, a regex that does not compile."""
+    a negative sample budget, a regex that does not compile. ``histogram_bins`` no longer
+    applies (the histograms' buckets are fixed): a value is accepted with a warning."""
     if samples_per_group < 0:
         raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-    if histogram_bins < 1:
-        raise ValueError(f"histogram_bins={histogram_bins} must be >= 1")
+    if histogram_bins is not None:
+        log.warning("histogram_bins=%r is ignored: histograms have fixed log-magnitude buckets, 8 per power of two "
+                    "(FORMAT.md, Histograms); remove the argument", histogram_bins)
     for p in patterns:
         capture._compile(p)  # fail early on a bad regex
 
@@ -187,7 +190,8 @@ class DumpHook(v1.train.SessionRunHook):
       samples_per_group: sample budget of a full dump: this many samples of each group
         (first ones by batch index); 2x this many without labels.
       max_bytes: byte budget of this worker's files; dumps beyond it are dropped (recorded).
-      histogram_bins: bins of the in-graph histograms.
+      histogram_bins: ignored (with a warning): the in-graph histograms have fixed
+        log-magnitude buckets (FORMAT.md, "Histograms").
       gradients: also capture d loss / d tensor for every captured tensor.
       strict: raise errors inside the hook instead of logging them and degrading.
       worker: worker name in file names (default from TF_CONFIG, else 'chief').
@@ -240,7 +244,7 @@ class DumpHook(v1.train.SessionRunHook):
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
                  dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
                  dump_on_nonfinite: bool = False, samples_per_group: int = 2,
-                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30, gradients: bool = True,
+                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None, gradients: bool = True,
                  strict: bool = False, worker: str | None = None, queue_size: int = 8,
                  stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
                  native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
@@ -262,7 +266,6 @@ class DumpHook(v1.train.SessionRunHook):
         self.dump_on_nonfinite = dump_on_nonfinite
         self.samples_per_group = samples_per_group
         self.max_bytes = max_bytes
-        self.bins = histogram_bins
         self.with_gradients = gradients
         self.strict = strict
         default_worker, self.is_chief = worker_from_env()
@@ -418,14 +421,13 @@ class DumpHook(v1.train.SessionRunHook):
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
         rows = self._stats.rows + (variables.stats_rows(self._updates.records) if self._updates else [])
-        layout = StatsLayout(*map(tuple, zip(*rows)), self.bins) if self._stats else None
+        layout = StatsLayout(*map(tuple, zip(*rows))) if self._stats else None
         # The writer (a new session of this worker) opens with the session, in after_create_session.
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode=self.mode,
-                                 storage_options=self.storage_options,
-                                 format_version=self._format_version())
+                                 storage_options=self.storage_options)
 
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
         """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
@@ -454,7 +456,7 @@ class DumpHook(v1.train.SessionRunHook):
         records = variables.find_records(g, backward, grads, self.filters)
         self.captured += records
         sources.annotate(self.captured, g)
-        self._updates = (variables.Updates(records, self.bins, self.native_stats, owner=self.worker)
+        self._updates = (variables.Updates(records, self.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
@@ -502,7 +504,7 @@ class DumpHook(v1.train.SessionRunHook):
         return capture.unscale(through, capture.gradients(loss, tensors), scaling.scale)
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
-        self._stats = fast_stats.build_stats(self.captured, gid, self.bins, self.native_stats)
+        self._stats = fast_stats.build_stats(self.captured, gid, self.native_stats)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
@@ -566,7 +568,7 @@ class DumpHook(v1.train.SessionRunHook):
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
             "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
             "config": hook_config(**self.schedule.to_json(), samples_per_group=self.samples_per_group,
-                                  max_bytes=self.max_bytes, histogram_bins=self.bins,
+                                  max_bytes=self.max_bytes,
                                   histogram_sample=fmt.HIST_MAX_ELEMENTS, gradients=self.with_gradients,
                                   dump_on_nonfinite=self.dump_on_nonfinite, strict=self.strict, fsync=self.fsync,
                                   share_gradients=self.share_gradients,
@@ -584,11 +586,6 @@ class DumpHook(v1.train.SessionRunHook):
         g = self._groups or next(iter(self._tower_groups.values()), None)
         entry = None if g is None else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
         return {"groups": entry}
-
-    def _format_version(self) -> int:
-        """3 where the run has named groups (a version 2 reader would not know them), else 2."""
-        g = self._groups or next(iter(self._tower_groups.values()), None)
-        return FORMAT_VERSION if g is not None and tuple(g.names) != DEFAULT_GROUPS else PLAIN_FORMAT_VERSION
 
     # ---- the session ----------------------------------------------------------------------
     @_guarded
@@ -674,7 +671,7 @@ class DumpHook(v1.train.SessionRunHook):
                 self._writer.record_drop(step, reason, self._dump_bytes_estimate)
                 dump = False
         if stats:
-            fetches["stats"] = (self._stats.values, self._stats.hist_range, self._stats.hist)
+            fetches["stats"] = self._stats.tensors()
             if self._bad is not None:
                 fetches["bad_groups"] = self._bad
         if dump:
@@ -769,12 +766,11 @@ class DumpHook(v1.train.SessionRunHook):
             self._batch += 1
         updates = after.get("update", {})
         if stats:
-            values, hist_range, hist = results["stats"]
+            values, *hist = results["stats"]
             self._check_nonfinite(step, values)
             if "update_stats" in after:  # the update rows follow the in-graph rows (the layout's order)
-                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip(
-                    (values, hist_range, hist), after["update_stats"]))
-            self._writer.add_stats(step, values, hist_range, hist, batch=batch or 0,
+                values, *hist = concat_rows([(values, *hist), after["update_stats"]])
+            self._writer.add_stats(step, values, hist, batch=batch or 0,
                                    keep=self._group_rows_check(step, int(results.get("bad_groups", 0)), len(values)))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")

@@ -7,7 +7,7 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
 
 - **fused kernel** (``hooks/native``, compiled once per machine): one op per tensor reads
   it once for per-sample moments (count, mean, squared deviations, min, max, zeros, NaNs;
-  NaN/Inf masked), bins its histogram subsample and returns its all / group rows whole; a
+  NaN/Inf masked), buckets its histogram subsample and returns its all / group rows whole; a
   concat and ~15 ops on vectors of rows finish them. About 8x less op time than the
   stock-op paths below, which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
@@ -15,14 +15,14 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
   (masked for NaN/Inf, centered second moments);
 - **big tensors** take one pass per statistic in their own dtype: per-sample sums of
   deviations from a per-sample pivot (the sample's first element, so the variance does not
-  cancel when |mean| >> std), min, max, zero count, and a histogram from one
-  ``histogram_fixed_width`` over values pre-shifted so each group lands in its own bin range.
+  cancel when |mean| >> std), min, max, zero count, and one bincount of every sample's
+  bucket slots (``exact_stats.bucket_slots``) offset by its group's row.
   If any big tensor holds a NaN/Inf (its sums are not finite), one ``tf.cond`` switches all
   of them to the exact masked ``exact_stats.tensor_stats``.
 
 Example::
 
-    fetch = build_stats(captured, groups, bins=30)   # StatsFetch, rows in capture order
+    fetch = build_stats(captured, groups)   # StatsFetch, rows in capture order
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ from inspector import format as fmt
 
 from . import native
 from .capture import Groups, as_groups, grouping_of
-from .exact_stats import StatsFetch, hist_sample, segments, tensor_stats
+from .exact_stats import (Sparse, StatsFetch, bucket_slots, concat_sparse, dense_hist, hist_sample, segments,
+                          take_sparse, tensor_stats, to_sparse)
 from .structure import accelerator, value_source
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
@@ -62,8 +63,8 @@ class _Item:
                 and (not self.batched or s.rank >= 1))
 
 
-def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, bins: int, use_native: bool = True):
-    """One [R, 9] float64 matrix, [R, 2] ranges and [R, bins] int32 histograms; see exact_stats.build_stats.
+def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_native: bool = True):
+    """One [R, 9] float64 matrix and R sparse histograms; see exact_stats.build_stats.
 
     ``groups``: the run's groups (or a ``capture.group_ids`` tensor: positive/negative);
     tensors with their own (``Captured.grouping``: a tower's) are computed in a pass of their
@@ -104,22 +105,25 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, bins: int
             fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
             rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
             if fused:
-                parts.append(_native_stats(fused, g, bins, lib))
+                parts.append(_native_stats(fused, g, lib))
                 order += fused
             for dev, items_here in [("", rest), *devices.items()]:
                 with tf.device(dev) if dev else contextlib.nullcontext():
-                    parts += _stock_stats(items_here, g, bins, order)
-        values, ranges, hists = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i]
-                                 for i in range(3))
-        # rows come out grouped by path; put them back in capture order
-        start, pos = {}, 0
-        for it in order:
-            start[id(it)] = pos
-            pos += len(it.groups)
-        perm = np.concatenate([start[id(source[id(it)])] + np.arange(len(it.groups)) for it in items]).astype(np.int32)
-        if not np.array_equal(perm, np.arange(len(perm))):
-            values, ranges, hists = (tf.gather(v, perm) for v in (values, ranges, hists))
-    return StatsFetch(values, ranges, hists, rows)
+                    parts += _stock_stats(items_here, g, order)
+        # the rows' assembly runs on the host: only rows cross from a device, and ragged gathers are host ops
+        with tf.device("/cpu:0"):
+            values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
+            hist = concat_sparse([p[1] for p in parts])
+            # rows come out grouped by path; put them back in capture order
+            start, pos = {}, 0
+            for it in order:
+                start[id(it)] = pos
+                pos += len(it.groups)
+            perm = np.concatenate([start[id(source[id(it)])] + np.arange(len(it.groups))
+                                   for it in items]).astype(np.int32)
+            if not np.array_equal(perm, np.arange(len(perm))):
+                values, hist = tf.gather(values, perm), take_sparse(hist, perm)
+    return StatsFetch(values, hist, rows)
 
 
 def gpu_visible() -> bool:
@@ -127,13 +131,13 @@ def gpu_visible() -> bool:
     return bool(tf.config.list_physical_devices("GPU"))
 
 
-def _stock_stats(items: list[_Item], groups: Groups | None, bins: int, order: list[_Item]) -> list:
+def _stock_stats(items: list[_Item], groups: Groups | None, order: list[_Item]) -> list:
     """The stock-op paths for ``items`` (small ones concatenated, big ones one by one), in the
     current device scope; appends to ``order`` the items in the order of the returned parts."""
     small = [it for it in items if it.small]
     big = [it for it in items if not it.small]
     order += small + big
-    return ([_small_stats(small, groups, bins)] if small else []) + ([_big_stats(big, groups, bins)] if big else [])
+    return ([_small_stats(small, groups)] if small else []) + ([_big_stats(big, groups)] if big else [])
 
 
 # ---- shared finishing: per-leaf partials -> the statistics matrix ---------------------------
@@ -146,13 +150,6 @@ def _finish(count, c, s, m2, mn, mx, zeros, nans, nonfinite):
     l2 = tf.sqrt(tf.maximum(m2, 0.0) + c * tf.square(mean))
     return tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mn, nanv), tf.where(has, mx, nanv), l2,
                      zeros / tf.maximum(count, 1.0), nans, nonfinite - nans], axis=1)
-
-
-def _hist_range(mn, mx, c):
-    """numpy's convention: the finite [min, max], widened by 0.5 when empty or a single value."""
-    has = c > 0
-    lo, hi = tf.where(has, mn, tf.zeros_like(mn)), tf.where(has, mx, tf.ones_like(mx))
-    return tf.where(hi > lo, lo, lo - 0.5), tf.where(hi > lo, hi, hi + 0.5)
 
 
 # ---- output rows: leaves (one group of one item) combine into each batched item's all row --
@@ -178,17 +175,15 @@ class _Layout:
         """Each combined (all) row: ``op`` over its leaves; other rows unchanged."""
         return tf.where(tf.constant(self.combine), op(v, tf.constant(self.parent), self.n_out), v)
 
-    def finish(self, values, lo_p, hi_p, hist):
-        """Sum leaf histograms into all rows, drop padding rows: (values, ranges, hists)."""
-        c = tf.constant(self.combine)[:, None]
-        hist = tf.where(c, tf.math.unsorted_segment_sum(hist, tf.constant(self.parent), self.n_out), hist)
-        keep = tf.constant(self.keep)
-        return tf.gather(values, keep), tf.gather(tf.stack([lo_p, hi_p], 1), keep), tf.gather(hist, keep)
+    def finish(self, values: tf.Tensor, dense: tf.Tensor) -> tuple[tf.Tensor, Sparse]:
+        """Drop padding rows: (values, sparse histograms) of the rows kept. ``dense``: [n_out,
+        SLOTS] counts in which every all row already holds its leaves'."""
+        return tf.gather(values, tf.constant(self.keep)), to_sparse(dense, self.keep)
 
 
 def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
     """Per-leaf float64 aggregates ([n_out] each: finite count, sum, centred m2, min, max, zeros,
-    NaNs, elements) -> values [n_out, 9] and every row's histogram range (its all row's)."""
+    NaNs, elements) -> values [n_out, 9]."""
     parent = tf.constant(lay.parent)
     leaf_mean = s / tf.maximum(c, 1.0)
     c_all, s_all = lay.up(c), lay.up(s)
@@ -198,9 +193,7 @@ def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
     mn_all, mx_all = lay.up(mn, tf.math.unsorted_segment_min), lay.up(mx, tf.math.unsorted_segment_max)
     nans_all, zeros_all, elems_all = lay.up(nans), lay.up(zeros), lay.up(elems)
     # count: samples x per-sample elements (what exact_stats.tensor_stats reports, padding included)
-    values = _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
-    lo, hi = _hist_range(mn_all, mx_all, c_all)
-    return values, tf.gather(lo, parent), tf.gather(hi, parent)
+    return _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
 
 
 def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.Tensor,
@@ -221,7 +214,7 @@ def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.T
 PER_TENSOR_OPS = True
 
 
-def _native_stats(items: list[_Item], groups: Groups | None, bins: int, lib):
+def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Tensor, Sparse]:
     k = groups.count if groups is not None else 2
     lay = _Layout(items, k)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
@@ -230,23 +223,23 @@ def _native_stats(items: list[_Item], groups: Groups | None, bins: int, lib):
     # the rest of the step, while the tensor is still in cache, and the tensor's buffer can
     # be reused as in plain training. One op had to wait for the last gradient and kept every
     # captured tensor alive until then (bench_hook's stats-every-one-op row). Each op returns
-    # its tensor's output rows whole (groups combined into all, ranges): what runs after the
-    # last one is a concat and a few ops on vectors of rows.
+    # its tensor's output rows whole (groups combined into all, sparse histograms): what runs
+    # after the last one is a concat and a few ops on vectors of rows.
     spans = [(i, i + 1) for i in range(len(xs))] if PER_TENSOR_OPS else [(0, len(xs))]
     ends = [*lay.base[1:], lay.n_out]
-    parts = [lib.inspector_stats(
+    parts = [lib.inspector_log_stats(
         xs[i:j], ids, batched=batched[i:j], base=[b - lay.base[i] for b in lay.base[i:j]],
-        leaves=ends[j - 1] - lay.base[i], ngroups=k, bins=bins,
-        max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK) for i, j in spans]
-    stats, hist = (tf.concat([p[i] for p in parts], 0) if len(parts) > 1 else parts[0][i] for i in range(2))
-    e, c, mean, m2, mn, mx, zeros, nans, lo, hi = tf.unstack(stats, 10, axis=1)
+        leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
+        for i, j in spans]
+    stats = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
+    hist = concat_sparse([Sparse(*p[1:]) for p in parts])
+    e, c, mean, m2, mn, mx, zeros, nans = tf.unstack(stats, 8, axis=1)
     values = _finish(e, c, c * mean, m2, mn, mx, zeros, nans, e - c)
-    keep = tf.constant(lay.keep)
-    return tf.gather(values, keep), tf.gather(tf.stack([lo, hi], 1), keep), tf.gather(hist, keep)
+    return tf.gather(values, tf.constant(lay.keep)), take_sparse(hist, lay.keep)
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
-def _small_stats(items: list[_Item], groups: Groups | None, bins: int):
+def _small_stats(items: list[_Item], groups: Groups | None) -> tuple[tf.Tensor, Sparse]:
     # Static data rows: one per sample (batched) or one per tensor, each mapped to a leaf row.
     lay = _Layout(items, groups.count if groups is not None else 2)
     lengths, item_of_row, sample_of_row = [], [], []
@@ -294,32 +287,34 @@ def _small_stats(items: list[_Item], groups: Groups | None, bins: int):
     elem_leaf = tf.gather(leaf, row_id)
     dev = tf.where(finite, flat - tf.gather(leaf_mean, elem_leaf), tf.zeros_like(flat))
     m2 = rows_to_leaves(_rows_sum(tf.square(dev), row_id))
-    values, lo_p, hi_p = _combine_leaves(lay, c, s, m2, mn, mx, zeros, nans, elems)
-    # histograms over each item's all-row range; leaves binned separately, then summed upward
-    e_lo, e_hi = tf.gather(lo_p, elem_leaf), tf.gather(hi_p, elem_leaf)
-    idx = tf.clip_by_value(tf.cast(tf.floor((xf - e_lo) / (e_hi - e_lo) * bins), tf.int32), 0, bins - 1)
-    idx = tf.where(finite, idx + bins * elem_leaf, tf.fill(tf.shape(idx), n_out * bins))
-    counts = tf.math.bincount(idx, minlength=n_out * bins + 1, maxlength=n_out * bins + 1, dtype=tf.int32)
-    hist = tf.reshape(counts[: n_out * bins], [n_out, bins])
-    return lay.finish(values, lo_p, hi_p, hist)
+    values = _combine_leaves(lay, c, s, m2, mn, mx, zeros, nans, elems)
+    # histograms: each element counts in its leaf and, for a batched item, in its all row too
+    slots = bucket_slots(flat)
+    parent = tf.gather(tf.constant(lay.parent), elem_leaf)
+    again = tf.not_equal(parent, elem_leaf)
+    dense = dense_hist(tf.concat([slots, tf.boolean_mask(slots, again)], 0),
+                       tf.concat([elem_leaf, tf.boolean_mask(parent, again)], 0), n_out)
+    return lay.finish(values, dense)
 
 
 # ---- big tensors: few passes in the tensor's own dtype -------------------------------------
-def _big_stats(items: list[_Item], groups: Groups | None, bins: int):
+def _big_stats(items: list[_Item], groups: Groups | None) -> tuple[tf.Tensor, Sparse]:
     firsts = [_first_pass(it) for it in items]
     # NaN/Inf anywhere makes a row's sums non-finite: then the exact (masked) path for all.
     sums = tf.add_n([tf.reduce_sum(tf.cast(f["s1"], F64)) + tf.reduce_sum(tf.cast(f["s2"], F64)) for f in firsts])
     ok = tf.math.is_finite(sums)
 
+    def joined(outs: list[tuple[tf.Tensor, Sparse]]) -> tuple[tf.Tensor, ...]:
+        return (tf.concat([o[0] for o in outs], 0), *concat_sparse([o[1] for o in outs]))
+
     def fast():
-        outs = [_fast_tail(it, f, groups, bins) for it, f in zip(items, firsts)]
-        return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
+        return joined([_fast_tail(it, f, groups) for it, f in zip(items, firsts)])
 
     def exact():
-        outs = [tensor_stats(it.x, groups if it.batched else None, bins) for it in items]
-        return tuple(tf.concat([o[i] for o in outs], 0) for i in range(3))
+        return joined([tensor_stats(it.x, groups if it.batched else None) for it in items])
 
-    return tf.cond(ok, fast, exact)
+    values, *hist = tf.cond(ok, fast, exact)
+    return values, Sparse(*hist)
 
 
 def _as_rows(it: _Item) -> tf.Tensor:
@@ -344,7 +339,7 @@ def _first_pass(it: _Item) -> dict:
             "zeros": tf.reduce_sum(tf.cast(tf.equal(x, 0), tf.int32), 1)}
 
 
-def _fast_tail(it: _Item, f: dict, groups: Groups | None, bins: int):
+def _fast_tail(it: _Item, f: dict, groups: Groups | None) -> tuple[tf.Tensor, Sparse]:
     """All values finite: combine per-sample partials into groups, then one histogram pass."""
     x = f["x"]
     n, e = tf.shape(x)[0], tf.cast(tf.shape(x)[1], F64)
@@ -375,20 +370,7 @@ def _fast_tail(it: _Item, f: dict, groups: Groups | None, bins: int):
         z = pick(z, tf.reduce_sum(z))
     zero = tf.zeros_like(c)
     values = _finish(c, c, mean * c, m2, mn, mx, z, zero, zero)
-    lo, hi = _hist_range(mn[0], mx[0], c[0])
-    # numpy's binning in one op per group (it computes (x - lo) / step in float64); a group's
-    # samples are gathered first: one copy pass, cheaper than shifting values per group.
-    value_range = tf.cast(tf.stack([lo, hi]), x.dtype)
-    x = hist_sample(x)
-
-    def hist(rows: tf.Tensor) -> tf.Tensor:
-        return tf.histogram_fixed_width(rows, value_range, nbins=bins, dtype=tf.int32)
-
-    if nseg == 1:
-        h = hist(x)[None]
-    else:
-        per = [hist(tf.gather(x, tf.reshape(tf.where(tf.equal(seg, k)), [-1]))) for k in range(nseg)]
-        h = tf.stack([tf.add_n(per), *per[:-1]])
-    rng = tf.tile(tf.stack([lo, hi])[None], [nseg, 1])
-    return values, rng, h
-
+    dense = dense_hist(bucket_slots(hist_sample(x)), seg[:, None], nseg)
+    if nseg > 1:
+        dense = tf.concat([tf.reduce_sum(dense, 0, keepdims=True), dense[:-1]], 0)
+    return values, to_sparse(dense)

@@ -35,6 +35,7 @@ import tensorflow as tf
 from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
 from inspector.errors import InspectorError
+from inspector.loghist import concat_rows
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, MAX_MANIFEST_BYTES, load_manifest
 from inspector.storage import normalize
 from inspector.units import human_bytes
@@ -112,7 +113,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
                  dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
                  dump_on_nonfinite: bool = False,
-                 samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int = 30,
+                 samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None,
                  gradients: bool = True, training: bool = False, strict: bool = False, worker: str | None = None,
                  queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
                  native_stats: bool = True, batched: str | Sequence[str] | None = None,
@@ -136,8 +137,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
-        self.options = ProbeOptions(self.filters, positive, samples_per_group, histogram_bins, gradients,
-                                    native_stats, training, dict(batched=batched, unbatched=unbatched))
+        self.options = ProbeOptions(self.filters, positive, samples_per_group, gradients, native_stats, training,
+                                    dict(batched=batched, unbatched=unbatched))
         self.max_bytes, self.strict, self.fsync = max_bytes, strict, fsync
         self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
         default_worker, self.is_chief = worker_from_env()
@@ -335,13 +336,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         in_graph = isinstance(self._graph, StepGraph)
         updates = out.get("update", {}) if in_graph else self._updates()
         if stats:
-            values, hist_range, hist = (np.asarray(a) for a in out["stats"])   # in_graph: the update rows too
+            values, *hist = (np.asarray(a) for a in out["stats"])   # in_graph: the update rows too
             if self._graph.variables and not in_graph:  # update rows follow (count 0: no "before" copy)
                 rows = variables.numpy_stats(
-                    [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables],
-                    self.options.bins)
-                values, hist_range, hist = (np.concatenate([a, b]) for a, b in zip((values, hist_range, hist), rows))
-            self._writer.add_stats(step, values, hist_range, hist, keep=self._ungrouped_check(step, values))
+                    [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables])
+                values, *hist = concat_rows([(values, *hist), rows])
+            self._writer.add_stats(step, values, hist, keep=self._ungrouped_check(step, values))
             self._check_nonfinite(step, values)
         if dump:
             arrays = {k: np.asarray(v) for k, v in {**out["dump"], **out["samples"]}.items()}
@@ -475,7 +475,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._fit_watch = None
         self._refusals = groups.Refusals()
         rows = graph.rows + variables.stats_rows(graph.variables)
-        layout = StatsLayout(*map(tuple, zip(*rows)), self.options.bins) if rows else None
+        layout = StatsLayout(*map(tuple, zip(*rows))) if rows else None
         if self._estimated is not graph:   # once per graph, not per fit: later dumps measure it
             kept = max(1, 2 * self.options.samples_per_group)
             self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
@@ -533,7 +533,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             "probe": probe, "step_offset": self._step_offset,
             "loss": graph.loss_name, "labels": graph.labels_name,
             "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
-                       "max_bytes": self.max_bytes, "histogram_bins": self.options.bins,
+                       "max_bytes": self.max_bytes,
                        "histogram_sample": fmt.HIST_MAX_ELEMENTS,
                        "gradients": self.options.gradients, "dump_on_nonfinite": self.dump_on_nonfinite,
                        "strict": self.strict, "fsync": self.fsync, "share_gradients": False,

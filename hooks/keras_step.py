@@ -15,7 +15,7 @@ Example (what ``InspectCallback`` does)::
     step = StepGraph(model, options)
     step.install()                       # in set_model: before fit builds its train function
     step.use((True, False))              # in on_train_batch_begin of a statistics step
-    out = step.results()                 # in on_train_batch_end: {"stats": (values, ranges, hists)}
+    out = step.results()                 # in on_train_batch_end: {"stats": (values, hist splits, index, count)}
     step.use(None); step.uninstall()     # after the step; at the end of fit
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from typing import Any, Iterator
 import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops   # get_gradient_function: tf.gradients' own rule
 
+from .exact_stats import concat_stats
 from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
 from .variables import update_stats
 
@@ -391,8 +392,7 @@ class StepGraph(ProbeGraph):
             out.update(self._updates(key))
             if "update_stats" in out:   # the layout's order, one matrix each: 3 reads after the step, not 6
                 rows = out.pop("update_stats")
-                out["stats"] = tuple(tf.concat([a, b], 0) for a, b in zip(out["stats"], rows)) if out.get("stats") \
-                    else rows
+                out["stats"] = concat_stats([out["stats"], rows]) if out.get("stats") else rows
             self._store(key, out)
 
     def _capture_step(self, g, data, calls, box: dict, key: Key, extra) -> dict:
@@ -435,7 +435,7 @@ class StepGraph(ProbeGraph):
                      for r, v in self.traced_variables}
             out: dict = {}
             if stats and delta:
-                out["update_stats"] = update_stats(list(delta.values()), self.options.bins, self.options.native_stats)
+                out["update_stats"] = update_stats(list(delta.values()), self.options.native_stats)
             if dump and delta:
                 out["update"] = delta
         return out

@@ -9,7 +9,7 @@ Example::
 
     probe = ProbeGraph(model, x, y, options)            # options: ProbeOptions
     fn = probe.function(stats=True, dump=False)         # a concrete function (traced once)
-    out = fn(*probe.args)                               # {"stats": (values, ranges, hists)}
+    out = fn(*probe.args)                               # {"stats": (values, hist splits, index, count)}
     probe.captured                                      # catalog, in statistics row order
 """
 from __future__ import annotations
@@ -33,7 +33,6 @@ class ProbeOptions:
     filters: dict
     positive: Callable | Any = None
     samples_per_group: int = 2
-    bins: int = 30
     gradients: bool = True
     native_stats: bool = True
     training: bool = False
@@ -320,8 +319,8 @@ class ProbeGraph:
         self.input_names = [t.name for t in tf.nest.flatten(x) if t is not None]
         out: dict[str, Any] = {}
         if want_stats:
-            st = fast_stats.build_stats(everything, gid, self.options.bins, self.options.native_stats)
-            out["stats"] = (st.values, st.hist_range, st.hist) if st is not None else ()
+            st = fast_stats.build_stats(everything, gid, self.options.native_stats)
+            out["stats"] = st.tensors() if st is not None else ()
             self.rows = st.rows if st is not None else []
         if want_dump:
             out.update(self._dump(everything, gid, labels, x))

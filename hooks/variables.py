@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 from inspector.format import STAT_COLUMNS, hist_sample
+from inspector.loghist import sparse_of
 
 from .capture import DEFAULT_EXCLUDE, Captured
 from .structure import feeds, zero_gradient_expected
@@ -159,14 +160,15 @@ def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
     return [(r.variable, "update", "all") for r in records]
 
 
-def numpy_stats(arrays: Sequence[np.ndarray], bins: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Statistics of each array (not batched), as the in-graph kernels compute them: values
-    [n, 9] in STAT_COLUMNS order, histogram ranges [n, 2], histograms [n, bins]. Vectorized
-    over the arrays (a per-array loop cost ~0.3 ms each on a ResNet's 25 variables).
+    [n, 9] in STAT_COLUMNS order and the n rows' log-magnitude histograms as (splits [n + 1],
+    bucket index [N], count [N]) (``inspector.loghist``). Vectorized over the arrays (a
+    per-array loop cost ~0.3 ms each on a ResNet's 25 variables).
 
-    >>> values, rng, hist = numpy_stats([np.array([0.0, 1.0, np.nan]), np.ones(2)], 2)
-    >>> values[:, :2].tolist(), hist.tolist()
-    ([[3.0, 0.5], [2.0, 1.0]], [[1, 1], [0, 2]])
+    >>> values, splits, index, count = numpy_stats([np.array([0.0, 1.0, np.nan]), np.ones(2)])
+    >>> values[:, :2].tolist(), splits.tolist(), index.tolist(), count.tolist()
+    ([[3.0, 0.5], [2.0, 1.0]], [0, 2, 3], [0, 1010, 1010], [1, 1, 2])
     """
     n = len(arrays)
     flat = [np.asarray(a, np.float64).ravel() for a in arrays]
@@ -196,19 +198,10 @@ def numpy_stats(arrays: Sequence[np.ndarray], bins: int) -> tuple[np.ndarray, np
     values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan), np.where(has, std, np.nan),
                        np.where(has, lo, np.nan), np.where(has, hi, np.nan), np.sqrt(m2 + c * mean ** 2),
                        ssum((x == 0).astype(np.float64)) / np.maximum(sizes, 1), nan, sizes - c - nan], 1)
-    h_lo, h_hi = np.where(has, lo, 0.0), np.where(has, hi, 1.0)
-    same = ~(h_hi > h_lo)
-    h_lo, h_hi = np.where(same, h_lo - 0.5, h_lo), np.where(same, h_hi + 0.5, h_hi)
-    # a histogram counts a subsample of large tensors (FORMAT.md); one bincount for all of them
-    samples = [hist_sample(a, 1).ravel() if a.size else a for a in flat]
-    hseg = np.repeat(np.arange(n), [a.size for a in samples])
-    h = np.concatenate(samples) if n else np.zeros(0)
-    ok = np.isfinite(h)
-    h, hseg = h[ok], hseg[ok]
-    idx = np.clip(np.floor((h - h_lo[hseg]) / (h_hi[hseg] - h_lo[hseg]) * bins).astype(np.int64), 0, bins - 1)
-    hist = np.bincount(idx + hseg * bins, minlength=n * bins).reshape(n, bins)
+    # a histogram counts a subsample of large tensors (FORMAT.md)
+    splits, index, count = sparse_of([hist_sample(a, 1).ravel() if a.size else a for a in flat])
     assert values.shape[1] == len(STAT_COLUMNS)
-    return values, np.stack([h_lo, h_hi], 1), hist.astype(np.int32)
+    return values, splits, index, count
 
 
 class Updates:
@@ -226,8 +219,7 @@ class Updates:
     Scaffold); each is written before it is read in every session. ``owner`` (the worker)
     names them apart where a parameter server would otherwise share them between workers."""
 
-    def __init__(self, records: Sequence[VariableRecord], bins: int = 30, use_native: bool = True,
-                 owner: str = "") -> None:
+    def __init__(self, records: Sequence[VariableRecord], use_native: bool = True, owner: str = "") -> None:
         self.records = [r for r in records if r.after is not None]
         with tf.name_scope("tf_inspector/updates"):
             saves, self.delta = [], {}
@@ -243,16 +235,17 @@ class Updates:
                 self.delta[r.variable] = tf.subtract(_host(r.after), _host(before), name="update")
             #: fetched with the training run: the snapshots of the values before its update
             self.save = tf.group(*saves, name="save_before")
-            #: rows for :func:`stats_rows`, in record order: (values, hist_range, hist)
-            self.stats = update_stats([self.delta[r.variable] for r in self.records], bins, use_native)
+            #: rows for :func:`stats_rows`, in record order: (values, hist splits, index, count)
+            self.stats = update_stats([self.delta[r.variable] for r in self.records], use_native)
 
 
-def update_stats(deltas: Sequence[tf.Tensor], bins: int, use_native: bool = True) -> tuple:
-    """(values, hist_range, hist) of the updates ``deltas`` in the graph, one statistics row
-    each (unbatched, no groups), in order: the rows that follow the captured tensors' rows."""
+def update_stats(deltas: Sequence[tf.Tensor], use_native: bool = True) -> tuple:
+    """(values, hist splits, hist index, hist count) of the updates ``deltas`` in the graph, one
+    statistics row each (unbatched, no groups), in order: the rows that follow the captured
+    tensors' rows."""
     from .fast_stats import build_stats
-    fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None, bins, use_native)
-    return fetch.values, fetch.hist_range, fetch.hist
+    fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None, use_native)
+    return fetch.tensors()
 
 
 def _host(t: tf.Tensor) -> tf.Tensor:

@@ -230,8 +230,9 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
         write_file(target, lambda f: pq.write_table(table, f), force)
     else:
         df = Run.to_pandas(table)
-        if "histogram" in df:
-            df["histogram"] = [" ".join(map(str, h)) for h in df["histogram"]]
+        for column in ("histogram", "hist_bucket", "hist_count"):   # lists as space-separated numbers
+            if column in df:
+                df[column] = [" ".join(map(str, h)) if h is not None else "" for h in df[column]]
         write_file(target, lambda f: df.to_csv(f, index=False), force)
     return f"wrote {table.num_rows} statistics rows to {target}"
 

@@ -32,13 +32,13 @@ FORMAT_NAME = "tf-inspector-run"
 #: worker/session/mode/batch, ``dropped`` and ``errors`` are aggregated records.
 #: Version 1 runs (no session in file names) are read as session 0, mode ``train``.
 #: 3: statistics and dumps may carry named sample groups (``groups=``: per class, a user
-#: function); the manifest's ``groups`` names them. A run with the default positive/negative
-#: groups is still written as version 2, so older readers read it unchanged; a version 2
-#: reader would refuse other group names as damaged, so those runs say 3 (it then asks for
-#: an upgrade). FORMAT_VERSION: the newest version this reader reads.
-FORMAT_VERSION = 3
-PLAIN_FORMAT_VERSION = 2
-TOOL_VERSION = "0.2.0"
+#: function); the manifest's ``groups`` names them.
+#: 4: a statistics row's histogram is log-magnitude (``hist_bucket``, ``hist_count``:
+#: inspector/loghist.py), not equal-width (``hist_lo``, ``hist_hi``, ``histogram``). Every
+#: session this version writes says 4. FORMAT_VERSION: the newest version this reader reads
+#: (and the one it writes).
+FORMAT_VERSION = 4
+TOOL_VERSION = "0.3.0"
 
 _W = r"(?P<worker>[A-Za-z0-9_-]+)"
 _S = r"\.s(?P<session>\d+)"
@@ -113,7 +113,7 @@ def hist_sample(values, samples: int = 1, size: int | None = None):
     Example::
 
         size = histogram_sample(run.manifests[(worker, session)]["config"])
-        counts, _ = np.histogram(hist_sample(x, len(x), size), bins, (hist_lo, hist_hi))
+        hist = LogHistogram.of(hist_sample(x, len(x), size))    # inspector.loghist
     """
     import numpy as np
     rows = np.asarray(values).reshape(samples, -1)

@@ -49,7 +49,7 @@ GROUPS_REFUSED_KEY = "groups_refused"
 #: kernels ran, ``mode`` the mode the hook wrote.
 CONFIG_DEFAULTS: dict[str, Any] = {
     "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [], "samples_per_group": 2,
-    "max_bytes": 2 * 1024 ** 3, "histogram_bins": 30,
+    "max_bytes": 2 * 1024 ** 3,
     "histogram_sample": HIST_MAX_ELEMENTS, "gradients": True, "dump_on_nonfinite": False,
     "strict": False, "fsync": False, "share_gradients": True, "native_stats": True, "mode": "train",
     "eval_stats_batches": None, "eval_dump_batches": 1, "include": None, "exclude": None, "op_types": None,

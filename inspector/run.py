@@ -27,13 +27,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import graphdef, safetensors_io
+from . import graphdef, histograms, safetensors_io
 from .dump_schema import check_samples
 from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
                      nearest, suggest)
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
+from .loghist import LogHistogram
 from . import manifest_schema
 from .manifest_schema import CALLER_DEFAULTS, GROUPS_REFUSED_KEY, load_manifest, with_caller_defaults
 from .stats_parts import live_parts
@@ -511,10 +512,11 @@ class Run:
         """Training statistics of the default worker, a step recorded twice taken from the later
         session: one row per (step, tensor, kind, group). Columns: worker, session, mode, step,
         batch, tensor, kind, group, count, mean, std, min, max, l2, zero_fraction, nan, inf,
-        hist_lo, hist_hi, histogram. Use :meth:`query_stats` for other modes, workers, sessions.
-
-        ``histogram`` holds the bin counts (Arrow-backed lists); the bin edges are
-        ``np.linspace(hist_lo, hist_hi, bins + 1)`` (see :meth:`histogram`)."""
+        and the histogram: ``hist_bucket``, ``hist_count`` (Arrow-backed lists: the non-empty
+        log-magnitude buckets, :mod:`inspector.loghist`; see :meth:`log_histogram`), or in runs
+        written before format version 4 ``hist_lo``, ``hist_hi``, ``histogram`` (equal-width
+        bins: edges ``np.linspace(hist_lo, hist_hi, bins + 1)``). Use :meth:`query_stats` for
+        other modes, workers, sessions."""
         return self._to_pandas(self._read_stats())
 
     @property
@@ -641,7 +643,8 @@ class Run:
         categories, histograms as Arrow lists."""
         if table.num_columns == 0:
             return pd.DataFrame(columns=[*_IDENTITY, "tensor", "kind", "group"])
-        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t) else None)
+        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t)
+                             or pa.types.is_list(t) else None)
         for c in ("tensor", "kind", "group", "worker", "mode"):
             if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
                 df[c] = df[c].astype("category")
@@ -649,13 +652,10 @@ class Run:
 
     _to_pandas = to_pandas  # the name this module's callers used
 
-    def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
-                  mode: str | None = None, worker: str | None = None, session: int | None = None,
-                  batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Bin edges and counts of the in-graph histogram of ``tensor`` at ``step``. Raises
-        InspectorError when the choice is ambiguous (rows of several workers: pass ``worker=``)."""
+    def _histogram_row(self, tensor: str, step: int, kind: str, group: str, mode: str | None, worker: str | None,
+                       session: int | None, batch: int | None) -> pd.Series:
         df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
-                              columns=["hist_lo", "hist_hi", "histogram"], mode=mode, worker=worker, session=session)
+                              columns=list(histograms.COLUMNS), mode=mode, worker=worker, session=session)
         df = df[df["batch"] == (self._where(mode, worker, batch)[2] or 0)]
         if df.empty:
             have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode, worker=worker,
@@ -663,9 +663,52 @@ class Run:
             raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step {step}; "
                               f"nearest steps with statistics: {nearest(step, have)}")
         _one_source(df, f"statistics of {tensor!r} at step {step}")
-        row = df.iloc[0]
-        counts = np.asarray(row["histogram"], dtype=np.int64)
-        return np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1), counts
+        return df.iloc[0]
+
+    def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
+                  mode: str | None = None, worker: str | None = None, session: int | None = None,
+                  batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """numpy-style bin edges and counts of the in-graph histogram of ``tensor`` at ``step``
+        (``np.histogram``'s form, for plotting): equal-width bins in runs before format version
+        4; else the log-magnitude buckets and the gaps between them
+        (:func:`inspector.histograms.edges_and_counts`; :meth:`log_histogram` gives the buckets
+        themselves). Raises InspectorError when the choice is ambiguous (rows of several
+        workers: pass ``worker=``)."""
+        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
+        return histograms.edges_and_counts(h) if h is not None else (np.array([0.0, 1.0]), np.zeros(1, np.int64))
+
+    def log_histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
+                      mode: str | None = None, worker: str | None = None, session: int | None = None,
+                      batch: int | None = None) -> LogHistogram:
+        """The log-magnitude histogram of ``tensor`` at ``step`` (:class:`~inspector.loghist.LogHistogram`:
+        its non-empty buckets and their counts; ``.quantiles(q)``, ``.edges()``). InspectorError
+        for a row written before format version 4 (equal-width bins: :meth:`histogram`)."""
+        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
+        if not isinstance(h, LogHistogram):
+            raise InspectorError(f"the statistics of {tensor!r} at step {step} were written before format version 4: "
+                                 f"their histogram has equal-width bins, not log-magnitude buckets; read "
+                                 f"run.histogram() instead")
+        return h
+
+    def quantiles(self, tensor: str, steps: tuple[int, int] | None = None, kind: str = "forward",
+                  group: str = "all", q: Sequence[float] = (0.0, 0.07, 0.16, 0.5, 0.84, 0.93, 1.0), *,
+                  mode: str | None = None, worker: str | None = None, session: int | str | None = None
+                  ) -> pd.DataFrame:
+        """Quantiles ``q`` (each in [0, 1]) of ``tensor`` per statistics step: one row per step
+        (and batch, worker or session where the view holds several), columns ``q0.5`` etc.,
+        from the log-magnitude histograms. Each is within ``RELATIVE_ERROR`` (1/17, 5.9%) of
+        the exact quantile (rank ``floor(q * (n - 1))``) of the values the histogram counts:
+        every finite element, or for a tensor over the histogram's sample size its subsample
+        (FORMAT.md, "Histograms"); ``attrs["relative_error"]`` states the bound. ``q`` defaults
+        to TensorBoard's distribution bands (0, 7, 16, 50, 84, 93, 100 %).
+
+        Example::
+
+            run.quantiles("conv3/Relu:0", kind="gradient", group="negative", q=[0.5, 0.99])
+        """
+        df = self.query_stats([tensor], steps=steps, kinds=[kind], groups=[group], columns=list(histograms.COLUMNS),
+                              mode=mode, worker=worker, session=session)
+        return histograms.quantile_frame(df.sort_values("step", kind="stable"), q)
 
     # ---- full dumps ----------------------------------------------------------------------
     @cached_property

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from .errors import DamagedFileError
 from .format import GROUP_NAME_RE, KINDS, STAT_COLUMNS
+from .loghist import COLUMNS as LOG_HIST
 from .safe_files import check_regular
 from .stats_parts import row_groups_for
 
@@ -36,10 +37,17 @@ COLUMNS = {
            and pa.types.is_int32(t.index_type) and not t.ordered)  # as dictionary_encode() makes
        for c in ("tensor", "kind", "group")},
     **{c: (pa.types.is_int64 if c in _INT else pa.types.is_float64) for c in STAT_COLUMNS},
+    # the log-magnitude histogram (format version 4, inspector/loghist.py)
+    "hist_bucket": lambda t: pa.types.is_list(t) and pa.types.is_int16(t.value_type),
+    "hist_count": lambda t: pa.types.is_list(t) and pa.types.is_int32(t.value_type),
+    # the equal-width histogram of runs written before it
     "hist_lo": pa.types.is_float64,
     "hist_hi": pa.types.is_float64,
     "histogram": lambda t: pa.types.is_fixed_size_list(t) and pa.types.is_int32(t.value_type),
 }
+#: The two histogram schemes: a part has every column of one of them (and none of the other).
+LINEAR_HIST = ("hist_lo", "hist_hi", "histogram")
+HISTOGRAMS = (LOG_HIST, LINEAR_HIST)
 #: Columns every part must have.
 REQUIRED = ("step", "tensor", "kind", "group")
 #: Columns a version 1 part lacks (the reader adds them from the file name); a version 2 part
@@ -55,8 +63,15 @@ def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | N
                        version1: bool = False) -> None:
     """DamagedFileError naming ``path`` unless ``schema`` has the REQUIRED columns and every
     known column (COLUMNS) has the writer's type. ``columns``: the columns read (None: all,
-    so every column of COLUMNS must be there: a damaged name would else read as missing)."""
-    wanted = COLUMNS if columns is None else [c for c in columns if c in COLUMNS]
+    so every column of COLUMNS must be there, of one histogram scheme: a damaged name would
+    else read as missing). A histogram column of the scheme a part does not have is never
+    missing: a query for one scheme's columns reads the other's parts without them."""
+    scheme = next((h for h in HISTOGRAMS if any(c in schema.names for c in h)), LOG_HIST)
+    other = {c for h in HISTOGRAMS if h is not scheme for c in h}
+    wanted = [c for c in (COLUMNS if columns is None else columns) if c in COLUMNS and c not in other]
+    if any(c in schema.names for c in other):
+        raise DamagedFileError(f"damaged statistics file {path}: it has columns of both histogram schemes "
+                               f"({', '.join(c for c in schema.names if c in LOG_HIST + LINEAR_HIST)})")
     missing = [c for c in dict.fromkeys([*REQUIRED, *wanted]) if c not in schema.names
                and not (version1 and c in OPTIONAL)]
     if missing:

@@ -33,13 +33,17 @@ import numpy as np
 
 from .analysis import icnn_mask, icnn_mu
 from .errors import InspectorError
-from .format import GROUPS, STAT_COLUMNS, manifest_name
+from .format import GROUPS, HIST_MAX_ELEMENTS, STAT_COLUMNS, manifest_name
 from .graphdef import Node, encode_graph_def
+from .loghist import LogHistogram, bucket_edges, bucket_index
 from .manifest_schema import CONFIG_DEFAULTS, hook_config
 from .storage import normalize
 from .writer import RunWriter, StatsLayout
 
 BATCH = 32
+#: Log-magnitude buckets per sign in a synthetic histogram: 12 powers of two below each row's
+#: largest magnitude (a 16,384-value subsample of a Laplace spans about as many)
+WINDOW = 96
 ICNN_ROLES_SPEC = {  # role: (op_type, batched, has_gradient)
     "pre_mask": ("Identity", True, True), "mask": ("Maximum", True, False), "mu": ("Pack", True, False),
     "sqrtvar": ("Sqrt", True, False), "post_mask": ("Relu", True, True), "beta": ("ReadVariableOp", False, False),
@@ -138,7 +142,7 @@ class SyntheticRun:
 
     def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
                  samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
-                 dead_relu: bool = True, bins: int = 30, stats_flush_secs: float = 10.0,
+                 dead_relu: bool = True, stats_flush_secs: float = 10.0,
                  dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
                  storage_options: dict | None = None, graph: bool = True,
                  image: tuple[int, int, int] | None = None, channels: int = 8) -> None:
@@ -147,7 +151,7 @@ class SyntheticRun:
         self.catalog = build_catalog(tensors, icnn, icnn_channels=channels, image=image)
         self.rng = np.random.default_rng(seed)
         self.seed, self.steps_hint, self.dump_every, self.samples = seed, max(steps_hint, 1), dump_every, samples
-        self.nonfinite_at, self.bins, self.dropped_steps = nonfinite_at, bins, set(dropped_steps)
+        self.nonfinite_at, self.dropped_steps = nonfinite_at, set(dropped_steps)
         self._sync_token = 0
         relus = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
         self.dead = relus[len(relus) // 3] if dead_relu and len(relus) >= 2 else None
@@ -161,13 +165,13 @@ class SyntheticRun:
         self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
         # the same manifest keys as hooks.DumpHook writes (one schema: manifest_schema)
         config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1, "dump_every_n_steps": dump_every,
-                                "samples_per_group": samples // 2, "max_bytes": None, "histogram_bins": bins,
+                                "samples_per_group": samples // 2, "max_bytes": None,
                                 "native_stats": False})
         manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0",
                     "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
                     "first_nonfinite": None, "synthetic_seed": seed}
-        layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group), bins)
+        layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group))
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
                                 stats_flush_secs=stats_flush_secs, worker=worker,
                                 storage_options=storage_options,
@@ -213,7 +217,8 @@ class SyntheticRun:
         return np.where(self.r_batched, n, 1) * self.r_per_sample
 
     def stats_block(self, steps: np.ndarray):
-        """values [S,R,9], hist_range [S,R,2], hist [S,R,bins] for ``steps`` (vectorised)."""
+        """values [S,R,9], histogram bucket indices [S,R,B] (ascending in each row) and counts
+        [S,R,B] for ``steps`` (vectorised)."""
         s = np.asarray(steps, np.float64)[:, None]
         t = s / self.steps_hint
         rng = np.random.default_rng([self.seed, 7, int(steps[0])])
@@ -237,21 +242,44 @@ class SyntheticRun:
         lo = np.where(relu, 0.0, loc - tail)
         hi = np.where(relu, np.where(zero >= 1, 0.0, tail), loc + tail)
         l2 = np.sqrt(count * ex2)
-        k = np.linspace(0, 1, self.bins + 1)
-        edges = lo[..., None] + (hi - lo)[..., None] * k
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            sc = np.maximum(scale, 1e-30)[..., None]
-            cdf_exp = 1 - np.exp(-np.maximum(edges, 0) / sc)
-            z = (edges - loc[..., None]) / sc
-            cdf_lap = np.where(z < 0, 0.5 * np.exp(np.minimum(z, 0)), 1 - 0.5 * np.exp(-np.maximum(z, 0)))
-            cdf = np.where(relu[..., None], zero[..., None] + (1 - zero[..., None]) * cdf_exp, cdf_lap)
-        cdf[..., 0], cdf[..., -1] = np.where(relu, 0.0, cdf[..., 0]), 1.0
-        hist = np.rint(np.diff(cdf, axis=-1) * count[..., None]).astype(np.int32)
         values = np.stack([count, mean, std, lo, hi, l2, np.where(relu, zero, 0.0),
                            np.zeros_like(count), np.zeros_like(count)], axis=-1)
-        self._special_rows(steps, values, edges, hist)
+        index, hist = self._log_hist(count, relu, zero, loc, scale, np.maximum(np.abs(lo), np.abs(hi)))
+        self._special_rows(steps, values, index, hist)
         self._nonfinite(steps, values)
-        return values, np.stack([lo, hi], -1), hist
+        hist[values[..., STAT_COLUMNS.index("nan")] >= count] = 0    # all NaN: no finite value counted
+        return values, index, hist
+
+    def _log_hist(self, count, relu, zero, loc, scale, top) -> tuple[np.ndarray, np.ndarray]:
+        """Log-magnitude histograms [S, R, 2W + 1] (bucket indices ascending, counts) of the
+        rows' distributions: a window of W buckets below each row's largest magnitude on each
+        side and bucket 0; the mass below the window goes to its first bucket. Counts are of
+        ``min(count, HIST_MAX_ELEMENTS)`` values, as the hook's subsample."""
+        w = WINDOW
+        b_top = np.maximum(bucket_index(np.maximum(top, 1e-30))[0].astype(np.int64), w + 1)
+        pos = b_top[..., None] - w + 1 + np.arange(w)                 # [S, R, W] ascending
+        e_lo, e_hi = bucket_edges(pos)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            sc = np.maximum(scale, 1e-30)[..., None]
+            rl, zr, lc = relu[..., None], zero[..., None], loc[..., None]
+
+            def cdf(x):
+                lap_z = (x - lc) / sc
+                lap = np.where(lap_z < 0, 0.5 * np.exp(np.minimum(lap_z, 0)), 1 - 0.5 * np.exp(-np.maximum(lap_z, 0)))
+                exp = np.where(x > 0, zr + (1 - zr) * (1 - np.exp(-np.maximum(x, 0) / sc)), np.where(x == 0, zr, 0.0))
+                return np.where(rl, exp, lap)
+
+            at0 = cdf(np.zeros_like(e_lo[..., :1]))
+            above = cdf(e_hi) - cdf(e_lo)
+            above[..., 0] += cdf(e_lo[..., :1])[..., 0] - at0[..., 0]
+            above[..., -1] += 1 - cdf(e_hi[..., -1:])[..., 0]
+            below = cdf(-e_lo) - cdf(-e_hi)
+            below[..., 0] += at0[..., 0] - np.where(rl[..., 0], zr[..., 0], cdf(-e_lo[..., :1])[..., 0])
+            zeros = np.where(relu, zero, 0.0)[..., None]
+        mass = np.nan_to_num(np.concatenate([below[..., ::-1], zeros, above], -1))
+        n = np.minimum(count, HIST_MAX_ELEMENTS)[..., None]
+        index = np.concatenate([-pos[..., ::-1], np.zeros_like(pos[..., :1]), pos], -1)
+        return index.astype(np.int16), np.rint(np.clip(mass, 0, 1) * n).astype(np.int32)
 
     def beta(self, step: int | np.ndarray) -> np.ndarray:
         """beta [.., C] at ``step``: from 2.0 toward the per-filter target (ICNN.md's update)."""
@@ -263,8 +291,8 @@ class SyntheticRun:
         decay = np.exp(-np.asarray(step, np.float64)[..., None] / (0.4 * self.steps_hint))
         return self.loss_final + (0.0 - self.loss_final) * decay
 
-    def _special_rows(self, steps, values, edges, hist) -> None:
-        """Exact statistics for the non-batched tensors (beta, filter loss, loss)."""
+    def _special_rows(self, steps, values, index, hist) -> None:
+        """Exact statistics and histograms for the non-batched tensors (beta, filter loss, loss)."""
         for j in self.special:
             name = self.row_tensor[j]
             if self.row_kind[j] == "gradient":
@@ -279,11 +307,13 @@ class SyntheticRun:
             hi = np.where(hi > lo, hi, lo + 1e-6)
             values[:, j] = np.stack([np.full(len(v), v.shape[1]), v.mean(1), v.std(1), lo, hi,
                                      np.sqrt((v ** 2).sum(1)), (v == 0).mean(1), 0 * lo, 0 * lo], -1)
-            e = lo[:, None] + (hi - lo)[:, None] * np.linspace(0, 1, self.bins + 1)
-            edges[:, j] = e
-            pos = np.clip(((v - lo[:, None]) / (hi - lo)[:, None] * self.bins).astype(int), 0, self.bins - 1)
-            hist[:, j] = 0
-            np.add.at(hist[:, j], (np.repeat(np.arange(len(v)), v.shape[1]), pos.ravel()), 1)
+            for k, row in enumerate(v):
+                h = LogHistogram.of(row)
+                index[k, j] = 0
+                hist[k, j] = 0
+                index[k, j, :len(h.index)] = h.index
+                hist[k, j, :len(h.index)] = h.count
+                index[k, j, len(h.index):] = h.index[-1] + 1 + np.arange(index.shape[-1] - len(h.index))
 
     def _nonfinite(self, steps, values) -> None:
         """At ``nonfinite_at`` one ReLU overflows (Inf); from the next step on, NaN spreads to
@@ -379,9 +409,9 @@ class SyntheticRun:
         """Write statistics for steps ``start..stop-1`` and the dumps that fall in that range."""
         for a in range(start, stop, chunk):
             steps = np.arange(a, min(a + chunk, stop))
-            values, ranges, hist = self.stats_block(steps)
+            values, index, hist = self.stats_block(steps)
             for k, s in enumerate(steps):
-                self.writer.add_stats(int(s), values[k], ranges[k], hist[k])
+                self.writer.add_stats(int(s), values[k], sparse_rows(index[k], hist[k]))
                 if self.dump_every and s % self.dump_every == 0:
                     if int(s) in self.dropped_steps:
                         self.writer.record_drop(int(s), "byte budget max_bytes=1000000 would be exceeded", 10 ** 6)
@@ -412,6 +442,14 @@ class SyntheticRun:
 
     def close(self, status: str = "finished") -> None:
         self.writer.close(status)
+
+
+def sparse_rows(index: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(splits, index, count) of the non-zero counts of [R, B] histograms whose ``index`` rise
+    along each row: the form ``RunWriter.add_stats`` takes."""
+    nz = counts > 0
+    splits = np.concatenate([[0], np.cumsum(nz.sum(1))]).astype(np.int64)
+    return splits, index[nz].astype(np.int16), counts[nz].astype(np.int32)
 
 
 def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain: float,
@@ -452,7 +490,7 @@ def _image(rng, group: np.ndarray, shape: tuple, part: np.ndarray) -> np.ndarray
 
 def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
                        icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
-                       dead_relu: bool = True, bins: int = 30, dropped_steps: tuple[int, ...] = (),
+                       dead_relu: bool = True, dropped_steps: tuple[int, ...] = (),
                        finish: bool = True, dead_filter: int | None = None,
                        storage_options: dict | None = None, image: tuple[int, int, int] | None = None,
                        channels: int = 8) -> Any:
@@ -467,7 +505,7 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
     >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)  # doctest: +SKIP
     """
     b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
-                     seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu, bins=bins,
+                     seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu,
                      dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options,
                      image=image, channels=channels)
     b.write_steps(0, steps)

@@ -14,7 +14,7 @@ over reruns, evaluations and resumes and no writer touches another's files.
 Example (TensorFlow-free; the hook does this for you)::
 
     w = RunWriter("runs/x", manifest={"tensors": [...]}, stats_layout=layout)
-    w.add_stats(10, values, hist_range, hist)
+    w.add_stats(10, values, hist)   # hist: (splits, index, count), loghist's sparse rows
     w.add_dump(100, {"forward/conv1/Relu:0": array})
     w.close()
 """
@@ -40,8 +40,9 @@ import pyarrow.parquet as pq
 
 from . import safetensors_io
 from .claim import Claim
-from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
+from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, json_bytes, manifest_name, stats_name)
+from .loghist import MAX_INDEX, rows_of
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
 from .storage import Storage, normalize, open_storage
@@ -74,7 +75,6 @@ class StatsLayout:
     tensors: tuple[str, ...]
     kinds: tuple[str, ...]
     groups: tuple[str, ...]
-    bins: int
 
     def __post_init__(self) -> None:
         if not len(self.tensors) == len(self.kinds) == len(self.groups):
@@ -88,8 +88,9 @@ class _Stats:
     batch: int
     rows: np.ndarray        # int [K]: the layout's rows written (``keep``)
     values: np.ndarray      # float64 [K, len(STAT_COLUMNS)]
-    hist_range: np.ndarray  # float64 [K, 2]
-    hist: np.ndarray        # int32 [K, bins]
+    splits: np.ndarray      # int64 [K + 1]: row k's buckets are index/count[splits[k]:splits[k + 1]]
+    index: np.ndarray       # int16 [N]: log-magnitude bucket indices (inspector/loghist.py)
+    count: np.ndarray       # int32 [N]
 
 
 @dataclass
@@ -191,7 +192,7 @@ class RunWriter:
                  strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
                  dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
                  filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS,
-                 format_version: int = PLAIN_FORMAT_VERSION,
+                 format_version: int = FORMAT_VERSION,
                  owner_gone: Callable[[], str | None] | None = None) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
@@ -208,8 +209,7 @@ class RunWriter:
         whole (``inspector.storage``).
         ``compact_rows``: roll the session's small statistics parts into one part per this many
         rows (``inspector.stats_parts``; None: never).
-        ``format_version``: what the manifest says (FORMAT.md, "Versioning": 3 where the run
-        has named groups, which a version 2 reader would not read).
+        ``format_version``: what the manifest says (FORMAT.md, "Versioning").
         ``owner_gone``: called on the writer thread every ``OWNER_CHECK_SECS``: None while what
         writes this session is still running, else why not; the session then ends as failed
         with that error (a Keras fit that raised: Keras skips ``on_train_end``, and the session
@@ -295,43 +295,57 @@ class RunWriter:
         _OPEN.add(self)
 
     # ---- called from the training loop -------------------------------------------------
-    def add_stats(self, step: int, values: np.ndarray, hist_range: np.ndarray, hist: np.ndarray,
+    def add_stats(self, step: int, values: np.ndarray, hist: tuple[np.ndarray, np.ndarray, np.ndarray],
                   batch: int = 0, keep: np.ndarray | None = None) -> None:
-        """Queue one step's statistics (blocks only while the bounded queue is full). ``batch``:
-        the batch index within an evaluation or prediction (0 in training). ``keep``: bool [R],
-        the layout's rows to write (None: all)."""
+        """Queue one step's statistics (blocks only while the bounded queue is full): ``values``
+        [R, 9] in STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as
+        (splits [R + 1], bucket index [N], count [N]) (``inspector.loghist``). ``batch``: the
+        batch index within an evaluation or prediction (0 in training). ``keep``: bool [R], the
+        layout's rows to write (None: all)."""
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
-        item = self._checked_stats(int(step), int(batch), values, hist_range, hist, keep)
+        item = self._checked_stats(int(step), int(batch), values, hist, keep)
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(item)
 
-    def _checked_stats(self, step: int, batch: int, values, hist_range, hist, keep) -> _Stats:
+    def _checked_stats(self, step: int, batch: int, values, hist, keep) -> _Stats:
         """The step as a part will hold it; ValueError naming what does not fit the layout's
         rows and the columns' types. Why here: the writer builds a part from many steps at
         once, and one malformed step must not lose the others."""
         assert self.layout is not None   # add_stats refused a writer without one
         n = len(self.layout.tensors)
-        want = {"values": ((n, len(STAT_COLUMNS)), np.float64), "hist_range": ((n, 2), np.float64),
-                "hist": ((n, self.layout.bins), np.int32), "keep": ((n,), np.bool_)}
-        got: dict[str, np.ndarray] = {}
-        for name, given in (("values", values), ("hist_range", hist_range), ("hist", hist), ("keep", keep)):
-            if given is None:
-                continue
-            shape, dtype = want[name]
+
+        def array(name: str, given: Any, dtype: Any, shape: tuple | None = None) -> np.ndarray:
             try:
-                got[name] = np.asarray(given, dtype)
+                a = np.asarray(given, dtype)
             except (TypeError, ValueError) as e:
                 raise ValueError(f"statistics of step {step}: {name} is not {np.dtype(dtype).name} ({e})") from None
-            if got[name].shape != shape:
-                raise ValueError(f"statistics of step {step}: {name} has shape {got[name].shape}, the layout needs "
-                                 f"{shape}")
-        if "keep" not in got:
-            return _Stats(step, batch, np.arange(n), got["values"], got["hist_range"], got["hist"])
-        rows = np.flatnonzero(got["keep"])
-        return _Stats(step, batch, rows, got["values"][rows], got["hist_range"][rows], got["hist"][rows])
+            if (shape is not None and a.shape != shape) or (shape is None and a.ndim != 1):
+                raise ValueError(f"statistics of step {step}: {name} has shape {a.shape}, the layout needs "
+                                 f"{shape or '(N,)'}")
+            return a
+
+        try:
+            splits, index, count = hist
+        except (TypeError, ValueError):
+            raise ValueError(f"statistics of step {step}: hist must be (splits, index, count), "
+                             f"got {type(hist).__name__}") from None
+        got = array("values", values, np.float64, (n, len(STAT_COLUMNS)))
+        splits = array("hist splits", splits, np.int64, (n + 1,))
+        index, count = array("hist index", index, np.int64), array("hist count", count, np.int64)
+        if splits[0] != 0 or np.any(np.diff(splits) < 0) or splits[-1] != len(index) or len(count) != len(index):
+            raise ValueError(f"statistics of step {step}: hist splits must rise from 0 to the {len(index)} buckets "
+                             f"(with as many counts, got {len(count)}), got {splits[:3].tolist()}...{splits[-1:]}")
+        if len(index) and (np.abs(index).max() > MAX_INDEX or count.min() < 0 or count.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"statistics of step {step}: hist buckets must lie in -{MAX_INDEX}..{MAX_INDEX} with "
+                             f"counts in 0..2**31-1 (inspector/loghist.py)")
+        rows = np.arange(n) if keep is None else np.flatnonzero(array("keep", keep, np.bool_, (n,)))
+        if keep is not None:
+            splits, index, count = rows_of(splits, index, count, rows=rows)
+            got = got[rows]
+        return _Stats(step, batch, rows, got, splits, index.astype(np.int16), count.astype(np.int32))
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
@@ -650,15 +664,18 @@ class RunWriter:
         def per_step(value) -> np.ndarray:
             return np.repeat(np.asarray([value(s) for s in items], np.int64), counts)
 
-        values, hist_range, hist = stacked("values"), stacked("hist_range"), stacked("hist")
+        values, index, count = stacked("values"), stacked("index"), stacked("count")
+        sizes = np.concatenate([np.diff(s.splits) for s in items])
+        splits = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         steps, batches = per_step(lambda s: s.step), per_step(lambda s: s.batch)
         # A group no sample of its step's batch is in has no row (count 0, mean NaN: the overview
         # took it for a NaN/Inf); `all` rows always have one. Here, on the writer thread, for
         # all steps at once: each numpy call on the training thread costs ~10-20 us after a step.
         written = ~((values[:, STAT_COLUMNS.index("count")] == 0) & self._group_rows[layout_rows])
         if not written.all():
-            layout_rows, values, hist_range, hist, steps, batches = (
-                a[written] for a in (layout_rows, values, hist_range, hist, steps, batches))
+            keep = np.flatnonzero(written)
+            layout_rows, values, steps, batches = (a[keep] for a in (layout_rows, values, steps, batches))
+            splits, index, count = rows_of(splits, index, count, rows=keep)
         rows = len(layout_rows)
         cols: dict[str, pa.Array] = {
             "worker": pa.DictionaryArray.from_arrays(np.zeros(rows, np.int32), [self.worker]),
@@ -673,10 +690,9 @@ class RunWriter:
         for i, name in enumerate(STAT_COLUMNS):
             v = values[:, i]
             cols[name] = pa.array(v.astype(np.int64) if name in ("count", "nan", "inf") else np.ascontiguousarray(v))
-        cols["hist_lo"] = pa.array(np.ascontiguousarray(hist_range[:, 0]))
-        cols["hist_hi"] = pa.array(np.ascontiguousarray(hist_range[:, 1]))
-        flat = pa.array(np.ascontiguousarray(hist).ravel())
-        cols["histogram"] = pa.FixedSizeListArray.from_arrays(flat, hist.shape[1])
+        offsets = pa.array(splits.astype(np.int32))
+        cols["hist_bucket"] = pa.ListArray.from_arrays(offsets, pa.array(index, pa.int16()))
+        cols["hist_count"] = pa.ListArray.from_arrays(offsets, pa.array(count, pa.int32()))
         return pa.Table.from_pydict(cols)
 
     def _flush_stats(self, final: bool = False) -> None:

@@ -14,7 +14,7 @@ from inspector import analysis
 from inspector.analysis import Thresholds
 from inspector.stats_merge import Levels
 from inspector.stats_summary import FOLDER
-from inspector.testing import SyntheticRun
+from inspector.testing import SyntheticRun, sparse_rows
 
 STEPS = 40
 STRIDE = 10  # statistics every 10 steps: a window of steps reaches further back than its width
@@ -30,9 +30,9 @@ def write(path: Path, start: int = 0, stop: int = STEPS, nonfinite_at: int | Non
     b.writer._compactor.rows = 4 * len(b.row_tensor)
     b.writer._compactor.after.levels = Levels(4)
     steps = np.arange(start, stop) * STRIDE if steps is None else steps
-    values, ranges, hist = b.stats_block(steps)
+    values, index, hist = b.stats_block(steps)
     for k, step in enumerate(steps):
-        b.writer.add_stats(int(step), values[k], ranges[k], hist[k])
+        b.writer.add_stats(int(step), values[k], sparse_rows(index[k], hist[k]))
     b.close()
     return path
 

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need Streamlit
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from inspector.loghist import empty_rows  # noqa: E402
 from inspector.format import manifest_name  # noqa: E402
 from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
@@ -266,11 +267,11 @@ def variable_run(path: Path, manifest: dict | None = None) -> Path:
             "has_gradient": True, "batched": False, "icnn_layer": None, "icnn_role": None, "kind": "variable",
             "has_update": True}]
     w = RunWriter(path, manifest={"tensors": cat, "is_chief": True, **(manifest or {})},
-                  stats_layout=StatsLayout(("w", "w"), ("forward", "update"), ("all", "all"), 4), stats_flush_secs=1000)
+                  stats_layout=StatsLayout(("w", "w"), ("forward", "update"), ("all", "all")), stats_flush_secs=1000)
     for step in (1, 2):
         vals = np.zeros((2, 9))
         vals[:, 0], vals[:, 5] = 3, [2.0, 0.002]   # count, l2
-        w.add_stats(step, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+        w.add_stats(step, vals, empty_rows(2))
     w.close()
     return path
 
@@ -677,7 +678,7 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
         if g != "all":  # the exact means (the groups drawn), not a histogram's bin centres
             assert np.isfinite(mean) and f"forward {g}: n={count:,}, mean={mean:.4g}" in captions(at20)
     # the chart's legend states the same count, and the histogram's own where it differs
-    counted = {g: int(np.sum(h)) for g, h in zip(df["group"].astype(str), df["histogram"])}
+    counted = {g: int(np.sum(h)) for g, h in zip(df["group"].astype(str), df["hist_count"])}
     labels = set(vega_hists(at)[0][1][0]["label"])
     want = (f"positive (n={n['positive']:,})" if counted["positive"] == n["positive"]
             else f"positive (n={n['positive']:,}; histogram of {counted['positive']:,})")
@@ -1042,17 +1043,17 @@ def test_distributions_percentile_bands(runs):
     chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
     spec = json.loads(chart.proto.spec)
     assert spec["mark"]["type"] == "area" and spec["encoding"]["y2"]["field"] == "hi"
-    # the median drawn at step 29 for positive: the oracle is the stored histogram itself
-    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"],
-                                                        columns=["hist_lo", "hist_hi", "histogram"])
+    # the median drawn at step 24 (before the run's NaN) for positive: the oracle is the stored histogram itself
+    from inspector import histograms
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(24, 24), kinds=["forward"],
+                                                        columns=list(histograms.COLUMNS))
     row = df[df["group"] == "positive"].iloc[0]
-    counts = np.asarray(row["histogram"])
-    edges = np.linspace(row["hist_lo"], row["hist_hi"], len(counts) + 1)
+    edges, counts = histograms.edges_and_counts(histograms.of_row(row))
     median = bands.hist_percentiles(edges, counts, (50,))[0]
-    assert row["hist_lo"] <= median <= row["hist_hi"]
+    assert edges[0] <= median <= edges[-1]
     import pyarrow as pa
     table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
-    got = table[(table["step"] == 29) & (table["group"] == "positive")]["p50"].iloc[0]
+    got = table[(table["step"] == 24) & (table["group"] == "positive")]["p50"].iloc[0]
     assert got == median and set(table["group"]) == {"positive", "negative"}
 
 

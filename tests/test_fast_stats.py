@@ -8,8 +8,15 @@ import pytest
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 from hooks import capture, exact_stats, fast_stats, native  # noqa: E402
 from inspector.format import STAT_COLUMNS  # noqa: E402
+from inspector.loghist import LogHistogram  # noqa: E402
 
 v1 = tf.compat.v1
+
+
+def rows(fetched) -> list[tuple[list[int], list[int]]]:
+    """Each row's (bucket indices, counts) from a fetched (values, splits, index, count)."""
+    _, splits, index, count = fetched
+    return [(index[a:b].tolist(), count[a:b].tolist()) for a, b in zip(splits[:-1], splits[1:])]
 
 
 @pytest.fixture(params=["native", "stock"])
@@ -45,25 +52,27 @@ def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max,
     with tf.Graph().as_default():
         gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
         caps = [capture.Captured(tf.constant(a), batched=a.ndim > 1, gradient=None) for a in arrays]
-        ref, fast = exact_stats.build_stats(caps, gid, 8), fast_stats.build_stats(caps, gid, 8, use_native)
+        ref, fast = exact_stats.build_stats(caps, gid), fast_stats.build_stats(caps, gid, use_native)
         assert ref.rows == fast.rows
-        kernels = [op for op in v1.get_default_graph().get_operations() if op.type == "InspectorStats"]
+        kernels = [op for op in v1.get_default_graph().get_operations() if op.type == "InspectorLogStats"]
         # one op per tensor (and the groups): each can run as soon as its own tensor is ready
         inputs = [[i.op.name for i in op.inputs[:-1]] for op in kernels]
         assert all(len(i) == 1 for i in inputs) and len(inputs) == len({n for n, in inputs})
         if small_max == 0:  # every tensor takes the kernel
             assert sorted(inputs) == (sorted([c.tensor.op.name] for c in caps) if use_native else [])
         with v1.Session() as s:
-            r, f = s.run([(ref.values, ref.hist_range, ref.hist), (fast.values, fast.hist_range, fast.hist)])
+            r, f = s.run([ref.tensors(), fast.tensors()])
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
-    np.testing.assert_allclose(f[1], r[1], rtol=1e-6)
-    assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2  # float rounding at bin edges
-    if hist_max == 50:  # b [6, 40]: every 5th element; d [6, 128]: every 16th block of 64, i.e. the first
-        from inspector.format import hist_sample
-        for row, x in ((3, arrays[1]), (10, arrays[4])):  # all rows: a 0, b 3, c 6, e 7, d 10
-            sub = hist_sample(x, len(x))
-            assert sub.size == 6 * (8 if row == 3 else 64)
-            assert f[2][row].sum() == r[2][row].sum() == np.isfinite(sub).sum() < np.isfinite(x).sum()
+    assert rows(f) == rows(r)   # bucket indices come from bit patterns: exactly equal
+    from inspector.format import hist_sample
+    groups = np.array([1, 0, 0, 1, 1, 0])
+    for row, x in ((0, arrays[0]), (3, arrays[1]), (10, arrays[4])):  # all rows: a 0, b 3, c 6, e 7, d 10
+        sub = hist_sample(x, len(x))
+        if hist_max == 50:  # b [6, 40]: every 5th element; d [6, 128]: every 16th block of 64, i.e. the first
+            assert sub.size == 6 * {0: 7, 3: 8, 10: 64}[row]
+        for k, members in enumerate((np.ones(6, bool), groups == 1, groups == 0)):  # all, positive, negative
+            want = LogHistogram.of(sub[members])
+            assert rows(f)[row + k] == (want.index.tolist(), want.count.tolist()), (row, k)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])
@@ -80,15 +89,17 @@ def test_native_dtypes_dynamic_batch_and_padding(dtype):
         gid = tf.constant([1, 0, 1, 0], tf.int32)  # 4 labels for 5 samples: sample 4 is padding
         caps = [capture.Captured(x, batched=True, gradient=None),
                 capture.Captured(tf.reduce_mean(x, 0), batched=False, gradient=None)]
-        ref, fast = exact_stats.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
-        assert [op.type for op in v1.get_default_graph().get_operations() if op.type == "InspectorStats"]
+        ref, fast = exact_stats.build_stats(caps, gid), fast_stats.build_stats(caps, gid, True)
+        assert [op.type for op in v1.get_default_graph().get_operations() if op.type == "InspectorLogStats"]
         with v1.Session() as s:
             feed = {x: x_val.astype(dtype.as_numpy_dtype)}
-            r, f = s.run([(ref.values, ref.hist_range, ref.hist), (fast.values, fast.hist_range, fast.hist)], feed)
+            r, f = s.run([ref.tensors(), fast.tensors()], feed)
     tol = 1e-2 if dtype in (tf.float16, tf.bfloat16) else 1e-5
     np.testing.assert_allclose(f[0], r[0], rtol=tol, atol=tol, equal_nan=True)
-    np.testing.assert_allclose(f[1], r[1], rtol=tol)
-    assert np.abs(f[2] - r[2]).sum(axis=1).max() <= 2
+    assert rows(f) == rows(r)
+    typed = x_val.astype(dtype.as_numpy_dtype)   # each value's bucket is its own dtype's value's
+    want = LogHistogram.of(typed.astype(np.float64) if dtype == tf.float64 else typed.astype(np.float32))
+    assert rows(f)[0] == (want.index.tolist(), want.count.tolist())
     assert f[0][0, 0] == 5 * 210 and f[0][1, 0] + f[0][2, 0] == 4 * 210  # padding: in 'all' only
     assert f[0][0, 6] == pytest.approx(5 / (5 * 210))  # zero fraction
 
@@ -103,18 +114,21 @@ def test_one_tensor_under_several_names_is_computed_once(use_native):
             gid = tf.constant([1, 0, 0, 1, 1, 0], tf.int32)
             t = tf.constant(x)
             caps = [capture.Captured(t, batched=True, gradient=tf.identity(t) if twice else None)]
-            fetch = fast_stats.build_stats(caps, gid, 8, use_native)
+            fetch = fast_stats.build_stats(caps, gid, use_native)
             with v1.Session() as s:
-                out = s.run((fetch.values, fetch.hist_range, fetch.hist))
+                out = s.run(fetch.tensors())
             ops = [op for op in g.get_operations() if op.name.startswith("tf_inspector")]
-            return out, fetch.rows, (sorted(op.type for op in ops if op.type not in ("GatherV2", "Const")),
-                                     [len(op.inputs) for op in ops if op.type == "InspectorStats"])
-    (v2, r2, h2), rows2, ops2 = build(True)
-    (v1_, r1, h1), rows1, ops1 = build(False)
+            kernels = [len(op.inputs) for op in ops if op.type == "InspectorLogStats"]
+            # a gather of rows: of the values, and of the sparse histograms' rows (a ragged gather
+            # of the stacked index and count, cut apart and cast)
+            gathers = ("GatherV2", "RaggedGather", "Const", "Pack", "StridedSlice", "Cast")
+            return out, fetch.rows, (sorted(op.type for op in ops if op.type not in gathers), kernels)
+    twice, rows2, ops2 = build(True)
+    once, rows1, ops1 = build(False)
     assert len(rows2) == 2 * len(rows1) == 6 and rows2[3:] == [(n, "gradient", g) for n, _, g in rows1]
-    np.testing.assert_array_equal(v2[:3], v2[3:])
-    np.testing.assert_array_equal(v2[:3], v1_)
-    np.testing.assert_array_equal(h2[3:], h1)
+    np.testing.assert_array_equal(twice[0][:3], twice[0][3:])
+    np.testing.assert_array_equal(twice[0][:3], once[0])
+    assert rows(twice)[3:] == rows(twice)[:3] == rows(once)
     assert ops2 == ops1  # only gathers (and their constants) repeat the rows: no second subgraph
 
 
@@ -141,19 +155,19 @@ def test_native_nonfinite_chunks_match_reference(monkeypatch, dtype):
         # one tensor per case, unbatched: a row of its own (in a group, another case's values
         # would hide a wrong min or std)
         caps = [capture.Captured(tf.constant(row.astype(dtype)), batched=False, gradient=None) for row in x]
-        ref, fast = exact_stats.build_stats(caps, gid, 10), fast_stats.build_stats(caps, gid, 10, True)
-        assert "InspectorStats" in {op.type for op in v1.get_default_graph().get_operations()}
+        ref, fast = exact_stats.build_stats(caps, gid), fast_stats.build_stats(caps, gid, True)
+        assert "InspectorLogStats" in {op.type for op in v1.get_default_graph().get_operations()}
         with v1.Session() as s:
-            r, f = s.run([(ref.values, ref.hist), (fast.values, fast.hist)])
+            r, f = s.run([ref.tensors(), fast.tensors()])
     np.testing.assert_allclose(f[0], r[0], rtol=1e-5, atol=1e-6, equal_nan=True)
-    assert np.abs(f[1] - r[1]).sum(axis=1).max() <= 2
+    assert rows(f) == rows(r)
 
 
 def test_native_extremes_match_numpy(monkeypatch):
-    """Where the kernel's arithmetic overflowed (found by a red team): float64 values near 1e160,
-    whose merge into an empty accumulator squared the whole mean (the all row's std was NaN),
-    and a float32 range wider than the largest float (x - lo overflowed: every value past the
-    middle landed in the top bin). Against numpy in float64, every element histogrammed."""
+    """Values where the kernel's arithmetic could overflow: float64 values near 1e160, whose
+    merge into an empty accumulator must not square the whole mean (the all row's std), and a
+    float32 range wider than the largest float. Against numpy in float64, every element
+    histogrammed (float64 values by their own bits: beyond float32's range, in bucket CEIL)."""
     if native._compiler() is None:
         pytest.skip("no C++ compiler")
     monkeypatch.setattr(fast_stats, "SMALL_MAX", 0)
@@ -163,13 +177,14 @@ def test_native_extremes_match_numpy(monkeypatch):
     for x in cases:
         with tf.Graph().as_default():
             fetch = fast_stats.build_stats([capture.Captured(tf.constant(x), batched=True)],
-                                           tf.constant([1, 0, 1, 0], tf.int32), 10, True)
+                                           tf.constant([1, 0, 1, 0], tf.int32), True)
             with v1.Session() as s:
-                values, hist = s.run((fetch.values, fetch.hist))
+                out = s.run(fetch.tensors())
         x64 = x.astype(np.float64)
-        np.testing.assert_allclose(values[0, std], x64.std(), rtol=1e-6)
-        np.testing.assert_allclose(values[0, l2], np.sqrt(np.sum(x64 ** 2)), rtol=1e-6)   # inf at 1e160, as numpy's
-        assert hist[0].tolist() == np.histogram(x64, 10, (x64.min(), x64.max()))[0].tolist()
+        np.testing.assert_allclose(out[0][0, std], x64.std(), rtol=1e-6)
+        np.testing.assert_allclose(out[0][0, l2], np.sqrt(np.sum(x64 ** 2)), rtol=1e-6)   # inf at 1e160, as numpy's
+        want = LogHistogram.of(x)
+        assert rows(out)[0] == (want.index.tolist(), want.count.tolist())
 
 
 def test_native_op_refuses_inputs_sharing_leaves():
@@ -179,5 +194,5 @@ def test_native_op_refuses_inputs_sharing_leaves():
         pytest.skip("no C++ compiler")
     x, y = tf.constant(np.arange(8, dtype=np.float32)), tf.constant(np.arange(4, dtype=np.float32))
     with pytest.raises(tf.errors.InvalidArgumentError, match="overlap at leaf 0"):
-        lib.inspector_stats([x, y], tf.zeros([0], tf.int32), batched=[False, False], base=[0, 0], leaves=1,
-                            bins=4, max_elements=16384, block=64)
+        lib.inspector_log_stats([x, y], tf.zeros([0], tf.int32), batched=[False, False], base=[0, 0], leaves=1,
+                                max_elements=16384, block=64)

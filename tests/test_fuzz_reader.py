@@ -53,8 +53,9 @@ ALIAS = {"forward/b:0": "gradient/a:0"}
 # ---- the run --------------------------------------------------------------------------------
 def build_run(path: Path) -> Path:
     """Two statistics parts, three dumps (one alias each, samples with labels), a graph."""
+    from inspector.loghist import sparse_of
     from inspector.writer import RunWriter, StatsLayout
-    lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"), 5)
+    lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"))
     catalog = [{"name": n, "op": n[:-2], "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
                 "has_gradient": n == "a:0", "batched": True, "icnn_layer": None, "icnn_role": None}
                for n in ("a:0", "b:0")]
@@ -62,7 +63,7 @@ def build_run(path: Path) -> Path:
                   graph_def=GRAPH, stats_flush_secs=0.0)  # a part per step
     rng = np.random.default_rng(0)
     for s in range(1, 5):
-        w.add_stats(s, rng.normal(size=(3, 9)), np.tile([[-1.0, 1.0]], (3, 1)), rng.integers(0, 9, (3, 5)))
+        w.add_stats(s, rng.normal(size=(3, 9)), sparse_of([rng.normal(size=9) for _ in range(3)]))
     for s in (2, 4, 6):
         a = rng.normal(size=(4, 3)).astype(np.float32)
         w.add_dump(s, {"forward/a:0": a, "gradient/a:0": a * -2, "samples/index": np.array([0, 2, 5, 7], np.int32),

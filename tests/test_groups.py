@@ -10,11 +10,13 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
+from inspector.format import FORMAT_VERSION  # noqa: E402
+from inspector.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 from hooks.groups import MAX_CLASS_GROUPS, GroupSpec  # noqa: E402
 
 v1 = tf.compat.v1
-N, D, C, H, BINS = 16, 5, 4, 6, 7
+N, D, C, H = 16, 5, 4, 6
 RNG = np.random.default_rng(3)
 X = RNG.normal(size=(N, D)).astype(np.float32)
 Y = np.array([0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 3, 3, 2, 0, 1, 0], np.int64)
@@ -55,7 +57,7 @@ def _train(run_dir, y=Y, label_shape=(None,), **kw) -> dict:
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=step)
         oracle = Oracle()
         hook = DumpHook(run_dir, loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,
-                        histogram_bins=BINS, strict=True, **{"samples_per_group": N, **kw})
+                        strict=True, **{"samples_per_group": N, **kw})
         with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
             sess.run(train, feed_dict={x: X, labels: feed_y})
     return oracle.seen
@@ -65,15 +67,14 @@ def _check_against_numpy(run, seen: dict, members: dict[str, np.ndarray]) -> Non
     """Per group: mean, std, min, max and histogram of each tensor equal numpy over its samples."""
     for name in TENSORS:
         df = run.query_stats([name], kinds=["forward"]).set_index("group")
-        lo, hi = df.loc["all", "hist_lo"], df.loc["all", "hist_hi"]
         for group, rows in members.items():
             x = seen[name][rows]
             row = df.loc[group]
             assert row["count"] == x.size
             np.testing.assert_allclose([row["mean"], row["std"], row["min"], row["max"]],
                                        [x.mean(), x.std(), x.min(), x.max()], rtol=1e-5, atol=1e-6)
-            want, _ = np.histogram(x, BINS, (lo, hi))
-            np.testing.assert_array_equal(np.asarray(row["histogram"]), want)
+            want = LogHistogram.of(x)
+            assert list(row["hist_bucket"]) == want.index.tolist() and list(row["hist_count"]) == want.count.tolist()
             np.testing.assert_allclose(run.query_stats([name], kinds=["forward"], group=group, columns=["mean"])["mean"], x.mean(),
                                        rtol=1e-5)
 
@@ -83,7 +84,7 @@ def test_per_class_groups_equal_numpy(tmp_path):
     run = inspector.open_run(tmp_path / "run")
     names = [f"class_{k}" for k in range(C)]
     assert run.groups == ["all", *names]
-    assert run.manifest["groups"]["names"] == names and run.manifest["format_version"] == 3
+    assert run.manifest["groups"]["names"] == names and run.manifest["format_version"] == FORMAT_VERSION
     _check_against_numpy(run, seen, {f"class_{k}": Y == k for k in range(C)})
     samples = run.samples(1)
     assert sorted(samples["index"]) == list(range(N))  # the budget (N per class) keeps every sample
@@ -114,10 +115,10 @@ def test_function_groups_with_predictions_equal_numpy(tmp_path):
     assert list(samples["group"]) == ["correct" if hit[i] else "misclassified" for i in samples["index"]]
 
 
-def test_default_groups_stay_positive_negative_version_2(tmp_path):
+def test_default_groups_stay_positive_negative(tmp_path):
     seen = _train(tmp_path / "run")
     run = inspector.open_run(tmp_path / "run")
-    assert run.groups == ["all", "positive", "negative"] and run.manifest["format_version"] == 2
+    assert run.groups == ["all", "positive", "negative"] and run.manifest["format_version"] == FORMAT_VERSION
     _check_against_numpy(run, seen, {"positive": Y != 0, "negative": Y == 0})
 
 
@@ -236,7 +237,7 @@ def test_estimator_predictions_found_for_a_groups_function(tmp_path):
                                      model_dir=str(tmp_path / "model"))
     oracle = PredictionsOracle()
     hook = DumpHook(tmp_path / "run", groups=correct, stats_every_n_steps=1, dump_every_n_steps=1,
-                    histogram_bins=BINS, strict=True)
+                    strict=True)
     est.train(input_fn, hooks=[hook, oracle], steps=1)
     run = inspector.open_run(tmp_path / "run")
     assert run.groups == ["all", "correct", "misclassified"]

@@ -8,6 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
+from inspector.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook, capture, mark  # noqa: E402
 from hooks.dump_hook import worker_from_env  # noqa: E402
 from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
@@ -110,6 +111,21 @@ def _numpy_stats(a: np.ndarray) -> dict:
             "nan": np.isnan(a).sum(), "inf": np.isinf(a).sum()}
 
 
+QS = np.linspace(0, 1, 41)
+
+
+def check_quantiles(got, values: np.ndarray, what: str) -> None:
+    """Each quantile of ``got`` (one row of run.quantiles) within the stated relative error of
+    numpy's (method 'lower': the value of rank floor(q (n - 1)), which the bound is about)."""
+    from inspector.loghist import RELATIVE_ERROR
+    v = np.asarray(values, np.float64).ravel()
+    want = np.quantile(v[np.isfinite(v)], QS, method="lower")
+    est = got[[f"q{q:g}" for q in QS]].to_numpy()[0]
+    assert got.attrs["relative_error"] == RELATIVE_ERROR
+    bound = RELATIVE_ERROR * np.abs(want) * (1 + 1e-12)
+    assert np.all(np.abs(est - want) <= bound), (what, np.max(np.abs(est - want) / np.maximum(np.abs(want), 1e-300)))
+
+
 @pytest.mark.parametrize("hist_max", [None, 500])
 def test_statistics_equal_numpy_on_dumped_tensors(tmp_path, monkeypatch, hist_max):
     from inspector import format as fmt
@@ -118,7 +134,7 @@ def test_statistics_equal_numpy_on_dumped_tensors(tmp_path, monkeypatch, hist_ma
     with tf.Graph().as_default():
         m = build_cnn()
         hook = DumpHook(tmp_path / "run", labels=m.y, positive=lambda y: tf.equal(y, 1), stats_every_n_steps=2,
-                        dump_every_n_steps=2, samples_per_group=BATCH, histogram_bins=16, strict=True)
+                        dump_every_n_steps=2, samples_per_group=BATCH, strict=True)
         train(m, hook, 2)
     run = inspector.open_run(tmp_path / "run")
     stats = run.query_stats(steps=(2, 2))
@@ -134,10 +150,10 @@ def test_statistics_equal_numpy_on_dumped_tensors(tmp_path, monkeypatch, hist_ma
                 ref = _numpy_stats(a[rows])
                 for col, value in ref.items():
                     np.testing.assert_allclose(row[col], value, rtol=2e-5, atol=1e-7, err_msg=f"{name} {kind} {group} {col}")
-                hist = np.asarray(row["histogram"])
-                assert hist.sum() == np.isfinite(strided[rows]).sum()
-                ref_hist, _ = np.histogram(strided[rows], bins=16, range=(row["hist_lo"], row["hist_hi"]))
-                assert np.abs(hist - ref_hist).sum() <= 2, (name, kind, group)  # float rounding at bin edges
+                want = LogHistogram.of(strided[rows])
+                assert list(row["hist_bucket"]) == want.index.tolist(), (name, kind, group)
+                assert list(row["hist_count"]) == want.count.tolist() and want.total == np.isfinite(strided[rows]).sum()
+                check_quantiles(run.quantiles(name, (2, 2), kind, group, QS), strided[rows], f"{name} {kind} {group}")
                 checked += 1
     assert checked == len(WATCH) * 2 * 3
     assert (subsampled > 0) == bool(hist_max)

@@ -18,6 +18,7 @@ import pytest
 import inspector
 from inspector import safetensors_io
 from inspector.format import FORMAT_VERSION, dump_name, manifest_name, stats_name
+from inspector.loghist import sparse_of
 from inspector.safe_files import check_regular
 from inspector.writer import RunWriter, StatsLayout
 
@@ -27,12 +28,12 @@ A = np.arange(6, dtype=np.float32).reshape(2, 3)
 
 def write_run(path: Path, dumps=(2, 3), steps=(1, 2, 3)) -> Path:
     """A small run: tensor a:0, statistics at ``steps``, dumps at ``dumps`` (forward = A * step)."""
-    lay = StatsLayout(("a:0", "a:0"), ("forward", "gradient"), ("all", "all"), 4)
+    lay = StatsLayout(("a:0", "a:0"), ("forward", "gradient"), ("all", "all"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3],
                 "scope": "", "has_gradient": True, "batched": True, "icnn_layer": None, "icnn_role": None}]
     w = RunWriter(path, manifest={"tensors": catalog, "loss": "loss:0"}, stats_layout=lay)
     for s in steps:
-        w.add_stats(s, np.full((2, 9), float(s)), np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4), np.int32))
+        w.add_stats(s, np.full((2, 9), float(s)), sparse_of([np.ones(4), np.ones(4)]))
     for s in dumps:
         w.add_dump(s, {"forward/a:0": A * s, "gradient/a:0": -A, "samples/index": np.array([0, 5], np.int32),
                        "samples/group": np.array([1, 0], np.int32)})

@@ -102,3 +102,41 @@ def test_readme_duckdb_query_follows_the_later_session_rule(tmp_path):
     rows = duckdb.sql(readme_query(f"{tmp_path}/stats/*.parquet", name)).fetchall()
     assert [r[1] for r in rows] == [0, 1, 2]
     np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())
+
+
+def doc_sql(path: Path, marker: str) -> str:
+    """The first ```sql block after ``marker`` in the document at ``path``: the documented text itself runs."""
+    text = path.read_text()
+    sql = text[text.index("```sql", text.index(marker)) + 6:]
+    return sql[:sql.index("```")]
+
+
+def test_format_md_decodes_every_bucket_to_its_edges(run_path):
+    """FORMAT.md's SQL decoding of ``hist_bucket``: every bucket's edges, as inspector.loghist's."""
+    duckdb = pytest.importorskip("duckdb")
+    from inspector.loghist import bucket_edges
+    sql = doc_sql(README.parent / "FORMAT.md", "Decoding in SQL").replace("runs/exp1/stats/*.parquet",
+                                                                           f"{run_path}/stats/*.parquet")
+    df = duckdb.sql(sql).df()
+    decoded = df["lo_mag"].notna()
+    assert len(df) > 1000 and decoded.mean() > 0.9
+    lo, hi = bucket_edges(np.abs(df["bucket"].to_numpy()))
+    np.testing.assert_array_equal(df["lo_mag"][decoded], lo[decoded])
+    np.testing.assert_array_equal(df["hi_mag"][decoded], hi[decoded])
+
+
+def test_the_docs_median_query_finds_the_median_bucket(run_path):
+    """docs/histograms.md's DuckDB median: per step and group the bucket holding the value of
+    rank floor((n - 1) / 2), the bucket inspector.loghist's quantiles stand in for."""
+    duckdb = pytest.importorskip("duckdb")
+    from inspector.loghist import LogHistogram, bucket_index
+    run = inspector.open_run(run_path)
+    name = run.tensors.index[run.tensors["has_gradient"].to_numpy().astype(bool)][3]
+    sql = doc_sql(README.parent / "docs" / "histograms.md", "median gradient of one tensor")
+    sql = sql.replace("runs/exp1/stats/*.parquet", f"{run_path}/stats/*.parquet").replace("conv3/Relu:0", name)
+    got = {(int(s), g): int(b) for s, g, b in duckdb.sql(sql).fetchall()}
+    df = run.query_stats([name], kinds=["gradient"])
+    assert len(got) == len(df) > 0
+    for row in df.itertuples():
+        median = LogHistogram.from_lists(row.hist_bucket, row.hist_count).quantiles([0.5])
+        assert got[(row.step, row.group)] == bucket_index(median)[0][0], (row.step, row.group)

@@ -85,13 +85,11 @@ def test_statistics_are_those_of_the_steps_tensors(tmp_path, source):
         if f"{r.kind}/{r.tensor}" not in keys:
             continue
         a = np.asarray(run.tensor(r.tensor, 2, r.kind), np.float64)
-        values, ranges, hist = numpy_stats([a], len(r.histogram))
+        values, _, index, count = numpy_stats([a])
         got = [getattr(r, c) for c in STAT_COLUMNS]
         np.testing.assert_allclose(got, values[0], rtol=1e-5, atol=1e-7, err_msg=f"{r.tensor} {r.kind}")
-        np.testing.assert_allclose([r.hist_lo, r.hist_hi], ranges[0], rtol=1e-6, err_msg=r.tensor)
-        h = np.asarray(r.histogram)
-        # float32 binning may put a value within a rounding step of an edge in the next bin
-        assert h.sum() == hist[0].sum() and np.abs(h - hist[0]).sum() <= 2, (r.tensor, h, hist[0])
+        # buckets come from the values' bits: exactly numpy's
+        assert list(r.hist_bucket) == index.tolist() and list(r.hist_count) == count.tolist(), r.tensor
         checked += 1
     assert checked >= 8, checked
 

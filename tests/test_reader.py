@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import inspector
+from inspector.loghist import LogHistogram, empty_rows, sparse_of
 from inspector import cli
 from inspector.format import FORMAT_VERSION, STAT_COLUMNS, dump_name, manifest_name, safe_join
 from inspector.writer import RunWriter, StatsLayout
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def write_run(path: Path, steps=(1, 2, 3), dumps=(2, 3), max_bytes=None) -> dict:
     """A small run: two tensors, stats at ``steps``, dumps at ``dumps``. Returns what was written."""
-    lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"), 4)
+    lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3],
                 "scope": "", "has_gradient": True, "batched": True, "icnn_layer": None, "icnn_role": None},
                {"name": "b:0", "op": "b", "op_type": "Softmax", "dtype": "float32", "shape": [None, 3],
@@ -30,9 +31,9 @@ def write_run(path: Path, steps=(1, 2, 3), dumps=(2, 3), max_bytes=None) -> dict
     rng = np.random.default_rng(0)
     written = {}
     for s in steps:
-        vals = rng.normal(size=(3, 9))
-        w.add_stats(s, vals, np.tile([[0.0, 1.0]], (3, 1)), rng.integers(0, 9, (3, 4)))
-        written[("stats", s)] = vals
+        vals, x = rng.normal(size=(3, 9)), [rng.normal(size=5) for _ in range(3)]
+        w.add_stats(s, vals, sparse_of(x))
+        written[("stats", s)], written[("hist", s)] = vals, x
     for s in dumps:
         a = rng.normal(size=(2, 3)).astype(np.float32)
         w.add_dump(s, {"forward/a:0": a, "gradient/a:0": -a, "forward/b:0": a * 2,
@@ -46,36 +47,41 @@ def write_run(path: Path, steps=(1, 2, 3), dumps=(2, 3), max_bytes=None) -> dict
 def test_steps_of_one_part_keep_their_own_rows_and_values(tmp_path):
     """The writer builds a part from many buffered steps at once: each step's rows (all, or the
     rows its ``keep`` mask names) and values land in order, with its own step and batch."""
-    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"))
     w = RunWriter(tmp_path / "r", manifest={"tensors": [], "loss": None}, stats_layout=lay)
     rng = np.random.default_rng(1)
     sent = {}
     for s, keep in [(1, None), (2, np.array([True, False, False])), (3, None), (4, np.array([False, True, True]))]:
-        vals, hist = rng.normal(size=(3, 9)), rng.integers(0, 99, (3, 4))
-        w.add_stats(s, vals, np.tile([[-1.0, 2.0]], (3, 1)), hist, keep=keep)
+        vals, x = rng.normal(size=(3, 9)), [rng.normal(size=rng.integers(0, 9)) * 10.0 ** s for _ in range(3)]
+        w.add_stats(s, vals, sparse_of(x), keep=keep)
         rows = range(3) if keep is None else np.flatnonzero(keep)
-        sent.update({(s, lay.groups[r]): (vals[r], hist[r]) for r in rows})
+        sent.update({(s, lay.groups[r]): (vals[r], LogHistogram.of(x[r])) for r in rows})
     w.close()
     st = inspector.open_run(tmp_path / "r").stats
     assert sorted(zip(st.step, st.group)) == sorted(sent)
     for row in st.itertuples():
         vals, hist = sent[(row.step, row.group)]
         np.testing.assert_allclose([row.mean, row.std, row.l2], vals[[1, 2, 5]])
-        assert row.count == int(vals[0]) and list(row.histogram) == list(hist) and row.hist_hi == 2.0
+        assert row.count == int(vals[0])
+        assert list(row.hist_bucket) == hist.index.tolist() and list(row.hist_count) == hist.count.tolist()
 
 
 def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path):
-    lay = StatsLayout(("a:0", "b:0"), ("forward", "forward"), ("all", "all"), 4)
+    lay = StatsLayout(("a:0", "b:0"), ("forward", "forward"), ("all", "all"))
     w = RunWriter(tmp_path / "r", manifest={"tensors": [], "loss": None}, stats_layout=lay)
     try:
-        w.add_stats(1, np.zeros((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
-        with pytest.raises(ValueError, match=r"step 2: hist has shape \(2, 5\), the layout needs \(2, 4\)"):
-            w.add_stats(2, np.zeros((2, 9)), np.zeros((2, 2)), np.zeros((2, 5)))
+        w.add_stats(1, np.zeros((2, 9)), empty_rows(2))
+        with pytest.raises(ValueError, match=r"step 2: hist splits has shape \(4,\), the layout needs \(3,\)"):
+            w.add_stats(2, np.zeros((2, 9)), empty_rows(3))
         with pytest.raises(ValueError, match=r"step 3: values has shape \(3, 9\)"):
-            w.add_stats(3, np.zeros((3, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+            w.add_stats(3, np.zeros((3, 9)), empty_rows(2))
+        with pytest.raises(ValueError, match=r"step 6: hist splits must rise from 0 to the 1 buckets"):
+            w.add_stats(6, np.zeros((2, 9)), (np.array([0, 2, 1]), np.array([3], np.int16), np.array([1])))
+        with pytest.raises(ValueError, match=r"step 7: hist buckets must lie in -2034..2034"):
+            w.add_stats(7, np.zeros((2, 9)), (np.array([0, 1, 1]), np.array([4000]), np.array([1])))
         with pytest.raises(ValueError, match=r"step 4: values is not float64"):
-            w.add_stats(4, np.array([["n/a"] * 9] * 2, object), np.zeros((2, 2)), np.zeros((2, 4)))
-        w.add_stats(5, np.ones((2, 9)), np.zeros((2, 2)), np.zeros((2, 4)))
+            w.add_stats(4, np.array([["n/a"] * 9] * 2, object), empty_rows(2))
+        w.add_stats(5, np.ones((2, 9)), empty_rows(2))
     finally:
         w.close()
     assert sorted(set(inspector.open_run(tmp_path / "r").stats.step)) == [1, 5]   # the good steps, both
@@ -87,7 +93,7 @@ def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
     NaN/Inf (grey), the other rows' finite means discarded. Such a row is not written; the
     `all` row always is."""
     from inspector.stats_summary import overview
-    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
                 "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
     w = RunWriter(tmp_path / "r", manifest={"tensors": catalog, "loss": None}, stats_layout=lay)
@@ -97,7 +103,7 @@ def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
         values[:, mean] = [2.0, 3.0, 1.0]
         if step == 2:   # no positive sample in this batch
             values[1, count], values[1, mean] = 0, np.nan
-        w.add_stats(step, values, np.zeros((3, 2)), np.zeros((3, 4)))
+        w.add_stats(step, values, empty_rows(3))
     w.close()
     run = inspector.open_run(tmp_path / "r")
     pos = run.query_stats(group="positive")
@@ -112,7 +118,7 @@ def test_a_later_session_wins_its_steps_where_it_has_no_row_of_a_group(tmp_path)
     step); the overview's overlap check compared one group's rows, missed the overlap, and drew
     the first session's superseded rows at 1-3; stats_steps listed them too."""
     from inspector.stats_summary import overview
-    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"), 4)
+    lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
                 "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
     count, mean = STAT_COLUMNS.index("count"), STAT_COLUMNS.index("mean")
@@ -123,7 +129,7 @@ def test_a_later_session_wins_its_steps_where_it_has_no_row_of_a_group(tmp_path)
             values[:, mean] = scale * step
             if step not in negatives:
                 values[2, count], values[2, mean] = 0, np.nan
-            w.add_stats(step, values, np.zeros((3, 2)), np.zeros((3, 4)))
+            w.add_stats(step, values, empty_rows(3))
         w.close()
     run = inspector.open_run(tmp_path / "r")
     q = run.query_stats(group="negative")
@@ -141,11 +147,11 @@ def test_dump_threads_start_at_the_first_dump(tmp_path):
 
     def dump_threads():
         return [t for t in threading.enumerate() if t.name.startswith("tf-inspector-dumps-w7-")]
-    lay = StatsLayout(("a:0",), ("forward",), ("all",), 4)
+    lay = StatsLayout(("a:0",), ("forward",), ("all",))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [3], "scope": "",
                 "has_gradient": False, "batched": False, "icnn_layer": None, "icnn_role": None}]
     w = RunWriter(tmp_path / "r", worker="w7", manifest={"tensors": catalog, "loss": None}, stats_layout=lay)
-    w.add_stats(1, np.zeros((1, 9)), np.zeros((1, 2)), np.zeros((1, 4)))
+    w.add_stats(1, np.zeros((1, 9)), empty_rows(1))
     assert dump_threads() == []
     w.add_dump(2, {"forward/a:0": np.arange(3, dtype=np.float32)})
     assert len(dump_threads()) == 2
@@ -169,7 +175,11 @@ def test_roundtrip_stats_dumps_samples(tmp_path):
     samples = run.samples(2)
     assert list(samples["index"]) == [0, 5] and list(samples["group"]) == ["positive", "negative"]
     edges, counts = run.histogram("a:0", 3, "gradient")
-    assert len(edges) == len(counts) + 1 == 5 and edges[0] == 0.0 and edges[-1] == 1.0
+    x = written[("hist", 3)][1]
+    assert len(edges) == len(counts) + 1 and counts.sum() == 5 and edges[0] < x.min() and edges[-1] > x.max()
+    assert np.array_equal(np.histogram(x, edges)[0], counts)   # each value in its bin
+    h = run.log_histogram("a:0", 3, "gradient")
+    assert h.index.tolist() == LogHistogram.of(x).index.tolist() and h.total == 5
 
 
 def test_dump_files_are_plain_safetensors(tmp_path):
@@ -376,9 +386,9 @@ def test_writer_fsyncs_manifest_always_and_data_files_only_when_asked(tmp_path, 
     synced: list[str] = []
     real_fsync = os.fsync
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
-    lay = StatsLayout(("a:0",), ("forward",), ("all",), 2)
+    lay = StatsLayout(("a:0",), ("forward",), ("all",))
     w = RunWriter(tmp_path / "r", manifest={"tensors": []}, stats_layout=lay, fsync=fsync)
-    w.add_stats(1, np.zeros((1, 9)), np.array([[0.0, 1.0]]), np.zeros((1, 2), np.int32))
+    w.add_stats(1, np.zeros((1, 9)), empty_rows(1))
     w.add_dump(1, {"forward/a:0": np.ones(3, np.float32)})
     w.close()
     names = [Path(p).name for p in synced]
@@ -426,7 +436,7 @@ def test_statistics_without_a_layout_are_refused_at_once(tmp_path):
     """Found by the type check: they used to be queued and fail on the writer's thread."""
     w = RunWriter(tmp_path / "r", manifest={})
     with pytest.raises(ValueError, match="no stats_layout"):
-        w.add_stats(1, np.zeros((1, 9)), np.zeros((1, 2)), np.zeros((1, 30), np.int32))
+        w.add_stats(1, np.zeros((1, 9)), empty_rows(1))
     w.close()
     assert inspector.open_run(tmp_path / "r").stats.empty
 

@@ -14,13 +14,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
+from inspector.loghist import empty_rows
 from inspector import cli, writer
 from inspector.claim import RunLockedError
 from inspector.format import dump_name, lock_name, manifest_name, stats_name
 from inspector.writer import RunWriter, StatsLayout
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYOUT = StatsLayout(("a:0", "a:0"), ("forward", "gradient"), ("all", "all"), 4)
+LAYOUT = StatsLayout(("a:0", "a:0"), ("forward", "gradient"), ("all", "all"))
 CATALOG = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
             "has_gradient": True, "batched": True, "icnn_layer": None, "icnn_role": None}]
 
@@ -33,7 +34,7 @@ def session(path: Path, steps, value: float, dumps=(), mode: str = "train", work
     for i, s in enumerate(steps):
         vals = np.zeros((2, 9))
         vals[:, 0], vals[:, 1] = 4, value + s
-        w.add_stats(s, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)), batch=i if mode != "train" else 0)
+        w.add_stats(s, vals, empty_rows(2), batch=i if mode != "train" else 0)
     for s in dumps:
         w.add_dump(s, {"forward/a:0": np.full((2, 3), value, np.float32), "samples/index": np.array([0, 1], np.int32)},
                    batch=None if mode == "train" else 0)
@@ -209,7 +210,7 @@ while w.state.errors.count() == 0 and time.monotonic() < deadline:
 w.add_dump(2, {{"forward/a:0": np.ones(100, np.float32)}})     # small: written, or dropped while backing off
 for s in range(6, 9):
     vals = np.zeros((2, 9)); vals[:, 0] = 4
-    w.add_stats(s, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+    w.add_stats(s, vals, empty_rows(2))
 w.close()
 """
 
@@ -406,7 +407,7 @@ def test_nonfinite_evidence_lists_both_sightings_by_step(tmp_path):
     w = session(tmp_path, [2, 4], 0.0, close=None)
     vals = np.zeros((2, 9))
     vals[:, 0], vals[1, 7] = 4, 3          # gradient row: 3 NaN
-    w.add_stats(6, vals, np.tile([[0.0, 1.0]], (2, 1)), np.ones((2, 4)))
+    w.add_stats(6, vals, empty_rows(2))
     w.update_manifest(first_nonfinite={"step": 5, "tensor": "loss:0", "kind": "forward", "source": "loss check"})
     w.close()
     run = inspector.open_run(tmp_path)
@@ -505,7 +506,7 @@ def test_a_session_whose_manifest_is_damaged_is_in_no_modes_view(tmp_path):
 
 def _session_of(path: Path, tensor: str, steps, value: float, mode: str = "train", batches: int = 1) -> None:
     """A session of one tensor ``tensor`` (another catalog than :func:`session`'s)."""
-    layout = StatsLayout((tensor,), ("forward",), ("all",), 4)
+    layout = StatsLayout((tensor,), ("forward",), ("all",))
     catalog = [{**CATALOG[0], "name": tensor, "op": tensor.split(":")[0]}]
     w = RunWriter(path, worker="chief", manifest={"tensors": catalog, "is_chief": True}, stats_layout=layout,
                   mode=mode, stats_flush_secs=1000)
@@ -513,7 +514,7 @@ def _session_of(path: Path, tensor: str, steps, value: float, mode: str = "train
         for b in range(batches):
             vals = np.zeros((1, 9))
             vals[:, 0], vals[:, 1] = 4, value + b
-            w.add_stats(s, vals, np.array([[0.0, 1.0]]), np.ones((1, 4)), batch=b)
+            w.add_stats(s, vals, empty_rows(1), batch=b)
     w.close("finished")
 
 
@@ -555,10 +556,10 @@ def test_a_session_its_owner_check_is_ending_survives_the_process_exit(tmp_path)
         RunWriter._flush_stats = slow
         gone = []
         w = RunWriter({str(tmp_path)!r}, manifest={{"tensors": []}}, stats_flush_secs=1000,
-                      stats_layout=StatsLayout(("a:0",), ("forward",), ("all",), 4),
+                      stats_layout=StatsLayout(("a:0",), ("forward",), ("all",)),
                       owner_gone=lambda: "owner gone" if gone else None)
         for s in (1, 2, 3):
-            w.add_stats(s, np.ones((1, 9)), np.array([[0.0, 1.0]]), np.ones((1, 4)))
+            w.add_stats(s, np.ones((1, 9)), empty_rows(1))
         gone.append(1)
         time.sleep(0.3)   # the check has begun ending the session
     """)

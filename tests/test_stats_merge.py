@@ -45,7 +45,7 @@ def small_groups(monkeypatch):
 
 def one_tensor(run, name: str) -> pd.DataFrame:
     got = run.query_stats([name], kinds=["forward"]).sort_values(KEYS).reset_index(drop=True)
-    return got.assign(histogram=got.histogram.map(list))
+    return got.assign(hist_bucket=got.hist_bucket.map(list), hist_count=got.hist_count.map(list))
 
 
 def test_merged_levels_read_the_same_rows(tmp_path, oracle, small_groups):

@@ -262,7 +262,7 @@ def test_remote_reads_are_lazy_byte_ranges(tmp_path, s3):
     header and its own bytes. Counted at the filesystem: requests, ranges and bytes."""
     import pyarrow.parquet as pq
     from inspector.safetensors_io import HEADER_PROBE
-    kw = dict(steps=100, tensors=30, dump_every=50, bins=64, seed=5)
+    kw = dict(steps=100, tensors=30, dump_every=50, seed=5)
     local = inspector.open_run(make_synthetic_run(tmp_path / "r", **kw))
     url = s3.url("lazy")
     make_synthetic_run(url, storage_options=s3.options, **kw)

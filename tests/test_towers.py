@@ -11,10 +11,11 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
+from inspector.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 
 v1 = tf.compat.v1
-N, D, H, BINS = 16, 5, 6, 7
+N, D, H = 16, 5, 6
 RNG = np.random.default_rng(5)
 X = RNG.normal(size=(N, D)).astype(np.float32)
 Y = np.array([0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0], np.int64)
@@ -68,7 +69,7 @@ def _train(run_dir, cut: str, names: list[str], **kw) -> dict:
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
         oracle = Oracle(names)
         hook = DumpHook(run_dir, loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, samples_per_group=N,
-                        histogram_bins=BINS, strict=True, **kw)
+                        strict=True, **kw)
         with v1.train.MonitoredTrainingSession(hooks=[hook, oracle]) as sess:
             sess.run(train, feed_dict=feed)
     return oracle.seen
@@ -76,7 +77,6 @@ def _train(run_dir, cut: str, names: list[str], **kw) -> dict:
 
 def _check(run, name: str, x: np.ndarray, positive: np.ndarray) -> None:
     df = run.query_stats([name], kinds=["forward"]).set_index("group")
-    lo, hi = df.loc["all", "hist_lo"], df.loc["all", "hist_hi"]
     assert df.loc["all", "count"] == x.size
     for group, rows in (("positive", positive), ("negative", ~positive)):
         v = x[rows]
@@ -84,7 +84,8 @@ def _check(run, name: str, x: np.ndarray, positive: np.ndarray) -> None:
         assert row["count"] == v.size
         np.testing.assert_allclose([row["mean"], row["std"], row["min"], row["max"]],
                                    [v.mean(), v.std(), v.min(), v.max()], rtol=1e-5, atol=1e-6)
-        np.testing.assert_array_equal(np.asarray(row["histogram"]), np.histogram(v, BINS, (lo, hi))[0])
+        want = LogHistogram.of(v)
+        assert list(row["hist_bucket"]) == want.index.tolist() and list(row["hist_count"]) == want.count.tolist()
 
 
 @pytest.mark.parametrize("cut, first", [("split", 8), ("splitv", 6)])

@@ -20,6 +20,7 @@ import streamlit as st
 
 import inspector
 from inspector import analysis, stats_summary
+from inspector import histograms as inspector_histograms
 from inspector.icnn import templates
 from inspector.errors import InspectorError
 from inspector.storage import is_url, open_storage
@@ -148,7 +149,7 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
     read that :func:`histograms` and :func:`histogram_totals` slice. A Parquet read of one step
     or one kind costs about as much as of all (the column chunks are read whole), so a page
     asking for one step, a few and every step, forward and gradient, reads the tensor once."""
-    return get_run(path, sig).query_stats([tensor], columns=["hist_lo", "hist_hi", "histogram", "count", "mean",
+    return get_run(path, sig).query_stats([tensor], columns=[*inspector_histograms.COLUMNS, "count", "mean",
                                                             "min", "max"])
 
 
@@ -160,9 +161,9 @@ def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: s
     df = df[df["step"].isin(steps)]
     out: dict = {}
     for row in df.itertuples(index=False):
-        counts = np.asarray(row.histogram, np.int64)
-        out.setdefault(int(row.step), {})[str(row.group)] = (np.linspace(row.hist_lo, row.hist_hi, len(counts) + 1),
-                                                             counts)
+        h = inspector_histograms.of_row(row)
+        if h is not None:
+            out.setdefault(int(row.step), {})[str(row.group)] = inspector_histograms.edges_and_counts(h)
     order = {g: i for i, g in enumerate(run.groups)}
     return {s: dict(sorted(g.items(), key=lambda kv: order.get(kv[0], 9))) for s, g in sorted(out.items())}
 

@@ -17,8 +17,8 @@ Example::
     from hooks import native
     lib = native.library()          # None -> stock-op statistics
     if lib is not None:
-        stats, hist = lib.inspector_stats(   # [4, 10], [4, 30]: all, group 0, group 1, none
-            [x], groups, batched=[True], base=[0], leaves=4, bins=30, max_elements=16384, block=64)
+        stats, splits, index, count = lib.inspector_log_stats(   # [4, 8], [5], [N], [N]: all, 2 groups, none
+            [x], groups, batched=[True], base=[0], leaves=4, max_elements=16384, block=64)
 """
 from __future__ import annotations
 

@@ -3,27 +3,28 @@
 // Why: TensorFlow's stock ops take one pass (and often a temporary) per statistic, and one
 // op launch per tensor and statistic: ~80 ms of op time per statistics step on a ResNet-8,
 // against ~2 ms for a single read of the same tensors. This op computes per-sample moments
-// in one vectorised pass, then bins each tensor's histogram subsample while the tensor is
+// in one vectorised pass, then buckets each tensor's histogram subsample while the tensor is
 // still in cache; threads take whole tensors. DumpHook gives it one tensor per op (see
 // fast_stats._native_stats), so each runs as soon as its tensor is ready.
 //
-// InspectorStats(xs, groups; batched, base, leaves, ngroups, bins, max_elements, block)
-//     -> stats [leaves, 10], hist [leaves, bins]
+// InspectorLogStats(xs, groups; batched, base, leaves, ngroups, max_elements, block)
+//     -> stats [leaves, 8], hist_splits [leaves + 1], hist_index [N], hist_count [N]
 //   Every tensor is split in rows: one per sample (dim 0) if batched, else one. Each row
 //   belongs to an output row (a leaf): base[i] for the row of unbatched input i, base[i] + 1 +
 //   groups[sample] for a sample of a batched one (groups in 0..ngroups, ngroups: in no group;
 //   samples past groups' length: ngroups). A batched input has ngroups + 2 leaves: all, the
 //   groups, none. Per leaf, over the finite values of its rows:
-//   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans,
-//    hist lo, hist hi]   (mean 0, m2 0, min +inf, max -inf when none are finite);
+//   [elements, finite count, mean, m2 (sum of squared deviations), min, max, zeros, nans]
+//   (mean 0, m2 0, min +inf, max -inf when none are finite);
 //   a batched input's all leaf covers every sample. Why the leaves here and not in the graph:
 //   one op per tensor made that a concat of [samples, 8] rows per tensor and some 40 small ops
 //   after the last gradient, ~0.7 ms at the end of a VGG step on 2 cores.
-//   Histograms: each row counts into its leaf's histogram the finite values of its
+//   Histograms: each row counts into its leaf's log-magnitude histogram (inspector/loghist.py:
+//   8 buckets per power of two, signed, fixed global edges) the finite values of its
 //   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
-//   of `block`), over the tensor's finite [min, max] (numpy's widening when empty or flat),
-//   which is every leaf's [hist lo, hist hi]; the all leaf's histogram sums its input's others.
+//   of `block`); the all leaf's histogram sums its input's others. Leaf l's non-empty buckets,
+//   ascending, are hist_index/hist_count[hist_splits[l], hist_splits[l + 1]).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -42,9 +43,13 @@ namespace tensorflow {
 namespace {
 
 constexpr int64_t kChunk = 2048;  // elements per work unit (the length of the float sums)
-constexpr int kStatColumns = 10;
+constexpr int kStatColumns = 8;
+// Log-magnitude buckets (inspector/loghist.py): signed indices -kMaxIndex..kMaxIndex, stored at
+// slot index + kMaxIndex; slot kSlots takes NaN/Inf (discarded).
+constexpr int32_t kMaxIndex = 2034;
+constexpr int32_t kSlots = 2 * kMaxIndex + 1;
 
-// The passes below are inlined into row_moments and bin_any, which are compiled twice on x86:
+// The passes below are inlined into row_moments and bucket_any, which are compiled twice on x86:
 // for AVX2 and for the baseline, chosen at load time by the CPU (GCC/Clang function
 // multiversioning). AVX2 doubles the moments pass (13 -> 24 GB/s, the memory's speed here);
 // FMA stays off so that every machine rounds the same.
@@ -56,25 +61,27 @@ constexpr int kStatColumns = 10;
 #define INSPECTOR_INLINE inline __attribute__((always_inline))
 #define INSPECTOR_LAMBDA __attribute__((always_inline))  // a lambda's body is a function of its own
 
-REGISTER_OP("InspectorStats")
+REGISTER_OP("InspectorLogStats")
     .Input("xs: T")
     .Input("groups: int32")
     .Output("stats: double")
-    .Output("hist: int32")
+    .Output("hist_splits: int64")
+    .Output("hist_index: int32")
+    .Output("hist_count: int32")
     .Attr("T: list({half, bfloat16, float, double})")
     .Attr("batched: list(bool)")
     .Attr("base: list(int)")
     .Attr("leaves: int >= 0")
     .Attr("ngroups: int >= 0 = 2")
-    .Attr("bins: int >= 1")
     .Attr("max_elements: int >= 1")
     .Attr("block: int >= 1")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
-      int64_t leaves, bins;
+      int64_t leaves;
       TF_RETURN_IF_ERROR(c->GetAttr("leaves", &leaves));
-      TF_RETURN_IF_ERROR(c->GetAttr("bins", &bins));
       c->set_output(0, c->Matrix(leaves, kStatColumns));
-      c->set_output(1, c->Matrix(leaves, bins));
+      c->set_output(1, c->Vector(leaves + 1));
+      c->set_output(2, c->Vector(c->UnknownDim()));
+      c->set_output(3, c->Vector(c->UnknownDim()));
       return absl::OkStatus();
     });
 
@@ -108,9 +115,8 @@ struct Moments {
   }
 };
 
-// Arithmetic type of a tensor type: float (double for double tensors). Histogram values are
-// binned in it with one multiply: a value within a rounding step of a bin edge may land one
-// bin away from numpy's.
+// Arithmetic type of a tensor type: float (double for double tensors). Half and bfloat16
+// values convert to float exactly, so their histogram buckets are their own values'.
 template <typename T> struct AccOf { using type = float; };
 template <> struct AccOf<double> { using type = double; };
 template <typename T> using Acc = typename AccOf<T>::type;
@@ -280,65 +286,58 @@ INSPECTOR_INLINE Moments chunk_moments(const T* v, int64_t len) {
   return m;
 }
 
-constexpr int64_t kLanes = 4;  // interleaved sub-histograms: no store-to-load stall on repeats
-
-// The slot of value x in hist[kLanes][bins + 1] for the lane of position i (slot bins: NaN/Inf).
-template <typename F>
-INSPECTOR_INLINE int32_t slot(F x, int64_t i, F lo, F scale, F top, int bins) {
-  F t = (x - lo) * scale;
-  t = t >= F(0) ? t : F(0);  // also NaN -> 0; masked below
-  t = t <= top ? t : top;
-  const int32_t b = x - x == F(0) ? static_cast<int32_t>(t) : bins;  // NaN/Inf -> the discard slot
-  return b + static_cast<int32_t>(i & (kLanes - 1)) * (bins + 1);
+// The histogram slot of x (inspector/loghist.py's index + kMaxIndex; kSlots for NaN/Inf): the
+// magnitude's exponent and three leading mantissa bits, from the bit pattern, so every machine
+// and the numpy reference agree exactly. Half and bfloat16 values are exact in float.
+INSPECTOR_INLINE int32_t slot(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  const uint32_t mag = b & 0x7fffffffu;
+  int32_t k = static_cast<int32_t>(mag >> 20) - 6;
+  k = k < 1 ? 1 : k;            // subnormals: the floor bucket
+  k = mag == 0 ? 0 : k;
+  const int32_t s = (b >> 31) ? kMaxIndex - k : kMaxIndex + k;
+  return mag >= 0x7f800000u ? kSlots : s;
+}
+INSPECTOR_INLINE int32_t slot(double x) {
+  uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  const uint64_t mag = b & 0x7fffffffffffffffull;
+  int64_t k = static_cast<int64_t>(mag >> 49) - 7174;
+  k = k < 1 ? 1 : (k > kMaxIndex ? kMaxIndex : k);
+  k = mag == 0 ? 0 : k;
+  const int32_t s = static_cast<int32_t>((b >> 63) ? kMaxIndex - k : kMaxIndex + k);
+  return mag >= 0x7ff0000000000000ull ? kSlots : s;
 }
 
-// Bin len values (every `step`-th from v) into hist[kLanes][bins + 1]: the slots of a span
-// in one vectorised loop, then the increments alone (0.3-0.5 ns a value instead of 1.1 when each
-// block of 64 was copied and its lane computed in the increment loop).
-template <typename T, typename F>
-INSPECTOR_INLINE void bin_values(const T* v, int64_t len, int64_t step, F lo, F scale, int bins, int32_t* hist) {
+// Count len values (every `step`-th from v) into hist[kSlots + 1]: the slots of a span in one
+// vectorised loop, then the increments alone.
+template <typename T>
+INSPECTOR_INLINE void bucket_values(const T* v, int64_t len, int64_t step, int32_t* hist) {
+  using A = Acc<T>;
   constexpr int64_t kSpan = 512;
   int32_t idx[kSpan];
-  const F top = static_cast<F>(bins - 1);
   for (int64_t start = 0; start < len; start += kSpan) {
     const int64_t n = std::min<int64_t>(kSpan, len - start);
     const T* p = v + start * step;
     if (step == 1) {
 #pragma omp simd
-      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<F>(p[i]), i, lo, scale, top, bins);
+      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<A>(p[i]));
     } else {
-      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<F>(p[i * step]), i, lo, scale, top, bins);
+      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<A>(p[i * step]));
     }
     for (int64_t i = 0; i < n; ++i) ++hist[idx[i]];
   }
 }
 
-// One row's histogram subsample (inspector.format.hist_sample) into hist[bins], binned in F.
-template <typename T, typename F>
-INSPECTOR_INLINE void bin_row_in(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi,
-                                 int bins, int32_t* hist) {
-  std::vector<int32_t> lanes(kLanes * (bins + 1), 0);
-  const F flo = static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
-  if (size % block == 0) {
-    for (int64_t j = 0; j < size; j += stride * block) bin_values(v + j, block, 1, flo, scale, bins, lanes.data());
-  } else {
-    bin_values(v, (size + stride - 1) / stride, stride, flo, scale, bins, lanes.data());
-  }
-  for (int64_t l = 0; l < kLanes; ++l)
-    for (int b = 0; b < bins; ++b) hist[b] += lanes[l * (bins + 1) + b];
-}
-
-// bin_row_in in the tensor's arithmetic type, or in double when a range wider than that
-// type's largest value (a diverging float net near +-3.4e38) would overflow x - lo.
+// One row's histogram subsample (inspector.format.hist_sample) into hist[kSlots + 1].
 template <typename T>
-INSPECTOR_INLINE void bin_row(const T* v, int64_t size, int64_t stride, int64_t block, double lo, double hi, int bins,
-                              int32_t* hist) {
-  using F = Acc<T>;
-  const F span = static_cast<F>(hi) - static_cast<F>(lo), scale = static_cast<F>(bins / (hi - lo));
-  if (std::isfinite(span) && std::isfinite(scale))
-    bin_row_in<T, F>(v, size, stride, block, lo, hi, bins, hist);
-  else
-    bin_row_in<T, double>(v, size, stride, block, lo, hi, bins, hist);
+INSPECTOR_INLINE void bucket_row(const T* v, int64_t size, int64_t stride, int64_t block, int32_t* hist) {
+  if (size % block == 0) {
+    for (int64_t j = 0; j < size; j += stride * block) bucket_values(v + j, block, 1, hist);
+  } else {
+    bucket_values(v, (size + stride - 1) / stride, stride, hist);
+  }
 }
 
 // Moments of one row: chunks of kChunk elements merged in double.
@@ -351,10 +350,9 @@ INSPECTOR_CLONES Moments row_moments(const Row& row) {
   return acc;
 }
 
-INSPECTOR_CLONES void bin_any(const Row& row, double lo, double hi, int bins, int64_t max_elements, int64_t block,
-             int32_t* hist) {
+INSPECTOR_CLONES void bucket_any(const Row& row, int64_t max_elements, int64_t block, int32_t* hist) {
   const int64_t stride = std::max<int64_t>(1, (row.tensor_size + max_elements - 1) / max_elements);
-  with_typed(row, [&](auto* v) INSPECTOR_LAMBDA { bin_row(v, row.size, stride, block, lo, hi, bins, hist); });
+  with_typed(row, [&](auto* v) INSPECTOR_LAMBDA { bucket_row(v, row.size, stride, block, hist); });
 }
 
 class StatsOp : public OpKernel {
@@ -364,7 +362,6 @@ class StatsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("base", &base_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("leaves", &leaves_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ngroups", &ngroups_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("bins", &bins_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_elements", &max_elements_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
     OP_REQUIRES(ctx, batched_.size() == base_.size(),
@@ -411,16 +408,16 @@ class StatsOp : public OpKernel {
       }
       first_row[i + 1] = rows.size();
     }
-    Tensor *stats = nullptr, *hist = nullptr;
+    Tensor* stats = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({leaves_, kStatColumns}), &stats));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({leaves_, bins_}), &hist));
     double* out = stats->flat<double>().data();
-    int32_t* h = hist->flat<int32_t>().data();
     std::fill(out, out + leaves_ * kStatColumns, 0.0);  // leaves of no input (none when called by fast_stats)
-    std::fill(h, h + leaves_ * bins_, 0);
+    // Each leaf's non-empty buckets as (signed index, count), filled by the thread of its input.
+    std::vector<std::vector<std::pair<int32_t, int32_t>>> buckets(leaves_);
     // One input at a time per thread: its moments pass, then its histogram pass while the
     // tensor is still in cache. An input's leaves belong to it alone: no shared writes.
     auto work = [&](int64_t begin, int64_t end) {
+      std::vector<int32_t> counts;
       for (int64_t i = begin; i < end; ++i) {
         const int64_t nleaf = batched_[i] ? ngroups_ + 2 : 1;
         std::vector<Moments> by_leaf(nleaf);
@@ -434,26 +431,47 @@ class StatsOp : public OpKernel {
         for (const Moments& mo : by_leaf) all.merge(mo);
         by_leaf[0] = all;
         elements[0] = std::accumulate(elements.begin(), elements.end(), 0.0);
-        // numpy's range convention, as fast_stats._hist_range
-        double lo = all.n > 0 ? all.mn : 0.0, hi = all.n > 0 ? all.mx : 1.0;
-        if (!(hi > lo)) { lo -= 0.5; hi += 0.5; }
         for (int64_t l = 0; l < nleaf; ++l) {
           const Moments& mo = by_leaf[l];
-          const double vals[kStatColumns] = {elements[l], mo.n, mo.mean, mo.m2, mo.mn, mo.mx,
-                                             mo.zeros, mo.nans, lo, hi};
+          const double vals[kStatColumns] = {elements[l], mo.n, mo.mean, mo.m2, mo.mn, mo.mx, mo.zeros, mo.nans};
           std::copy(vals, vals + kStatColumns, out + kStatColumns * (base_[i] + l));
         }
-        int32_t* all_hist = h + base_[i] * bins_;
+        constexpr int64_t kWidth = kSlots + 1;
+        counts.assign(nleaf * kWidth, 0);
         for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r)
-          bin_any(rows[r], lo, hi, bins_, max_elements_, block_, h + int64_t{leaf[r]} * bins_);
+          bucket_any(rows[r], max_elements_, block_, counts.data() + (leaf[r] - base_[i]) * kWidth);
         for (int64_t l = 1; l < nleaf; ++l)  // the all leaf's histogram: its input's others
-          for (int b = 0; b < bins_; ++b) all_hist[b] += all_hist[l * bins_ + b];
+          for (int64_t b = 0; b < kSlots; ++b) counts[b] += counts[l * kWidth + b];
+        for (int64_t l = 0; l < nleaf; ++l) {
+          auto& found = buckets[base_[i] + l];
+          const int32_t* c = counts.data() + l * kWidth;
+          for (int32_t b = 0; b < kSlots; ++b)
+            if (c[b] != 0) found.emplace_back(b - kMaxIndex, c[b]);
+        }
       }
     };
     int64_t total = 0;
     for (const Row& r : rows) total += r.size;
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
     Shard(pool->num_threads, pool->workers, xs.size(), 4 * (1 + total / std::max<int64_t>(1, xs.size())), work);
+    int64_t n = 0;
+    for (const auto& found : buckets) n += static_cast<int64_t>(found.size());
+    Tensor *splits = nullptr, *index = nullptr, *count = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({leaves_ + 1}), &splits));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &index));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &count));
+    int64_t* sp = splits->flat<int64_t>().data();
+    int32_t* ix = index->flat<int32_t>().data();
+    int32_t* ct = count->flat<int32_t>().data();
+    int64_t at = 0;
+    for (int64_t l = 0; l < leaves_; ++l) {
+      sp[l] = at;
+      for (const auto& [b, c] : buckets[l]) {
+        ix[at] = b;
+        ct[at++] = c;
+      }
+    }
+    sp[leaves_] = at;
   }
 
  private:
@@ -461,12 +479,11 @@ class StatsOp : public OpKernel {
   std::vector<int64_t> base_;
   int64_t leaves_;
   int64_t ngroups_;
-  int bins_;
   int64_t max_elements_;
   int64_t block_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("InspectorStats").Device(DEVICE_CPU), StatsOp);
+REGISTER_KERNEL_BUILDER(Name("InspectorLogStats").Device(DEVICE_CPU), StatsOp);
 
 }  // namespace
 }  // namespace tensorflow
