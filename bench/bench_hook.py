@@ -99,7 +99,7 @@ from tqdm import tqdm  # noqa: E402
 
 from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
 from bench.resnet import FAMILIES, ResNet, build_resnet  # noqa: E402
-from hooks import DumpHook, fast_stats  # noqa: E402
+from hooks import DumpHook, exact_stats, fast_stats  # noqa: E402
 from hooks.dump_hook import _static_bytes  # noqa: E402
 from inspector import safetensors_io  # noqa: E402
 
@@ -134,13 +134,13 @@ class Config:
 BUILD_STATS = fast_stats.build_stats
 
 
-def touch_stats(captured, groups, bins: int, use_native: bool = True):
+def touch_stats(captured, groups, use_native: bool = True):
     """(4g): one element of every captured tensor and gradient is read, and nothing computed:
     what plain training costs once every op's output has a consumer (the fusions Grappler can
     no longer make) and the extra gradients exist, without the statistics' own passes. The
     real fetch is built for its rows and shapes but never run; the rows written are zeros."""
     import tensorflow as tf
-    real = BUILD_STATS(captured, groups, bins, use_native)
+    real = BUILD_STATS(captured, groups, use_native)
     if real is None:
         return None
     unique = {t.name: t for c in captured for t in (c.tensor, c.gradient) if t is not None}
@@ -150,7 +150,8 @@ def touch_stats(captured, groups, bins: int, use_native: bool = True):
     r, cols = len(real.rows), real.values.shape[1]
     first = tf.concat([tf.reshape(tf.add_n(one), [1, 1]), tf.zeros([1, cols - 1], tf.float64)], 1)
     values = tf.concat([first, tf.zeros([r - 1, cols], tf.float64)], 0)
-    return type(real)(values, tf.zeros([r, 2], tf.float64), tf.zeros([r, bins], tf.int32), real.rows)
+    empty = exact_stats.Sparse(tf.zeros([r + 1], tf.int64), tf.zeros([0], tf.int32), tf.zeros([0], tf.int32))
+    return type(real)(values, empty, real.rows)
 
 
 def configs(batch: int) -> list[Config]:

@@ -19,7 +19,7 @@ times from ``bench_hook.py`` / ``bench_keras.py``.
 The table has one row per op type, sorted by the extra time: what the capture changes in the
 model's own step shows there (a fused convolution split into Conv2D, BiasAdd and Relu once its
 intermediate outputs are read; one more Conv2DBackpropInput, the gradient of the input images,
-which plain training never computes) beside the statistics kernel (InspectorStats) and the
+which plain training never computes) beside the statistics kernel (InspectorLogStats) and the
 capture's small ops. Op types are compared, not node names: the Keras step capture builds the
 step's one backward pass under its own name scope.
 """

@@ -45,6 +45,13 @@ def test_packages_come_from_the_installed_wheel():
     assert importlib.util.find_spec("tensorflow") is None, "the viewer and reader must not need TensorFlow"
 
 
+def test_the_wheel_declares_its_type_hints_and_version():
+    """PEP 561 markers in each package, and one version: the wheel's metadata and the code's."""
+    for package in ("inspector", "hooks", "viewer"):
+        assert importlib.resources.files(package).joinpath("py.typed").is_file(), package
+    assert importlib.metadata.version("tf-inspector") == inspector.__version__
+
+
 def test_core_requirements_leave_out_the_viewer_and_tensorflow():
     """A training node installs the core: no Streamlit, Matplotlib or pinned tensorflow-cpu."""
     core = {re.split(r"[ ;<>=!~\[]", r, maxsplit=1)[0].lower()
