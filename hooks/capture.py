@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, icnn_catalog_fields,
                               parse_icnn_entry, parse_shared_gradient_entry)
+from inspector.accounting import DEFAULT_RULES, UNACCOUNTED, Rule, record, user_rules
 from inspector.icnn.layer import observer_gradients
 # the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
 from inspector.format import INPUT_OP_TYPES  # noqa: F401
@@ -26,25 +27,14 @@ from .structure import on_device_of, value_source
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
 
-#: Name patterns left out by default: the backward pass, optimizers, saver, summaries, init.
-DEFAULT_EXCLUDE = (
-    r"(^|/)gradients(_\d+)?/", r"^save(_\d+)?/", r"^(init|init_all_tables|group_deps)(_\d+)?$",
-    r"^report_uninitialized", r"(^|/)summar(y|ies)(_\d+)?/", r"^global_step", r"^tf_inspector/",
-    r"(^|/)(Adam|Momentum|GradientDescent|RMSProp|Adagrad|Adadelta|Ftrl|SGD|Nadam|Adamax)(_\d+)?(/|$)",
-    r"(^|/)beta[12]_power", r"(^|/)(Initializer|Assign|IsInitialized|IsVariableInitialized)(_\d+)?(/|$)",
-    r"(^|/)(ExponentialMovingAverage|learning_rate|PiecewiseConstant|ExponentialDecay)(_\d+)?(/|$)",
-)
+#: Name patterns left out by default: the backward pass, optimizers, saver, summaries, init
+#: (``inspector.accounting.DEFAULT_RULES``, which names each rule).
+DEFAULT_EXCLUDE = tuple(p for r in DEFAULT_RULES for p in r.patterns)
 #: Op types never worth capturing (no values, constants, variable plumbing, summaries, I/O),
 #: and blocking takes another run performs: SyncReplicasOptimizer's chief takes the aggregated
 #: gradients in a queue runner of its own, and fetching one in a training step ran it there,
 #: waiting forever for gradients.
-DEFAULT_EXCLUDE_OP_TYPES = frozenset({
-    "Const", "VariableV2", "VarHandleOp", "Assign", "AssignAdd", "AssignSub", "AssignVariableOp",
-    "AssignAddVariableOp", "NoOp", "ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
-    "TensorSummaryV2", "SaveV2", "RestoreV2", "VarIsInitializedOp", "IsVariableInitialized", "Shape",
-    "Fill", "ZerosLike", "OnesLike",
-    "AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient", "SparseAccumulatorTakeGradient",
-})
+DEFAULT_EXCLUDE_OP_TYPES = frozenset(t for r in DEFAULT_RULES for t in r.op_types)
 FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
@@ -83,15 +73,18 @@ class Selection:
     #: a TF2 cond's output (not fetchable) -> the Identity tf.cond returned for it, captured:
     #: the same value under the name the model holds, so not skipped
     aliases: dict[str, str] = field(default_factory=dict)
+    #: every other float output of the graph -> the rule that left it out (its id in
+    #: ``inspector.accounting``: "backward", "constant", "include", ...)
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def within(self, ops: set[str]) -> Selection:
-        """The same tensors; the skipped tensors and aliases of ``ops`` only (what a Keras
-        trace captures from: tensors outside it were never candidates, fetchable or not)."""
+        """The same tensors and exclusions; the skipped tensors and aliases of ``ops`` only (what
+        a Keras trace captures from: tensors outside it were never candidates, fetchable or not)."""
         def own(name: str) -> bool:
             return name.rpartition(":")[0] in ops
         return Selection(self.tensors, [n for n in self.skipped if own(n)],
                          {n: r for n, r in self.reasons.items() if own(n)},
-                         {n: a for n, a in self.aliases.items() if own(n)})
+                         {n: a for n, a in self.aliases.items() if own(n)}, self.excluded)
 
 
 def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
@@ -506,6 +499,49 @@ def ancestors(t: tf.Tensor) -> set[str]:
     return seen
 
 
+@dataclass
+class _Filters:
+    """The capture's filters, compiled, each naming its rule (``inspector.accounting``)."""
+    include: list[re.Pattern]
+    exclude: list[re.Pattern]                 # the user's
+    defaults: list[tuple[re.Pattern, str]]    # the default name patterns and their rules
+    types: set[str] | None                    # op_types=
+    skip_types: dict[str, str]                # op type -> the rule that leaves it out
+    dtypes: Sequence[tf.DType]
+
+    def op_rule(self, op: tf.Operation, backward: set[str]) -> str | None:
+        """The rule that leaves out every output of ``op``, or None."""
+        if op.name in backward:
+            return "backward"
+        if op.type in self.skip_types:
+            return self.skip_types[op.type]
+        return "op_types" if self.types and op.type not in self.types else None
+
+    def tensor_rule(self, t: tf.Tensor) -> str | None:
+        """The rule that leaves out ``t`` (an output of an op no :meth:`op_rule` leaves out), or None."""
+        if t.dtype.base_dtype not in self.dtypes:
+            return "dtypes"
+        if self.include and not any(p.search(t.name) for p in self.include):
+            return "include"
+        if any(p.search(t.name) for p in self.exclude):
+            return "exclude"
+        return next((rule for p, rule in self.defaults if p.search(t.name)), None)
+
+
+def _filters(include, exclude, op_types, exclude_op_types, dtypes, use_default_exclude: bool) -> _Filters:
+    skip = {t: r.rule for r in reversed(DEFAULT_RULES) for t in r.op_types}   # the first rule naming it wins
+    skip = {**dict.fromkeys(exclude_op_types or (), "exclude_op_types"), **skip}
+    defaults = [(re.compile(p), r.rule) for r in DEFAULT_RULES for p in r.patterns] if use_default_exclude else []
+    return _Filters(_compile(include), _compile(exclude), defaults, set(op_types) if op_types else None, skip,
+                    tuple(dtypes))
+
+
+def accountable(t: tf.Tensor, dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> bool:
+    """Whether the accounting (``inspector.accounting``) counts ``t``: a float output, or one
+    of the capture's ``dtypes``."""
+    return t.dtype.base_dtype in FLOAT_DTYPES or t.dtype.base_dtype in dtypes
+
+
 def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Iterable[str] | None = None,
                    exclude_op_types: Iterable[str] | None = None, dtypes: Sequence[tf.DType] = FLOAT_DTYPES,
                    forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True,
@@ -515,14 +551,11 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     are skipped, with the reason, unless their value is captured as a TF2 cond's Identity.
     ``fetched`` (DumpHook: its tensors are fetches of the training's own runs): also skipped,
     with the reason, a tensor whose fetch would run a stateful op training does not run
-    (:func:`side_effects`): the hook must not change what training does."""
-    inc, exc = _compile(include), _compile(exclude)
-    given = inc + exc   # the caller's patterns: one that matches no name is a typo (warned)
+    (:func:`side_effects`): the hook must not change what training does. Every other float
+    output is in ``excluded``, with the rule that left it out."""
+    filters = _filters(include, exclude, op_types, exclude_op_types, dtypes, use_default_exclude)
+    given = filters.include + filters.exclude   # the caller's patterns: one that matches no name is a typo (warned)
     matched: set[int] = set()
-    if use_default_exclude:
-        exc += _compile(DEFAULT_EXCLUDE)
-    types = set(op_types) if op_types else None
-    skip_types = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ())
     backward = backward_ops(graph, loss)
     forced = list(forced)
     forced_names = {t.name for t in forced}
@@ -538,41 +571,25 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
     racy = unordered_reads(graph, ran, of_loss) if ran and loss is not None else {}
     aliased = ref_aliases(graph, ran) if ran else {}
-    chosen, unfetchable, reasons = [], [], {}
+    chosen, unfetchable, reasons, excluded = [], [], {}, {}
     for op in graph.get_operations():
         if given and len(matched) < len(given):
             matched.update(id(p) for p in given for t in op.outputs if p.search(t.name))
-        if op.name in backward or op.type in skip_types or (types and op.type not in types):
-            continue
+        op_rule = filters.op_rule(op, backward)
         for t in op.outputs:
-            if t.name in forced_names or t.dtype.base_dtype not in dtypes:
+            if t.name in forced_names or not accountable(t, dtypes):
                 continue
-            if inc and not any(p.search(t.name) for p in inc):
-                continue
-            if any(p.search(t.name) for p in exc):
+            rule = op_rule or filters.tensor_rule(t)
+            if rule is not None:
+                excluded[t.name] = rule
                 continue
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
                 continue
-            if op.name in aliased:
+            why = _unsafe_fetch(op.name, aliased, racy, effects)
+            if why:
                 unfetchable.append(t)
-                reasons[t.name] = (f"it shares (or may share) the buffer of {aliased[op.name]}, a reference variable "
-                                   f"the training step updates in place: its recorded value could be the weights after "
-                                   f"the update. "
-                                   f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
-                continue
-            if op.name in racy:
-                unfetchable.append(t)
-                reasons[t.name] = (f"it reads {racy[op.name]}, which the training step writes, off the loss's path: "
-                                   f"in no order with the update, its value would be the one before or after it, "
-                                   f"by chance (the variable's record holds the value the step used)")
-                continue
-            runs = effects.get(op.name)
-            if runs:
-                unfetchable.append(t)
-                reasons[t.name] = (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the "
-                                   f"loss, UPDATE_OPS and TRAIN_OP do not need it): fetching it would change "
-                                   f"what training does")
+                reasons[t.name] = why
                 continue
             chosen.append(t)
     for p in given:
@@ -582,7 +599,42 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
     sel.reasons.update({n: r for n, r in reasons.items() if n in sel.reasons})
     sel.tensors = chosen + forced
+    sel.excluded = excluded
     return sel
+
+
+def _unsafe_fetch(op: str, aliased: Mapping[str, str], racy: Mapping[str, str],
+                  effects: Mapping[str, set[str]]) -> str | None:
+    """Why fetching an output of ``op`` would record a wrong value or change what training
+    does (:func:`ref_aliases`, :func:`unordered_reads`, :func:`side_effects`), or None."""
+    if op in aliased:
+        return (f"it shares (or may share) the buffer of {aliased[op]}, a reference variable the training step "
+                f"updates in place: its recorded value could be the weights after the update. "
+                f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
+    if op in racy:
+        return (f"it reads {racy[op]}, which the training step writes, off the loss's path: in no order with the "
+                f"update, its value would be the one before or after it, by chance (the variable's record holds "
+                f"the value the step used)")
+    runs = effects.get(op)
+    if runs:
+        return (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the loss, UPDATE_OPS "
+                f"and TRAIN_OP do not need it): fetching it would change what training does")
+    return None
+
+
+def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[str], filters: Mapping,
+               rest: Rule = UNACCOUNTED) -> dict:
+    """The manifest's ``accounting`` (FORMAT.md) of ``ops``' outputs (the saved graph's): each
+    float output (or one of ``filters["dtypes"]``) captured (``captured``: the catalog's
+    names), skipped or excluded as ``sel`` says; ``rest``: the rule of the outputs it does not
+    name (ops made after the selection; outside a Keras trace's region)."""
+    dtypes = tuple(filters.get("dtypes") or FLOAT_DTYPES)
+    outputs = [(t.name, op.type) for op in ops for t in op.outputs if accountable(t, dtypes)]
+    custom = None if set(dtypes) == set(FLOAT_DTYPES) else [d.name for d in dtypes]
+    rules = [*DEFAULT_RULES, *user_rules(filters.get("include"), filters.get("exclude"), filters.get("op_types"),
+                                         filters.get("exclude_op_types"), custom)]
+    skipped = {n: sel.reasons.get(n, "cannot be fetched") for n in sel.skipped}
+    return record(outputs, captured, sel.aliases, skipped, sel.excluded, rules, rest)
 
 
 def _listed(names: Sequence[str], most: int = 20) -> str:

@@ -179,7 +179,9 @@ class DumpHook(v1.train.SessionRunHook):
       predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
         EstimatorSpec's predictions (a tensor, or its dict).
       include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
-        leave out the backward pass, optimizer, saver, summaries and init ops).
+        leave out the backward pass, optimizer, saver, summaries and init ops, constants and
+        variables: ``inspector.accounting.DEFAULT_RULES``). What a filter or a default leaves
+        out is recorded by rule in the manifest's ``accounting``: ``run.why(name)`` says it.
       op_types / exclude_op_types: capture only / never these op types.
       dtypes: tensor dtypes to capture (float types by default).
       stats_every_n_steps: in-graph statistics every N global steps (0 = never).
@@ -393,6 +395,7 @@ class DumpHook(v1.train.SessionRunHook):
         g = v1.get_default_graph()
         _refuse_distributed(g)
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+        saved = g.get_operations()   # the ops of graph_def: what the accounting accounts for
         loss = self._resolve_loss(g)
         labels, gid = self._resolve_groups(g)
         roles = capture.icnn_roles(g)
@@ -423,7 +426,8 @@ class DumpHook(v1.train.SessionRunHook):
         rows = self._stats.rows + (variables.stats_rows(self._updates.records) if self._updates else [])
         layout = StatsLayout(*map(tuple, zip(*rows))) if self._stats else None
         # The writer (a new session of this worker) opens with the session, in after_create_session.
-        self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped),
+        accounting = capture.accounting(saved, sel, [t.name for t in sel.tensors], self.filters)
+        self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped, accounting),
                                  stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
                                  queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
                                  strict=self.strict, fsync=self.fsync, mode=self.mode,
@@ -562,7 +566,7 @@ class DumpHook(v1.train.SessionRunHook):
         sel.skipped += inside
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
 
-    def _manifest(self, loss, labels, skipped) -> dict[str, Any]:
+    def _manifest(self, loss, labels, skipped, accounting) -> dict[str, Any]:
         filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
         return {
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
@@ -578,7 +582,7 @@ class DumpHook(v1.train.SessionRunHook):
                                   dtypes=[d.name for d in self.filters["dtypes"]]),
             "tensors": [c.catalog_entry() for c in self.captured],
             **self._groups_manifest(),
-            "skipped": skipped, "first_nonfinite": None,
+            "skipped": skipped, "first_nonfinite": None, "accounting": accounting,
         }
 
     def _groups_manifest(self) -> dict[str, Any]:

@@ -90,7 +90,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
       positive: predicate ``y -> bool [N]`` (or a bool array [N]) choosing positive samples;
         the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for one-hot).
       include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
-        tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``).
+        tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``); the manifest's
+        ``accounting`` says why each float output of that graph was not captured (a rule, or
+        ``outside``: not the model's call nor its loss), ``run.why(name)``.
       stats_every_n_steps, dump_every_n_steps, dump_steps: the schedule (``hooks.schedule``).
       dump_on_nonfinite: check fit's reported loss every step (one device sync per step) and
         the statistics on statistics steps; when a NaN/Inf first appears, record where (the
@@ -543,7 +545,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
                        "dtypes": [d.name for d in self.filters["dtypes"]]},
             "tensors": [c.catalog_entry() for c in graph.captured],
-            "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite,
+            "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite, "accounting": graph.accounting,
         }
 
     def _ungrouped_check(self, step: int, values: np.ndarray) -> np.ndarray | None:

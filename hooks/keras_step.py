@@ -373,6 +373,7 @@ class StepGraph(ProbeGraph):
             return logs   # fit's step as it is; its capture is refused (mismatch)
         if self.graph_def is None:
             self.graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
+            self.account(g)
         return logs
 
     def _refusing(self, build):

@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow as tf
 
+from inspector.accounting import OUTSIDE
+
 from . import batch_axis, capture, fast_stats, resolve, sources, structure
 from .variables import VariableRecord, selected
 
@@ -203,6 +205,8 @@ class ProbeGraph:
         self.rows: list[tuple[str, str, str]] = []
         self.aliases: dict[str, str] = {}
         self.skipped: list[str] = []
+        self.accounting: dict | None = None   # the manifest's (FORMAT.md), of graph_def's ops
+        self._selection: capture.Selection | None = None   # the first trace's
         self.loss_name: str | None = None
         self.labels_name: str | None = None
         self.graph_def: bytes | None = None
@@ -221,6 +225,7 @@ class ProbeGraph:
             concrete = fn.get_concrete_function(*self._specs())
             if self.graph_def is None:
                 self.graph_def = concrete.graph.as_graph_def(add_shapes=True).SerializeToString()
+                self.account(concrete.graph)
             self._functions[key] = concrete
         return self._functions[key]
 
@@ -398,6 +403,7 @@ class ProbeGraph:
         if self._names is None:
             self._names, self.captured, self.variables, self.tf_vars = names, everything, records, tf_vars
             self.skipped = [n for n in sel.skipped]
+            self._selection = sel
             capture.log_unfetchable(sel)
             self.loss_name = loss.name if loss is not None else None
             self.labels_name = labels.name if labels is not None else None
@@ -405,6 +411,14 @@ class ProbeGraph:
             raise RuntimeError("tracing the probe again (for dumps) gave other tensor names than the first "
                                "trace: this model's forward pass is not deterministic; capture statistics only "
                                "(dump_every_n_steps=0) or report the model")
+
+    def account(self, g) -> None:
+        """The accounting of ``g``'s ops, the graph saved with the run, from the first trace's
+        selection: what lies outside the model's call and its loss is excluded as
+        ``accounting.OUTSIDE`` unless a default rule says it (the inspector's own ops)."""
+        if self._selection is not None:
+            self.accounting = capture.accounting(g.get_operations(), self._selection,
+                                                 [c.name for c in self.captured], self.options.filters, OUTSIDE)
 
     def _dump(self, captured, gid, labels, x) -> dict:
         first = tf.nest.flatten(x)[0]

@@ -55,6 +55,7 @@ def summary(run: Run) -> str:
         + (f" ({damaged} damaged, see below)" if damaged else ""),
         f"size       {human_bytes(run.size_bytes())}",
     ]
+    lines[5:5] = _accounting_lines(run)
     variables = run.variables
     if len(variables):
         reads = int(((t["kind"] != "variable") & t["variable"].isin(variables.index)).sum())
@@ -85,6 +86,31 @@ def summary(run: Run) -> str:
     for p in run.problems:
         lines.append(f"problem    {p}")
     return "\n".join(lines)
+
+
+def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]:
+    """Where the float op outputs of the default session's graph went: counts per exclusion
+    rule and per skip reason (``run.accounting()``; ``run.why(name)`` for one name)."""
+    table = run.accounting()
+    if table.empty:
+        return ["accounting not recorded: the run predates it (run.why(name) answers from the catalog and the "
+                "skipped list only)"]
+    count = table.groupby("status")["count"].sum()
+    excluded = table[table["status"] == "excluded"]
+    skipped = table[table["status"] == "skipped"]
+    lines = [f"accounting {int(count.sum())} float op outputs of the graph: {int(count.get('captured', 0))} captured, "
+             f"{int(count.get('skipped', 0))} skipped, {int(count.get('excluded', 0))} excluded "
+             f"(run.why(name) says why for one)"]
+    if len(excluded):
+        lines.append("excluded   " + ", ".join(f"{r.rule} {r.count}" + ("" if r.source == "default" else
+                                                                          f" ({r.source})")
+                                              for r in excluded.itertuples()))
+    for r in list(skipped.itertuples())[:reasons]:
+        text = r.what if len(r.what) <= width else r.what[:width - 3] + "..."
+        lines.append(f"skipped    {r.count}: {text}")
+    if len(skipped) > reasons:
+        lines.append(f"skipped    ... {len(skipped) - reasons} more reasons (run.accounting())")
+    return lines
 
 
 def _span(first, last) -> str | None:

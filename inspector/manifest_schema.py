@@ -37,6 +37,7 @@ WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", 
 #: bare ``RunWriter``) is written and read with.
 CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
                                    "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None,
+                                   "accounting": None,
                                    "groups": {"rule": "positive/negative", "names": ["positive", "negative"],
                                               "codes": [1, 0]}}
 #: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
@@ -209,6 +210,31 @@ def _groups(value: Any, where: str) -> None:
             not all(_is(c, (int,)) for c in codes):
         raise TypeError(f"field {where} must hold distinct names and one distinct int code per name, "
                         f"not {_short(value)}")
+_STRINGS = _list_of(_scalar(str))
+_SKIP_REASON = _object({"reason": _STR, "count": (int,)}, required=("reason", "count", "names"))
+_EXCLUSION = _object({"rule": _STR, "source": _STR, "what": _STR, "negate": (bool,), "count": (int,)},
+                     required=("rule", "count"))
+
+
+def _accounting(value: Any, where: str) -> None:
+    """``accounting`` (FORMAT.md, "Accounting"): null (runs before it), or its counts, skip
+    reasons and rules, every list of names a list of strings."""
+    if value is None:
+        return
+    _object({"total": (int,), "captured": (int,), "aliases": (dict,), "skipped": (list,), "excluded": (list,)})(
+        value, where)
+    for k, v in value.get("aliases", {}).items():
+        _want(v, _STR, f"{where}.aliases[{k!r}]")
+    for i, s in enumerate(value.get("skipped", [])):
+        _SKIP_REASON(s, f"{where}.skipped[{i}]")
+        _STRINGS(s["names"], f"{where}.skipped[{i}].names")
+    for i, r in enumerate(value.get("excluded", [])):
+        _EXCLUSION(r, f"{where}.excluded[{i}]")
+        for key in ("patterns", "op_types", "names", "examples"):
+            if key in r:
+                _STRINGS(r[key], f"{where}.excluded[{i}].{key}")
+
+
 #: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
 _RECORD = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
                    "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
@@ -230,7 +256,7 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
                                  "last_step": (int,), "steps": (int,)}, required=("first_step", "why")),
     "bytes_written": _scalar(int), "dumps_written": _scalar(int), "hook_error": _scalar(str),
     "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
-    "tensorflow_version": _scalar(str, type(None)),
+    "tensorflow_version": _scalar(str, type(None)), "accounting": _accounting,
 }
 
 

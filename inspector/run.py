@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import graphdef, histograms, safetensors_io
+from .accounting import Ledger, Why
 from .dump_schema import check_samples
 from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
                      nearest, suggest)
@@ -157,6 +158,7 @@ class Run:
         # call needs it, and building it walks every dump file (shared with views: keys resolved)
         self._indexes: dict[tuple, dict[tuple[int, int], list[DumpFile]]] = {}
         self._alias_maps: dict[str, dict[str, str]] = {}
+        self._ledgers: dict[tuple[str, int], Ledger] = {}   # per session: its accounting and graph
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, workers={self.workers})"
@@ -338,10 +340,14 @@ class Run:
         return self.tensors[self.tensors["kind"] == "variable"]
 
     def check_tensor(self, name: str) -> str:
-        """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names."""
+        """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names and,
+        where the run records it, why it was not captured (:meth:`why`)."""
         if name not in self.tensors.index:
-            raise UnknownTensorError(f"unknown tensor {name!r} in run {self.path}.{suggest(name, self.tensors.index)}"
-                                     f" ({len(self.tensors)} tensors; see run.tensors)")
+            why = self.why(name)
+            said = f" Not captured: {why.reason}." if why.status in ("skipped", "excluded") else ""
+            close = suggest(name, self.tensors.index)
+            raise UnknownTensorError(f"unknown tensor {name!r} in run {self.path}.{said}{close} ({len(self.tensors)} "
+                                     f"tensors; see run.tensors)")
         return name
 
     def graph_def_bytes(self, worker: str | None = None, session: int | None = None,
@@ -350,6 +356,13 @@ class Run:
         tf.compat.v1.GraphDef.FromString or ``inspector.graphdef.parse_graph_def``.
         DamagedFileError (naming the file and its size) for a file over ``limit`` bytes
         (default ``graphdef.MAX_GRAPH_BYTES``), checked before reading."""
+        m = self._session_manifest(worker, session)
+        w, s = m["worker"], m["session"]
+        name = graph_name(w, s) if s else f"graph.{w}.pb"
+        return self.store.read(name, graphdef.MAX_GRAPH_BYTES if limit is None else limit)
+
+    def _session_manifest(self, worker: str | None, session: int | None) -> dict:
+        """The manifest of ``worker``'s ``session`` (None: its latest; both None: :attr:`manifest`)."""
         m = self.manifest if worker is None and session is None else self._latest(worker)
         if m is None:
             raise InspectorError(f"no worker {worker!r} in {self.path}; workers: {', '.join(self.workers)}")
@@ -357,9 +370,47 @@ class Run:
             m = self.manifests.get((worker or m["worker"], session))
             if m is None:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
-        w, s = m["worker"], m["session"]
-        name = graph_name(w, s) if s else f"graph.{w}.pb"
-        return self.store.read(name, graphdef.MAX_GRAPH_BYTES if limit is None else limit)
+        return m
+
+    # ---- accounting (inspector.accounting) -----------------------------------------------------
+    def why(self, name: str, worker: str | None = None, session: int | None = None) -> Why:
+        """Whether ``name``, a tensor or op name of a session's graph (default: that of
+        :attr:`manifest`), was captured, skipped (and why) or excluded (by which rule): a
+        :class:`inspector.accounting.Why` with ``status``, ``reason`` and ``rule``.
+
+        Example::
+
+            run.why("loss/Const:0").status     # 'excluded'; .rule 'constant'
+        """
+        return self._ledger(worker, session).why(name)
+
+    def accounting(self, worker: str | None = None, session: int | None = None) -> pd.DataFrame:
+        """Where a session's float op outputs went: one row for the captured ones, one per skip
+        reason and one per exclusion rule with outputs (columns status, rule, source, what,
+        count, examples); empty for a run written before the accounting."""
+        return pd.DataFrame(self._ledger(worker, session).table(),
+                            columns=["status", "rule", "source", "what", "count", "examples"])
+
+    def uncaptured(self, text: str = "", worker: str | None = None, session: int | None = None,
+                   limit: int = 200) -> pd.DataFrame:
+        """The graph's ops and skipped tensors not captured whose name or op type contains
+        ``text`` (case-insensitive), at most ``limit``: columns name, op_type, status, rule,
+        reason."""
+        rows = [(w.name, w.op_type, w.status, w.rule, w.reason)
+                for w in self._ledger(worker, session).search(text, limit)]
+        return pd.DataFrame(rows, columns=["name", "op_type", "status", "rule", "reason"])
+
+    def _ledger(self, worker: str | None, session: int | None) -> Ledger:
+        m = self._session_manifest(worker, session)
+        key = (m["worker"], m["session"])
+        if key not in self._ledgers:
+            try:
+                nodes = graphdef.parse_graph_def(self.graph_def_bytes(*key), f"graph of {key[0]} session {key[1]}")
+                op_types: dict[str, str] | None = {n.name: n.op for n in nodes}
+            except (OSError, InspectorError):   # no graph file (synthetic runs may have none), or damaged
+                op_types = None
+            self._ledgers[key] = Ledger(m, op_types)
+        return self._ledgers[key]
 
     # ---- selection -----------------------------------------------------------------------
     def _workers_for(self, worker: str | None, mode: str | None = None) -> set[str]:

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from .accounting import DEFAULT_RULES, Rule, record
 from .analysis import icnn_mask, icnn_mu
 from .errors import InspectorError
 from .format import GROUPS, HIST_MAX_ELEMENTS, STAT_COLUMNS, manifest_name
@@ -132,6 +133,17 @@ def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
     return nodes
 
 
+#: The rule of a synthetic graph's ops the generator makes no values for (the weights' reads, the input)
+SYNTHETIC = Rule("synthetic", "a synthetic run (inspector.testing) generates no values for it", "hook")
+
+
+def synthetic_accounting(catalog: list[Tensor], nodes: list[Node]) -> dict:
+    """The manifest's ``accounting`` of a :func:`synthetic_graph`: the catalog captured, the
+    backward ops excluded by the default rule, the other float outputs by :data:`SYNTHETIC`."""
+    outputs = [(f"{n.name}:0", n.op) for n in nodes if n.op != "VarHandleOp" and n.name != "labels"]
+    return record(outputs, [t.name for t in catalog], {}, {}, {}, DEFAULT_RULES, SYNTHETIC)
+
+
 def _icnn_shape(role: str, hw: int, c: int) -> tuple:
     return {"pre_mask": (hw, hw, c), "mask": (hw, hw, c), "post_mask": (hw, hw, c), "mu": (c, 2),
             "sqrtvar": (c,), "strength": (c,), "beta": (c,), "filter_loss": (c,)}[role]
@@ -167,15 +179,17 @@ class SyntheticRun:
         config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1, "dump_every_n_steps": dump_every,
                                 "samples_per_group": samples // 2, "max_bytes": None,
                                 "native_stats": False})
+        nodes = synthetic_graph(self.catalog) if graph else None
         manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0",
                     "labels": "labels:0",
                     "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
-                    "first_nonfinite": None, "synthetic_seed": seed}
+                    "first_nonfinite": None, "synthetic_seed": seed,
+                    "accounting": synthetic_accounting(self.catalog, nodes) if nodes else None}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group))
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
                                 stats_flush_secs=stats_flush_secs, worker=worker,
                                 storage_options=storage_options,
-                                graph_def=encode_graph_def(synthetic_graph(self.catalog)) if graph else None)
+                                graph_def=encode_graph_def(nodes) if nodes else None)
 
     # ---- statistics ------------------------------------------------------------------------
     def _layout_rows(self) -> None:

@@ -1035,7 +1035,6 @@ def test_the_run_follows_a_page_switch(runs):
 
 
 def test_distributions_percentile_bands(runs):
-    import numpy as np
     import inspector
     from viewer import bands
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
@@ -1131,3 +1130,17 @@ def test_pages_read_dumps_without_groups(tmp_path, monkeypatch, page):
     at = start(tmp_path / "r", page)
     assert not at.exception, [e.value for e in at.exception]
     assert not [e.value for e in at.error if "could not be drawn" in e.value], [e.value for e in at.error]
+
+
+def test_tensor_browser_says_why_an_op_was_not_captured(runs):
+    """A search for ops the catalog lacks lists them with their status and rule (the run's
+    accounting) instead of nothing: the weights' reads of a synthetic run, the backward pass."""
+    at = ok(start(runs / "exp1", "Tensor browser"))
+    at.text_input(key="tb_search").input("/read").run()
+    assert "0 of 20 tensors" in captions(ok(at))
+    expander = next(e for e in at.expander if "not captured" in e.label)
+    table = expander.dataframe[0].value
+    assert len(table) and set(table["rule"]) == {"synthetic"} and table["name"].str.endswith("/read").all()
+    at.text_input(key="tb_search").input("relu").run()
+    table = next(e for e in ok(at).expander if "not captured" in e.label).dataframe[0].value
+    assert (table["rule"] == "backward").all() and table["name"].str.startswith("gradients/").all()

@@ -10,6 +10,7 @@ import streamlit as st
 from inspector import plots
 from inspector.analysis import source_text
 from inspector.binning import value_bins
+from inspector.errors import InspectorError
 
 from . import data
 from .distributions import bins_caption, bins_choice
@@ -91,6 +92,25 @@ def show_source(cat: pd.DataFrame, tensor: str) -> None:
             st.text("\n".join(f"{f}:{line} in {fn}" for f, line, fn in stack))
 
 
+def show_uncaptured(run, text: str, expanded: bool) -> None:
+    """The graph's ops (and skipped tensors) matching ``text`` that were not captured, each
+    skipped (why) or excluded (by which rule): ``run.uncaptured``, so a search for an op that
+    is not in the catalog says why instead of nothing."""
+    try:
+        df = run.uncaptured(text)
+    except InspectorError as e:
+        st.caption(f"Ops not captured: unknown ({plain(str(e))})")
+        return
+    if df.empty:
+        if run.accounting().empty:
+            st.caption("This run predates the accounting: it does not record why other ops were not captured.")
+        return
+    more = " (the first 200)" if len(df) >= 200 else ""
+    with st.expander(f"{len(df)} ops matching the search were not captured{more}: skipped or excluded, and why",
+                     expanded=expanded):
+        st.dataframe(df, hide_index=True, width="stretch", height=min(260, 40 + 35 * len(df)))
+
+
 def render(ctx: Ctx) -> None:
     st.header("Tensor browser")
     run = data.get_run(ctx.path, ctx.sig)
@@ -105,6 +125,8 @@ def render(ctx: Ctx) -> None:
     st.caption(f"{len(found)} of {len(cat)} tensors")
     listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]  # lists: shown as text
     st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch", height=260)
+    if text:
+        show_uncaptured(run, text, expanded=found.empty)
     if not need(len(found) > 0, "No tensor matches the search."):
         return
     tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor", bind="query-params")
