@@ -98,8 +98,7 @@ def quantile_frame(df: pd.DataFrame, q: Sequence[float]) -> pd.DataFrame:
             f"run.histogram() for those steps")
     values = np.stack([LogHistogram.from_lists(b, c).quantiles(qs)
                        for b, c in zip(df["hist_bucket"], df["hist_count"])])
-    for j, x in enumerate(qs):
-        out[qname(x)] = values[:, j]
+    out = pd.concat([out, pd.DataFrame(values, columns=[qname(x) for x in qs])], axis=1)
     out.attrs["relative_error"] = RELATIVE_ERROR
     return out
 

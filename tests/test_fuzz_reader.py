@@ -214,7 +214,7 @@ def _foreign_parquet(path: Path, rng: random.Random) -> str:
     if choice == "foreign":
         t = pa.table({"x": [1, 2, 3]})
     elif choice == "cast":
-        name = rng.choice(["step", "mean", "count", "tensor", "histogram"])
+        name = rng.choice(["step", "mean", "count", "tensor", "hist_bucket"])
         i = t.schema.get_field_index(name)
         t = t.set_column(i, name, pa.array([str(v) for v in t.column(name).to_pylist()]))
     elif choice == "drop":

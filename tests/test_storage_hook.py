@@ -8,6 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
+from inspector.format import manifest_name  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 from s3server import s3_fixture  # noqa: E402,F401  (registers the fixture ``s3``)
 from test_storage import assert_same_reads  # noqa: E402
@@ -37,12 +38,14 @@ def test_same_training_reads_the_same_from_disk_and_bucket(tmp_path, s3):
     remote = inspector.open_run(url, storage_options=s3.options)
     assert remote.steps == [4, 8]
     assert_same_reads(local, remote, same_bytes=False)
-    # the second hook's graph holds the first hook's ops too: that, and only that, differs
+    # the second hook's graph holds the first hook's ops too: that, and only that, differs (and the
+    # manifest's accounting of them)
     graphs = [r.graph_def_bytes() for r in (local, remote)]
     nodes = [{n.name for n in v1.GraphDef.FromString(g).node} for g in graphs]
     assert "conv1/relu" in nodes[0] and nodes[0] < nodes[1]
     assert remote.sessions["bytes"][0] - local.sessions["bytes"][0] == len(graphs[1]) - len(graphs[0])
-    assert remote.size_bytes() - local.size_bytes() == len(graphs[1]) - len(graphs[0])
+    manifests = [len(r.store.read(manifest_name("chief", 1))) for r in (local, remote)]
+    assert remote.size_bytes() - local.size_bytes() == len(graphs[1]) - len(graphs[0]) + manifests[1] - manifests[0]
     x = remote.tensor("conv1/relu:0", 8, kind="gradient")
     assert np.abs(x).sum() > 0
 
