@@ -1098,6 +1098,9 @@ def test_distributions_percentile_bands(runs):
     fits = whole[1] - whole[0] <= bands.FITS * (robust[1] - robust[0])
     want = [min(robust[0], whole[0]), max(robust[1], whole[1])] if fits else robust
     assert np.allclose(area["encoding"]["y"]["scale"]["domain"], want)
+    at.toggle(key="di_bands_symlog").set_value(True).run()          # every band, on a symmetric-log axis
+    scale = bands_data(ok(at))[0]["layer"][0]["encoding"]["y"]["scale"]
+    assert scale["type"] == "symlog" and "domain" not in scale and 0 < scale["constant"] <= table["p50"].abs().max()
 
 
 def test_bands_y_range_clips_extremes_that_would_flatten_the_bands():
