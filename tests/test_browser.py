@@ -318,7 +318,7 @@ def vega_datasets(frames: list[bytes]) -> list[tuple[dict, dict]]:
     return out
 
 
-def colour_columns(png: bytes, rgb: tuple[int, int, int], below: float = 0.3) -> int:
+def colour_columns(png: bytes, rgb: tuple[int, int, int], below: float = 0.45) -> int:
     """How many pixel columns of a chart image hold ``rgb`` (within 40 per channel) under its
     top ``below`` share (the legend sits there)."""
     import io
