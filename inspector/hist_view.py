@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import colorsys
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Union
+from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 import pandas as pd
 
-from .loghist import CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges, merge
+from .loghist import CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges, bucket_value, merge
 
 #: A histogram as a statistics row holds it: log-magnitude buckets, or equal-width (edges, counts).
 Source = Union[LogHistogram, tuple]
@@ -168,6 +168,10 @@ def bars(h: Source, axis: Axis) -> pd.DataFrame:
     histogram's counted values and ``zero`` (the bar of exact zeros, centred at 0: on the log
     axis and on the linear one alike, so a ReLU's zeros never hide in the first bin). Log
     axis: one bar per non-empty bucket; linear: every bin, then the zeros' bar if any."""
+    return pd.DataFrame(_bars(h, axis))
+
+
+def _bars(h: Source, axis: Axis) -> dict[str, np.ndarray]:
     if not isinstance(h, LogHistogram):
         if axis.scale == "log":
             raise ValueError("an equal-width histogram (a run before format version 4) has no log-magnitude "
@@ -195,10 +199,12 @@ def bars(h: Source, axis: Axis) -> pd.DataFrame:
     return _frame(x0, x1, lo, hi, h.count.astype(np.float64), idx == 0)
 
 
-def _frame(x0, x1, lo, hi, count, zero) -> pd.DataFrame:
-    total = float(np.sum(count))
-    return pd.DataFrame({"x0": x0, "x1": x1, "lo": lo, "hi": hi, "count": count,
-                         "fraction": count / total if total > 0 else np.zeros_like(count), "zero": zero})
+def _frame(x0, x1, lo, hi, count, zero) -> dict[str, np.ndarray]:
+    count = np.asarray(count, np.float64)
+    total = float(count.sum())
+    return {"x0": np.asarray(x0, np.float64), "x1": np.asarray(x1, np.float64), "lo": np.asarray(lo, np.float64),
+            "hi": np.asarray(hi, np.float64), "count": np.asarray(count, np.float64),
+            "fraction": count / total if total > 0 else np.zeros_like(count), "zero": np.asarray(zero, bool)}
 
 
 def y_top(fraction: np.ndarray, zero: np.ndarray) -> float | None:
@@ -260,15 +266,30 @@ def panel_frame(sides: Mapping[str, Mapping[str, Source]], axis: Axis,
     histogram set; "A"/"B" to overlay two steps or runs): :data:`COLUMNS`, ``label`` the
     legend entry (:func:`legend_label`, ``totals`` ``{side: {group: n}}`` the real element
     counts)."""
+    return _table([_panel(sides, axis, totals)], COLUMNS)
+
+
+def _panel(sides: Mapping[str, Mapping[str, Source]], axis: Axis,
+           totals: Mapping[str, Mapping[str, int]] | None = None) -> dict[str, np.ndarray]:
+    """:func:`panel_frame`'s columns as arrays (one DataFrame per chart, not per group: a ridge
+    plot's dozens of histograms cost pandas' overhead once)."""
     parts = []
     for side, groups in sides.items():
         for g, h in groups.items():
+            cols = _bars(h, axis)
+            n = len(cols["x0"])
             label = legend_label(g, counted(h), (totals or {}).get(side, {}).get(g))
-            parts.append(bars(h, axis).assign(side=side, group=g, label=label))
-    if not parts:
-        return pd.DataFrame(columns=COLUMNS)
-    # object, not pandas 3's string dtype (Arrow large_string: Streamlit's Vega-Lite cannot read it)
-    return pd.concat(parts, ignore_index=True)[COLUMNS].astype({"side": object, "group": object, "label": object})
+            parts.append({**cols, "side": np.full(n, side, object), "group": np.full(n, g, object),
+                          "label": np.full(n, label, object)})
+    return {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, object) for c in COLUMNS}
+
+
+def _table(parts: list[dict[str, np.ndarray]], columns: list[str]) -> pd.DataFrame:
+    """One DataFrame of column arrays; text columns stay object, not pandas 3's string dtype
+    (Arrow large_string: Streamlit's Vega-Lite cannot read it)."""
+    df = pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in columns} if parts else
+                      {c: np.zeros(0, object) for c in columns})
+    return df.astype({c: object for c in ("side", "group", "label") if c in df.columns})
 
 
 def steps(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, base: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -336,6 +357,32 @@ def tick_label(v: float) -> str:
     return f"{round(v / 10.0 ** k)}e{k}"
 
 
+def row_quantiles(hists: Sequence[LogHistogram], q: Sequence[float]) -> np.ndarray:
+    """[len(hists), len(q)]: each histogram's :meth:`~inspector.loghist.LogHistogram.quantiles`
+    (the same rank rule and stand-in values; NaN for an empty one) in one pass over every row,
+    not one call per row: percentile bands over thousands of steps.
+
+    >>> row_quantiles([LogHistogram.of(np.array([1.0, 2.0, 4.0])), LogHistogram.of(np.zeros(0))], [0.5]).tolist()
+    [[2.1176470588235294], [nan]]
+    """
+    qs = np.asarray(q, np.float64)
+    if qs.size and (not np.all(np.isfinite(qs)) or qs.min() < 0 or qs.max() > 1):
+        raise ValueError(f"quantiles must lie in [0, 1], got {np.asarray(q).tolist()}")
+    if not len(hists):
+        return np.zeros((0, qs.size))
+    sizes = np.array([len(h.index) for h in hists], np.int64)
+    index = np.concatenate([np.asarray(h.index, np.int64) for h in hists])
+    cum = np.cumsum(np.concatenate([np.asarray(h.count, np.int64) for h in hists]))
+    ends = np.cumsum(sizes)
+    before = np.r_[0, cum][ends - sizes]              # values counted by the rows before each
+    n = np.r_[0, cum][ends] - before
+    rank = np.floor(qs[None, :] * (n[:, None] - 1)).astype(np.int64)
+    # each row's buckets ascend, so the first running count past before + rank lies in the row
+    at = np.clip(np.searchsorted(cum, before[:, None] + rank, side="right"), 0, max(len(index) - 1, 0))
+    out = bucket_value(index[at]) if len(index) else np.zeros(at.shape)
+    return np.where((n > 0)[:, None], out, np.nan)
+
+
 def magnitudes(h: LogHistogram) -> LogHistogram:
     """The histogram of ``|x|``: bucket ``b`` and ``-b`` merged."""
     return LogHistogram.from_lists(np.abs(np.asarray(h.index, np.int64)), h.count)
@@ -395,14 +442,13 @@ def ridge_frame(rows: Mapping[int, Mapping[str, Source]], axis: Axis, overlap: f
     zeros' bar taller than the others is clipped at the row's height (:func:`y_top`)."""
     parts = []
     for k, (s, groups) in enumerate(rows.items()):
-        f = panel_frame({"": groups}, axis)
-        peak = y_top(f["fraction"], f["zero"]) or float(f["fraction"].max()) if len(f) else 0.0
+        f = _panel({"": groups}, axis)
+        n = len(f["x0"])
+        peak = (y_top(f["fraction"], f["zero"]) or float(f["fraction"].max())) if n else 0.0
         height = np.minimum(row_height(f["fraction"], peak or 1.0, log, decades), 1.0)
         base = float(len(rows) - 1 - k)
-        parts.append(f.assign(step=int(s), base=base, top=base + overlap * height))
-    if not parts:
-        return pd.DataFrame(columns=[*COLUMNS, "step", "base", "top"])
-    return pd.concat(parts, ignore_index=True)
+        parts.append({**f, "step": np.full(n, int(s)), "base": np.full(n, base), "top": base + overlap * height})
+    return _table(parts, [*COLUMNS, "step", "base", "top"])
 
 
 def row_height(y: pd.Series | np.ndarray, peak: float, log: bool, decades: float) -> np.ndarray:

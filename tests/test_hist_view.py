@@ -151,3 +151,26 @@ def test_group_colours_never_repeat():
     colors = hist_view.group_colors(groups)
     assert len(set(colors.values())) == len(groups)
     assert (colors["positive"], colors["negative"]) == ("#d62728", "#1f77b4")
+
+
+def test_row_quantiles_equal_each_histograms_own():
+    """One pass over every row (a page's bands over thousands of steps) gives what each
+    histogram's quantiles give, empty rows NaN."""
+    rng = np.random.default_rng(5)
+    hists = [LogHistogram.of(rng.laplace(0, 10.0 ** rng.uniform(-8, 0), rng.integers(1, 300))) for _ in range(60)]
+    hists[7] = hists[30] = LogHistogram.of(np.zeros(0))
+    q = [0, 0.07, 0.16, 0.5, 0.84, 0.93, 1]
+    got = hist_view.row_quantiles(hists, q)
+    want = np.stack([h.quantiles(q) for h in hists])
+    np.testing.assert_array_equal(got, want)
+    assert np.isnan(got[[7, 30]]).all() and np.isfinite(np.delete(got, [7, 30], 0)).all()
+    with pytest.raises(ValueError, match=r"quantiles must lie in \[0, 1\], got \[1.5\]"):
+        hist_view.row_quantiles(hists, [1.5])
+
+
+def test_band_percentiles_without_extremes_end_at_the_outer_bucket_edges():
+    from viewer import bands
+    x = np.array([-3.0, 0.5, 1.0, 1.0, 2.0])
+    frame = bands.percentile_frame({7: {"all": LogHistogram.of(x)}})
+    assert (frame["p0"].item(), frame["p100"].item()) == (-3.25, 2.25)            # buckets [-3.25, -3], [2, 2.25)
+    assert frame["p50"].item() == LogHistogram.of(x).quantiles([0.5])[0]

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from inspector import hist_view
-from inspector.loghist import LogHistogram
+from inspector.loghist import LogHistogram, bucket_edges
 
 #: TensorBoard's distribution bands: min, ~-1.5σ, -1σ, median, +1σ, ~+1.5σ, max (of a normal)
 PERCENTILES = (0, 7, 16, 50, 84, 93, 100)
@@ -61,37 +61,36 @@ def hist_percentiles(edges: np.ndarray, counts: np.ndarray, qs=PERCENTILES) -> n
     return np.asarray(out, np.float64)
 
 
-def percentiles(h: hist_view.Source) -> np.ndarray:
-    """:data:`PERCENTILES` of a histogram: a log-magnitude one's quantiles (0 and 100: the outer
-    edges of its extreme buckets), an equal-width one's :func:`hist_percentiles`."""
-    if not isinstance(h, LogHistogram):
-        return hist_percentiles(np.asarray(h[0]), np.asarray(h[1]))
-    p = h.quantiles([q / 100 for q in PERCENTILES])
-    if h.total:
-        p[0], p[-1] = hist_view.value_range(h)
-    return p
-
-
 def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]], groups: tuple[str, ...] | None = None,
                      extremes: dict | None = None) -> pd.DataFrame:
     """One row per (step, group) with a ``p<q>`` column per percentile, from ``{step: {group:
-    histogram}}`` (``viewer.data.histograms``); ``groups``: which to keep (default all).
-    ``extremes`` (``{step: {group: (min, max)}}``, the statistics' exact finite min and max):
-    p0 and p100 are those, and the other percentiles are clipped into them. A histogram of a
-    tensor over the subsample size counts a subsample, whose extremes lie inside the tensor's:
-    the band labelled 0-100 would miss the max."""
-    rows = []
-    for step, by_group in sorted(hists.items()):
-        for g, h in by_group.items():
-            if groups is None or g in groups:
-                p = percentiles(h)
-                lo, hi = (extremes or {}).get(step, {}).get(g, (np.nan, np.nan))
-                if np.isfinite(lo) and np.isfinite(hi) and np.isfinite(p).all():
-                    p = np.clip(p, lo, hi)
-                    p[0], p[-1] = lo, hi
-                rows.append({"step": int(step), "group": str(g), **{f"p{q}": v for q, v in zip(PERCENTILES, p)}})
-    cols = ["step", "group"] + [f"p{q}" for q in PERCENTILES]
-    return pd.DataFrame(rows, columns=cols).astype({"group": object})
+    histogram}}`` (``viewer.data.histograms``): a log-magnitude histogram's quantiles
+    (:func:`inspector.hist_view.row_quantiles`; 0 and 100 the outer edges of its extreme
+    buckets), an equal-width one's :func:`hist_percentiles`; ``groups``: which to keep
+    (default all). ``extremes`` (``{step: {group: (min, max)}}``, the statistics' exact finite
+    min and max): p0 and p100 are those, and the other percentiles are clipped into them. A
+    histogram of a tensor over the subsample size counts a subsample, whose extremes lie inside
+    the tensor's: the band labelled 0-100 would miss the max."""
+    keys = [(int(step), str(g), h) for step, by_group in sorted(hists.items()) for g, h in by_group.items()
+            if groups is None or g in groups]
+    is_log = np.array([isinstance(h, LogHistogram) for _, _, h in keys], bool)
+    p = np.full((len(keys), len(PERCENTILES)), np.nan)
+    p[is_log] = hist_view.row_quantiles([h for (_, _, h), b in zip(keys, is_log) if b], [q / 100 for q in PERCENTILES])
+    for k in np.flatnonzero(~is_log):
+        p[k] = hist_percentiles(np.asarray(keys[k][2][0]), np.asarray(keys[k][2][1]))
+    lo, hi = np.array([(extremes or {}).get(s, {}).get(g, (np.nan, np.nan)) for s, g, _ in keys],
+                      np.float64).reshape(-1, 2).T
+    exact = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(p).all(1)
+    p[exact] = np.clip(p[exact], lo[exact, None], hi[exact, None])
+    p[exact, 0], p[exact, -1] = lo[exact], hi[exact]
+    edge = np.flatnonzero(~exact & is_log & np.isfinite(p).all(1))   # no exact extremes: the outer bucket edges
+    if edge.size:
+        first, _ = bucket_edges(np.array([keys[k][2].index[0] for k in edge]))
+        _, last = bucket_edges(np.array([keys[k][2].index[-1] for k in edge]))
+        p[edge, 0], p[edge, -1] = first, np.minimum(last, 2.0 ** 129)
+    out = pd.DataFrame({"step": [s for s, _, _ in keys], "group": [g for _, g, _ in keys],
+                        **{f"p{q}": p[:, j] for j, q in enumerate(PERCENTILES)}})
+    return out.astype({"step": np.int64, "group": object})
 
 
 def y_range(frame: pd.DataFrame) -> tuple[float, float, bool]:
