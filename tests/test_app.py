@@ -246,6 +246,9 @@ def test_compare_two_steps_and_two_runs(runs):
     at.select_slider(key="cmp_step_A").set_value(10).run()
     assert not ok(at).dataframe[0].value.equals(table)
     assert {s for s, _ in overlay_sides(at)} == {"A: step 10", "B: step 29"}
+    at.radio(key="cmp_kind").set_value("gradient").run()             # exp1's gradients after its NaN: all NaN
+    assert "B: step 29: no histogram (no finite value counted)" in captions(ok(at))
+    assert {s for s, _ in overlay_sides(at)} == {"A: step 10"}
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")

@@ -131,7 +131,9 @@ def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, ti
     st.altair_chart(hist_charts.histogram_chart({kind: (frame, axis)}, title=title, width=720), width="stretch")
     download_figure(lambda: plots.overlay(hists, axis, title=title), name, key=key)
     text = side_ratios(hists, NOUNS.get(kind, kind))
-    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)) + (f". {text}" if text else ""))
+    empty = [label for label, g in hists.items() if not any(hist_view.counted(h) for h in g.values())]
+    note = "".join(f". {label}: no histogram (no finite value counted)" for label in empty)
+    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)) + (f". {text}" if text else "") + note)
 
 
 def side_ratios(hists: dict[str, dict], noun: str) -> str:
