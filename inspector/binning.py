@@ -1,4 +1,9 @@
-"""Bin edges for re-binning dumped values, NumPy only.
+"""Histograms of dumped values, NumPy only.
+
+:func:`value_histograms` counts them in the statistics' log-magnitude buckets
+(:class:`~inspector.loghist.LogHistogram`), so a dump's histogram draws on the same axes as the
+in-graph ones (:mod:`inspector.hist_view`). The equal-width and symmetric-log bin edges below
+are for a plain ``np.histogram`` of values.
 
 Gradients and many activations are long-tailed: most values sit within 1e-6 of zero and a
 few reach 1e-2, so 40 equal bins show one spike. Like TensorBoard's exponential buckets,
@@ -17,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from .loghist import LogHistogram
 
 SCALES = ("auto", "linear", "symlog")
 
@@ -86,3 +93,16 @@ def value_bins(*arrays: np.ndarray, bins: int = 40, scale: str = "auto") -> Bins
         return Bins(linear_edges(v, bins))
     edges, lin = symlog_edges(v, bins)
     return Bins(edges, "symlog", lin) if lin > 0 else Bins(edges)
+
+
+def value_histograms(groups: dict[str, np.ndarray]) -> tuple[dict[str, LogHistogram], tuple[float, float] | None]:
+    """({group: log-magnitude histogram of its finite values}, the exact (min, max) of them
+    all, None without any), for groups that hold values.
+
+    >>> hists, ext = value_histograms({"positive": np.array([1.0, -2.0, np.nan]), "negative": np.zeros(0)})
+    >>> list(hists), hists["positive"].total, ext
+    (['positive'], 2, (-2.0, 1.0))
+    """
+    hists = {g: LogHistogram.of(v) for g, v in groups.items() if np.size(v)}
+    v = _finite(list(groups.values()))
+    return hists, ((float(v.min()), float(v.max())) if v.size else None)

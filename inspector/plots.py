@@ -25,9 +25,12 @@ except ModuleNotFoundError as e:  # the core install (a training node) has no ma
     raise ModuleNotFoundError(f"inspector.plots needs matplotlib ({e}): pip install 'tf-inspector[viewer]'",
                               name=e.name) from e
 
+from . import hist_view  # noqa: E402  (after the matplotlib check: its message first)
+
 #: One colour per sample group, used by every figure (positive warm, negative cool).
-GROUP_COLORS = {"all": "0.35", "positive": "#d62728", "negative": "#1f77b4"}
+GROUP_COLORS = dict(hist_view.GROUP_COLORS)
 Hist = tuple[np.ndarray, np.ndarray]          # (edges [B+1], counts [B])
+Source = hist_view.Source                     # Hist, or a log-magnitude histogram
 
 
 def to_png(fig: Figure, dpi: int = 100) -> bytes:
@@ -150,102 +153,126 @@ def hist_from_values(values: np.ndarray, edges: np.ndarray) -> Hist:
     return edges, np.histogram(v[np.isfinite(v)], edges)[0]
 
 
-def _log_floor(*ys: np.ndarray) -> float:
-    """A floor under the smallest positive value: zero bins are drawn there on a log axis."""
-    pos = [float(y[y > 0].min()) for y in ys if np.asarray(y).size and (np.asarray(y) > 0).any()]
-    return min(pos) / 2 if pos else 1.0
+def _draw_bars(ax, frame: pd.DataFrame, axis: hist_view.Axis, log: bool, density: bool = False) -> None:
+    """A chart's bars (:func:`inspector.hist_view.panel_frame`) on ``ax``: each group an outline
+    over a light fill in its colour (a second side dashed), the zeros' bar apart (clipped, and
+    marked, where it would flatten the others: :func:`inspector.hist_view.y_top`), the log
+    axis's ticks; y the fraction per bar (``density``: per unit of x, for equal-width bins)."""
+    y = frame["fraction"].to_numpy(np.float64)
+    if density:
+        y = y / np.where(frame["x1"] > frame["x0"], frame["x1"] - frame["x0"], 1.0)
+    floor = hist_view.log_floor_of(y) if log else 0.0
+    colors = hist_view.group_colors(frame["group"])
+    sides = list(dict.fromkeys(frame["side"]))
+    for (side, g), part in frame.assign(y=np.where(y > 0, y, floor)).groupby(["side", "group"], sort=False):
+        ls = "--" if sides.index(side) else "-"
+        rest, zero = part[~part["zero"]], part[part["zero"]]
+        edges, values = hist_view.steps(rest["x0"], rest["x1"], rest["y"], floor)
+        ax.stairs(values, edges, baseline=floor, fill=True, color=colors[g], alpha=0.2, lw=0)
+        ax.stairs(values, edges, baseline=floor, color=colors[g], lw=1.5, ls=ls,
+                  label=part["label"].iloc[0] if side == "" else f"{side}: {g}")
+        for r in zero.itertuples():
+            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fc=colors[g], alpha=0.2, lw=0))
+            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fill=False, ec=colors[g], lw=1.5, ls=ls))
+    top = None if log else hist_view.y_top(y, frame["zero"])
+    if top is not None:
+        ax.set_ylim(0, top)
+        ax.annotate("zeros (clipped)", (0, top), xytext=(4, -2), textcoords="offset points", ha="left", va="top",
+                    fontsize=7)
+    if log:
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=floor)
+    _log_ticks(ax, frame, axis)
+    ax.set_ylabel("density" if density else y_title(axis))
 
 
-def _legend_label(group: str, shown: int, total: int | None) -> str:
-    """'positive (n=70,000; histogram of 16,384)': the real element count and, separately,
-    how many values the histogram counts where that differs (a subsample, non-finite values)."""
-    if total is None or total == shown:
-        return f"{group} (n={shown:,})"
-    return f"{group} (n={total:,}; histogram of {shown:,})"
+def _log_ticks(ax, frame: pd.DataFrame, axis: hist_view.Axis) -> None:
+    """The signed log axis's ticks (powers of ten labelled with their value) and title."""
+    if len(frame):
+        xs, labels = hist_view.ticks(axis, float(frame["x0"].min()), float(frame["x1"].max()))
+        if xs:
+            ax.set_xticks(xs, labels, fontsize=8)
+    ax.set_xlabel(axis.title())
 
 
-def histograms(panels: Mapping[str, Mapping[str, Hist]], density: bool = True, title: str = "",
-               log: bool = False, xlim: Mapping[str, tuple[float, float]] | None = None,
-               totals: Mapping[str, Mapping[str, int]] | None = None,
-               xscale: Mapping[str, float] | None = None) -> Figure:
-    """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one step
-    histogram per group (positive vs negative); ``density`` normalises each to area 1 so
-    groups of different sizes compare. ``log``: a log y axis (empty bins drawn at its floor).
-    ``xlim`` ({panel: (lo, hi)}) aligns figures to compare. ``totals`` ({panel: {group: n}})
-    are the real element counts, stated beside the counted ones where they differ (a
-    subsampled histogram). ``xscale`` ({panel: linthresh}): the panel's bins are symmetric-log
-    (:mod:`inspector.binning`): a symlog x axis, and y = the fraction of values per bin."""
+def y_title(axis: hist_view.Axis) -> str:
+    return f"fraction of values per {'bucket' if axis.scale == 'log' else 'bin'}"
+
+
+def histograms(panels: Mapping[str, Mapping[str, Source]], density: bool = False, title: str = "",
+               log: bool = False, totals: Mapping[str, Mapping[str, int]] | None = None,
+               xscale: Mapping[str, float] | None = None, axes: Mapping[str, hist_view.Axis] | None = None) -> Figure:
+    """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one
+    histogram per group (log-magnitude buckets or equal-width ``(edges, counts)``) on the
+    panel's axis (``axes``; else :func:`inspector.hist_view.choose_axis` with the panel's name
+    as the kind): y the fraction of each group's values per bar (``density``: per unit of x).
+    ``log``: a log y axis (empty bins at its floor). ``totals`` ({panel: {group: n}}): the real
+    element counts, stated in the legend beside the counted ones where they differ.
+    ``xscale`` ({panel: linthresh}): equal-width-input bins that are symmetric-log
+    (:mod:`inspector.binning`), drawn on a symlog x axis."""
     fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, max(len(panels), 1)))
-    for ax, (name, groups) in zip(axes, panels.items()):
-        lin = (xscale or {}).get(name)
-        ys = {g: _hist_y(edges, counts, density, lin is not None) for g, (edges, counts) in groups.items()}
-        floor = _log_floor(*ys.values()) if log else 0.0
-        for i, (g, (edges, counts)) in enumerate(groups.items()):
-            y = np.where(ys[g] > 0, ys[g], floor) if log else ys[g]
-            total = (totals or {}).get(name, {}).get(g)
-            ax.stairs(y, edges, baseline=floor, label=_legend_label(g, int(np.sum(counts)), total),
-                      color=_color(g, i), lw=1.5, fill=g == "positive", alpha=0.35 if g == "positive" else 1.0)
-        if log:
-            ax.set_yscale("log")
-            ax.set_ylim(bottom=floor)
-        if lin is not None:
-            ax.set_xscale("symlog", linthresh=lin)
-        if xlim and name in xlim:
-            ax.set_xlim(*xlim[name])
+    for ax, (name, groups) in zip(np.atleast_1d(fig.subplots(1, max(len(panels), 1))), panels.items()):
+        axis = (axes or {}).get(name) or hist_view.choose_axis(groups.values(), kind=name)
+        frame = hist_view.panel_frame({"": groups}, axis, {"": (totals or {}).get(name, {})})
+        _draw_bars(ax, frame, axis, log, density)
+        linthresh = (xscale or {}).get(name)
+        if linthresh is not None:
+            ax.set_xscale("symlog", linthresh=linthresh)
         ax.set_title(name)
-        ax.set_ylabel("fraction per bin" if lin is not None else "density" if density else "count")
-        if groups:
-            ax.legend(fontsize=8)
-        else:
-            ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+        _legend_or_empty(ax, bool(groups))
     fig.suptitle(title)
     return fig
 
 
-def _hist_y(edges: np.ndarray, counts: np.ndarray, density: bool, per_bin: bool) -> np.ndarray:
-    """Bar heights: counts, density (area 1) or, for uneven (log) bins, fraction per bin."""
-    c = np.asarray(counts, np.float64)
-    total = c.sum()
-    if not (density or per_bin) or not total:
-        return c
-    if per_bin:
-        return c / total
-    w = np.diff(edges)
-    return c / (total * np.where(w > 0, w, 1))
-
-
-def ridge(rows: Mapping[int, Mapping[str, Hist]], title: str = "", overlap: float = 0.9, log: bool = False,
-          decades: float = 4.0) -> Figure:
-    """Ridge plot across steps: one baseline per step (top = first), each group's density
-    drawn on that baseline, scaled to the tallest group *of that step*, so one step's spike
-    (e.g. the zeros of a ReLU) does not flatten every other row. ``log``: each row's height
-    is log10 of its density, over the ``decades`` below that row's peak (zero: nothing)."""
-    steps = list(rows)
-    fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
+def overlay(sides: Mapping[str, Mapping[str, Source]], axis: hist_view.Axis, title: str = "",
+            log: bool = False) -> Figure:
+    """Two histogram sets on one axis (Compare), ``{"A: step 10": {group: h}, "B: step 90":
+    {group: h}}``: the same colour per group, the first side solid, the second dashed."""
+    fig = Figure(figsize=(7, 3.4), layout="constrained")
     ax = fig.subplots()
-    for k, s in enumerate(steps):
-        base = len(steps) - 1 - k
-        dens = {g: (edges, _hist_y(edges, counts, True, False)) for g, (edges, counts) in rows[s].items()}
-        peak = max((float(np.nanmax(d)) for _, d in dens.values() if d.size), default=0.0) or 1.0
-        for i, (g, (edges, d)) in enumerate(dens.items()):
-            ax.stairs(base + overlap * _ridge_height(d, peak, log, decades), edges, baseline=base, fill=True,
-                      alpha=0.35, color=_color(g, i), label=g if k == 0 else None)
-    ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
-    ax.set_ylabel("step")
-    ax.set_title(title + (f" (row height: log10 density, {decades:g} decades)" if log else ""))
-    if steps:
-        ax.legend(fontsize=8, loc="upper right")
+    frame = hist_view.panel_frame(sides, axis)
+    _draw_bars(ax, frame, axis, log)
+    _legend_or_empty(ax, len(frame) > 0)
+    ax.set_title(title)
     return fig
 
 
-def _ridge_height(d: np.ndarray, peak: float, log: bool, decades: float) -> np.ndarray:
-    """Height in [0, 1] of a density row: linear in d / peak, or log10 over ``decades``."""
-    if not log:
-        return d / peak
-    with np.errstate(divide="ignore"):
-        r = np.log10(np.where(d > 0, d / peak, 0.0))
-    return np.clip(1 + r / decades, 0.0, 1.0)
+def _legend_or_empty(ax, any_data: bool) -> None:
+    if any_data:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
+
+
+def ridge(rows: Mapping[int, Mapping[str, Source]], title: str = "", overlap: float = 0.9, log: bool = False,
+          decades: float = 4.0, axis: hist_view.Axis | None = None) -> Figure:
+    """Ridge plot across steps (:func:`inspector.hist_view.ridge_frame`): one baseline per step
+    (top = first), each group's bars on the step's row, outlined over a light fill, scaled to the
+    step's largest bar; on ``axis`` (else chosen over every row, as a gradient's). ``log``:
+    each row's height is log10 of the bar's fraction over ``decades`` below the row's peak."""
+    steps = list(rows)
+    axis = axis or hist_view.choose_axis([h for g in rows.values() for h in g.values()], kind="gradient")
+    frame = hist_view.ridge_frame(rows, axis, overlap, log, decades)
+    fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
+    ax = fig.subplots()
+    colors = hist_view.group_colors(frame["group"])
+    for (s, g), part in frame.groupby(["step", "group"], sort=False):
+        base = float(part["base"].iloc[0])
+        rest = part[~part["zero"]]
+        for p, lw in ((rest, 1.2), (part[part["zero"]], 1.0)):   # the zeros' bar apart: it may overlap a bin
+            if p.empty:
+                continue
+            edges, values = hist_view.steps(p["x0"], p["x1"], p["top"], base)
+            ax.stairs(values, edges, baseline=base, fill=True, alpha=0.2, color=colors[g], lw=0)
+            first = s == steps[0] and p is rest
+            ax.stairs(values, edges, baseline=base, color=colors[g], lw=lw, label=g if first else None)
+    ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
+    ax.set_ylabel("step")
+    _log_ticks(ax, frame, axis)
+    ax.set_title(title + (f" (row height: log10 fraction, {decades:g} decades)" if log else ""))
+    if steps:
+        ax.legend(fontsize=8, loc="upper right")
+    return fig
 
 
 # ---- feature maps and ICNN --------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need Streamlit
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from inspector.loghist import empty_rows  # noqa: E402
+from inspector.loghist import LogHistogram, empty_rows  # noqa: E402
 from inspector.format import manifest_name  # noqa: E402
 from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
@@ -227,20 +227,34 @@ def test_tensor_browser(runs):
     assert "Download .npz (forward, gradient, update, samples)" in labels and "Download PNG" in labels
 
 
+def overlay_sides(at: AppTest) -> set:
+    """The (side, group) pairs the Compare page's histogram overlay draws."""
+    (spec, datasets), = vega_hists(at)
+    return {(r.side, r.group) for d in datasets if {"side", "x0", "fraction"} <= set(d.columns)
+            for r in d.itertuples()}
+
+
 def test_compare_two_steps_and_two_runs(runs):
     at = ok(start(runs, "Compare"))                 # the folder: exp1 is chosen, exp2 is there to compare
     assert at.selectbox(key="run").value.endswith("exp1")
-    assert len(vega_hists(at)) == 2                 # steps A and B
-    (spec_a, _), (spec_b, _) = vega_hists(at)       # one shared x range, so they compare by eye
-    domain = [spec["hconcat"][0]["encoding"]["x"]["scale"]["domain"] for spec in (spec_a, spec_b)]
-    assert domain[0] == domain[1] and domain[0][0] < domain[0][1]
+    (spec, _), = vega_hists(at)                     # steps A and B on one axis: one panel
+    assert len(spec["hconcat"]) == 1
+    dash = spec["hconcat"][0]["layer"][1]["encoding"]["strokeDash"]
+    assert dash["scale"]["domain"] == ["A: step 0", "B: step 29"]   # A solid, B dashed
+    assert overlay_sides(at) == {(s, g) for s in ("A: step 0", "B: step 29") for g in ("positive", "negative")}
     table = at.dataframe[0].value
     at.select_slider(key="cmp_step_A").set_value(10).run()
     assert not ok(at).dataframe[0].value.equals(table)
+    assert {s for s, _ in overlay_sides(at)} == {"A: step 10", "B: step 29"}
+    at.radio(key="cmp_kind").set_value("gradient").run()             # exp1's gradients after its NaN: all NaN
+    assert "B: step 29: no histogram (no finite value counted)" in captions(ok(at))
+    assert {s for s, _ in overlay_sides(at)} == {"A: step 10"}
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")
-    assert len(at.get("vega_lite_chart")) == 3 and len(vega_hists(at)) == 2       # series, A and B
+    assert len(at.get("vega_lite_chart")) == 2 and len(vega_hists(at)) == 1       # series, A and B overlaid
+    assert {s for s, _ in overlay_sides(at)} == {"A exp1", "B exp2"}
+    assert "Median non-zero |value|, B / A: positive" in captions(at)
 
 
 def test_compare_two_runs_reads_run_b_in_the_sidebar_view(tmp_path):
@@ -633,34 +647,56 @@ def test_dump_pickers_say_why_a_step_was_dumped(reasons_run, page, key):
     assert box.value == 26                                      # the newest (distributions: nearest step 29)
 
 
-def test_distributions_log_toggle_and_log_bins_change_the_figures(runs):
-    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
-    assert "forward: 40 equal bins; gradient: 40 equal bins" in captions(at)
-    (spec, _), ridge = vega_hists(at)[0], vega_ridge(at)
-    assert [p["encoding"]["y"]["scale"].get("type") for p in spec["hconcat"]] == [None, None]
+def panel_axes(spec: dict) -> list[str]:
+    """Each panel's x axis: "log" where it has the signed log axis's tick labels, else "linear"."""
+    return ["log" if "labelExpr" in p["layer"][0]["encoding"]["x"].get("axis", {}) else "linear"
+            for p in spec["hconcat"]]
+
+
+def test_distributions_axis_choice_and_log_y_change_the_figures(runs):
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=24))
+    (spec, _), (samples, _) = vega_hists(at)
+    assert panel_axes(spec)[1] == "log"                         # auto: gradients on the signed log axis
+    assert spec["hconcat"][1]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bucket"
+    assert panel_axes(samples) == panel_axes(spec)              # dumped samples on the same kind of axis
+    at.radio(key="di_xaxis").set_value("linear").run()
+    (spec, _), (samples, _) = vega_hists(ok(at))
+    assert panel_axes(spec) == panel_axes(samples) == ["linear", "linear"]
+    assert captions(at).count("40 equal bins over the exact min..max") >= 4     # in-graph and dumped, both kinds
+    assert spec["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bin"
+    at.radio(key="di_xaxis").set_value("log").run()
+    assert panel_axes(vega_hists(ok(at))[0][0]) == ["log", "log"]
+    ridge = vega_ridge(at)
     at.toggle(key="di_log").set_value(True).run()
     (log_spec, log_data), log_ridge = vega_hists(ok(at))[0], vega_ridge(at)
     # a real log y axis on every panel, starting at the floor the empty bins are drawn at
-    for panel, df in zip(log_spec["hconcat"], log_data):
-        assert panel["encoding"]["y"]["scale"]["type"] == "log"
-        assert panel["encoding"]["y"]["scale"]["domainMin"] == df["floor"].iloc[0] > 0
-        assert df["floor"].iloc[0] <= df["y"].min()
-    assert "log10 density" in json.dumps(log_ridge[0]["title"])
+    for panel in log_spec["hconcat"]:
+        scale = panel["layer"][0]["encoding"]["y"]["scale"]
+        assert scale["type"] == "log" and 0 < scale["domainMin"]
+    bars = [d for d in log_data if "fraction" in d.columns]
+    assert all(d["fraction"][d["fraction"] > 0].min() / 2 in [p["layer"][0]["encoding"]["y"]["scale"]["domainMin"]
+                                                            for p in log_spec["hconcat"]] for d in bars)
+    assert "log10 fraction" in json.dumps(log_ridge[0]["title"])
     assert not log_ridge[1][0]["top"].equals(ridge[1][0]["top"])  # the ridge follows the toggle
-    samples = vega_hists(at)[1][0]
-    assert [p["encoding"]["x"]["scale"].get("type") for p in samples["hconcat"]] == [None, None]
-    at.radio(key="di_bins").set_value("symlog").run()
-    assert captions(ok(at)).count("symmetric-log bins") == 2
-    # the dumped samples' histograms: a symlog x axis whose linear zone is the bins' own, y per bin
+
+
+def test_distributions_read_off_the_groups_median_magnitudes(runs):
+    """'negative / positive: 0.5x' from the stored buckets: the median of the non-zero |x|, here
+    recomputed from the buckets' stand-in values with numpy."""
+    import re
     import numpy as np
     import inspector
-    from inspector.binning import value_bins
-    dstep = at.selectbox(key="di_dump_step").value
-    x = inspector.open_run(runs / "exp1").tensor("conv3/Relu:0", dstep, "forward")
-    want = value_bins(np.asarray(x), scale="symlog").linthresh
-    panel = vega_hists(at)[1][0]["hconcat"][0]
-    assert panel["encoding"]["x"]["scale"] == {"type": "symlog", "constant": want}
-    assert panel["encoding"]["y"]["title"] == "fraction per bin"
+    from inspector.loghist import bucket_value
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=24))
+    run = inspector.open_run(runs / "exp1")
+    medians = {}
+    for g in ("positive", "negative"):
+        h = run.log_histogram("conv3/Relu:0", 24, "gradient", g)
+        v = np.abs(np.repeat(bucket_value(h.index), h.count))
+        medians[g] = np.quantile(v[v > 0], 0.5, method="lower")
+    text = unescape(next(m.value for m in at.markdown if "gradient**" in m.value))   # the in-graph panels'
+    got = float(re.search(r"\|gradient\|: [^\n]*?negative / positive: ([\d.]+)x", text).group(1))
+    assert np.isclose(got, medians["negative"] / medians["positive"], rtol=5e-3), text
 
 
 def test_distributions_caption_gives_real_counts(runs, monkeypatch):
@@ -1034,26 +1070,50 @@ def test_the_run_follows_a_page_switch(runs):
     assert ok(at).header[0].value == "Run exp1"
 
 
+def bands_data(at: AppTest):
+    """The percentile bands chart's spec and its bands (step, group, band, lo, hi, p50)."""
+    import pyarrow as pa
+    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
+    frames = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets]
+    return json.loads(chart.proto.spec), next(f for f in frames if "band" in f.columns)
+
+
 def test_distributions_percentile_bands(runs):
     import inspector
-    from viewer import bands
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
-    assert "derived from the stored in-graph histograms" in captions(at)
-    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
-    spec = json.loads(chart.proto.spec)
-    assert spec["mark"]["type"] == "area" and spec["encoding"]["y2"]["field"] == "hi"
-    # the median drawn at step 24 (before the run's NaN) for positive: the oracle is the stored histogram itself
-    from inspector import histograms
-    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(24, 24), kinds=["forward"],
-                                                        columns=list(histograms.COLUMNS))
-    row = df[df["group"] == "positive"].iloc[0]
-    edges, counts = histograms.edges_and_counts(histograms.of_row(row))
-    median = bands.hist_percentiles(edges, counts, (50,))[0]
-    assert edges[0] <= median <= edges[-1]
-    import pyarrow as pa
-    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    assert "the stored log-magnitude histograms' quantiles (each within 5.9%" in captions(at)
+    spec, table = bands_data(at)
+    area, median = spec["layer"]
+    assert area["mark"]["type"] == "area" and area["encoding"]["y2"]["field"] == "hi"
+    assert median["mark"]["type"] == "line" and median["encoding"]["y"]["field"] == "p50"   # the median line
+    # the median drawn at step 24 (before the run's NaN) for positive: the stored histogram's own quantile
+    run = inspector.open_run(runs / "exp1")
+    want = run.quantiles("conv3/Relu:0", steps=(24, 24), group="positive", q=[0.5])["q0.5"].item()
     got = table[(table["step"] == 24) & (table["group"] == "positive")]["p50"].iloc[0]
-    assert got == median and set(table["group"]) == {"positive", "negative"}
+    assert got == want and set(table["group"]) == {"positive", "negative"}
+    # y: the 7th-93rd percentiles padded, unless the 0-100 band fits in FITS times that
+    from viewer import bands
+    inner, outer = (table[table["band"] == b] for b in ("7-93", "0-100"))
+    span = inner["hi"].max() - inner["lo"].min()
+    robust = [inner["lo"].min() - bands.PAD * span, inner["hi"].max() + bands.PAD * span]
+    whole = [outer["lo"].min(), outer["hi"].max()]
+    fits = whole[1] - whole[0] <= bands.FITS * (robust[1] - robust[0])
+    want = [min(robust[0], whole[0]), max(robust[1], whole[1])] if fits else robust
+    assert np.allclose(area["encoding"]["y"]["scale"]["domain"], want)
+    at.toggle(key="di_bands_symlog").set_value(True).run()          # every band, on a symmetric-log axis
+    scale = bands_data(ok(at))[0]["layer"][0]["encoding"]["y"]["scale"]
+    assert scale["type"] == "symlog" and "domain" not in scale and 0 < scale["constant"] <= table["p50"].abs().max()
+
+
+def test_bands_y_range_clips_extremes_that_would_flatten_the_bands():
+    import numpy as np
+    from viewer import bands
+    x = np.random.default_rng(0).standard_normal(20_000)
+    x[0] = 1000.0                                                    # one extreme value
+    frame = bands.percentile_frame({1: {"all": LogHistogram.of(x)}}, extremes={1: {"all": (x.min(), x.max())}})
+    lo, hi, clipped = bands.y_range(frame)
+    assert clipped and hi < 10 and frame["p100"].item() == 1000.0
+    assert not bands.y_range(bands.percentile_frame({1: {"all": LogHistogram.of(x[1:])}}))[2]
 
 
 def test_percentile_bands_end_at_the_exact_min_and_max():
@@ -1074,11 +1134,9 @@ def test_percentile_bands_end_at_the_exact_min_and_max():
 
 def test_distributions_percentile_bands_use_each_groups_min_and_max(runs):
     import numpy as np
-    import pyarrow as pa
     import inspector
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient"))
-    chart = next(c for c in at.get("vega_lite_chart") if '"band"' in c.proto.spec)
-    drawn = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all().to_pandas()
+    _, drawn = bands_data(at)
     df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], kinds=["gradient"], columns=["min", "max"])
     assert set(drawn["group"]) == {"positive", "negative"}
     for r in df[(df["group"] != "all") & np.isfinite(df["min"])].itertuples():   # (exp1 has NaN steps)

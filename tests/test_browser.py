@@ -33,8 +33,8 @@ PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 
          "Masks & templates": ("Masks & templates", 3), "Tensor browser": ("Tensor browser", 1),
          "Op graph": ("Op graph", 0), "Compare": ("Compare", 0)}
 # page -> Vega-Lite charts it must draw at least (Distributions: in-graph and dumped histograms, ridge, bands;
-# Compare: steps A and B; Training overview: the shown tab's heatmap and the series)
-VEGA = {"Training overview": 2, "Distributions": 4, "Compare": 2}
+# Compare: steps A and B overlaid; Training overview: the shown tab's heatmap and the series)
+VEGA = {"Training overview": 2, "Distributions": 4, "Compare": 1}
 # page -> its URL path (st.navigation; the default page, Summary, is the app's root)
 URLS = {"Summary": "", "Training overview": "overview", "Distributions": "distributions",
         "Feature maps": "featuremaps", "Masks & templates": "masks", "Tensor browser": "browser",
@@ -292,6 +292,67 @@ def test_feature_maps_overlay_renders_in_chromium(server, browser, shots):
         page.screenshot(path=str(shots / "Feature_maps_overlay.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
+    finally:
+        page.close()
+
+
+def vega_datasets(frames: list[bytes]) -> list[tuple[dict, dict]]:
+    """Each Vega-Lite chart the server sent over the page's websocket (Streamlit's ForwardMsg
+    protobufs, as the browser received them): (spec, {dataset name: DataFrame})."""
+    import pyarrow as pa
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    out = []
+    for raw in frames:
+        msg = ForwardMsg()
+        try:
+            msg.ParseFromString(raw)
+        except Exception:   # not a ForwardMsg (nothing else is expected): skipped, not guessed
+            continue
+        if msg.WhichOneof("type") != "delta" or msg.delta.WhichOneof("type") != "new_element":
+            continue
+        el = msg.delta.new_element
+        if el.WhichOneof("type") == "vega_lite_chart":
+            c = el.vega_lite_chart
+            out.append((json.loads(c.spec), {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas()
+                                             for d in c.datasets}))
+    return out
+
+
+def colour_columns(png: bytes, rgb: tuple[int, int, int], below: float = 0.45) -> int:
+    """How many pixel columns of a chart image hold ``rgb`` (within 40 per channel) under its
+    top ``below`` share (the legend sits there)."""
+    import io
+    import numpy as np
+    from PIL import Image
+    im = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), np.int16)
+    im = im[int(below * im.shape[0]):]
+    hit = (np.abs(im - np.array(rgb, np.int16)) <= 40).all(-1)
+    return int(hit.any(0).sum())
+
+
+def test_distributions_draw_both_groups_on_the_log_axis_in_chromium(server, browser, shots):
+    """The gradient of a run with positive and negative samples: the in-graph chart the browser
+    receives holds more than one non-empty bar per group on the signed log axis, and Chromium
+    draws both groups' outlines (red and blue pixels across the chart)."""
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    frames: list[bytes] = []
+    page.on("websocket", lambda ws: ws.on("framereceived", lambda f: frames.append(f) if isinstance(f, bytes) else None))
+    try:
+        page.goto(f"{server}/distributions?run=exp1&di_tensor=conv3/Relu:0&di_step=30", wait_until="domcontentloaded")
+        page.get_by_role("heading", name="Distributions").first.wait_for(timeout=90_000)
+        wait_charts(page, VEGA["Distributions"])
+        chart = page.locator(".vega-embed").first
+        chart.scroll_into_view_if_needed()
+        png = chart.screenshot(path=str(shots / "Distributions_log_axis.png"))
+        spec, data = next((s, d) for s, d in vega_datasets(frames) if "@ step 30" in json.dumps(s.get("title")))
+        gradient = spec["hconcat"][1]["layer"][0]
+        assert "labelExpr" in gradient["encoding"]["x"]["axis"]       # the signed log axis's ticks
+        bars = data[gradient["data"]["name"]]
+        nonempty = bars[bars["count"] > 0].groupby("group").size()
+        assert set(nonempty.index) == {"positive", "negative"} and (nonempty > 1).all(), nonempty
+        for rgb in ((0xd6, 0x27, 0x28), (0x1f, 0x77, 0xb4)):           # positive red, negative blue, drawn
+            assert colour_columns(png, rgb) > 40, rgb
+        assert page.locator('[data-testid="stException"]').count() == 0
     finally:
         page.close()
 

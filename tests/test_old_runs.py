@@ -58,6 +58,13 @@ def test_every_page_renders_an_old_run(old, page):
     from test_app import ok, start, vega
     at = ok(start(old, page, query={"run": "icnn"}))
     assert not [e.value for e in at.error], [e.value for e in at.error]
-    if page == "Distributions":   # the equal-width histograms drawn: bars with counts in them
+    if page == "Distributions":   # the equal-width histograms drawn as stored: their bins, a linear axis
         bars = [d for _, datasets in vega(at) for d in datasets if {"x0", "x1", "count"} <= set(d.columns)]
         assert bars and max(int(d["count"].sum()) for d in bars) > 0
+        run = inspector.open_run(old / "icnn")
+        tensor = at.selectbox(key="di_tensor").value
+        row = run.query_stats([tensor], steps=(8, 8), kinds=["forward"], groups=["positive"]).iloc[0]
+        drawn = bars[0][bars[0]["group"] == "positive"]
+        np.testing.assert_allclose(drawn["x0"], np.linspace(row.hist_lo, row.hist_hi, 31)[:-1])
+        assert drawn["count"].tolist() == list(row.histogram)
+        assert "the stored equal-width bins (a run before format version 4)" in " ".join(c.value for c in at.caption)

@@ -6,9 +6,11 @@ import sys
 import numpy as np
 import pandas as pd
 from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgb
 from matplotlib.patches import Rectangle, StepPatch
 
-from inspector import plots
+from inspector import hist_view, plots
+from inspector.loghist import LogHistogram
 from inspector.icnn import templates
 
 
@@ -39,18 +41,38 @@ def test_time_series_group_colours_and_marks():
     assert lines[2].get_xdata()[0] == 10               # the vertical mark
 
 
-def test_histograms_overlay_groups_and_share_xlim():
-    edges = np.linspace(0, 1, 5)
-    fig = plots.histograms({"forward": {"positive": (edges, np.array([1, 2, 3, 4])),
-                                        "negative": (edges, np.array([4, 3, 2, 1]))},
-                            "gradient": {"all": (edges, np.array([1, 1, 1, 1]))}}, xlim={"forward": (-1, 2)})
-    fwd, grad = fig.axes
-    steps = [p for p in fwd.patches if isinstance(p, StepPatch)]
-    assert len(steps) == 2
-    # density: each group integrates to 1
-    assert np.isclose((steps[0].get_data().values * np.diff(edges)).sum(), 1.0)
-    assert fwd.get_xlim() == (-1, 2)
-    assert [t.get_text() for t in fwd.get_legend().get_texts()] == ["positive (n=10)", "negative (n=10)"]
+def outlines(ax) -> list[StepPatch]:
+    """The groups' outlines (their light fills are the unfilled-alpha twins)."""
+    return [p for p in ax.patches if isinstance(p, StepPatch) and not p.get_fill()]
+
+
+def test_histograms_outline_every_group_over_a_light_fill_on_the_log_axis():
+    rng = np.random.default_rng(0)
+    hists = {"positive": LogHistogram.of(rng.laplace(0, 1e-3, 5000)),
+             "negative": LogHistogram.of(rng.laplace(0, 1e-4, 5000))}
+    fig = plots.histograms({"gradient": hists, "forward": {"all": (np.linspace(0, 1, 5), np.array([1, 2, 3, 4]))}})
+    grad, fwd = fig.axes
+    lines, fills = outlines(grad), [p for p in grad.patches if isinstance(p, StepPatch) and p.get_fill()]
+    assert len(lines) == len(fills) == 2 and all(f.get_alpha() == 0.2 for f in fills)
+    assert [p.get_edgecolor()[:3] for p in lines] == [to_rgb("#d62728"), to_rgb("#1f77b4")]
+    for p, h in zip(lines, hists.values()):     # every bucket's fraction, the gaps between them at 0
+        assert np.isclose(p.get_data().values.sum(), 1.0) and (p.get_data().values > 0).sum() == len(h.index)
+    labels = [t.get_text() for t in grad.get_xticklabels()]
+    assert "1e-4" in labels and "-1e-4" in labels and "0" in labels
+    assert grad.get_ylabel() == "fraction of values per bucket" and "signed log" in grad.get_xlabel()
+    # equal-width bins (a run before format version 4): as stored, y the fraction per bin
+    assert np.allclose(outlines(fwd)[0].get_data().values, [0.1, 0.2, 0.3, 0.4])
+    assert fwd.get_ylabel() == "fraction of values per bin"
+    assert [t.get_text() for t in grad.get_legend().get_texts()] == ["positive (n=5,000)", "negative (n=5,000)"]
+
+
+def test_overlay_draws_the_second_side_dashed():
+    h = {"positive": LogHistogram.of(np.array([1.0, 2.0])), "negative": LogHistogram.of(np.array([-1.0]))}
+    axis = hist_view.choose_axis(h.values(), "gradient")
+    ax = plots.overlay({"A: step 1": h, "B: step 9": h}, axis).axes[0]
+    styles = {t.get_text(): p.get_linestyle() for t, p in zip(ax.get_legend().get_texts(), outlines(ax))}
+    assert styles == {"A: step 1: positive": "-", "A: step 1: negative": "-",
+                      "B: step 9: positive": "--", "B: step 9: negative": "--"}
 
 
 def test_ridge_one_baseline_per_step():
@@ -59,7 +81,7 @@ def test_ridge_one_baseline_per_step():
             for s in (0, 50, 100)}
     fig = plots.ridge(rows)
     ax = fig.axes[0]
-    assert len([p for p in ax.patches if isinstance(p, StepPatch)]) == 6
+    assert len(outlines(ax)) == 6
     assert [t.get_text() for t in ax.get_yticklabels()] == ["100", "50", "0"]
 
 
@@ -126,26 +148,25 @@ def test_heatmap_columns_are_the_recorded_steps():
     assert even.get_xlabel() == "step"
 
 
-def test_log_density_is_a_log_axis_even_below_2():
-    """Densities below 2 (where symlog is linear) still get a log axis; empty bins sit at its floor."""
+def test_log_y_is_a_log_axis_even_below_2():
+    """Fractions below 2 (where symlog is linear) still get a log axis; empty bins sit at its floor."""
     edges = np.linspace(0, 10, 6)
     counts = np.array([1000, 100, 10, 0, 1])
     lin, log = (plots.histograms({"forward": {"all": (edges, counts)}}, log=v).axes[0] for v in (False, True))
     assert lin.get_yscale() == "linear" and log.get_yscale() == "log"
-    y = [p for p in log.patches if isinstance(p, StepPatch)][0].get_data().values
+    y = outlines(log)[0].get_data().values
     assert (y > 0).all() and y[3] == log.get_ylim()[0] < y[4]    # the empty bin at the floor
-    assert np.isclose(y[0], 1000 / 1111 / 2)                     # densities, unchanged
+    assert np.isclose(y[0], 1000 / 1111)                         # fractions, unchanged
 
 
 def test_ridge_log_changes_the_rows():
     edges = np.linspace(0, 1, 4)
     rows = {s: {"all": (edges, np.array([1000, 10, 1]))} for s in (0, 10)}
-    heights = [[p.get_data().values for p in plots.ridge(rows, log=v).axes[0].patches
-                if isinstance(p, StepPatch)][0] for v in (False, True)]
+    heights = [outlines(plots.ridge(rows, log=v).axes[0])[0].get_data().values for v in (False, True)]
     base = 1                                                     # the first step is the top row
     lin, log = heights[0] - base, heights[1] - base
     assert lin[2] < 0.001 and log[2] > 0.1                       # the small bin shows on the log scale
-    assert "log10 density" in plots.ridge(rows, log=True).axes[0].get_title()
+    assert "log10 fraction" in plots.ridge(rows, log=True).axes[0].get_title()
 
 
 def test_legend_states_real_count_and_subsample():
@@ -175,7 +196,7 @@ def test_symlog_bins_for_long_tailed_values():
     assert value_bins(np.abs(grad), scale="symlog").edges[0] == -value_bins(np.abs(grad), scale="symlog").linthresh
     fig = plots.histograms({"gradient": {"all": plots.hist_from_values(grad, b.edges)}}, density=False,
                            xscale={"gradient": b.linthresh})
-    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_ylabel() == "fraction per bin"
+    assert fig.axes[0].get_xscale() == "symlog" and fig.axes[0].get_ylabel() == "fraction of values per bin"
 
 
 def test_dead_filters():

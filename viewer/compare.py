@@ -1,17 +1,17 @@
-"""Page: compare two steps of one run, or the same tensor in two runs, side by side."""
+"""Page: compare two steps of one run, or the same tensor in two runs: the histograms of both on
+one axis (A solid, B dashed, a colour per group), their statistics side by side."""
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import plots
+from inspector import hist_view, plots
 from inspector.errors import InspectorError
 
 from . import data, hist_charts
-from .distributions import kinds_of, pick_groups, totals_of
+from .distributions import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
 from .ui import Ctx, default_tensor, download_figure, need, plain
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
@@ -56,23 +56,14 @@ def two_steps(ctx: Ctx) -> None:
     picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default, key=f"cmp_step_{side}",
                                     bind="query-params")
               for i, (side, default) in enumerate((("A", steps[0]), ("B", steps[-1])))]
-    hists = [pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (s,), kind).get(s, {})) for s in picked]
-    xlim = shared_range(hists)
-    for col, side, s, h in zip(cols, "AB", picked, hists):
-        with col:
-            hist_chart({kind: h}, f"{side}: {tensor} @ step {s}", {kind: xlim},
-                       totals_of(ctx.path, ctx.sig, tensor, s, [kind]), f"cmp_{side}_{tensor}_{s}", f"cmp_hist_{side}")
+    sides = {f"{side}: step {s}": (ctx.path, ctx.sig, s) for side, s in zip("AB", picked)}
+    overlay(sides, tensor, kind, f"{tensor} {kind}: step {picked[0]} (A) and {picked[1]} (B)",
+            f"cmp_{tensor}_{picked[0]}_{picked[1]}", "cmp_hist", "cmp_xaxis")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
     table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
                           if g in frame.index})
     st.dataframe(table, width="stretch")
     st.caption(f"{kind} statistics of {plain(tensor)} at step {picked[0]} (A) and {picked[1]} (B), per group")
-
-
-def shared_range(hists: list[dict]) -> tuple[float, float]:
-    """One x range covering every histogram, so two figures compare by eye."""
-    edges = [e for h in hists for e, _ in h.values() if np.isfinite(e).all()]
-    return (min(float(e[0]) for e in edges), max(float(e[-1]) for e in edges)) if edges else (0.0, 1.0)
 
 
 def two_runs(ctx: Ctx) -> None:
@@ -117,17 +108,42 @@ def two_runs(ctx: Ctx) -> None:
         return
     step = st.select_slider("Step (common to both runs)", options=[int(s) for s in steps], value=int(steps[-1]),
                             key="cmp_run_step", bind="query-params")
-    sides = ((la, ctx.path, ctx.sig), (lb, path_b, sig_b))
-    hists = [pick_groups(data.histograms(p, s, tensor, (step,), kind).get(step, {})) for _, p, s in sides]
-    xlim = shared_range(hists)
-    for col, (label, p, s), h in zip(st.columns(2), sides, hists):
-        with col:
-            hist_chart({kind: h}, f"{label}: {tensor} @ step {step}", {kind: xlim},
-                       totals_of(p, s, tensor, step, [kind]), f"cmp_{label}_{tensor}_{step}",
-                       f"cmp_run_hist_{label[0]}")
+    overlay({la: (ctx.path, ctx.sig, step), lb: (path_b, sig_b, step)}, tensor, kind,
+            f"{tensor} {kind} @ step {step}: {la} and {lb}", f"cmp_runs_{tensor}_{step}", "cmp_run_hist",
+            "cmp_run_xaxis")
 
 
-def hist_chart(panels: dict, title: str, xlim: dict, totals: dict, name: str, key: str) -> None:
-    """The histograms as an interactive chart, with the same figure drawn as PNG on download."""
-    st.altair_chart(hist_charts.histogram_chart(panels, title=title, xlim=xlim, totals=totals), width="stretch")
-    download_figure(lambda: plots.histograms(panels, title=title, xlim=xlim, totals=totals), name, key=key)
+def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, title: str, name: str, key: str,
+            axis_key: str) -> None:
+    """The histograms of ``tensor`` / ``kind`` of each side (``{label: (run path, signature,
+    step)}``) on one axis (:func:`inspector.hist_view.choose_axis` over both), A solid and B
+    dashed, a colour per group; its PNG on download, and per group B's median non-zero |value|
+    over A's."""
+    scale = axis_choice(axis_key)
+    hists = {label: pick_groups(data.histograms(p, sig, tensor, (s,), kind).get(s, {}))
+             for label, (p, sig, s) in sides.items()}
+    every = [h for g in hists.values() for h in g.values()]
+    extents = [data.extent(p, sig, tensor, (s,), kind, hists[label]) for label, (p, sig, s) in sides.items()]
+    known = [e for e in extents if e is not None]
+    axis = hist_view.choose_axis(every, kind, scale, (min(e[0] for e in known), max(e[1] for e in known))
+                                 if known else None)
+    frame = hist_view.panel_frame(hists, axis)
+    st.altair_chart(hist_charts.histogram_chart({kind: (frame, axis)}, title=title, width=720), width="stretch")
+    download_figure(lambda: plots.overlay(hists, axis, title=title), name, key=key)
+    text = side_ratios(hists, NOUNS.get(kind, kind))
+    empty = [label for label, g in hists.items() if not any(hist_view.counted(h) for h in g.values())]
+    note = "".join(f". {label}: no histogram (no finite value counted)" for label in empty)
+    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)) + (f". {text}" if text else "") + note)
+
+
+def side_ratios(hists: dict[str, dict], noun: str) -> str:
+    """'median non-zero |gradient|, B / A: positive 0.5x (0.002 to 0.001), ...' for the first
+    two sides (each median within 5.9%); "" without log-magnitude histograms on both."""
+    if len(hists) < 2:
+        return ""
+    sa, sb = (hist_view.magnitude_summary(h).set_index("group")["median_abs"] for h in list(hists.values())[:2])
+    common = [g for g in sa.index if g in sb.index and sa[g] > 0 and sb[g] > 0]
+    if not common:
+        return ""
+    ratios = ", ".join(f"{g} {sb[g] / sa[g]:.3g}x ({sa[g]:.3g} to {sb[g]:.3g})" for g in common)
+    return f"Median non-zero |{noun}|, B / A: {ratios}"

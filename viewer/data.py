@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -155,7 +156,10 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
-    """{step: {group: (edges, counts)}} of the in-graph histograms (from :func:`tensor_histograms`)."""
+    """{step: {group: histogram}} of the in-graph histograms (from :func:`tensor_histograms`),
+    groups in the run's order: a :class:`~inspector.loghist.LogHistogram`, or ``(edges,
+    counts)`` of the equal-width bins of a run before format version 4
+    (:func:`inspector.histograms.of_row`)."""
     run = get_run(path, sig)
     df = tensor_histograms(path, sig, tensor, kind)
     df = df[df["step"].isin(steps)]
@@ -163,9 +167,20 @@ def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: s
     for row in df.itertuples(index=False):
         h = inspector_histograms.of_row(row)
         if h is not None:
-            out.setdefault(int(row.step), {})[str(row.group)] = inspector_histograms.edges_and_counts(h)
+            out.setdefault(int(row.step), {})[str(row.group)] = h
     order = {g: i for i, g in enumerate(run.groups)}
     return {s: dict(sorted(g.items(), key=lambda kv: order.get(kv[0], 9))) for s, g in sorted(out.items())}
+
+
+def extent(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str,
+           groups: Iterable[str]) -> tuple[float, float] | None:
+    """The exact (min, max) of ``groups``' finite values over ``steps`` (the statistics' own):
+    a linear histogram axis's range. None where the statistics hold none."""
+    lows, highs = (histogram_totals(path, sig, tensor, steps, kind, c) for c in ("min", "max"))
+    gs = set(groups)
+    lo = [v for by in lows.values() for g, v in by.items() if g in gs and np.isfinite(v)]
+    hi = [v for by in highs.values() for g, v in by.items() if g in gs and np.isfinite(v)]
+    return (min(lo), max(hi)) if lo and hi else None
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

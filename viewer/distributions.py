@@ -1,15 +1,18 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
-groups) at a step (in-graph and from dumped samples) and across steps (ridge plot), drawn as
-interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is drawn only for
-its PNG download)."""
+groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
+bands, drawn as interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is
+drawn only for its PNG download) on the axes of :mod:`inspector.hist_view`: a signed log-magnitude
+axis for gradients, a linear one for forward values where it shows them (the "x axis" choice)."""
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from inspector import analysis, plots
-from inspector.binning import Bins, value_bins
+from inspector import analysis, hist_view, plots
+from inspector.binning import Bins, value_histograms
 from inspector.format import histogram_sample
+from inspector.hist_view import Axis
+from inspector.loghist import LogHistogram
 
 from . import bands, data, hist_charts
 from .dumps import dump_step_picker
@@ -34,11 +37,26 @@ def evenly(values: np.ndarray, n: int) -> list[int]:
 
 
 BIN_LABELS = {"auto": "auto", "linear": "linear", "symlog": "symmetric log"}
+AXIS_LABELS = {"auto": "auto", "log": "signed log", "linear": "linear"}
+#: What a kind's values are called in the read-off line.
+NOUNS = {"forward": "value", "gradient": "gradient", "update": "update"}
+
+
+def axis_choice(key: str, container=st) -> str:
+    """The histograms' x axis: 'auto', 'log' (signed log-magnitude) or 'linear'
+    (:func:`inspector.hist_view.choose_axis`)."""
+    return container.radio("x axis", list(AXIS_LABELS), format_func=AXIS_LABELS.get, key=key, horizontal=True,
+                           bind="query-params",
+                           help="signed log: one bar per stored bucket (8 per power of two), negative values "
+                           "mirrored left of the zeros' bar, so a gradient spanning 1e-9..1e-1 shows whole; "
+                           "linear: 40 equal bins over the exact min..max. auto: signed log for gradients, "
+                           f"linear for forward values unless one bin would hold over {hist_view.SPIKE:.0%} of "
+                           "the non-zero values")
 
 
 def bins_choice(key: str, container=st) -> str:
-    """How to re-bin dumped values: 'auto' (symmetric log for long-tailed values), 'linear'
-    or 'symlog' (:mod:`inspector.binning`)."""
+    """How to re-bin dumped values with ``np.histogram`` (the tensor browser): 'auto'
+    (symmetric log for long-tailed values), 'linear' or 'symlog' (:mod:`inspector.binning`)."""
     return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get, key=key,
                            horizontal=True, help="symmetric log: bins spaced geometrically in |x| on both "
                            "sides of a small linear zone around 0 (like TensorBoard's exponential buckets), "
@@ -85,26 +103,30 @@ def render(ctx: Ctx) -> None:
     step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step",
                             bind="query-params")
     kinds = kinds_of(run, tensor)
-    log = st.toggle("Log density", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: "
-                    "log10 density per row")
+    c1, c2 = st.columns([2, 3])
+    scale = axis_choice("di_xaxis", c1)
+    log = c2.toggle("Log y", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: log10 "
+                    "fraction per row")
 
     st.subheader(f"In-graph histograms at step {step}")
     panels = {kind: pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
               for kind in kinds}
+    axes = {kind: hist_view.choose_axis(groups.values(), kind, scale,
+                                        data.extent(ctx.path, ctx.sig, tensor, (step,), kind, groups))
+            for kind, groups in panels.items()}
     totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
     title = f"{tensor} @ step {step}"
-    st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, totals=totals), width="stretch")
-    download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals), f"hist_{tensor}_{step}",
-                    key="di_hist")
+    draw_panels(panels, axes, title, log, totals, f"hist_{tensor}_{step}", "di_hist")
     st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
                             sample_of_step(ctx, run, tensor, step, kinds)))
 
     st.subheader("From dumped samples")
     if len(run.steps) > 0:
-        c1, c2 = st.columns([2, 3])
-        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step, container=c1,
+        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step, container=st.columns([2, 3])[0],
                                  help="defaults to the readable dump nearest the chosen step")
-        sample_hist(ctx, run, tensor, dstep, kinds, log, bins_choice("di_bins", c2))
+        # auto: the in-graph panels' kind of axis, so a tensor's histograms read alike
+        scales = {k: scale if scale != "auto" else axes[k].scale for k in kinds}
+        sample_hist(ctx, run, tensor, dstep, kinds, log, scales)
     else:
         need(False, "No full dumps in this run (the hook dumps every dump_every_n_steps).")
 
@@ -114,15 +136,50 @@ def render(ctx: Ctx) -> None:
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
+    # the step panel's kind of axis (auto decided there), over every row shown
+    every = [h for g in rows.values() for h in g.values()]
+    groups = {g for r in rows.values() for g in r}
+    axis = hist_view.choose_axis(every, rkind, axes[rkind].scale if rkind in axes else scale,
+                                 data.extent(ctx.path, ctx.sig, tensor, chosen, rkind, groups))
     title = f"{tensor} {rkind}: histograms over steps"
-    st.altair_chart(hist_charts.ridge_chart(rows, title=title, log=log), width="stretch",
+    frame = hist_view.ridge_frame(rows, axis, log=log)
+    st.altair_chart(hist_charts.ridge_chart(frame, axis, list(rows), title=title, log=log), width="stretch",
                     height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
-    download_figure(lambda: plots.ridge(rows, title=title, log=log), f"ridge_{tensor}_{rkind}", key="di_ridge")
+    download_figure(lambda: plots.ridge(rows, title=title, log=log, axis=axis), f"ridge_{tensor}_{rkind}",
+                    key="di_ridge")
+    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)))
     percentile_bands(ctx, tensor, rkind, steps)
 
 
+def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, totals: dict | None, name: str,
+                key: str) -> None:
+    """The panels (one per kind) as one interactive chart, its PNG on download, and a caption
+    saying what the bars are and reading off the groups' sizes (:func:`readoff`)."""
+    frames = {kind: (hist_view.panel_frame({"": groups}, axes[kind], {"": (totals or {}).get(kind, {})}), axes[kind])
+              for kind, groups in panels.items()}
+    st.altair_chart(hist_charts.histogram_chart(frames, title=title, log=log), width="stretch")
+    download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals, axes=axes), name, key=key)
+    st.caption("; ".join(f"{kind}: {hist_view.axis_caption(axes[kind], rebinned=rebinned(groups.values()))}"
+                         for kind, groups in panels.items()))
+    lines = {kind: readoff(kind, groups) for kind, groups in panels.items()}
+    if any(lines.values()):
+        st.markdown("  \n".join(f"**{kind}**: {plain(text)}" for kind, text in lines.items() if text))
+
+
+def rebinned(hists) -> bool:
+    """Whether a linear axis re-bins log-magnitude buckets (else it draws stored equal-width bins)."""
+    return any(isinstance(h, LogHistogram) for h in hists)
+
+
+def readoff(kind: str, groups: dict) -> str:
+    """'median non-zero |gradient|: positive 0.0021, negative 0.00021 (negative / positive:
+    0.1x ...)': what lets a reader say one group's values are 10x smaller ("" for equal-width
+    histograms)."""
+    return hist_view.ratio_text(hist_view.magnitude_summary(groups), NOUNS.get(kind, kind))
+
+
 def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> None:
-    """TensorBoard-style bands over every statistics step, positive and negative overlaid."""
+    """TensorBoard-style bands over every statistics step, the groups overlaid, medians as lines."""
     st.subheader("Percentile bands over steps")
     chosen = tuple(int(s) for s in steps)
     hists = data.histograms(ctx.path, ctx.sig, tensor, chosen, kind)
@@ -131,12 +188,22 @@ def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> Non
     frame = bands.percentile_frame({s: pick_groups(g) for s, g in hists.items()}, extremes=extremes)
     if not need(not frame.empty, f"No {kind} histograms of {plain(tensor)}."):
         return
-    st.altair_chart(bands.bands_chart(frame, plots.GROUP_COLORS, f"{tensor} {kind}"), width="stretch")
-    st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside; the median in the tooltip), per group. "
-               "0 and 100 are the statistics' exact min and max of the finite values. The statistics hold no "
-               "other percentiles: these are derived from the stored in-graph histograms, linear within a bin "
-               "(exact to one bin width; for a tensor over the histogram's sample size, of the values it "
-               "sampled, as the histograms above). Scroll to zoom the steps.")
+    symlog = st.toggle("Symmetric-log y", key="di_bands_symlog", value=False,
+                       help="a symmetric-log value axis over every band (linear near 0): for gradients whose "
+                       "steps span decades")
+    st.altair_chart(bands.bands_chart(frame, f"{tensor} {kind}", symlog=symlog), width="stretch")
+    buckets = rebinned(h for g in hists.values() for h in g.values())
+    _, _, clipped = bands.y_range(frame)
+    how = (f"the stored log-magnitude histograms' quantiles (each within {hist_view.RELATIVE_ERROR:.1%} of the "
+           "exact percentile of the values a histogram counts)" if buckets else
+           "the stored equal-width histograms (a run before format version 4), linear within a bin (exact to one "
+           "bin width)")
+    note = (" The y range is the 7th-93rd percentiles' (padded): the 0-100 band runs past it, clipped at the "
+            "chart's edges (hover for its values, or switch on symmetric-log y)." if clipped and not symlog else "")
+    st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside), the median as a line, per group. 0 and "
+               f"100 are the statistics' exact min and max of the finite values; the others are from {how} (for "
+               "a tensor over the histogram's sample size, of the values it sampled). Scroll to zoom the steps."
+               + note)
 
 
 def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
@@ -148,20 +215,22 @@ def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
     # the subsample rule reads the 'all' row's count (FORMAT.md), also for the groups
     sampled = any(t.get("all", max(t.values(), default=0)) > sample for t in totals.values())
     for kind, groups in panels.items():
-        for g, (_, counts) in groups.items():
+        for g, h in groups.items():
             n, mean = totals.get(kind, {}).get(g), means.get(kind, {}).get(g)
-            desc.append(f"{kind} {plain(g)}: n={int(counts.sum()) if n is None else n:,}"
+            desc.append(f"{kind} {plain(g)}: n={hist_view.counted(h) if n is None else n:,}"
                         + (f", mean={mean:.4g}" if mean is not None else ""))
     note = (f" (tensors over {sample:,} elements: the histogram counts a subsample of about "
             f"{sample:,} values; n is every element)") if sampled else ""
     return "; ".join(desc) + note
 
 
-def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scale: str) -> None:
+def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scales: dict[str, str]) -> None:
+    """The dumped values of ``step`` per group, counted in the statistics' log-magnitude buckets
+    and drawn on ``scales[kind]`` axes (the in-graph histograms' kind of axis)."""
     if not bool(run.tensors.loc[tensor, "batched"]):
         st.caption(f"{plain(tensor)} has no batch dimension: no per-sample split.")
     groups = data.sample_groups(data.samples(ctx.path, ctx.sig, step, tensor))
-    panels, xscale, shown = {}, {}, []
+    panels, axes = {}, {}
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     for kind in kinds:
         if f"{kind}/{tensor}" not in keys:
@@ -171,14 +240,10 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             split = analysis.split_by_group(x, groups, run.groups)
         else:
             split = {"all": x}
-        bins = value_bins(*split.values(), scale=scale)
-        panels[kind] = {g: plots.hist_from_values(v, bins.edges) for g, v in split.items() if v.size}
-        if bins.scale == "symlog":
-            xscale[kind] = bins.linthresh
-        shown.append(f"{kind}: {bins_caption(bins)}")
+        hists, ext = value_histograms(split)
+        if hists:
+            panels[kind] = hists
+            axes[kind] = hist_view.choose_axis(hists.values(), kind, scales[kind], ext)
     if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
-        title = f"{tensor} @ dump step {step} (dumped samples)"
-        st.altair_chart(hist_charts.histogram_chart(panels, title=title, log=log, xscale=xscale), width="stretch")
-        st.caption("; ".join(shown))
-        download_figure(lambda: plots.histograms(panels, title=title, log=log, xscale=xscale),
-                        f"samples_hist_{tensor}_{step}", key="di_samples")
+        draw_panels(panels, axes, f"{tensor} @ dump step {step} (dumped samples)", log, None,
+                    f"samples_hist_{tensor}_{step}", "di_samples")

@@ -1,86 +1,32 @@
-"""Histograms and ridge plots as interactive Vega-Lite (Altair) charts: the same bars, axes and
-legends as :func:`inspector.plots.histograms` / :func:`inspector.plots.ridge` (which stay for
-the PNG downloads), drawn in the browser, so changing the tensor costs no Matplotlib drawing
-(~0.3 s a figure). No Streamlit here (tested without a page).
+"""Histograms and ridge plots as interactive Vega-Lite (Altair) charts, drawn from the bars of
+:mod:`inspector.hist_view` (the same bars as the PNG downloads of :mod:`inspector.plots`), in
+the browser, so changing the tensor costs no Matplotlib drawing. No Streamlit here (tested
+without a page).
+
+Each group is an outline (a step line) over a light fill in its colour, so overlaid groups all
+stay visible; hovering a bar gives the values it holds, its count and fraction. On the signed
+log axis the ticks are powers of ten labelled with their signed value.
 
 Example::
 
-    chart = histogram_chart({"forward": {"positive": (edges, counts)}}, title="x @ 10", log=True,
-                            totals={"forward": {"positive": 70000}})
+    axis = hist_view.choose_axis(hists.values(), kind="gradient")
+    frame = hist_view.panel_frame({"": hists}, axis)
+    chart = histogram_chart({"gradient": (frame, axis)}, title="x @ 10")
 """
 from __future__ import annotations
 
+import json
 from typing import Mapping
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
-from inspector import plots
+from inspector import hist_view
+from inspector.hist_view import Axis
 
-Hist = plots.Hist
-#: plots.GROUP_COLORS in CSS form ("0.35" is Matplotlib's grey level)
-COLORS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
-#: Matplotlib's default cycle (C0, C1, ...): other groups (classes, named groups)
-CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-         "#17becf"]
-
-
-def color(group: str, i: int) -> str:
-    return COLORS.get(group, CYCLE[i % len(CYCLE)])
-
-
-def hist_frame(groups: Mapping[str, Hist], log: bool = False, totals: Mapping[str, int] | None = None,
-               per_bin: bool = False) -> pd.DataFrame:
-    """One record per bin: ``group``, ``label`` (the legend: real element count and, where it
-    differs, the histogram's), bin ``x0``..``x1``, ``y`` (density, or fraction per bin if
-    ``per_bin``) and ``floor`` (0, or on a log axis the floor empty bins are drawn at)."""
-    ys = {g: plots._hist_y(e, c, True, per_bin) for g, (e, c) in groups.items()}
-    floor = plots._log_floor(*ys.values()) if log else 0.0
-    parts = []
-    for g, (edges, counts) in groups.items():
-        label = plots._legend_label(g, int(np.sum(counts)), (totals or {}).get(g))
-        y = np.where(ys[g] > 0, ys[g], floor) if log else ys[g]
-        parts.append(pd.DataFrame({"group": g, "label": label, "x0": edges[:-1], "x1": edges[1:], "y": y,
-                                   "count": np.asarray(counts, np.int64), "floor": floor}))
-    df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["group", "label", "x0", "x1", "y", "count", "floor"])
-    # object, not pandas 3's string dtype (Arrow large_string: Streamlit's Vega-Lite cannot read it)
-    return df.astype({"group": object, "label": object})
-
-
-def _legend_scale(groups: Mapping[str, Hist], labels: list[str]) -> alt.Scale:
-    return alt.Scale(domain=labels, range=[color(g, i) for i, g in enumerate(groups)])
-
-
-def panel_chart(name: str, groups: Mapping[str, Hist], log: bool = False, totals: Mapping[str, int] | None = None,
-                xlim: tuple[float, float] | None = None, linthresh: float | None = None) -> alt.Chart:
-    """One panel: every group's histogram overlaid (bars from the floor; positive filled, the
-    others outlined), a real log y axis if ``log``, a symlog x axis if ``linthresh`` (the bins
-    are symmetric-log; y is then the fraction per bin)."""
-    df = hist_frame(groups, log, totals, per_bin=linthresh is not None)
-    labels = list(dict.fromkeys(df["label"]))
-    ytitle = "fraction per bin" if linthresh is not None else "density"
-    xscale = alt.Scale(zero=False, nice=False)
-    if linthresh is not None:
-        xscale = alt.Scale(type="symlog", constant=linthresh)
-    elif xlim is not None:
-        xscale = alt.Scale(domain=list(xlim), zero=False, nice=False, clamp=True)
-    yscale = alt.Scale(type="log", domainMin=float(df["floor"].iloc[0])) if log and len(df) else alt.Scale()
-    fill = alt.condition(alt.datum.group == "positive", alt.Color("label:N", scale=_legend_scale(groups, labels),
-                                                                   title=None, legend=alt.Legend(
-        orient="top", direction="vertical", labelLimit=340)),  # stacked: two panels must fit beside each other
-                         alt.value("transparent"))
-    return alt.Chart(df, title=name).mark_rect(opacity=0.6, strokeWidth=1.5).encode(
-        x=alt.X("x0:Q", title="value", scale=xscale), x2="x1:Q",
-        y=alt.Y("y:Q", title=ytitle, scale=yscale), y2="floor:Q",
-        stroke=alt.Stroke("label:N", scale=_legend_scale(groups, labels), title=None, legend=None),
-        fill=fill,
-        tooltip=[alt.Tooltip("group:N"), alt.Tooltip("x0:Q", title="from", format=".4g"),
-                 alt.Tooltip("x1:Q", title="to", format=".4g"), alt.Tooltip("y:Q", title=ytitle, format=".4g"),
-                 alt.Tooltip("count:Q", title="values counted")],
-    ).properties(width=340, height=220).add_params(
-        alt.selection_interval(bind="scales", encodings=["x"], name=f"zoom_{_safe(name)}"))
+#: Vega-Lite strokeDash of the first and second side of an overlay (solid, dashed).
+DASHES = [[1, 0], [6, 3]]
 
 
 def _safe(name: str) -> str:
@@ -88,58 +34,115 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
 
-def histogram_chart(panels: Mapping[str, Mapping[str, Hist]], title: str = "", log: bool = False,
-                    xlim: Mapping[str, tuple[float, float]] | None = None,
-                    totals: Mapping[str, Mapping[str, int]] | None = None,
-                    xscale: Mapping[str, float] | None = None) -> alt.HConcatChart:
-    """:func:`inspector.plots.histograms` (density) as side-by-side Vega-Lite panels (one per
-    kind); every panel's legend names its groups with their element counts."""
-    charts = [panel_chart(name, groups, log, (totals or {}).get(name), (xlim or {}).get(name),
-                          (xscale or {}).get(name)) for name, groups in panels.items()]
-    return alt.hconcat(*charts, title=title).resolve_scale(fill="independent", stroke="independent", y="independent")
-
-
-def ridge_frame(rows: Mapping[int, Mapping[str, Hist]], overlap: float = 0.9, log: bool = False,
-                decades: float = 4.0) -> pd.DataFrame:
-    """Records of :func:`inspector.plots.ridge`: per step and group, each bin from ``base`` (the
-    step's row, top = first step) to ``top`` = base + overlap * height, height scaled to the
-    step's tallest group (log10 over ``decades`` if ``log``)."""
-    steps = list(rows)
+def outline_frame(frame: pd.DataFrame, y: str = "fraction", base: float | str = 0.0,
+                  by: tuple[str, ...] = ("side", "group")) -> pd.DataFrame:
+    """The points of each ``by`` series' step outline (Vega's ``step-after`` line) over the
+    non-zero-value bars of ``frame``: from its first edge up, across each bar, down to ``base``
+    (a number, or a column of ``frame``) in the gaps and at the end."""
     parts = []
-    for k, s in enumerate(steps):
-        base = len(steps) - 1 - k
-        dens = {g: (e, plots._hist_y(e, c, True, False)) for g, (e, c) in rows[s].items()}
-        peak = max((float(np.nanmax(d)) for _, d in dens.values() if d.size), default=0.0) or 1.0
-        for g, (e, d) in dens.items():
-            parts.append(pd.DataFrame({"step": int(s), "group": g, "x0": e[:-1], "x1": e[1:], "density": d,
-                                       "base": float(base),
-                                       "top": base + overlap * plots._ridge_height(d, peak, log, decades)}))
-    df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["step", "group", "x0", "x1", "density", "base", "top"])
-    return df.astype({"group": object})
+    for key, part in frame[~frame["zero"].astype(bool)].groupby(list(by), sort=False):
+        b = float(part[base].iloc[0]) if isinstance(base, str) else base
+        edges, values = hist_view.steps(part["x0"], part["x1"], part[y], b)
+        parts.append(pd.DataFrame({**dict(zip(by, key)), "label": part["label"].iloc[0],
+                                   "x": np.r_[edges[0], edges], "y": np.r_[b, values, b]}))
+    if not parts:
+        return pd.DataFrame(columns=[*by, "label", "x", "y"])
+    return pd.concat(parts, ignore_index=True).astype({c: object for c in (*by, "label") if c != "step"})
 
 
-def ridge_chart(rows: Mapping[int, Mapping[str, Hist]], title: str = "", log: bool = False,
-                decades: float = 4.0) -> alt.Chart:
-    """:func:`inspector.plots.ridge` as a Vega-Lite chart: one row per step labelled with its
-    step, groups overlaid in their colours, tooltips with step, group, bin and density."""
-    df = ridge_frame(rows, log=log, decades=decades)
-    steps = list(rows)
-    groups = list(dict.fromkeys(df["group"]))
+def x_encoding(axis: Axis, frame: pd.DataFrame, field: str = "x0") -> alt.X:
+    """The x channel: the frame's range exactly; on a log axis the powers of ten as ticks,
+    labelled with their signed values (a lookup on the tick's position in thousandths)."""
+    lo, hi = (float(frame["x0"].min()), float(frame["x1"].max())) if len(frame) else (0.0, 1.0)
+    xs, labels = hist_view.ticks(axis, lo, hi)
+    if axis.scale == "log":   # 0 always in view, a little room beyond the outer bars
+        domain = [min(lo, -hist_view.ZERO_HALF) - 0.3, max(hi, hist_view.ZERO_HALF) + 0.3]
+    else:
+        domain = [lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo)]
+    scale = alt.Scale(domain=domain, zero=False, nice=False)
+    if not xs:
+        return alt.X(f"{field}:Q", title=axis.title(), scale=scale)
+    lookup = json.dumps({str(round(x * 1000)): lb for x, lb in zip(xs, labels)}).replace('"', "'")
+    return alt.X(f"{field}:Q", title=axis.title(), scale=scale,
+                 axis=alt.Axis(values=xs, labelExpr=f"{lookup}[round(datum.value * 1000) + ''] || ''"))
+
+
+def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False, width: int = 340) -> alt.LayerChart:
+    """One panel: every (side, group) of ``frame`` (:func:`inspector.hist_view.panel_frame`)
+    on ``axis``, y the fraction per bar on one scale for all (a real log scale if ``log``,
+    empty bins at its floor; else topped by :func:`inspector.hist_view.y_top` where a zeros'
+    bar would flatten the others). A second side is dashed. Scroll to zoom the values."""
+    sides = list(dict.fromkeys(frame["side"]))
+    overlay = len(sides) > 1 or sides not in ([], [""])
+    floor = hist_view.log_floor_of(frame["fraction"]) if log else 0.0
+    frame = frame.assign(y=np.maximum(frame["fraction"], floor), floor=floor)
+    key = "group" if overlay else "label"
+    names = list(dict.fromkeys(frame[key]))
+    colors = hist_view.group_colors(frame["group"])
+    by_key = dict(zip(frame[key], frame["group"]))
+    color = alt.Color(f"{key}:N", title=None, scale=alt.Scale(domain=names, range=[colors[by_key[n]] for n in names]),
+                      legend=alt.Legend(orient="top", direction="vertical", labelLimit=340))
+    top = None if log else hist_view.y_top(frame["fraction"], frame["zero"])
+    yscale = alt.Scale(type="log", domainMin=floor) if log else alt.Scale(domain=[0, top]) if top else alt.Scale()
+    ytitle = "fraction of values per " + ("bucket" if axis.scale == "log" else "bin")
+    y = alt.Y("y:Q", title=ytitle, scale=yscale)
+    tips = [*([alt.Tooltip("side:N")] if overlay else []), alt.Tooltip("group:N"),
+            alt.Tooltip("lo:Q", title="values from", format=".4g"), alt.Tooltip("hi:Q", title="to", format=".4g"),
+            alt.Tooltip("count:Q", title="values counted", format=",.0f"),
+            alt.Tooltip("fraction:Q", title="fraction", format=".3%")]
+    x = x_encoding(axis, frame)
+    fill = alt.Chart(frame).mark_rect(fillOpacity=0.2, clip=True).encode(
+        x=x, x2="x1:Q", y=y, y2="floor:Q", fill=color, tooltip=tips,
+        stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.5),
+    ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name=f"zoom_{_safe(name)}"))
+    line_enc: dict = {"x": alt.X("x:Q"), "y": alt.Y("y:Q"), "stroke": color, "detail": ["side:N", "group:N"]}
+    if overlay:
+        line_enc["strokeDash"] = alt.StrokeDash(
+            "side:N", title=None, scale=alt.Scale(domain=sides, range=DASHES[:len(sides)]),
+            legend=alt.Legend(orient="top", direction="vertical", labelLimit=340))
+    line = alt.Chart(outline_frame(frame, "y", floor)).mark_line(interpolate="step-after", strokeWidth=1.5,
+                                                                 clip=True).encode(**line_enc)
+    layers = [fill, line]
+    if top:
+        note = pd.DataFrame({"x": [0.0], "y": [top], "text": ["zeros (clipped: see the tooltip)"]})
+        layers.append(alt.Chart(note).mark_text(align="left", baseline="top", dx=4, dy=2, fontSize=10).encode(
+            x="x:Q", y="y:Q", text="text:N"))
+    return alt.layer(*layers, title=name).properties(width=width, height=220)
+
+
+def histogram_chart(panels: Mapping[str, tuple[pd.DataFrame, Axis]], title: str = "",
+                    log: bool = False, width: int = 340) -> alt.HConcatChart:
+    """Panels side by side (one per kind: ``{name: (frame, axis)}``, each ``width`` pixels),
+    each on its own axes; every legend names its groups with their element counts."""
+    charts = [panel_chart(name, frame, axis, log, width) for name, (frame, axis) in panels.items()]
+    return alt.hconcat(*charts, title=title).resolve_scale(
+        fill="independent", stroke="independent", strokeDash="independent", x="independent", y="independent")
+
+
+def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = "", log: bool = False,
+                decades: float = 4.0) -> alt.LayerChart:
+    """A ridge plot (:func:`inspector.hist_view.ridge_frame`) as a Vega-Lite chart: one row per
+    step labelled with its step, groups outlined over a light fill in their colours, tooltips
+    with step, group, the values a bar holds and its fraction."""
+    groups = list(dict.fromkeys(frame["group"]))
+    colors = hist_view.group_colors(groups)
     n = len(steps)
     # the row at base b shows step steps[n - 1 - b]: Vega's label expression maps the tick
     names = "{" + ",".join(f"'{n - 1 - k}':'{s}'" for k, s in enumerate(steps)) + "}"
-    suffix = f" (row height: log10 density, {decades:g} decades)" if log else ""
-    return alt.Chart(df, title=title + suffix).mark_rect(opacity=0.35).encode(
-        x=alt.X("x0:Q", title="value", scale=alt.Scale(zero=False, nice=False)), x2="x1:Q",
-        y=alt.Y("base:Q", title="step", scale=alt.Scale(domain=[0, max(n, 1)], nice=False),
-                axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']")),
-        y2="top:Q",
-        color=alt.Color("group:N", scale=alt.Scale(domain=groups, range=[color(g, i) for i, g in enumerate(groups)]),
-                        legend=alt.Legend(orient="top")),
-        tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"), alt.Tooltip("x0:Q", title="from", format=".4g"),
-                 alt.Tooltip("x1:Q", title="to", format=".4g"), alt.Tooltip("density:Q", format=".4g")],
-    ).properties(height=ridge_height(n)).interactive(bind_y=False)
+    suffix = f" (row height: log10 fraction, {decades:g} decades)" if log else ""
+    color = alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors[g] for g in groups]),
+                      legend=alt.Legend(orient="top"))
+    y = alt.Y("base:Q", title="step", scale=alt.Scale(domain=[0, max(n, 1)], nice=False),
+              axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']"))
+    fill = alt.Chart(frame).mark_rect(fillOpacity=0.2).encode(
+        x=x_encoding(axis, frame), x2="x1:Q", y=y, y2="top:Q", fill=color,
+        stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.2),
+        tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"), alt.Tooltip("lo:Q", title="values from", format=".4g"),
+                 alt.Tooltip("hi:Q", title="to", format=".4g"), alt.Tooltip("fraction:Q", format=".3%")],
+    ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name="zoom_ridge"))
+    line = alt.Chart(outline_frame(frame, "top", "base", ("step", "group"))).mark_line(
+        interpolate="step-after", strokeWidth=1.2).encode(x="x:Q", y="y:Q", stroke=color, detail=["step:Q", "group:N"])
+    return alt.layer(fill, line, title=title + suffix).properties(height=ridge_height(n))
 
 
 def ridge_height(steps: int) -> int:
