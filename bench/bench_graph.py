@@ -55,7 +55,9 @@ def dot_rows(path: Path, reps: int) -> tuple[list[tuple], dict[str, int]]:
     by_op = {op: t for op, t in page.tensor_of_op(run.tensors).items() if op in graph.nodes}
     looks = {op: Look(t, 1.0 + i % 7, "value") for i, (op, t) in enumerate(by_op.items())}
     scale = Scale.robust([lk.value for lk in looks.values()], "rms")
-    keep = (lambda n: not page.HIDDEN.search(n))
+
+    def keep(name: str) -> bool:
+        return not page.HIDDEN.search(name)
     centre = next(op for op in by_op if op.endswith("Relu"))
 
     def whole() -> str:

@@ -156,10 +156,10 @@ def _series(units: dict[UnitId, Unit], where: dict[str, UnitId], at_least: int) 
         return units
     out: dict[UnitId, Unit] = {}
     for uid, u in units.items():
-        sid = into.get(uid)
-        if sid is None:
+        if uid not in into:
             out[uid] = u
             continue
+        sid = into[uid]
         if sid not in out:
             out[sid] = Unit("series", sid[1], u.cluster, [], 0)
         out[sid].ops += u.ops

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import browser, heading_shown, serve, sync_api, wait_rendered  # noqa: F401  (browser: a fixture)
+# browser: test_browser's fixture (hence noqa: F811 where a test takes it)
+from test_browser import browser, heading_shown, serve, sync_api, wait_rendered  # noqa: F401
 
 import inspector
 from inspector.format import manifest_name
@@ -47,7 +48,7 @@ def server(tmp_path_factory):
         yield url, tensor
 
 
-def test_graph_page_draws_the_nan_ops_red_and_opens_the_browser(server, browser, tmp_path):
+def test_graph_page_draws_the_nan_ops_red_and_opens_the_browser(server, browser, tmp_path):  # noqa: F811
     url, tensor = server
     page = browser.new_page(viewport={"width": 1500, "height": 2000})
     try:
@@ -77,7 +78,7 @@ def test_graph_page_draws_the_nan_ops_red_and_opens_the_browser(server, browser,
         page.close()
 
 
-def test_summary_names_where_the_first_nan_was_created(server, browser):
+def test_summary_names_where_the_first_nan_was_created(server, browser):  # noqa: F811
     url, _ = server
     page = browser.new_page(viewport={"width": 1500, "height": 2000})
     try:
@@ -89,7 +90,7 @@ def test_summary_names_where_the_first_nan_was_created(server, browser):
         page.close()
 
 
-def test_whole_model_view_draws_scopes_and_finds_an_op(server, browser):
+def test_whole_model_view_draws_scopes_and_finds_an_op(server, browser):  # noqa: F811
     """The whole-model view in Chromium: closed scopes drawn as boxes (the NaN ones red), and a
     search opens the match's scope and outlines it."""
     url, tensor = server

@@ -11,7 +11,8 @@ from typing import Iterator
 
 import pytest
 
-from test_browser import browser, heading_shown, serve, wait_rendered  # noqa: F401  (browser: a fixture)
+# browser: test_browser's fixture (hence noqa: F811 where a test takes it)
+from test_browser import browser, heading_shown, serve, wait_rendered  # noqa: F401
 from test_browser_graph import doc_shot
 
 from inspector.testing import make_synthetic_run
@@ -26,9 +27,9 @@ def server(tmp_path_factory):
 
 
 @contextlib.contextmanager
-def shown(browser, url: str, heading: str, images: int, height: int) -> Iterator:
+def shown(chromium, url: str, heading: str, images: int, height: int) -> Iterator:
     """A page at ``url``, drawn (its heading and ``images`` images loaded); checked for exceptions after."""
-    page = browser.new_page(viewport={"width": 1500, "height": height})
+    page = chromium.new_page(viewport={"width": 1500, "height": height})
     try:
         page.goto(url, wait_until="domcontentloaded")
         heading_shown(page, heading)
@@ -47,7 +48,7 @@ def dead_option_listed(page) -> None:
     page.get_by_role("option", name="3 (dead)", exact=True).wait_for(timeout=90_000)
 
 
-def test_masks_page_leads_with_every_sample_and_marks_dead_filters(server, browser):
+def test_masks_page_leads_with_every_sample_and_marks_dead_filters(server, browser):  # noqa: F811
     with shown(browser, f"{server}/masks?run=icnn&mt_filter=5", "Masks & templates", 3, 2600) as page:
         order = page.evaluate("""() => [...document.querySelectorAll('h2, h3, [data-testid="stImage"] img')]
             .map(e => e.tagName === 'IMG' ? 'img:' + e.naturalWidth : e.innerText.trim())""")
@@ -60,7 +61,7 @@ def test_masks_page_leads_with_every_sample_and_marks_dead_filters(server, brows
         dead_option_listed(page)
 
 
-def test_feature_maps_marks_dead_filters(server, browser):
+def test_feature_maps_marks_dead_filters(server, browser):  # noqa: F811
     with shown(browser, f"{server}/featuremaps?run=icnn", "Feature maps", 5, 3000) as page:
         doc_shot(page, "viewer-featuremaps.png")
         dead_option_listed(page)
