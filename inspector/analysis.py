@@ -383,6 +383,18 @@ def update_ratios(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
     return ratio.rename_axis(columns=None)
 
 
+def rms(mean, std):
+    """Root mean square of a tensor from its recorded statistics: ``sqrt(mean**2 + std**2)`` (the
+    hook's std is the population one, so this is ``l2 / sqrt(count)``). Unlike l2 it does not grow
+    with the tensor's size: a 12x12x32 map and a 3x3x3 kernel of like values get like RMS.
+    Takes scalars, arrays or Series.
+
+    >>> float(rms(3.0, 4.0))
+    5.0
+    """
+    return np.sqrt(np.square(mean) + np.square(std))
+
+
 # ---- positive vs negative ------------------------------------------------------------------
 
 def group_series(stats: pd.DataFrame, tensor: str, stat: str, kind: str = "forward") -> pd.DataFrame:

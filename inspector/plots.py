@@ -480,6 +480,75 @@ def icnn_filter(rows: Sequence[Mapping], title: str = "") -> Figure:
     return fig
 
 
+def localization_grid(groups: Mapping[str, Sequence[Mapping]], title: str = "", cols: int = 4,
+                      alpha: float = 0.85) -> Figure:
+    """Where one filter fires in every sample: ``{group: [{"label", "image" ([H, W, C], or None),
+    "map" ([h, w]), "mu_cell" ((row, col) of mu on the map)}, ...]}``, the groups side by side.
+
+    Each tile is the sample's input image in grey (min-max scaled, :func:`display_image`, then
+    dimmed so colour stands out) with the map enlarged to it (:func:`upsample`) and blended on top
+    in ``turbo``, its opacity ``alpha * value / max``: the image shows through where the filter is
+    silent. Every map shares one scale, 0 to the largest
+    value of any sample, so a weak response looks weak. mu is a + at its cell's centre; without
+    an image the tile is the map alone. A group is one RGB mosaic (``fig.axes[k].images[0]``), its
+    + markers ``fig.axes[k].lines``, one per sample in order.
+
+    >>> fig = localization_grid({"positive": [{"label": "#0", "image": np.zeros((8, 8, 3)),
+    ...                                         "map": np.eye(4), "mu_cell": (1, 2)}]})
+    >>> [round(float(v), 2) for v in fig.axes[0].lines[0].get_xydata()[0]]   # x = col, y = row, pixels
+    [4.5, 2.5]
+    """
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    items = {g: list(v) for g, v in groups.items()}
+    every = [np.asarray(t["map"], np.float64) for v in items.values() for t in v]
+    finite = np.concatenate([m[np.isfinite(m)] for m in every]) if every else np.zeros(0)
+    vmax = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    cmap = colormaps["turbo"]
+    ncols = {g: max(1, min(cols, len(v))) for g, v in items.items()}
+    nrows = max([int(np.ceil(len(v) / ncols[g])) for g, v in items.items()] + [1])
+    fig = Figure(figsize=(1.9 * sum(ncols.values()) + 0.6 * len(items) + 1, 2.1 * nrows + 0.9), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
+    for i, (ax, (g, tiles)) in enumerate(zip(axes, items.items())):
+        ax.set_axis_off()
+        ax.set_title(f"{g} (n={len(tiles)})", color=_color(g, i), fontsize=10)
+        if tiles:
+            _localization_tiles(ax, tiles, ncols[g], vmax, cmap, alpha)
+    fig.colorbar(ScalarMappable(Normalize(0, vmax), cmap), ax=list(axes), fraction=0.02, pad=0.01,
+                 label="map value (opaque where high)")
+    fig.suptitle(title)
+    return fig
+
+
+def _localization_tiles(ax, tiles: Sequence[Mapping], cols: int, vmax: float, cmap, alpha: float) -> None:
+    def base(t: Mapping) -> np.ndarray:
+        if t.get("image") is None:
+            return np.zeros((*np.shape(t["map"]), 3))
+        img, grey = display_image(t["image"])
+        lum = img if grey else img @ np.array([0.299, 0.587, 0.114])
+        return np.repeat(0.15 + 0.6 * lum[..., None], 3, axis=2)
+
+    imgs = [base(t) for t in tiles]
+    h, w = imgs[0].shape[:2]
+    gap = _row_gap(h, 1)
+    rows = int(np.ceil(len(tiles) / cols))
+    out = np.ones((rows * (h + gap) - gap, cols * (w + 1) - 1, 3))
+    for k, (t, img) in enumerate(zip(tiles, imgs)):
+        m = np.nan_to_num(np.asarray(t["map"], np.float64), nan=0.0, posinf=vmax, neginf=0.0)
+        v = np.clip(upsample(m, h, w) / vmax, 0, 1)
+        a = (alpha * v if t.get("image") is not None else np.ones_like(v))[..., None]
+        r, q = divmod(k, cols)
+        y, x = r * (h + gap), q * (w + 1)
+        out[y:y + h, x:x + w] = img[:h, :w] * (1 - a) + cmap(v)[..., :3] * a
+        mh, mw = np.shape(t["map"])
+        i, j = t["mu_cell"]
+        ax.plot(x + (j + 0.5) * w / mw - 0.5, y + (i + 0.5) * h / mh - 0.5, marker="+", ms=12, mew=2.5,
+                color="white", markeredgecolor="white")
+        ax.text(x + (w - 1) / 2, y - 0.6, t.get("label", ""), ha="center", va="bottom", fontsize=7)
+    ax.imshow(out, interpolation="nearest")
+    ax.set_ylim(out.shape[0] - 0.5, -0.5 - gap)
+
+
 def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mapping[str, Sequence[int]] | None = None,
                    tau: float | None = None, title: str = "") -> Figure:
     """Mosaic of all positive templates ``T_mu`` ([H, W, H, W]: tile (i, j) is the template

@@ -185,15 +185,15 @@ def test_feature_maps_and_icnn(runs):
 
 def test_masks_and_templates(runs):
     at = ok(start(runs / "exp1", "Masks & templates"))
-    assert len(images(at)) == 3                     # templates, beta/loss, mu scatter
+    assert len(images(at)) == 4                     # every sample's map, mu scatter, beta/loss, templates
     cap = captions(at)
     assert "template cell" in cap and "beta =" in cap
     before = images(at)
     at.selectbox(key="mt_filter").set_value(5).run()
     after = images(ok(at))
-    assert after[0] != before[0] and after[1] != before[1] and after[2] != before[2]
+    assert all(a != b for a, b in zip(after, before))
     at.toggle(key="mt_pool").set_value(True).run()
-    assert "all dump steps" in captions(ok(at)) or images(at)[2] != after[2]
+    assert "Filter 5 (all dump steps)" in captions(ok(at)) and images(at)[1] != after[1]
 
 
 @pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", True)])
@@ -740,11 +740,11 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
     cap = captions(at)
     assert "1 dead filter(s) at step 10: 3 (zero in every dumped sample; left out of the judgement)" in cap
-    assert "tightest live filters" in cap and "3 (0.000)" not in cap
+    assert "tightest live filters" in cap and "3: positives" not in cap
     assert at.selectbox(key="mt_filter").options[2:5] == ["2", "3 (dead)", "4"]
     at.selectbox(key="mt_filter").set_value(3).run()
     assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
-    assert "mean distance of mu" not in captions(at)
+    assert "Filter 3 (step 10)" not in captions(at)      # no spread for a dead filter
 
 
 def test_overview_log_y_is_a_log_axis(runs):

@@ -35,18 +35,23 @@ def _restore_runs_env(monkeypatch):
     monkeypatch.setenv("TF_INSPECTOR_RUNS", "")
 
 
-@pytest.fixture
-def figures(monkeypatch) -> dict:
-    """The Matplotlib figures the page shows, by widget key (the page's show_cached_figure, recorded)."""
-    import viewer.featuremaps as fm
+def recorded_figures(monkeypatch, page) -> dict:
+    """The Matplotlib figures the page module ``page`` shows, by widget key (its show_cached_figure,
+    recorded)."""
     shown: dict = {}
-    real = fm.show_cached_figure
+    real = page.show_cached_figure
 
     def record(make, ident, name, key, caption=None):
         shown[key] = make()   # drawn here too: the page's own PNG may come from its cache
         return real(make, ident, name, key, caption)
-    monkeypatch.setattr(fm, "show_cached_figure", record)
+    monkeypatch.setattr(page, "show_cached_figure", record)
     return shown
+
+
+@pytest.fixture
+def figures(monkeypatch) -> dict:
+    import viewer.featuremaps as fm
+    return recorded_figures(monkeypatch, fm)
 
 
 def start(run: Path, **state) -> AppTest:

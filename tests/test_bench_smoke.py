@@ -41,3 +41,9 @@ def test_bench_keras_quick():
     out = _run("bench_keras.py")
     for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
         assert f"\n{config} " in out, config
+
+
+def test_bench_graph_quick():
+    pytest.importorskip("streamlit")
+    out = _run("bench_graph.py")
+    assert "DOT text (s)" in out and "page cold (s)" in out and "page search 'BiasAdd' (s)" in out

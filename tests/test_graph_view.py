@@ -7,6 +7,7 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("streamlit")
@@ -15,9 +16,12 @@ from test_app import captions, ok, start, unescape  # noqa: E402
 import inspector  # noqa: E402
 from inspector.errors import DamagedFileError  # noqa: E402
 from inspector.format import graph_name, manifest_name  # noqa: E402
+from inspector.graph_scopes import collapse, search  # noqa: E402
 from inspector.graphdef import Node, OpGraph, encode_graph_def, input_op, parse_graph_def  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 from viewer import graph as page  # noqa: E402
+from viewer import graph_dot, graph_model  # noqa: E402
+from viewer.graph_colours import STATES, Scale, legend_items  # noqa: E402
 
 NAN_AT = 25
 
@@ -85,7 +89,7 @@ def test_damaged_graph_bytes_are_refused(bad):
 def test_dot_escapes_names():
     evil = 'a"];evil[label="x\\N'
     g = OpGraph([Node(evil, "Relu"), Node("b", "Relu", (evil,))])
-    text = page.dot(g.neighbourhood("b", 1), g, {})
+    text = page.dot(g.neighbourhood("b", 1), g, {}, Scale.robust([], "rms"))
     for line in text.splitlines():
         unescaped = re.sub(r'\\.', "", line)     # what is left once escapes are dropped
         assert unescaped.count('"') % 2 == 0, line
@@ -108,27 +112,31 @@ def chart(at) -> str:
 
 def test_graph_page_colours_nan_and_dead_ops(runs):
     run = inspector.open_run(runs / "nan")
-    nan_tensor = run.first_nonfinite()["tensor"]
+    first = run.first_nonfinite()
+    nan_tensor, nan_step = first["tensor"], first["step"]
     at = ok(start(runs / "nan", "Op graph"))
     assert at.selectbox(key="gr_tensor").value == nan_tensor          # opens on the first NaN's tensor
-    assert at.select_slider(key="gr_step").value == 29
+    assert at.select_slider(key="gr_step").value == nan_step == NAN_AT   # ... and its step, not the last
+    assert at.radio(key="gr_kind").value == first["kind"]
     text = chart(at)
     shown = re.findall(r'\[label="([^"\\]+)\\n', text)
-    # oracle: the statistics at step 29, group all, forward
+    # oracle: the statistics at the first NaN's step, group all, forward
     ops = dict(zip(run.tensors["op"], run.tensors["name"]))
-    stats = run.query_stats([ops[o] for o in shown if o in ops], steps=(29, 29), kinds=["forward"], groups=["all"],
-                            columns=["nan", "inf", "zero_fraction"]).set_index("tensor")
+    stats = run.query_stats([ops[o] for o in shown if o in ops], steps=(NAN_AT, NAN_AT), kinds=["forward"],
+                            groups=["all"], columns=["nan", "inf", "zero_fraction"]).set_index("tensor")
     assert len(stats) >= 4
     for op in shown:
         t = ops.get(op)
-        if t is None or t not in stats.index:
-            assert fill_of(text, op) == page.UNCAPTURED, op
+        if t is None:
+            assert fill_of(text, op) == page.UNCAPTURED and f"{op}\\n" in text, op
+        elif t not in stats.index:
+            assert fill_of(text, op) == page.NO_STATS, op
         elif stats.loc[t, "nan"] + stats.loc[t, "inf"] > 0:
             assert fill_of(text, op) == page.NONFINITE, op
         else:
-            assert fill_of(text, op) not in (page.NONFINITE, page.UNCAPTURED), op
+            assert fill_of(text, op) not in {f for f, _ in STATES.values()}, op
     assert fill_of(text, nan_tensor.split(":")[0]) == page.NONFINITE
-    assert {page.NONFINITE, page.DEAD, page.PALETTE[0], page.PALETTE[-1]} <= set(re.findall(r"#[0-9a-f]{6}", text))
+    assert {page.NONFINITE, page.PALETTE[0], page.PALETTE[-1]} <= set(re.findall(r"#[0-9a-f]{6}", text))
     # before the NaN step: nothing red in the graph (the legend keeps its red)
     at.select_slider(key="gr_step").set_value(NAN_AT - 5).run()
     body = chart(ok(at)).split("subgraph cluster_legend")[0]
@@ -141,13 +149,76 @@ def test_graph_page_colours_nan_and_dead_ops(runs):
     assert fill_of(chart(ok(at)), dead[0].split(":")[0]) == page.DEAD
 
 
+def test_graph_slider_opens_at_the_last_step_without_a_nan(tmp_path):
+    path = make_synthetic_run(tmp_path / "clean", steps=12, tensors=20, dump_every=None)
+    at = ok(start(path, "Op graph"))
+    assert at.select_slider(key="gr_step").value == 11 and at.radio(key="gr_kind").value == "forward"
+    assert page.default_step([0, 10, 20], {"step": 15}) == 2       # between statistics steps: the next one
+    assert page.default_step([0, 10, 20], {"step": 25}) == 2       # after the last: the last
+
+
+def test_default_colour_is_rms_and_does_not_grow_with_size(runs):
+    """RMS from the recorded l2 and count (an independent formula: l2 / sqrt(count)), not l2, which
+    grows with the tensor's size."""
+    run = inspector.open_run(runs / "nan")
+    at = ok(start(runs / "nan", "Op graph", query={"gr_tensor": "icnn/pre_mask:0", "gr_step": "10", "gr_hops": "1"}))
+    assert at.selectbox(key="gr_stat").value == "rms"
+    text = chart(at)
+    shown = dict(re.findall(r'\[label="([^"\\]+)\\n[^"\\]+\\nrms = ([^"\\ ]+)', text))
+    ops = dict(zip(run.tensors["op"], run.tensors["name"]))
+    df = run.query_stats([ops[o] for o in shown], steps=(10, 10), kinds=["forward"], groups=["all"],
+                         columns=["l2", "count"]).set_index("tensor")
+    assert len(shown) >= 3 and df["count"].nunique() >= 2               # tensors of different sizes
+    for op, value in shown.items():
+        t = ops[op]
+        assert float(value) == pytest.approx(df.loc[t, "l2"] / np.sqrt(df.loc[t, "count"]), rel=1e-3), op
+    assert "log scale from percentile 2 to 98" in text                 # the legend says what the scale is
+
+
+def test_robust_scale_keeps_near_values_together_and_clips_outliers():
+    close = Scale.robust([147.4, 150.5], "rms")               # min-max would draw these at the two ends
+    assert abs(close.position(147.4) - close.position(150.5)) < 0.02
+    assert close.log and close.hi / close.lo == pytest.approx(10)
+    values = [1.0] * 50 + [2.0] * 50 + [1e6]                  # one outlier
+    s = Scale.robust(values, "rms")
+    assert s.position(1e6) == 1.0 and s.hi < 1e3              # clipped, not stretching the scale
+    assert s.fill(1.0) != s.fill(2.0)
+    items = [t for t, _ in legend_items(s)]
+    assert items[0].startswith("≤ rms") and items[4].startswith("≥ rms")
+    signed = Scale.robust([-0.5, 0.0, 0.5], "mean")
+    assert not signed.log and signed.fill(-0.5) == page.PALETTE[0] and signed.fill(0.5) == page.PALETTE[-1]
+    assert Scale.robust([0.2, 0.3], "zero_fraction").position(0.5) == 0.5   # zero_fraction spans [0, 1]
+
+
+def test_labels_tell_forward_only_from_not_captured(runs):
+    """In the gradient view an op captured without a gradient is 'forward only', not 'not captured';
+    in the forward view its value says so."""
+    run = inspector.open_run(runs / "nan")
+    cat = run.tensors
+    fwd_only = cat[~cat["has_gradient"].astype(bool)]["name"].tolist()
+    assert "icnn/mask:0" in fwd_only
+    q = {"gr_tensor": "icnn/mask:0", "gr_hops": "1", "gr_step": "10"}
+    text = chart(ok(start(runs / "nan", "Op graph", query={**q, "gr_kind": "gradient"})))
+    assert fill_of(text, "icnn/mask") == page.FORWARD_ONLY
+    assert 'icnn/mask\\nMaximum\\ncaptured, forward only (no gradient)"' in text
+    assert fill_of(text, "icnn/post_mask") not in {f for f, _ in STATES.values()}     # captured with its gradient
+    text = chart(ok(start(runs / "nan", "Op graph", query={**q, "gr_kind": "forward"})))
+    assert re.search(r'icnn/mask\\nMaximum\\nrms = [^"]+ \(forward only\)"', text)
+    assert "(forward only)" not in text.split("icnn/post_mask\\n")[1].split("]")[0]
+    # an op of the graph that the hook did not capture: "not captured"
+    text = chart(ok(start(runs / "nan", "Op graph", query={"gr_tensor": "conv2/BiasAdd:0", "gr_hops": "1"})))
+    assert 'conv2/b/read\\nReadVariableOp\\nnot captured"' in text and fill_of(text, "conv2/b/read") == page.UNCAPTURED
+
+
 def test_graph_page_hops_cap_backward_and_open(runs):
     at = ok(start(runs / "nan", "Op graph", query={"gr_tensor": "conv2/Relu:0", "gr_hops": "1"}))
     n1 = len(re.findall(r"^  n\d+ \[", chart(at), re.M))
     assert n1 == 3                                                    # BiasAdd -> Relu -> conv3/Conv2D
+    fills = {op: fill_of(chart(at), op) for op in ("conv2/BiasAdd", "conv3/Conv2D")}
     at.number_input(key="gr_hops").set_value(3).run()
     n3 = len(re.findall(r"^  n\d+ \[", chart(ok(at)), re.M))
     assert n3 > n1
+    assert {op: fill_of(chart(at), op) for op in fills} == fills      # the scale is the model's, not the view's
     assert "gradients/" not in chart(at)
     at.toggle(key="gr_all").set_value(True).run()
     assert "gradients/conv2/Relu_grad/ReluGrad" in chart(ok(at))
@@ -237,20 +308,111 @@ def test_source_location_in_summary_alert_and_tensor_browser(runs, tmp_path):
 
 
 def test_dot_colours_follow_the_statistic():
-    """Fills from the values (dead and NaN ops keep their own colours and stay out of the scale);
-    l2 over three decades is log-spaced: the geometric middle gets the middle colour."""
+    """Fills from the values on the scale (dead and NaN ops keep their own colours); l2 over three
+    decades is log-spaced: the geometric middle gets the middle colour."""
     nodes = [Node("a", "Relu"), Node("b", "Relu", ("a",)), Node("c", "Relu", ("b",)), Node("d", "Relu", ("c",)),
              Node("e", "Relu", ("d",)), Node("f", "Relu", ("e",))]
     g = OpGraph(nodes)
-    looks = {"a": page.Look("a:0", 1.0), "b": page.Look("b:0", 1000.0), "c": page.Look("c:0", 10 ** 1.5),
-             "d": page.Look("d:0", 0.0, dead=True), "e": page.Look("e:0", None, nonfinite=True)}
-    text = page.dot(g.neighbourhood("a", 5), g, looks, "l2")
+    looks = {"a": page.Look("a:0", 1.0, "value"), "b": page.Look("b:0", 1000.0, "value"),
+             "c": page.Look("c:0", 10 ** 1.5, "value"), "d": page.Look("d:0", 0.0, "dead"),
+             "e": page.Look("e:0", None, "nonfinite")}
+    scale = Scale.robust([1.0] * 10 + [1000.0] * 10 + [10 ** 1.5], "l2")
+    text = page.dot(g.neighbourhood("a", 5), g, looks, scale, "l2")
     assert fill_of(text, "a") == page.PALETTE[0] and fill_of(text, "b") == page.PALETTE[-1]
     assert fill_of(text, "c") == page.palette(0.5) == page.PALETTE[2]
     assert fill_of(text, "d") == page.DEAD and fill_of(text, "e") == page.NONFINITE
     assert fill_of(text, "f") == page.UNCAPTURED
-    assert "low l2 = 1" in text and "high l2 = 1e+03 (log scale)" in text
-    linear = page.dot(g.neighbourhood("a", 5), g, looks, "mean")          # mean: a linear scale
-    assert fill_of(linear, "c") == page.palette((10 ** 1.5 - 1) / 999)
-    empty = page.dot(g.neighbourhood("a", 5), g, {}, "l2")
-    assert "low l2" not in empty and "NaN/Inf" in empty                   # no values: no value legend
+    assert "≤ l2 1<" in text and "≥ l2 1e+03<" in text and "log scale" in text
+    linear = Scale.robust([1.0] * 10 + [1000.0] * 10, "mean")        # mean: a linear scale
+    assert fill_of(page.dot(g.neighbourhood("a", 5), g, looks, linear, "mean"), "c") == \
+        page.palette((10 ** 1.5 - 1) / 999)
+    empty = page.dot(g.neighbourhood("a", 5), g, {}, Scale.robust([], "l2"), "l2")
+    assert "≤ l2" not in empty and "not captured" in empty            # no values: no value legend
+
+
+# ---- the whole-model view ---------------------------------------------------------------------
+#   scopes: m/ holds m/a, m/w (an op and a scope: m/w/read), m/sub/ holds m/sub/x, m/sub/y; n/z outside
+SCOPED = [Node("in", "Placeholder"), Node("m/w", "VarHandleOp"), Node("m/w/read", "ReadVariableOp", ("m/w",)),
+          Node("m/a", "MatMul", ("in", "m/w/read")), Node("m/sub/x", "Relu", ("m/a",)),
+          Node("m/sub/y", "Relu", ("m/a", "^in")), Node("n/z", "Add", ("m/sub/x", "m/sub/y"))]
+
+
+def test_scopes_collapse_into_boxes_with_counted_edges():
+    g = OpGraph(SCOPED)
+    top = collapse(g)
+    assert list(top.units) == [("op", "in"), ("scope", "m"), ("scope", "n")]
+    assert top.units[("scope", "m")].ops == ["m/w", "m/w/read", "m/a", "m/sub/x", "m/sub/y"]
+    assert top.edges == {(("op", "in"), ("scope", "m")): 1, (("scope", "m"), ("scope", "n")): 2}   # control: left out
+    one = collapse(g, {"m"})
+    assert set(one.units) == {("op", "in"), ("scope", "m/w"), ("op", "m/a"), ("scope", "m/sub"), ("scope", "n")}
+    assert one.units[("scope", "m/w")].ops == ["m/w", "m/w/read"] and one.units[("op", "m/a")].cluster == "m"
+    assert one.edges[(("op", "m/a"), ("scope", "m/sub"))] == 2 and one.clusters == ["m"]
+    deep = collapse(g, {"m", "m/w", "m/sub"})
+    assert deep.units[("op", "m/w")].cluster == "m/w"                  # the op that is its own scope, inside it
+    assert deep.where["m/sub/y"] == ("op", "m/sub/y") and deep.clusters == ["m", "m/sub", "m/w"]
+    assert collapse(g, {"m/sub"}).clusters == []                       # inside a closed scope: not drawn open
+    chain = OpGraph([Node("in", "Placeholder")] + [Node(f"s{i}/op", "Relu", (f"s{i - 1}/op" if i > 1 else "in",))
+                                                    for i in range(1, 7)] + [Node("s/op", "Relu", ("s6/op",))])
+    series = collapse(chain)
+    assert list(series.units) == [("op", "in"), ("series", "s[1-6]"), ("scope", "s")]   # "s" has no number
+    assert series.units[("series", "s[1-6]")].members == 6 and series.where["s4/op"] == ("series", "s[1-6]")
+    assert series.edges == {(("op", "in"), ("series", "s[1-6]")): 1, (("series", "s[1-6]"), ("scope", "s")): 1}
+    one_open = collapse(chain, {"s3"})
+    assert one_open.units[("series", "s[1-6]")].members == 5 and ("op", "s3/op") in one_open.units
+    assert len(collapse(chain, {"s3", "s4"}).units) == len(collapse(chain, series=None).units) == 8   # 4 < 5 left
+    capped = collapse(g, {"m", "m/w", "m/sub"}, max_units=6)
+    assert len(capped.units) <= 6 and capped.closed == ["m/w"]         # the deepest closed first (ties: by name)
+    assert search([n.name for n in SCOPED], "SUB/") == ["m/sub/x", "m/sub/y"]
+
+
+def test_whole_model_view_search_and_nan_scope(runs):
+    run = inspector.open_run(runs / "nan")
+    nan_op = run.first_nonfinite()["tensor"].split(":")[0]
+    at = ok(start(runs / "nan", "Op graph", query={"gr_view": "Whole model", "gr_step": "29"}))
+    text = chart(at)
+    graph = OpGraph(parse_graph_def(run.graph_def_bytes()))
+    kept = [n for n in graph.nodes if not page.HIDDEN.search(n)]
+    assert f"{len(kept)} ops in" in captions(at)
+    scope = nan_op.split("/")[0]
+    assert f'subgraph "cluster_{scope}"' in text                        # the centre's scope is open
+    # a closed scope holding a NaN op after the centre (at step 29 the NaN has spread): red
+    bad = run.query_stats(steps=(29, 29), kinds=["forward"], groups=["all"], columns=["nan"])
+    later = sorted({str(t).split("/")[0] for t in bad[bad["nan"] > 0]["tensor"]} - {scope})
+    assert later
+    m = re.search(r'\[label="' + re.escape(later[0]) + r'/ \((\d+) ops\)\\n[^"]*NaN/Inf", fillcolor="(#[0-9a-f]{6})"',
+                  text)
+    assert m and m.group(2) == page.NONFINITE
+    at.text_input(key="gr_find").set_value("biasadd").run()
+    matches = at.selectbox(key="gr_match")
+    want = sorted((n for n in kept if "biasadd" in n.lower()), key=lambda n: (len(n), n))
+    assert matches.options == want and matches.value == want[0]
+    text = chart(ok(at))
+    outlined = re.findall(r'\[label="BiasAdd\\nBiasAdd\\n[^"]*"[^]]*penwidth=3, color="(#[0-9a-f]{6})"', text)
+    assert sorted(outlined) == sorted([graph_dot.CENTRE] + [graph_dot.MATCH] * (len(want) - 1))  # each match
+    for op in want:                                                     # ... in its opened scope
+        assert f'subgraph "cluster_{op.split("/")[0]}"' in text
+    at.radio(key="gr_view").set_value("Neighbourhood").run()
+    assert re.search(r'\[label="' + re.escape(want[0]) + r'\\n[^"]*"[^]]*penwidth=3', chart(ok(at)))  # the centre
+    at.text_input(key="gr_find").set_value("no such op").run()
+    assert any("No op outside the backward pass holds no such op" in unescape(i.value) for i in ok(at).info)
+
+
+def test_whole_model_view_of_a_1000_op_model(tmp_path):
+    """Every kept op lies in exactly one box; the top level of a 1,000-tensor model stays under the
+    box cap, and opening scopes past it closes the deepest again (with a warning)."""
+    path = make_synthetic_run(tmp_path / "big", steps=3, tensors=1000, dump_every=None)
+    run = inspector.open_run(path)
+    graph = OpGraph(parse_graph_def(run.graph_def_bytes()))
+    kept = [n for n in graph.nodes if not page.HIDDEN.search(n)]
+    assert len(kept) > 2000
+    at = ok(start(path, "Op graph", query={"gr_view": "Whole model"}))
+    text = chart(at)
+    boxes = re.findall(r"^  u\d+ \[", text, re.M)
+    assert len(boxes) <= graph_model.MAX_UNITS and f"{len(kept)} ops in {len(boxes)} boxes" in captions(at)
+    counts = [int(n) for n in re.findall(r'(?:/ \(|series of \d+; )(\d+) ops?\)', text)]
+    assert sum(counts) + (len(boxes) - len(counts)) == len(kept)        # each op in one box
+    assert "conv[2-330] (series of 329; " in text                      # conv1 holds the centre: open
+    scopes = sorted({n.split("/")[0] for n in kept if "/" in n})[:120]
+    at.multiselect(key="gr_open_scopes").set_value(scopes).run()
+    assert any("deepest were left closed" in w.value for w in ok(at).warning)
+    assert len(re.findall(r"^  u\d+ \[", chart(at), re.M)) <= graph_model.MAX_UNITS

@@ -2,6 +2,8 @@
 channel of one sample (a page of 64 at a time); one channel over the input image (keract's
 heatmap), in every kept sample group by group, and the samples that activate it most; for
 ICNN layers pre-mask | mask | post-mask side by side with mu, per filter, positive and negative.
+Channel and filter pickers mark dead ICNN filters "(dead)" and channels zero in every kept sample
+"(all zero)"; the per-sample localization of a filter over the input is on Masks & templates.
 
 Example (what the page computes, without Streamlit)::
 
@@ -178,7 +180,11 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
 
     st.subheader("One channel")
     c = st.columns(2)
-    ch = c[0].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params")
+    marks = channel_marks(ctx, tensor, step, x)
+    ch = c[0].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params",
+                        format_func=lambda k: f"{k} ({marks[k]})" if k in marks else str(k),
+                        help="(dead): an ICNN filter zero in every dumped sample; (all zero): a channel zero in "
+                             "every kept sample of this dump")
     ch = ch if ch is not None and ch < n_ch else 0
     stat = c[1].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True, key="fm_rank",
                       bind="query-params", format_func=lambda s: f"{s} ({RANK_STATS[s]})")
@@ -188,6 +194,19 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
              f"groups_{tensor}_{kind}_{step}_ch{ch}", run.groups, ("groups", *ident, ch))
     ranking(samples, xc, stat, f"{tensor} {kind}, channel {ch}, step {step}", sym,
             f"top_{tensor}_{kind}_{step}_ch{ch}_{stat}", ("top", *ident, ch, stat))
+
+
+def channel_marks(ctx: Ctx, tensor: str, step: int, x: np.ndarray) -> dict[int, str]:
+    """Channel -> its mark in the channel picker: 'dead' for a dead filter of the ICNN layer whose
+    map ``tensor`` is (:func:`viewer.data.dead_filters`), 'all zero' for any other channel that is
+    zero in every kept sample of ``x`` [N, H, W, C]."""
+    layers = data.icnn_layers(ctx.path, ctx.sig)
+    dead: list[int] = []
+    for layer, roles in layers.iterrows():
+        if tensor in {roles.get(r) for r in ("pre_mask", "mask", "post_mask")}:
+            dead = data.dead_filters(ctx.path, ctx.sig, step).get(str(layer), [])
+    zero = np.flatnonzero(~(np.asarray(x) != 0).any(axis=(0, 1, 2))) if np.ndim(x) == 4 and len(x) else []
+    return {**{int(k): "all zero" for k in zero}, **{int(k): "dead" for k in dead}}
 
 
 def overlay(ctx: Ctx, cat: pd.DataFrame, maps: list[str], step: int, tensor: str, kind: str,
@@ -255,7 +274,10 @@ def icnn_section(ctx: Ctx, step: int) -> None:
     if not need(len(samples) > 0 and "group" in samples, f"The dump of step {step} holds no samples with groups."):
         return
     n_filters = m["pre_mask"].shape[-1]
-    filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params")
+    dead = set(data.dead_filters(ctx.path, ctx.sig, step).get(str(layer), []))
+    filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params",
+                          format_func=lambda f: f"{f} (dead)" if f in dead else str(f),
+                          help="(dead): zero in every dumped sample of this step")
     groups = samples["group"].to_numpy()
     pos = [i for i in range(len(samples)) if groups[i] == "positive"]
     neg = [i for i in range(len(samples)) if groups[i] == "negative"]
@@ -276,3 +298,5 @@ def icnn_section(ctx: Ctx, step: int) -> None:
     show_cached_figure(lambda: plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
                        ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg), f"icnn_{layer}_f{filt}_{step}",
                        key="fm_icnn")
+    st.caption("Masks & templates shows this filter's map over the input image of every kept positive and "
+               "negative sample, side by side, with mu marked: whether it fires on the same part in each.")

@@ -1,147 +1,57 @@
-"""Page: the op graph around a tensor (the run's ``graph.pb``), coloured by a statistic.
+"""Page: the op graph (the run's ``graph.pb``), coloured by a statistic at a step: the
+neighbourhood of one op, or the whole model with its name scopes collapsed and opened on demand
+(TensorBoard's Graphs dashboard is the model), and a search box that finds ops by substring.
 
-Producers and consumers of the chosen tensor's op, ``hops`` data edges out, drawn with
-``st.graphviz_chart`` from DOT text made here (every name escaped; nodes are ``n0``, ``n1``...).
-Each op with statistics at the chosen step is filled by the chosen statistic of its tensor
-(a sequential palette between the shown nodes' lowest and highest value; log-spaced for l2 and
-std when they span over two decades); NaN/Inf ops are red, dead ops (every element zero) grey,
-ops the hook did not capture white. Graphviz charts are not clickable in Streamlit: a picker of
-the shown ops opens one in the tensor browser. Where the view's worker has several sessions
-with a graph (a resume, train and evaluate calls), a picker chooses one (``?gr_session=``), the
-newest of the view's mode by default; a graph file over ``graphdef.MAX_GRAPH_BYTES`` is refused.
+Each captured op is filled by the chosen statistic of its tensor (default RMS, which does not grow
+with a tensor's size as l2 does) on a robust scale over every captured op of the model at that
+step (:mod:`viewer.graph_colours`, with a legend); NaN/Inf ops are red, dead ops (every element
+zero) grey, and the label says which ops were captured with a gradient, captured forward only
+(the gradient view has nothing for them), or not captured. On a run with a NaN/Inf the page opens
+at its first step, on its tensor and kind. Graphviz charts are not clickable in Streamlit: a
+picker of the shown ops opens one in the tensor browser. Where the view's worker has several
+sessions with a graph (a resume, train and evaluate calls), a picker chooses one
+(``?gr_session=``), the newest of the view's mode by default; a graph file over
+``graphdef.MAX_GRAPH_BYTES`` is refused.
 
 Example::
 
     near = OpGraph(nodes).neighbourhood("conv2/Relu", hops=2, max_nodes=60)
-    st.graphviz_chart(dot(near, graph, looks))
+    st.graphviz_chart(dot(near, graph, looks, Scale.robust(values, "rms"), "rms"))
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
+from inspector import analysis
 from inspector.errors import InspectorError
 from inspector.format import graph_name
-from inspector.graphdef import Neighbourhood, OpGraph, parse_graph_def
+from inspector.graph_scopes import search
+from inspector.graphdef import OpGraph, parse_graph_def
 
-from . import data
+from . import data, graph_model
+from .graph_colours import DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale, palette
+from .graph_dot import dot, escape
 from .ui import Ctx, default_tensor, need, plain
 
-STATS = ("l2", "mean", "std", "min", "max", "zero_fraction")
-LOG_STATS = {"l2", "std"}
-#: viridis at 5 stops: dark (low) to yellow (high)
-PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725")
-NONFINITE, DEAD, UNCAPTURED = "#d62728", "#9e9e9e", "#ffffff"
+__all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look", "Scale", "dot", "escape",
+           "palette", "render"]
+
+#: the statistics a node can be coloured by; rms (derived: sqrt(mean^2 + std^2)) first
+STATS = ("rms", "mean", "std", "min", "max", "l2", "zero_fraction")
+#: the recorded columns each statistic is read from
+COLUMNS = {"rms": ("mean", "std")}
 #: ops hidden unless asked for: the backward pass and the inspector's own ops
 HIDDEN = re.compile(r"(^|/)gradients(_\d+)?/|^tf_inspector/")
 MAX_NODES = 60
-
-
-@dataclass(frozen=True)
-class Look:
-    """What a node shows: its tensor (None: not captured), value, and whether NaN/Inf or dead."""
-    tensor: str | None = None
-    value: float | None = None
-    nonfinite: bool = False
-    dead: bool = False
-
-
-def escape(text: str) -> str:
-    r"""``text`` inside a DOT double-quoted string: backslashes and quotes escaped, newlines as
-    ``\n`` (so no Graphviz escape such as ``\N`` or ``\G`` is taken from a name).
-
-    >>> print(escape('a"b\\c'))
-    a\"b\\c
-    """
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
-
-
-def palette(t: float) -> str:
-    """The colour at ``t`` in [0, 1] along :data:`PALETTE` (linear in RGB between stops).
-
-    >>> palette(0.0), palette(1.0)
-    ('#440154', '#fde725')
-    """
-    t = min(max(float(t), 0.0), 1.0) * (len(PALETTE) - 1)
-    i = min(int(t), len(PALETTE) - 2)
-    a, b = (tuple(int(c[k:k + 2], 16) for k in (1, 3, 5)) for c in PALETTE[i:i + 2])
-    f = t - i
-    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
-
-
-def scale(values: list[float], stat: str) -> tuple[float, float, bool]:
-    """(low, high, log) of the colour scale over the shown finite ``values``: log for l2/std
-    when all are positive and span over two decades."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], np.float64)
-    if not v.size:
-        return 0.0, 1.0, False
-    lo, hi = float(v.min()), float(v.max())
-    log = stat in LOG_STATS and lo > 0 and hi / lo > 100
-    return lo, hi, log
-
-
-def colour(look: Look, lo: float, hi: float, log: bool) -> str:
-    """The fill of a node (see the module docstring)."""
-    if look.tensor is None or look.value is None and not look.nonfinite and not look.dead:
-        return UNCAPTURED
-    if look.nonfinite:
-        return NONFINITE
-    if look.dead:
-        return DEAD
-    if look.value is None or not math.isfinite(look.value):
-        return UNCAPTURED
-    a, b, x = (math.log10(lo), math.log10(hi), math.log10(look.value)) if log else (lo, hi, look.value)
-    return palette(0.5 if b == a else (x - a) / (b - a))
-
-
-def _text_colour(fill: str) -> str:
-    r, g, b = (int(fill[k:k + 2], 16) for k in (1, 3, 5))
-    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
-
-
-def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], stat: str = "l2") -> str:
-    """DOT text of ``near``: one box per op (name, op type, the statistic), data edges solid,
-    control edges dashed, the centre drawn thick, and a legend of the colours."""
-    # the scale spans the ops it colours (NaN/Inf and dead ones have colours of their own)
-    values = [lk.value for lk in looks.values() if lk.value is not None and not lk.nonfinite and not lk.dead]
-    lo, hi, log = scale(values, stat)
-    ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
-    out = ['digraph G {', '  rankdir=TB;',
-           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
-    for name, nid in ids.items():
-        look = looks.get(name, Look())
-        fill = colour(look, lo, hi, log)
-        label = f"{name}\n{graph.nodes[name].op}"
-        if look.nonfinite:
-            label += "\nNaN/Inf"
-        elif look.dead:
-            label += "\ndead (all zero)"
-        elif look.value is not None:
-            label += f"\n{stat} = {look.value:.4g}"
-        extra = ', penwidth=3, color="#1f77b4"' if name == near.centre else ""
-        out.append(f'  {nid} [label="{escape(label)}", fillcolor="{fill}", fontcolor="{_text_colour(fill)}"{extra}];')
-    for src, dst, control in near.edges:
-        out.append(f"  {ids[src]} -> {ids[dst]}" + (" [style=dashed];" if control else ";"))
-    out += _legend(lo, hi, log, stat, bool(values)) + ["}"]
-    return "\n".join(out)
-
-
-def _legend(lo: float, hi: float, log: bool, stat: str, ranged: bool) -> list[str]:
-    items = [("NaN/Inf", NONFINITE), ("dead (all zero)", DEAD), ("not captured / no statistics", UNCAPTURED)]
-    if ranged:  # the value scale, where some shown op has a finite value
-        items += [(f"low {stat} = {lo:.3g}", PALETTE[0]),
-                  (f"high {stat} = {hi:.3g}" + (" (log scale)" if log else ""), PALETTE[-1])]
-    out = ['  subgraph cluster_legend {', '    label="colours"; fontname="Helvetica"; fontsize=10; color="#bbbbbb";']
-    for i, (text, fill) in enumerate(items):
-        out.append(f'    legend{i} [label="{escape(text)}", fillcolor="{fill}", fontcolor="{_text_colour(fill)}"];')
-    out.append("    " + " -> ".join(f"legend{i}" for i in range(len(items))) + " [style=invis];")
-    out.append("  }")
-    return out
+#: search matches listed in the picker (the count says how many there are)
+MAX_MATCHES = 200
+VIEWS = ("Neighbourhood", "Whole model")
 
 
 # ---- data -------------------------------------------------------------------------------------
@@ -209,24 +119,57 @@ def tensor_of_op(catalog: pd.DataFrame) -> dict[str, str]:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def looks(path: str, sig: tuple, tensors: tuple[str, ...], ops: tuple[str, ...], step: int, kind: str,
-          stat: str) -> dict[str, Look]:
-    """op -> :class:`Look` of ``stat`` (``kind``, group all) at ``step``; ``ops[i]`` is the op of
-    ``tensors[i]``."""
+def step_looks(path: str, sig: tuple, step: int | None, kind: str, stat: str) -> dict[str, Look]:
+    """tensor -> :class:`Look` of ``stat`` (``kind``, group all) at ``step``, for every tensor of
+    the catalog: its value, NaN/Inf, dead, 'forward_only' (the gradient of a tensor captured
+    without one) or 'no_stats' (captured, no row at this step)."""
     run = data.get_run(path, sig)
-    cols = list(dict.fromkeys([stat, "nan", "inf", "zero_fraction"]))
-    df = run.query_stats(list(tensors), steps=(step, step), kinds=[kind], groups=["all"], columns=cols)
-    rows = {str(r["tensor"]): r for r in df.to_dict("records")}
-    out = {}
-    for op, t in zip(ops, tensors):
-        r = rows.get(t)
-        if r is None:
-            out[op] = Look(t)
-            continue
-        v = r[stat]
-        out[op] = Look(t, None if v is None or not math.isfinite(v) else float(v),
-                       bool(r["nan"] or r["inf"]), bool(r["zero_fraction"] == 1.0))
-    return out
+    cat = run.tensors
+    rows: dict[str, dict] = {}
+    if step is not None:
+        cols = list(dict.fromkeys([*COLUMNS.get(stat, (stat,)), "nan", "inf", "zero_fraction"]))
+        df = run.query_stats(steps=(step, step), kinds=[kind], groups=["all"], columns=cols)
+        if stat in COLUMNS:
+            df = df.assign(**{stat: analysis.rms(df["mean"], df["std"])})
+        rows = {str(r["tensor"]): r for r in df.to_dict("records")}
+    grad = dict(zip(cat["name"], cat["has_gradient"])) if "has_gradient" in cat else {}
+    # has_gradient False (not merely unknown): the hook recorded the tensor forward only
+    no_grad = {t for t, g in grad.items() if isinstance(g, (bool, np.bool_)) and not g}
+    return {str(t): _look(str(t), rows.get(str(t)), stat, kind, t not in no_grad if grad else None)
+            for t in cat["name"]}
+
+
+def _look(tensor: str, row: dict | None, stat: str, kind: str, gradient: bool | None) -> Look:
+    if kind == "gradient" and gradient is False:
+        return Look(tensor, None, "forward_only", gradient)
+    if row is None:
+        return Look(tensor, None, "no_stats", gradient)
+    v = row[stat]
+    value = float(v) if v is not None and math.isfinite(v) else None
+    state = "nonfinite" if row["nan"] or row["inf"] else "dead" if row["zero_fraction"] == 1.0 \
+        else "value" if value is not None else "no_stats"
+    return Look(tensor, value, state, gradient)
+
+
+def op_looks(by_op: dict[str, str], tensor_looks: dict[str, Look]) -> dict[str, Look]:
+    """op -> the :class:`Look` of its tensor (``by_op``: :func:`tensor_of_op`); ops not in it are
+    not captured (no entry)."""
+    return {op: tensor_looks.get(t, Look(t, None, "no_stats")) for op, t in by_op.items()}
+
+
+def default_step(steps: list[int], first: dict | None) -> int:
+    """Index in ``steps`` the step slider opens at: the first NaN/Inf's step (the first statistics
+    step at or after it, where it has none), else the last step.
+
+    >>> default_step([0, 10, 20, 30], {"step": 15}), default_step([0, 10], None)
+    (2, 1)
+    """
+    at = first.get("step") if first else None
+    if isinstance(at, (int, np.integer)):
+        later = [i for i, s in enumerate(steps) if s >= at]
+        if later:
+            return later[0]
+    return len(steps) - 1
 
 
 # ---- the page ---------------------------------------------------------------------------------
@@ -246,39 +189,92 @@ def render(ctx: Ctx) -> None:
         return
     first = data.first_nonfinite(ctx.path, ctx.sig)
     nan_tensor = first.get("tensor") if first else None
-    c = st.columns([3, 1, 1, 1])
+    c = st.columns([3, 2, 2])
     tensor = c[0].selectbox("Tensor", names, index=names.index(nan_tensor) if nan_tensor in names
                             else default_tensor(names), key="gr_tensor", bind="query-params")
-    hops = int(c[1].number_input("Hops", 1, 10, 2, key="gr_hops", bind="query-params",
-                                 help="producers and consumers this many data edges away"))
-    cap = int(c[2].number_input("Max nodes", 5, 500, MAX_NODES, key="gr_max", bind="query-params"))
+    find = c[1].text_input("Search ops", key="gr_find", bind="query-params", placeholder="part of an op name",
+                           help="every op of the graph whose name holds this text (case-insensitive); "
+                                "the chosen match becomes the centre")
+    view = c[2].radio("View", VIEWS, key="gr_view", bind="query-params", horizontal=True,
+                      help="the ops around the centre, or the whole model with name scopes collapsed")
+    step, kind, stat, show_all = value_choices(ctx, first)
+    keep = (lambda n: True) if show_all else (lambda n: not HIDDEN.search(n))
+    centre, matches = search_centre(graph, keep, find.strip(), run.tensors.loc[tensor, "op"], show_all)
+    looks = op_looks(by_op, step_looks(ctx.path, ctx.sig, step, kind, stat))
+    scale = Scale.robust([lk.value for lk in looks.values() if lk.state == "value"], stat)
+    where = f"{kind} {stat} at step {step} (group all)"
+    if view == VIEWS[1]:
+        drawn = graph_model.render(graph, looks, scale, stat, keep, centre, matches, where)
+    else:
+        drawn = neighbourhood(graph, looks, scale, stat, keep, centre, where)
+    openable = list(dict.fromkeys(by_op[op] for op in drawn if op in by_op)) or names
+    want = by_op.get(centre, tensor)
+    c = st.columns([3, 1])
+    pick = c[0].selectbox("Open an op's tensor in the tensor browser", openable,
+                          index=openable.index(want) if want in openable else 0, key="gr_open")
+    if c[1].button("Open in tensor browser", key="gr_go"):
+        open_in_browser(pick)
+
+
+def value_choices(ctx: Ctx, first: dict | None) -> tuple[int | None, str, str, bool]:
+    """(step, kind, statistic, show the backward ops): the step and kind open at the first
+    NaN/Inf's where the run has one."""
+    steps = [int(s) for s in data.stats_steps(ctx.path, ctx.sig)]
+    c = st.columns([2, 1, 1, 1])
+    step = (c[0].select_slider("Step", options=steps, value=steps[default_step(steps, first)], key="gr_step",
+                               bind="query-params", help="opens at the first NaN/Inf's step where the run has one")
+            if steps else None)
+    kinds = ["forward", "gradient"]
+    kind = c[1].radio("Kind", kinds, index=kinds.index(first["kind"]) if first and first.get("kind") in kinds
+                      else 0, key="gr_kind", bind="query-params", horizontal=True)
+    stat = c[2].selectbox("Colour by", STATS, key="gr_stat", bind="query-params",
+                          help="rms = sqrt(mean² + std²): the typical magnitude, whatever the tensor's size "
+                               "(l2 grows with it)")
     show_all = c[3].toggle("Backward ops", key="gr_all", help="also show the backward pass (gradients/...) and the "
                            "inspector's own ops")
-    steps = [int(s) for s in data.stats_steps(ctx.path, ctx.sig)]
-    c = st.columns([2, 1, 1])
-    step = (c[0].select_slider("Step", options=steps, value=steps[-1], key="gr_step", bind="query-params")
-            if steps else None)
-    kind = c[1].radio("Kind", ["forward", "gradient"], key="gr_kind", bind="query-params", horizontal=True)
-    stat = c[2].selectbox("Colour by", STATS, key="gr_stat", bind="query-params")
-    centre = run.tensors.loc[tensor, "op"]
-    near = graph.neighbourhood(centre, hops, cap, keep=(lambda n: True) if show_all else
-                               (lambda n: not HIDDEN.search(n)))
+    return step, str(kind), str(stat), bool(show_all)
+
+
+def search_centre(graph: OpGraph, keep: Callable[[str], bool], text: str, centre: str, show_all: bool
+                  ) -> tuple[str, list[str]]:
+    """(the centre, the search's matches): with a search that matches, a picker of the matches
+    chooses the centre; else it stays ``centre`` (the Tensor picker's op)."""
+    if not text:
+        return centre, []
+    matches = search([n for n in graph.nodes if keep(n)], text)
+    if not matches:
+        st.info(f"No op{'' if show_all else ' outside the backward pass'} holds {plain(text)}.")
+        return centre, []
+    label = f"Matches: {len(matches)} op{'s hold' if len(matches) != 1 else ' holds'} {plain(repr(text))}"
+    pick = st.selectbox(label, matches[:MAX_MATCHES], key="gr_match",
+                        help="the chosen op is the centre (the Tensor picker's is used again once the search is "
+                             "cleared)")
+    return str(pick), matches
+
+
+def neighbourhood(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str, keep: Callable[[str], bool],
+                  centre: str, where: str) -> list[str]:
+    """The ops within some hops of ``centre``, drawn with the page's colours; returns them."""
+    c = st.columns(2)
+    hops = int(c[0].number_input("Hops", 1, 10, 2, key="gr_hops", bind="query-params",
+                                 help="producers and consumers this many data edges away"))
+    cap = int(c[1].number_input("Max nodes", 5, 500, MAX_NODES, key="gr_max", bind="query-params"))
+    near = graph.neighbourhood(centre, hops, cap, keep=lambda n: n == centre or keep(n))
     if near.capped:
         st.warning(f"{near.total} ops lie within {hops} hops of {plain(centre)}: showing the {len(near.nodes)} "
                    f"closest. Lower the hops or raise the node limit.")
-    shown = [(op, by_op[op]) for op in near.nodes if op in by_op]
-    found = looks(ctx.path, ctx.sig, tuple(t for _, t in shown), tuple(op for op, _ in shown), step, kind, stat) \
-        if step is not None else {op: Look(t) for op, t in shown}
-    st.graphviz_chart(dot(near, graph, found, stat), width="stretch")
-    st.caption(f"{len(near.nodes)} ops within {hops} hops of {plain(centre)} (thick border); fill: {kind} "
-               f"{stat} at step {step} (group all), dark = low, yellow = high; red: NaN/Inf; grey: dead (every "
-               f"element zero); white: not captured or no statistics. Dashed: control edges.")
-    openable = [t for _, t in shown]
-    c = st.columns([3, 1])
-    pick = c[0].selectbox("Open an op's tensor in the tensor browser", openable, index=openable.index(tensor),
-                          key="gr_open")
-    if c[1].button("Open in tensor browser", key="gr_go"):
-        open_in_browser(pick)
+    st.graphviz_chart(dot(near, graph, {op: looks[op] for op in near.nodes if op in looks}, scale, stat),
+                      width="stretch")
+    st.caption(f"{len(near.nodes)} ops within {hops} hops of {plain(centre)} (thick border); fill: {where}, "
+               f"{scale.describe() if scale.n else 'no op has a value'}. {legend_caption()} Dashed: control edges.")
+    return list(near.nodes)
+
+
+def legend_caption() -> str:
+    """The states' colours in words (the chart's legend draws them)."""
+    words = {"nonfinite": "red", "dead": "grey", "forward_only": "beige", "no_stats": "light grey",
+             "uncaptured": "white"}
+    return "; ".join(f"{words[k]}: {text}" for k, (_, text) in STATES.items()) + "."
 
 
 def open_in_browser(tensor: str) -> None:

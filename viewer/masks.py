@@ -1,6 +1,9 @@
-"""Page: ICNN masks and templates: the T_mu grid with the chosen samples' mu, the negative
-template, beta and filter loss over steps, mu of positive vs negative samples, and every
-filter's mu spread with dead filters (never firing in the dump) flagged and left unjudged.
+"""Page: ICNN masks and templates. First the evidence that a filter is a part detector: its
+post-mask map over every kept positive and negative sample's input image with mu marked, side by
+side; then mu of positives vs negatives, every filter's mu spread with n and the negatives' spread
+beside the positives' (dead filters, never firing in the dump, flagged in the picker and the table
+and left unjudged); beta and filter loss over steps; and the T_mu template grid (which depends
+only on beta and the map size) with the negative template.
 
 A multi-class layer (catalog ``icnn_filter_class``, ICNN.md "Several classes") gets a class
 chooser: the page then shows only that class's filters, and its positives are the samples
@@ -16,7 +19,7 @@ from inspector.icnn import templates
 
 from . import data
 from .dumps import dump_step_picker
-from .featuremaps import sample_label
+from .featuremaps import map_tensors, model_input, sample_label, why_no_input
 from .ui import Ctx, need, plain, show_cached_figure
 
 
@@ -75,7 +78,7 @@ def render(ctx: Ctx) -> None:
     layers = data.icnn_layers(ctx.path, ctx.sig)
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor in the catalog has an ICNN role)."):
         return
-    c = st.columns(4)
+    c = st.columns(3)
     layer = c[0].selectbox("ICNN layer", list(layers.index), key="mt_layer", bind="query-params")
     roles: pd.Series = layers.loc[layer]
     if not need(len(run.steps) > 0, "No full dumps: templates need mu and beta from a dump step."):
@@ -104,7 +107,8 @@ def render(ctx: Ctx) -> None:
                    + (f"; {int((classes[0] < 0).sum())} filter(s) of no class (not part filters)"
                       if (classes[0] < 0).any() else "") + ".")
     filt = c[2].selectbox("Filter", ids, key="mt_filter", bind="query-params",
-                          format_func=lambda f: f"{f} (dead)" if dead[f] else str(f))
+                          format_func=lambda f: f"{f} (dead)" if dead[f] else str(f),
+                          help="(dead): zero in every dumped sample of this step")
     samples = data.samples(ctx.path, ctx.sig, step, mu_name)
     have_split = False      # a class split read from this step's dump
     if klass is not None:
@@ -115,24 +119,48 @@ def render(ctx: Ctx) -> None:
                        "rather than guessed from the hook's own groups.")
             split = np.full(len(samples), "unknown")
         samples = samples.assign(group=split)
-    sample = c[3].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
-                            key="mt_sample")
+    what = f"{layer} filter {filt}" + (f" (class {klass})" if klass is not None else "")
+    groups_now = data.sample_groups(samples, "kept")
+
+    st.subheader(f"Where filter {filt} fires: every kept sample" + ("" if klass is None else f" (class {klass})"))
+    localization(ctx, run, roles, step, samples, groups_now, mu, filt, what, bool(dead[filt]))
+
+    mu_section(ctx, roles, layer, klass, step, mu, dead, ids, filt, what, have_split)
+    beta_section(ctx, roles, layer, klass, ids, filt)
     beta_all = (data.dumped(ctx.path, ctx.sig, beta_name, step)
                 if isinstance(beta_name, str) and f"forward/{beta_name}" in keys else None)
-    beta = float(beta_all[filt]) if beta_all is not None else 2.0
+    with st.expander("Templates T_mu: the mask's shape for each position of mu", expanded=False):
+        template_section(samples, mu, beta_all, filt, h, w, layer, what, step)
 
-    cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
-    what = f"{layer} filter {filt}" + (f" (class {klass})" if klass is not None else "")
-    label = f"sample #{sample} ({data.sample_groups(samples, 'ungrouped')[sample]}): mu cell {cell}"
-    title = f"{what}, step {step}, beta={beta:.3f}"
-    # The figure is a function of exactly these values: they are its cache key.
-    show_cached_figure(lambda: plots.templates_grid(
-        templates.positive_templates(h, w, beta).reshape(h, w, h, w),   # tile (i, j): mu at cell (i, j)
-        templates.negative_template(h, w), {label: cell}, tau=templates.paper_tau(h, w), title=title),
-        ("mt_templates", h, w, beta, label, cell, title), f"templates_{layer}_f{filt}_{step}", key="mt_templates")
-    st.caption(f"Sample #{sample}: mu = ({mu[sample, filt, 0]:+.3f}, {mu[sample, filt, 1]:+.3f}) -> template "
-               f"cell {cell} (outlined). beta = {beta:.3f}{'' if beta_all is not None else ' (default; not dumped)'}.")
 
+def mu_section(ctx: Ctx, roles: pd.Series, layer: str, klass: int | None, step: int, mu: np.ndarray,
+               dead: np.ndarray, ids: list[int], filt: int, what: str, have_split: bool) -> None:
+    """mu of positives vs negatives for the filter, its spreads with n, and every filter's table
+    and verdict: at ``step``, or over every dump step."""
+    st.subheader("mu of positive vs negative samples" + ("" if klass is None else f" (class {klass})"))
+    pool = st.toggle("Pool every dump step", key="mt_pool",
+                     help="the scatter, the spreads and the filter table over the samples of every dump step")
+    mu_all, groups_all = pooled_mu(ctx, roles, roles["mu"], klass, step, pool, mu.shape[1])
+    pts = {g: mu_all[groups_all == g][:, filt] for g in ("positive", "negative")}
+    where = "all dump steps" if pool else f"step {step}"
+    show_cached_figure(lambda: plots.mu_scatter(pts, f"{what}: mu ({where})", jitter=0.02),
+                       ("mt_scatter", ctx.path, ctx.sig, layer, klass, filt, pool, None if pool else step),
+                       f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
+    if have_split and not len(pts["positive"]):
+        st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by its own groups, "
+                f"and none of those kept is of class {klass}. Its positive mu spread cannot be shown.")
+    table = filter_spread(mu_all, groups_all, dead, ids)
+    if dead[filt]:
+        st.warning(f"Filter {filt} is dead at step {step}: zero in every dumped sample, mu pinned at (-1, -1). "
+                   f"Its mu spread says nothing about a part, so it is left out of the judgement.")
+    else:
+        st.caption(f"Filter {filt} ({where}): " + spread_text(table.set_index("filter").loc[filt]))
+    filter_table(table, step, where)
+
+
+def beta_section(ctx: Ctx, roles: pd.Series, layer: str, klass: int | None, ids: list[int], filt: int) -> None:
+    """beta and the filter loss of the class's filters over the dump steps (min / mean / max over
+    filters from the statistics where fewer than two dumps hold them)."""
     st.subheader("beta and filter loss over steps")
     panels = {}
     for label, role in (("beta", "beta"), ("filter loss", "filter_loss")):
@@ -152,9 +180,75 @@ def render(ctx: Ctx) -> None:
             title=f"{layer}: per filter{'' if klass is None else f' of class {klass}'} (filter {filt} bold)"),
             ("mt_beta", ctx.path, ctx.sig, layer, klass, filt), f"beta_loss_{layer}", key="mt_beta")
 
-    st.subheader("mu of positive vs negative samples" + ("" if klass is None else f" (class {klass})"))
-    pool = st.toggle("Pool every dump step", key="mt_pool")
-    groups: dict[str, list] = {"positive": [], "negative": []}
+
+def template_section(samples: pd.DataFrame, mu: np.ndarray, beta_all: np.ndarray | None, filt: int, h: int, w: int,
+                     layer: str, what: str, step: int) -> None:
+    """The T_mu grid (one template per position of mu: the same for every filter of one beta)
+    with the chosen sample's mu outlined, and the negative template."""
+    sample = st.selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
+                          key="mt_sample", help="its mu is outlined on the grid")
+    beta = float(beta_all[filt]) if beta_all is not None else 2.0
+    cell = tuple(int(v) for v in analysis.mu_to_cell(mu[sample, filt], h, w))
+    label = f"sample #{sample} ({data.sample_groups(samples, 'ungrouped')[sample]}): mu cell {cell}"
+    title = f"{what}, step {step}, beta={beta:.3f}"
+    # The figure is a function of exactly these values: they are its cache key.
+    show_cached_figure(lambda: plots.templates_grid(
+        templates.positive_templates(h, w, beta).reshape(h, w, h, w),   # tile (i, j): mu at cell (i, j)
+        templates.negative_template(h, w), {label: cell}, tau=templates.paper_tau(h, w), title=title),
+        ("mt_templates", h, w, beta, label, cell, title), f"templates_{layer}_f{filt}_{step}", key="mt_templates")
+    st.caption(f"Sample #{sample}: mu = ({mu[sample, filt, 0]:+.3f}, {mu[sample, filt, 1]:+.3f}) -> template "
+               f"cell {cell} (outlined). beta = {beta:.3f}{'' if beta_all is not None else ' (default; not dumped)'}. "
+               "The grid depends only on beta and the map size, not on what the filter learned.")
+
+
+def localization(ctx: Ctx, run, roles: pd.Series, step: int, samples: pd.DataFrame, groups: np.ndarray,
+                 mu: np.ndarray, filt: int, what: str, dead: bool) -> None:
+    """Filter ``filt``'s post-mask map over each kept sample's input image, mu marked, positives and
+    negatives side by side: does the filter fire on the same part in every positive?"""
+    keys = set(data.dump_keys(ctx.path, ctx.sig, step))
+    name = next((roles.get(r) for r in ("post_mask", "pre_mask") if isinstance(roles.get(r), str)
+                 and f"forward/{roles.get(r)}" in keys), None)
+    if not need(name is not None, f"The dump of step {step} holds neither the post-mask nor the pre-mask map."):
+        return
+    maps = data.dumped(ctx.path, ctx.sig, name, step)
+    if not need(maps.ndim == 4 and len(maps) == len(samples) == len(mu),
+                f"{plain(name)} at step {step} has shape {plain(list(maps.shape))}, not one [H, W, C] map per kept "
+                f"sample ({len(samples)}): nothing to draw."):
+        return
+    cat = run.tensors
+    image_name = model_input(cat, map_tensors(cat, keys))
+    images = data.dumped(ctx.path, ctx.sig, image_name, step) if image_name else None
+    if images is not None and len(images) != len(samples):
+        images = None
+    if images is None:
+        st.info(why_no_input(cat, step) if image_name is None else
+                f"The model input {plain(image_name)} does not have one row per kept sample at step {step}: "
+                "the maps are drawn alone.")
+    h, w = maps.shape[1:3]
+    order = [g for g in ("positive", "negative") if g in set(groups)] + \
+        [g for g in dict.fromkeys(groups) if g not in ("positive", "negative")]
+    panels = {g: [{"label": f"#{i} peak {float(np.nanmax(maps[i, ..., filt])):.2g}",
+                   "image": None if images is None else images[i], "map": maps[i, ..., filt],
+                   "mu_cell": tuple(int(v) for v in analysis.mu_to_cell(mu[i, filt], h, w))}
+                  for i in np.flatnonzero(groups == g)] for g in order}
+    role = "post-mask" if name == roles.get("post_mask") else "pre-mask"
+    show_cached_figure(lambda: plots.localization_grid(
+        panels, f"{what}, step {step}: {role} map over the input (+ = mu)"),
+        ("mt_local", ctx.path, ctx.sig, name, image_name if images is not None else None, step, filt, what,
+         tuple(groups)), f"localization_{name}_f{filt}_{step}", key="mt_local")
+    counts = ", ".join(f"{len(v)} {g}" for g, v in panels.items())
+    st.caption(f"{counts} kept sample(s). Each tile: the sample's input image with filter {filt}'s {role} map "
+               f"({h}x{w}) enlarged onto it, opaque where the filter fires (one scale for every sample); + marks mu, "
+               "the place the mask centres on. A part filter fires at the same place of the object in every "
+               "positive and little in the negatives." + (" This filter is dead at this step: every map is zero."
+                                                          if dead else ""))
+
+
+def pooled_mu(ctx: Ctx, roles: pd.Series, mu_name: str, klass: int | None, step: int, pool: bool,
+              n_filters: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mu [M, C, 2], each sample's group [M]) of the kept samples at ``step``, or at every readable
+    dump step with ``pool``; steps whose dump cannot split the samples are left out."""
+    mus, groups = [], []
     for s in (data.readable_steps(ctx.path, ctx.sig) if pool else [step]):
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
@@ -162,26 +256,11 @@ def render(ctx: Ctx) -> None:
         g = data.sample_groups(kept) if klass is None else class_groups(ctx, roles, s, klass, len(kept))[0]
         if g is None:
             continue
-        m = data.dumped(ctx.path, ctx.sig, mu_name, s)[:, filt]
-        for name in groups:
-            groups[name].append(m[g == name])
-    pts = {k: np.concatenate(v) if v else np.zeros((0, 2)) for k, v in groups.items()}
-    show_cached_figure(lambda: plots.mu_scatter(pts, f"{what}: mu ({'all dump steps' if pool else f'step {step}'})",
-                                                jitter=0.02),
-                       ("mt_scatter", ctx.path, ctx.sig, layer, klass, filt, pool, None if pool else step),
-                       f"mu_scatter_{layer}_f{filt}", key="mt_scatter")
-    if have_split and not len(pts["positive"]):
-        st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by its own groups, "
-                f"and none of those kept is of class {klass}. Its positive mu spread cannot be shown.")
-    if dead[filt]:
-        st.warning(f"Filter {filt} is dead at step {step}: zero in every dumped sample, mu pinned at (-1, -1). "
-                   f"Its mu spread says nothing about a part, so it is left out of the judgement.")
-    else:
-        spread = {k: float(np.linalg.norm(v - v.mean(0), axis=1).mean()) for k, v in pts.items() if len(v)}
-        st.caption("mean distance of mu to its group centre: "
-                   + ", ".join(f"{k} {v:.3f}" for k, v in spread.items())
-                   + " (a part filter keeps positives tight)")
-    filter_table(mu, data.sample_groups(samples, ""), dead, step, ids)
+        mus.append(data.dumped(ctx.path, ctx.sig, mu_name, s))
+        groups.append(np.asarray(g).astype(str))
+    if not mus:
+        return np.zeros((0, n_filters, 2)), np.zeros(0, str)
+    return np.concatenate(mus), np.concatenate(groups)
 
 
 def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray:
@@ -194,30 +273,62 @@ def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray
 
 def filter_spread(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray,
                   filters: list[int] | None = None) -> pd.DataFrame:
-    """Per filter (all, or those in ``filters``): dead, and the mean distance of positives' /
-    negatives' mu to their centre (NaN for dead filters: no part, so no tightness)."""
-    ids = list(range(mu.shape[1])) if filters is None else list(filters)
-    mu, dead = mu[:, ids], dead[ids]
-    out = {"filter": np.asarray(ids, np.int64), "dead": dead}
+    """Per filter (all, or those in ``filters``): dead, and for positives and negatives the number
+    of samples and the mean distance of their mu to its centre (:func:`templates.mu_spread`; NaN
+    for dead filters: no part, so no tightness), and the positives' spread over the negatives'."""
+    ids = list(range(len(dead))) if filters is None else list(filters)
+    out: dict[str, object] = {"filter": np.asarray(ids, np.int64), "dead": dead[ids]}
     for g in ("positive", "negative"):
-        m = mu[groups == g]
-        d = np.linalg.norm(m - m.mean(0), axis=2).mean(0) if len(m) else np.full(mu.shape[1], np.nan)
-        out[f"{g} mu spread"] = np.where(dead, np.nan, d)
+        m = mu[groups == g][:, ids] if len(mu) else np.zeros((0, len(ids), 2))
+        out[f"{g} n"] = np.full(len(ids), len(m), np.int64)
+        out[f"{g} mu spread"] = np.where(dead[ids], np.nan, templates.mu_spread(m) if len(m) else np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["positive / negative"] = np.asarray(out["positive mu spread"]) / np.asarray(out["negative mu spread"])
     return pd.DataFrame(out)
 
 
-def filter_table(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray, step: int,
-                 filters: list[int] | None = None) -> None:
-    """Every filter at ``step`` (or those in ``filters``: one class's), dead ones flagged; the
-    summary judges the live ones only."""
-    st.subheader("Filters at this dump step")
-    table = filter_spread(mu, groups, dead, filters)
+#: fewer positives than this: a spread is an anecdote, not a measurement, and the verdict says so
+MIN_SAMPLES = 8
+
+
+def spread_text(row: pd.Series) -> str:
+    """One filter's spreads with their n, positives beside negatives.
+
+    >>> spread_text(pd.Series({"positive mu spread": 0.1, "positive n": 4, "negative mu spread": 0.5,
+    ...                        "negative n": 4, "positive / negative": 0.2}))
+    'positives 0.100 (n=4) vs negatives 0.500 (n=4), ratio 0.20'
+    """
+    def one(g: str) -> str:
+        v = row[f"{g} mu spread"]
+        return f"{g}s {'-' if pd.isna(v) else f'{v:.3f}'} (n={int(row[f'{g} n'])})"
+    ratio = row["positive / negative"]
+    return f"{one('positive')} vs {one('negative')}" + ("" if pd.isna(ratio) else f", ratio {ratio:.2f}")
+
+
+def verdict(table: pd.DataFrame) -> str:
+    """Which live filters keep their positives' mu tightest, each beside its negatives' spread, and
+    how far that can be trusted: n, and whether the positives are tighter than the negatives at all."""
+    live = table[~table["dead"]].dropna(subset=["positive mu spread"])
+    if live.empty:
+        return "no live filter to judge (no positive sample, or every filter dead)"
+    best = live.nsmallest(3, "positive mu spread")
+    parts = [f"{int(r['filter'])}: {spread_text(r)}" for _, r in best.iterrows()]
+    n_pos = int(live["positive n"].iloc[0])
+    tighter = int((live["positive / negative"] < 1).sum())
+    out = (f"tightest live filters by the positives' mu spread (mean distance of mu to its centre, map units "
+           f"[-1, 1]): {'; '.join(parts)}. {tighter} of {len(live)} live filters keep positives tighter than "
+           "negatives.")
+    if n_pos < MIN_SAMPLES:
+        out += (f" With {n_pos} positive(s) these spreads are anecdotes, not measurements: pool the dump steps, "
+                "or dump more samples (DumpHook samples_per_group).")
+    return out
+
+
+def filter_table(table: pd.DataFrame, step: int, where: str) -> None:
+    """Every filter (of the class), dead ones flagged; the verdict judges the live ones only."""
+    st.subheader("Filters" + ("" if where.startswith("step") else f" ({where})"))
     st.dataframe(table, hide_index=True, width="stretch")
-    best = table[~table["dead"]].dropna(subset=["positive mu spread"]).nsmallest(3, "positive mu spread")
-    judged = ("tightest live filters (positive mu spread): "
-              + ", ".join(f"{f} ({v:.3f})" for f, v in zip(best["filter"], best["positive mu spread"]))
-              if len(best) else "no live filter to judge")
     dead_ids = [int(f) for f in table.loc[table["dead"], "filter"]]
     st.caption(f"{len(dead_ids)} dead filter(s) at step {step}"
                + (f": {', '.join(map(str, dead_ids))} (zero in every dumped sample; left out of the judgement)"
-                  if dead_ids else "") + f"; {judged}")
+                  if dead_ids else "") + f"; {verdict(table)}")

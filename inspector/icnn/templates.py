@@ -128,3 +128,19 @@ def dead_filters(pre_mask: Optional[np.ndarray] = None, mu: Optional[np.ndarray]
     if m.ndim != 3 or m.shape[2] != 2:
         raise ValueError(f"mu must be [N, C, 2], got shape {m.shape}")
     return (m == -1.0).all(axis=(0, 2)) if m.shape[0] else np.zeros(m.shape[1], bool)
+
+
+def mu_spread(mu: np.ndarray) -> np.ndarray:
+    """How tightly mu clusters: the mean distance of each filter's mu to its mean over the samples,
+    in [-1, 1] map units. ``mu``: [N, C, 2] (returns [C]) or [N, 2] (returns a scalar array);
+    NaN for no sample. A part filter keeps its positives' spread well below its negatives'.
+
+    >>> float(mu_spread(np.array([[0.0, 0.0], [0.0, 1.0]])))
+    0.5
+    """
+    m = np.asarray(mu, np.float64)
+    if m.ndim not in (2, 3) or m.shape[-1] != 2:
+        raise ValueError(f"mu must be [N, 2] or [N, C, 2] (row, col), got shape {m.shape}")
+    if not len(m):
+        return np.full(m.shape[1:-1], np.nan)
+    return np.linalg.norm(m - m.mean(0), axis=-1).mean(0)

@@ -1,0 +1,116 @@
+"""Masks & templates: where a filter fires in every kept sample (its map over the input image, mu
+marked, positives beside negatives), the tightness verdict with n and the negatives' spread, and
+dead filters marked in every filter picker; AppTest on demo-like synthetic runs, checked against
+numpy on the arrays the reader returns."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need Streamlit
+from test_app import captions, ok, start  # noqa: E402
+from test_app_featuremaps import recorded_figures  # noqa: E402
+
+import inspector  # noqa: E402
+from inspector import analysis, plots  # noqa: E402
+from inspector.testing import make_synthetic_run  # noqa: E402
+
+STEP = 30       # the newest dump: the page's default
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("mt_runs")
+    make_synthetic_run(root / "img", steps=40, tensors=20, dump_every=10, image=(32, 32, 3), dead_filter=3)
+    make_synthetic_run(root / "noimg", steps=40, tensors=20, dump_every=10)
+    return root
+
+
+@pytest.fixture
+def figures(monkeypatch) -> dict:
+    import viewer.masks as mt
+    return recorded_figures(monkeypatch, mt)
+
+
+def blocks(fig) -> dict:
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+
+
+def test_localization_draws_every_sample_over_its_input(runs, figures):
+    run = inspector.open_run(runs / "img")
+    at = ok(start(runs / "img", "Masks & templates", query={"mt_filter": "5"}))
+    assert at.subheader[0].value.startswith("Where filter 5 fires")          # first on the page
+    groups = run.samples(STEP)["group"].to_numpy()
+    post = np.asarray(run.tensor("icnn/post_mask:0", STEP))[..., 5]
+    mu = np.asarray(run.tensor("icnn/mu:0", STEP))[:, 5]
+    image = np.asarray(run.tensor("IteratorGetNext:0", STEP))
+    fig = figures["mt_local"]
+    axes = blocks(fig)
+    n = {g: int((groups == g).sum()) for g in ("positive", "negative")}
+    assert list(axes) == [f"positive (n={n['positive']})", f"negative (n={n['negative']})"]
+    for g, ax in zip(("positive", "negative"), axes.values()):
+        members = np.flatnonzero(groups == g)
+        assert [t.get_text().split()[0] for t in ax.texts] == [f"#{i}" for i in members]
+        mosaic = ax.images[0].get_array()
+        for k, i in enumerate(members):
+            # + at the centre of mu's cell, in the 32x32 image's pixels (tiles 33 px apart)
+            r, c = analysis.mu_to_cell(mu[i], 8, 8)
+            x, y = ax.lines[k].get_xydata()[0]
+            assert (x - k * 33, y) == pytest.approx(((c + 0.5) * 4 - 0.5, (r + 0.5) * 4 - 0.5))
+            tile = np.asarray(mosaic[:32, k * 33:k * 33 + 32], np.float64)
+            grey = image[i] @ np.array([0.299, 0.587, 0.114])                 # the input, in grey
+            lum = 0.15 + 0.6 * (grey - image[i].min()) / (image[i].max() - image[i].min())
+            silent = plots.upsample(post[i], 32, 32) == 0
+            assert silent.any() and np.allclose(tile[silent], lum[silent, None], atol=1e-6)   # the image shows
+            if post[i].max() > 0.5 * post.max():
+                loud = plots.upsample(post[i], 32, 32) > 0.5 * post.max()
+                assert np.abs(tile[loud] - lum[loud, None]).max() > 0.2            # coloured where it fires
+    cap = captions(at)
+    assert "4 positive, 4 negative kept sample(s)" in cap and "+ marks mu" in cap
+
+
+def test_localization_without_an_input_image_draws_the_maps(runs, figures):
+    at = ok(start(runs / "noimg", "Masks & templates"))
+    assert any("The model input was not dumped" in i.value for i in at.info)
+    ax = next(iter(blocks(figures["mt_local"]).values()))
+    assert ax.images[0].get_array().shape[0] == 8                            # 8x8 maps, one row of tiles
+
+
+def test_verdict_states_n_and_the_negatives_spread(runs):
+    run = inspector.open_run(runs / "img")
+    at = ok(start(runs / "img", "Masks & templates"))
+    table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
+    mu = np.asarray(run.tensor("icnn/mu:0", STEP))
+    groups = run.samples(STEP)["group"].to_numpy()
+    want = {}
+    for g in ("positive", "negative"):
+        m = mu[groups == g]
+        want[g] = np.linalg.norm(m - m.mean(0), axis=2).mean(0)              # [C]
+        assert (table[f"{g} n"] == (groups == g).sum()).all()
+    live = ~table["dead"].to_numpy()
+    np.testing.assert_allclose(table["positive mu spread"][live], want["positive"][live], rtol=1e-6)
+    np.testing.assert_allclose(table["positive / negative"][live], want["positive"][live] / want["negative"][live],
+                               rtol=1e-6)
+    best = int(np.nanargmin(np.where(live, want["positive"], np.nan)))
+    cap = captions(at)
+    assert (f"tightest live filters by the positives' mu spread (mean distance of mu to its centre, map units "
+            f"[-1, 1]): {best}: positives {want['positive'][best]:.3f} (n=4) vs negatives "
+            f"{want['negative'][best]:.3f} (n=4)") in cap
+    assert "With 4 positive(s) these spreads are anecdotes" in cap
+    tighter = int((want["positive"][live] < want["negative"][live]).sum())
+    assert f"{tighter} of {live.sum()} live filters keep positives tighter than negatives" in cap
+    at.toggle(key="mt_pool").set_value(True).run()                            # 4 dump steps: n = 16
+    table = next(df.value for df in ok(at).dataframe if "dead" in df.value.columns)
+    assert (table["positive n"] == 16).all() and "anecdotes" not in captions(at)
+
+
+def test_dead_filters_are_marked_in_every_picker(runs):
+    at = ok(start(runs / "img", "Masks & templates"))
+    assert at.selectbox(key="mt_filter").options[3] == "3 (dead)"
+    at = ok(start(runs / "img", "Feature maps", query={"fm_tensor": "icnn/post_mask:0"}))
+    assert at.selectbox(key="fm_filter").options[2:5] == ["2", "3 (dead)", "4"]
+    assert at.selectbox(key="fm_channel").options[3] == "3 (dead)"
+    at = ok(start(runs / "noimg", "Feature maps", query={"fm_tensor": "icnn/post_mask:0"}))
+    assert "(dead)" not in " ".join(at.selectbox(key="fm_filter").options)
