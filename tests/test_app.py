@@ -1079,6 +1079,7 @@ def bands_data(at: AppTest):
 
 
 def test_distributions_percentile_bands(runs):
+    import numpy as np
     import inspector
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert "the stored log-magnitude histograms' quantiles (each within 5.9%" in captions(at)

@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("streamlit")
@@ -416,3 +417,18 @@ def test_whole_model_view_of_a_1000_op_model(tmp_path):
     at.multiselect(key="gr_open_scopes").set_value(scopes).run()
     assert any("deepest were left closed" in w.value for w in ok(at).warning)
     assert len(re.findall(r"^  u\d+ \[", chart(at), re.M)) <= graph_model.MAX_UNITS
+
+
+def test_a_searched_op_that_was_not_captured_says_why(tmp_path):
+    """The Op graph's search finds every op of the graph; one the hook left out is drawn
+    without a value and the page says why: excluded by which rule (the run's accounting)."""
+    from inspector.testing import make_synthetic_run
+    make_synthetic_run(tmp_path / "exp1", steps=6, tensors=12, dump_every=None)
+    run = inspector.open_run(tmp_path / "exp1")
+    excluded = run.uncaptured("gradients/")
+    assert len(excluded) and (excluded["status"] == "excluded").all()
+    at = ok(start(tmp_path, "Op graph", query={"run": "exp1"}, gr_find="gradients/", gr_all=True))
+    op = str(at.selectbox(key="gr_match").value)
+    assert f"{op}: excluded: excluded by the default rule 'backward'" in captions(at)
+    shown = pd.concat([d.value for d in at.dataframe])
+    assert op in set(shown["name"]) and set(shown["status"]) == {"excluded"}

@@ -35,6 +35,7 @@ from inspector.graph_scopes import search
 from inspector.graphdef import OpGraph, parse_graph_def
 
 from . import data, graph_model
+from .browser import show_uncaptured
 from .graph_colours import DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale, palette
 from .graph_dot import dot, escape
 from .ui import Ctx, default_tensor, need, plain
@@ -200,6 +201,7 @@ def render(ctx: Ctx) -> None:
     step, kind, stat, show_all = value_choices(ctx, first)
     keep = (lambda n: True) if show_all else (lambda n: not HIDDEN.search(n))
     centre, matches = search_centre(graph, keep, find.strip(), run.tensors.loc[tensor, "op"], show_all)
+    say_why(run, find.strip(), centre, centre in by_op, matches, worker, session)
     looks = op_looks(by_op, step_looks(ctx.path, ctx.sig, step, kind, stat))
     scale = Scale.robust([lk.value for lk in looks.values() if lk.state == "value"], stat)
     where = f"{kind} {stat} at step {step} (group all)"
@@ -214,6 +216,21 @@ def render(ctx: Ctx) -> None:
                           index=openable.index(want) if want in openable else 0, key="gr_open")
     if c[1].button("Open in tensor browser", key="gr_go"):
         open_in_browser(pick)
+
+
+def say_why(run, text: str, centre: str, captured: bool, matches: list[str], worker: str | None,
+            session: int | None) -> None:
+    """Why a searched op that is not drawn with a value was not captured: skipped (the reason)
+    or excluded (the rule), from the run's accounting (``run.why``); every such match of the
+    search in a table (the Tensor browser's)."""
+    if not text:
+        return
+    if not captured:
+        try:
+            st.caption(f"{plain(str(run.why(centre, worker, session)))}")
+        except InspectorError as e:
+            st.caption(f"Why {plain(centre)} was not captured is unknown: {plain(e)}")
+    show_uncaptured(run, text, expanded=not matches)
 
 
 def value_choices(ctx: Ctx, first: dict | None) -> tuple[int | None, str, str, bool]:
