@@ -506,9 +506,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.cmd == "info":
             return info(args.run, args.storage_options)
         if args.cmd == "export" and args.tensorboard:
+            every = (5.0 if args.interval is None else args.interval) if args.follow else None
             print(tensorboard(args.run, args.logdir, storage_options=args.storage_options, tensors=args.tensors,
                               worker=args.worker, per_layer=args.per_layer, histogram_every=args.histogram_every or 0,
-                              force=args.force, follow_every=(5.0 if args.interval is None else args.interval) if args.follow else None))
+                              force=args.force, follow_every=every))
         elif args.cmd == "export":
             print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
                          args.steps, args.force, worker=args.worker, mode=args.mode,

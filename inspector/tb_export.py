@@ -48,6 +48,10 @@ CHUNK_STEPS = 1000
 #: About this many histogram steps per tag when no stride is given (a power-of-two stride
 #: that doubles as a followed run grows).
 HISTOGRAMS = 100
+#: Histograms are read in this many batches of tensors (memory: a part's histogram columns
+#: over this; 1 held 2.9 GB for a 10,000-step x 50-tensor run, 8 0.9 GB, and the decoding
+#: work is the same: each row group is read by one batch).
+HISTOGRAM_BATCHES = 8
 #: A run in one of these states writes no more.
 ENDED = ("finished", "failed", "crashed")
 _READ = ["count", "mean", "std", "l2", "zero_fraction", "nan", "inf"]
@@ -89,6 +93,17 @@ def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _edges() -> tuple[np.ndarray, np.ndarray]:
+    """(left, right) of every bucket index + CEIL, as TensorBoard gets them: the bucket of
+    |x| >= 2**128, unbounded, with zero width at its finite edge."""
+    idx = np.arange(-CEIL, CEIL + 1)
+    lo, hi = bucket_edges(idx)
+    return np.where(idx == -CEIL, hi, lo), np.where(idx == CEIL, lo, hi)
+
+
+_EDGES = _edges()   # one lookup per bucket (computing the edges of millions took seconds)
+
+
 def tensorboard_buckets(index: np.ndarray, count: np.ndarray, splits: np.ndarray) -> list[np.ndarray]:
     """Per row (``splits``: R + 1 offsets into ``index``/``count``, each row's buckets
     ascending) the [k, 3] TensorBoard buckets (left, right, count): each stored log-magnitude
@@ -101,9 +116,7 @@ def tensorboard_buckets(index: np.ndarray, count: np.ndarray, splits: np.ndarray
     [[[0.0, 0.0, 3.0], [0.0, 1.0, 0.0], [1.0, 1.125, 2.0]]]
     """
     idx = np.asarray(index, np.int64)
-    lo, hi = bucket_edges(idx)
-    hi = np.where(idx == CEIL, lo, hi)
-    lo = np.where(idx == -CEIL, hi, lo)
+    lo, hi = _EDGES[0][idx + CEIL], _EDGES[1][idx + CEIL]
     row = np.repeat(np.arange(len(splits) - 1), np.diff(splits))
     gap = np.zeros(len(idx), bool)
     gap[1:] = (row[1:] == row[:-1]) & (lo[1:] > hi[:-1])
@@ -177,7 +190,8 @@ class Exporter:
         run = first or open()
         self.root = Path(logdir) / run.name
         self.modes = {m: _ModeState() for m in MODE_DIRS}
-        self.steps = 0
+        self.steps = 0                   # statistics steps exported (all modes)
+        self.histogram_steps = 0         # of which with histograms
         self.tags: set[str] = set()
         self._claim(run.path, force)
 
@@ -188,7 +202,8 @@ class Exporter:
             raise InspectorError(f"--logdir {self.root.parent} is inside the run {run_path}; write it elsewhere")
         if self.root.is_symlink():
             raise InspectorError(f"{self.root} is a symlink; refusing to write through it")
-        old = [p for p in self.root.rglob("*") if _EVENTS_RE.match(p.name) and p.is_file()] if self.root.is_dir() else []
+        old = [p for p in self.root.rglob("*") if _EVENTS_RE.match(p.name) and p.is_file()] \
+            if self.root.is_dir() else []
         if old and not force:
             raise InspectorError(f"{self.root} holds an export already ({len(old)} event files); pass --force to "
                                  f"replace them, or another --logdir")
@@ -234,7 +249,8 @@ class Exporter:
         labels = layer_labels(run.tensors, names) if self.per_layer else {n: n for n in names}
         variables = list(run.tensors.index[run.tensors["kind"] == "variable"])
         loss = run.manifest.get("loss")
-        read = sorted(set(labels) | set(variables) | ({loss} & set(run.tensors.index)))
+        loss = loss if isinstance(loss, str) and loss in run.tensors.index else None
+        read = sorted(set(labels) | set(variables) | ({loss} if loss else set()))
         for a in range(0, len(new), CHUNK_STEPS):
             chunk = new[a:a + CHUNK_STEPS]
             table = view.query_stats_table(read, steps=(int(chunk[0]), int(chunk[-1])), columns=_READ,
@@ -290,25 +306,39 @@ class Exporter:
 
     # ---- histograms ----------------------------------------------------------------------
     def _histogram_steps(self, st: _ModeState, new: np.ndarray, last: int) -> np.ndarray:
-        """Of the new steps, the first of each block of ``every`` steps not given histograms yet
-        (auto: a power of two for about HISTOGRAMS blocks over the steps seen so far)."""
-        every = self.every or 1 << max(0, int(np.ceil(np.log2(max(1, (last - (st.first or 0) + 1) / HISTOGRAMS)))))
-        block = new // every
-        keep = block > (st.last_hist // every if st.last_hist is not None else -1)
-        _, first = np.unique(block[keep], return_index=True)
-        chosen = new[keep][first]
+        chosen = histogram_steps(new, self.every, st.first or 0, last, st.last_hist)
         if len(chosen):
             st.last_hist = int(chosen[-1])
+        self.histogram_steps += len(chosen)
         return chosen
 
     def _histograms(self, view: Run, mode: str, labels: dict[str, str], steps: np.ndarray) -> None:
-        table = view.query_stats_table(list(labels), at_steps=steps.tolist(), mode=mode, worker=self.worker,
-                                       columns=["hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram"])
-        if not table.num_rows:
-            return
-        rows = _histogram_rows(table, labels, merge=mode == "eval")
-        for group, per_step in rows.items():
-            self._file(mode, group).histograms(sorted(per_step.items()))
+        """The histograms of ``steps``, read a batch of tensors at a time: a compacted part
+        decodes only the row groups of the batch's tensors (its rows are sorted by tensor),
+        so memory holds 1/HISTOGRAM_BATCHES of a part's histogram columns, not all of them."""
+        names = list(labels)
+        size = max(1, -(-len(names) // HISTOGRAM_BATCHES))
+        for a in range(0, len(names), size):
+            table = view.query_stats_table(names[a:a + size], at_steps=steps.tolist(), mode=mode, worker=self.worker,
+                                           columns=["hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram"])
+            for group, per_step in _histogram_rows(table, labels, merge=mode == "eval").items():
+                self._file(mode, group).histograms(sorted(per_step.items()))
+
+
+def histogram_steps(new: np.ndarray, every: int, first: int, last: int, last_hist: int | None) -> np.ndarray:
+    """Of the ``new`` steps (ascending), those given histograms: the first of each block of
+    ``every`` steps that has none yet (``last_hist``: the last step given some). ``every`` 0:
+    the power of two that makes about :data:`HISTOGRAMS` blocks of the steps ``first`` to
+    ``last`` seen so far, so it doubles as a followed run grows (earlier histograms stay).
+
+    >>> histogram_steps(np.arange(10, 20), 4, 0, 19, 9).tolist()
+    [12, 16]
+    """
+    every = every or 1 << max(0, int(np.ceil(np.log2(max(1.0, (last - first + 1) / HISTOGRAMS)))))
+    block = np.asarray(new, np.int64) // every
+    keep = block > (last_hist // every if last_hist is not None else -1)
+    _, at = np.unique(block[keep], return_index=True)
+    return np.asarray(new)[keep][at]
 
 
 def _evaluating(run: Run) -> bool:
@@ -411,5 +441,6 @@ def describe(exporter: Exporter) -> str:
     """One line: what was written where."""
     groups = sorted({g for st in exporter.modes.values() for g in st.files})
     modes = [MODE_DIRS[m] for m, st in exporter.modes.items() if st.files]
-    return (f"wrote {exporter.steps} steps, {len(exporter.tags)} scalar tags, to {exporter.root} "
+    return (f"wrote {exporter.steps} steps ({exporter.histogram_steps} with histograms), {len(exporter.tags)} "
+            f"scalar tags, to {exporter.root} "
             f"(runs {', '.join(f'{g}/{m}' for g in groups for m in modes) or 'none'})")

@@ -41,3 +41,10 @@ def test_bench_keras_quick():
     out = _run("bench_keras.py")
     for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
         assert f"\n{config} " in out, config
+
+
+def test_bench_export_quick():
+    pytest.importorskip("tensorboard")
+    out = _run("bench_export.py")
+    assert "export --tensorboard of 200 steps x 10 tensors" in out and "histogram columns (CPU s)" in out
+    assert "tensorboard RecordWriter (pure-Python CRC)" in out

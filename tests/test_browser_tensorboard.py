@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import Iterator
 import numpy as np
 import pytest
 
-from test_browser import ARGS, CHROMIUM, free_port, shots, sync_api  # noqa: F401  (shots: a fixture)
+from test_browser import browser, free_port, shots, stop, sync_api  # noqa: F401  (browser, shots: fixtures)
 
 import inspector
 from inspector import tb_export
@@ -55,11 +56,8 @@ def tensorboard(logdir: Path, runs: set[str]) -> Iterator[str]:
             time.sleep(0.5)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        proc.send_signal(signal.SIGINT)   # its Ctrl-C: TensorBoard may sit out a SIGTERM
+        stop(proc, 20)
 
 
 @pytest.fixture(scope="module")
@@ -74,14 +72,6 @@ def server(tmp_path_factory):
         yield url, inspector.open_run(path)
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
-
-
 def test_tensorboards_data_server_serves_the_readers_values(server):
     url, run = server
     query = urllib.parse.urlencode({"run": "demo/negative/train", "tag": "gradient/conv3/rms"})
@@ -91,7 +81,7 @@ def test_tensorboards_data_server_serves_the_readers_values(server):
     assert {step: value for _, step, value in points} == expect and len(expect) == 40
 
 
-def test_scalars_dashboard_shows_a_layers_gradients_per_group(server, browser, shots):
+def test_scalars_dashboard_shows_a_layers_gradients_per_group(server, browser, shots):  # noqa: F811 (fixtures)
     url, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
@@ -108,7 +98,7 @@ def test_scalars_dashboard_shows_a_layers_gradients_per_group(server, browser, s
         page.close()
 
 
-def test_histograms_dashboard_shows_positive_and_negative_samples(server, browser, shots):
+def test_histograms_dashboard_shows_positive_and_negative_samples(server, browser, shots):  # noqa: F811 (fixtures)
     url, _ = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:

@@ -304,7 +304,7 @@ def test_the_cli_follows_a_run_being_written(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0 and "the run is finished: done" in out and "wrote 15 steps" in out
+    assert proc.returncode == 0 and "the run is finished: done" in out and "wrote 15 steps (15 with histograms)" in out
 
 
 # ---- the command line -------------------------------------------------------------------
@@ -319,7 +319,7 @@ def test_the_cli_exports_without_tensorflow_and_refuses_to_overwrite(tmp_path):
             "[m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]))"
     out = _cli("export", "--tensorboard", str(path), "--logdir", str(tmp_path / "logs"), "--per-layer", code=no_tf)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"wrote 4 steps") and "runs all/train, negative/train, positive/train" in out.stdout
+    assert out.stdout.startswith("wrote 4 steps (4 with histograms)") and "runs all/train, negative/train, positive/train" in out.stdout
     assert out.stdout.strip().endswith("tf False")
     files = sorted((tmp_path / "logs" / "exp").rglob("events.out.tfevents.*"))
     assert len(files) == 3
@@ -358,10 +358,12 @@ def test_without_the_tensorboard_package_the_cli_says_what_to_install(tmp_path):
 def test_histogram_stride_doubles_as_a_followed_run_grows():
     """Auto stride: about HISTOGRAMS histogram steps over the steps seen so far, a power of two,
     so a growing run's earlier histograms stay and its later ones thin out."""
-    st = tb_export._ModeState(first=0)
-    ex = tb_export.Exporter.__new__(tb_export.Exporter)
-    ex.every = 0
-    chosen = [ex._histogram_steps(st, np.arange(a, b), b - 1).tolist() for a, b in ((0, 50), (50, 400), (400, 1000))]
+    chosen, last_hist = [], None
+    for a, b in ((0, 50), (50, 400), (400, 1000)):       # three polls of a followed run
+        got = tb_export.histogram_steps(np.arange(a, b), 0, 0, b - 1, last_hist)
+        chosen.append(got.tolist())
+        last_hist = int(got[-1])
     assert chosen[0] == list(range(50))                                  # 50 steps seen: every step
     assert chosen[1] == list(range(52, 400, 4))                          # 400: every 4th (48..51 had 49)
     assert chosen[2] == list(range(400, 1000, 16))                       # 1000: every 16th
+    assert tb_export.histogram_steps(np.arange(0, 10_000, 7), 0, 0, 9_999, None).size == 79   # one export: ~100
