@@ -182,6 +182,9 @@ class Exporter:
                  force: bool = False) -> None:
         """``first``: the run as ``open()`` just returned it (not opened again); ``tensors``: a
         regex on tensor names; ``force``: replace an earlier export of this run in ``logdir``."""
+        if worker == "all":
+            raise InspectorError("--worker all: a TensorBoard run holds one value per step and tag; export one "
+                                 "worker at a time (--worker NAME, into one --logdir each)")
         if histogram_every < 0:
             raise InspectorError(f"--histogram-every {histogram_every} must be >= 0 (0: about {HISTOGRAMS} "
                                  f"histogram steps per tag)")
@@ -234,6 +237,9 @@ class Exporter:
 
     def _export_mode(self, run: Run, mode: str) -> int:
         st = self.modes[mode]
+        if self.worker is None and run.default_worker is None:
+            raise InspectorError(f"{run.path} has workers {', '.join(run.workers)} and no chief: pass --worker NAME "
+                                 f"(a TensorBoard run holds one worker's values)")
         try:
             view = run.view(mode=mode, worker=self.worker)
         except InspectorError:      # this worker wrote nothing (yet)
@@ -321,6 +327,8 @@ class Exporter:
         for a in range(0, len(names), size):
             table = view.query_stats_table(names[a:a + size], at_steps=steps.tolist(), mode=mode, worker=self.worker,
                                            columns=["hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram"])
+            if not table.num_rows:
+                continue
             for group, per_step in _histogram_rows(table, labels, merge=mode == "eval").items():
                 self._file(mode, group).histograms(sorted(per_step.items()))
 

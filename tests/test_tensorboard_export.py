@@ -307,6 +307,17 @@ def test_the_cli_follows_a_run_being_written(tmp_path):
     assert proc.returncode == 0 and "the run is finished: done" in out and "wrote 15 steps (15 with histograms)" in out
 
 
+def test_workers_without_a_chief_are_exported_one_at_a_time(tmp_path):
+    for worker in ("worker-0", "worker-1"):
+        b = SyntheticRun(tmp_path / "exp", tensors=8, dump_every=None, worker=worker)
+        b.write_steps(0, 3)
+        b.close()
+    with pytest.raises(inspector.InspectorError, match="workers worker-0, worker-1 and no chief: pass --worker"):
+        export(tmp_path / "exp", tmp_path / "logs")
+    export(tmp_path / "exp", tmp_path / "logs", worker="worker-1", force=True)
+    assert _steps(tmp_path / "logs", "exp/all/train") == [0, 1, 2]
+
+
 # ---- the command line -------------------------------------------------------------------
 def _cli(*args: str, code: str = "") -> subprocess.CompletedProcess:
     script = f"import sys\n{code}\nfrom inspector.cli import main\nsys.exit(main(sys.argv[1:]))"
@@ -338,6 +349,7 @@ def test_the_cli_exports_without_tensorflow_and_refuses_to_overwrite(tmp_path):
     (["--tensorboard", "--logdir", "{logs}", "--histogram-every", "-1"], "--histogram-every -1 must be >= 0"),
     (["--tensorboard", "--logdir", "{logs}", "--tensors", "nomatch"], "--tensors 'nomatch' matches none"),
     (["--tensorboard", "--logdir", "{logs}", "--follow", "--interval", "0"], "--interval 0 must be a number"),
+    (["--tensorboard", "--logdir", "{logs}", "--worker", "all"], "--worker all: a TensorBoard run holds one value"),
 ])
 def test_the_cli_names_what_is_wrong(tmp_path, args, message):
     path = make_synthetic_run(tmp_path / "exp", steps=2, tensors=6, dump_every=None)
