@@ -16,7 +16,8 @@ Example::
 
     ex = Exporter(lambda: open_run("runs/exp1"), Path("tb"))
     ex.poll()            # what is new since the last poll
-    ex.follow(5.0)       # poll every 5 s until the run ends
+    follow(ex, 5.0)      # poll every 5 s until the run ends
+    ex.close()
 """
 from __future__ import annotations
 
@@ -191,6 +192,8 @@ class Exporter:
         self.open, self.per_layer, self.every, self.worker = open, per_layer, histogram_every, worker
         self.pattern = re.compile(tensors) if tensors else None
         run = first or open()
+        if worker is not None:
+            run.view(worker=worker)   # an InspectorError naming the run's workers if it has no such one
         self.root = Path(logdir) / run.name
         self.modes = {m: _ModeState() for m in MODE_DIRS}
         self.steps = 0                   # statistics steps exported (all modes)
@@ -447,8 +450,6 @@ def follow(exporter: Exporter, interval: float, log: Callable[[str], None] = pri
 
 def describe(exporter: Exporter) -> str:
     """One line: what was written where."""
-    groups = sorted({g for st in exporter.modes.values() for g in st.files})
-    modes = [MODE_DIRS[m] for m, st in exporter.modes.items() if st.files]
+    runs = sorted(f"{g}/{MODE_DIRS[m]}" for m, st in exporter.modes.items() for g in st.files)
     return (f"wrote {exporter.steps} steps ({exporter.histogram_steps} with histograms), {len(exporter.tags)} "
-            f"scalar tags, to {exporter.root} "
-            f"(runs {', '.join(f'{g}/{m}' for g in groups for m in modes) or 'none'})")
+            f"scalar tags, to {exporter.root} (runs {', '.join(runs) or 'none'})")

@@ -350,6 +350,7 @@ def test_the_cli_exports_without_tensorflow_and_refuses_to_overwrite(tmp_path):
     (["--tensorboard", "--logdir", "{logs}", "--tensors", "nomatch"], "--tensors 'nomatch' matches none"),
     (["--tensorboard", "--logdir", "{logs}", "--follow", "--interval", "0"], "--interval 0 must be a number"),
     (["--tensorboard", "--logdir", "{logs}", "--worker", "all"], "--worker all: a TensorBoard run holds one value"),
+    (["--tensorboard", "--logdir", "{logs}", "--worker", "w9"], "worker 'w9' wrote nothing in"),
 ])
 def test_the_cli_names_what_is_wrong(tmp_path, args, message):
     path = make_synthetic_run(tmp_path / "exp", steps=2, tensors=6, dump_every=None)
