@@ -5,6 +5,7 @@ Examples::
     python -m inspector info runs/exp1
     python -m inspector export runs/exp1 --format npz --out exp1.npz --tensors 'conv' --steps 100:500
     python -m inspector export runs/exp1 --format parquet --out stats.parquet
+    python -m inspector export --tensorboard runs/exp1 --logdir tb/ --follow   # then: tensorboard --logdir tb/
     python -m inspector app runs/
 
 Exit status: 0 when everything was read, 1 when ``info`` found damaged files (reported, the
@@ -263,6 +264,63 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
     return f"wrote {table.num_rows} statistics rows to {target}"
 
 
+#: What ``export --tensorboard`` needs beyond the core install (the ``tensorboard`` extra).
+TENSORBOARD_EXTRA = "pip install 'tf-inspector[tensorboard]'"
+
+
+def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None, tensors: str | None = None,
+                worker: str | None = None, per_layer: bool = False, histogram_every: int = 0, force: bool = False,
+                follow_every: float | None = None) -> str:
+    """Write the run's statistics as TensorBoard event files under ``logdir/<run name>``
+    (``inspector.tb_export``); with ``follow_every`` (seconds), keep exporting new steps until
+    the run ends. Returns a line naming what was written and where."""
+    if not _importable("tensorboard"):
+        raise InspectorError(f"--tensorboard needs the tensorboard package: {TENSORBOARD_EXTRA}")
+    if follow_every is not None and not follow_every > 0:
+        raise InspectorError(f"--interval {follow_every:g} must be a number of seconds > 0")
+    from .tb_export import Exporter, describe, follow
+
+    run = _open_checked(path, storage_options)
+    _select(run, tensors)   # a bad or unmatched pattern refused before anything is written
+    ex = Exporter(lambda: _open_checked(path, storage_options), Path(logdir), first=run, tensors=tensors,
+                  worker=worker, per_layer=per_layer, histogram_every=histogram_every, force=force)
+    try:
+        if follow_every is None:
+            ex.poll(run)
+        else:
+            print(f"following {run.path} into {ex.root} every {follow_every:g} s (Ctrl-C stops)", flush=True)
+            follow(ex, follow_every, log=lambda line: print(line, flush=True))
+    finally:
+        ex.close()
+    return describe(ex)
+
+
+def _given(args: argparse.Namespace, options: dict[str, str]) -> list[str]:
+    """Those of ``options`` (option: its dest) given on the command line."""
+    return [o for o, dest in options.items() if getattr(args, dest) not in (None, False)]
+
+
+def _tensorboard_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Which export options go together: --tensorboard with --logdir, the others with --format and --out."""
+    if not args.tensorboard:
+        extra = _given(args, {"--logdir": "logdir", "--follow": "follow", "--interval": "interval",
+                              "--per-layer": "per_layer", "--histogram-every": "histogram_every"})
+        if extra:
+            ap.error(f"{', '.join(extra)}: only with --tensorboard")
+        if args.format is None or args.out is None:
+            ap.error("export needs --format and --out (or --tensorboard and --logdir)")
+        return
+    if not args.logdir:
+        ap.error("--tensorboard needs --logdir DIR (the folder to write event files in)")
+    bad = _given(args, {"--format": "format", "--out": "out", "--steps": "steps", "--session": "session",
+                        "--group": "groups"}) + (["--mode"] if args.mode != "train" else [])
+    if bad:
+        ap.error(f"{', '.join(bad)}: not with --tensorboard (it exports training and evaluation, every "
+                 f"step, every group)")
+    if args.interval is not None and not args.follow:
+        ap.error("--interval only applies with --follow")
+
+
 def _one_line(e: BaseException) -> str:
     text = str(e) if isinstance(e, InspectorError) else f"{type(e).__name__}: {e}"
     return " ".join(text.split())
@@ -405,13 +463,24 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
-    p = sub.add_parser("export", help="write dumped tensors (npz) or statistics (csv, parquet)")
+    p = sub.add_parser("export", help="write dumped tensors (npz), statistics (csv, parquet) or TensorBoard events")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
-    p.add_argument("--format", required=True, choices=["npz", "csv", "parquet"])
-    p.add_argument("--out", required=True, type=Path,
+    p.add_argument("--format", choices=["npz", "csv", "parquet"])
+    p.add_argument("--out", type=Path,
                    help="output file, or an existing folder to write <folder>/<run name>.<format> in")
-    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    p.add_argument("--force", action="store_true", help="replace an existing output file (or TensorBoard export)")
+    p.add_argument("--tensorboard", action="store_true",
+                   help=f"write TensorBoard event files under --logdir/<run name>/<group>/train|validation "
+                        f"(docs/tensorboard.md; {TENSORBOARD_EXTRA})")
+    p.add_argument("--logdir", type=Path, help="with --tensorboard: the folder to give `tensorboard --logdir`")
+    p.add_argument("--follow", action="store_true",
+                   help="with --tensorboard: keep exporting new steps until the run ends")
+    p.add_argument("--interval", type=float, help="with --follow: seconds between polls (default 5)")
+    p.add_argument("--per-layer", action="store_true",
+                   help="with --tensorboard: one tag per layer (its output tensor), as the Training overview folds")
+    p.add_argument("--histogram-every", type=int,
+                   help="with --tensorboard: histograms every N steps (default: about 100 per tag)")
     p.add_argument("--tensors", help="regex on tensor names")
     p.add_argument("--steps", help="inclusive steps: N, A:B, A: or :B")
     p.add_argument("--worker", help="a worker name, or 'all' (default: the chief)")
@@ -429,11 +498,19 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.cmd == "export":
+        _tensorboard_args(ap, args)
     try:
         if args.cmd == "info":
             return info(args.run, args.storage_options)
-        if args.cmd == "export":
+        if args.cmd == "export" and args.tensorboard:
+            every = (5.0 if args.interval is None else args.interval) if args.follow else None
+            print(tensorboard(args.run, args.logdir, storage_options=args.storage_options, tensors=args.tensors,
+                              worker=args.worker, per_layer=args.per_layer, histogram_every=args.histogram_every or 0,
+                              force=args.force, follow_every=every))
+        elif args.cmd == "export":
             print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
                          args.steps, args.force, worker=args.worker, mode=args.mode,
                          session=_session_arg(args.session), groups=args.groups))

@@ -591,7 +591,8 @@ class Run:
                     kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
                     columns: Sequence[str] | None = None, *, mode: str | None = None,
                     worker: str | None = None, session: int | str | None = None,
-                    batch: int | None = None, group: str | None = None) -> pd.DataFrame:
+                    batch: int | None = None, group: str | None = None,
+                    at_steps: Iterable[int] | None = None) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
         ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
@@ -600,7 +601,8 @@ class Run:
         only, 'all' keeps every session's rows. ``batch``: only that eval/predict batch.
         Defaults come from :meth:`view` (train, the default worker, every batch). ``group``:
         one group (the same as ``groups=[group]``); :attr:`groups` lists them, and an unknown
-        one raises UnknownGroupError naming them.
+        one raises UnknownGroupError naming them. ``at_steps``: only these steps (a list; with
+        ``steps`` too, those of them in its range): each part is read once for all of them.
 
         Example::
 
@@ -611,13 +613,14 @@ class Run:
         if group is not None:
             groups = [*(groups or []), group]
         return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
-                                                      worker=worker, session=session, batch=batch))
+                                                      worker=worker, session=session, batch=batch,
+                                                      at_steps=at_steps))
 
     def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                           kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
                           columns: Sequence[str] | None = None, *, mode: str | None = None,
                           worker: str | None = None, session: int | str | None = None,
-                          batch: int | None = None) -> pa.Table:
+                          batch: int | None = None, at_steps: Iterable[int] | None = None) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
         filters: list[tuple[str, str, Any]] = []   # pyarrow's (column, op, value) triples
         if tensors is not None:
@@ -625,6 +628,11 @@ class Run:
             filters.append(("tensor", "in", tensors))
         if steps is not None:
             filters += [("step", ">=", int(steps[0])), ("step", "<=", int(steps[1]))]
+        if at_steps is not None:
+            wanted = sorted({int(s) for s in at_steps})
+            # the bounds too: parts whose summary puts every step outside them are not opened
+            filters += [("step", "in", wanted), ("step", ">=", wanted[0] if wanted else 0),
+                        ("step", "<=", wanted[-1] if wanted else -1)]
         if kinds is not None:
             filters.append(("kind", "in", list(kinds)))
         if groups is not None:

@@ -47,3 +47,10 @@ def test_bench_graph_quick():
     pytest.importorskip("streamlit")
     out = _run("bench_graph.py")
     assert "DOT text (s)" in out and "page cold (s)" in out and "page search 'BiasAdd' (s)" in out
+
+
+def test_bench_export_quick():
+    pytest.importorskip("tensorboard")
+    out = _run("bench_export.py")
+    assert "export --tensorboard of 200 steps x 10 tensors" in out and "histogram columns (CPU s)" in out
+    assert "tensorboard RecordWriter (pure-Python CRC)" in out

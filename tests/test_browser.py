@@ -80,11 +80,16 @@ def serve(runs: Path) -> Iterator[str]:
         wait_healthy(url, proc)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Terminate a server the test started, killed if it outlives ``timeout`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 @pytest.fixture(scope="module")
