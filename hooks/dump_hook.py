@@ -30,7 +30,8 @@ from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, M
 from inspector import format as fmt
 from inspector.icnn.layer import observer_gradients
 from inspector.loghist import concat_rows
-from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
+from inspector import trainings
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
@@ -326,6 +327,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self._callables: dict[tuple, Any] = {}   # _run_reads's callables
+        self._opened_at = (0, 0)   # (training runs, global step) when the writer session opened
         self.mode = self.mode_arg or "train"
 
     # ---- graph construction ----------------------------------------------------------------
@@ -604,9 +606,13 @@ class DumpHook(v1.train.SessionRunHook):
         self._batch = 0
         self._sampled_at = None   # a recovered session restores an older checkpoint: its step goes back
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
+            self._writer_args["manifest"]["start_step"] = self._step
             self._writer = RunWriter(self.run_dir, **self._writer_args)
+            self._opened_at = (self._runs, self._step)   # this writer session's first run and step
             log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
                      self.worker, self.mode, self._step)
+            if self.mode == "train":
+                self._warn_overlap()
         if coord is not None:
             # MonitoredSession skips end() when the session ends with an exception, but always
             # stops the coordinator and joins its threads on close: close the writer there.
@@ -614,6 +620,62 @@ class DumpHook(v1.train.SessionRunHook):
                                        name=f"tf-inspector-watch-{self.worker}")
             watcher.start()
             coord.register_thread(watcher)
+
+    def _warn_overlap(self) -> None:
+        """Warn when this training session starts below the last step an earlier training session
+        of this worker recorded (``inspector.trainings``): at step 0 a new training, which readers
+        show alone from now on; past 0 a resume from an older checkpoint, whose rows replace the
+        earlier session's of the steps both record."""
+        found = trainings.last_training(self._writer.store.read, self.worker, self._writer.session)
+        if found is None or found[1] <= self._step:
+            return
+        before, last = found
+        if self._step == 0:
+            why = ("the graph has no global step, and the hook counts this session's runs from 0"
+                   if self._global_step is None else "a fresh or warm-started model")
+            log.warning("%s already holds training steps up to %d (worker %s, session %d), and this session starts a "
+                        "new training at step 0 (%s): readers now show this training only, sessions before %d are "
+                        "hidden from merged views (run.sessions' hidden_by; read one with session=N). To keep both "
+                        "trainings in view, write this one to another run directory", self.run_dir, last, self.worker,
+                        before, why, self._writer.session)
+        else:
+            log.warning("%s: this session resumes at global step %d, before step %d that session %d recorded (a "
+                        "checkpoint older than the last recorded step): its rows of steps %d-%d replace session %d's "
+                        "(read those with session=%d)", self.run_dir, self._step, last, before, self._step + 1, last,
+                        before, before)
+
+    def _recorded_nothing(self, session) -> str | None:
+        """Why this writer session is closing without a recorded step (or None if it recorded
+        one): no run at all (a worker whose chief had finished), or runs the schedule did not
+        sample, or whose files were all dropped."""
+        st = self._writer.state
+        if st.first_step is not None or st.dumps:
+            return None
+        runs, batches, start = self._runs - self._opened_at[0], self._batch, self._opened_at[1]
+        if st.dropped.count():
+            return "every statistics step and dump it sampled was dropped (see the manifest's dropped)"
+        if self.mode != "train":
+            return (f"the {self.mode} session ran no batch (its input was empty)" if not batches else
+                    f"none of its {batches} batches was sampled (eval_stats_batches={self.eval_stats_batches}, "
+                    f"eval_dump_batches={self.eval_dump_batches}, stats_every_n_steps={self.schedule.stats_every})")
+        now = self._read_step(session)
+        if not runs:
+            return (f"no training step ran: the session began at global step {start} and ended there (the "
+                    f"training had already reached its last step: max_steps, a StopAtStepHook, or a chief that "
+                    f"finished before this worker started)")
+        span = f"global steps {start + 1}..{now}" if now is not None else "its steps"
+        return (f"{runs} training runs ({span}) and none was a statistics or dump step (stats_every_n_steps="
+                f"{self.schedule.stats_every}, dump_every_n_steps={self.schedule.dump_every}): lower "
+                f"stats_every_n_steps (or list dump_steps) to record a training this short")
+
+    def _read_step(self, session) -> int | None:
+        """The global step now (None without one, or where the session cannot run)."""
+        if self._global_step is None:
+            return self._step
+        try:
+            return int(session.run(self._global_step))
+        except Exception:  # noqa: BLE001 - only a message depends on it
+            return None
 
     def _watch(self, coord, writer: RunWriter) -> None:
         coord.wait_for_stop()
@@ -882,6 +944,11 @@ class DumpHook(v1.train.SessionRunHook):
             return
         if self._writer is not None and not self._writer.closed:
             self._refusals.close(self._writer)
+            nothing = self._recorded_nothing(session)
+            if nothing:
+                log.warning("session %d of worker %s in %s recorded nothing: %s", self._writer.session, self.worker,
+                            self.run_dir, nothing)
+                self._writer.update_manifest(**{RECORDED_NOTHING_KEY: nothing})
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "
