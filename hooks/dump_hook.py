@@ -406,6 +406,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
+        gid = self._whole_batch_groups(axis, labels, gid)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         fields = capture.icnn_fields(g)
@@ -435,15 +436,35 @@ class DumpHook(v1.train.SessionRunHook):
                                  strict=self.strict, fsync=self.fsync, mode=self.mode,
                                  storage_options=self.storage_options)
 
+    def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
+                            groups: capture.Groups | None) -> capture.Groups | None:
+        """``groups``, unless the labels are computed from one tower's part of the batch (past
+        the tf.split that resolve traces back): grouping the other towers' rows by them left
+        those with no sample in a group (0 rows dumped), or with another tower's groups. Then
+        none (warned), as without labels."""
+        where = axis.slice_of(labels) if labels is not None and groups is not None else ()
+        if not where:
+            return groups
+        split = axis.split_op(where[0][0])
+        log.warning("labels %s are computed from %s, one tower's part of the batch: the other towers' samples have no "
+                    "labels there, so statistics are for group 'all' only. Pass labels of the whole batch (computed "
+                    "before %s splits it), or labels={scope: labels} per tower", labels.name,
+                    towers.tower_name(axis, where), split.name)
+        self._groups = self._groups_rule = None
+        return None
+
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
         """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
         check (``bad``) covers every grouping."""
         unresolved = towers.assign(self.captured, axis, groups, self._tower_groups)
         if unresolved and (groups is not None or self._tower_groups):
-            log.warning("%d tensors are per-sample over a part of the batch that cannot be matched to the labels "
-                        "(a slice or gather of samples, or several towers mixed): statistics for group 'all' only, "
-                        "stored whole in dumps: %s", len(unresolved),
-                        ", ".join(unresolved[:20]) + (" ..." if len(unresolved) > 20 else ""))
+            cuts = towers.cut_at(axis, unresolved, self.captured[0].tensor.graph)
+            where = "; ".join(f"at {cut}: {_listed(names, 5)}" for cut, names in list(cuts.items())[:10])
+            log.warning("%d tensors have rows that cannot be matched to the labels' samples, so their statistics "
+                        "are for group 'all' only and dumps store them whole. Where their rows stopped being the "
+                        "batch's: %s. If that input's axis 0 is not the batch (a SparseTensor's values or indices "
+                        "count entries), say so with unbatched=<its name>; towers cut with tf.split are traced, "
+                        "towers fed apart need labels={scope: labels}", len(unresolved), where)
         bads = [gr.bad for gr in [groups, *self._tower_groups.values()] if gr is not None and gr.bad is not None]
         size = towers.size_checks(self.captured, self._tower_groups)
         bads += [size] if size is not None else []
@@ -459,7 +480,7 @@ class DumpHook(v1.train.SessionRunHook):
                 c.extra["variable"] = name
         structure.annotate(self.captured, g, backward)
         grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
-        records = variables.find_records(g, backward, grads, self.filters)
+        records = variables.find_records(g, backward, grads, self.filters, loss)
         self.captured += records
         sources.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.native_stats, owner=self.worker)
@@ -1057,6 +1078,11 @@ def _static_bytes(t: tf.Tensor, batched: bool) -> int:
     dims = dims[1:] if batched else dims
     size = t.dtype.size if t.dtype != tf.bfloat16 else 4
     return int(np.prod([d or 1 for d in dims], dtype=np.int64)) * size
+
+
+def _listed(names: Sequence[str], most: int) -> str:
+    """``names`` joined, the first ``most`` of them and how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _jsonable(v) -> Any:

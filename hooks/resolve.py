@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 
-from . import capture, estimator_recorder, gradient_recorder, loss_scale
+from . import capture, estimator_recorder, gradient_recorder, loss_scale, towers
 
 if TYPE_CHECKING:
     from .groups import GroupSpec
@@ -236,6 +236,22 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
     if labels is None:
         log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
         return None, None, None
+    whole = towers.whole_batch(labels)
+    if whole is not labels:
+        # one tower's labels: their groups are that tower's samples only, and grouping the other
+        # towers (and the whole batch) by them left those with no sample in any group
+        if marked is not None or isinstance(spec.positive, (tf.Tensor, tf.Variable)) or spec.needs_predictions:
+            log.warning("labels %s are one tower's part of the batch (a tf.split of %s), and their groups were given "
+                        "for that part only (%s): the other towers' samples have none, so statistics are for group "
+                        "'all' only. Pass the whole batch's labels, labels=%r, with positive= a function of them, or "
+                        "labels={scope: labels} per tower", labels.name, whole.name,
+                        "hooks.mark(positive=...)" if marked is not None else
+                        "positive= a tensor" if spec.kind == "positive_negative" else "a groups function of "
+                        "predictions", whole.name)
+            return labels, None, None
+        log.info("labels %s are one tower's part of the batch: grouping by %s, the labels they were split from, so "
+                 "every tower's samples are grouped by their own labels", labels.name, whole.name)
+        labels, marked = whole, None
     if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
         # mark(positive=): 0 or 1 each; the rule is the mark's, not the default rule of labels
