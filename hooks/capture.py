@@ -689,7 +689,17 @@ def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool 
     if not tensors:
         return []
     with tf.name_scope("tf_inspector/gradients"), observer_gradients() if observer else contextlib.nullcontext():
-        return tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
+        return tf.gradients(loss, list(tensors), stop_gradients=gradient_stops(tensors),
+                            unconnected_gradients=tf.UnconnectedGradients.NONE)
+
+
+def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """Those of ``tensors`` whose op takes no floating input, for ``tf.gradients``'
+    ``stop_gradients``: no gradient can flow on through such an op, yet tf.gradients asks for
+    its gradient function once it reaches it from the loss, and raised LookupError where it has
+    none (a SparseTensor's float values out of ``DeserializeSparse``: canned linear models with
+    weighted sparse columns). Their own gradients are still computed."""
+    return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)]
 
 
 def dense_gradient(g) -> tf.Tensor | None:

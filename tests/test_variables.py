@@ -168,6 +168,30 @@ def test_a_variable_read_by_another_op_type_says_why_it_has_no_gradient(tmp_path
         run.tensor("w", 1, "gradient")
 
 
+def test_a_read_inside_a_cond_off_the_loss_path_keeps_the_gradient(tmp_path):
+    """Canned linear models: their ``zero_fraction`` summary reads each weight inside a TF2 cond
+    (an ``If`` op taking the handle), which the loss is not computed from, so it adds nothing to
+    d loss / d variable. The record sums the other reads, as tf.gradients(loss, w) does."""
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+        w = v1.get_variable("w", [4, 3], initializer=v1.random_normal_initializer(seed=5))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w))) + tf.nn.l2_loss(w)
+        tf.cond(tf.reduce_sum(x) > 0, lambda: tf.math.zero_fraction(w), lambda: tf.constant(0.0), name="fraction")
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        oracle = tf.gradients(loss, w)[0]
+        assert any(op.type in ("If", "StatelessIf") and w.handle in list(op.inputs)
+                   for op in v1.get_default_graph().get_operations())
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        feed = {x: np.random.default_rng(0).normal(size=(BATCH, 4)).astype(np.float32)}
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            want = sess.run_step_fn(lambda step_context: step_context.session.run(oracle, feed))
+            sess.run(train_op, feed)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.variables.loc["w", "has_gradient"]
+    np.testing.assert_allclose(run.tensor("w", 1, "gradient"), want, rtol=1e-5, atol=1e-7)
+
+
 def test_update_snapshots_stay_private_to_each_hook(tmp_path):
     """The values before a step live in snapshot variables: in no collection (so never saved,
     initialised or waited for by a Scaffold), named apart per hook and worker (a parameter
