@@ -346,12 +346,12 @@ class DumpHook(v1.train.SessionRunHook):
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
         return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
-    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, capture.Groups | None]:
+    def _resolve_groups(self, g: tf.Graph, loss: tf.Tensor | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
         if isinstance(self.labels_arg, Mapping):
             return self._resolve_tower_labels(g)
         labels, groups, rule = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
                                                       self._tensor(self.predictions_arg, "predictions"),
-                                                      strict=self.strict)
+                                                      strict=self.strict, loss=loss)
         self._groups = groups
         self._groups_rule = rule if groups is not None else None
         return labels, groups
@@ -399,7 +399,7 @@ class DumpHook(v1.train.SessionRunHook):
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
         saved = g.get_operations()   # the ops of graph_def: what the accounting accounts for
         loss = self._resolve_loss(g)
-        labels, gid = self._resolve_groups(g)
+        labels, gid = self._resolve_groups(g, loss)
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
         sel = capture.select_tensors(g, forced=forced, loss=loss, fetched=True, **self.filters)
