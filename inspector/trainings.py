@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+import pandas as pd
+
 from .errors import InspectorError
 from .format import manifest_name
 from .manifest_schema import MAX_MANIFEST_BYTES, load_manifest
@@ -82,3 +84,36 @@ def last_training(read: Callable[[str, int], bytes], worker: str, session: int) 
         if m.get("mode") == "train" and isinstance(steps[1], int):
             return s, steps[1]
     return None
+
+
+def view_note(sessions: pd.DataFrame, mode: str, worker: str | None) -> str | None:
+    """Which sessions a merged view's curves are from (``sessions``: ``Run.sessions``; ``mode``
+    and ``worker`` the view's), where that is not a single session: the sessions shown with
+    the steps each recorded (a later one wins the steps both recorded), and those hidden by a
+    new training, with how to read them. None where one session (or none) has steps.
+
+    >>> view_note(run.sessions, "train", "chief")   # doctest: +SKIP
+    'Curves join sessions s1 (steps 1..60), s3 (steps 51..120, resumed at step 50: wins steps 51..60).'"""
+    rows = sessions[(sessions["worker"] == worker) & (sessions["mode"] == mode) & sessions["first_step"].notna()]
+    shown = rows[rows["hidden_by"].isna()].sort_values("session")
+    hidden = rows[rows["hidden_by"].notna()].sort_values("session")
+    parts = []
+    if len(shown) > 1:
+        parts.append("Curves join sessions " + ", ".join(_shown(r, shown) for r in shown.itertuples()) + ".")
+    if len(hidden):
+        spans = ", ".join(f"s{r.session} (steps {int(r.first_step)}..{int(r.last_step)})" for r in hidden.itertuples())
+        later = int(hidden["hidden_by"].max())
+        parts.append(f"Hidden: {spans}, an earlier training: session {later} began a new one at step 0. Read it with "
+                     f"run.query_stats(session=N) or tf-inspector export --session N.")
+    return " ".join(parts) or None
+
+
+def _shown(r: Any, shown: pd.DataFrame) -> str:
+    """One shown session: its steps, and those it takes over from the sessions before it."""
+    first, last = int(r.first_step), int(r.last_step)
+    earlier = shown[shown["session"] < r.session]
+    overlap = int(earlier["last_step"].max()) if len(earlier) else first - 1
+    if overlap < first:
+        return f"s{r.session} (steps {first}..{last})"
+    how = "a later session" if pd.isna(r.start_step) else f"resumed at step {int(r.start_step)}"
+    return f"s{r.session} (steps {first}..{last}, {how}: wins steps {first}..{min(overlap, last)})"

@@ -4,8 +4,10 @@ the errors, the sessions table and ``info`` say where the hidden data is."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,8 +16,10 @@ import inspector
 from inspector import cli
 from inspector.format import manifest_name
 from inspector.loghist import empty_rows
+from inspector.trainings import view_note
 from inspector.writer import RunWriter, StatsLayout
 
+ROOT = Path(__file__).resolve().parents[1]
 LAYOUT = StatsLayout(("a:0",), ("forward",), ("all",))
 CATALOG = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
             "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
@@ -105,3 +109,28 @@ def test_a_crashed_sessions_steps_count_its_statistics_on_disk(tmp_path):
         row = run.sessions.iloc[0]
         assert row["state"] == "crashed" and (row["first_step"], row["last_step"]) == (1, 60)
         assert "steps 1..60" in cli.summary(run)
+
+
+def test_the_viewer_says_which_session_each_step_of_a_curve_is_from(tmp_path, monkeypatch):
+    """A resumed training's curves join two sessions, and a new training hides the earlier:
+    the sidebar's note (inspector.trainings.view_note) says which session each step is from
+    and where the hidden training is read."""
+    session(tmp_path / "resumed", range(1, 11), 0, 100.0)
+    session(tmp_path / "resumed", range(6, 16), 5, 200.0)
+    run = inspector.open_run(tmp_path / "resumed")
+    note = view_note(run.sessions, "train", "chief")
+    assert note == "Curves join sessions s1 (steps 1..10), s2 (steps 6..15, resumed at step 5: wins steps 6..10)."
+    session(tmp_path / "resumed", range(1, 4), 0, 300.0)
+    hidden = view_note(inspector.open_run(tmp_path / "resumed").sessions, "train", "chief")
+    assert hidden.startswith("Hidden: s1 (steps 1..10), s2 (steps 6..15), an earlier training: session 3 began a new "
+                             "one at step 0. Read it with run.query_stats(session=N)")
+    session(tmp_path / "single", range(1, 4), 0, 1.0)
+    assert view_note(inspector.open_run(tmp_path / "single").sessions, "train", "chief") is None
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+    monkeypatch.setenv("TF_INSPECTOR_RUNS", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.query_params["run"] = "resumed"
+    at.run()
+    shown = [re.sub(r"\\(.)", r"\1", c.value) for c in at.sidebar.caption]   # plain text: Markdown escaped
+    assert not at.exception and hidden in shown
