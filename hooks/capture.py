@@ -571,6 +571,7 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     of_loss = {n.rpartition(":")[0] for n in ancestors(loss)} if loss is not None else set()
     racy = unordered_reads(graph, ran, of_loss) if ran and loss is not None else {}
     aliased = ref_aliases(graph, ran) if ran else {}
+    recorded = _recorded_variables(graph) if racy else set()
     chosen, unfetchable, reasons, excluded = [], [], {}, {}
     for op in graph.get_operations():
         if given and len(matched) < len(given):
@@ -586,7 +587,7 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
             if _why_unfetchable(graph, t) is not None:
                 unfetchable.append(t)
                 continue
-            why = _unsafe_fetch(op.name, aliased, racy, effects)
+            why = _unsafe_fetch(op.name, aliased, racy, effects, recorded)
             if why:
                 unfetchable.append(t)
                 reasons[t.name] = why
@@ -603,18 +604,29 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     return sel
 
 
+def _recorded_variables(graph: tf.Graph) -> set[str]:
+    """Names of the variables that get a variable record (``hooks/variables.py``): the trainable
+    resource variables. A non-trainable one (a batch norm's moving mean) has none."""
+    return {v.op.name for v in graph.get_collection(tf.compat.v1.GraphKeys.TRAINABLE_VARIABLES)
+            if getattr(getattr(v, "handle", None), "dtype", None) == tf.resource}
+
+
 def _unsafe_fetch(op: str, aliased: Mapping[str, str], racy: Mapping[str, str],
-                  effects: Mapping[str, set[str]]) -> str | None:
+                  effects: Mapping[str, set[str]], recorded: set[str] = frozenset()) -> str | None:
     """Why fetching an output of ``op`` would record a wrong value or change what training
-    does (:func:`ref_aliases`, :func:`unordered_reads`, :func:`side_effects`), or None."""
+    does (:func:`ref_aliases`, :func:`unordered_reads`, :func:`side_effects`), or None.
+    ``recorded``: the variables with a record (:func:`_recorded_variables`), which holds the
+    value the step used; the reason says where that value is, or that nothing holds it."""
     if op in aliased:
         return (f"it shares (or may share) the buffer of {aliased[op]}, a reference variable the training step "
                 f"updates in place: its recorded value could be the weights after the update. "
                 f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
     if op in racy:
+        where = ("the variable's record holds the value the step used" if racy[op] in recorded else
+                 "it is not trainable, so it has no variable record: its value is not recorded; read it from a "
+                 "checkpoint")
         return (f"it reads {racy[op]}, which the training step writes, off the loss's path: in no order with the "
-                f"update, its value would be the one before or after it, by chance (the variable's record holds "
-                f"the value the step used)")
+                f"update, its value would be the one before or after it, by chance ({where})")
     runs = effects.get(op)
     if runs:
         return (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the loss, UPDATE_OPS "
@@ -677,7 +689,17 @@ def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool 
     if not tensors:
         return []
     with tf.name_scope("tf_inspector/gradients"), observer_gradients() if observer else contextlib.nullcontext():
-        return tf.gradients(loss, list(tensors), unconnected_gradients=tf.UnconnectedGradients.NONE)
+        return tf.gradients(loss, list(tensors), stop_gradients=gradient_stops(tensors),
+                            unconnected_gradients=tf.UnconnectedGradients.NONE)
+
+
+def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    """Those of ``tensors`` whose op takes no floating input, for ``tf.gradients``'
+    ``stop_gradients``: no gradient can flow on through such an op, yet tf.gradients asks for
+    its gradient function once it reaches it from the loss, and raised LookupError where it has
+    none (a SparseTensor's float values out of ``DeserializeSparse``: canned linear models with
+    weighted sparse columns). Their own gradients are still computed."""
+    return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)]
 
 
 def dense_gradient(g) -> tf.Tensor | None:

@@ -30,7 +30,8 @@ from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, M
 from inspector import format as fmt
 from inspector.icnn.layer import observer_gradients
 from inspector.loghist import concat_rows
-from inspector.manifest_schema import GROUPS_REFUSED_KEY, hook_config
+from inspector.manifest_schema import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
+from inspector import trainings
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 from inspector.storage import normalize
@@ -326,6 +327,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self._callables: dict[tuple, Any] = {}   # _run_reads's callables
+        self._opened_at = (0, 0)   # (training runs, global step) when the writer session opened
         self.mode = self.mode_arg or "train"
 
     # ---- graph construction ----------------------------------------------------------------
@@ -344,12 +346,12 @@ class DumpHook(v1.train.SessionRunHook):
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
         return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
-    def _resolve_groups(self, g: tf.Graph) -> tuple[tf.Tensor | None, capture.Groups | None]:
+    def _resolve_groups(self, g: tf.Graph, loss: tf.Tensor | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
         if isinstance(self.labels_arg, Mapping):
             return self._resolve_tower_labels(g)
         labels, groups, rule = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
                                                       self._tensor(self.predictions_arg, "predictions"),
-                                                      strict=self.strict)
+                                                      strict=self.strict, loss=loss)
         self._groups = groups
         self._groups_rule = rule if groups is not None else None
         return labels, groups
@@ -397,13 +399,14 @@ class DumpHook(v1.train.SessionRunHook):
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
         saved = g.get_operations()   # the ops of graph_def: what the accounting accounts for
         loss = self._resolve_loss(g)
-        labels, gid = self._resolve_groups(g)
+        labels, gid = self._resolve_groups(g, loss)
         roles = capture.icnn_roles(g)
         forced = [g.get_tensor_by_name(n) for n in roles]
         sel = capture.select_tensors(g, forced=forced, loss=loss, fetched=True, **self.filters)
         self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
+        gid = self._whole_batch_groups(axis, labels, gid)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
                  else [None] * len(sel.tensors))
         fields = capture.icnn_fields(g)
@@ -433,15 +436,35 @@ class DumpHook(v1.train.SessionRunHook):
                                  strict=self.strict, fsync=self.fsync, mode=self.mode,
                                  storage_options=self.storage_options)
 
+    def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
+                            groups: capture.Groups | None) -> capture.Groups | None:
+        """``groups``, unless the labels are computed from one tower's part of the batch (past
+        the tf.split that resolve traces back): grouping the other towers' rows by them left
+        those with no sample in a group (0 rows dumped), or with another tower's groups. Then
+        none (warned), as without labels."""
+        where = axis.slice_of(labels) if labels is not None and groups is not None else ()
+        if not where:
+            return groups
+        split = axis.split_op(where[0][0])
+        log.warning("labels %s are computed from %s, one tower's part of the batch: the other towers' samples have no "
+                    "labels there, so statistics are for group 'all' only. Pass labels of the whole batch (computed "
+                    "before %s splits it), or labels={scope: labels} per tower", labels.name,
+                    towers.tower_name(axis, where), split.name)
+        self._groups = self._groups_rule = None
+        return None
+
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
         """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
         check (``bad``) covers every grouping."""
         unresolved = towers.assign(self.captured, axis, groups, self._tower_groups)
         if unresolved and (groups is not None or self._tower_groups):
-            log.warning("%d tensors are per-sample over a part of the batch that cannot be matched to the labels "
-                        "(a slice or gather of samples, or several towers mixed): statistics for group 'all' only, "
-                        "stored whole in dumps: %s", len(unresolved),
-                        ", ".join(unresolved[:20]) + (" ..." if len(unresolved) > 20 else ""))
+            cuts = towers.cut_at(axis, unresolved, self.captured[0].tensor.graph)
+            where = "; ".join(f"at {cut}: {_listed(names, 5)}" for cut, names in list(cuts.items())[:10])
+            log.warning("%d tensors have rows that cannot be matched to the labels' samples, so their statistics "
+                        "are for group 'all' only and dumps store them whole. Where their rows stopped being the "
+                        "batch's: %s. If that input's axis 0 is not the batch (a SparseTensor's values or indices "
+                        "count entries), say so with unbatched=<its name>; towers cut with tf.split are traced, "
+                        "towers fed apart need labels={scope: labels}", len(unresolved), where)
         bads = [gr.bad for gr in [groups, *self._tower_groups.values()] if gr is not None and gr.bad is not None]
         size = towers.size_checks(self.captured, self._tower_groups)
         bads += [size] if size is not None else []
@@ -457,7 +480,7 @@ class DumpHook(v1.train.SessionRunHook):
                 c.extra["variable"] = name
         structure.annotate(self.captured, g, backward)
         grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
-        records = variables.find_records(g, backward, grads, self.filters)
+        records = variables.find_records(g, backward, grads, self.filters, loss)
         self.captured += records
         sources.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.native_stats, owner=self.worker)
@@ -604,9 +627,13 @@ class DumpHook(v1.train.SessionRunHook):
         self._batch = 0
         self._sampled_at = None   # a recovered session restores an older checkpoint: its step goes back
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
+            self._writer_args["manifest"]["start_step"] = self._step
             self._writer = RunWriter(self.run_dir, **self._writer_args)
+            self._opened_at = (self._runs, self._step)   # this writer session's first run and step
             log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
                      self.worker, self.mode, self._step)
+            if self.mode == "train":
+                self._warn_overlap()
         if coord is not None:
             # MonitoredSession skips end() when the session ends with an exception, but always
             # stops the coordinator and joins its threads on close: close the writer there.
@@ -614,6 +641,62 @@ class DumpHook(v1.train.SessionRunHook):
                                        name=f"tf-inspector-watch-{self.worker}")
             watcher.start()
             coord.register_thread(watcher)
+
+    def _warn_overlap(self) -> None:
+        """Warn when this training session starts below the last step an earlier training session
+        of this worker recorded (``inspector.trainings``): at step 0 a new training, which readers
+        show alone from now on; past 0 a resume from an older checkpoint, whose rows replace the
+        earlier session's of the steps both record."""
+        found = trainings.last_training(self._writer.store.read, self.worker, self._writer.session)
+        if found is None or found[1] <= self._step:
+            return
+        before, last = found
+        if self._step == 0:
+            why = ("the graph has no global step, and the hook counts this session's runs from 0"
+                   if self._global_step is None else "a fresh or warm-started model")
+            log.warning("%s already holds training steps up to %d (worker %s, session %d), and this session starts a "
+                        "new training at step 0 (%s): readers now show this training only, sessions before %d are "
+                        "hidden from merged views (run.sessions' hidden_by; read one with session=N). To keep both "
+                        "trainings in view, write this one to another run directory", self.run_dir, last, self.worker,
+                        before, why, self._writer.session)
+        else:
+            log.warning("%s: this session resumes at global step %d, before step %d that session %d recorded (a "
+                        "checkpoint older than the last recorded step): its rows of steps %d-%d replace session %d's "
+                        "(read those with session=%d)", self.run_dir, self._step, last, before, self._step + 1, last,
+                        before, before)
+
+    def _recorded_nothing(self, session) -> str | None:
+        """Why this writer session is closing without a recorded step (or None if it recorded
+        one): no run at all (a worker whose chief had finished), or runs the schedule did not
+        sample, or whose files were all dropped."""
+        st = self._writer.state
+        if st.first_step is not None or st.dumps:
+            return None
+        runs, batches, start = self._runs - self._opened_at[0], self._batch, self._opened_at[1]
+        if st.dropped.count():
+            return "every statistics step and dump it sampled was dropped (see the manifest's dropped)"
+        if self.mode != "train":
+            return (f"the {self.mode} session ran no batch (its input was empty)" if not batches else
+                    f"none of its {batches} batches was sampled (eval_stats_batches={self.eval_stats_batches}, "
+                    f"eval_dump_batches={self.eval_dump_batches}, stats_every_n_steps={self.schedule.stats_every})")
+        now = self._read_step(session)
+        if not runs:
+            return (f"no training step ran: the session began at global step {start} and ended there (the "
+                    f"training had already reached its last step: max_steps, a StopAtStepHook, or a chief that "
+                    f"finished before this worker started)")
+        span = f"global steps {start + 1}..{now}" if now is not None else "its steps"
+        return (f"{runs} training runs ({span}) and none was a statistics or dump step (stats_every_n_steps="
+                f"{self.schedule.stats_every}, dump_every_n_steps={self.schedule.dump_every}): lower "
+                f"stats_every_n_steps (or list dump_steps) to record a training this short")
+
+    def _read_step(self, session) -> int | None:
+        """The global step now (None without one, or where the session cannot run)."""
+        if self._global_step is None:
+            return self._step
+        try:
+            return int(session.run(self._global_step))
+        except Exception:  # noqa: BLE001 - only a message depends on it
+            return None
 
     def _watch(self, coord, writer: RunWriter) -> None:
         coord.wait_for_stop()
@@ -882,6 +965,11 @@ class DumpHook(v1.train.SessionRunHook):
             return
         if self._writer is not None and not self._writer.closed:
             self._refusals.close(self._writer)
+            nothing = self._recorded_nothing(session)
+            if nothing:
+                log.warning("session %d of worker %s in %s recorded nothing: %s", self._writer.session, self.worker,
+                            self.run_dir, nothing)
+                self._writer.update_manifest(**{RECORDED_NOTHING_KEY: nothing})
             self._writer.close("finished")
             st = self._writer.state
             log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "
@@ -990,6 +1078,11 @@ def _static_bytes(t: tf.Tensor, batched: bool) -> int:
     dims = dims[1:] if batched else dims
     size = t.dtype.size if t.dtype != tf.bfloat16 else 4
     return int(np.prod([d or 1 for d in dims], dtype=np.int64)) * size
+
+
+def _listed(names: Sequence[str], most: int) -> str:
+    """``names`` joined, the first ``most`` of them and how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _jsonable(v) -> Any:

@@ -40,6 +40,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from .capture import gradient_stops
 from .method_patch import MethodPatch
 
 #: a recorded gradient that is an IndexedSlices (not reusable as one tensor)
@@ -193,7 +194,8 @@ def complete(graph: tf.Graph, loss: tf.Tensor, tensors: Sequence[tf.Tensor],
             return {t.name: None for t in wanted}
         us = list(edges.values())
         grad_us = [tf.add_n(local[u.name]) if len(local[u.name]) > 1 else local[u.name][0] for u in us]
-        grads = tf.gradients(us, wanted, grad_ys=grad_us, unconnected_gradients=tf.UnconnectedGradients.NONE)
+        grads = tf.gradients(us, wanted, grad_ys=grad_us, stop_gradients=gradient_stops(wanted),
+                             unconnected_gradients=tf.UnconnectedGradients.NONE)
     return {t.name: (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g) for t, g in zip(wanted, grads)}
 
 

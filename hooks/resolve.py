@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from inspector.format import LABELS_COLLECTION, LOSS_COLLECTION, POSITIVE_COLLECTION
 
-from . import capture, estimator_recorder, gradient_recorder, loss_scale
+from . import capture, estimator_recorder, gradient_recorder, loss_scale, towers
 
 if TYPE_CHECKING:
     from .groups import GroupSpec
@@ -225,9 +225,11 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
 MARKED_RULE = "positive/negative by hooks.mark(positive=...)"
 
 def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None, *,
-                   strict: bool) -> tuple[tf.Tensor | None, capture.Groups | None, str | None]:
+                   strict: bool, loss: tf.Tensor | None = None
+                   ) -> tuple[tf.Tensor | None, capture.Groups | None, str | None]:
     """(labels, their :class:`capture.Groups` per ``spec``, the rule in words), each None when
-    unknown (logged)."""
+    unknown or refused (logged). ``loss``: labels it is computed from as regression targets
+    (:func:`regression_targets`) are refused under the default positive rule."""
     try:
         labels, reason, marked = choose_labels(graph, explicit)
     except AmbiguousError as e:
@@ -236,10 +238,34 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
     if labels is None:
         log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
         return None, None, None
+    whole = towers.whole_batch(labels)
+    if whole is not labels:
+        # one tower's labels: their groups are that tower's samples only, and grouping the other
+        # towers (and the whole batch) by them left those with no sample in any group
+        if marked is not None or isinstance(spec.positive, (tf.Tensor, tf.Variable)) or spec.needs_predictions:
+            log.warning("labels %s are one tower's part of the batch (a tf.split of %s), and their groups were given "
+                        "for that part only (%s): the other towers' samples have none, so statistics are for group "
+                        "'all' only. Pass the whole batch's labels, labels=%r, with positive= a function of them, or "
+                        "labels={scope: labels} per tower", labels.name, whole.name,
+                        "hooks.mark(positive=...)" if marked is not None else
+                        "positive= a tensor" if spec.kind == "positive_negative" else "a groups function of "
+                        "predictions", whole.name)
+            return labels, None, None
+        log.info("labels %s are one tower's part of the batch: grouping by %s, the labels they were split from, so "
+                 "every tower's samples are grouped by their own labels", labels.name, whole.name)
+        labels, marked = whole, None
     if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
         # mark(positive=): 0 or 1 each; the rule is the mark's, not the default rule of labels
         return labels, capture.from_positive(marked, complete=True), MARKED_RULE
+    targets = regression_targets(graph, labels, loss) if spec.kind == "positive_negative" and spec.positive is None \
+        else None
+    if targets:
+        _refuse(capture.LabelsError(f"labels {labels.name} are regression targets ({targets}): the default rule "
+                                    f"(label != 0) would split them into zero and non-zero targets, not classes. "
+                                    f"Pass positive=lambda y: y > threshold for the split you mean, or "
+                                    f"groups=<function>."), strict)
+        return labels, None, None
     if predictions is None and spec.needs_predictions:
         predictions = estimator_predictions(graph)
     try:
@@ -250,6 +276,40 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
     rule = spec.describe(labels)
     log.info("labels: %s (%s); groups: %s (%s)", labels.name, reason, rule, ", ".join(groups.names))
     return labels, groups, rule
+
+
+#: the keys of the predictions a canned regression head returns (RegressionHead,
+#: PoissonRegressionHead, LogisticRegressionHead); classification heads add class ids
+REGRESSION_HEAD_KEYS = frozenset({"predictions", "logits"})
+#: op types that make labels reaching the loss through them regression targets: a squared
+#: error, or the square or absolute value of a difference with them (mean squared or absolute
+#: error, Huber)
+_DISTANCES = frozenset({"SquaredDifference", "Square", "Abs"})
+
+
+def regression_targets(graph: tf.Graph, labels: tf.Tensor, loss: tf.Tensor | None) -> str | None:
+    """Why ``labels`` ([N] or [N, 1]) are regression targets, not class ids, or None: the
+    EstimatorSpec's predictions are a canned regression head's, or the loss is computed from
+    them through a squared or absolute difference (a classifier's cross entropy is not)."""
+    if labels.shape.rank not in (1, 2) or (labels.shape.rank == 2 and labels.shape[1] != 1):
+        return None
+    call = estimator_recorder.lookup(graph)
+    keys = {k for k, _ in call.predictions} if call is not None else set()
+    if "predictions" in keys and keys <= REGRESSION_HEAD_KEYS:
+        return "the EstimatorSpec's predictions are a regression head's: " + ", ".join(sorted(keys))
+    if loss is None:
+        return None
+    upstream, seen, todo = ancestors(loss), set(), [labels]
+    while todo:
+        t = todo.pop()
+        for op in t.consumers():
+            if op.name in seen or not any(o.name in upstream for o in op.outputs):
+                continue
+            seen.add(op.name)
+            if op.type in _DISTANCES:
+                return f"the loss is computed from {op.name}, a {op.type} of them"
+            todo += op.outputs
+    return None
 
 
 def estimator_predictions(graph: tf.Graph):

@@ -23,12 +23,16 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 
-from .batch_axis import BatchAxis, Slice
+from .batch_axis import PARTS, BatchAxis, Slice
 from .capture import Captured, Groups
+
+#: ops that cut a batch into towers along axis 0 (when their axis is 0)
+SPLITS = ("Split", "SplitV")
 
 
 def slice_groups(axis: BatchAxis, groups: Groups, where: Slice) -> Groups:
@@ -89,3 +93,55 @@ def size_checks(captured: Sequence[Captured], explicit: Mapping[str, Groups]) ->
         return None
     with tf.name_scope("tf_inspector/towers/"):
         return tf.add_n(checks)
+
+
+def split_axis0(t: tf.Tensor) -> tf.Tensor | None:
+    """The tensor ``t`` was cut from by a ``tf.split`` along axis 0 (``t`` one of its parts), else None."""
+    op = t.op
+    if op.type not in SPLITS:
+        return None
+    value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" else (op.inputs[0], op.inputs[2])
+    a = tf.get_static_value(axis)
+    if a is None or np.ndim(a) != 0:
+        return None
+    a = int(a) + (value.shape.rank or 0) * (int(a) < 0)
+    return value if a == 0 else None
+
+
+def whole_batch(labels: tf.Tensor) -> tf.Tensor:
+    """The labels of the whole batch that ``labels`` (one tower's part, cut by ``tf.split``
+    along axis 0, maybe repeatedly) were cut from; ``labels`` if they are not such a part."""
+    while (whole := split_axis0(labels)) is not None:
+        labels = whole
+    return labels
+
+
+def cut_at(axis: BatchAxis, names: Iterable[str], graph: tf.Graph) -> dict[str, list[str]]:
+    """{where the batch was cut: the unresolved tensors (``names``) computed from there}: each
+    unresolved tensor traced back through unresolved inputs to the ops where its rows stopped
+    being the batch's, each described (the op, its type, and what it did)."""
+    out: dict[str, list[str]] = {}
+    for name in names:
+        t = graph.get_tensor_by_name(name)
+        seen, todo, origins = set(), [t], []
+        while todo:
+            x = todo.pop()
+            if x.name in seen:
+                continue
+            seen.add(x.name)
+            parts = [i for i in x.op.inputs if axis.unresolved(i)]
+            if parts:
+                todo += parts
+            else:
+                origins.append(_describe_cut(axis, x.op))
+        for where in dict.fromkeys(origins):
+            out.setdefault(where, []).append(name)
+    return out
+
+
+def _describe_cut(axis: BatchAxis, op: tf.Operation) -> str:
+    batched = [x for x in op.inputs if axis.is_batched(x)]
+    if op.type in PARTS and batched:
+        return f"{op.name} ({op.type}: takes some rows of {batched[0].name}, whose axis 0 is taken as the batch)"
+    slices = sorted({tower_name(axis, w) if (w := axis.slice_of(x)) else "the whole batch" for x in batched})
+    return f"{op.name} ({op.type}: combines rows of {' and '.join(slices) or 'several parts of the batch'})"

@@ -35,7 +35,7 @@ import tensorflow as tf
 from inspector.format import STAT_COLUMNS, hist_sample
 from inspector.loghist import sparse_of
 
-from .capture import DEFAULT_EXCLUDE, Captured
+from .capture import DEFAULT_EXCLUDE, Captured, ancestors
 from .structure import feeds, zero_gradient_expected
 
 log = logging.getLogger("tf_inspector")
@@ -106,11 +106,15 @@ def _densify(grad: tf.Tensor, gather: tf.Operation, shape: tf.TensorShape) -> tf
 
 def find_records(graph: tf.Graph, backward: set[str],
                  gradients_of: Callable[[list[tf.Tensor]], list[tf.Tensor | None]] | None,
-                 filters: dict | None = None) -> list[VariableRecord]:
+                 filters: dict | None = None, loss: tf.Tensor | None = None) -> list[VariableRecord]:
     """One record per trainable resource variable that the forward pass reads.
 
     ``gradients_of(tensors)``: d loss / d t for each t (the hook's shared machinery), or None
-    without a loss. ``filters``: the hook's include/exclude/op_types (see :func:`selected`)."""
+    without a loss. ``filters``: the hook's include/exclude/op_types (see :func:`selected`).
+    ``loss``: an op of another type taking the handle whose outputs the loss is not computed
+    from (a canned model's ``zero_fraction`` summary reads its weights inside a TF2 cond)
+    adds nothing to d loss / d variable, so the reads' gradients still sum to it."""
+    upstream = ancestors(loss) if loss is not None else None
     plans, refs = [], []
     for var in graph.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES):
         if not selected(var.op.name, **(filters or {})):
@@ -122,7 +126,8 @@ def find_records(graph: tf.Graph, backward: set[str],
         uses = [op for op in handle.consumers() if _forward(op, backward) and op.type not in _NOT_READS]
         reads = [op.outputs[0] for op in uses if op.type == "ReadVariableOp"]
         gathers = [op for op in uses if op.type == "ResourceGather"]
-        others = sorted({op.type for op in uses} - {"ReadVariableOp", "ResourceGather"})
+        others = sorted({op.type for op in uses if upstream is None or any(t.name in upstream for t in op.outputs)}
+                        - {"ReadVariableOp", "ResourceGather"})
         if reads or gathers:
             plans.append((var, reads, gathers, others))
     if refs:  # reference variables: their reads are captured (Identity 'w/read'), not summed
@@ -141,7 +146,9 @@ def _record(var, reads: list[tf.Tensor], gathers: list[tf.Operation], others: li
         parts += [None if grads.get(g.outputs[0].name) is None else _densify(grads[g.outputs[0].name], g, var.shape)
                   for g in gathers]
         parts = [p for p in parts if p is not None]
-        note = f"read by {', '.join(others)}: gradient not summed" if others else None
+        note = (f"read by {', '.join(others)} on the loss's path, whose gradient the record does not sum (it sums "
+                f"ReadVariableOp and ResourceGather reads only: without that path the sum would not be d loss / d "
+                f"variable)" if others else None)
         gradient = None if note or not parts else (parts[0] if len(parts) == 1 else tf.add_n(parts))
         # the value before the update: a read that reaches the loss runs before the optimizer's
         # update (the update needs the gradient, which needs the forward pass through that read)

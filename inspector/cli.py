@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Sequence
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
@@ -128,8 +129,13 @@ def _sessions_lines(run: Run) -> list[str]:
         span = _span(r.first_step, r.last_step)
         steps = f"steps {span}" if span else "no steps"
         flag = "FAILED " if r.state in ("failed", "crashed") else ""
+        notes = [r.error] if isinstance(r.error, str) and r.error else []
+        notes += [f"recorded nothing: {r.note}"] if isinstance(r.note, str) and r.note else []
+        if not pd.isna(r.hidden_by):
+            notes.append(f"an earlier training, hidden by the new training of s{r.hidden_by} (--session {r.session} "
+                         f"reads it)")
         out.append(f"session    {flag}{r.worker} s{r.session} {r.mode:<7} {r.state:<8} {steps}"
-                   + (f": {r.error}" if isinstance(r.error, str) and r.error else ""))
+                   + (f": {'; '.join(notes)}" if notes else ""))
     return out
 
 

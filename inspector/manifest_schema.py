@@ -37,7 +37,7 @@ WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", 
 #: bare ``RunWriter``) is written and read with.
 CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
                                    "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None,
-                                   "accounting": None,
+                                   "accounting": None, "start_step": None,
                                    "groups": {"rule": "positive/negative", "names": ["positive", "negative"],
                                               "codes": [1, 0]}}
 #: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
@@ -45,6 +45,8 @@ CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False
 FAILURE_KEYS = ("error", "hook_error")
 #: Present only after statistics steps whose samples broke the group rule (``groups=``).
 GROUPS_REFUSED_KEY = "groups_refused"
+#: Present only in a session that closed without recording a step: why (FORMAT.md, manifest).
+RECORDED_NOTHING_KEY = "recorded_nothing"
 #: The hook's settings under ``config`` (FORMAT.md), with ``DumpHook``'s defaults in their JSON
 #: form (tests check them against its signature); ``native_stats`` records whether the fused
 #: kernels ran, ``mode`` the mode the hook wrote.
@@ -257,6 +259,7 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
     "bytes_written": _scalar(int), "dumps_written": _scalar(int), "hook_error": _scalar(str),
     "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
     "tensorflow_version": _scalar(str, type(None)), "accounting": _accounting,
+    "start_step": _scalar(int, type(None)), RECORDED_NOTHING_KEY: _scalar(str),
 }
 
 

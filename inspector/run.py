@@ -37,10 +37,12 @@ from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_
 from .liveness import writer_state
 from .loghist import LogHistogram
 from . import manifest_schema
-from .manifest_schema import CALLER_DEFAULTS, GROUPS_REFUSED_KEY, load_manifest, with_caller_defaults
+from .manifest_schema import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
+                              with_caller_defaults)
 from .stats_parts import live_parts
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
+from .trainings import hidden_sessions
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
@@ -89,13 +91,26 @@ def open_run(path: str | Path | Storage, verify: bool = True, storage_options: d
     return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem)
 
 
-def _session_steps(m: dict, files: list[DumpFile]) -> dict:
+#: States of a session whose manifest may lag what it wrote (no final rewrite): its process died.
+LAGGING = ("crashed", "stalled")
+
+
+def _session_steps(m: dict, files: list[DumpFile], stats: Sequence[int] = ()) -> dict:
     """first_step, last_step and dumps of one session: its manifest's, widened by the dump files
-    it left (a process killed before its manifest's next heartbeat had still written them)."""
-    steps = [x for x in (m.get("steps") or []) if x is not None] + [f.step for f in files]
+    it left and ``stats`` (its statistics parts' first and last step): a process killed before
+    its manifest's next heartbeat had still written them."""
+    steps = [x for x in (m.get("steps") or []) if x is not None] + [f.step for f in files] + list(stats)
     dumps = max(m.get("dumps_written") or 0, len({(f.step, f.batch) for f in files}))
     return {"first_step": min(steps) if steps else None, "last_step": max(steps) if steps else None,
             "dumps": dumps if files or m.get("dumps_written") is not None else None}
+
+
+def _missing(store: Storage, path: Any) -> str:
+    """What is wrong with a run path that cannot be opened: it does not exist (a local path, or
+    a prefix in an object store holding no object), or it is a file."""
+    if not store.is_local:
+        return "holds no object (the prefix does not exist in the bucket, or the credentials cannot list it)"
+    return "is not a directory" if Path(path).exists() else "does not exist"
 
 
 def worker_status(manifest: dict, now: float | None = None) -> str:
@@ -147,8 +162,8 @@ class Run:
         self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
         self._verified: set | None = set() if verify else None
         if not self.store.exists() or (self.store.is_local and not Path(self.path).is_dir()):
-            raise NotARunError(f"{self.path} is not a directory; expected a run directory written by DumpHook "
-                               f"(it holds manifest.<worker>.s<session>.json files)")
+            raise NotARunError(f"{self.path} {_missing(self.store, self.path)}; expected a run directory written by "
+                               f"DumpHook (it holds manifest.<worker>.s<session>.json files)")
         self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
@@ -261,16 +276,39 @@ class Run:
 
     @property
     def sessions(self) -> pd.DataFrame:
-        """One row per writer session: worker, session, mode, state, steps, times, error."""
+        """One row per writer session: worker, session, mode, state, steps, times, error;
+        ``start_step`` (the global step a training session began at, where the hook recorded
+        it), ``hidden_by`` (the session whose new training hides this one from merged views:
+        read it with ``session=``; :mod:`inspector.trainings`) and ``note`` (why a session
+        recorded nothing, where the hook knew)."""
         files: dict[tuple[str, int], list[DumpFile]] = {}
         for f in self._dump_files:
             files.setdefault((f.worker, f.session), []).append(f)
-        rows = [{"worker": w, "session": s, "mode": m["mode"], "state": worker_status(m),
-                 **_session_steps(m, files.get((w, s), [])), "bytes": m.get("bytes_written"),
-                 "created": m.get("created"), "updated": m.get("updated"), "error": m.get("error")}
+        rows = [{"worker": w, "session": s, "mode": m["mode"], "state": (state := worker_status(m)),
+                 **_session_steps(m, files.get((w, s), []), self._stats_span(w, s) if state in LAGGING else ()),
+                 "bytes": m.get("bytes_written"),
+                 "created": m.get("created"), "updated": m.get("updated"), "error": m.get("error"),
+                 "start_step": m.get("start_step"), "hidden_by": self._hidden.get((w, s)),
+                 "note": m.get(RECORDED_NOTHING_KEY)}
                 for (w, s), m in self.manifests.items()]
-        return pd.DataFrame(rows, columns=["worker", "session", "mode", "state", "first_step", "last_step", "dumps",
-                                           "bytes", "created", "updated", "error"])
+        df = pd.DataFrame(rows, columns=["worker", "session", "mode", "state", "first_step", "last_step", "dumps",
+                                         "bytes", "created", "updated", "error", "start_step", "hidden_by", "note"])
+        return df.astype({"start_step": "Int64", "hidden_by": "Int64"})
+
+    def _stats_span(self, worker: str, session: int) -> tuple[int, ...]:
+        """(first, last) step of a session's statistics parts on disk (their summaries' step
+        ranges, else their step columns); () if it has none that read."""
+        from .stats_summary import part_steps
+        steps: list[int] = []
+        for w, s, p in self._stats_files:
+            if (w, s) != (worker, session):
+                continue
+            known = part_steps(self, p)
+            t = None if known else self._read_part(w, s, p, ["step", "tensor", "kind", "group"], None)
+            if t is not None and t.num_rows:
+                known = (pc.min(t.column("step")).as_py(), pc.max(t.column("step")).as_py())
+            steps += known or ()
+        return (min(steps), max(steps)) if steps else ()
 
     @property
     def status(self) -> str:
@@ -423,6 +461,12 @@ class Run:
                                  f"(or worker='all')")
         return {worker}
 
+    @cached_property
+    def _hidden(self) -> dict[tuple[str, int], int]:
+        """{(worker, session): the session whose new training hides it from merged views}
+        (:mod:`inspector.trainings`)."""
+        return hidden_sessions(self.manifests)
+
     def _mode_of(self, worker: str, session: int) -> str:
         """The session's mode; ``UNKNOWN_MODE`` for a session whose manifest is damaged: its files
         are in no mode's view (an evaluation's rows read as training's would be wrong numbers),
@@ -441,10 +485,11 @@ class Run:
         mode, worker, _ = self._where(mode, worker)
         self._check_mode(mode)
         workers = self._workers_for(worker, mode)
+        hidden = self._hidden if session is None else {}   # merged: from each worker's latest new training
         out = [(w, s, x) for w, s, x in items if w in workers
                and (mode == ALL or self._mode_of(w, s) == mode
                     or (isinstance(session, int) and self._mode_of(w, s) == UNKNOWN_MODE))
-               and (session in (None, ALL) or s == session)]
+               and (session in (None, ALL) or s == session) and (w, s) not in hidden]
         if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
             sessions = sorted({s for _, s in self.manifests})
             raise InspectorError(f"no session {session} in {self.path}; sessions: {sessions}")
@@ -822,6 +867,7 @@ class Run:
         if not files:
             others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get((int(step), int(batch)), [])})
             where = f" (workers {others} dumped it: pass worker=)" if others else ""
+            where += self._sessions_holding(step, None, worker, mode, batch) if session is None else ""
             have = sorted({s for s, _ in index})
             raise NoDumpError(f"no {mode} dump at step {step}" + (f" batch {batch}" if batch else "") +
                               f" in {self.path}{where}; nearest dumped steps: "
@@ -831,6 +877,27 @@ class Run:
                                  f"({', '.join(f'{f.worker} session {f.session}' for f in files)}): pass worker= "
                                  f"(and session=) to choose one")
         return files[0]
+
+    def _sessions_holding(self, step: int, key: str | None, worker: str | None, mode: str | None,
+                          batch: int | None) -> str:
+        """Where the merged view has no dump of ``step`` holding ``key`` (None: any dump), the
+        sessions whose own dump of it does (a later session dumped the step without the tensor,
+        or a new training hides the session that dumped it), as a hint naming ``session=``."""
+        mode, _, batch = self._where(mode, worker, batch)
+        files = self.dump_index(mode=mode, worker=worker, session=ALL).get((int(step), int(batch or 0)), [])
+        found = []
+        for f in files:
+            try:
+                if key is None or key in self._header(f)[0] or key in self._aliases(f):
+                    found.append(f)
+            except DamagedFileError:
+                continue
+        if not found:
+            return ""
+        hidden = [f" (hidden: an earlier training, before the new training of session {self._hidden[k]})"
+                  if (k := (f.worker, f.session)) in self._hidden else "" for f in found]
+        names = ", ".join(f"session {f.session}{h}" for f, h in zip(found, hidden))
+        return f"; the dump of that step by {names} holds it: pass session={found[-1].session}"
 
     def check_dumps(self) -> int:
         """Read and check the header of every dump file (every session, worker and mode);
@@ -910,7 +977,10 @@ class Run:
             raise NoDumpError(f"{name!r} {why}, so it has no gradient (has_gradient=False)")
         key = f"{kind}/{name}"
         if key not in self.dump_keys(step, worker, mode=mode, batch=batch, session=session):
-            raise NoDumpError(f"the dump of step {step} holds no {kind} of {name!r}; see run.dump_keys({step})")
+            f = self._dump(step, worker, mode, batch, session)
+            later = self._sessions_holding(step, key, worker, mode, batch) if session is None else ""
+            raise NoDumpError(f"the dump of step {step} (session {f.session}) holds no {kind} of {name!r}{later}; "
+                              f"see run.dump_keys({step})")
         return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
@@ -989,7 +1059,7 @@ class Run:
         spans = self.sessions
         for (w, s), m in self.manifests.items():
             rec = m.get("first_nonfinite")
-            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
+            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) and (w, s) not in self._hidden \
                     and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
                 rec = {**rec, "worker": w, "session": s, "source": str(rec.get("source", "loss check"))}
                 later = spans[(spans["worker"] == w) & (spans["mode"] == m["mode"]) & (spans["session"] > s)

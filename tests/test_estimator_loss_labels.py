@@ -48,9 +48,9 @@ def _input_fn(labels: np.ndarray):
     return input_fn
 
 
-def _train(tmp_path, est, labels, oracle: Oracle):
+def _train(tmp_path, est, labels, oracle: Oracle, strict: bool = True):
     hook = DumpHook(tmp_path / "run", stats_every_n_steps=STEP, dump_every_n_steps=STEP, samples_per_group=N,
-                    strict=True)
+                    strict=strict)
     est.train(_input_fn(labels), hooks=[hook, oracle], steps=STEP)
     run = inspector.open_run(tmp_path / "run")
     assert run.steps == [STEP]
@@ -116,6 +116,21 @@ def test_linear_classifier_binary(tmp_path):
     y = _batch_labels(labels)[:, 0]
     # [N, 1] labels are class ids: positive = label != 0 (not "one-hot, all negative")
     _check_positive_count(run, _batch_labels(labels), logits[0], 1, y != 0)
+    # the weights' records have their gradient: the zero_fraction summary's cond reads them off the loss's path
+    assert run.variables["has_gradient"].all(), run.variables["gradient_note"].dropna().tolist()
+
+
+def test_dnn_regressor_whole_number_targets_are_refused(tmp_path, caplog):
+    """Counts 0..3 as float targets of a DNNRegressor: whole numbers, so label != 0 split them
+    into 'positive' = non-zero targets, with no hint of the regression head. Refused when the
+    hook is built, naming the head, as targets that are not whole numbers are refused."""
+    labels = np.random.default_rng(4).integers(0, 4, size=(4 * N, 1)).astype(np.float32)
+    est = tf.estimator.DNNRegressor([6], [tf.feature_column.numeric_column("x", shape=[D])],
+                                    model_dir=str(tmp_path / "model"))
+    with caplog.at_level(logging.ERROR, logger="tf_inspector"):
+        run = _train(tmp_path, est, labels, Oracle(STEP), strict=False)
+    assert "are regression targets (the EstimatorSpec's predictions are a regression head's" in caplog.text
+    assert set(run.stats["group"].astype(str)) == {"all"} and run.manifest["groups"] is None
 
 
 def test_keras_model_to_estimator(tmp_path):

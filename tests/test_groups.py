@@ -177,6 +177,39 @@ def test_float_labels_are_split_only_where_they_are_class_ids(tmp_path, caplog):
     assert set(run.stats["group"].astype(str)) == {"all"} and run.manifest["groups_refused"]["samples"] == 1
 
 
+@pytest.mark.parametrize("loss", ["squared error", "absolute error", "huber", "sigmoid cross entropy"])
+def test_whole_number_float_targets_of_a_regression_are_refused(tmp_path, caplog, loss):
+    """Counts 0..3 as float targets: whole numbers, so the run-time check let label != 0 split
+    them into 'positive' = non-zero targets, without a word. Labels the loss compares to
+    predictions by a squared or absolute difference are regression targets: refused when the
+    hook is built (an error naming the op and the fix, 'all' rows only). A classifier's float
+    {0, 1} labels keep their positive/negative groups."""
+    y = (Y % 2 if loss == "sigmoid cross entropy" else Y).astype(np.float32)
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [None, D], name="x")
+        labels = v1.placeholder(tf.float32, [None], name="y")
+        w = v1.get_variable("w", initializer=RNG.normal(size=(D, 1)).astype(np.float32))
+        pred = tf.reshape(tf.matmul(x, w), [-1], name="pred")
+        value = {"squared error": lambda: tf.reduce_mean(tf.square(pred - labels)),
+                 "absolute error": lambda: v1.losses.absolute_difference(labels, pred),
+                 "huber": lambda: v1.losses.huber_loss(labels, pred),
+                 "sigmoid cross entropy": lambda: tf.reduce_mean(
+                     tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=pred))}[loss]()
+        train = v1.train.GradientDescentOptimizer(0.01).minimize(value, global_step=v1.train.get_or_create_global_step())
+        hook = DumpHook(tmp_path / "run", loss=value, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1)
+        with caplog.at_level(logging.ERROR, logger="tf_inspector"), v1.train.MonitoredTrainingSession(hooks=[hook]) as s:
+            s.run(train, feed_dict={x: X, labels: y})
+    run = inspector.open_run(tmp_path / "run")
+    groups = set(run.stats["group"].astype(str))
+    if loss == "sigmoid cross entropy":
+        assert groups == {"all", "positive", "negative"} and not caplog.text
+        return
+    op = {"squared error": "Square", "absolute error": "Abs", "huber": "Abs"}[loss]
+    assert groups == {"all"} and run.manifest["groups"] is None
+    assert "labels y:0 are regression targets (the loss is computed from " in caplog.text
+    assert f", a {op} of them)" in caplog.text and "Pass positive=lambda y: y > threshold" in caplog.text
+
+
 def test_class_id_out_of_range_refused(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="tf_inspector"):
         _train(tmp_path / "run", groups="per_class", num_classes=3)  # Y holds class 3

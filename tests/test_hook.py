@@ -582,6 +582,26 @@ def test_the_hook_runs_no_assignment_training_does_not(tmp_path):
     assert "AssignMovingAvg/after:0" in run.tensors.index and run.steps == [1, 2, 3]
 
 
+def test_the_skip_reason_of_a_racy_read_says_where_its_value_is():
+    """A read off the loss's path of a variable the step updates is skipped; the reason points
+    at the variable's record, which holds the value the step used. A non-trainable variable (a
+    moving mean) has no record: its reason says so instead of pointing at a record that is not
+    there."""
+    with tf.Graph().as_default() as g:
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="y")
+        moving = v1.get_variable("bn/moving_mean", [], tf.float32, initializer=v1.zeros_initializer(),
+                                 trainable=False, use_resource=True)
+        update = moving.assign(0.9 * moving + 0.1 * tf.reduce_mean(x), read_value=False)
+        loss = conv_net(x, y)
+        with tf.control_dependencies([update]):
+            v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_or_create_global_step())
+        sel = capture.select_tensors(g, loss=loss, fetched=True)
+    assert "the variable's record holds the value the step used" in sel.reasons["conv1/w/Read/ReadVariableOp:0"]
+    why = sel.reasons["bn/moving_mean/Read/ReadVariableOp:0"]
+    assert "not trainable, so it has no variable record" in why and "record holds" not in why
+
+
 def test_a_read_in_no_order_with_the_update_is_not_captured(tmp_path):
     """Found by a review: a variable's own Read/ReadVariableOp (its graph element, which the
     forward pass does not use) is in no order with the optimizer's update in the same run; its

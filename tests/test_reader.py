@@ -260,8 +260,14 @@ def test_query_stats_filters(tmp_path):
 def test_not_a_run(tmp_path):
     with pytest.raises(inspector.NotARunError, match="not a run directory"):
         inspector.open_run(tmp_path)
-    with pytest.raises(inspector.NotARunError, match="not a directory"):
+    with pytest.raises(inspector.NotARunError, match="missing does not exist"):
         inspector.open_run(tmp_path / "missing")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(inspector.NotARunError, match="file is not a directory"):
+        inspector.open_run(tmp_path / "file")
+    # an object-store prefix holding nothing is no "directory" to be or not to be: it says so
+    with pytest.raises(inspector.NotARunError, match="holds no object .the prefix does not exist"):
+        inspector.open_run("memory://tfi-no-such-bucket/runs/x")
     write_run(tmp_path / "inner")
     with pytest.raises(inspector.NotARunError, match="inner"):
         inspector.open_run(tmp_path)  # a folder of runs: the error names the runs inside

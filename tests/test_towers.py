@@ -43,10 +43,10 @@ def _tower(i: int, x: tf.Tensor, y: tf.Tensor, w1, w2) -> tf.Tensor:
         return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
 
 
-def _train(run_dir, cut: str, names: list[str], **kw) -> dict:
+def _train(run_dir, cut: str, names: list[str], given=None, **kw) -> dict:
     """Two towers over one batch, cut by ``cut``: 'split' (tf.split in halves), 'splitv'
     (tf.split into 6 and 10), 'slice' (x[:8], x[8:]: not traced), 'feeds' (a placeholder per tower,
-    labels given per tower)."""
+    labels given per tower). ``given(ys)``: more hook arguments, from the towers' labels."""
     with tf.Graph().as_default():
         w1 = v1.get_variable("w1", initializer=RNG.normal(size=(D, H)).astype(np.float32))
         w2 = v1.get_variable("w2", initializer=RNG.normal(size=(H, 2)).astype(np.float32))
@@ -65,6 +65,7 @@ def _train(run_dir, cut: str, names: list[str], **kw) -> dict:
             else:
                 sizes = 2 if cut == "split" else [6, 10]
                 xs, ys = tf.split(x, sizes), tf.split(y, sizes)
+        kw.update(given(ys) if given is not None else {})
         loss = tf.add_n([_tower(i, xs[i], ys[i], w1, w2) for i in range(2)]) / 2
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
         oracle = Oracle(names)
@@ -105,6 +106,40 @@ def test_split_towers_grouped_by_their_own_samples(tmp_path, cut, first):
     np.testing.assert_allclose(run.tensor("tower_1/hidden:0", 1), seen["tower_1/hidden:0"][index], rtol=1e-6)
 
 
+@pytest.mark.parametrize("tower", [0, 1])
+def test_one_towers_labels_group_every_tower_by_its_own(tmp_path, caplog, tower):
+    """labels= one tower's labels (a tf.split of the batch's): grouping the other tower by them
+    left it no sample in any group (its tensors dumped with 0 rows) or another tower's groups.
+    The labels they were split from group every tower by its own samples."""
+    names = ["x:0", "tower_0/hidden:0", "tower_1/hidden:0"]
+    with caplog.at_level(logging.INFO, logger="tf_inspector"):
+        seen = _train(tmp_path / "run", "split", names, given=lambda ys: {"labels": ys[tower]})
+    assert "grouping by y:0, the labels they were split from" in caplog.text
+    run = inspector.open_run(tmp_path / "run")
+    _check(run, "x:0", seen["x:0"], Y != 0)
+    _check(run, "tower_0/hidden:0", seen["tower_0/hidden:0"], Y[:8] != 0)
+    _check(run, "tower_1/hidden:0", seen["tower_1/hidden:0"], Y[8:] != 0)
+    np.testing.assert_allclose(run.tensor("tower_1/hidden:0", 1), seen["tower_1/hidden:0"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["positive tensor", "computed after the split"])
+def test_one_towers_labels_that_cannot_group_the_others_are_warned(tmp_path, caplog, how):
+    """One tower's labels whose groups are fixed for that tower (positive= a tensor of them), or
+    labels computed from one tower's part: the other towers cannot be grouped by them. A warning
+    names the cause and the fix; every tensor has statistics for 'all' only, and each dump keeps
+    its first samples (tower 1's were dumped with 0 rows)."""
+    given = ((lambda ys: {"labels": ys[0], "positive": tf.equal(ys[0], 1)}) if how == "positive tensor" else
+             (lambda ys: {"labels": tf.identity(ys[0], name="labels_0")}))
+    with caplog.at_level(logging.WARNING, logger="tf_inspector"):
+        _train(tmp_path / "run", "split", [], given=given)
+    want = ("their groups were given for that part only (positive= a tensor): the other towers' samples have none"
+            if how == "positive tensor" else "labels_0:0 are computed from split:0, one tower's part of the batch")
+    assert want in caplog.text and "labels={scope: labels} per tower" in caplog.text
+    run = inspector.open_run(tmp_path / "run")
+    assert set(run.stats["group"].astype(str)) == {"all"}
+    assert run.tensor("tower_1/hidden:0", 1).shape[0] == N // 2   # the budget (2 x 16 ungrouped) keeps its 8
+
+
 def test_explicit_tower_labels(tmp_path):
     names = ["tower_0/hidden:0", "tower_1/hidden:0"]
     seen = _train(tmp_path / "run", "feeds", names)
@@ -121,7 +156,8 @@ def test_unresolved_towers_get_no_groups_and_a_warning(tmp_path, caplog):
     run = inspector.open_run(tmp_path / "run")
     groups = run.query_stats(["tower_1/hidden:0"], kinds=["forward"])["group"].astype(str)
     assert set(groups) == {"all"}
-    assert "tower_1/hidden:0" in caplog.text and "part of the batch" in caplog.text
+    # the warning names the op where the rows stopped being the batch's, not a generic guess
+    assert "tower_1/hidden:0" in caplog.text and "(StridedSlice: takes some rows of x:0" in caplog.text
     assert not run.tensors.loc["tower_1/hidden:0", "batched"]
     # the whole batch's tensors keep their groups
     assert set(run.query_stats(["x:0"], kinds=["forward"])["group"].astype(str)) == {"all", "positive", "negative"}

@@ -168,6 +168,30 @@ def test_a_variable_read_by_another_op_type_says_why_it_has_no_gradient(tmp_path
         run.tensor("w", 1, "gradient")
 
 
+def test_a_read_inside_a_cond_off_the_loss_path_keeps_the_gradient(tmp_path):
+    """Canned linear models: their ``zero_fraction`` summary reads each weight inside a TF2 cond
+    (an ``If`` op taking the handle), which the loss is not computed from, so it adds nothing to
+    d loss / d variable. The record sums the other reads, as tf.gradients(loss, w) does."""
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 4], name="x")
+        w = v1.get_variable("w", [4, 3], initializer=v1.random_normal_initializer(seed=5))
+        loss = tf.reduce_mean(tf.square(tf.matmul(x, w))) + tf.nn.l2_loss(w)
+        tf.cond(tf.reduce_sum(x) > 0, lambda: tf.math.zero_fraction(w), lambda: tf.constant(0.0), name="fraction")
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        oracle = tf.gradients(loss, w)[0]
+        assert any(op.type in ("If", "StatelessIf") and w.handle in list(op.inputs)
+                   for op in v1.get_default_graph().get_operations())
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, strict=True)
+        feed = {x: np.random.default_rng(0).normal(size=(BATCH, 4)).astype(np.float32)}
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            want = sess.run_step_fn(lambda step_context: step_context.session.run(oracle, feed))
+            sess.run(train_op, feed)
+    run = inspector.open_run(tmp_path / "run")
+    assert run.variables.loc["w", "has_gradient"]
+    np.testing.assert_allclose(run.tensor("w", 1, "gradient"), want, rtol=1e-5, atol=1e-7)
+
+
 def test_update_snapshots_stay_private_to_each_hook(tmp_path):
     """The values before a step live in snapshot variables: in no collection (so never saved,
     initialised or waited for by a Scaffold), named apart per hook and worker (a parameter
@@ -194,3 +218,30 @@ def test_update_snapshots_stay_private_to_each_hook(tmp_path):
     for name in ("a", "b"):
         np.testing.assert_allclose(inspector.open_run(tmp_path / name).tensor(w.op.name, 1, "update"),
                                    after - before, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_a_sparse_features_float_values_get_their_gradient(tmp_path, share):
+    """A SparseTensor from an input pipeline (weighted sparse columns of canned linear models):
+    its float values come out of DeserializeSparse, which has no gradient function; tf.gradients
+    raised LookupError on reaching it and the hook disabled itself. The values' gradient (and
+    the weights') are recorded, from the optimizer's pass or the hook's own."""
+    idx = np.array([[0, 1], [1, 0], [1, 3], [2, 2]], np.int64)
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        dense = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+        ds = tf.data.Dataset.from_tensors((dense, tf.SparseTensor(idx, [0.5, 2.0, -1.0, 3.0], [3, 4]))).repeat()
+        x, sp = v1.data.make_one_shot_iterator(ds).get_next()   # one op's outputs: x is captured too
+        w = v1.get_variable("w", [4, 2], initializer=v1.random_normal_initializer(seed=5))
+        loss = tf.reduce_sum(tf.square(tf.sparse.sparse_dense_matmul(sp, w) + tf.matmul(x, w)), name="loss")
+        train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+        oracle = tf.gradients(loss, [sp.values, w])
+        hook = DumpHook(tmp_path / "run", loss=loss, stats_every_n_steps=1, dump_every_n_steps=1, strict=True,
+                        share_gradients=share)
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            want = sess.run_step_fn(lambda step_context: step_context.session.run(oracle))
+            sess.run(train_op)
+    run = inspector.open_run(tmp_path / "run")
+    (values,) = [n for n in run.tensors.index if run.tensors.loc[n, "op_type"] == "DeserializeSparse"]
+    np.testing.assert_allclose(run.tensor(values, 1, "gradient"), want[0], rtol=1e-6)
+    np.testing.assert_allclose(run.tensor("w", 1, "gradient"), want[1], rtol=1e-6)

@@ -37,6 +37,7 @@ from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
 from inspector.safepath import real  # noqa: E402
 from inspector.storage import is_url  # noqa: E402
+from inspector.trainings import view_note  # noqa: E402
 from viewer import browser, compare, data, distributions, featuremaps, graph, history, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
@@ -184,6 +185,9 @@ def view_picker(path: str, sig: tuple) -> tuple:
     batch = None
     if mode != "train":
         batch = int(sb.number_input("Batch of each evaluation", min_value=0, value=0, step=1, key="batch"))
+    note = view_note(sessions, mode, worker or run._default_for(mode))
+    if note:   # which session each step of the curves is from; an earlier training hidden
+        sb.caption(plain(note))
     return data.with_view(sig, mode, worker, batch)
 
 
