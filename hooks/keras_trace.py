@@ -312,7 +312,7 @@ class ProbeGraph:
         gid = self._groups(y, outputs)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         if gid is not None:
-            self._warn_groups_lost(axis, x, outputs)
+            self._warn_groups_lost(axis, x, outputs, tensors)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
         # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
@@ -355,22 +355,31 @@ class ProbeGraph:
             out.update(self._dump(everything, gid, labels, x))
         return out
 
-    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs) -> None:
-        """Warn (once) where the batch axis is lost before the model's output: from there on
-        tensors have ``all`` rows only and are dumped whole (found by a red team: after an LSTM,
-        and under tf.keras 2.15 after a LayerNormalization or a Dense on sequences, the logits
-        had no positive/negative rows, with no word)."""
+    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs, tensors: Sequence[tf.Tensor]) -> None:
+        """Warn (once) where the batch axis leaves axis 0: tensors from there have ``all`` rows only
+        and are dumped whole (found by a red team: after an LSTM, and under tf.keras 2.15 after a
+        LayerNormalization or a Dense on sequences, the logits had no positive/negative rows,
+        with no word). Where it comes back (``batch_axis``: a reshape undoing a merge, a
+        transpose back from time-major) the tensors after it have their groups again, and the
+        warning names the ops in between; where it does not reach the model's output, it says so."""
         outputs = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
         inputs = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor)]
         if self._warned_groups or not any(map(axis.is_batched, inputs)):
             return
-        lost = axis.lost_at(outputs)
+        lost, moved = axis.lost_at(outputs), axis.moved_at(tensors)
+        if not (lost or moved):
+            return
+        self._warned_groups = True
         if lost:
-            self._warned_groups = True
             log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging the batch with "
                         "another axis): the tensors after it, the model's output included, have group 'all' rows "
                         "only and are dumped whole; where axis 0 of such tensors is the batch, name them with "
-                        "batched=", self.model.name, ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
+                        "batched=", self.model.name, _listed(lost))
+        else:
+            log.warning("the batch axis of %s leaves axis 0 at %s (a reshape merging the batch with time, a "
+                        "time-major transpose) and comes back before the output: the %d tensors in between have "
+                        "group 'all' rows only and are dumped whole; those after it have their groups",
+                        self.model.name, _listed(moved), sum(axis.moved_at([t]) != [] for t in tensors))
 
     def _groups(self, y, predictions) -> capture.Groups | None:
         """The sample groups of this batch (``groups=``, ``positive=``), built in the graph, and
@@ -477,6 +486,10 @@ class ProbeGraph:
         if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
             samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         return {"dump": dump, "samples": samples}
+
+
+def _listed(names: Sequence[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
 
 
 def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) -> list:
