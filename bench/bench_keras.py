@@ -28,28 +28,37 @@ a session-17 trial had one model's steps 20% faster than another's over a whole 
 ``ratio to plain`` (another model's plain fit) carries that spread into every row; ``ratio to
 own plain`` does not (its ``plain`` row: plain against plain, the noise floor).
 
+For the statistics rows, ``read floor``: plain's step plus one read of every byte the step
+captures (each captured tensor and its gradient at the batch size, or the probe's) at the
+memory bandwidth measured here (``bench_hook.memory_bandwidth``: numpy, one core), over
+plain's step: a lower bound the statistics step cannot go below (it leaves out the fusions
+Grappler cannot make once an intermediate tensor is read).
+
 Besides the step times, the callback's own time: every call of its batch methods and
 ``on_train_end`` is timed, per step (``callback ms/step``), and ``1 + callback/plain`` is the
 ratio that time alone gives. For the idle callback that is the cost to read: 100-step blocks
 of two identical plain models differ by several percent here (row ``plain (twin)``), more than
 the 2% the idle target allows.
 
-Configurations (probe: ``--probe`` fixed samples, default 32, the batch size):
+Configurations, each with both sources: the default, the training step itself (no suffix or
+``/train-batch``: the capture inside fit's own train step, on its batch, no second pass), and
+``/probe`` (``--probe`` fixed samples, default 32, the batch size, run after the step's update):
 
 1. ``plain``: fit without callbacks; ``plain (twin)``: a second, identical plain model (the
    noise between configurations).
-2. ``idle``: InspectCallback attached, on steps where it neither computes statistics nor dumps.
-3. ``defaults``: InspectCallback's defaults (statistics every 100 steps, a dump of 2 samples
-   per group every 1000), amortised: a block is 100 steps, so it holds one statistics step;
-   a dump is added with its frequency: ``t(defaults) + (t(dump-2/grp) - t(idle)) / 1000``.
-4. ``stats-every``: statistics on every step.
-5. ``dump-full``: every op's forward value and gradient for every probe sample, every step.
-6. ``dump-2/grp``: the default dump (2 positive + 2 negative samples) every step (for 3).
-7. ``idle/train-batch``, ``stats-every/train-batch``: as 2 and 4 with ``source="train_batch"``
-   (the capture inside fit's own train step, on its batch: no probe, no second forward pass).
-   ``stats-every/tb/no-input``: the latter with the input images excluded (``exclude=``, their
+2. ``idle``, ``idle/probe``: InspectCallback attached, on steps where it neither computes
+   statistics nor dumps.
+3. ``defaults``, ``defaults/probe``: InspectCallback's defaults (statistics every 100 steps, a
+   dump of 2 samples per group every 1000), amortised: a block is 100 steps, so it holds one
+   statistics step; a dump is added with its frequency: ``t(defaults) + (t(dump-2/grp) -
+   t(idle)) / 1000`` (the ``/probe`` rows for ``defaults/probe``).
+4. ``stats-every/train-batch``, ``stats-every/probe``: statistics on every step.
+   ``stats-every/tb/no-input``: the former with the input images excluded (``exclude=``, their
    value and their gradient): what ``d loss / d input``, the one gradient plain training never
    computes, costs a statistics step.
+5. ``dump-full/probe``: every op's forward value and gradient for every probe sample, every step.
+6. ``dump-2/grp``, ``dump-2/grp/probe``: the default dump (2 positive + 2 negative samples)
+   every step (for 3).
 8. ``tensorboard``: ``keras.callbacks.TensorBoard(histogram_freq=1)``: weight histograms once
    per epoch (a block is one epoch); it records no activations or gradients.
 9. ``debugger-v2``: ``tf.debugging.experimental.enable_dump_debug_info(...,
@@ -81,6 +90,7 @@ try:
 except ImportError:  # run as `python bench/bench_keras.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from bench.common import format_table
+from bench.bench_hook import memory_bandwidth  # noqa: E402 - after the path set-up
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
@@ -158,22 +168,25 @@ def data(n: int = 512):
 
 
 def configs(root: Path, probe) -> dict[str, list]:
-    def cb(name, **kw):
-        return [InspectCallback(root / name, probe=probe, **kw)]
+    def cb(name, **kw):   # a fixed probe batch, run after the step's update
+        return [InspectCallback(root / name, probe=probe, source="probe", **kw)]
 
-    def tb(name, **kw):  # the step's own batch, captured inside the step (source="train_batch")
-        return [InspectCallback(root / name, source="train_batch", **kw)]
+    def tb(name, **kw):   # the default: the step's own batch, captured inside the step
+        return [InspectCallback(root / name, **kw)]
     never = dict(stats_every_n_steps=0, dump_every_n_steps=0)
     return {
         "plain": [],
         "plain (twin)": [],   # a second plain model: how far two identical configurations differ here
-        "idle": cb("idle", **never),
-        "defaults": cb("defaults"),
-        "stats-every": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
-        "dump-full": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1, samples_per_group=len(probe[0])),
-        "dump-2/grp": cb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
-        "idle/train-batch": tb("idle-tb", **never),
+        "idle": tb("idle", **never),
+        "idle/probe": cb("idle-probe", **never),
+        "defaults": tb("defaults"),
+        "defaults/probe": cb("defaults-probe"),
         "stats-every/train-batch": tb("stats-every-tb", stats_every_n_steps=1, dump_every_n_steps=0),
+        "stats-every/probe": cb("stats-every", stats_every_n_steps=1, dump_every_n_steps=0),
+        "dump-full/probe": cb("dump-full", stats_every_n_steps=0, dump_every_n_steps=1,
+                              samples_per_group=len(probe[0])),
+        "dump-2/grp": tb("dump-2grp", stats_every_n_steps=0, dump_every_n_steps=1),
+        "dump-2/grp/probe": cb("dump-2grp-probe", stats_every_n_steps=0, dump_every_n_steps=1),
         # the same with the input images left out: their gradient is the one backward op
         # training never runs (a backward-data convolution to 3 channels); what that costs
         "stats-every/tb/no-input": tb("stats-every-tb-no-input", stats_every_n_steps=1, dump_every_n_steps=0,
@@ -203,6 +216,19 @@ class CallbackClock:
             finally:
                 self.seconds += time.perf_counter() - t
         return wrapper
+
+
+def captured_bytes(callbacks: list) -> int:
+    """What one statistics step of the callback in ``callbacks`` reads: every captured tensor and
+    gradient, a training batch's unknown batch axis taken as ``BATCH`` (0: no callback)."""
+    graph = next((cb._graph for cb in callbacks if isinstance(cb, InspectCallback)), None)
+    if graph is None:
+        return 0
+    total = 0
+    for t in (t for c in graph.captured for t in (c.tensor, c.gradient) if t is not None):
+        dims = [BATCH if d is None else d for d in t.shape.as_list()] if t.shape.rank is not None else [1]
+        total += int(np.prod(dims, dtype=np.int64)) * t.dtype.size
+    return total
 
 
 def measure(names, models, callbacks, ds, reps: int, block: int, root: Path,
@@ -266,7 +292,8 @@ def main(argv=None) -> None:
     ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
     ap.add_argument("--configs", nargs="+", metavar="NAME",
-                    help="only these configurations (plain always; 'defaults' brings 'idle' and 'dump-2/grp')")
+                    help="only these configurations (plain always; 'defaults' brings 'idle' and 'dump-2/grp', "
+                         "'defaults/probe' their '/probe' rows)")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.block = 1, 4
@@ -282,7 +309,9 @@ def main(argv=None) -> None:
             unknown = set(args.configs) - set(callbacks)
             if unknown:
                 ap.error(f"unknown configurations {sorted(unknown)}; known: {sorted(callbacks)}")
-            wanted = {"plain", *args.configs} | ({"idle", "dump-2/grp"} if "defaults" in args.configs else set())
+            wanted = {"plain", *args.configs} | {f"{part}{suffix}" for suffix in ("", "/probe")
+                                                  if f"defaults{suffix}" in args.configs
+                                                  for part in ("idle", "dump-2/grp")}
             callbacks = {n: cb for n, cb in callbacks.items() if n in wanted}
         models = {name: build_model(kind=args.model) for name in callbacks}
         clocks = {name: CallbackClock(cbs) for name, cbs in callbacks.items()}
@@ -299,24 +328,30 @@ def main(argv=None) -> None:
     med = {n: float(np.median(t)) for n, t in times.items()}
     # each block over the same model's plain block beside it: no model-to-model spread
     own = {n: float(np.median(np.asarray(times[n]) / np.asarray(paired[n]))) for n in times}
-    if "defaults" in med:
-        dump = (med["dump-2/grp"] - med["idle"]) / 1000   # one default dump per 1000 steps
-        med["defaults"] += dump
-        own["defaults"] += dump / float(np.median(paired["defaults"]))
+    for suffix in ("", "/probe"):
+        if f"defaults{suffix}" in med:   # one default dump per 1000 steps
+            dump = (med[f"dump-2/grp{suffix}"] - med[f"idle{suffix}"]) / 1000
+            med[f"defaults{suffix}"] += dump
+            own[f"defaults{suffix}"] += dump / float(np.median(paired[f"defaults{suffix}"]))
     base = med["plain"]
     spent = {n: float(np.median(c.spent)) if c.spent else 0.0 for n, c in clocks.items()}
-    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{own[n]:.3f}", f"{1e3 * spent[n]:.3f}",
+    bandwidth = memory_bandwidth()
+    floor = {n: f"{(base + captured_bytes(callbacks[n]) / bandwidth) / base:.3f}" if n.startswith("stats-every")
+             else "-" for n in med}
+    rows = [(n, f"{1e3 * med[n]:.2f}", f"{med[n] / base:.3f}", f"{own[n]:.3f}", floor[n], f"{1e3 * spent[n]:.3f}",
              f"{1 + spent[n] / base:.3f}") for n in med]
     if dbg:
         d = {n: float(np.median(t)) for n, t in dbg.items()}
-        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000", "-", "-", "-"))
+        rows.append(("plain (debugger segment)", f"{1e3 * d['plain']:.2f}", "1.000", "-", "-", "-", "-"))
         dbg_ratio = d["debugger-v2"] / d["plain"]
-        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}", "-", "-", "-"))
+        rows.append(("debugger-v2 FULL_HEALTH", f"{1e3 * d['debugger-v2']:.2f}", f"{dbg_ratio:.3f}", "-", "-", "-",
+                     "-"))
     print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; model {args.model}, "
           f"batch {BATCH}, probe {args.probe}; {args.reps} reps of {args.block}-step blocks; median ms per step; "
-          f"callback ms/step: inside the callback's batch methods and on_train_end, per step")
-    print(format_table(rows, ["config", "ms/step", "ratio to plain", "ratio to own plain", "callback ms/step",
-                              "1 + callback/plain"]))
+          f"callback ms/step: inside the callback's batch methods and on_train_end, per step; read floor at "
+          f"{bandwidth / 1e9:.1f} GB/s (numpy, one read, one core)")
+    print(format_table(rows, ["config", "ms/step", "ratio to plain", "ratio to own plain", "read floor",
+                              "callback ms/step", "1 + callback/plain"]))
 
 
 if __name__ == "__main__":

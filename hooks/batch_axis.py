@@ -25,6 +25,19 @@ order outside v1 while loops):
 Tensors with no batched input (variables, biases, constants) are never batched, whatever
 their shape: 8 filters with a batch of 8 are told apart.
 
+**Batch moved off axis 0, and back.** A reshape merging the batch with the axes after it
+(``[B, T, F] -> [B*T, F]``: ``TimeDistributed`` under tf.keras, a layer folding time into the
+batch) makes a *merged* tensor, each sample's rows a contiguous run of ``k`` rows; a transpose
+putting the batch on axis 1 (``[B, T, F] -> [T, B, F]``: a time-major loop, Keras 3's
+``TimeDistributed``) or a stack of batched tensors on axis 0 makes a *time-major* one. Neither is
+batched (its rows are not samples: ``all`` rows only, dumped whole; :meth:`BatchAxis.moved_at`
+names the ops), but the trace carries them: row-keeping ops (the rules above, elementwise ops
+only for time-major tensors) keep the state, and the batch is back on axis 0 after a reshape
+of a merged tensor to ``k`` times its per-row size (or to a shape starting with a batched
+tensor's ``tf.shape(x)[0]``), a transpose of a time-major one putting axis 1 first, and a
+time step taken from it (``x[t]``, an unstack along axis 0). Only whole-batch tensors are
+carried (a tower's slice is not).
+
 **Towers.** ``tf.split`` on axis 0 of a batched tensor (multi-tower training) makes each
 output batched over *its slice* of the batch: the trace keeps, per batched tensor, the chain
 of splits it came through (:meth:`BatchAxis.slice_of`: () for the whole batch), so a tower's
@@ -83,6 +96,9 @@ class BatchAxis:
         self._slice: dict[str, Slice] = {}   # batched tensor -> its slice of the batch
         self._partial: set[str] = set()      # part of the batch, not traced: unresolved
         self._split_ops: dict[tuple, str] = {}  # a split's signature -> the first split op with it
+        #: tensors whose batch is off axis 0: ("merged", rows per sample, op) or ("time_major", 1, op),
+        #: op the one that moved it (module docstring)
+        self._moved: dict[str, tuple[str, int, str]] = {}
         self._graph = graph
         for op in graph.get_operations():
             self._trace(op)
@@ -104,6 +120,12 @@ class BatchAxis:
     def unresolved(self, t: tf.Tensor) -> bool:
         """``t`` is per-sample over a part of the batch the trace cannot map to the labels."""
         return t.name in self._partial
+
+    def moved_at(self, tensors: Iterable[tf.Tensor]) -> list[str]:
+        """The ops that moved the batch off axis 0 (a merging reshape, a time-major transpose or
+        stack) for those of ``tensors`` whose batch is off axis 0, in first-seen order."""
+        ops = [self._moved[t.name][2] for t in tensors if t.name in self._moved]
+        return list(dict.fromkeys(ops))
 
     def lost_at(self, outputs: Iterable[tf.Tensor]) -> list[str]:
         """The ops where axis 0 stopped being the batch on the way to ``outputs`` that are not
@@ -128,6 +150,7 @@ class BatchAxis:
     def _trace(self, op: tf.Operation) -> None:
         outs = self._op_outputs(op)
         split = self._split_axis0(op)
+        moved = self._moved_outputs(op) if not any(outs) else [None] * len(op.outputs)
         for i, (t, b) in enumerate(zip(op.outputs, outs)):
             if split is not None:
                 if self._override(t, True):
@@ -137,6 +160,8 @@ class BatchAxis:
             if not self._override(t, b):
                 if self._override(t, self._partial_out(op, i)):
                     self._partial.add(t.name)
+                elif moved[i] is not None and not (self._cut and any(p.search(t.name) for p in self._cut)):
+                    self._moved[t.name] = moved[i]
                 continue
             slices = {self._slice.get(x.name, ()) for x in op.inputs if self.is_batched(x)}
             slices |= _shape_slices(op, self)
@@ -185,8 +210,57 @@ class BatchAxis:
         if op.type in SHAPED:  # the batch may come from the shape operand alone
             return SHAPED[op.type](op, self.is_batched)
         if op.type in NEVER or not any(self.is_batched(x) for x in op.inputs):
-            return [False] * len(op.outputs)
+            return self._restored(op) or [False] * len(op.outputs)
         return RULES.get(op.type, same_leading)(op, self.is_batched)
+
+    def _restored(self, op: tf.Operation) -> list[bool] | None:
+        """Outputs that put a moved batch back on axis 0 (module docstring), or None."""
+        x = op.inputs[0] if op.inputs else None
+        state = self._moved.get(x.name) if x is not None else None
+        if state is None:
+            return None
+        kind, rows, _ = state
+        out = op.outputs[0]
+        if kind == "merged" and op.type == "Reshape":
+            a, c = _per_sample(x), _per_sample(out)
+            back = (a is not None and c is not None and c == rows * a) or \
+                _leads_with_batch(op.inputs[1], self.is_batched)
+            return [back and bool(out.shape.rank)]
+        if kind != "time_major":
+            return None
+        if op.type in ("Transpose", "ConjugateTranspose"):
+            perm = _const(op.inputs[1])
+            return [perm is not None and perm.size > 1 and int(perm[0]) == 1 and int(perm[1]) == 0]
+        if op.type == "StridedSlice":   # x[t]: one time step, [B, ...]
+            masks = _attr(op, "shrink_axis_mask", 0), _attr(op, "new_axis_mask", 0) | _attr(op, "ellipsis_mask", 0)
+            return [bool(masks[0] & 1) and not masks[1] & 1 and bool(out.shape.rank)]
+        if op.type == "Unpack" and _axis(_attr(op, "axis", 0), x.shape.rank) == 0:
+            return [bool(o.shape.rank) for o in op.outputs]
+        return None
+
+    def _moved_outputs(self, op: tf.Operation) -> list[tuple[str, int, str] | None]:
+        """Per output: the moved-batch state it gets (module docstring), or None."""
+        none: list[tuple[str, int, str] | None] = [None] * len(op.outputs)
+        if op.type in NEVER or not op.outputs:
+            return none
+        whole = [x for x in op.inputs if self.is_batched(x) and not self.slice_of(x)]
+        made = _moving(op, whole)
+        if made is not None:
+            return [(made[0], made[1], op.name)] + none[1:]
+        states = {self._moved[x.name] for x in op.inputs if x.name in self._moved}
+        if len(states) != 1 or any(self.is_batched(x) for x in op.inputs) or op.type in SHAPED:
+            return none
+        state = states.pop()
+
+        def same(x: tf.Tensor) -> bool:
+            return self._moved.get(x.name) == state
+        if state[0] == "merged":   # rows stay rows through the axis-0 rules
+            rule = RULES.get(op.type, same_leading)
+        elif op.type in RULES and op.type not in ("BatchMatMulV2", "BatchMatMulV3"):
+            return none            # time-major: elementwise ops only (a reduction over axis 1 is over the batch)
+        else:
+            rule = same_leading
+        return [state if keep else None for keep in rule(op, same)]
 
     def _override(self, t: tf.Tensor, batched: bool) -> bool:
         batched = batched or t.name in self._sources
@@ -221,6 +295,28 @@ def _shape_slices(op: tf.Operation, axis: BatchAxis, depth: int = 4) -> set:
         elif d > 0:
             stack += [(x, d - 1) for x in t.op.inputs]
     return found
+
+
+def _moving(op: tf.Operation, whole: list[tf.Tensor]) -> tuple[str, int] | None:
+    """(kind, rows per sample) where ``op`` moves a whole-batch input's batch off axis 0: a
+    reshape to a divisor of its per-sample size (merged), a transpose swapping axes 0 and 1
+    or a stack of batched tensors along axis 0 (time-major)."""
+    names = {t.name for t in whole}
+    if not names:
+        return None
+    out = op.outputs[0]
+    x = op.inputs[0]
+    if op.type == "Reshape" and x.name in names and (out.shape.rank or 0) >= 1:
+        a, c = _per_sample(x), _per_sample(out)
+        if a is not None and c and c < a and a % c == 0:
+            return "merged", a // c
+    if op.type in ("Transpose", "ConjugateTranspose") and x.name in names:
+        perm = _const(op.inputs[1])
+        if perm is not None and perm.size > 1 and int(perm[0]) == 1 and int(perm[1]) == 0:
+            return "time_major", 1
+    if op.type == "Pack" and _axis(_attr(op, "axis", 0), out.shape.rank) == 0 and len(whole) == len(op.inputs):
+        return "time_major", 1
+    return None
 
 
 # ---- rules: op -> batched per output, given which inputs are batched ---------------------------

@@ -3,21 +3,24 @@
 Example (tf.keras 2.15 or Keras 3 on the latest TensorFlow)::
 
     from hooks.keras import InspectCallback
-    cb = InspectCallback("runs/keras1", probe=(x_val[:32], y_val[:32]),
-                         stats_every_n_steps=10, dump_every_n_steps=100)
+    cb = InspectCallback("runs/keras1", stats_every_n_steps=10, dump_every_n_steps=100)
     model.fit(x, y, epochs=3, callbacks=[cb])
     # python -m inspector info runs/keras1   |   streamlit run app.py -- runs/
 
-On a sampled step the callback runs the model and its compiled loss on a fixed probe batch,
-traced once into a graph where the hook's capture machinery (``hooks.capture``,
-``hooks.fast_stats``) selects every op's output, builds ``d loss / d output`` with one
-``tf.gradients`` and computes the statistics in the graph (``hooks/keras_trace.py``). Steps
-are ``optimizer.iterations`` after the step's update (the first step is 1; after a new
-``compile()`` they continue rather than start over, see ``_continue_steps``); the values are
-those of the model the step produced (the weights a checkpoint at that step holds). On other
-steps the callback does nothing but count. With ``source="train_batch"`` the same capture is
-built into ``fit``'s own train step instead (``hooks/keras_step.py``): the step's own batch,
-forward values and gradients, no second pass.
+By default (``source="train_batch"``) the capture is built into ``fit``'s own train step
+(``hooks/keras_step.py``): on a sampled step the step's own batch, its forward values on the
+weights before its update and the gradients that update was computed from, in the same
+backward pass; other steps run the model's own train function. Where that cannot be exact
+(``hooks/keras_source.py``: XLA, ``run_eagerly``, several replicas, a custom ``train_step`` the
+capture refuses) the callback falls back to the probe, with a warning saying why. With the
+probe (``probe=`` a fixed batch, or the fallback), on a sampled step the callback runs the model
+and its compiled loss on that batch after the step's update, traced once into a graph where the
+hook's capture machinery (``hooks.capture``, ``hooks.fast_stats``) selects every op's output,
+builds ``d loss / d output`` with one ``tf.gradients`` and computes the statistics in the graph
+(``hooks/keras_trace.py``); the catalog says ``captured_on: "probe batch, after the update"``.
+Steps are ``optimizer.iterations`` after the step's update (the first step is 1; after a new
+``compile()`` they continue rather than start over, see ``_continue_steps``). On other steps
+the callback does nothing but count.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ import tensorflow as tf
 
 from inspector import format as fmt
 from inspector.format import ALIASES_KEY, STAT_COLUMNS
+from inspector.batch_note import PROBE_NOTE
 from inspector.errors import InspectorError
 from inspector.loghist import concat_rows
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, MAX_MANIFEST_BYTES, load_manifest
@@ -41,35 +45,18 @@ from inspector.storage import normalize
 from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
-from . import capture, groups, native, variables
+from . import capture, native, variables
 from .dump_hook import _jsonable, check_options, guarded, worker_from_env
-from .keras_step import StepGraph, TrainedVariables, compile_state, identical
-from .keras_trace import ProbeGraph, ProbeOptions, _tf_var
+from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
+from .keras_source import FitArguments, check_probe, first_batch, fit_arguments, fit_frame, resolve_source
+from .keras_step import StepGraph, TrainedVariables, compile_state, identical, refuse_unsupported
+from .keras_trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var
 from .schedule import Schedule, StepSpec
 
 log = logging.getLogger("tf_inspector")
 
 
 _guarded = guarded("callback")
-
-
-def probe_batch(probe) -> tuple[Any, Any, Any]:
-    """(x, y, sample_weight) tensors from ``(x, y)``, ``(x, y, sample_weight)``, ``x`` alone or a
-    ``tf.data.Dataset`` (its first element). Raises ValueError naming what was given."""
-    if isinstance(probe, tf.data.Dataset):
-        probe = next(iter(probe))
-    if isinstance(probe, (tuple, list)) and len(probe) in (2, 3):
-        parts = list(probe) + [None] * (3 - len(probe))
-    elif isinstance(probe, (tuple, list)):
-        raise ValueError(f"probe has {len(probe)} elements: pass (x, y), (x, y, sample_weight) or a dataset "
-                         f"whose elements are those")
-    else:
-        parts = [probe, None, None]
-    x, y, sw = (None if p is None else tf.nest.map_structure(tf.convert_to_tensor, p) for p in parts)
-    first = tf.nest.flatten(x)[0] if x is not None else None
-    if first is None or first.shape.rank in (None, 0):
-        raise ValueError(f"probe x must be a batch (a tensor with a leading batch axis), got {probe!r:.80}")
-    return x, y, sw
 
 
 class InspectCallback(tf.keras.callbacks.Callback):
@@ -79,16 +66,27 @@ class InspectCallback(tf.keras.callbacks.Callback):
       run_dir: directory of the run (created), or an fsspec URL (``s3://bucket/runs/exp1``) as
         for ``DumpHook``. Read it with ``inspector.open_run(run_dir)``.
       storage_options: for a URL ``run_dir``: its fsspec filesystem's options (as ``DumpHook``).
-      probe: the fixed batch every sampled step runs: ``(x, y)``, ``(x, y, sample_weight)``, ``x``
-        (no loss: forward values only) or a ``tf.data.Dataset`` (its first batch). The same
-        samples at every step, so the groups and the dumped samples are comparable over time.
-        Leave it out with ``source="train_batch"``.
-      source: ``"probe"`` (default) or ``"train_batch"``: capture the sampled step's own training
-        batch instead, captured inside fit's own train step, so values and gradients are those
-        the step's update was computed from (``hooks/keras_step.py``; README, "The training batch
-        instead", says how and what it costs). Not under a multi-replica distribution strategy.
-      positive: predicate ``y -> bool [N]`` (or a bool array [N]) choosing positive samples;
-        the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for one-hot).
+      source: ``"train_batch"`` (the default without ``probe=``): record the training step
+        itself, captured inside fit's own train step: its batch, its forward values on the
+        weights before its update, and the gradients that update was computed from
+        (``hooks/keras_step.py``; README, "Which batch"). Where that cannot be exact (XLA,
+        ``run_eagerly``, several replicas, a custom ``train_step`` it refuses) the callback
+        warns and records the probe instead. ``"probe"`` (the default with ``probe=``): a fixed
+        batch run through the model after each sampled step's update; its gradients are the
+        probe's on the updated weights, not those the update came from (the catalog's
+        ``captured_on`` says "probe batch, after the update").
+      probe: the fixed batch of ``source="probe"``, and with ``source="train_batch"`` the one it
+        falls back on (else the first batch of fit's own data): ``(x, y)``,
+        ``(x, y, sample_weight)``, ``x`` (no loss: forward values only) or a ``tf.data.Dataset``
+        (its first batch). The same samples at every step, so the groups and the dumped samples
+        are comparable over time.
+      positive: predicate ``y -> bool [N]`` (or, for the probe, a bool array [N]) choosing
+        positive samples; the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for
+        one-hot).
+      groups, num_classes: the sample groups, as ``DumpHook``'s (``hooks/groups.py``): None
+        (positive/negative), ``"per_class"`` (one group per class; with class-id targets the
+        class count is ``num_classes``, else the model's output's last axis) or a function
+        ``y[, y_pred] -> {name: bool [N]}`` of disjoint groups (``y_pred``: the model's output).
       include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
         tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``); the manifest's
         ``accounting`` says why each float output of that graph was not captured (a rule, or
@@ -104,12 +102,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
         False: the inference behaviour, no side effect on the model.
 
     Variables: a record per trainable variable (``dense/kernel``): its value, d loss / d variable
-    on the probe, and the step's update (value after the step minus before, the "before" copied
-    on sampled steps only).
+    and the step's update (value after the step minus before): with the training step, the value
+    the step read and the gradient its update was computed from; with the probe, the value after
+    the step and the probe's gradient on it ("before" copied on sampled steps only).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str = "probe",
-                 positive: Callable | Any = None,
+    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str | None = None,
+                 positive: Callable | Any = None, groups: str | Callable | None = None,
+                 num_classes: int | None = None,
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
                  dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
@@ -129,18 +129,32 @@ class InspectCallback(tf.keras.callbacks.Callback):
         check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
         self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
         self.storage_options = storage_options
-        self.source = source
-        self.probe = _check_source(source, probe, positive)
+        self.source = resolve_source(source, probe)
+        self.probe = check_probe(self.source, probe, positive)
+        self.group_spec = GroupSpec.parse(groups, positive, num_classes)
+        # why the training step cannot be captured exactly, for the model and compile() in
+        # _fallback_for: the probe is recorded instead (hooks/keras_source.py)
+        self._fallback: str | None = None
+        self._fallback_for: tuple = ()
+        self._fallback_pending: str | None = None   # refused before fit: falls back at its start
+        self._warned_fallback: set[str] = set()
+        self._installed: StepGraph | None = None    # the step capture in the model's train_step
+        self._fit_args: FitArguments | None = None  # the fit's data (a fallback probe's), for its length
+        self._probe_origin = "probe="               # where the probe came from, in words
+        self._sampled = False   # this fit wrote a step (else its end says why not)
+        self._fit_first: int | None = None   # the first step of the last fit
+        self._opened_with: ProbeGraph | None = None   # the graph of the last writer session
+        self._told_unsampled = False
         self._pending: tuple[bool, bool] = (False, False)
         self.dump_on_nonfinite = dump_on_nonfinite
         self._first_nonfinite: dict | None = None
         self._force_dump = False
-        self._refusals = groups.Refusals()   # this fit's session's
+        self._refusals = Refusals()   # this fit's session's
         self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
         self.filters = dict(include=include, exclude=exclude, op_types=op_types,
                             exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
         self.options = ProbeOptions(self.filters, positive, samples_per_group, gradients, native_stats, training,
-                                    dict(batched=batched, unbatched=unbatched))
+                                    dict(batched=batched, unbatched=unbatched), self.group_spec)
         self.max_bytes, self.strict, self.fsync = max_bytes, strict, fsync
         self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
         default_worker, self.is_chief = worker_from_env()
@@ -177,13 +191,47 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def _install(self, model) -> None:
         """The capture goes into fit's train step: installed before fit builds its train function
-        (it does so after this); what it cannot do is refused before fit traces anything, so
-        fit's own function never fails because of the callback."""
-        if isinstance(self._graph, StepGraph):
-            self._graph.abandon()   # installed still: the last fit ended by an exception
-        if self._graph is None or self._graph.model is not model or not self._graph.reuses_kept():
-            self._graph = StepGraph(model, self.options)   # fit traces the step anew: a new catalog
-        self._graph.install()
+        (it does so after this); what it cannot do is found before fit traces anything, so
+        fit's own function never fails because of the callback: the probe is recorded instead
+        (``_fall_back`` at the fit's start)."""
+        if self._installed is not None:
+            self._installed.abandon()   # installed still: the last fit ended by an exception
+            self._installed = None
+        if self._fallback is not None and identical((model, *compile_state(model)), self._fallback_for):
+            return   # refused for this model and compile(): the probe goes on, without a new try each fit
+        self._fallback = None
+        try:
+            refuse_unsupported(model)
+        except ValueError as e:
+            self._fallback_pending = str(e)
+            return
+        step = self._graph if isinstance(self._graph, StepGraph) else None
+        if step is None or step.model is not model or not step.reuses_kept():
+            step = StepGraph(model, self.options)   # fit traces the step anew: a new catalog
+        step.install()
+        self._graph = self._installed = step
+
+    def _fall_back(self, why: str) -> None:
+        """Record the probe instead of the training step, which cannot be captured exactly
+        (``why``): the ``probe=`` batch, else the first batch of fit's own data (ValueError
+        where there is none to take: the callback then disables itself, training untouched).
+        Warned once per reason; the manifest's ``probe.fallback`` keeps it."""
+        if self.probe is None:
+            found = first_batch(self._fit_args)
+            if found is None:
+                data = type(self._fit_args.x).__name__ if self._fit_args is not None else "not known"
+                raise ValueError(f"{why}; and no probe batch to record instead (fit's data: {data}): pass "
+                                 f"probe=(x, y), a fixed batch recorded after each sampled step's update")
+            self.probe, self._probe_origin = found
+        self._fallback, self._fallback_for = why, (self.model, *compile_state(self.model))
+        self._graph = None   # the probe is traced at the end of the step
+        level = logging.INFO if why in self._warned_fallback else logging.WARNING
+        self._warned_fallback.add(why)
+        log.log(level, "InspectCallback cannot capture the training step of %s exactly (%s). It records a %d-sample "
+                "probe batch instead (%s), after each sampled step's update: its gradients are "
+                "the probe's on the updated weights, not those the update was computed from (the catalog says "
+                "captured_on: %r); pass source='probe' to choose that", self.model.name, why,
+                _probe_size(self.probe[0]), self._probe_origin, PROBE_NOTE)
 
     @_guarded
     def on_train_begin(self, logs=None) -> None:
@@ -202,8 +250,12 @@ class InspectCallback(tf.keras.callbacks.Callback):
         # the last fit ended by an exception (Keras skips on_train_end then): its session ends
         # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
         self._end_interrupted_session()
-        if isinstance(self._graph, StepGraph):
-            self._graph.use(None)   # fit's own function: an interrupted step may have left ours in place
+        if self._installed is not None:
+            self._installed.use(None)   # fit's own function: an interrupted step may have left ours in place
+        self._fit_args, self._sampled, self._fit_first = fit_arguments(self.model), False, None
+        if self._fallback_pending is not None:
+            why, self._fallback_pending = self._fallback_pending, None
+            self._fall_back(why)
         if self._model_name not in (None, self.model.name):
             log.warning("this InspectCallback was used with model %r on %s; this fit trains model %r, whose steps "
                         "continue that run's as one training: give each model a callback and a run directory of "
@@ -212,7 +264,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         # read at the fit's first batch: BackupAndRestore (or another callback listed after this
         # one) restores optimizer.iterations in its own on_train_begin
         self._starting = True
-        if self.source == "probe" and self._graph is not None and (
+        if self._graph is not None and not isinstance(self._graph, StepGraph) and (
                 self._graph.model is not self.model or self._recompiled(self.model)):
             self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
 
@@ -276,6 +328,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         first, self._starting = self._starting, False
         if first:
             self._step = self._continue_steps(self.model.optimizer)
+            self._fit_first = self._step + 1
         self._unended = True
         stats, dump = self._wants(self._step + 1)
         dump = dump or self._force_dump
@@ -309,18 +362,22 @@ class InspectCallback(tf.keras.callbacks.Callback):
         noted = self.dump_on_nonfinite and self._first_nonfinite is None and not _finite((logs or {}).get("loss"))
         if noted:
             self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward", "loss check")
+        out = None
         if isinstance(self._graph, StepGraph):
             key = self._graph.current
             self._graph.use(None)     # fit's own function for the next step
-            if self._graph.mismatch:  # a retrace captured other ops: refused (logged, or raised if strict)
+            if self._graph.mismatch and (self._graph is self._opened_with or self._graph.fatal):
+                # a retrace captured other ops: refused (logged, or raised if strict), the
+                # catalog written would not hold another graph's rows
                 raise RuntimeError(self._graph.mismatch)
-            if key is None and not (noted and self._graph.captured):   # (no catalog before the first capture)
+            if self._graph.mismatch:   # nothing written from the step capture: the probe instead
+                self._fall_back(self._graph.mismatch)
+            elif key is None and not (noted and self._graph.captured):   # (no catalog before the first capture)
                 return
-            out = self._graph.results(key) if key is not None else None
-        else:
-            if self._graph is None:
-                self._trace()
-            out = None
+            else:
+                out = self._graph.results(key) if key is not None else None
+        if self._graph is None:
+            self._trace()
         if not (stats or dump or noted):
             return
         if self._writer is None or self._writer.closed:
@@ -335,6 +392,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _write(self, step: int, stats: bool, dump: bool, out: dict) -> None:
         """One sampled step's statistics and dump, with the variables' updates."""
+        self._sampled = True
         in_graph = isinstance(self._graph, StepGraph)
         updates = out.get("update", {}) if in_graph else self._updates()
         if stats:
@@ -357,20 +415,44 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._writer.add_dump(step, arrays, {**meta, **refused, "reason": why})
 
     def on_train_end(self, logs=None) -> None:
-        if isinstance(self._graph, StepGraph):   # also when the callback was disabled
-            self._graph.use(None)
-            self._graph.uninstall()
+        if self._installed is not None:   # also when the callback was disabled
+            self._installed.use(None)
+            self._installed.uninstall()
+            self._installed = None
         self._iterations_left = int(applied_batches(self.model.optimizer).numpy())   # see _continue_steps
         self._dump_left_by_nonfinite()
+        self._say_if_unsampled()
         self._close()
-        self._fit_watch = None   # it holds the fit's frame
+        self._fit_watch = self._fit_args = None   # they hold the fit's frame, its data
+
+    @_guarded
+    def _say_if_unsampled(self) -> None:
+        """At the end of a fit that sampled no step: say so, and what to change. A warning while
+        this callback has written nothing (a short fit under the default schedule leaves no run
+        directory, and ``open_run`` would say only that it is none); after that, a fit between
+        two sampled steps (a fit per epoch) is ordinary: INFO."""
+        first = self._fit_first
+        if self._sampled or first is None or self._step < first:
+            return
+        steps = self._step - first + 1
+        upcoming = self.schedule.next_step(self._step)
+        quiet = self._opened > 0 or self._told_unsampled
+        self._told_unsampled = True
+        every = max(1, steps // 10)
+        log.log(logging.INFO if quiet else logging.WARNING,
+                "this fit trained steps %d-%d and InspectCallback sampled none of them (stats_every_n_steps=%d, "
+                "dump_every_n_steps=%d%s; the next sampled step is %s), so it wrote nothing to %s. For a fit this "
+                "short pass a smaller stats_every_n_steps (%d gives ~10 points over %d steps) or dump_steps=",
+                first, self._step, self.schedule.stats_every, self.schedule.dump_every,
+                f", dump_steps={self.schedule.to_json()['dump_steps']}" if self.schedule.ranges else "",
+                upcoming if upcoming is not None else "none", self.run_dir, every, steps)
 
     @_guarded
     def _dump_left_by_nonfinite(self) -> None:
         """The probe dump a NaN/Inf asked for when the fit ended before its next step (Keras's
         TerminateOnNaN stops it right there): the probe on the weights training left, under
         the NaN step's number (a probe records the weights after its step)."""
-        if not (self._force_dump and self.source == "probe" and self._graph is not None):
+        if not (self._force_dump and self._graph is not None and not isinstance(self._graph, StepGraph)):
             return
         if self._writer is None or self._writer.closed:
             self._open()
@@ -395,8 +477,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
             return
         self._end_interrupted_session()
         self._fit_watch = None   # a fit that raised before its first write: its frame
-        if isinstance(self._graph, StepGraph):
-            self._graph.abandon()
+        if self._installed is not None:
+            self._installed.abandon()
+            self._installed = None
 
     def _end_interrupted_session(self) -> None:
         """Close, as failed, the session a fit that ended by an exception left open (if any);
@@ -444,11 +527,14 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def _trace(self) -> None:
         """Trace the probe graph (the catalog), once per model: later fit() calls reuse it."""
         x, y, sw = self.probe
-        _warn_custom_step(self.model)
+        if self._fallback is None:   # (a fallback has said why the step is not recorded)
+            _warn_custom_step(self.model)
         graph = ProbeGraph(self.model, x, y, sw, self.options)
         self._traced_for = compile_state(self.model)
         try:
             graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
+        except GroupsError:
+            raise   # groups= does not fit: its own message, not the batch's
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
             if "outside the replica context" in str(e):   # Keras 3, fit called inside strategy.scope()
                 raise ValueError(f"the probe cannot read the model's {type(self.model.distribute_strategy).__name__} "
@@ -460,7 +546,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                  f"outside a replica ({e}); under tf.keras 2.15 use source='train_batch' (one "
                                  f"replica) or Keras 3, whose probe runs under a strategy") from e
             shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t) for t in (x, y)]
-            raise ValueError(f"the model and its loss could not run on probe= (x, y shapes {shapes}): "
+            raise ValueError(f"the model and its loss could not run on {self._probe_origin} (x, y shapes {shapes}): "
                              f"{type(e).__name__}: {e}; give a batch like the training data's") from e
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
@@ -475,7 +561,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             # a fit that raised before its first write left it, and batches come without a fit
             # (a loop calling the batch methods by hand, no on_train_begin): nothing to watch
             self._fit_watch = None
-        self._refusals = groups.Refusals()
+        self._refusals = Refusals()
         rows = graph.rows + variables.stats_rows(graph.variables)
         layout = StatsLayout(*map(tuple, zip(*rows))) if rows else None
         if self._estimated is not graph:   # once per graph, not per fit: later dumps measure it
@@ -492,10 +578,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         # session ends; kept here too, they outlived a fit that raised until the next fit
         self._fit_watch = None
         self._opened += 1
+        self._opened_with = graph
         if self._opened == 1:
             self._warn_if_hiding(self._writer)
-        on = ("each sampled step's training batch" if isinstance(graph, StepGraph)
-              else f"a {_probe_size(self.probe[0])}-sample probe")
+        on = ("each sampled step's training batch, before its update" if isinstance(graph, StepGraph)
+              else f"a {_probe_size(self.probe[0])}-sample probe batch, after each sampled step's update")
         log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s", len(graph.captured),
                  sum(c.gradient is not None for c in graph.captured), self.model.name, on, self.run_dir)
 
@@ -518,13 +605,16 @@ class InspectCallback(tf.keras.callbacks.Callback):
                         "new training, use another run directory", self.run_dir, last, writer.session - 1, self._step)
 
     def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
+        note: dict[str, str] = {}
         if isinstance(graph, StepGraph):   # fit's own step: always in training mode
             probe = {"source": "train_batch", "samples": None, "training": True, "targets": graph.has_targets,
                      "sample_weight": graph.has_sample_weight}
         else:
             x, y, sw = self.probe
             probe = {"source": "probe", "samples": _probe_size(x), "training": self.options.training,
-                     "targets": y is not None, "sample_weight": sw is not None}
+                     "targets": y is not None, "sample_weight": sw is not None, "origin": self._probe_origin,
+                     "fallback": self._fallback}
+            note = {"captured_on": PROBE_NOTE}   # beside every entry: what its gradient and update mean
         probe["inputs"] = graph.input_names
         if self._first_nonfinite is not None and self._first_nonfinite["tensor"] is None:
             # seen in fit's loss before the first capture named the loss tensor
@@ -544,7 +634,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                        "exclude": _jsonable(self.filters["exclude"]), "op_types": _jsonable(self.filters["op_types"]),
                        "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
                        "dtypes": [d.name for d in self.filters["dtypes"]]},
-            "tensors": [c.catalog_entry() for c in graph.captured],
+            "tensors": [{**c.catalog_entry(), **note} for c in graph.captured], **graph.groups_manifest(),
             "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite, "accounting": graph.accounting,
         }
 
@@ -562,13 +652,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         grouped = sum(values[i, count] for i in mine if rows[i][2] != "all")
         if grouped >= sum(values[i, count] for i in mine if rows[i][2] == "all"):
             return None
-        why = groups.bad_rule(groups.GroupSpec("positive_negative"))
+        why = bad_rule(self.group_spec)
         first = self._refusals.note(step, None, why)
         if first is not None:
             log.error("step %d: some samples are in no group (%s): that step's statistics are written for group "
                       "'all' only, and so is every such step (logged once a fit)", step, why)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
-        return groups.all_rows_only(rows, len(values))
+        return all_rows_only(rows, len(values))
 
     def _check_nonfinite(self, step: int, values: np.ndarray) -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
@@ -608,45 +698,9 @@ def applied_batches(optimizer):
     return optimizer.iterations
 
 
-def _check_source(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
-    """The probe batch (None with ``source="train_batch"``), or ValueError naming what is wrong."""
-    if source == "probe":
-        if probe is None:
-            raise ValueError("probe= is required with source='probe': pass (x, y) of a fixed batch, or "
-                             "source='train_batch' to capture the sampled step's own batch")
-        batch = probe_batch(probe)
-        y = batch[1]
-        unsure = capture.not_class_ids(y) if positive is None and isinstance(y, tf.Tensor) else None
-        if unsure is not None and bool(np.any(unsure.numpy())):
-            raise ValueError(f"the probe's targets are floats that are not all whole numbers (e.g. "
-                             f"{float(tf.boolean_mask(tf.reshape(y, [-1]), unsure)[0]):g}): the default "
-                             f"positive rule (label != 0) needs class ids; pass positive= (a callable on "
-                             f"the targets, or a bool array [N])")
-        return batch
-    if source != "train_batch":
-        raise ValueError(f"source={source!r}: expected 'probe' (a fixed batch) or 'train_batch'")
-    if probe is not None:
-        raise ValueError("probe= with source='train_batch': the training batch is captured, so a probe "
-                         "would be ignored; pass one or the other")
-    if positive is not None and not callable(positive):
-        raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
-                         "callable on the batch's targets (y -> bool [N])")
-    return None
-
-
-def _fit_frame(model, frame) -> Any:
-    """The frame of ``model.fit`` that ``frame`` runs inside (a function named fit whose
-    ``self`` is the model), or None."""
-    while frame is not None:
-        if frame.f_code.co_name == "fit" and frame.f_locals.get("self") is model:
-            return frame
-        frame = frame.f_back
-    return None
-
-
 def _inside_fit(model) -> bool:
     """Whether this thread is inside ``model.fit`` (a callback calling ``close()``)."""
-    return _fit_frame(model, sys._getframe(1)) is not None
+    return fit_frame(model, sys._getframe(1)) is not None
 
 
 def fit_watch(model) -> Callable[[], str | None] | None:
@@ -655,7 +709,7 @@ def fit_watch(model) -> Callable[[], str | None] | None:
     ``on_train_end`` (Keras skips it after an exception). None where no fit calls this (a
     custom loop calling the callback's methods): nothing to watch. The check compares frames
     by identity only, from the writer's thread (``sys._current_frames``)."""
-    fit = _fit_frame(model, sys._getframe(1))
+    fit = fit_frame(model, sys._getframe(1))
     if fit is None:
         return None
     thread = threading.get_ident()

@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops   # get_gradient_function: tf.gradients' own rule
 
 from .exact_stats import concat_stats
-from .keras_trace import ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
+from .keras_trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
 from .variables import update_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -104,8 +104,11 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
     def gradient(tape, target, sources, output_gradients=None, unconnected_gradients=none):
         flat = tf.nest.flatten(sources)
         ours = tf.compat.v1.get_default_graph() is graph and flat and all(_is_variable(v) for v in flat)
-        if ours and step.options.gradients and box.get("loss") is not None and isinstance(target, tf.Tensor):
-            step_target(step, box, target, _handles(graph, flat))
+        if ours and step.options.gradients and isinstance(target, tf.Tensor):
+            if box.get("loss") is None:
+                own_loss(step, box, target, len(graph.get_operations()))
+            if box.get("loss") is not None:
+                step_target(step, box, target, _handles(graph, flat))
         if (step.options.gradients and "out" not in box and box.get("loss") is not None and target is box["loss"]
                 and not step.mismatch and output_gradients is None and unconnected_gradients in (none, "none")
                 and ours):
@@ -120,6 +123,27 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
         yield
     finally:
         tf.GradientTape.gradient = tape_gradient
+
+
+def own_loss(step: "StepGraph", box: dict, target: tf.Tensor, ops: int) -> None:
+    """A step that never called ``compute_loss`` (a ``train_step`` computing its loss by hand,
+    ``compile()`` without ``loss=``) and differentiates ``target`` w.r.t. the model's weights:
+    that target is the loss it trains on, so the capture takes its gradients, as ``DumpHook``
+    takes the loss the optimizer differentiated. Its ops are those built since the model's
+    call (``box["ops"]``: None there, :meth:`StepGraph._capture_step` fills the start in).
+    Under loss scaling the target may be the scaled loss, which cannot be told from the
+    loss: refused (``step.mismatch``)."""
+    if loss_scaling(step.model):
+        step.mismatch = step.mismatch or (
+            f"the train step differentiates {target.name} and never called compute_loss: under loss scaling "
+            f"whether that target is the loss or the loss times the scale cannot be told; compute the loss with "
+            f"self.compute_loss(...) in train_step")
+        return
+    if not step.told_own_loss:   # once, not at each trace of a sampled step's function
+        step.told_own_loss = True
+        log.info("the train step of %s never called compute_loss: the capture takes the target it differentiates, "
+                 "%s, as the loss (the one the step trains on)", step.model.name, target.name)
+    box["loss"], box["ops"], box["own_loss"] = target, (None, ops), True
 
 
 def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[str]) -> None:
@@ -252,11 +276,14 @@ class StepGraph(ProbeGraph):
         self._own: tuple[Any, Any] = (None, None)   # the model's own train function(s), put back after fit
         self._kept: _Kept | None = None              # ours, from the last fit
         self._warned_no_loss = False
+        self.told_own_loss = False   # the step's loss is its own, not compute_loss's (logged once)
         self._warned_calls = False   # the step called the model more than once (warned once)
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
-        #: why a retrace's capture was refused (the callback disables itself at that step's end)
+        #: why the capture was refused: the callback records the probe instead where nothing was
+        #: written from this step capture yet, else it disables itself at that step's end
         self.mismatch: str | None = None
+        self.fatal = False   # the refusal is a setting the probe refuses too (groups=): no fallback
 
     # ---- the wrapper ---------------------------------------------------------------------------
     def install(self) -> None:
@@ -383,6 +410,9 @@ class StepGraph(ProbeGraph):
         trains as it is, and the callback refuses at the step's end (logged, or raised if strict)."""
         try:
             return build()
+        except GroupsError as e:   # a setting to change: the probe would refuse it too
+            self.mismatch, self.fatal = self.mismatch or str(e), True
+            return None
         except Exception as e:   # noqa: BLE001 - any failure of the capture, never the step's own code
             self.mismatch = self.mismatch or f"the step capture failed while fit traced its train step: {e}"
             return None
@@ -414,14 +444,17 @@ class StepGraph(ProbeGraph):
         # it differentiates, so the step's own gradients come from it (shared_backward)
         loss = box.get("loss")
         if loss is None and self.options.gradients and not self._warned_no_loss:
-            self._warned_no_loss = True   # a custom train_step computing its loss by hand
-            log.warning("the train step of %s never called model.compute_loss: no loss tensor, so no gradients are "
-                        "captured (forward values only); compute the loss with self.compute_loss(...) in train_step, "
-                        "or use source='probe'", name)
+            self._warned_no_loss = True   # a custom train_step whose update is not a tape's gradient of a loss
+            log.warning("the train step of %s neither called model.compute_loss nor differentiated a loss w.r.t. the "
+                        "model's weights with tf.GradientTape: no loss tensor, so no gradients are captured (forward "
+                        "values only); compute the loss with self.compute_loss(...) in train_step, or differentiate "
+                        "it with tape.gradient(loss, self.trainable_variables)", name)
         lo, hi = box.get("ops", (0, 0))
+        lo = call.end if lo is None else lo   # a loss of the step's own: built after the model's call
         with tf.name_scope("tf_inspector"):
+            outputs = box.get("y_pred")
             return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra,
-                                 outputs=box.get("y_pred"))
+                                 outputs=call.output if outputs is None else outputs)
 
     def _updates(self, key: Key) -> dict:
         """Each variable's update in the graph: a read created after the step's optimizer (automatic

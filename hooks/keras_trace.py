@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
@@ -24,6 +25,7 @@ import tensorflow as tf
 from inspector.accounting import OUTSIDE
 
 from . import batch_axis, capture, fast_stats, resolve, sources, structure
+from .groups import GroupSpec
 from .variables import VariableRecord, selected
 
 log = logging.getLogger("tf_inspector")
@@ -39,6 +41,7 @@ class ProbeOptions:
     native_stats: bool = True
     training: bool = False
     batch_overrides: dict = field(default_factory=dict)
+    groups: GroupSpec = field(default_factory=lambda: GroupSpec("positive_negative"))
 
 
 # ---- which Keras layer owns each op ------------------------------------------------------------
@@ -66,6 +69,7 @@ class _Call:
     call: int          # 0 for a layer's first call in the trace, 1 for its second (shared layers)
     start: int         # ops created in [start, end) belong to it unless a nested call claims them
     end: int = -1
+    output: Any = None   # what the call returned
 
 
 @contextlib.contextmanager
@@ -91,7 +95,8 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
             counts[id(layer)] = c.call + 1
             calls.append(c)
             try:
-                return original(*args, **kwargs)
+                c.output = original(*args, **kwargs)
+                return c.output
             finally:
                 c.end = len(graph.get_operations())
         return call
@@ -216,6 +221,8 @@ class ProbeGraph:
         self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
         self.traced_variables: list = []  # the last _capture's (VariableRecord, Keras variable) pairs
         self._warned_groups = False   # the batch axis was lost before the output (warned once)
+        self._warned_loss = False     # compile() without a loss: forward values only (warned once)
+        self.groups_entry: dict | None = None   # the manifest's ``groups`` (rule, names, codes)
 
     def function(self, stats: bool, dump: bool):
         """The concrete function computing the statistics and/or the dump (traced on first use)."""
@@ -256,11 +263,28 @@ class ProbeGraph:
             with record_calls(self.model, g) as calls:
                 y_pred = self.model(x, training=self.options.training)
             middle = len(g.get_operations())
-            loss = (self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw) if y is not None else None)
+            loss = self._probe_loss(x, y, y_pred, sw)
             end = len(g.get_operations())
         ops = g.get_operations()
         return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump,
                              outputs=y_pred)
+
+    def _probe_loss(self, x, y, y_pred, sw) -> tf.Tensor | None:
+        """The compiled loss on the probe (``compute_loss``: loss_weights, several outputs and
+        add_loss terms as in fit), None without targets; None too, warned once, where
+        ``compile()`` had no ``loss=`` and the model adds none (a ``train_step`` computing its
+        loss by hand): the probe has no loss to differentiate, only the step has one."""
+        if y is None:
+            return None
+        if not has_compiled_loss(self.model) and not self.model.losses:
+            if not self._warned_loss:
+                self._warned_loss = True
+                log.warning("%s was compiled without loss= and adds no loss of its own (add_loss): the probe runs "
+                            "the compiled loss, so it records forward values only, no gradients; the loss a "
+                            "train_step of its own computes is recorded by source='train_batch' (the default "
+                            "without probe=)", self.model.name)
+            return None
+        return self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw)
 
     def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool,
                  extra: Sequence[tf.Tensor] = (), outputs: Any = None) -> dict:
@@ -285,10 +309,10 @@ class ProbeGraph:
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
         tensors = [t for t in sel.tensors if t.op.name in region]
         labels = y if isinstance(y, tf.Tensor) else None
-        gid = self._groups(y)
+        gid = self._groups(y, outputs)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         if gid is not None:
-            self._warn_groups_lost(axis, x, outputs)
+            self._warn_groups_lost(axis, x, outputs, tensors)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
         # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
@@ -331,27 +355,50 @@ class ProbeGraph:
             out.update(self._dump(everything, gid, labels, x))
         return out
 
-    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs) -> None:
-        """Warn (once) where the batch axis is lost before the model's output: from there on
-        tensors have ``all`` rows only and are dumped whole (found by a red team: after an LSTM,
-        and under tf.keras 2.15 after a LayerNormalization or a Dense on sequences, the logits
-        had no positive/negative rows, with no word)."""
+    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs, tensors: Sequence[tf.Tensor]) -> None:
+        """Warn (once) where the batch axis leaves axis 0: tensors from there have ``all`` rows only
+        and are dumped whole (found by a red team: after an LSTM, and under tf.keras 2.15 after a
+        LayerNormalization or a Dense on sequences, the logits had no positive/negative rows,
+        with no word). Where it comes back (``batch_axis``: a reshape undoing a merge, a
+        transpose back from time-major) the tensors after it have their groups again, and the
+        warning names the ops in between; where it does not reach the model's output, it says so."""
         outputs = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
         inputs = [t for t in tf.nest.flatten(x) if isinstance(t, tf.Tensor)]
         if self._warned_groups or not any(map(axis.is_batched, inputs)):
             return
-        lost = axis.lost_at(outputs)
+        lost, moved = axis.lost_at(outputs), axis.moved_at(tensors)
+        if not (lost or moved):
+            return
+        self._warned_groups = True
         if lost:
-            self._warned_groups = True
             log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging the batch with "
                         "another axis): the tensors after it, the model's output included, have group 'all' rows "
                         "only and are dumped whole; where axis 0 of such tensors is the batch, name them with "
-                        "batched=", self.model.name, ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
+                        "batched=", self.model.name, _listed(lost))
+        else:
+            log.warning("the batch axis of %s leaves axis 0 at %s (a reshape merging the batch with time, a "
+                        "time-major transpose) and comes back before the output: the %d tensors in between have "
+                        "group 'all' rows only and are dumped whole; those after it have their groups",
+                        self.model.name, _listed(moved), sum(axis.moved_at([t]) != [] for t in tensors))
 
-    def _groups(self, y) -> capture.Groups | None:
-        positive = self.options.positive
+    def _groups(self, y, predictions) -> capture.Groups | None:
+        """The sample groups of this batch (``groups=``, ``positive=``), built in the graph, and
+        the manifest's ``groups`` entry for them. GroupsError where ``groups=`` does not fit."""
+        spec, positive = self.options.groups, self.options.positive
         if y is None:
             return None
+        if spec.kind != "positive_negative":
+            try:
+                spec = class_count(spec, y, predictions)
+                if spec.needs_predictions and predictions is None:
+                    raise ValueError(f"groups={spec.fn!r} takes (y, y_pred), but the model's output in this step "
+                                     f"is not known; pass a function of y alone")
+                built = spec.build(y, predictions)
+            except ValueError as e:
+                raise GroupsError(str(e)) from e
+            self.groups_entry = {"rule": spec.describe(y) if isinstance(y, tf.Tensor) else spec.kind,
+                                 "names": list(built.names), "codes": list(built.codes)}
+            return built
         if positive is not None and not callable(positive):  # a fixed bool [N] for the fixed probe
             pos = tf.convert_to_tensor(positive)
             n = tf.nest.flatten(y)[0].shape[0]
@@ -363,11 +410,16 @@ class ProbeGraph:
             if callable(positive):
                 return capture.positive_groups(y, positive)
             log.info("the probe's targets are nested (several outputs): no positive/negative groups unless "
-                     "positive= is given (a callable on the targets, or a bool array [N])")
+                     "positive= or groups= is given (a callable on the targets)")
             return None
         # count_bad: a step's samples in no group (float targets) make its dump keep the
         # budget's first samples, ungrouped (capture.kept_samples), not none of them
         return capture.positive_groups(y, positive, count_bad=True)
+
+    def groups_manifest(self) -> dict:
+        """``{"groups": ...}`` for the manifest where ``groups=`` chose the groups, else nothing
+        (positive/negative, the reader's default)."""
+        return {"groups": self.groups_entry} if self.groups_entry is not None else {}
 
     def _handles(self, g) -> tuple[list[tf.Tensor], list]:
         """The function's placeholders of the model's trainable variables (d loss / d handle is
@@ -436,6 +488,10 @@ class ProbeGraph:
         return {"dump": dump, "samples": samples}
 
 
+def _listed(names: Sequence[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
+
+
 def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) -> list:
     """``grads`` (the tensors' first, then the variables'), None for a tensor the loss is not
     computed from. ``tf.gradients`` over many tensors fills zeros for an unused output of a
@@ -446,6 +502,39 @@ def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) 
         return grads
     reach = resolve.ancestors(loss)
     return [None if i < len(tensors) and tensors[i].name not in reach else g for i, g in enumerate(grads)]
+
+
+class GroupsError(ValueError):
+    """``groups=`` does not fit the model's targets or output (a setting to change, not the batch)."""
+
+
+def has_compiled_loss(model) -> bool:
+    """Whether ``compile()`` was given a loss (Keras 3: its ``_compile_loss``; tf.keras 2.15: a
+    ``compiled_loss`` container with user losses)."""
+    if "_compile_loss" in model.__dict__ or not hasattr(model, "compiled_loss"):
+        return model.__dict__.get("_compile_loss") is not None
+    container = model.__dict__.get("compiled_loss")
+    return container is not None and getattr(container, "_user_losses", None) is not None
+
+
+def class_count(spec: GroupSpec, y, predictions) -> GroupSpec:
+    """``groups="per_class"`` with class-id targets and no ``num_classes``: the class count is
+    the last axis of the model's one output (logits or probabilities [N, C]), as a ``fit``
+    user's model states it. ValueError where there is no such axis."""
+    if spec.kind != "per_class" or spec.num_classes is not None:
+        return spec
+    if not isinstance(y, tf.Tensor):
+        raise ValueError("groups='per_class' needs the targets as one tensor; this model's are nested (several "
+                         "outputs): pass groups=<function y -> {name: bool [N]}>")
+    if y.shape.rank == 2 and y.shape[1] not in (None, 1):
+        return spec   # one-hot: the class count is its last axis
+    outs = [t for t in tf.nest.flatten(predictions) if isinstance(t, tf.Tensor)]
+    c = outs[0].shape[-1] if len(outs) == 1 and (outs[0].shape.rank or 0) >= 2 else None
+    if c is None or c < 2:
+        shapes = [tuple(t.shape) for t in outs]
+        raise ValueError(f"groups='per_class' with class-id targets {tuple(y.shape)}: the class count is neither "
+                         f"given (num_classes=) nor the last axis of the model's output {shapes}; pass num_classes=")
+    return dataclasses.replace(spec, num_classes=int(c))
 
 
 def loss_scale(model) -> tf.Tensor | None:

@@ -70,6 +70,12 @@ class Schedule:
             return True
         return any(lo <= step and hi > since for lo, hi in self.ranges)
 
+    def next_step(self, after: int) -> int | None:
+        """The first step after ``after`` that gets statistics or a dump (None: no later one)."""
+        due = [(after // every + 1) * every for every in (self.stats_every, self.dump_every) if every]
+        due += [max(lo, after + 1) for lo, hi in self.ranges if hi > after]
+        return min(due) if due else None
+
     def to_json(self) -> dict:
         return {"stats_every_n_steps": self.stats_every, "dump_every_n_steps": self.dump_every,
                 "dump_steps": [list(r) for r in self.ranges]}

@@ -63,6 +63,10 @@ def summary(run: Run) -> str:
         reads = int(((t["kind"] != "variable") & t["variable"].isin(variables.index)).sum())
         lines.insert(4, f"variables  {len(variables)} trainable ({int(variables['has_update'].sum())} with updates), "
                         f"read by {reads} captured tensors")
+    notes = sorted(set(t["captured_on"].dropna())) if len(t) else []
+    for note in notes:   # a Keras probe: its gradients are not the ones the updates came from
+        lines.insert(5, f"captured   {note} (Keras source='probe'): gradients are the probe's on the updated "
+                        f"weights, not the ones each step's update was computed from")
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")

@@ -156,7 +156,7 @@ _TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _
                    "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
                    "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None)),
                    "source_file": _OPT_STR, "source_line": (int, type(None)), "source_function": _OPT_STR,
-                   "icnn_filter_class": (list, type(None))},
+                   "icnn_filter_class": (list, type(None)), "captured_on": _OPT_STR},
                   required=("name",))
 
 

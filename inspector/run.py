@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from . import graphdef, histograms, safetensors_io
 from .accounting import Ledger, Why
+from .batch_note import captured_on
 from .dump_schema import check_samples
 from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
                      nearest, suggest)
@@ -47,7 +48,7 @@ from .trainings import hidden_sessions
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
                    "has_update", "gradient_note", "keras_layer", "keras_call", "tower", "source_file", "source_line",
-                   "source_function", "source_stack", "icnn_filter_class")
+                   "source_function", "source_stack", "icnn_filter_class", "captured_on")
 #: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
@@ -362,11 +363,15 @@ class Run:
         """The catalog of captured tensors, one row per tensor (union over sessions and workers:
         a tensor's entry is the first session's that lists it, except ``has_gradient`` and
         ``has_update``, true where any session's is: a resume that records gradients where the
-        first session did not has them read)."""
+        first session did not has them read). ``captured_on``: "probe batch, after the update"
+        where a Keras probe recorded the entry (its gradient is not the one the step's update
+        came from), else None (the training step's own; ``inspector.batch_note``)."""
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
+            # older Keras probe runs lack the entry's captured_on: their manifest says it (batch_note)
+            defaults = {**CATALOG_DEFAULTS, "captured_on": captured_on(m)}
             for t in m.get("tensors", []):
-                row = rows.setdefault(t["name"], {c: t.get(c, CATALOG_DEFAULTS.get(c)) for c in CATALOG_COLUMNS})
+                row = rows.setdefault(t["name"], {c: t.get(c, defaults.get(c)) for c in CATALOG_COLUMNS})
                 for flag in ("has_gradient", "has_update"):
                     row[flag] = row[flag] or t.get(flag, CATALOG_DEFAULTS.get(flag))
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))

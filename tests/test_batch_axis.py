@@ -161,3 +161,35 @@ def test_overrides_apply_during_the_trace(tmp_path):
         assert not cut.is_batched(h) and not cut.is_batched(x)
     with pytest.raises(ValueError, match="regular expression"):
         DumpHook(tmp_path / "run", batched="(")
+
+
+def test_a_batch_merged_with_time_or_moved_to_axis_1_is_carried_back():
+    """Found by a red team: after a reshape merging the batch with time (TimeDistributed under
+    tf.keras, a layer folding time into the batch) or a time-major transpose (Keras 3's
+    TimeDistributed), every later tensor, the logits included, lost its groups. The trace
+    carries the batch through: the tensors in between are not batched (their rows are not
+    samples) and moved_at names the op that moved it; after the reshape or transpose back, and
+    for each time step taken from a time-major tensor, the batch is axis 0 again."""
+    with tf.Graph().as_default() as g:
+        x = v1.placeholder(tf.float32, [None, 5, 3], name="x")
+        y = v1.placeholder(tf.int32, [None], name="y")
+        w = v1.get_variable("w", [3, 4])
+        merged = tf.reshape(x, [-1, 3], name="merge")                          # [B*5, 3]
+        hidden = tf.nn.relu(tf.matmul(merged, w), name="hidden")               # [B*5, 4]
+        back = tf.reshape(hidden, [-1, 5, 4], name="back")                     # [B, 5, 4]: 20 = 5 rows x 4
+        by_shape = tf.reshape(hidden, tf.stack([tf.shape(x)[0], 5, 4]), name="by_shape")
+        over_rows = tf.reduce_sum(hidden, axis=0, name="over_rows")            # sums every sample's rows
+        major = tf.transpose(x, [1, 0, 2], name="time_major")                 # [5, B, 3]
+        third = major[2]                                                       # x[t]: [B, 3]
+        step = tf.matmul(third, w, name="step")                                # one time step: [B, 4]
+        scaled = tf.multiply(major, 2.0, name="scaled")                        # still time-major
+        summed = tf.reduce_sum(scaled, axis=1, name="over_batch")              # over axis 1: the batch
+        stacked = tf.stack([step, step], axis=0, name="stacked")               # [2, B, 4]
+        restored = tf.transpose(scaled, [1, 0, 2], name="restored")            # [B, 5, 3]
+        axis = BatchAxis(g, y)
+        for t in (back, by_shape, step, restored, third):
+            assert axis.is_batched(t), t.name
+        for t in (merged, hidden, over_rows, major, scaled, summed, stacked):
+            assert not axis.is_batched(t), t.name
+        assert axis.moved_at([hidden, scaled, summed, over_rows]) == ["merge", "time_major"]
+        assert axis.moved_at([stacked]) == ["stacked"]

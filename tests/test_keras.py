@@ -668,6 +668,43 @@ def test_where_the_batch_axis_is_lost_before_the_output_is_said(tmp_path, caplog
     assert "batch axis" not in caplog.text
 
 
+class FoldTime(keras.layers.Layer):
+    """A Dense applied per time step by folding time into the batch: [B, T, F] -> [B*T, F] -> back."""
+
+    def build(self, shape):
+        self.w = self.add_weight(name="w", shape=(shape[-1], 4))
+
+    def call(self, h):
+        rows = tf.nn.relu(tf.matmul(tf.reshape(h, [-1, h.shape[-1]]), self.w))
+        return tf.reshape(rows, [-1, h.shape[1], 4])
+
+
+@pytest.mark.parametrize("layer", ["fold", "time_distributed"])
+@pytest.mark.parametrize("source", ["probe", "train_batch"])
+def test_groups_come_back_after_the_batch_is_merged_with_time(tmp_path, caplog, source, layer):
+    """Found by a red team: after a reshape merging the batch with time (a folding layer,
+    TimeDistributed: a reshape under tf.keras, a time-major transpose under Keras 3) every
+    later tensor, the logits included, had group 'all' only. The batch is carried back: the
+    logits have their groups, and a warning names where it left axis 0."""
+    keras.utils.set_random_seed(3)
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 5, 3)).astype("float32")
+    y = (x[:, 0, 0] > 0).astype("int32")
+    inp = keras.Input((5, 3))
+    seq = FoldTime(name="fold")(inp) if layer == "fold" else \
+        keras.layers.TimeDistributed(keras.layers.Dense(4, activation="relu"), name="fold")(inp)
+    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(seq)), name="tm")
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    kw = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}
+    model.fit(x, y, batch_size=N, epochs=1, verbose=0,
+              callbacks=[InspectCallback(tmp_path / "r", stats_every_n_steps=1, strict=True, **kw)])
+    run = inspector.open_run(tmp_path / "r")
+    assert set(run.query_stats([_find(run.tensors, "logits/BiasAdd")])["group"]) == {"all", "positive", "negative"}
+    assert "the batch axis of tm leaves axis 0 at" in caplog.text and "comes back before the output" in caplog.text
+    assert "fold" in caplog.text.split("leaves axis 0 at")[1].split("(")[0]
+
+
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
     """Found by a red team: an LSTM's gates run inside a TF2 while loop's body (under tf.keras

@@ -177,39 +177,72 @@ def test_capture_leaves_training_unchanged_with_batch_norm(tmp_path):
     assert "train_step" not in probed.__dict__
 
 
-def test_train_batch_arguments_are_checked(tmp_path):
+def test_source_arguments_are_checked(tmp_path):
+    """The training step is the default source; probe= alone asks for the probe; a probe with
+    source='train_batch' is its fallback, so a positive= array (the probe's) is refused there."""
     x, y = _data()
-    with pytest.raises(ValueError, match="pass one or the other"):
-        InspectCallback(tmp_path / "a", probe=(x[:8], y[:8]), source="train_batch")
-    with pytest.raises(ValueError, match="source='train_batch'"):
-        InspectCallback(tmp_path / "b")
-    with pytest.raises(ValueError, match="expected 'probe'"):
-        InspectCallback(tmp_path / "c", probe=(x[:8], y[:8]), source="batch")
+    assert InspectCallback(tmp_path / "a").source == "train_batch"
+    assert InspectCallback(tmp_path / "b", probe=(x[:8], y[:8])).source == "probe"
+    assert InspectCallback(tmp_path / "c", probe=(x[:8], y[:8]), source="train_batch").probe is not None
+    with pytest.raises(ValueError, match="probe= is required with source='probe'"):
+        InspectCallback(tmp_path / "d", source="probe")
+    with pytest.raises(ValueError, match="expected 'train_batch'"):
+        InspectCallback(tmp_path / "e", probe=(x[:8], y[:8]), source="batch")
     with pytest.raises(ValueError, match="callable"):
-        InspectCallback(tmp_path / "d", source="train_batch", positive=np.ones(8, bool))
+        InspectCallback(tmp_path / "f", source="train_batch", positive=np.ones(8, bool))
+    with pytest.raises(ValueError, match="fits the probe only"):
+        InspectCallback(tmp_path / "g", probe=(x[:8], y[:8]), source="train_batch", positive=np.ones(8, bool))
 
 
 @pytest.mark.parametrize("jit", [True, "auto"])
-def test_xla_train_step_is_refused_before_fit_runs(tmp_path, caplog, jit):
-    """Under XLA the copy cannot be compiled: the callback refuses (and is disabled, training
-    goes on untouched), or raises with strict=True, before fit traces its step. tf.keras 2.15
-    keeps jit_compile="auto" (Keras 3's default, written into 2.15 code) as it is and compiles
-    by XLA: found by a red team, it crashed fit at the first sampled step."""
+def test_under_xla_the_default_falls_back_to_the_probe_and_says_so(tmp_path, caplog, jit):
+    """Under XLA the capture cannot be compiled: before fit traces its step, the default source
+    gives way to the probe (fit's first batch, no probe= given), with a warning naming the
+    reason; training is untouched and the catalog says "probe batch, after the update".
+    tf.keras 2.15 keeps jit_compile="auto" as it is and compiles by XLA (a red team found it
+    crashing fit at the first sampled step)."""
     x, y = _data(7, n=32)
     model = sequential()
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), jit_compile=jit)
     if not model.jit_compile:   # Keras 3 resolves "auto" at compile: here, to no XLA
-        hist = model.fit(x, y, batch_size=8, verbose=0,
-                         callbacks=[InspectCallback(tmp_path / "a", source="train_batch", stats_every_n_steps=1,
-                                                    strict=True)])
-        assert inspector.open_run(tmp_path / "a").stats["step"].max() == 4
-        return
-    with pytest.raises(ValueError, match="jit_compile="):
-        model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "s", source="train_batch",
+        model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "a", stats_every_n_steps=1,
                                                                              strict=True)])
-    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", source="train_batch")])
-    assert np.isfinite(hist.history["loss"][0]) and f"jit_compile={jit!r}" in caplog.text
-    assert "train_step" not in model.__dict__
+        assert inspector.open_run(tmp_path / "a").manifest["probe"]["source"] == "train_batch"
+        return
+    hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[InspectCallback(tmp_path / "n", stats_every_n_steps=1,
+                                                                                strict=True)])
+    assert np.isfinite(hist.history["loss"][0]) and "train_step" not in model.__dict__
+    assert f"jit_compile={jit!r}" in caplog.text and "records a 8-sample probe batch instead" in caplog.text
+    run = inspector.open_run(tmp_path / "n")
+    probe = run.manifest["probe"]
+    assert probe["source"] == "probe" and f"jit_compile={jit!r}" in probe["fallback"]
+    assert probe["origin"] == "the first 8 samples of fit's x and y" and probe["samples"] == 8
+    assert set(run.tensors["captured_on"]) == {"probe batch, after the update"}
+    assert run.stats["step"].max() == 4
+
+
+def test_the_fallback_probe_is_the_one_given_else_the_first_batch_of_a_dataset(tmp_path, caplog):
+    """With probe= and source='train_batch', the probe given is the fallback; a dataset's first
+    batch otherwise; data that cannot be read without taking batches from training (a
+    generator) leaves the callback disabled, saying to pass probe=."""
+    x, y = _data(8, n=32)
+    for name, data, kw, want in (("given", (x, y), {"probe": (x[:4], y[:4])}, 4),
+                                 ("dataset", (tf.data.Dataset.from_tensor_slices((x, y)).batch(8),), {}, 8)):
+        model = sequential()
+        model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), run_eagerly=True)
+        model.fit(*data, **({"batch_size": 16} if len(data) == 2 else {}), verbose=0, callbacks=[
+            InspectCallback(tmp_path / name, source="train_batch", stats_every_n_steps=1, strict=True, **kw)])
+        assert inspector.open_run(tmp_path / name).manifest["probe"]["samples"] == want, name
+
+    def batches():
+        while True:
+            yield x[:8], y[:8]
+    model = sequential()
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), run_eagerly=True)
+    model.fit(batches(), steps_per_epoch=2, verbose=0, callbacks=[InspectCallback(tmp_path / "gen",
+                                                                                    stats_every_n_steps=1)])
+    assert "no probe batch to record instead" in caplog.text and "pass probe=(x, y)" in caplog.text
+    assert not (tmp_path / "gen").exists()
 
 
 def test_dropout_masks_are_the_steps_own(tmp_path):
@@ -433,15 +466,48 @@ class HandLoss(keras.Sequential):
         return {"loss": loss}
 
 
-def test_a_train_step_without_compute_loss_is_said(tmp_path, caplog):
-    """No loss to differentiate: the forward values are captured, and a warning says why there
-    are no gradients (never a silent empty gradient column)."""
+def test_a_train_step_computing_its_own_loss_records_its_gradients(tmp_path, caplog):
+    """A custom train_step computing its loss by hand and compile() without loss=: the capture
+    takes the target the step differentiates as the loss (the gradients were missing, and the
+    warning sent users to the probe, which fails there): SGD's update is -lr times the recorded
+    gradient, and training is what it is without the callback."""
     x, y = _data(11, n=32)
-    model = HandLoss([keras.Input((6,)), keras.layers.Dense(2, name="logits")])
-    _fit(model, x, y, [InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)])
-    assert "never called model.compute_loss" in caplog.text
+
+    def build():
+        keras.utils.set_random_seed(11)
+        model = HandLoss([keras.Input((6,)), keras.layers.Dense(4, activation="relu", name="hidden"),
+                          keras.layers.Dense(2, name="logits")])
+        model.compile(optimizer=keras.optimizers.SGD(0.3))
+        return model
+    plain = build()
+    plain.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0)
+    model = build()
+    model.fit(x, y, batch_size=BATCH, shuffle=False, verbose=0, callbacks=[
+        InspectCallback(tmp_path / "r", stats_every_n_steps=1, dump_steps=[2], strict=True)])
+    for a, b in zip(model.variables, plain.variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
     run = inspector.open_run(tmp_path / "r")
-    assert run.manifest["loss"] is None and not run.tensors["has_gradient"].any()
+    assert run.manifest["loss"] is not None and "never called model.compute_loss" not in caplog.text
+    for w in model.trainable_variables:
+        grad, update = (np.asarray(run.tensor(_var(w), 2, kind)) for kind in ("gradient", "update"))
+        assert np.abs(grad).max() > 0
+        np.testing.assert_allclose(update, -0.3 * grad, rtol=1e-4, atol=1e-7, err_msg=_var(w))
+    logits = _find(run.tensors, "logits/BiasAdd")
+    assert bool(run.tensors.loc[logits, "has_gradient"])
+
+
+def test_the_probe_of_a_model_compiled_without_a_loss_says_what_it_records(tmp_path, caplog):
+    """source='probe' on such a model: the probe runs the compiled loss, and there is none. It
+    failed saying "give a batch like the training data's" (Keras 3), or recorded no gradients
+    with no word (tf.keras 2.15); it records forward values and says why, and what records the
+    step's own loss."""
+    x, y = _data(12, n=32)
+    model = HandLoss([keras.Input((6,)), keras.layers.Dense(2, name="logits")])
+    model.compile(optimizer=keras.optimizers.SGD(0.3))
+    model.fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
+        InspectCallback(tmp_path / "r", probe=(x[:8], y[:8]), stats_every_n_steps=1, strict=True)])
+    assert "compiled without loss=" in caplog.text and "source='train_batch'" in caplog.text
+    assert not inspector.open_run(tmp_path / "r").tensors["has_gradient"].any()
 
 
 class ScaledStep(keras.Sequential):
@@ -521,25 +587,25 @@ def test_the_probe_of_a_model_with_its_own_train_step_says_what_it_records(tmp_p
         assert caplog.text.count("has a train_step of its own") == (cls is ExtraTerm)
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_a_step_differentiating_two_targets_is_refused(tmp_path, caplog, strict):
-    """Which of two targets' gradients are the step's is a guess: refused (logged and disabled,
-    or raised with strict=True), training untouched."""
-    _refused_without_crashing(tmp_path, caplog, strict, lambda: _custom(TwoTargets, 24), _data(24, n=48),
-                              "differentiates 2 targets")
+def test_a_step_differentiating_two_targets_falls_back_to_the_probe(tmp_path, caplog):
+    """Which of two targets' gradients are the step's is a guess: the probe is recorded instead
+    (warned, the manifest says why), training untouched."""
+    _falls_back_without_crashing(tmp_path, caplog, lambda: _custom(TwoTargets, 24), _data(24, n=48),
+                                 "differentiates 2 targets")
 
 
 @pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
-def test_a_step_adding_to_compute_loss_under_loss_scaling_is_refused(tmp_path):
+def test_a_step_adding_to_compute_loss_under_loss_scaling_falls_back(tmp_path, caplog):
     """Under loss scaling a target that is not compute_loss's result times the scale cannot be
-    unscaled: refused, not recorded at the scale's multiple."""
+    unscaled: not recorded at the scale's multiple; the probe is recorded instead."""
     x, y = _data(25, n=48)
     model = _custom(ExtraTerm, 25)
     model.compile(optimizer=keras.optimizers.SGD(0.3, loss_scale_factor=8.0),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)
-    with pytest.raises(RuntimeError, match="cannot be unscaled"):
-        model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+    assert "cannot be unscaled" in inspector.open_run(tmp_path / "r").manifest["probe"]["fallback"]
+    assert "cannot be unscaled" in caplog.text
 
 
 @pytest.mark.skipif(not hasattr(keras.optimizers.SGD(), "loss_scale_factor"), reason="Keras 3's loss_scale_factor")
@@ -1115,12 +1181,10 @@ class _Wrapper(keras.Model):
         return {"loss": loss}
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_a_train_step_that_never_calls_the_model_is_refused_without_crashing_fit(tmp_path, caplog, strict):
+def test_a_train_step_that_never_calls_the_model_falls_back_without_crashing_fit(tmp_path, caplog):
     """Found by a red team: the capture's refusal of such a step was raised inside fit's trace
-    of its train function, so fit crashed (strict=False too) instead of training on with the
-    callback disabled. Now the step trains as it is, and the refusal comes at its end: logged
-    (the callback disabled), or raised with strict=True."""
+    of its train function, so fit crashed instead of training on. Now the step trains as it
+    is, and at its end the callback records the probe instead, saying why."""
     x, y = _data(19, n=48)
 
     def model():
@@ -1128,28 +1192,27 @@ def test_a_train_step_that_never_calls_the_model_is_refused_without_crashing_fit
         m = _Wrapper()
         m(x[:1])
         return m
-    probed = _refused_without_crashing(tmp_path, caplog, strict, model, (x, y), "did not call the model")
-    assert probed is None or "train_step" not in probed.__dict__
+    probed = _falls_back_without_crashing(tmp_path, caplog, model, (x, y), "did not call the model")
+    assert "train_step" not in probed.__dict__
 
 
-def _refused_without_crashing(tmp_path, caplog, strict: bool, build, data, why: str):
-    """Fit ``build()``'s model with a statistics-every-step step capture whose refusal says
-    ``why``: raised with strict=True (returns None); else logged, the callback disabled, and
-    training what it is without the callback (returns the fitted model)."""
+def _falls_back_without_crashing(tmp_path, caplog, build, data, why: str):
+    """Fit ``build()``'s model with a statistics-every-step capture (strict) whose step capture
+    is refused saying ``why`` at its first sampled step: the probe (fit's first batch) is
+    recorded from that step on, a warning says why, and training is what it is without the
+    callback (returns the fitted model)."""
     x, y = data
     plain = build()
     plain_loss = _fit(plain, x, y, []).history["loss"]
     probed = build()
-    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=strict)
-    if strict:
-        with pytest.raises(RuntimeError, match=why):
-            _fit(probed, x, y, [cb])
-        return None
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=1, strict=True)
     probed_loss = _fit(probed, x, y, [cb]).history["loss"]
-    assert why in caplog.text and "disabled" in caplog.text
+    assert why in caplog.text and "records a 16-sample probe batch instead" in caplog.text
     np.testing.assert_allclose(probed_loss, plain_loss, rtol=1e-6)
     for a, b in zip(probed.variables, plain.variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.name)
+    run = inspector.open_run(tmp_path / "r")
+    assert why in run.manifest["probe"]["fallback"] and sorted(run.stats["step"].unique()) == [1, 2, 3]
     return probed
 
 

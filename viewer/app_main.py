@@ -33,6 +33,7 @@ if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sy
     # installed: import viewer/ and inspector/ from beside this file (hence noqa: E402 below)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from inspector.batch_note import first_note, gradient_meaning  # noqa: E402
 from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
 from inspector.safepath import real  # noqa: E402
@@ -178,6 +179,9 @@ def view_picker(path: str, sig: tuple) -> tuple:
     except InspectorError:
         return sig  # main() says what is wrong with the run
     sb, sessions = st.sidebar, run.sessions
+    note = first_note(run.tensors["captured_on"])
+    if note:   # every page's gradients and updates: not the ones the steps' updates came from
+        sb.caption(f"**Gradients and updates: {plain(note)}** ({plain(gradient_meaning(note))})")
     modes = [m for m in MODES if m in set(sessions["mode"])] or ["train"]
     mode = sb.selectbox("Mode", modes, key="mode", bind="query-params") if len(modes) > 1 else modes[0]
     workers = run.workers

@@ -9,6 +9,7 @@ import streamlit as st
 
 from inspector import plots
 from inspector.analysis import source_text
+from inspector.batch_note import gradient_meaning
 from inspector.binning import value_bins
 from inspector.errors import InspectorError
 
@@ -154,6 +155,9 @@ def render(ctx: Ctx) -> None:
     note = icnn_gradient_note(cat, tensor) if kind == "gradient" else None
     if note:
         st.info(note)
+    probe = gradient_meaning(cat.loc[tensor, "captured_on"]) if kind in ("gradient", "update") else None
+    if probe:   # a Keras probe's: not the gradient the step's update came from
+        st.info(probe)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample",
                                bind="query-params")
