@@ -39,7 +39,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .claim import Claim
+from .claim import Claim, LeaseLostError
+from .errors import StorageError
 from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, json_bytes, manifest_name, stats_name)
 from .liveness import now_iso
@@ -156,6 +157,8 @@ class WriterState:
 
 def describe_error(e: BaseException) -> str:
     """A reason that is the same for the same error on different files (so drops aggregate)."""
+    if isinstance(e, StorageError) and e.cause:
+        return f"StorageError: {e.cause}"  # without the file's URL: one outage is one record
     if isinstance(e, OSError) and e.errno is not None:
         return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror or _errno.errorcode.get(e.errno, '')}"
     return f"{type(e).__name__}: {e}"
@@ -240,6 +243,7 @@ class RunWriter:
         self.session = self.claim.session
         self._last_manifest = time.monotonic()
         self.state = WriterState(bytes_before=self.claim.bytes_before)
+        self.claim.on_event = self._lock_event
         self.error: BaseException | None = None  # the last write error (strict mode raises it)
         self.closed = False
         self._close_lock = threading.Lock()
@@ -264,6 +268,7 @@ class RunWriter:
         local = Path(self.store.display()) if self.store.is_local else None
         self._compactor = Compactor(self.store, self.worker, self.session, compact_rows, fsync,
                                     on_error=lambda e: self._failed("compaction", e, drop=False),
+                                    guard=self.claim.ensure,
                                     after=LevelMerger(local, self.worker, self.session, fsync) if local else None)
         self._manifest = {
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
@@ -431,6 +436,8 @@ class RunWriter:
             if drop:
                 self.state.dropped.add(what, f"write error: {reason}", step, nbytes)
         self.error = e
+        if isinstance(e, LeaseLostError) and threading.current_thread() is not self._thread:
+            self._queue.put(("wake",))  # the writer thread ends the session (_ended_by_lease)
         if first:
             log.error("tf_inspector: writing a %s of %s failed (%s); recorded in the manifest, later files are "
                       "still tried. Training continues.", what, self.run_dir, reason)
@@ -448,8 +455,29 @@ class RunWriter:
                 self._handle(item)
             except BaseException as e:  # the writer must never take training down
                 self._failed("manifest", e, drop=False)
-            if self._ended_by_owner():
+            if self._ended_by_lease() or self._ended_by_owner():
                 return
+
+    def _lock_event(self, text: str) -> None:
+        """What the claim did to the lock (recreated it, lost it): recorded in ``errors``."""
+        with self._lock:
+            self.state.errors.add("lock", text)
+
+    def _ended_by_lease(self) -> bool:
+        """End the session as failed once another writer holds its lock (``claim.lost``): it
+        writes nothing more, its own manifest last (no other writer writes that file)."""
+        if self.claim.lost is None:
+            return False
+        with self._close_lock:
+            if self.closed:   # a close() is queued: it ends the session, as failed (_finish)
+                return False
+            self.closed = True
+        log.error("tf_inspector: session %d of %s ended: %s", self.session, self.run_dir, self.claim.lost)
+        try:
+            self._finish("failed", None)
+        finally:
+            _OPEN.discard(self)
+        return True
 
     def _ended_by_owner(self) -> bool:
         """End the session as failed if ``owner_gone`` says its owner stopped without closing it."""
@@ -497,6 +525,8 @@ class RunWriter:
             self._stop_dump_threads()
             self._flush_stats(final=True)
             self._compactor.finish()
+            if self.claim.lost:   # whatever the caller said: this session stopped early
+                status, error = "failed", "; ".join(x for x in (error, self.claim.lost) if x)
             self._manifest["status"] = status
             if error:
                 self._manifest["error"] = error
@@ -633,6 +663,7 @@ class RunWriter:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
+        self.claim.ensure()
         size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch), d.data.chunks(),
                                 fsync=self.fsync, size=d.data.size)
         with self._lock:
@@ -689,6 +720,7 @@ class RunWriter:
             table = self._stats_table(self._stats_buffer)
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink, **parquet_options(table.schema))
+            self.claim.ensure()
             size = self.store.write(stats_name(self.worker, self.session, self._seq + 1),
                                     [sink.getvalue().to_pybytes()], fsync=self.fsync)
         except BaseException as e:
@@ -716,4 +748,6 @@ class RunWriter:
                                       dropped=st.dropped.records(), errors=st.errors.records())
             data = json_bytes(self._manifest)
             self._manifest_bytes = len(data)
+            if self.claim.lost is None:   # a session that lost its lock still ends its own manifest
+                self.claim.ensure()
             self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole
