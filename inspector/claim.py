@@ -111,6 +111,15 @@ class Claim:
         claim.session, claim.bytes_before = found.session, found.bytes
         claim.refresh()
         _remove(claim.store, found.leftovers)
+        try:   # no live writer of this worker: its unfinished uploads are a killed writer's
+            aborted = claim.store.abort_uploads(lambda rel: _owner(rel) == claim.worker)
+        except StorageError as e:
+            log.warning("tf_inspector: could not abort the unfinished uploads of %s (%s)", claim.store.display(),
+                        e.cause or e)
+        else:
+            if aborted:
+                log.info("tf_inspector: aborted %d unfinished upload(s) of worker %s in %s", aborted, claim.worker,
+                         claim.store.display())
         return claim
 
     def _record(self) -> bytes:
@@ -318,6 +327,16 @@ def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
 
 
 _FOLDERS = (("", parse_manifest_name), ("stats", parse_stats_name), ("dumps", parse_dump_name))
+
+
+def _owner(rel: str) -> str | None:
+    """The worker whose file ``rel`` (a name in the run: ``dumps/chief.s0001...``) is, or None."""
+    sub, _, name = rel.rpartition("/")
+    parse = dict(_FOLDERS).get(sub)
+    ids = parse(name) if parse else None
+    if ids is None and sub == "" and name.startswith("graph."):
+        ids = (name.split(".")[1], 0)
+    return ids[0] if ids else None
 
 
 @dataclass

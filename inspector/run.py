@@ -29,8 +29,8 @@ import pyarrow.compute as pc
 
 from . import graphdef, safetensors_io
 from .dump_schema import check_samples
-from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
-                     nearest, suggest)
+from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError, UnknownGroupError,
+                     UnknownTensorError, nearest, suggest)
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
@@ -77,14 +77,16 @@ def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
 
 
 def open_run(path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-             filesystem: Any = None) -> "Run":
+             filesystem: Any = None, timeout: float | None = None) -> "Run":
     """Open the run at ``path`` (reads its manifests only): a folder, ``file://``, or an fsspec
     URL (``s3://bucket/runs/exp1``, ``gs://...``; ``storage_options`` as fsspec documents them,
     or credentials from the environment; ``filesystem``: an fsspec filesystem to use). Remote
     files are read by byte ranges: a statistics query reads Parquet footers and the columns it
     needs, a tensor its dump's header and its own bytes. ``verify=False`` skips the checksums
-    of dumped arrays and statistics pages (faster; see FORMAT.md)."""
-    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem)
+    of dumped arrays and statistics pages (faster; see FORMAT.md). ``timeout``: seconds a
+    request to an object store may take (``inspector.storage.storage_timeout``); a store that
+    does not answer is a StorageError naming the URL and the cause."""
+    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem, timeout=timeout)
 
 
 def _session_steps(m: dict, files: list[DumpFile]) -> dict:
@@ -138,8 +140,8 @@ class Run:
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
     def __init__(self, path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-                 filesystem: Any = None) -> None:
-        self.store = open_storage(normalize(path), storage_options, filesystem)
+                 filesystem: Any = None, timeout: float | None = None) -> None:
+        self.store = open_storage(normalize(path), storage_options, filesystem, timeout=timeout)
         #: the run directory: a Path on local disk, the URL in an object store
         self.path: Any = Path(self.store.display()) if self.store.is_local else self.store.display()
         self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
@@ -432,6 +434,8 @@ class Run:
                 with self.store.ranged(rel, size) as r:
                     t, self._footers[(rel, size, stamp)] = read_ranged_part(
                         r, columns, filters, self.verify, session == 0, self._footers.get((rel, size, stamp)))
+        except StorageError:
+            raise   # the store did not answer: not a damaged file, and the rows are not known to be gone
         except (OSError, pa.ArrowException, DamagedFileError) as e:
             msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {path}: {e}"
             if msg not in self.problems:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DamagedFileError
+from .errors import DamagedFileError, StorageError
 from .format import GROUP_NAME_RE, KINDS, STAT_COLUMNS
 from .safe_files import check_regular
 from .stats_parts import row_groups_for
@@ -158,6 +158,8 @@ def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, v
         check_stats_schema(schema, name, version1=version1)
         names = set(schema.names)
         table = pf.read(columns=None if columns is None else [c for c in columns if c in names])
+    except StorageError:
+        raise   # the store did not answer (pyarrow passes the reader's own error through): not damage
     except (OSError, ValueError, pa.ArrowException) as e:
         raise DamagedFileError(f"damaged statistics file {r.name}: {type(e).__name__}: {e}") from None
     table = check_stats_table(table, name)

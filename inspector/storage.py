@@ -34,7 +34,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from .errors import DamagedFileError, InspectorError, StorageError
 from .format import atomic_write
@@ -215,6 +215,11 @@ class Storage:
 
     def makedirs(self, sub: str = "") -> None:
         """Make folder ``sub`` (object stores have none: nothing to do)."""
+
+    def abort_uploads(self, owned: "Callable[[str], bool]") -> int:
+        """Abort the unfinished multipart uploads of run files whose name (relative to the run)
+        ``owned`` accepts; how many. Only S3 keeps such parts (billed, invisible to listings)."""
+        return 0
 
 
 class Ranged:
@@ -430,10 +435,11 @@ def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None, timeout: fl
     protocol = url.split("://", 1)[0]
     try:
         import fsspec
-        if protocol in ("s3", "s3a"):
-            storage_options = _s3_options(storage_options, timeout)
-        fs, root = fsspec.core.url_to_fs(url, **dict(storage_options or {}))
-        if protocol in ("s3", "s3a") and "retries" not in (storage_options or {}).get("config_kwargs", {}):
+        s3 = protocol in ("s3", "s3a")
+        own_retries = "retries" in dict((storage_options or {}).get("config_kwargs") or {})
+        fs, root = fsspec.core.url_to_fs(url, **(_s3_options(storage_options, timeout) if s3 else
+                                                 dict(storage_options or {})))
+        if s3 and not own_retries:
             fs.retries = 1  # botocore's REQUEST_ATTEMPTS are the attempts: no second loop of s3fs's own
         return fs, root
     except ImportError as e:
@@ -727,6 +733,27 @@ class FsspecStorage(Storage):
     def makedirs(self, sub: str = "") -> None:
         if self.kind == "memory":  # memory:// lists only folders that were made
             self.fs.makedirs(self._abs(sub), exist_ok=True)
+
+    def abort_uploads(self, owned: Callable[[str], bool]) -> int:
+        # A writer killed mid-upload (SIGKILL, a daemon thread cut at interpreter exit) never
+        # aborted its multipart upload: S3 keeps the parts sent, up to PART_SIZE each, until
+        # aborted or a bucket lifecycle rule for incomplete uploads removes them.
+        if self.kind != "s3":
+            return 0
+        bucket, key, _ = self.fs.split_path(self.root)
+        prefix = f"{key}/" if key else ""
+        found: list[dict] = []
+        marker: dict[str, str] = {}
+        with self._errors("", "list the unfinished uploads of"):
+            while True:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+                found += [u for u in page.get("Uploads", []) if owned(u["Key"][len(prefix):])]
+                if not page.get("IsTruncated"):
+                    break
+                marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+            for u in found:
+                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+        return len(found)
 
 
 def _precondition_failed(e: BaseException) -> bool:

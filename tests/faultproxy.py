@@ -55,6 +55,7 @@ class FaultProxy:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self._server: ThreadingHTTPServer | None = None
+        self._open: set[socket.socket] = set()   # client connections being served
         self.accept()
 
     @property
@@ -86,11 +87,18 @@ class FaultProxy:
             r.released.set()
 
     def refuse(self) -> None:
-        """Stop listening: new connections are refused (open ones are closed)."""
+        """Stop listening: new connections are refused, open ones are closed unanswered."""
         server, self._server = self._server, None
         if server is not None:
             server.shutdown()
             server.server_close()
+        with self._lock:
+            conns, self._open = self._open, set()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def accept(self) -> None:
         """Listen (again) on the same port."""
@@ -104,7 +112,20 @@ class FaultProxy:
             def log_message(self, *args) -> None:  # quiet
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with proxy._lock:
+                    proxy._open.add(self.connection)
+
+            def finish(self) -> None:
+                with proxy._lock:
+                    proxy._open.discard(self.connection)
+                super().finish()
+
             def _any(self) -> None:
+                if proxy._server is None:   # refusing: a connection opened before is closed unanswered
+                    self.close_connection = True
+                    return
                 proxy._handle(self)
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
