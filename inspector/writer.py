@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 
 from . import safetensors_io
 from .claim import Claim, LeaseLostError
+from .crosscheck import encode_dumps
 from .errors import StorageError
 from .format import (FORMAT_NAME, HEARTBEAT_SECS, MODES, PLAIN_FORMAT_VERSION, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, json_bytes, manifest_name, stats_name)
@@ -152,6 +153,7 @@ class WriterState:
     last_step: int | None = None
     dropped: Tally = field(default_factory=Tally)
     errors: Tally = field(default_factory=Tally)
+    written: list[tuple[int, int | None]] = field(default_factory=list)   # (step, batch) of each dump written
 
     def saw(self, step: int) -> None:
         self.first_step = step if self.first_step is None else min(self.first_step, step)
@@ -327,7 +329,7 @@ class RunWriter:
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
+            "heartbeat_secs": heartbeat_secs, "graph_bytes": None, **with_caller_defaults(manifest),
         }
         self.store.makedirs("stats")
         self.store.makedirs("dumps")
@@ -335,6 +337,7 @@ class RunWriter:
             if graph_def is not None:
                 self.state.bytes_written += self.store.write(graph_name(self.worker, self.session), [graph_def],
                                                              fsync=True)
+                self._manifest["graph_bytes"] = len(graph_def)   # the reader checks it is there
             self._write_manifest()
         except BaseException:
             self.claim.release()
@@ -723,6 +726,7 @@ class RunWriter:
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
+            self.state.written.append((d.step, d.batch))
 
     def _stats_table(self, items: list[_Stats]) -> pa.Table:
         """The buffered steps as one table (the columns of FORMAT.md's statistics parts)."""
@@ -863,7 +867,9 @@ class RunWriter:
                 st = self.state
                 self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
-                                      dropped=st.dropped.records(), errors=st.errors.records())
+                                      dropped=st.dropped.records(), errors=st.errors.records(),
+                                      # what the reader checks it finds (inspector.crosscheck)
+                                      stats_parts=self._seq, dump_runs=encode_dumps(st.written))
             data = json_bytes(self._manifest)
             self._manifest_bytes = len(data)
             if self.claim.lost is None:   # a session that lost its lock still ends its own manifest
