@@ -107,9 +107,16 @@ class Claim:
         claim = cls(run_dir, check_worker(worker), 0, heartbeat_secs)
         claim.store.makedirs("")
         claim._acquire()
-        found = scan(claim.store, worker)
-        claim.session, claim.bytes_before = found.session, found.bytes
-        claim.refresh()
+        try:
+            found = scan(claim.store, worker)
+            claim.session, claim.bytes_before = found.session, found.bytes
+            claim.refresh()
+        except BaseException:   # the store failed us halfway: leave no lock behind
+            try:
+                claim.release()
+            except Exception as e:  # noqa: BLE001 - the first error is the one to report
+                log.warning("tf_inspector: could not remove %s: %s", claim.path, e)
+            raise
         _remove(claim.store, found.leftovers)
         try:   # no live writer of this worker: its unfinished uploads are a killed writer's
             aborted = claim.store.abort_uploads(lambda rel: _owner(rel) == claim.worker)
@@ -278,8 +285,7 @@ class Claim:
                 log.warning("tf_inspector: could not remove %s (%s); it is taken over once its heartbeat is late",
                             self.path, e.cause or e)
                 return
-            holder = None if version is None else _parse(version.data)
-            if holder is not None and self._ours(holder) and holder.get("session") == self.session:
+            if version is not None and self._ours(_parse(version.data)):   # the token is this claim's alone
                 self.store.delete(self.rel)
 
 
@@ -351,7 +357,7 @@ def scan(run_dir: Path | str | Storage, worker: str) -> Scan:
     """One pass over the run's folders (a session used to list them three times: at 1,900
     files, 28 ms of every ``fit``'s start on local disk, and three times the requests on an
     object store). Object stores have no temporary files (an unfinished multipart upload is no
-    object: the bucket's lifecycle rule for incomplete uploads removes it)."""
+    object; :meth:`Claim.take` aborts the worker's own: ``Storage.abort_uploads``)."""
     store = open_storage(normalize(run_dir))
     found = Scan(1, [], 0)
     prefixes = (f".manifest.{worker}.", f".graph.{worker}.", f".{worker}.", f".lock.{worker}.")

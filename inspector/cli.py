@@ -7,8 +7,9 @@ Examples::
     python -m inspector export runs/exp1 --format parquet --out stats.parquet
     python -m inspector app runs/
 
-Exit status: 0 when everything was read, 1 when ``info`` found damaged files (reported, the
-rest still read), 2 when a run could not be read or the command was refused.
+Exit status: 0 when everything was read, 1 when ``info`` found damaged or missing files
+(reported, the rest still read; with ``--strict`` also when a session recorded dropped data or
+write errors), 2 when a run could not be read or the command was refused.
 """
 from __future__ import annotations
 
@@ -272,9 +273,10 @@ def _open_checked(path: str | Path, storage_options: dict | None = None) -> Run:
     return open_run(path)
 
 
-def info(path: str, storage_options: dict | None = None) -> int:
+def info(path: str, storage_options: dict | None = None, strict: bool = False) -> int:
     """Print the summary of the run at ``path`` (a folder or a URL), or of every run in it; 0 if
-    all were read cleanly, 1 if some have damaged files, 2 if some could not be read."""
+    all were read cleanly, 1 if some have damaged or missing files (``strict``: or recorded
+    what they did not write: dropped data, write errors), 2 if some could not be read."""
     status = 0
     for i, r in enumerate(_runs(path, storage_options)):
         try:
@@ -285,7 +287,7 @@ def info(path: str, storage_options: dict | None = None) -> int:
             status = 2
             continue
         print(("\n" if i else "") + text, flush=True)
-        if run.problems:
+        if run.problems or (strict and (len(run.dropped) or len(run.errors))):
             status = max(status, 1)
     return status
 
@@ -390,6 +392,9 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
     p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 also when a session recorded losses (dropped data, write errors), not only for "
+                        "damaged or missing files")
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p = sub.add_parser("export", help="write dumped tensors (npz) or statistics (csv, parquet)")
@@ -444,7 +449,7 @@ def _timeout_env(timeout: float | None) -> Iterator[None]:
 def _command(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "info":
-            return info(args.run, args.storage_options)
+            return info(args.run, args.storage_options, args.strict)
         if args.cmd == "export":
             print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
                          args.steps, args.force, worker=args.worker, mode=args.mode,

@@ -129,8 +129,8 @@ def test_out_of_memory_is_a_memory_error_not_a_damaged_file(tmp_path, monkeypatc
     def no_memory(*args, **kwargs):
         raise pa.ArrowMemoryError("realloc of size 1073741824 failed")
 
-    monkeypatch.setattr(pq, "read_table", no_memory)
-    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", no_memory)
+    for name in ("read", "read_row_groups"):
+        monkeypatch.setattr(pq.ParquetFile, name, no_memory)
     with pytest.raises(MemoryError, match=r"needs more memory.*the file is not damaged.*query_stats"):
         run.query_stats(columns=["mean"])
     assert run.problems == []
@@ -160,3 +160,12 @@ def test_dump_runs_must_agree_with_the_count():
     m = {"format": "tf-inspector", "format_version": 2, "dumps_written": 3, "dump_runs": [[0, -1, 2, 5, 0]]}
     with pytest.raises(inspector.DamagedFileError, match="dump_runs lists 2 dumps, not the dumps_written 3"):
         check_manifest(m, "manifest.chief.s0001.json")
+
+
+def test_info_strict_fails_on_recorded_losses(tmp_path, capsys):
+    """A run whose writer recorded dropped dumps: info reports them and exits 0 (every file
+    there reads); --strict makes any recorded loss an exit status of 1."""
+    path = make_synthetic_run(tmp_path / "r", steps=12, tensors=8, dump_every=4, dropped_steps=(8,))
+    assert cli.main(["info", str(path)]) == 0
+    assert "dropped    1 dump(s)" in capsys.readouterr().out
+    assert cli.main(["info", str(path), "--strict"]) == 1

@@ -206,3 +206,20 @@ def test_lock_holder_on_this_host_and_pid_is_judged_by_the_process():
     claim = Claim.take(store, "chief", heartbeat_secs=60)
     assert _lock(store)["token"] == claim.token
     claim.release()
+
+
+def test_a_start_that_fails_halfway_leaves_no_lock(monkeypatch):
+    """The lock taken, then the store fails the listing that numbers the session: the error
+    reaches the caller and the lock is removed (else the worker stayed locked for a lease)."""
+    import inspector.claim as claim_module
+    store = open_storage(_memory_url("half"))
+
+    def fail(*args, **kwargs):
+        raise StorageError("memory://x/stats: cannot list (injected)", "memory://x/stats", "injected")
+
+    monkeypatch.setattr(claim_module, "scan", fail)
+    with pytest.raises(StorageError, match="injected"):
+        Claim.take(store, "chief", heartbeat_secs=60)
+    assert store.read_version("lock.chief.json") is None
+    monkeypatch.undo()
+    Claim.take(store, "chief", heartbeat_secs=60).release()
