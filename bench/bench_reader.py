@@ -272,17 +272,22 @@ def _child_one_tensor(path: str) -> dict:
 
 
 def scale_runs(args: argparse.Namespace) -> None:
-    """``--scale``: ``info`` on runs of many files, one tensor of one large part; fresh processes."""
+    """``--scale``: ``info`` on runs of many files, one tensor of one large part; fresh
+    processes. ``--scale-cases``: which (parts, dumps, sessions, big); each row is printed as
+    soon as it is measured."""
     root = Path(tempfile.mkdtemp(prefix="bench_reader_scale_"))
     f = 0.1 if args.quick else 1.0
+    headers = ["measure", "time", "peak RSS", "RSS after import", "problems", "target", "run"]
+    print("  |  ".join(headers), flush=True)
     try:
         rows = []
-        cases = [(f"{int(10_000 * f):,} statistics parts", lambda p: many_parts_run(p, int(10_000 * f)),
+        cases = [("parts", f"{int(10_000 * f):,} statistics parts", lambda p: many_parts_run(p, int(10_000 * f)),
                   "< 10 s, < 500 MB"),
-                 (f"{int(100_000 * f):,} dumps + {int(30_000 * f):,} parts",
+                 ("dumps", f"{int(100_000 * f):,} dumps + {int(30_000 * f):,} parts",
                   lambda p: many_parts_run(p, int(30_000 * f), dumps=int(100_000 * f)), "< 60 s"),
-                 (f"{int(20_000 * f):,} sessions", lambda p: many_sessions_run(p, int(20_000 * f)), "")]
-        for label, make, target in tqdm(cases, desc="info runs", file=sys.stderr):
+                 ("sessions", f"{int(20_000 * f):,} sessions", lambda p: many_sessions_run(p, int(20_000 * f)), "")]
+        cases = [c for c in cases if c[0] in args.scale_cases]
+        for _, label, make, target in tqdm(cases, desc="info runs", file=sys.stderr):
             path = root / "run"
             t = time.perf_counter()
             make(path)
@@ -291,17 +296,18 @@ def scale_runs(args: argparse.Namespace) -> None:
             rows.append([f"info: {label}", f"{got['info']:.1f} s", human_bytes(1024 * got["rss_kib"]),
                          human_bytes(1024 * got["rss_import_kib"]), f"{got['problems']}", target,
                          f"{human_bytes(du_bytes(path))}, made in {made:.0f} s"])
+            print("  |  ".join(rows[-1]), flush=True)
             shutil.rmtree(path)
-        n = int(10_000_000 * f)
-        path = root / f"big_{n}"
-        child("make_big", path)   # in its own process: a child inherits its parent's peak RSS
-        got = child("one_tensor", path)
-        rows.append([f"query_stats(one tensor): one part of {n:,} rows ({got['rows']:,} rows read)",
-                     f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
-                     human_bytes(1024 * got["rss_import_kib"]), "-", "<= 1 s, <= 1 GB",
-                     human_bytes(du_bytes(path))])
-        print(format_table(rows, ["measure", "time", "peak RSS", "RSS after import", "problems", "target",
-                                  "run"]))
+        if "big" in args.scale_cases:
+            n = int(10_000_000 * f)
+            path = root / f"big_{n}"
+            child("make_big", path)   # in its own process: a child inherits its parent's peak RSS
+            got = child("one_tensor", path)
+            rows.append([f"query_stats(one tensor): one part of {n:,} rows ({got['rows']:,} rows read)",
+                         f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
+                         human_bytes(1024 * got["rss_import_kib"]), "-", "<= 1 s, <= 1 GB",
+                         human_bytes(du_bytes(path))])
+        print(format_table(rows, headers))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -377,6 +383,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", action="store_true",
                    help="only info on runs of many files (10,000 parts; 100,000 dumps; 20,000 sessions) and one "
                         "tensor of a 10M-row part (--quick: a tenth)")
+    p.add_argument("--scale-cases", nargs="+", default=["parts", "dumps", "sessions", "big"],
+                   choices=["parts", "dumps", "sessions", "big"], help="which --scale measures to make")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
