@@ -48,6 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
 
 import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
@@ -187,8 +188,133 @@ def measure_runs(args: argparse.Namespace) -> None:
                               "peak RSS after it"]))
 
 
+# ---- scale: many files, one large part ------------------------------------------------------
+def many_parts_run(path: Path, parts: int, tensors: int = 50, dumps: int = 0) -> None:
+    """A run whose session wrote ``parts`` small statistics parts (one step each: the project's
+    writer's first part, its steps shifted) and ``dumps`` small dumps, as a live session that
+    never compacted leaves them; the manifest says so (``stats_parts``, ``dump_runs``)."""
+    import pyarrow.parquet as pq
+
+    from inspector import safetensors_io
+    from inspector.crosscheck import encode_dumps
+    from inspector.format import dump_name, manifest_name, stats_name, write_json
+    from inspector.stats_parts import parquet_options
+    from inspector.testing import make_synthetic_run
+    make_synthetic_run(path, steps=1, tensors=tensors, dump_every=None, icnn=False)
+    first = path / stats_name("chief", 1, 1)
+    table = pq.read_table(first)
+    step = table.schema.get_field_index("step")
+    for k in range(2, parts + 1):
+        t = table.set_column(step, "step", pa.array(np.full(table.num_rows, k - 1, np.int64)))
+        pq.write_table(t, path / stats_name("chief", 1, k), **parquet_options(t.schema))
+    arrays = {"forward/a:0": np.zeros((4, 4), np.float32)}
+    for k in range(dumps):
+        safetensors_io.Encoded(arrays, {"step": str(k), "worker": "chief", "session": "1"}).write(
+            path / dump_name("chief", 1, k), fsync=False)
+    m = json.loads((path / manifest_name("chief", 1)).read_text())
+    m.update(stats_parts=parts, steps=[0, max(parts, dumps) - 1], dumps_written=dumps,
+             dump_runs=encode_dumps((k, None) for k in range(dumps)))
+    write_json(path / manifest_name("chief", 1), m)
+
+
+def many_sessions_run(path: Path, sessions: int) -> None:
+    """A run of ``sessions`` finished sessions of one worker (a manifest each, 30 tensors)."""
+    from inspector.format import manifest_name, write_json
+    from inspector.testing import make_synthetic_run
+    make_synthetic_run(path, steps=1, tensors=30, dump_every=None, icnn=False)
+    m = json.loads((path / manifest_name("chief", 1)).read_text())
+    for s in range(2, sessions + 1):
+        write_json(path / manifest_name("chief", s), {**m, "session": s, "stats_parts": 0, "graph_bytes": None})
+
+
+def big_part_run(path: Path, rows: int, tensors: int = 1000) -> None:
+    """A run with one compacted statistics part of ``rows`` rows (``make_long_run``'s parts,
+    sorted by tensor with the per-tensor row-group index), summaries and merges left out."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from inspector.format import stats_range_name
+    from inspector.stats_parts import write_sorted
+    from inspector.testing import make_synthetic_run
+    make_synthetic_run(path, steps=100, tensors=tensors, dump_every=None, icnn=False, dead_relu=False)
+    files = sorted((path / "stats").glob("*.parquet"))
+    block = pa.concat_tables([pq.read_table(f) for f in files])
+    for f in files:
+        f.unlink()
+    copies = -(-rows // block.num_rows)
+    step = block.schema.get_field_index("step")
+    table = pa.concat_tables([block.set_column(step, "step", pc.add(block.column("step"), k * 100))
+                              for k in range(copies)]).slice(0, rows)
+    write_sorted(table, path / stats_range_name("chief", 1, 1, 1000))
+
+
+def _child_info(path: str) -> dict:
+    t0 = time.perf_counter()
+    from inspector import cli
+    rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t1 = time.perf_counter()
+    run = cli._open_checked(path)
+    text = cli.summary(run)
+    t2 = time.perf_counter()
+    return {"import": t1 - t0, "info": t2 - t1, "rss_import_kib": rss_import, "lines": text.count("\n") + 1,
+            "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "problems": len(run.problems)}
+
+
+def _child_one_tensor(path: str) -> dict:
+    import inspector
+    rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t = time.perf_counter()
+    run = inspector.open_run(path)
+    name = run.tensors.index[len(run.tensors) // 2]
+    df = run.query_stats([name])
+    return {"seconds": time.perf_counter() - t, "rows": len(df), "rss_import_kib": rss_import,
+            "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def scale_runs(args: argparse.Namespace) -> None:
+    """``--scale``: ``info`` on runs of many files, one tensor of one large part; fresh
+    processes. ``--scale-cases``: which (parts, dumps, sessions, big); each row is printed as
+    soon as it is measured."""
+    root = Path(tempfile.mkdtemp(prefix="bench_reader_scale_"))
+    f = 0.1 if args.quick else 1.0
+    headers = ["measure", "time", "peak RSS", "RSS after import", "problems", "target", "run"]
+    print("  |  ".join(headers), flush=True)
+    try:
+        rows = []
+        cases = [("parts", f"{int(10_000 * f):,} statistics parts", lambda p: many_parts_run(p, int(10_000 * f)),
+                  "< 10 s, < 500 MB"),
+                 ("dumps", f"{int(100_000 * f):,} dumps + {int(30_000 * f):,} parts",
+                  lambda p: many_parts_run(p, int(30_000 * f), dumps=int(100_000 * f)), "< 60 s"),
+                 ("sessions", f"{int(20_000 * f):,} sessions", lambda p: many_sessions_run(p, int(20_000 * f)), "")]
+        cases = [c for c in cases if c[0] in args.scale_cases]
+        for _, label, make, target in tqdm(cases, desc="info runs", file=sys.stderr):
+            path = root / "run"
+            t = time.perf_counter()
+            make(path)
+            made = time.perf_counter() - t
+            got = child("info", path)
+            rows.append([f"info: {label}", f"{got['info']:.1f} s", human_bytes(1024 * got["rss_kib"]),
+                         human_bytes(1024 * got["rss_import_kib"]), f"{got['problems']}", target,
+                         f"{human_bytes(du_bytes(path))}, made in {made:.0f} s"])
+            print("  |  ".join(rows[-1]), flush=True)
+            shutil.rmtree(path)
+        if "big" in args.scale_cases:
+            n = int(10_000_000 * f)
+            path = root / f"big_{n}"
+            child("make_big", path)   # in its own process: a child inherits its parent's peak RSS
+            got = child("one_tensor", path)
+            rows.append([f"query_stats(one tensor): one part of {n:,} rows ({got['rows']:,} rows read)",
+                         f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
+                         human_bytes(1024 * got["rss_import_kib"]), "-", "<= 1 s, <= 1 GB",
+                         human_bytes(du_bytes(path))])
+        print(format_table(rows, headers))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
-            "mem": _child_mem,
+            "mem": _child_mem, "info": _child_info, "one_tensor": _child_one_tensor,
+            "make_big": lambda p: big_part_run(Path(p), int(Path(p).name.split("_")[1])) or {},
             "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
 
 
@@ -213,14 +339,15 @@ def sparse_run(path: Path, files: int) -> int:
                 "shape": list(a.shape), "scope": "", "has_gradient": False, "batched": True,
                 "icnn_layer": None, "icnn_role": None} for k, a in arrays.items()]
     RunWriter(path, manifest={"tensors": catalog}).close()
-    header = safetensors_io.header_for(arrays, {"step": "0"})
-    size = len(header) + sum(a.nbytes for a in arrays.values())
-    for step in range(1, files + 1):
-        p = path / dump_name("chief", 1, step)
-        with open(p, "wb") as f:
+    total = 0
+    for step in range(1, files + 1):   # each header names its own step (the reader checks it)
+        header = safetensors_io.header_for(arrays, {"step": str(step)})
+        size = len(header) + sum(a.nbytes for a in arrays.values())
+        with open(path / dump_name("chief", 1, step), "wb") as f:
             f.write(header)
             f.truncate(size)
-    return size * files
+        total += size
+    return total
 
 
 def crc_run(path: Path) -> float:
@@ -253,6 +380,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--long", type=int, metavar="STEPS", help="only the long-run table: STEPS and STEPS/10 steps")
     p.add_argument("--measure", nargs="+", metavar="DIR", help="only the long-run columns, for these existing runs")
+    p.add_argument("--scale", action="store_true",
+                   help="only info on runs of many files (10,000 parts; 100,000 dumps; 20,000 sessions) and one "
+                        "tensor of a 10M-row part (--quick: a tenth)")
+    p.add_argument("--scale-cases", nargs="+", default=["parts", "dumps", "sessions", "big"],
+                   choices=["parts", "dumps", "sessions", "big"], help="which --scale measures to make")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -262,6 +394,8 @@ def main(argv: list[str] | None = None) -> None:
         return measure_runs(args)
     if args.long:
         return long_runs(args)
+    if args.scale:
+        return scale_runs(args)
     if args.quick:
         args.steps, args.tensors, args.small_files, args.big_files, args.reps = 50, 30, 1, 2, 1
     from inspector.testing import make_synthetic_run

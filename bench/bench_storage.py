@@ -163,6 +163,54 @@ def write_peak(store, mib: int, whole: bool = False) -> tuple[float, float]:
     return peak, elapsed
 
 
+def remote_query_bytes(options: dict, steps: int, tensors: int) -> list[tuple]:
+    """Bytes one tensor's ``query_stats`` fetches from the bucket (one column; every column),
+    against the run's bytes, with the compacted part's per-tensor row-group index and without
+    it (the reader before it used the index remotely), side by side in this process. The run
+    is written as training writes one: a part per flush, compacted into one at close."""
+    import s3fs
+
+    import inspector
+    from inspector import stats_schema
+    from inspector.testing import SyntheticRun
+
+    class Counting(s3fs.S3FileSystem):
+        got = 0
+
+        async def _cat_file(self, path, version_id=None, start=None, end=None, **kwargs):
+            data = await super()._cat_file(path, version_id=version_id, start=start, end=end, **kwargs)
+            Counting.got += len(data)
+            return data
+
+    url = f"s3://{BUCKET}/index"
+    b = SyntheticRun(url, tensors, steps_hint=steps, dump_every=steps // 2, stats_flush_secs=0, storage_options=options)
+    for a in range(0, steps, max(1, steps // 10)):
+        b.write_steps(a, min(steps, a + max(1, steps // 10)))
+        b.sync(300)
+    b.close()
+    fs = Counting(skip_instance_cache=True, **options)
+    total = sum(fs.du(url, total=False).values())
+    indexed = stats_schema._indexed
+    rows = []
+    for cols, what in ((["mean"], "one column"), (None, "every column")):
+        got = {}
+        for label, use in (("index", indexed), ("whole row groups", lambda *a: None)):
+            stats_schema._indexed = use
+            try:
+                run = inspector.open_run(url, filesystem=fs)
+                Counting.got = 0
+                run.query_stats([run.tensors.index[tensors // 2]], columns=cols)
+                got[label] = Counting.got
+            finally:
+                stats_schema._indexed = indexed
+        rows.append((f"one tensor's statistics, {what}: bytes fetched", "-",
+                     f"{human_bytes(got['index'])} = {100 * got['index'] / total:.1f}% of the run "
+                     f"(without the index {human_bytes(got['whole row groups'])} = "
+                     f"{100 * got['whole row groups'] / total:.1f}%)", "-"))
+    rows.append((f"  run: {steps} steps x {tensors} tensors, one compacted part", "-", human_bytes(total), "-"))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat each")
@@ -205,6 +253,7 @@ def main() -> None:
             a = child_read(str(Path(tmp) / "run"), None)
             b = child_read(f"s3://{BUCKET}/run", options)
             rows.append(("import s3fs (once per process) (ms)", "-", f"{1e3 * b['import']:.0f}", "-"))
+            rows += remote_query_bytes(options, steps, tensors)
             for key, label in (("open", "open_run, a new S3 client included (ms)"),
                                ("again", "open_run again, same process (ms)"),
                                ("first_query", "first query, one tensor (ms)"),

@@ -8,10 +8,10 @@ Example::
     run.tensor("conv1/Relu:0", step=100, kind="gradient")
 """
 from .errors import (DamagedFileError, FormatVersionError, InspectorError, NoDumpError, NotARunError,
-                     UnknownGroupError, UnknownTensorError)
+                     StorageError, UnknownGroupError, UnknownTensorError)
 from .format import FORMAT_VERSION, TOOL_VERSION as __version__
 from .run import Run, find_runs, is_run, open_run
 
 __all__ = ["open_run", "find_runs", "is_run", "Run", "InspectorError", "NotARunError", "FormatVersionError",
-           "DamagedFileError", "UnknownTensorError", "UnknownGroupError",
+           "DamagedFileError", "StorageError", "UnknownTensorError", "UnknownGroupError",
            "NoDumpError", "FORMAT_VERSION", "__version__"]

@@ -8,8 +8,9 @@ Examples::
     python -m inspector export --tensorboard runs/exp1 --logdir tb/ --follow   # then: tensorboard --logdir tb/
     python -m inspector app runs/
 
-Exit status: 0 when everything was read, 1 when ``info`` found damaged files (reported, the
-rest still read), 2 when a run could not be read or the command was refused.
+Exit status: 0 when everything was read, 1 when ``info`` found damaged or missing files
+(reported, the rest still read; with ``--strict`` also when a session recorded dropped data or
+write errors), 2 when a run could not be read or the command was refused.
 """
 from __future__ import annotations
 
@@ -31,11 +32,11 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from .analysis import rerun_text
-from .errors import InspectorError, NotARunError
+from .errors import InspectorError, NotARunError, StorageError
 from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .safepath import inside, real, special_entries
-from .storage import OPTIONS_ENV, is_url, local_path
+from .storage import OPTIONS_ENV, TIMEOUT_ENV, is_url, local_path, storage_timeout
 from .units import human_bytes
 
 
@@ -367,9 +368,10 @@ def _open_checked(path: str | Path, storage_options: dict | None = None) -> Run:
     return open_run(path)
 
 
-def info(path: str, storage_options: dict | None = None) -> int:
+def info(path: str, storage_options: dict | None = None, strict: bool = False) -> int:
     """Print the summary of the run at ``path`` (a folder or a URL), or of every run in it; 0 if
-    all were read cleanly, 1 if some have damaged files, 2 if some could not be read."""
+    all were read cleanly, 1 if some have damaged or missing files (``strict``: or recorded
+    what they did not write: dropped data, write errors), 2 if some could not be read."""
     status = 0
     for i, r in enumerate(_runs(path, storage_options)):
         try:
@@ -380,7 +382,7 @@ def info(path: str, storage_options: dict | None = None) -> int:
             status = 2
             continue
         print(("\n" if i else "") + text, flush=True)
-        if run.problems:
+        if run.problems or (strict and (len(run.dropped) or len(run.errors))):
             status = max(status, 1)
     return status
 
@@ -440,6 +442,16 @@ def serve(cmd: list[str], **popen: Any) -> int:
 RUN_HELP = "a run directory or a folder of runs: a path, file://, or an fsspec URL (s3://bucket/runs/exp1)"
 OPTIONS_HELP = ("for a URL: a JSON object of fsspec storage options, e.g. '{\"endpoint_url\": \"http://host:9000\"}' "
                 "(default: credentials and settings from the environment, as s3fs documents)")
+TIMEOUT_HELP = (f"for an s3:// URL: seconds a request may take to connect and each read may wait, tried 3 times "
+                f"(default ${TIMEOUT_ENV}, else 10)")
+
+
+def _timeout(text: str) -> float:
+    """``--timeout``: a positive number of seconds (argparse prints the ArgumentTypeError's text)."""
+    try:
+        return storage_timeout(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}") from None
 
 
 def _options(text: str) -> dict:
@@ -458,13 +470,16 @@ def _options(text: str) -> dict:
 def _remote(path: str | Path) -> Iterator[None]:
     """Errors of an object store's client (an unreachable endpoint, an option its filesystem
     does not take) as one InspectorError line that says what to check, not a traceback."""
+    hint = (f"(check the URL and the storage options: --storage-options or ${OPTIONS_ENV}, e.g. endpoint_url, "
+            f"key, secret)")
     try:
         yield
+    except StorageError as e:   # the store's own error, without the URL it repeats
+        raise InspectorError(f"cannot read {path}: {e.cause or e} {hint}") from e
     except InspectorError:
         raise
-    except Exception as e:  # noqa: BLE001 - botocore, aiohttp, TypeError of a misspelt option...
-        raise InspectorError(f"cannot read {path}: {type(e).__name__}: {e} (check the URL and the storage "
-                             f"options: --storage-options or ${OPTIONS_ENV}, e.g. endpoint_url, key, secret)") from e
+    except Exception as e:  # noqa: BLE001 - aiohttp, TypeError of a misspelt option...
+        raise InspectorError(f"cannot read {path}: {type(e).__name__}: {e} {hint}") from e
 
 
 def parser() -> argparse.ArgumentParser:
@@ -472,10 +487,15 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
     p.add_argument("run", help=RUN_HELP)
+    p.add_argument("--strict", action="store_true",
+                   help="exit 1 also when a session recorded losses (dropped data, write errors), not only for "
+                        "damaged or missing files")
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
+    p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p = sub.add_parser("export", help="write dumped tensors (npz), statistics (csv, parquet) or TensorBoard events")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
+    p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p.add_argument("--format", choices=["npz", "csv", "parquet"])
     p.add_argument("--out", type=Path,
                    help="output file, or an existing folder to write <folder>/<run name>.<format> in")
@@ -501,6 +521,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
+    p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
@@ -512,9 +533,32 @@ def _main(argv: Sequence[str] | None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "export":
         _tensorboard_args(ap, args)
+    with _timeout_env(args.timeout):
+        return _command(args)
+
+
+@contextlib.contextmanager
+def _timeout_env(timeout: float | None) -> Iterator[None]:
+    """$TF_INSPECTOR_STORAGE_TIMEOUT set to ``--timeout`` while the command runs: every store
+    it opens reads it (the viewer's process too), and the caller's environment is left as it was."""
+    if timeout is None:
+        yield
+        return
+    before = os.environ.get(TIMEOUT_ENV)
+    os.environ[TIMEOUT_ENV] = str(timeout)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(TIMEOUT_ENV, None)
+        else:
+            os.environ[TIMEOUT_ENV] = before
+
+
+def _command(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "info":
-            return info(args.run, args.storage_options)
+            return info(args.run, args.storage_options, args.strict)
         if args.cmd == "export" and args.tensorboard:
             every = (5.0 if args.interval is None else args.interval) if args.follow else None
             print(tensorboard(args.run, args.logdir, storage_options=args.storage_options, tensors=args.tensors,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from typing import Iterable
 
 
@@ -19,6 +20,21 @@ class FormatVersionError(InspectorError):
 
 class DamagedFileError(InspectorError):
     """A file of a run that cannot be parsed (truncated, corrupted, wrong type)."""
+
+
+class StorageError(InspectorError, OSError):
+    """The run's storage could not be reached or refused a request (a timeout, a refused
+    connection, an HTTP 5xx, a permission): the message names the URL and the cause. Not a
+    damaged file: the same request may succeed later. ``url``: what was asked for; ``cause``:
+    the client's own error, as one line without the URL (the same for every file, so a writer's
+    records of one outage aggregate)."""
+
+    def __init__(self, message: str, url: str | None = None, cause: BaseException | str | None = None) -> None:
+        super().__init__(message)
+        self.url = url
+        text = cause if isinstance(cause, str) or cause is None else f"{type(cause).__name__}: {cause}"
+        # an object's path in the client's message ('...endpoint URL: "http://host/bucket/key"'): the endpoint only
+        self.cause = None if text is None else re.sub(r"(https?://[^/\s\"']+)/[^\s\"']*", r"\1/...", text)
 
 
 class UnknownTensorError(InspectorError, KeyError):

@@ -36,10 +36,16 @@ def writer_state(record: Mapping, now: float | None = None) -> str:
     except (KeyError, TypeError, ValueError):
         return status
     if isinstance(beat, (int, float)) and beat > 0:
-        # at least 10 s: `updated` has whole seconds, and clocks of two hosts differ a little
-        if (now if now is not None else time.time()) - updated > max(STALE_HEARTBEATS * beat, 10.0):
+        if (now if now is not None else time.time()) - updated > stale_after(beat):
             return "stalled"
     return status
+
+
+def stale_after(heartbeat_secs: float) -> float:
+    """Seconds without a heartbeat after which a writer beating every ``heartbeat_secs`` is
+    judged gone: STALE_HEARTBEATS beats, at least 10 s (``updated`` has whole seconds, and the
+    clocks of two hosts differ a little). A lock's lease lasts as long (``inspector.claim``)."""
+    return max(STALE_HEARTBEATS * heartbeat_secs, 10.0)
 
 
 def alive(pid: int) -> bool:

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from .crosscheck import MAX_DUMPS_LISTED
 from .errors import DamagedFileError, FormatVersionError
 from .format import FORMAT_NAME, FORMAT_VERSION, HIST_MAX_ELEMENTS, MODES, check_group_name
 from .safe_files import read_bytes
@@ -32,7 +33,7 @@ from .safe_files import read_bytes
 #: Keys ``RunWriter`` writes itself: format, the session's identity, liveness and totals.
 WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", "mode", "created", "updated",
                "status", "host", "pid", "heartbeat_secs", "bytes_written", "dumps_written", "steps", "dropped",
-               "errors")
+               "errors", "graph_bytes", "stats_parts", "dump_runs")
 #: Keys the writer's caller gives, each with the value a manifest without it (an older run, a
 #: bare ``RunWriter``) is written and read with.
 CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
@@ -145,10 +146,36 @@ def _status(value: Any, where: str) -> None:
         raise TypeError(f"field {where} must be one of {', '.join(STATUSES)}, not {_short(value)}")
 
 
+#: The largest count, byte total or step a manifest may hold: integers JSON readers keep exact.
+MAX_COUNT = 2 ** 53
+#: The largest dimension of a catalog shape, and of all its known dimensions' product.
+MAX_DIM, MAX_ELEMENTS = 2 ** 40, 2 ** 53
+
+
+def _count(value: Any, where: str) -> None:
+    """A count, a byte total or a step: an integer 0..MAX_COUNT."""
+    _want(value, (int,), where)
+    if not 0 <= value <= MAX_COUNT:
+        raise TypeError(f"field {where} must be an integer from 0 to 2**53, not {_short(value)}")
+
+
+def _opt_count(value: Any, where: str) -> None:
+    if value is not None:
+        _count(value, where)
+
+
 def _shape(value: Any, where: str) -> None:
     _want(value, (list, type(None)), where)
+    size = 1
     for i, dim in enumerate(value or []):
         _want(dim, (int, type(None)), f"{where}[{i}]")
+        if dim is not None:
+            if not 0 <= dim <= MAX_DIM:
+                raise TypeError(f"field {where}[{i}] must be a dimension from 0 to 2**40 (or null: unknown), "
+                                f"not {_short(dim)}")
+            size *= dim
+    if size > MAX_ELEMENTS:
+        raise TypeError(f"field {where} must have at most 2**53 elements, not {_short(value)} ({size:.3g})")
 
 
 _STR, _OPT_STR = (str,), (str, type(None))
@@ -191,7 +218,34 @@ def _steps(value: Any, where: str) -> None:
         if len(value) != 2:
             raise TypeError(f"field {where} must be [first, last], not {_short(value)}")
         for i, step in enumerate(value):
-            _want(step, (int, type(None)), f"{where}[{i}]")
+            _opt_count(step, f"{where}[{i}]")
+
+
+def _heartbeat(value: Any, where: str) -> None:
+    _want(value, (float, type(None)), where)
+    if value is not None and not 0 < value <= 10 ** 6:
+        raise TypeError(f"field {where} must be seconds above 0 and at most 10**6, not {_short(value)}")
+
+
+def _dump_runs(value: Any, where: str) -> None:
+    """``dump_runs`` (inspector.crosscheck): null, or [step, batch, n, dstep, dbatch] runs of
+    at most MAX_DUMPS_LISTED dumps in all, whose steps are counts and batches -1 or counts."""
+    if value is None:
+        return
+    _want(value, (list,), where)
+    total = 0
+    for i, run in enumerate(value):
+        at = f"{where}[{i}]"
+        _want(run, (list,), at)
+        if len(run) != 5 or not all(_is(x, (int,)) for x in run):
+            raise TypeError(f"field {at} must be [step, batch, count, step stride, batch stride], not {_short(run)}")
+        s0, b0, n, ds, db = run
+        total += n
+        ends = (s0, s0 + (n - 1) * ds, b0, b0 + (n - 1) * db)
+        if n < 1 or total > MAX_DUMPS_LISTED or not all(0 <= x <= MAX_COUNT for x in ends[:2]) \
+                or not all(-1 <= x <= MAX_COUNT for x in ends[2:]):
+            raise TypeError(f"field {at} must list 1 to {MAX_DUMPS_LISTED:,} dumps in all, at steps 0..2**53, "
+                            f"not {_short(run)}")
 
 
 _OPT_INT = (int, type(None))
@@ -238,25 +292,32 @@ def _accounting(value: Any, where: str) -> None:
 
 
 #: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
-_RECORD = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
-                   "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
+_RECORD_TYPES = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
+                         "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
+
+
+def _record(value: Any, where: str) -> None:
+    _RECORD_TYPES(value, where)
+    for key in ("count", "bytes", "first_step", "last_step"):
+        _opt_count(value.get(key), f"{where}.{key}")
 #: Version 1's ``dropped``: one entry per dropped dump.
 _DROPPED_V1 = _list_of(_object({"step": (int,), "reason": _STR, "bytes": (int,)}))
 
 #: The fields the reader uses, each with its check. Other fields are not checked.
 FIELDS: dict[str, Callable[[Any, str], None]] = {
     "session": _scalar(int), "mode": _one_of(MODES), "steps": _steps, "error": _scalar(str, type(None)),
-    "errors": _list_of(_RECORD),
+    "errors": _list_of(_record),
     "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status, "host": _scalar(str, type(None)),
-    "pid": _pid, "heartbeat_secs": _scalar(float, type(None)), "created": _scalar(str),
+    "pid": _pid, "heartbeat_secs": _heartbeat, "created": _scalar(str),
     "updated": _scalar(str), "loss": _scalar(str, type(None)), "labels": _scalar(str, type(None)),
     "config": _scalar(dict), "tensors": _list_of(_tensor), "groups": _groups, "skipped": _list_of(_scalar(str)),
     "first_nonfinite": lambda v, w: None if v is None else _object(
         {"step": (int,), "tensor": _STR, "kind": _STR, "source": _STR})(v, w),
-    "dropped": _list_of(_RECORD),
+    "dropped": _list_of(_record),
     GROUPS_REFUSED_KEY: _object({"first_step": (int,), "samples": (int, type(None)), "why": _STR,
                                  "last_step": (int,), "steps": (int,)}, required=("first_step", "why")),
-    "bytes_written": _scalar(int), "dumps_written": _scalar(int), "hook_error": _scalar(str),
+    "bytes_written": _count, "dumps_written": _count, "hook_error": _scalar(str),
+    "graph_bytes": _opt_count, "stats_parts": _count, "dump_runs": _dump_runs,
     "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
     "tensorflow_version": _scalar(str, type(None)), "accounting": _accounting,
     "start_step": _scalar(int, type(None)), RECORDED_NOTHING_KEY: _scalar(str),
@@ -272,6 +333,10 @@ def check_manifest(m: Any, path: Path | str) -> dict:
             if key in m:
                 v1 = key == "dropped" and m.get("format_version") == 1
                 (_DROPPED_V1 if v1 else check)(m[key], key)
+        runs, count = m.get("dump_runs"), m.get("dumps_written")
+        if runs is not None and count is not None and sum(r[2] for r in runs) != count:
+            raise TypeError(f"field dump_runs lists {sum(r[2] for r in runs):,} dumps, not the dumps_written "
+                            f"{count:,}")
     except TypeError as e:
         raise DamagedFileError(f"damaged manifest {path}: {e}") from None
     return m

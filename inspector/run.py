@@ -31,8 +31,8 @@ from . import graphdef, histograms, safetensors_io
 from .accounting import Ledger, Why
 from .batch_note import captured_on
 from .dump_schema import check_samples
-from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, UnknownGroupError, UnknownTensorError,
-                     nearest, suggest)
+from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError, UnknownGroupError,
+                     UnknownTensorError, nearest, suggest)
 from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
                      parse_stats_name, safe_join)
 from .liveness import writer_state
@@ -40,7 +40,8 @@ from .loghist import LogHistogram
 from . import manifest_schema
 from .manifest_schema import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
                               with_caller_defaults)
-from .stats_parts import live_parts
+from .crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
+from .stats_parts import live_parts, seq_range
 from .stats_schema import check_stats_file, read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
 from .trainings import hidden_sessions
@@ -82,14 +83,16 @@ def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
 
 
 def open_run(path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-             filesystem: Any = None) -> "Run":
+             filesystem: Any = None, timeout: float | None = None) -> "Run":
     """Open the run at ``path`` (reads its manifests only): a folder, ``file://``, or an fsspec
     URL (``s3://bucket/runs/exp1``, ``gs://...``; ``storage_options`` as fsspec documents them,
     or credentials from the environment; ``filesystem``: an fsspec filesystem to use). Remote
     files are read by byte ranges: a statistics query reads Parquet footers and the columns it
     needs, a tensor its dump's header and its own bytes. ``verify=False`` skips the checksums
-    of dumped arrays and statistics pages (faster; see FORMAT.md)."""
-    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem)
+    of dumped arrays and statistics pages (faster; see FORMAT.md). ``timeout``: seconds a
+    request to an object store may take (``inspector.storage.storage_timeout``); a store that
+    does not answer is a StorageError naming the URL and the cause."""
+    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem, timeout=timeout)
 
 
 #: States of a session whose manifest may lag what it wrote (no final rewrite): its process died.
@@ -156,8 +159,8 @@ class Run:
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
     def __init__(self, path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-                 filesystem: Any = None) -> None:
-        self.store = open_storage(normalize(path), storage_options, filesystem)
+                 filesystem: Any = None, timeout: float | None = None) -> None:
+        self.store = open_storage(normalize(path), storage_options, filesystem, timeout=timeout)
         #: the run directory: a Path on local disk, the URL in an object store
         self.path: Any = Path(self.store.display()) if self.store.is_local else self.store.display()
         self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
@@ -207,6 +210,9 @@ class Run:
             out[ids] = _upgrade_manifest(m, *ids)
         if not out:
             raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
+        # what the manifests say was written, against this listing (no request more)
+        sizes = {e.name: e.size for e in entries if not e.link}
+        self.problems += folder_problems(sizes, self.store.display) + graph_problems(out, sizes, self.store.display)
         return out
 
     @property
@@ -507,6 +513,11 @@ class Run:
         found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
                        if (ids := parse_stats_name(e.name)))
         live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
+        ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
+        for w, s, p in found:
+            if (r := seq_range(p[0].rsplit("/", 1)[-1])) is not None:
+                ranges.setdefault((w, s), []).append(r)
+        problems += stats_problems(self.manifests, ranges, self.store.display)
         orphans: dict[tuple[str, int], int] = {}
         for w, s, _ in live:
             if (w, s) not in self.manifests:
@@ -534,6 +545,12 @@ class Run:
                 with self.store.ranged(rel, size) as r:
                     t, self._footers[(rel, size, stamp)] = read_ranged_part(
                         r, columns, filters, self.verify, session == 0, self._footers.get((rel, size, stamp)))
+        except StorageError:
+            raise   # the store did not answer: not a damaged file, and the rows are not known to be gone
+        except MemoryError as e:   # pyarrow's "realloc failed" (ArrowMemoryError) too: the file is fine
+            raise MemoryError(f"reading {path} needs more memory than this process may use ({e}); the file is not "
+                              f"damaged: ask for fewer rows and columns (run.query_stats([tensor], steps=(first, "
+                              f"last), columns=[...])), or read it where more memory is free") from None
         except (OSError, pa.ArrowException, DamagedFileError) as e:
             msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {path}: {e}"
             if msg not in self.problems:
@@ -823,7 +840,10 @@ class Run:
     @cached_property
     def _dump_files(self) -> list[DumpFile]:
         out = []
-        for e in sorted(self.store.list("dumps"), key=lambda e: e.name):
+        listed = self.store.list("dumps")
+        self.problems += [p for p in dump_problems(self.manifests, {e.name for e in listed}, self.store.display)
+                          if p not in self.problems]
+        for e in sorted(listed, key=lambda e: e.name):
             ids = parse_dump_name(e.name)
             if ids and any(w == ids[0] for w, _ in self.manifests):
                 rel = f"dumps/{e.name}"
@@ -928,6 +948,7 @@ class Run:
             try:
                 with self._ranged(f) as r:  # locally a regular file inside the run (safe_files)
                     header, start = safetensors_io.header_of(r)
+                _check_dump_identity(f, header)
                 self._alias_maps[path] = _aliases(f.path, header)
                 self._headers[path] = header, start
             except DamagedFileError as e:
@@ -1200,6 +1221,21 @@ def _one_source(df: pd.DataFrame, what: str) -> None:
     if len(sources) > 1:
         names = ", ".join(f"{w} session {s}" for w, s in sources.itertuples(index=False))
         raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and session=)")
+
+
+def _check_dump_identity(f: DumpFile, header: dict) -> None:
+    """DamagedFileError if the dump's own metadata names another step, batch, worker or session
+    than its file name (a dump copied or renamed to another step's name would be read as that
+    step). Fields its writer did not record (older runs) are not compared."""
+    meta = header.get("__metadata__") or {}
+    name = {"step": f.step, "worker": f.worker, "session": f.session or None, "batch": f.batch}
+    for field, want in name.items():
+        got = meta.get(field)
+        if got is None or want is None:
+            continue
+        if str(got) != str(want):
+            raise DamagedFileError(f"damaged dump file {f.path}: its header says {field} {got}, its file name "
+                                   f"{field} {want} (copied or renamed from another dump?); refused")
 
 
 def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import numpy as np
 
-from .errors import DamagedFileError
+from .errors import DamagedFileError, StorageError
 from .format import ALIASES_KEY, atomic_write
 from .safe_files import open_regular
 
@@ -180,6 +180,8 @@ def header_of(r: "Ranged") -> tuple[dict, int]:
             raise ValueError("the file shrank while its header was read")
         header = parse_header(raw)
         check_header(header, r.size - 8 - n)
+    except StorageError:
+        raise   # the store did not answer: not a damaged file
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
         raise DamagedFileError(f"damaged dump file {r.name}: {e}") from None
     return header, 8 + n

@@ -106,14 +106,15 @@ def live_parts(files: Iterable[tuple[str, int, P]]) -> tuple[list[tuple[str, int
 
 
 def compact(run_dir: "Path | Storage", worker: str, session: int, parts: Sequence[tuple[int, Any]],
-            fsync: bool = False) -> tuple[str, int]:
+            fsync: bool = False, guard: Callable[[], None] | None = None) -> tuple[str, int]:
     """Roll the small ``parts`` ((seq, name), consecutive) of one session into one part.
 
     ``run_dir``: a local path or a :class:`~inspector.storage.Storage` (an object store too: the
     new part is one object written whole, so no rename is needed); a part's name is a path
     under ``run_dir`` or a name relative to it. Writes the new part complete, then deletes the
     small parts. Returns the new part's name in the run and its size in bytes. Raises (leaving
-    every small part in place) if a part cannot be read or the new one cannot be written."""
+    every small part in place) if a part cannot be read or the new one cannot be written.
+    ``guard``: called before the write and before the deletes (the writer's lock check)."""
     seqs = [seq for seq, _ in parts]
     if len(parts) < 2 or seqs != list(range(seqs[0], seqs[0] + len(seqs))):
         raise ValueError(f"compaction needs two or more consecutive sequence numbers, not {seqs}")
@@ -121,7 +122,12 @@ def compact(run_dir: "Path | Storage", worker: str, session: int, parts: Sequenc
     rels = [_relative(store, p) for _, p in parts]
     table = pa.concat_tables([_read_part(store, rel) for rel in rels])
     target = stats_range_name(worker, session, seqs[0], seqs[-1])
-    size = store.write(target, [sorted_part(table)], fsync=fsync)
+    data = sorted_part(table)
+    if guard is not None:
+        guard()
+    size = store.write(target, [data], fsync=fsync)
+    if guard is not None:
+        guard()
     for rel in rels:  # only now: a crash before this leaves duplicates the reader ignores
         store.delete(rel)
     return target, size
@@ -214,11 +220,11 @@ class Compactor:
 
     def __init__(self, run_dir: "Path | Storage", worker: str, session: int, rows: int | None = COMPACT_ROWS,
                  fsync: bool = False, on_error: Callable[[BaseException], None] | None = None,
-                 after: Callable[[str], Any] | None = None) -> None:
+                 after: Callable[[str], Any] | None = None, guard: Callable[[], None] | None = None) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"compact_rows={rows} must be >= 1 or None")
         self.run_dir, self.worker, self.session, self.rows = open_storage(run_dir), worker, session, rows
-        self.fsync, self.on_error = fsync, on_error
+        self.fsync, self.on_error, self.guard = fsync, on_error, guard
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
         #: called with each compacted part's path once it is in place (the writer passes
@@ -255,7 +261,7 @@ class Compactor:
     def _run(self, todo: list[tuple[int, int]]) -> None:
         paths = [(seq, stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
-            target, _ = compact(self.run_dir, self.worker, self.session, paths, self.fsync)
+            target, _ = compact(self.run_dir, self.worker, self.session, paths, self.fsync, self.guard)
             if self.after is not None:
                 self.after(target)
         except BaseException as e:  # the small parts stay, every row readable

@@ -22,16 +22,21 @@ naming the package to install. Example::
 """
 from __future__ import annotations
 
+import contextlib
+import email.utils
 import io
 import json
 import os
+import secrets
 import stat
 import threading
+import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from .errors import DamagedFileError, InspectorError
+from .errors import DamagedFileError, InspectorError, StorageError
 from .format import atomic_write
 
 #: fsspec protocols and the package that provides each (the import error names it).
@@ -47,6 +52,18 @@ class Entry:
     size: int | None
     stamp: str
     link: bool = False   # a symbolic link (local disk): never counted or followed
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a small file (a lock): its bytes, a tag that changes whenever it is
+    replaced (the ETag on S3; inode, mtime and size on disk), and its age in seconds by the
+    store's own clock (S3: the response's ``Date`` minus the object's ``Last-Modified``; on
+    disk and ``memory://``: this host's clock, which is that store's), None where the store
+    does not say."""
+    data: bytes
+    tag: str
+    age: float | None
 
 
 def is_url(path: Any) -> bool:
@@ -92,12 +109,39 @@ def env_storage_options() -> dict | None:
     return value
 
 
+#: Environment variable: seconds an object store's request may take to connect, and each of
+#: its reads may wait (``open_storage(timeout=)`` wins); default DEFAULT_TIMEOUT.
+TIMEOUT_ENV = "TF_INSPECTOR_STORAGE_TIMEOUT"
+#: Seconds a request may take to connect and each read may wait, by default; a request is
+#: tried REQUEST_ATTEMPTS times (a timeout, a dropped connection, HTTP 5xx, throttling) before
+#: it fails with StorageError, so a store that hangs costs at most ~REQUEST_ATTEMPTS times this.
+DEFAULT_TIMEOUT = 10.0
+REQUEST_ATTEMPTS = 3
+
+
+def storage_timeout(timeout: "float | str | None" = None) -> float:
+    """``timeout``, else $TF_INSPECTOR_STORAGE_TIMEOUT, else DEFAULT_TIMEOUT; ValueError naming
+    the bad value unless it is a positive number of seconds."""
+    where, value = "timeout", timeout
+    if value is None:
+        where, value = f"${TIMEOUT_ENV}", os.environ.get(TIMEOUT_ENV, "").strip() or DEFAULT_TIMEOUT
+    try:
+        secs = float(value)
+    except (TypeError, ValueError):
+        secs = float("nan")
+    if not 0 < secs < float("inf"):
+        raise ValueError(f"{where}={value!r} must be a positive number of seconds (default {DEFAULT_TIMEOUT:g})")
+    return secs
+
+
 def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[str, Any] | None = None,
-                 filesystem: Any = None) -> "Storage":
+                 filesystem: Any = None, timeout: float | None = None) -> "Storage":
     """The storage of the run directory ``path``: local for plain paths and ``file://``, fsspec
     for other URLs (``storage_options`` go to the fsspec filesystem, as fsspec documents them;
     default: $TF_INSPECTOR_STORAGE_OPTIONS, else none: credentials from the environment;
-    ``filesystem``: an fsspec filesystem instance to use instead, e.g. one that counts requests)."""
+    ``filesystem``: an fsspec filesystem instance to use instead, e.g. one that counts requests;
+    ``timeout``: see :func:`storage_timeout`, applied to ``s3://`` where the options do not set
+    ``config_kwargs`` timeouts themselves)."""
     if isinstance(path, Storage):
         return path
     if filesystem is None and not is_url(path):
@@ -107,7 +151,7 @@ def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[s
         return LocalStorage(local_path(path))
     if storage_options is None and filesystem is None:
         storage_options = env_storage_options()
-    return FsspecStorage(os.fspath(path), storage_options, filesystem)
+    return FsspecStorage(os.fspath(path), storage_options, filesystem, timeout=timeout)
 
 
 class Storage:
@@ -154,12 +198,28 @@ class Storage:
         """Create ``rel`` holding ``data`` unless it exists: True if created, False if it existed."""
         raise NotImplementedError
 
+    def read_version(self, rel: str, limit: int = 1 << 20) -> Version | None:
+        """The current :class:`Version` of the small file ``rel`` (at most ``limit`` bytes read),
+        or None if it does not exist. StorageError if the store cannot say (a timeout, HTTP 5xx):
+        never None for "could not read", so a lock that cannot be read is never taken for gone."""
+        raise NotImplementedError
+
+    def replace(self, rel: str, data: bytes, tag: str) -> bool:
+        """Replace ``rel`` with ``data`` only if its current version is ``tag`` (a compare and
+        swap: of two writers replacing one version, one wins). False if it changed or is gone."""
+        raise NotImplementedError
+
     def delete(self, rel: str) -> None:
         """Remove ``rel``; nothing if it is gone already."""
         raise NotImplementedError
 
     def makedirs(self, sub: str = "") -> None:
         """Make folder ``sub`` (object stores have none: nothing to do)."""
+
+    def abort_uploads(self, owned: "Callable[[str], bool]") -> int:
+        """Abort the unfinished multipart uploads of run files whose name (relative to the run)
+        ``owned`` accepts; how many. Only S3 keeps such parts (billed, invisible to listings)."""
+        return 0
 
 
 class Ranged:
@@ -276,13 +336,51 @@ class LocalStorage(Storage):
         return atomic_write(self.path(rel), chunks, fsync=fsync, size=size)
 
     def create(self, rel: str, data: bytes) -> bool:
+        # written whole under a temporary name, then linked to ``rel`` (refused if it exists):
+        # nobody ever reads an empty or half-written file under ``rel``
+        path = self.path(rel)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
-            fd = os.open(self.path(rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+            with open(tmp, "xb") as f:
+                f.write(data)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def read_version(self, rel: str, limit: int = 1 << 20) -> Version | None:
+        path = self.path(rel)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read(limit + 1) if stat.S_ISREG(st.st_mode) else b""
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise StorageError(f"{path}: cannot be read ({e.strerror or e})", str(path), e) from None
+        return Version(data, _local_tag(st), max(0.0, time.time() - st.st_mtime))
+
+    def replace(self, rel: str, data: bytes, tag: str) -> bool:
+        # No compare-and-swap on a file system: move the version judged away (a rename: of two
+        # writers, one moves it), check that it was the one judged, then create the new one
+        # exclusively. A file found changed is put back where nothing replaced it meanwhile.
+        path = self.path(rel)
+        moved = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.rename(path, moved)
+        except FileNotFoundError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        return True
+        try:
+            if _local_tag(os.stat(moved)) != tag:
+                with contextlib.suppress(FileExistsError):
+                    os.link(moved, path)
+                return False
+            return self.create(rel, data)
+        finally:
+            moved.unlink(missing_ok=True)
 
     def delete(self, rel: str) -> None:
         try:
@@ -292,6 +390,10 @@ class LocalStorage(Storage):
 
     def makedirs(self, sub: str = "") -> None:
         self.path(sub).mkdir(parents=True, exist_ok=True)
+
+
+def _local_tag(st: os.stat_result) -> str:
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
 
 
 class _LocalRanged(Ranged):
@@ -329,16 +431,35 @@ PART_SIZE = 16 << 20
 _MEMORY_CREATE = threading.Lock()
 
 
-def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None) -> tuple[Any, str]:
+def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None, timeout: float) -> tuple[Any, str]:
     protocol = url.split("://", 1)[0]
     try:
         import fsspec
-        return fsspec.core.url_to_fs(url, **dict(storage_options or {}))
+        s3 = protocol in ("s3", "s3a")
+        own_retries = "retries" in dict((storage_options or {}).get("config_kwargs") or {})
+        fs, root = fsspec.core.url_to_fs(url, **(_s3_options(storage_options, timeout) if s3 else
+                                                 dict(storage_options or {})))
+        if s3 and not own_retries:
+            fs.retries = 1  # botocore's REQUEST_ATTEMPTS are the attempts: no second loop of s3fs's own
+        return fs, root
     except ImportError as e:
         package = _PACKAGES.get(protocol, f"the fsspec implementation of {protocol}://")
         raise ImportError(f"reading or writing {url} needs fsspec and {package}: pip install "
                           f"'tf-inspector[{'s3' if package == 's3fs' else 'remote'}]' (or pip install fsspec "
                           f"{package}); local paths need neither ({e})") from None
+
+
+def _s3_options(options: Mapping[str, Any] | None, timeout: float) -> dict:
+    """``options`` with botocore's timeouts and retries set to ``timeout`` and REQUEST_ATTEMPTS
+    (standard mode: timeouts, dropped connections, 5xx, throttling), where they do not set them:
+    s3fs's defaults tried a hanging endpoint for two minutes before an error reached the caller."""
+    opts = dict(options or {})
+    config = dict(opts.get("config_kwargs") or {})
+    config.setdefault("connect_timeout", timeout)
+    config.setdefault("read_timeout", timeout)
+    config.setdefault("retries", {"total_max_attempts": REQUEST_ATTEMPTS, "mode": "standard"})
+    opts["config_kwargs"] = config
+    return opts
 
 
 def check_relative(rel: str) -> str:
@@ -353,11 +474,14 @@ def check_relative(rel: str) -> str:
 class FsspecStorage(Storage):
     """A run directory under an fsspec URL. Files are objects written whole (see the module
     docstring); the lock's create is a conditional put (``If-None-Match: *``) on S3, atomic
-    within the process for ``memory://``, and check-then-write elsewhere (FORMAT.md)."""
+    within the process for ``memory://``, and check-then-write elsewhere (FORMAT.md). Every
+    error of the store's client but a missing object is a StorageError naming the URL."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, filesystem: Any = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, filesystem: Any = None,
+                 timeout: float | None = None) -> None:
+        self.timeout = storage_timeout(timeout)
         if filesystem is None:
-            self.fs, root = _fsspec_for(url, storage_options)
+            self.fs, root = _fsspec_for(url, storage_options, self.timeout)
         else:
             self.fs, root = filesystem, filesystem._strip_protocol(url)
         self.url = url.rstrip("/")
@@ -380,6 +504,18 @@ class FsspecStorage(Storage):
     def display(self, rel: str = "") -> str:
         return f"{self.url}/{rel}" if rel else self.url
 
+    @contextlib.contextmanager
+    def _errors(self, rel: str, action: str) -> Iterator[None]:
+        """The client's errors as StorageError naming the URL (a missing object, an existing one
+        refused by a create, and this package's own errors pass as they are)."""
+        try:
+            yield
+        except (FileNotFoundError, NotADirectoryError, FileExistsError, InspectorError):
+            raise
+        except Exception as e:  # noqa: BLE001 - botocore, aiohttp, OSError of s3fs...: one error type
+            url = self.display(rel)
+            raise StorageError(f"{url}: cannot {action} ({type(e).__name__}: {e})", url, e) from e
+
     def child(self, name: str) -> "FsspecStorage":
         check_relative(name)
         out = FsspecStorage.__new__(FsspecStorage)
@@ -387,18 +523,20 @@ class FsspecStorage(Storage):
         return out
 
     def exists(self) -> bool:
-        try:
-            return bool(self.fs.ls(self.root, detail=False, refresh=True))
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        except TypeError:  # a filesystem whose ls takes no refresh=
-            return bool(self.fs.ls(self.root, detail=False))
+        with self._errors("", "list"):
+            try:
+                return bool(self.fs.ls(self.root, detail=False, refresh=True))
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            except TypeError:  # a filesystem whose ls takes no refresh=
+                return bool(self.fs.ls(self.root, detail=False))
 
     def list(self, sub: str = "") -> list[Entry]:
         path = self._abs(sub)
         self.fs.invalidate_cache(path)  # listings are cached by fsspec: a live run grows
         try:
-            entries = self.fs.ls(path, detail=True)
+            with self._errors(sub, "list"):
+                entries = self.fs.ls(path, detail=True)
         except (FileNotFoundError, NotADirectoryError):
             return []
         out = []
@@ -414,11 +552,10 @@ class FsspecStorage(Storage):
     def _size(self, rel: str) -> int:
         path = self._abs(rel)
         try:
-            info = self.fs.info(path)
+            with self._errors(rel, "read"):
+                info = self.fs.info(path)
         except FileNotFoundError:
             raise DamagedFileError(f"{self.display(rel)}: cannot be read (no such object)") from None
-        except OSError as e:
-            raise DamagedFileError(f"{self.display(rel)}: cannot be read ({e})") from None
         if info.get("type") != "file":
             raise DamagedFileError(f"{self.display(rel)}: not a file ({info.get('type')}); refused")
         return int(info["size"])
@@ -429,13 +566,17 @@ class FsspecStorage(Storage):
         # them; one response is one version. At most limit + 1 bytes: tells a file too large.
         path, name = self._abs(rel), self.display(rel)
         try:
-            data = self.fs.cat_file(path, start=0, end=None if limit is None else limit + 1)
+            with self._errors(rel, "read"):
+                try:
+                    data = self.fs.cat_file(path, start=0, end=None if limit is None else limit + 1)
+                except FileNotFoundError:
+                    raise
+                except OSError:
+                    if self._size(rel) != 0:
+                        raise
+                    data = b""  # a range on an empty object is refused by S3 (416)
         except FileNotFoundError:
             raise DamagedFileError(f"{name}: cannot be read (no such object)") from None
-        except OSError as e:
-            if self._size(rel) == 0:  # a range on an empty object is refused by S3 (416)
-                return b""
-            raise DamagedFileError(f"{name}: cannot be read ({e})") from None
         if limit is not None and len(data) > limit:
             raise DamagedFileError(f"{name}: more than the {limit:,} bytes a file of this kind may hold")
         return bytes(data)
@@ -449,21 +590,24 @@ class FsspecStorage(Storage):
         path = self._abs(rel)
         try:
             if self.streamed:
-                return self._stream(path, chunks)
+                return self._stream(rel, chunks)
             data = b"".join(chunks)  # memory:// and unknown backends: one PUT of the whole file
-            self.fs.pipe_file(path, data)
+            with self._errors(rel, "write"):
+                self.fs.pipe_file(path, data)
             return len(data)
         finally:
             self.fs.invalidate_cache(path)
 
-    def _stream(self, path: str, chunks: Iterable[bytes | memoryview]) -> int:
+    def _stream(self, rel: str, chunks: Iterable[bytes | memoryview]) -> int:
         """Send ``chunks`` through the backend's buffered write file: a file smaller than one
         part is one PUT at the end; a larger one is a multipart upload whose parts leave as they
         fill (the buffer holds at most one part) and which is completed only after the last
         chunk. On any error before that the upload is aborted (``discard``), never completed: a
-        ``with`` block would close, and so commit, a truncated object."""
+        ``with`` block would close, and so commit, a truncated object. An error of ``chunks``
+        itself reaches the caller as it is; the store's are StorageError."""
         part = self.part_size
-        f = self.fs.open(path, "wb", block_size=part)
+        with self._errors(rel, "write"):
+            f = self.fs.open(self._abs(rel), "wb", block_size=part)
         n = 0
         try:
             for chunk in chunks:
@@ -472,9 +616,11 @@ class FsspecStorage(Storage):
                     # up to the next part boundary: the file uploads a full buffer at once, so
                     # a 1 GiB array never sits whole in it
                     k = min(view.nbytes, part - n % part)
-                    f.write(view[:k])
+                    with self._errors(rel, "write"):
+                        f.write(view[:k])
                     n, view = n + k, view[k:]
-            f.close()  # the last part, then the upload completed: the object appears whole
+            with self._errors(rel, "write"):
+                f.close()  # the last part, then the upload completed: the object appears whole
         except BaseException:
             try:
                 f.discard()  # abort the multipart upload: no object, no stored parts
@@ -487,33 +633,99 @@ class FsspecStorage(Storage):
     def create(self, rel: str, data: bytes) -> bool:
         path = self._abs(rel)
         try:
-            if self.kind == "memory":
-                with _MEMORY_CREATE:
-                    self.fs.pipe_file(path, data, mode="create")
-            elif self.kind == "s3":
-                self.fs.pipe_file(path, data, mode="create")  # PUT with If-None-Match: *
-            else:
-                if self.fs.exists(path):
-                    return False
-                self.fs.pipe_file(path, data)
+            with self._errors(rel, "create"):
+                try:
+                    if self.kind == "memory":
+                        with _MEMORY_CREATE:
+                            self.fs.pipe_file(path, data, mode="create")
+                    elif self.kind == "s3":
+                        self.fs.pipe_file(path, data, mode="create")  # PUT with If-None-Match: *
+                    else:
+                        if self.fs.exists(path):
+                            return False
+                        self.fs.pipe_file(path, data)
+                except OSError as e:
+                    if _precondition_failed(e):
+                        return False
+                    if "NotImplemented" in str(e) or "501" in str(e):
+                        raise InspectorError(
+                            f"{self.display(rel)}: this S3 endpoint does not support conditional writes "
+                            f"(If-None-Match), which the writer's lock needs to tell two writers of one worker apart "
+                            f"({e}); use an endpoint that does (AWS S3, MinIO), or give each writer its own worker "
+                            f"name") from None
+                    raise
         except FileExistsError:
             return False
-        except OSError as e:
-            if "PreconditionFailed" in str(e) or "412" in str(e):
-                return False
-            if "NotImplemented" in str(e) or "501" in str(e):
-                raise InspectorError(f"{self.display(rel)}: this S3 endpoint does not support conditional "
-                                     f"writes (If-None-Match), which the writer's lock needs to tell two writers "
-                                     f"of one worker apart ({e}); use an endpoint that does (AWS S3, MinIO), or "
-                                     f"give each writer its own worker name") from None
-            raise
         finally:
             self.fs.invalidate_cache(path)
         return True
 
+    def read_version(self, rel: str, limit: int = 1 << 20) -> Version | None:
+        path = self._abs(rel)
+        try:
+            with self._errors(rel, "read"):
+                if self.kind == "s3":
+                    return self._s3_version(path, limit)
+                data = bytes(self.fs.cat_file(path))[:limit + 1]
+                info = self.fs.info(path)
+        except FileNotFoundError:
+            return None
+        if self.kind == "memory":  # this process's clock is the store's
+            created = info.get("created") or 0
+            created = created.timestamp() if hasattr(created, "timestamp") else float(created)
+            return Version(data, f"{created}:{len(data)}:{zlib.crc32(data)}", max(0.0, time.time() - created))
+        stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("updated") or ""
+        return Version(data, f"{stamp}:{len(data)}:{zlib.crc32(data)}", None)
+
+    def _s3_version(self, path: str, limit: int) -> Version:
+        """One GET: the bytes, the ETag, and the age by the store's clock (``Date`` minus
+        ``Last-Modified``, both the server's: the writer's host clock plays no part)."""
+        from fsspec.asyn import sync
+        bucket, key, _ = self.fs.split_path(path)
+
+        async def get() -> tuple[dict, bytes]:
+            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            try:
+                return resp, await resp["Body"].read(limit + 1)
+            finally:
+                resp["Body"].close()
+
+        resp, data = sync(self.fs.loop, get)
+        age = None
+        date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+        if date and resp.get("LastModified") is not None:
+            age = max(0.0, (email.utils.parsedate_to_datetime(date) - resp["LastModified"]).total_seconds())
+        return Version(data, str(resp.get("ETag")), age)
+
+    def replace(self, rel: str, data: bytes, tag: str) -> bool:
+        path = self._abs(rel)
+        try:
+            with self._errors(rel, "replace"):
+                if self.kind == "s3":  # PUT with If-Match: the store refuses it once the version changed
+                    bucket, key, _ = self.fs.split_path(path)
+                    try:
+                        self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=tag)
+                    except OSError as e:
+                        if _precondition_failed(e):
+                            return False
+                        raise
+                    return True
+                lock = _MEMORY_CREATE if self.kind == "memory" else contextlib.nullcontext()
+                with lock:  # elsewhere check-then-write, as the lock's create (FORMAT.md)
+                    current = self.read_version(rel)
+                    if current is None or current.tag != tag:
+                        return False
+                    self.fs.pipe_file(path, data)
+                return True
+        except FileNotFoundError:
+            return False
+        finally:
+            self.fs.invalidate_cache(path)
+
     def delete(self, rel: str) -> None:
         try:
-            self.fs.rm_file(self._abs(rel))
+            with self._errors(rel, "delete"):
+                self.fs.rm_file(self._abs(rel))
         except FileNotFoundError:
             pass
         self.fs.invalidate_cache(self._abs(rel))
@@ -522,20 +734,46 @@ class FsspecStorage(Storage):
         if self.kind == "memory":  # memory:// lists only folders that were made
             self.fs.makedirs(self._abs(sub), exist_ok=True)
 
+    def abort_uploads(self, owned: Callable[[str], bool]) -> int:
+        # A writer killed mid-upload (SIGKILL, a daemon thread cut at interpreter exit) never
+        # aborted its multipart upload: S3 keeps the parts sent, up to PART_SIZE each, until
+        # aborted or a bucket lifecycle rule for incomplete uploads removes them.
+        if self.kind != "s3":
+            return 0
+        bucket, key, _ = self.fs.split_path(self.root)
+        prefix = f"{key}/" if key else ""
+        found: list[dict] = []
+        marker: dict[str, str] = {}
+        with self._errors("", "list the unfinished uploads of"):
+            while True:
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+                found += [u for u in page.get("Uploads", []) if owned(u["Key"][len(prefix):])]
+                if not page.get("IsTruncated"):
+                    break
+                marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+            for u in found:
+                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+        return len(found)
+
+
+def _precondition_failed(e: BaseException) -> bool:
+    """Whether the store refused a conditional request (HTTP 412; a missing object for If-Match)."""
+    text = str(e)
+    return "PreconditionFailed" in text or "412" in text or "At least one of the pre-conditions" in text
+
 
 class _FsspecRanged(Ranged):
     """An object read by ranges: one request per :meth:`pread` (``cat_file(start, end)``)."""
 
     def __init__(self, store: FsspecStorage, rel: str, size: int) -> None:
-        self.store, self.path, self.size = store, store._abs(rel), size
+        self.store, self.rel, self.path, self.size = store, rel, store._abs(rel), size
         self.name = store.display(rel)
 
     def pread(self, offset: int, n: int) -> bytes:
         if n <= 0:
             return b""
         try:
-            return bytes(self.store.fs.cat_file(self.path, start=offset, end=offset + n))
+            with self.store._errors(self.rel, "read"):
+                return bytes(self.store.fs.cat_file(self.path, start=offset, end=offset + n))
         except FileNotFoundError:
             raise DamagedFileError(f"{self.name}: cannot be read (the object is gone)") from None
-        except OSError as e:
-            raise DamagedFileError(f"{self.name}: cannot be read ({e})") from None

@@ -39,20 +39,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import safetensors_io
-from .claim import Claim
+from .claim import Claim, LeaseLostError
+from .crosscheck import encode_dumps
+from .errors import StorageError
 from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, check_worker,
                      dump_name, graph_name, json_bytes, manifest_name, stats_name)
 from .loghist import MAX_INDEX, rows_of
 from .liveness import now_iso
 from .manifest_schema import WRITER_KEYS, with_caller_defaults
+from .spill import SPILL_BYTES, Spill, spill_folder
 from .storage import Storage, normalize, open_storage
 from .stats_merge import LevelMerger
 from .stats_parts import COMPACT_ROWS, Compactor, parquet_options
 
 log = logging.getLogger("tf_inspector")
 
-#: Statistics rows kept in memory while their part cannot be written; beyond this the
-#: oldest are dropped (and recorded), so a long disk outage cannot exhaust memory.
+#: Statistics rows kept in memory (queued for the writer thread, and buffered while their part
+#: cannot be written); beyond this the oldest are dropped (and recorded), so a long disk
+#: outage cannot exhaust memory. On an object store parts that fail go to the spill on local
+#: disk instead (``inspector.spill``).
 MAX_BUFFERED_ROWS = 1_000_000
 #: seconds between two calls of a writer's ``owner_gone`` (a frame walk of one thread: microseconds)
 OWNER_CHECK_SECS = 2.0
@@ -149,6 +154,7 @@ class WriterState:
     last_step: int | None = None
     dropped: Tally = field(default_factory=Tally)
     errors: Tally = field(default_factory=Tally)
+    written: list[tuple[int, int | None]] = field(default_factory=list)   # (step, batch) of each dump written
 
     def saw(self, step: int) -> None:
         self.first_step = step if self.first_step is None else min(self.first_step, step)
@@ -157,9 +163,52 @@ class WriterState:
 
 def describe_error(e: BaseException) -> str:
     """A reason that is the same for the same error on different files (so drops aggregate)."""
+    if isinstance(e, StorageError) and e.cause:
+        return f"StorageError: {e.cause}"  # without the file's URL: one outage is one record
     if isinstance(e, OSError) and e.errno is not None:
         return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror or _errno.errorcode.get(e.errno, '')}"
     return f"{type(e).__name__}: {e}"
+
+
+class _Inbox(queue.Queue):
+    """The writer thread's queue (statistics, manifest updates, close). ``put`` never blocks:
+    the training thread must not wait while the writer thread waits on a slow or hanging store
+    (a bounded queue that filled blocked a training step for a minute). The statistics it holds
+    and those the writer buffers (``held()``) are bounded by MAX_BUFFERED_ROWS: beyond it the
+    oldest queued step is dropped and passed to ``on_drop``."""
+
+    def __init__(self, held: Callable[[], int], on_drop: Callable[[Any], None]) -> None:
+        super().__init__()   # unbounded: the rows are the bound
+        self.rows = 0
+        self._held, self._on_drop = held, on_drop
+        self._dropped: list[Any] = []
+
+    def _put(self, item: Any) -> None:   # under self.mutex
+        self.queue.append(item)
+        rows = getattr(item, "rows", None)
+        if rows is None:
+            return
+        self.rows += len(rows)
+        while self.rows + self._held() > MAX_BUFFERED_ROWS:
+            old = next((x for x in self.queue if getattr(x, "rows", None) is not None and x is not item), None)
+            if old is None:
+                break
+            self.queue.remove(old)
+            self.rows -= len(old.rows)
+            self._dropped.append(old)
+
+    def _get(self) -> Any:
+        item = self.queue.popleft()
+        if getattr(item, "rows", None) is not None:
+            self.rows -= len(item.rows)
+        return item
+
+    def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block=False)
+        with self.mutex:
+            dropped, self._dropped = self._dropped, []
+        for old in dropped:
+            self._on_drop(old)
 
 
 #: Writers of this process not yet closed: closed as 'failed' at interpreter exit.
@@ -193,7 +242,8 @@ class RunWriter:
                  dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
                  filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS,
                  format_version: int = FORMAT_VERSION,
-                 owner_gone: Callable[[], str | None] | None = None) -> None:
+                 owner_gone: Callable[[], str | None] | None = None, timeout: float | None = None,
+                 spill_bytes: int = SPILL_BYTES) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
         loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
@@ -214,6 +264,10 @@ class RunWriter:
         writes this session is still running, else why not; the session then ends as failed
         with that error (a Keras fit that raised: Keras skips ``on_train_end``, and the session
         read "running", with a live heartbeat, until the process exited).
+        ``timeout``: seconds an object store's request may take (``storage.storage_timeout``).
+        ``spill_bytes``: on an object store, statistics parts it does not take (slow, down) wait
+        on local disk, at most this many bytes (``inspector.spill``); the training thread never
+        waits for the store.
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
         if dump_threads < 1:
@@ -225,7 +279,7 @@ class RunWriter:
             raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
                              f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
         self.run_dir = normalize(run_dir)
-        self.store = open_storage(self.run_dir, storage_options, filesystem)
+        self.store = open_storage(self.run_dir, storage_options, filesystem, timeout=timeout)
         self.fsync = fsync
         self.worker = check_worker(worker)
         self.mode = mode
@@ -240,10 +294,13 @@ class RunWriter:
         self.session = self.claim.session
         self._last_manifest = time.monotonic()
         self.state = WriterState(bytes_before=self.claim.bytes_before)
+        self.claim.on_event = self._lock_event
         self.error: BaseException | None = None  # the last write error (strict mode raises it)
         self.closed = False
         self._close_lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_size)  # statistics, manifest updates, close
+        # statistics, manifest updates, close: put() never blocks the training thread
+        self._queue: queue.Queue = _Inbox(lambda: self._buffered_rows, lambda item: self.record_drop(
+            item.step, "statistics queue full while the writer waited on storage", what="stats"))
         self._dumps: queue.Queue = queue.Queue(maxsize=queue_size)  # full dumps, for the dump threads
         self._pending_bytes = 0
         # (step, batch) of every dump queued: a second of the same step would have replaced the
@@ -255,6 +312,8 @@ class RunWriter:
         # step that cost ~0.25 ms of the writer thread on a 4.8 ms step of a small CNN
         self._stats_buffer: list[_Stats] = []
         self._buffered_rows = 0
+        self._spill = None if self.store.is_local else \
+            Spill(spill_folder(self.store.display(), self.worker, self.session), spill_bytes)
         self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
         self._last_flush = time.monotonic()
         self._seq = 0
@@ -264,12 +323,13 @@ class RunWriter:
         local = Path(self.store.display()) if self.store.is_local else None
         self._compactor = Compactor(self.store, self.worker, self.session, compact_rows, fsync,
                                     on_error=lambda e: self._failed("compaction", e, drop=False),
+                                    guard=self.claim.ensure,
                                     after=LevelMerger(local, self.worker, self.session, fsync) if local else None)
         self._manifest = {
             "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
             "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
             "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, **with_caller_defaults(manifest),
+            "heartbeat_secs": heartbeat_secs, "graph_bytes": None, **with_caller_defaults(manifest),
         }
         self.store.makedirs("stats")
         self.store.makedirs("dumps")
@@ -277,6 +337,7 @@ class RunWriter:
             if graph_def is not None:
                 self.state.bytes_written += self.store.write(graph_name(self.worker, self.session), [graph_def],
                                                              fsync=True)
+                self._manifest["graph_bytes"] = len(graph_def)   # the reader checks it is there
             self._write_manifest()
         except BaseException:
             self.claim.release()
@@ -297,11 +358,11 @@ class RunWriter:
     # ---- called from the training loop -------------------------------------------------
     def add_stats(self, step: int, values: np.ndarray, hist: tuple[np.ndarray, np.ndarray, np.ndarray],
                   batch: int = 0, keep: np.ndarray | None = None) -> None:
-        """Queue one step's statistics (blocks only while the bounded queue is full): ``values``
-        [R, 9] in STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as
-        (splits [R + 1], bucket index [N], count [N]) (``inspector.loghist``). ``batch``: the
-        batch index within an evaluation or prediction (0 in training). ``keep``: bool [R], the
-        layout's rows to write (None: all)."""
+        """Queue one step's statistics (never blocks: see ``_Inbox``): ``values`` [R, 9] in
+        STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as (splits [R + 1],
+        bucket index [N], count [N]) (``inspector.loghist``). ``batch``: the batch index within
+        an evaluation or prediction (0 in training). ``keep``: bool [R], the layout's rows to
+        write (None: all)."""
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
@@ -445,6 +506,8 @@ class RunWriter:
             if drop:
                 self.state.dropped.add(what, f"write error: {reason}", step, nbytes)
         self.error = e
+        if isinstance(e, LeaseLostError) and threading.current_thread() is not self._thread:
+            self._queue.put(("wake",))  # the writer thread ends the session (_ended_by_lease)
         if first:
             log.error("tf_inspector: writing a %s of %s failed (%s); recorded in the manifest, later files are "
                       "still tried. Training continues.", what, self.run_dir, reason)
@@ -462,8 +525,29 @@ class RunWriter:
                 self._handle(item)
             except BaseException as e:  # the writer must never take training down
                 self._failed("manifest", e, drop=False)
-            if self._ended_by_owner():
+            if self._ended_by_lease() or self._ended_by_owner():
                 return
+
+    def _lock_event(self, text: str) -> None:
+        """What the claim did to the lock (recreated it, lost it): recorded in ``errors``."""
+        with self._lock:
+            self.state.errors.add("lock", text)
+
+    def _ended_by_lease(self) -> bool:
+        """End the session as failed once another writer holds its lock (``claim.lost``): it
+        writes nothing more, its own manifest last (no other writer writes that file)."""
+        if self.claim.lost is None:
+            return False
+        with self._close_lock:
+            if self.closed:   # a close() is queued: it ends the session, as failed (_finish)
+                return False
+            self.closed = True
+        log.error("tf_inspector: session %d of %s ended: %s", self.session, self.run_dir, self.claim.lost)
+        try:
+            self._finish("failed", None)
+        finally:
+            _OPEN.discard(self)
+        return True
 
     def _ended_by_owner(self) -> bool:
         """End the session as failed if ``owner_gone`` says its owner stopped without closing it."""
@@ -511,6 +595,8 @@ class RunWriter:
             self._stop_dump_threads()
             self._flush_stats(final=True)
             self._compactor.finish()
+            if self.claim.lost:   # whatever the caller said: this session stopped early
+                status, error = "failed", "; ".join(x for x in (error, self.claim.lost) if x)
             self._manifest["status"] = status
             if error:
                 self._manifest["error"] = error
@@ -618,7 +704,8 @@ class RunWriter:
         elif isinstance(item, tuple) and item[0] == "manifest":
             self._manifest.update(item[1])
             self._write_manifest()
-        if self._stats_buffer and time.monotonic() - self._last_flush >= self.stats_flush_secs:
+        if (self._stats_buffer or (self._spill is not None and self._spill.parts)) \
+                and time.monotonic() - self._last_flush >= self.stats_flush_secs:
             self._flush_stats()
         if time.monotonic() - self._last_manifest >= self.heartbeat_secs:
             self._write_manifest()  # the heartbeat: a live run's manifest is never older than this
@@ -636,7 +723,7 @@ class RunWriter:
         """Seconds until the next statistics flush, heartbeat or owner check is due."""
         now = time.monotonic()
         due = self._last_manifest + self.heartbeat_secs
-        if self._stats_buffer:
+        if self._stats_buffer or (self._spill is not None and self._spill.parts):
             due = min(due, self._last_flush + self.stats_flush_secs)
         if self._owner_gone is not None:
             due = min(due, self._last_owner_check + OWNER_CHECK_SECS)
@@ -647,11 +734,13 @@ class RunWriter:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
+        self.claim.ensure()
         size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch), d.data.chunks(),
                                 fsync=self.fsync, size=d.data.size)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
+            self.state.written.append((d.step, d.batch))
 
     def _stats_table(self, items: list[_Stats]) -> pa.Table:
         """The buffered steps as one table (the columns of FORMAT.md's statistics parts)."""
@@ -696,31 +785,96 @@ class RunWriter:
         return pa.Table.from_pydict(cols)
 
     def _flush_stats(self, final: bool = False) -> None:
-        """Write the buffered statistics as one part; on failure keep them for a retry (and at
-        the final flush, record them as dropped)."""
+        """Write the buffered statistics as one part. On failure, on local disk keep them for a
+        retry (at the final flush, record them as dropped); on an object store move the part to
+        the spill on local disk (``inspector.spill``), where later parts queue behind it until
+        the store takes them, oldest first."""
         self._last_flush = time.monotonic()
-        if not self._stats_buffer or (not final and self._backing_off("stats")):
-            return
+        spill = self._spill
+        if self._stats_buffer and (final or spill is not None or not self._backing_off("stats")):
+            try:
+                table = self._stats_table(self._stats_buffer)
+                sink = pa.BufferOutputStream()
+                pq.write_table(table, sink, **parquet_options(table.schema))
+                data = sink.getvalue().to_pybytes()
+            except BaseException as e:
+                self._failed("stats", e, drop=False)
+                if final:
+                    self._drop_buffered(f"write error: {describe_error(e)}")
+                return
+            queued = spill is not None and bool(spill.parts or (not final and self._backing_off("stats")))
+            error = None if queued else self._upload_stats(data, table.num_rows)
+            if queued or error is not None:
+                if spill is None:   # local disk: the rows stay in memory for the next try
+                    if final and error is not None:
+                        self._drop_buffered(f"write error: {describe_error(error)}")
+                    return
+                self._to_spill(data, table.num_rows, sorted({item.step for item in self._stats_buffer}))
+            empty = sum(len(item.rows) for item in self._stats_buffer) - table.num_rows   # empty groups' rows
+            self._stats_buffer, self._buffered_rows = [], 0
+            with self._lock:
+                self.state.stats_rows -= empty
+        if spill is not None and spill.parts:
+            self._upload_spill(final)
+
+    def _drop_buffered(self, reason: str) -> None:
+        for step in sorted({item.step for item in self._stats_buffer}):
+            self.record_drop(step, reason, what="stats")
+
+    def _upload_stats(self, data: bytes, rows: int) -> BaseException | None:
+        """Write one statistics part, the session's next sequence number; the error, or None."""
         try:
-            table = self._stats_table(self._stats_buffer)
-            sink = pa.BufferOutputStream()
-            pq.write_table(table, sink, **parquet_options(table.schema))
-            size = self.store.write(stats_name(self.worker, self.session, self._seq + 1),
-                                    [sink.getvalue().to_pybytes()], fsync=self.fsync)
+            self.claim.ensure()
+            size = self.store.write(stats_name(self.worker, self.session, self._seq + 1), [data], fsync=self.fsync)
         except BaseException as e:
             self._failed("stats", e, drop=False)
-            if final:
-                for step in sorted({item.step for item in self._stats_buffer}):
-                    self.record_drop(step, f"write error: {describe_error(e)}", what="stats")
-            return
+            return e
         self._succeeded("stats")
         self._seq += 1
-        empty = sum(len(item.rows) for item in self._stats_buffer) - table.num_rows   # empty groups' rows
-        self._stats_buffer, self._buffered_rows = [], 0
-        self._compactor.added(self._seq, table.num_rows)
+        self._compactor.added(self._seq, rows)
         with self._lock:
             self.state.bytes_written += size
-            self.state.stats_rows -= empty
+        return None
+
+    def _to_spill(self, data: bytes, rows: int, steps: list[int]) -> None:
+        """Keep a part the store did not take on local disk; what the spill cannot keep is dropped."""
+        assert self._spill is not None
+        try:
+            lost = [(part.steps, f"statistics spill full ({self._spill.max_bytes:,} bytes, spill_bytes=) while the "
+                                 f"store did not answer") for part in self._spill.add(data, rows, steps)]
+        except OSError as e:
+            lost = [(tuple(steps), f"the store did not answer and the spill could not keep them: {describe_error(e)}")]
+        for part_steps, reason in lost:
+            for step in part_steps:
+                self.record_drop(step, reason, what="stats")
+
+    def _upload_spill(self, final: bool) -> None:
+        """Upload spilled parts, oldest first, until one fails (then back off). At the final
+        flush the ones left stay on local disk, recorded as dropped and logged with their folder."""
+        spill = self._spill
+        assert spill is not None
+        while spill.parts and (final or not self._backing_off("stats")):
+            part = spill.parts[0]
+            try:
+                data = part.path.read_bytes()
+            except OSError as e:
+                spill.remove(part)
+                for step in part.steps:
+                    self.record_drop(step, f"spilled statistics could not be read back: {describe_error(e)}",
+                                     what="stats")
+                continue
+            if self._upload_stats(data, part.rows) is not None:
+                break
+            spill.remove(part)
+        if final and spill.parts:
+            for part in spill.parts:
+                for step in part.steps:
+                    self.record_drop(step, f"the store did not take them before the session ended; kept in "
+                                           f"{spill.folder}", what="stats")
+            log.error("tf_inspector: %d statistics part(s) of %s session %d could not be uploaded before the session "
+                      "ended; they are kept in %s (copy them into %s/stats/ as %s.s%04d.<seq>.parquet to read them)",
+                      len(spill.parts), self.run_dir, self.session, spill.folder, self.run_dir, self.worker,
+                      self.session)
 
     def _write_manifest(self) -> None:
         self._last_manifest = time.monotonic()
@@ -729,7 +883,11 @@ class RunWriter:
                 st = self.state
                 self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
-                                      dropped=st.dropped.records(), errors=st.errors.records())
+                                      dropped=st.dropped.records(), errors=st.errors.records(),
+                                      # what the reader checks it finds (inspector.crosscheck)
+                                      stats_parts=self._seq, dump_runs=encode_dumps(st.written))
             data = json_bytes(self._manifest)
             self._manifest_bytes = len(data)
+            if self.claim.lost is None:   # a session that lost its lock still ends its own manifest
+                self.claim.ensure()
             self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole

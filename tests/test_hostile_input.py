@@ -84,12 +84,16 @@ def test_links_out_of_the_run_are_refused_links_inside_are_read(tmp_path):
     run_dir = write_run(tmp_path / "r")
     outside = write_run(tmp_path / "other", dumps=(7,))
     (run_dir / dump_name("chief", 1, 7)).symlink_to(outside / dump_name("chief", 1, 7))
-    (run_dir / dump_name("chief", 1, 8)).symlink_to(run_dir / dump_name("chief", 1, 3))
+    inside = write_run(run_dir / "kept", dumps=(8,))   # a step-8 dump elsewhere inside the run
+    (run_dir / dump_name("chief", 1, 8)).symlink_to(inside / dump_name("chief", 1, 8))
+    (run_dir / dump_name("chief", 1, 9)).symlink_to(run_dir / dump_name("chief", 1, 3))
     os.symlink("/dev/zero", run_dir / stats_name("chief", 1, 98))
     run = inspector.open_run(run_dir)
     with pytest.raises(inspector.DamagedFileError, match="step-0000000007.*outside the run"):
         run.tensor("a:0", 7)
-    np.testing.assert_array_equal(run.tensor("a:0", 8), A * 3)  # a link inside the run
+    np.testing.assert_array_equal(run.tensor("a:0", 8), A * 8)  # a link inside the run
+    with pytest.raises(inspector.DamagedFileError, match="step-0000000009.*header says step 3"):
+        run.tensor("a:0", 9)   # step 3's dump under step 9's name: not read as step 9
     assert len(run.stats) == 6 and any("000098" in p for p in run.problems)
 
 
