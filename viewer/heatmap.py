@@ -75,8 +75,10 @@ def payload(r: Raster, labels: list[str], tips: list[str], stat: str, title: str
 def show(drawn: dict, key: str) -> None:
     """Draw a heatmap from its :func:`payload` (registering the component again is a no-op:
     same name, same code)."""
+    # in the page's DOM, not a shadow root: its CSS is scoped by the .tfi-heatmap class, and the
+    # browser tests read its image and labels like any element's
     component = st.components.v2.component("tf_inspector_heatmap", html=HTML, css=_read("heatmap.css"),
-                                           js=_read("heatmap.js"))
+                                           js=_read("heatmap.js"), isolate_styles=False)
     component(data=drawn, key=key, height="content")
 
 

@@ -25,8 +25,9 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
            "#d8b5a5", "#79706e")
 #: The sample groups' colours (inspector.plots.GROUP_COLORS in CSS form)
 GROUPS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
-#: Steps drawn per series at most; a longer series is thinned to evenly spaced steps
-MAX_POINTS = 5000
+#: Steps drawn per series at most (about a chart's width in pixels, as TensorBoard); a longer
+#: series is thinned to evenly spaced steps, keeping where a run of NaN/Inf starts and ends
+MAX_POINTS = 1000
 
 
 def distinct_colors(names: Sequence[str], fixed: Mapping[str, str] | None = None) -> list[str]:
@@ -95,6 +96,19 @@ def segments(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.cumsum(new)
 
 
+def thinned(values: np.ndarray, most: int) -> np.ndarray:
+    """Indices of about ``most`` evenly spaced points of ``values``, first and last kept, and
+    where each run of NaN/Inf starts and ends (so the line's gaps stay where they are).
+
+    >>> thinned(np.array([1, 2, np.nan, np.nan, np.nan, 6, 7, 8, 9.0]), 3).tolist()
+    [0, 2, 4, 8]
+    """
+    bad = ~np.isfinite(np.asarray(values, np.float64))
+    edges = np.flatnonzero(bad & ~np.r_[False, bad[:-1]]), np.flatnonzero(bad & ~np.r_[bad[1:], False])
+    even = np.linspace(0, len(values) - 1, most).round().astype(int)
+    return np.unique(np.concatenate([even, *edges]))
+
+
 def long_frame(df: pd.DataFrame, log: bool, weight: float) -> pd.DataFrame:
     """One record per (series, step): ``value`` (NaN/Inf, and <= 0 on a log axis, as missing),
     ``smoothed``, ``segment`` and ``series`` (the column's name)."""
@@ -103,7 +117,7 @@ def long_frame(df: pd.DataFrame, log: bool, weight: float) -> pd.DataFrame:
         s = df[col]
         steps, v = s.index.to_numpy(np.int64), s.to_numpy(np.float64)
         if len(steps) > MAX_POINTS:
-            keep = np.unique(np.linspace(0, len(steps) - 1, MAX_POINTS).round().astype(int))
+            keep = thinned(v, MAX_POINTS)
             steps, v = steps[keep], v[keep]
         v = np.where(np.isfinite(v) & ((v > 0) if log else True), v, np.nan)
         parts.append(pd.DataFrame({"step": steps, "series": str(col), "value": v,

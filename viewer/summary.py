@@ -170,8 +170,9 @@ def gradient_sizes(ov: Overview, rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
-    """Each layer's gradient L2 at its last step (a filled dot, coloured by last / first) and at
-    its first (a ring), joined, on a log axis, layers in network order; a layer that ends zero
+    """Each layer's gradient L2 at its last step (a filled dot) and at its first (a ring), joined:
+    the line's length and direction are its change over the run, on a log axis, layers in
+    network order; a layer that ends zero
     or NaN/Inf says so in red at the axis' left end (its dot: the last value before)."""
     order = list(sizes["label"])
     y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320))
@@ -186,12 +187,12 @@ def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
     x = alt.X("last:Q", scale=alt.Scale(type="log"), title="gradient L2 (log scale): ● last step, ○ first step")
     span = base.mark_rule(color="#9e9e9e").encode(x=x, x2="first:Q")
     first = base.mark_point(shape="circle", filled=False, color="#7f7f7f", size=40).encode(x=alt.X("first:Q"))
-    last = base.mark_point(shape="circle", filled=True, size=60, opacity=1).encode(
-        x=x, color=alt.Color("change:Q", title="last / first", legend=alt.Legend(format=".2~g"),
-                             scale=alt.Scale(type="log", scheme="redblue", domainMid=1, reverse=True)))
+    last = base.mark_point(shape="circle", filled=True, size=60, opacity=1, color="#1f4e9a").encode(x=x)
     bad = chart.transform_filter("datum.state != 'finite'").mark_text(
         align="left", dx=4, color="#e41a1c", fontWeight="bold").encode(x=alt.value(0), text="note:N")
-    return alt.layer(span, first, last, bad).properties(height=max(120, min(16 * len(order), 900)))
+    # the height is the whole chart's (Streamlit fits the chart to it): 18 pixels a layer plus the
+    # axis, its title and the legend; a very deep network's labels are thinned
+    return alt.layer(span, first, last, bad).properties(height=min(18 * len(order), 900) + 90)
 
 
 def gradient_health(ctx: Ctx) -> None:
@@ -209,6 +210,6 @@ def gradient_health(ctx: Ctx) -> None:
     bad = sizes[sizes["state"] != "finite"]
     st.caption(f"L2 of each layer's output gradient (group all; rows in network order, a layer folded into its "
                f"output as on the Training overview) at its last statistics step ({int(sizes['end_step'].max())}) "
-               f"and at its first; colour: last / first (red: grew, blue: shrank)"
+               f"and at its first (the line between: its change over the run; hover for last / first)"
                + (f"; {len(bad)} layer(s) end zero or NaN/Inf (in red; the dot: the last value before)"
                   if len(bad) else ""))
