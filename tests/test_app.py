@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
@@ -1185,3 +1186,32 @@ def test_pages_read_dumps_without_groups(tmp_path, monkeypatch, page):
     at = start(tmp_path / "r", page)
     assert not at.exception, [e.value for e in at.exception]
     assert not [e.value for e in at.error if "could not be drawn" in e.value], [e.value for e in at.error]
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses of the sockets listening on TCP ``port`` (Linux's /proc/net)."""
+    out = set()
+    for name in ("tcp", "tcp6"):
+        path = Path("/proc/net") / name
+        for line in (path.read_text().splitlines()[1:] if path.exists() else []):
+            local, state = line.split()[1], line.split()[3]
+            host, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:     # 0A: LISTEN
+                raw = bytes.fromhex(host)
+                words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))   # little-endian words
+                out.add(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, words))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_streamlit_run_app_listens_on_this_machine_only(runs, tmp_path):
+    """`streamlit run app.py -- runs/` as the docs give it (no --server.address, started from
+    another directory): the config beside app.py binds 127.0.0.1, not every interface."""
+    from browser_serve import free_port, start, stop, wait_healthy
+    port = free_port()
+    proc = start(runs, port, address=None, cwd=tmp_path)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        assert listening(port) == {"127.0.0.1"}
+    finally:
+        stop(proc)
