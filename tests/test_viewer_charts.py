@@ -77,18 +77,18 @@ def test_rows_beyond_the_height_are_aggregated_keeping_sick_rows_visible():
     np.testing.assert_allclose(r.values[2, 1], 2.0)
 
 
-def test_rows_on_their_own_scale_leave_the_shared_scale_alone():
-    """The loss's gradient (1 at every step) on its own scale: the shared scale spans the layers'
-    gradients only, so they are not all drawn in the lowest colours."""
+def test_rows_apart_or_on_their_own_scale_leave_the_shared_scale_alone():
+    """The loss's gradient (1 at every step) kept apart: the shared scale spans the layers'
+    gradients only (they are not all drawn in the lowest colours) and the loss is drawn at its
+    top; a row on its own scale spans its own min to max."""
     m = np.array([[1e-3, 2e-3], [1e-2, 5e-3], [1.0, 1.0]])
-    r = raster.raster(m, ones(m.shape), np.array([0, 1]), np.array([0, 1]), 1, log=True,
-                      own=np.array([False, False, True]))
-    np.testing.assert_allclose(r.domain, [[1e-3, 1e-2], [1e-3, 1e-2], [1.0, 1.0]])
-    top = raster.colours(np.array([[1e-2]]), np.array([[FINITE]], np.uint8), r.domain[:1], True)[0, 0]
-    assert (r.rgba[1, 0] == top).all()                                # the largest layer value: the top colour
-    per_row = raster.raster(m, ones(m.shape), np.array([0, 1]), np.array([0, 1]), 1, log=False,
-                            own=np.ones(3, bool))
-    assert per_row.domain.tolist() == [[1e-3, 2e-3], [5e-3, 1e-2], [1.0, 1.0]]
+    steps = np.array([0, 1])
+    r = raster.raster(m, ones(m.shape), steps, steps, 1, log=True, apart=np.array([False, False, True]))
+    np.testing.assert_allclose(r.domain, [[1e-3, 1e-2]] * 3)
+    assert (r.rgba[1, 0] == r.rgba[2, 0]).all() and (r.rgba[2, 0] != r.rgba[0, 0]).any()   # the top colour
+    assert r.values[2].tolist() == [1.0, 1.0]                          # its hover: the real value
+    per_row = raster.raster(m, ones(m.shape), steps, steps, 1, log=False, own=np.ones(3, bool))
+    np.testing.assert_allclose(per_row.domain, [[1e-3, 2e-3], [5e-3, 1e-2], [1.0, 1.0]])
     assert (per_row.rgba[0, 0] == per_row.rgba[1, 1]).all()           # each row's min: the same colour
 
 

@@ -59,20 +59,24 @@ def binned_note(width: int) -> str:
             f"(NaN/Inf if any is), drawn across the bin")
 
 
-def row_texts(shown: pd.DataFrame, groups: list[range]) -> tuple[list[str], list[str]]:
-    """(label, tooltip head) of each drawn row: a shown row, or a run of them drawn as one.
+def row_texts(shown: pd.DataFrame, groups: list[range], constant: np.ndarray | None = None
+              ) -> tuple[list[str], list[str]]:
+    """(label, tooltip head) of each drawn row: a shown row, or a run of them drawn as one;
+    ``constant``: rows that never change (said in their tooltip).
 
     >>> shown = pd.DataFrame({"tensor": ["a:0", "b:0"], "label": ["a:0", "b:0"], "layer": ["a", "b"]})
     >>> row_texts(shown, [range(0, 2)])
     (['a:0 (+1 rows)'], ['rows 1-2 of 2, each cell their mean: a:0 ... b:0'])
     """
     tensor, label, layer = (shown[c].astype(str).tolist() for c in ("tensor", "label", "layer"))
+    same = np.zeros(len(tensor), bool) if constant is None else constant
     labels, tips = [], []
     for g in groups:
         a, b = g.start, g.stop - 1
         if a == b:
             labels.append(label[a])
-            tips.append(f"{label[a]}\nlayer: {layer[a]}")
+            tips.append(f"{label[a]}\nlayer: {layer[a]}"
+                        + ("\nthe same at every step: drawn on the colour scale, not setting it" if same[a] else ""))
         else:
             labels.append(f"{label[a]} (+{b - a} rows)")
             tips.append(f"rows {a + 1}-{b + 1} of {len(tensor)}, each cell their mean: {tensor[a]} ... {tensor[b]}")
@@ -118,17 +122,31 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
     log = stat in LOG_STATS
     index = {t: i for i, t in enumerate(ov.tensors)}
     idx = [index[t] for t in tensors]
-    loss = data.get_run(path, sig).manifest.get("loss")
-    # d loss / d loss is 1 at every step: on the shared scale it would set the top colour
-    own = np.full(len(idx), own_scale) | ((kind == "gradient") & (shown["tensor"] == loss).to_numpy())
-    r = raster.raster(ov.matrix[idx], ov.present[idx], ov.first_steps, ov.steps, ov.width, log, own)
-    texts = row_texts(shown, r.rows)
+    m, present = ov.matrix[idx], ov.present[idx]
+    # a row that never changes (d loss / d loss, 1 at every step; d loss / d xent where the loss
+    # adds terms; a weight-decay term's coefficient) would set an end of the shared scale: it is
+    # drawn on it, clipped, without setting it
+    constant = constant_rows(m, present)
+    r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log, np.full(len(idx), own_scale), constant)
+    texts = row_texts(shown, r.rows, constant)
     drawn = heatmap.payload(r, *texts, stat, f"{kind} {stat} (group {group})")
-    return drawn, heatmap_caption(shown, ov, r, log, kind, loss, own_scale)
+    return drawn, heatmap_caption(shown, ov, r, log, own_scale, int(constant.sum()))
 
 
-def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bool, kind: str, loss: object,
-                    own_scale: bool) -> str:
+def constant_rows(m: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Rows whose finite values are all one value (to 1e-9 relative).
+
+    >>> constant_rows(np.array([[1.0, 1.0, np.nan], [1.0, 2.0, 3.0]]), np.ones((2, 3), bool)).tolist()
+    [True, False]
+    """
+    fin = present & np.isfinite(m)
+    lo = np.where(fin, m, np.inf).min(axis=1)
+    hi = np.where(fin, m, -np.inf).max(axis=1)
+    return fin.any(axis=1) & (hi - lo <= 1e-9 * np.maximum(np.abs(hi), np.abs(lo)))
+
+
+def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bool, own_scale: bool,
+                    constant: int) -> str:
     """What the heatmap shows: rows, steps, aggregation, folding, colours."""
     folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
     drawn = r.values.shape
@@ -139,9 +157,9 @@ def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bo
               if merged else "")
            + binned_note(column_width(ov))
            + (f"; {folded} layers folded into their output row (unfold them above)" if folded else ""))
-    scale = "each row on its own scale" if own_scale else "one colour scale"
-    if kind == "gradient" and not own_scale and loss in set(shown["tensor"]):
-        scale += f" (the loss tensor {plain(loss)}, whose gradient is 1, on its own)"
+    scale = "each row on its own scale" if own_scale else "one colour scale" + (
+        f" ({constant} row(s) the same at every step, such as the loss's gradient, drawn on it without setting it)"
+        if constant else "")
     return (out + f"; {scale}; red = NaN/Inf" + ("; grey = <= 0, which a log scale cannot place" if log else "")
             + "; blank = no statistics at those steps; hover for values")
 

@@ -63,21 +63,25 @@ class Raster:
 
 
 def column_extents(first: np.ndarray, last: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end) steps each column spans: its bin (``width`` steps, aligned on multiples of
-    it), widened to the local stride (the smaller distance to a neighbour; at either end, the
-    median distance if smaller) where statistics are sparser than the bins, and never into the
-    next column. A column further from its next one than its stride is followed by a gap.
+    """(start, end) steps each column spans: from its statistics step where each column holds
+    one (bins of 4 steps over statistics every 5 would otherwise alternate 4 and 8 apart), else
+    from its bin's start (``width`` steps, aligned on multiples of it); to the local stride (the
+    smaller distance to a neighbour; at either end, the median distance if smaller), at least
+    the bin, never into the next column. A column further from its next one than its stride is
+    followed by a gap.
 
-    >>> [x.tolist() for x in column_extents(np.array([0, 5, 10, 20]), np.array([0, 5, 10, 20]), 1)]
+    >>> [x.tolist() for x in column_extents(np.array([0, 5, 10, 20]), np.array([0, 5, 10, 20]), 4)]
     [[0, 5, 10, 20], [5, 10, 15, 25]]
     """
-    start = (np.asarray(first, np.int64) // width) * width
+    first = np.asarray(first, np.int64)
+    per_step = np.array_equal(first, last)
+    start, least = (first, 1) if per_step else ((first // width) * width, width)
     if len(start) < 2:
-        return start, start + width
+        return start, start + least
     gap = np.diff(start)
     med = int(np.median(gap))
     stride = np.minimum(np.r_[min(gap[0], med), gap], np.r_[gap, min(gap[-1], med)])
-    end = start + np.maximum(stride, width)
+    end = start + np.maximum(stride, least)
     end[:-1] = np.minimum(end[:-1], start[1:])
     return start, end
 
@@ -141,19 +145,23 @@ def _cells(parts: dict[str, np.ndarray], log: bool) -> tuple[np.ndarray, np.ndar
 
 
 def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarray, width: int, log: bool,
-           own: np.ndarray | None = None, max_columns: int = MAX_COLUMNS, max_rows: int = MAX_ROWS) -> Raster:
+           own: np.ndarray | None = None, apart: np.ndarray | None = None, max_columns: int = MAX_COLUMNS,
+           max_rows: int = MAX_ROWS) -> Raster:
     """The raster of ``m`` [rows, columns] (``present``: cells with statistics; ``first``/``last``:
     each column's statistics steps; ``width``: its bin). ``own``: rows coloured on their own
-    scale (their min to max), the others on one scale shared by them."""
+    scale (their min to max), the others on one scale shared by them; ``apart``: rows drawn on
+    the shared scale (clipped to its ends) without setting it."""
     m = np.asarray(m, np.float64)
     n_rows = m.shape[0]
     own = np.zeros(n_rows, bool) if own is None else np.asarray(own, bool)
+    apart = np.zeros(n_rows, bool) if apart is None else np.asarray(apart, bool)
     k = max(1, int(np.ceil(n_rows / max_rows)))
     row_starts = np.arange(0, n_rows, k)
     parts = _parts(m, present, log)
     if k > 1:
         parts = _reduce(parts, row_starts, 0)
         own = np.logical_or.reduceat(own, row_starts) if n_rows else own
+        apart = np.logical_and.reduceat(apart, row_starts) if n_rows else apart
     start, end = column_extents(first, last, width)
     x0, w, col, n = pixel_columns(start, end, max_columns)
     held = n > 0
@@ -169,19 +177,21 @@ def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarr
     last_col = np.where(held, col + np.maximum(n, 1) - 1, col)
     firsts = np.where(gap, -1, np.asarray(first, np.int64)[col])
     lasts = np.where(gap, -1, np.asarray(last, np.int64)[last_col])
-    domain = domains(values, state, own, log)
+    domain = domains(values, state, own, log, apart)
     rows = [range(s, min(s + k, n_rows)) for s in row_starts]
     return Raster(values, state, firsts, lasts, x0, w, rows, domain, own, log, colours(values, state, domain, log))
 
 
-def domains(values: np.ndarray, state: np.ndarray, own: np.ndarray, log: bool) -> np.ndarray:
-    """[rows, 2]: the (low, high) each row's colours span: the finite values of every row not
-    on its own scale, or of the row itself; (1, 1) where there are none."""
+def domains(values: np.ndarray, state: np.ndarray, own: np.ndarray, log: bool,
+            apart: np.ndarray | None = None) -> np.ndarray:
+    """[rows, 2]: the (low, high) each row's colours span: the finite values of every row on
+    the shared scale but not ``apart``, or of the row itself where ``own``; (1, 1) where there
+    are none."""
     fin = state == FINITE
     with np.errstate(invalid="ignore"):
         lo = np.where(fin, values, np.inf).min(axis=1) if values.size else np.full(len(values), np.inf)
         hi = np.where(fin, values, -np.inf).max(axis=1) if values.size else np.full(len(values), -np.inf)
-    shared = ~own & np.isfinite(lo)
+    shared = ~own & np.isfinite(lo) & (True if apart is None else ~apart)
     out = np.stack([lo, hi], axis=1)
     if shared.any():
         out[~own] = (lo[shared].min(), hi[shared].max())
