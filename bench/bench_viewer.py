@@ -35,7 +35,12 @@ app.py -- <the run's folder>`` and headless Chromium (Playwright, /usr/bin/chrom
 - a **tooltip**: from the pointer event over a heatmap cell to the next frame after the tooltip
   shows that cell (20 cells; median and worst);
 - **"Every op"**: from the toggle's click until the page stops changing;
-- the **Summary**, warm (opened once before).
+- the **Summary**, warm (opened once before);
+
+each page load also with its main thread's task time (CPU seconds: on this shared 2-core
+machine the wall clock moves with other processes' load, the CPU time much less). ``--baseline
+DIR`` times another checkout's Training overview (first paint) and Summary in the same run,
+alternating with this checkout's.
 
     python bench/bench_viewer.py --browser --long --steps 10000 --tensors 1000 --keep /tmp/bench_long
 """
@@ -104,6 +109,8 @@ def main() -> None:
     ap.add_argument("--pages", nargs="*", help="only these pages (URL paths: featuremaps distributions ...)")
     ap.add_argument("--browser", action="store_true", help="time the Training overview and the Summary in "
                     "headless Chromium (first paint cold and warm, a tooltip, 'Every op') instead of through AppTest")
+    ap.add_argument("--baseline", type=Path, help="--browser: also time this other checkout's Training overview "
+                    "and Summary (e.g. `git archive <commit> | tar -x -C DIR`), each repetition beside this one's")
     ap.add_argument("--compact", action="store_true", help="lay the synthetic run's statistics out as the writer's "
                     "compaction does (sorted by tensor, a per-tensor row-group index): a one-tensor read then "
                     "reads its row groups only, as on a trained run, not the whole part")
@@ -131,7 +138,7 @@ def main() -> None:
         if args.browser:
             for what, secs, note in rows:
                 print(f"{what}: {secs:.1f} s ({note})")
-            print_browser(browser_times(path, args.reps))
+            print_browser(browser_times(path, args.reps, args.baseline))
             return
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
@@ -177,18 +184,24 @@ def settle(page, since: float = 0.0, timeout_s: float = 300) -> float:
     return (page.evaluate("window.__last") - since) / 1000
 
 
-def open_page(context, url: str, ready: str, arg: int = 1) -> tuple[object, float]:
-    """A new page at ``url``: (the page, seconds to its first paint), ``ready`` (a JS predicate
-    of ``arg``) true at the end."""
+def open_page(context, url: str, ready: str, arg: int = 1) -> tuple[object, float, float]:
+    """A new page at ``url``: (the page, seconds to its first paint, seconds of its main thread's
+    tasks meanwhile: CPU time, less moved by the machine's load than the wall clock), ``ready``
+    (a JS predicate of ``arg``) true at the end."""
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
     page.add_init_script(WATCH)
     page.goto(url, wait_until="commit")
     page.wait_for_function(ready, arg=arg, timeout=300_000, polling=100)
-    return page, settle(page)
+    t = settle(page)
+    busy = next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
+    return page, t, busy
 
 
+#: the Training overview's heatmap drawn: this checkout's image, or a baseline's Vega chart
 HEATMAP_READY = """n => [...document.querySelectorAll('.tfi-heatmap img')].filter(i => i.complete && i.naturalWidth)
-    .length >= n"""
+    .length >= n || document.querySelectorAll('.vega-embed svg').length > n"""
 SUMMARY_READY = "n => document.querySelectorAll('.vega-embed svg').length >= n"
 #: in-page: each pointer event's time and the next frame after the tooltip changed
 TIP_WATCH = """() => { window.__moves = []; window.__tips = [];
@@ -203,21 +216,23 @@ def tooltip_times(page, n: int = 20) -> list[float]:
     page.locator(".tfi-heatmap .plot").first.scroll_into_view_if_needed()
     page.evaluate(TIP_WATCH)
     box = page.locator(".tfi-heatmap .plot").first.bounding_box()
-    visible = min(box["height"], page.viewport_size["height"] - box["y"]) if box["y"] >= 0 else box["height"]
+    # cells the window shows, below Streamlit's toolbar (a pointer event needs the plot as its target)
+    top, bottom = max(box["y"], 0) + 80, min(box["y"] + box["height"], page.viewport_size["height"]) - 5
     rng = np.random.default_rng(0)
     out = []
-    for k in range(n):   # cells in the part of the heatmap the window shows (events need a target)
+    for k in range(n):
         fx, fy = rng.uniform(0.02, 0.98, 2)
-        page.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * max(visible, 1))
+        page.mouse.move(box["x"] + fx * box["width"], top + fy * (bottom - top))
         page.wait_for_function("k => window.__tips.length > k && window.__moves.length > k", arg=k, timeout=10_000)
         moves, tips = page.evaluate("[window.__moves, window.__tips]")
         out.append((tips[k] - moves[k]) / 1000)
     return out
 
 
-def browser_times(path: Path, reps: int) -> list[tuple[str, float, str]]:
+def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[tuple[str, float, str]]:
     """The --browser measurements on the run at ``path`` (its folder served, the run picked by
-    ``?run=``): (what, seconds, notes); medians of ``reps``."""
+    ``?run=``): (what, seconds, notes), medians of ``reps``; with ``baseline`` (another checkout),
+    its Training overview's first paint too, each repetition beside this checkout's."""
     import statistics
 
     from playwright.sync_api import sync_playwright
@@ -226,36 +241,51 @@ def browser_times(path: Path, reps: int) -> list[tuple[str, float, str]]:
 
     args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-    overview = f"/overview?run={path.name}"
-    got: dict[str, list[float]] = {k: [] for k in BROWSER_TARGETS}
+    got: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
         for _ in range(reps):
-            with serve(path.parent) as url:        # a new server: empty caches
-                context = browser.new_context(viewport={"width": 1500, "height": 1100})   # a new profile
-                page, t = open_page(context, url + overview, HEATMAP_READY)
-                got["overview, cold"].append(t)
-                page.close()
-                page, t = open_page(context, url + overview, HEATMAP_READY)
-                got["overview, warm"].append(t)
-                tips = tooltip_times(page)
-                got["tooltip, median"].append(statistics.median(tips))
-                got["tooltip, worst"].append(max(tips))
-                since = page.evaluate("performance.now()")
-                page.get_by_text("Every op", exact=True).click()
-                page.wait_for_function("() => performance.now() > 0 && window.__last > %f" % since, timeout=60_000)
-                got["overview, Every op"].append(settle(page, since))
-                notes["overview, Every op"] = page.get_by_text(" rows x ").first.inner_text().split(",")[0]
-                page.close()
-                page, _ = open_page(context, f"{url}/?run={path.name}", SUMMARY_READY, 3)   # cold, not counted
-                page.close()
-                page, t = open_page(context, f"{url}/?run={path.name}", SUMMARY_READY, 3)
-                got["summary, warm"].append(t)
-                page.close()
-                context.close()
+            for app in ([baseline] if baseline else []) + [ROOT]:
+                with serve(path.parent, app=app / "app.py") as url:        # a new server: empty caches
+                    one_server(browser, url, path.name, "" if app == ROOT else "baseline ", got, cpu, notes)
         browser.close()
-    return [(k, statistics.median(v), notes.get(k, "")) for k, v in got.items()]
+    med = statistics.median
+    return [(k, med(v), f"main thread {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, "")) for k, v in got.items()]
+
+
+def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict) -> None:
+    """One server's measurements into ``got`` (seconds) and ``cpu`` (main-thread seconds)."""
+    def put(what: str, secs: float, busy: float | None = None) -> None:
+        got.setdefault(prefix + what, []).append(secs)
+        if busy is not None:
+            cpu.setdefault(prefix + what, []).append(busy)
+
+    context = browser.new_context(viewport={"width": 1500, "height": 1100})   # a new profile: nothing cached
+    overview = f"{url}/overview?run={run}"
+    page, t, busy = open_page(context, overview, HEATMAP_READY)
+    put("overview, cold", t, busy)
+    page.close()
+    page, t, busy = open_page(context, overview, HEATMAP_READY)
+    put("overview, warm", t, busy)
+    if not prefix:
+        tips = tooltip_times(page)
+        put("tooltip, median", float(np.median(tips)))
+        put("tooltip, worst", max(tips))
+        since = page.evaluate("performance.now()")
+        page.get_by_text("Every op", exact=True).click()
+        page.wait_for_function(f"() => window.__last > {since}", timeout=60_000)
+        put("overview, Every op", settle(page, since))
+        notes["overview, Every op"] = page.get_by_text(" rows x ").first.inner_text().split(",")[0]
+    page.close()
+    charts = 3 if not prefix else 2          # this checkout's Summary adds the gradient sizes
+    page, _, _ = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)   # its first visit: not counted
+    page.close()
+    page, t, busy = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)
+    put("summary, warm", t, busy)
+    page.close()
+    context.close()
 
 
 def print_browser(rows: list[tuple[str, float, str]]) -> None:
@@ -264,8 +294,9 @@ def print_browser(rows: list[tuple[str, float, str]]) -> None:
     print(f"{'in headless Chromium':<{width}}  {'seconds':>8}  {'target':>6}")
     print("-" * (width + 30))
     for what, secs, note in rows:
-        slow = "*" if secs > BROWSER_TARGETS[what] else " "
-        print(f"{what:<{width}}  {secs:8.3f}  {BROWSER_TARGETS[what]:6.1f} {slow} {note}")
+        target = BROWSER_TARGETS.get(what)
+        mark = "" if target is None else f"{target:6.1f} {'*' if secs > target else ' '}"
+        print(f"{what:<{width}}  {secs:8.3f}  {mark:>8} {note}")
 
 
 def compact_parts(path: Path) -> int:

@@ -42,11 +42,13 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
     raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout}s")
 
 
-def start(runs: Path, port: int, address: str | None = "127.0.0.1", cwd: Path = ROOT) -> subprocess.Popen:
+def start(runs: Path, port: int, address: str | None = "127.0.0.1", cwd: Path = ROOT,
+          app: Path = ROOT / "app.py") -> subprocess.Popen:
     """``streamlit run app.py`` on ``port`` (``--server.address`` only where ``address`` is given:
-    None starts it as the docs' short command does, the script's config deciding)."""
+    None starts it as the docs' short command does, the script's config deciding); ``app``:
+    another checkout's app.py (a benchmark's baseline)."""
     where = ["--server.address", address] if address else []
-    return subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless",
+    return subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.headless",
                              "true", "--server.port", str(port), *where, "--browser.gatherUsageStats", "false",
                              "--", str(runs)], cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -62,10 +64,10 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def serve(runs: Path, address: str | None = "127.0.0.1") -> Iterator[str]:
+def serve(runs: Path, address: str | None = "127.0.0.1", app: Path = ROOT / "app.py") -> Iterator[str]:
     """``streamlit run app.py -- runs`` on a free local port: its URL once it answers; stopped after."""
     port = free_port()
-    proc = start(runs, port, address)
+    proc = start(runs, port, address, app=app)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc)

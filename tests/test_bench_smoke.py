@@ -41,3 +41,16 @@ def test_bench_keras_quick():
     out = _run("bench_keras.py")
     for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
         assert f"\n{config} " in out, config
+
+
+def test_bench_viewer_browser_small(tmp_path):
+    """bench_viewer.py --browser on a small run: every measurement of its table is printed."""
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("/usr/bin/chromium not installed")
+    pytest.importorskip("playwright")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_viewer.py"), "--browser", "--steps", "20",
+                          "--tensors", "12", "--keep", str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for what in ("overview, cold", "overview, warm", "tooltip, median", "overview, Every op", "summary, warm"):
+        assert f"\n{what} " in out.stdout, what
