@@ -37,8 +37,9 @@ app.py -- <the run's folder>`` and headless Chromium (Playwright, /usr/bin/chrom
 - **"Every op"**: from the toggle's click until the page stops changing;
 - the **Summary**, warm (opened once before);
 
-each page load also with its main thread's task time (CPU seconds: on this shared 2-core
-machine the wall clock moves with other processes' load, the CPU time much less). ``--baseline
+each page load also with its main thread's CPU time (on this shared 2-core machine the wall
+clock moves with other processes' load, the CPU time much less; the settling second and the
+browser's other threads are not in it). ``--baseline
 DIR`` times another checkout's Training overview (first paint) and Summary in the same run,
 alternating with this checkout's.
 
@@ -185,18 +186,21 @@ def settle(page, since: float = 0.0, timeout_s: float = 300) -> float:
 
 
 def open_page(context, url: str, ready: str, arg: int = 1) -> tuple[object, float, float]:
-    """A new page at ``url``: (the page, seconds to its first paint, seconds of its main thread's
-    tasks meanwhile: CPU time, less moved by the machine's load than the wall clock), ``ready``
-    (a JS predicate of ``arg``) true at the end."""
+    """A new page at ``url``: (the page, seconds to its first paint, CPU seconds of the page's
+    main thread meanwhile: less moved by the machine's load than the wall clock), ``ready`` (a
+    JS predicate of ``arg``) true at the end."""
     page = context.new_page()
     cdp = context.new_cdp_session(page)
     cdp.send("Performance.enable")
+
+    def cpu() -> float:  # the renderer main thread's CPU seconds so far
+        return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "ThreadTime")
     page.add_init_script(WATCH)
+    before = cpu()
     page.goto(url, wait_until="commit")
     page.wait_for_function(ready, arg=arg, timeout=300_000, polling=100)
     t = settle(page)
-    busy = next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "TaskDuration")
-    return page, t, busy
+    return page, t, cpu() - before
 
 
 #: the Training overview's heatmap drawn: this checkout's image, or a baseline's Vega chart
@@ -252,7 +256,8 @@ def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[t
                     one_server(browser, url, path.name, "" if app == ROOT else "baseline ", got, cpu, notes)
         browser.close()
     med = statistics.median
-    return [(k, med(v), f"main thread {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, "")) for k, v in got.items()]
+    return [(k, med(v), f"main thread CPU {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, ""))
+            for k, v in got.items()]
 
 
 def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict) -> None:
