@@ -140,6 +140,7 @@ def test_overview_heatmaps_and_series(runs):
     assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
     # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
     assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    assert "rows in network order" in captions(at)
     at.toggle(key="ov_all_ops").set_value(True).run()
     assert "14 rows x 30 steps" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 14
     at.toggle(key="ov_all_ops").set_value(False).run()
@@ -719,6 +720,15 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     at.selectbox(key="mt_filter").set_value(3).run()
     assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
     assert "mean distance of mu" not in captions(at)
+
+
+def test_overview_rows_of_a_run_without_its_graph_keep_the_catalogs_order(runs, tmp_path):
+    path = shutil.copytree(runs / "exp2", tmp_path / "nograph")
+    for g in path.glob("graph.*"):
+        g.unlink()
+    at = ok(start(path, "Training overview"))
+    assert "rows in the catalog's order (the run has no readable graph)" in captions(at)
+    assert heatmaps(at)[0]["labels"][0].startswith("conv1/Relu:0")
 
 
 def line_layers(at: AppTest, i: int) -> list[dict]:

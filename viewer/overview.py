@@ -130,7 +130,8 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
     r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log, np.full(len(idx), own_scale), constant)
     texts = row_texts(shown, r.rows, constant)
     drawn = heatmap.payload(r, *texts, stat, f"{kind} {stat} (group {group})")
-    return drawn, heatmap_caption(shown, ov, r, log, own_scale, int(constant.sum()))
+    ordered = data.network_order(path, sig) is not None
+    return drawn, heatmap_caption(shown, ov, r, log, own_scale, int(constant.sum()), ordered)
 
 
 def constant_rows(m: np.ndarray, present: np.ndarray) -> np.ndarray:
@@ -146,13 +147,14 @@ def constant_rows(m: np.ndarray, present: np.ndarray) -> np.ndarray:
 
 
 def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bool, own_scale: bool,
-                    constant: int) -> str:
+                    constant: int, ordered: bool) -> str:
     """What the heatmap shows: rows, steps, aggregation, folding, colours."""
     folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
     drawn = r.values.shape
     merged = len(shown) > drawn[0]
     out = (f"{len(shown)} rows x {len(ov.steps)} steps (statistics steps {int(ov.first_steps[0])} to "
-           f"{int(ov.steps[-1])}), rows in network order"
+           f"{int(ov.steps[-1])}), rows in "
+           + ("network order" if ordered else "the catalog's order (the run has no readable graph)")
            + (f"; drawn as {drawn[0]} rows of {len(r.rows[0])} (each cell their mean, NaN/Inf or <= 0 if any is)"
               if merged else "")
            + binned_note(column_width(ov))
