@@ -3,6 +3,7 @@
 # make test  - run the test suite (TensorFlow 2.15 + estimator)
 # make test VENV=.venv-latest REQ=requirements-latest.txt   - the same under the latest TensorFlow
 # make lint  - ruff over the tree, mypy over inspector/ (tools pinned in requirements-lint.txt)
+# make screenshots - every viewer page in headless Chromium, saved as docs/images/viewer-<page>.png (docs/viewer/)
 PY ?= python3
 VENV ?= .venv
 REQ ?= requirements.txt
@@ -14,7 +15,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum $(REQ) pyproject.toml | sha256sum 
 LINT_VENV ?= .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed-$(shell sha256sum requirements-lint.txt | cut -c1-12)
 
-.PHONY: venv test lint demo demo-train demo-keras demo-keras-train clean-runs
+.PHONY: venv test lint screenshots demo demo-train demo-keras demo-keras-train clean-runs
 KERAS_VENV ?= .venv-latest
 KERAS_REQ ?= requirements-latest.txt
 KERAS_RUNS ?= runs-keras
@@ -33,6 +34,10 @@ venv: $(STAMP)
 test: venv
 	$(VENV)/bin/python -m hooks.native build || echo "warning: the statistics kernel was not built (see above)"
 	$(VENV)/bin/python -m pytest -q tests
+
+# the browser test that renders every page writes each page's screenshot where TF_INSPECTOR_SHOTS says
+screenshots: venv
+	TF_INSPECTOR_SHOTS=docs/images $(VENV)/bin/python -m pytest -q tests/test_browser.py -k test_page_renders_in_chromium
 
 $(LINT_STAMP): requirements-lint.txt
 	@test -x $(LINT_VENV)/bin/python || $(PY) -m venv $(LINT_VENV)

@@ -1,4 +1,5 @@
-"""TF Inspector viewer: ``streamlit run app.py -- runs/`` (a run, or a folder of runs).
+"""TF Inspector viewer: ``streamlit run app.py -- runs/`` (a run, or a folder of runs), on
+127.0.0.1 only (``.streamlit/config.toml`` beside this file; ``--server.address`` to change it).
 
 A thin entry for a checkout: the viewer itself is ``viewer.app_main`` (shipped in the package,
 which ``python -m inspector app runs/`` runs); see its docstring.

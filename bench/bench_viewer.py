@@ -24,6 +24,26 @@ once, before the first cold page, by a warm-up render that is not counted.
 
 ``--long``: the run is ``inspector.testing.make_long_run`` (compacted parts, 100 real steps
 repeated; no dumps, so the dumped-tensor row is skipped).
+
+``--browser``: the pages as a user sees them instead of AppTest's script times: ``streamlit run
+app.py -- <the run's folder>`` and headless Chromium (Playwright, /usr/bin/chromium), timing
+
+- the Training overview's **first paint, cold** (a new server, so empty caches, and a new
+  browser profile) and **warm** (the same server and profile, the page opened again): from
+  navigation until the page stops changing (no DOM change, image load or running script for
+  1 s: the time of the last change is reported);
+- a **tooltip**: from the pointer event over a heatmap cell to the next frame after the tooltip
+  shows that cell (20 cells; median and worst);
+- **"Every op"**: from the toggle's click until the page stops changing;
+- the **Summary**, warm (opened once before);
+
+each page load also with its main thread's CPU time (on this shared 2-core machine the wall
+clock moves with other processes' load, the CPU time much less; the settling second and the
+browser's other threads are not in it). ``--baseline
+DIR`` times another checkout's Training overview (first paint) and Summary in the same run,
+alternating with this checkout's.
+
+    python bench/bench_viewer.py --browser --long --steps 10000 --tensors 1000 --keep /tmp/bench_long
 """
 from __future__ import annotations
 
@@ -58,6 +78,18 @@ CHANGES: dict[str, tuple[str, object]] = {
     "compare": ("cmp_tensor", 5)}
 SIDEBAR_KEYS = {"run", "mode", "worker"}
 TARGET_S = 2.0  # the issue's target: every page under 2 s warm
+#: --browser: what each measurement must stay under (seconds)
+BROWSER_TARGETS = {"overview, cold": 6.0, "overview, warm": 3.0, "tooltip, median": 0.3, "tooltip, worst": 0.3,
+                   "overview, Every op": 10.0, "summary, warm": 3.0}
+CHROMIUM = "/usr/bin/chromium"
+QUIET_MS = 1000
+#: records the time of the page's last change: a DOM mutation or an image load
+WATCH = """window.__last = 0;
+new MutationObserver(() => { window.__last = performance.now(); })
+    .observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+document.addEventListener('load', () => { window.__last = performance.now(); }, true);"""
+SETTLED = """q => !document.querySelector('[data-testid="stStatusWidget"]') && window.__last > 0
+    && performance.now() - window.__last > q"""
 
 
 def timed(fn):
@@ -76,6 +108,10 @@ def main() -> None:
     ap.add_argument("--run", type=Path, help="bench this existing run instead of a synthetic one")
     ap.add_argument("--reps", type=int, default=1, help="median of this many of each app measurement")
     ap.add_argument("--pages", nargs="*", help="only these pages (URL paths: featuremaps distributions ...)")
+    ap.add_argument("--browser", action="store_true", help="time the Training overview and the Summary in "
+                    "headless Chromium (first paint cold and warm, a tooltip, 'Every op') instead of through AppTest")
+    ap.add_argument("--baseline", type=Path, help="--browser: also time this other checkout's Training overview "
+                    "and Summary (e.g. `git archive <commit> | tar -x -C DIR`), each repetition beside this one's")
     ap.add_argument("--compact", action="store_true", help="lay the synthetic run's statistics out as the writer's "
                     "compaction does (sorted by tensor, a per-tensor row-group index): a one-tensor read then "
                     "reads its row groups only, as on a trained run, not the whole part")
@@ -100,6 +136,11 @@ def main() -> None:
         if args.compact and not args.run:
             n, t = timed(lambda: compact_parts(path))
             rows.append(("compact statistics parts", t, f"{n} part(s) rewritten sorted, with the tensor index"))
+        if args.browser:
+            for what, secs, note in rows:
+                print(f"{what}: {secs:.1f} s ({note})")
+            print_browser(browser_times(path, args.reps, args.baseline))
+            return
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
         df, t = timed(lambda: run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]))
@@ -114,11 +155,16 @@ def main() -> None:
         for name_ in ("streamlit", "streamlit.runtime.caching.cache_data_api"):
             logging.getLogger(name_).setLevel(logging.ERROR)
         sig = data.signature(str(path))
-        (tensors, steps, m), t = timed(lambda: data.stats_matrix.__wrapped__(str(path), sig, "gradient", "all", "l2"))
-        rows.append(("overview: layer x step matrix", t, f"{m.shape[0]} x {m.shape[1]}"))
-        fig, t1 = timed(lambda: plots.heatmap(m, tensors, steps, log=True))
+        ov, t = timed(lambda: data.overview.__wrapped__(str(path), sig, "gradient", "all", "l2"))
+        rows.append(("overview: layer x step matrix", t, f"{ov.matrix.shape[0]} x {ov.matrix.shape[1]}"))
+        from viewer import heatmap, raster
+        drawn, t = timed(lambda: heatmap.payload(raster.raster(ov.matrix, ov.present, ov.first_steps, ov.steps,
+                                                               ov.width, True), ov.tensors, ov.tensors, "l2", "l2"))
+        rows.append(("overview: raster + PNG sent", t, f"{len(drawn['png']) // 1024} KiB image, "
+                     f"{len(drawn['values']) // 1024} KiB values"))
+        fig, t1 = timed(lambda: plots.heatmap(ov.matrix, ov.tensors, ov.steps, log=True))
         png, t2 = timed(lambda: plots.to_png(fig))
-        rows.append(("overview: heatmap figure + PNG", t1 + t2, f"{len(png) / 1024:.0f} KiB PNG"))
+        rows.append(("overview: heatmap figure + PNG (download)", t1 + t2, f"{len(png) / 1024:.0f} KiB PNG"))
 
         pages = page_times(path, args.reps, args.pages)
     finally:
@@ -130,6 +176,132 @@ def main() -> None:
     for what, secs, note in rows:
         print(f"{what:<{width}}  {secs:8.3f}  {note}")
     print_pages(pages)
+
+
+def settle(page, since: float = 0.0, timeout_s: float = 300) -> float:
+    """Seconds from ``since`` (ms on the page's clock; 0: navigation) to the page's last change,
+    once it has not changed for ``QUIET_MS``."""
+    page.wait_for_function(SETTLED, arg=QUIET_MS, timeout=timeout_s * 1000, polling=100)
+    return (page.evaluate("window.__last") - since) / 1000
+
+
+def open_page(context, url: str, ready: str, arg: int = 1) -> tuple[object, float, float]:
+    """A new page at ``url``: (the page, seconds to its first paint, CPU seconds of the page's
+    main thread meanwhile: less moved by the machine's load than the wall clock), ``ready`` (a
+    JS predicate of ``arg``) true at the end."""
+    page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+
+    def cpu() -> float:  # the renderer main thread's CPU seconds so far
+        return next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"] if m["name"] == "ThreadTime")
+    page.add_init_script(WATCH)
+    before = cpu()
+    page.goto(url, wait_until="commit")
+    page.wait_for_function(ready, arg=arg, timeout=300_000, polling=100)
+    t = settle(page)
+    return page, t, cpu() - before
+
+
+#: the Training overview's heatmap drawn: this checkout's image, or a baseline's Vega chart
+HEATMAP_READY = """n => [...document.querySelectorAll('.tfi-heatmap img')].filter(i => i.complete && i.naturalWidth)
+    .length >= n || document.querySelectorAll('.vega-embed svg').length > n"""
+SUMMARY_READY = "n => document.querySelectorAll('.vega-embed svg').length >= n"
+#: in-page: each pointer event's time and the next frame after the tooltip changed
+TIP_WATCH = """() => { window.__moves = []; window.__tips = [];
+    const plot = document.querySelector('.tfi-heatmap .plot'), tip = document.querySelector('.tfi-heatmap .tip');
+    plot.addEventListener('pointermove', e => window.__moves.push(e.timeStamp), true);
+    new MutationObserver(() => requestAnimationFrame(() => window.__tips.push(performance.now())))
+        .observe(tip, {childList: true, characterData: true, subtree: true}); }"""
+
+
+def tooltip_times(page, n: int = 20) -> list[float]:
+    """Seconds from a pointer event over a heatmap cell to the frame showing its tooltip."""
+    page.locator(".tfi-heatmap .plot").first.scroll_into_view_if_needed()
+    page.evaluate(TIP_WATCH)
+    box = page.locator(".tfi-heatmap .plot").first.bounding_box()
+    # cells the window shows, below Streamlit's toolbar (a pointer event needs the plot as its target)
+    top, bottom = max(box["y"], 0) + 80, min(box["y"] + box["height"], page.viewport_size["height"]) - 5
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(n):
+        fx, fy = rng.uniform(0.02, 0.98, 2)
+        page.mouse.move(box["x"] + fx * box["width"], top + fy * (bottom - top))
+        page.wait_for_function("k => window.__tips.length > k && window.__moves.length > k", arg=k, timeout=10_000)
+        moves, tips = page.evaluate("[window.__moves, window.__tips]")
+        out.append((tips[k] - moves[k]) / 1000)
+    return out
+
+
+def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[tuple[str, float, str]]:
+    """The --browser measurements on the run at ``path`` (its folder served, the run picked by
+    ``?run=``): (what, seconds, notes), medians of ``reps``; with ``baseline`` (another checkout),
+    its Training overview's first paint too, each repetition beside this checkout's."""
+    import statistics
+
+    from playwright.sync_api import sync_playwright
+    sys.path.insert(0, str(ROOT / "tests"))
+    from browser_serve import serve
+
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    got: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
+    notes: dict[str, str] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        for _ in range(reps):
+            for app in ([baseline] if baseline else []) + [ROOT]:
+                with serve(path.parent, app=app / "app.py") as url:        # a new server: empty caches
+                    one_server(browser, url, path.name, "" if app == ROOT else "baseline ", got, cpu, notes)
+        browser.close()
+    med = statistics.median
+    return [(k, med(v), f"main thread CPU {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, ""))
+            for k, v in got.items()]
+
+
+def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict) -> None:
+    """One server's measurements into ``got`` (seconds) and ``cpu`` (main-thread seconds)."""
+    def put(what: str, secs: float, busy: float | None = None) -> None:
+        got.setdefault(prefix + what, []).append(secs)
+        if busy is not None:
+            cpu.setdefault(prefix + what, []).append(busy)
+
+    context = browser.new_context(viewport={"width": 1500, "height": 1100})   # a new profile: nothing cached
+    overview = f"{url}/overview?run={run}"
+    page, t, busy = open_page(context, overview, HEATMAP_READY)
+    put("overview, cold", t, busy)
+    page.close()
+    page, t, busy = open_page(context, overview, HEATMAP_READY)
+    put("overview, warm", t, busy)
+    if not prefix:
+        tips = tooltip_times(page)
+        put("tooltip, median", float(np.median(tips)))
+        put("tooltip, worst", max(tips))
+        since = page.evaluate("performance.now()")
+        page.get_by_text("Every op", exact=True).click()
+        page.wait_for_function(f"() => window.__last > {since}", timeout=60_000)
+        put("overview, Every op", settle(page, since))
+        notes["overview, Every op"] = page.get_by_text(" rows x ").first.inner_text().split(",")[0]
+    page.close()
+    charts = 3 if not prefix else 2          # this checkout's Summary adds the gradient sizes
+    page, _, _ = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)   # its first visit: not counted
+    page.close()
+    page, t, busy = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)
+    put("summary, warm", t, busy)
+    page.close()
+    context.close()
+
+
+def print_browser(rows: list[tuple[str, float, str]]) -> None:
+    """The --browser table: seconds and the target (over it: *)."""
+    width = max(len(r[0]) for r in rows)
+    print(f"{'in headless Chromium':<{width}}  {'seconds':>8}  {'target':>6}")
+    print("-" * (width + 30))
+    for what, secs, note in rows:
+        target = BROWSER_TARGETS.get(what)
+        mark = "" if target is None else f"{target:6.1f} {'*' if secs > target else ' '}"
+        print(f"{what:<{width}}  {secs:8.3f}  {mark:>8} {note}")
 
 
 def compact_parts(path: Path) -> int:

@@ -214,14 +214,28 @@ def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds(),
     return out
 
 
+#: what a dropped record counts, and the alert's kind when only that was dropped
+DROPPED = {"dump": ("dump(s)", "dropped_dumps"), "stats": ("statistics step(s)", "dropped_statistics")}
+
+
 def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
-    """One alert summarising what the writers dropped (``Run.dropped``: aggregated records)."""
+    """One alert summarising what the writers dropped (``Run.dropped``: aggregated records), of
+    kind ``dropped_dumps`` or ``dropped_statistics`` when only that was dropped, else
+    ``dropped_data``.
+
+    >>> a = dropped_alerts(pd.DataFrame({"what": ["stats"], "reason": ["write error: disk full"], "count": [3],
+    ...                                  "first_step": [10], "last_step": [30]}))[0]
+    >>> a.kind, a.message
+    ('dropped_statistics', '3 statistics step(s) dropped: write error: disk full (3 statistics step(s), steps 10..30)')
+    """
     if dropped is None or dropped.empty:
         return []
-    reasons = "; ".join(f"{r.what} {r.reason} ({int(r.count)}x, steps {r.first_step}..{r.last_step})"
-                        for r in dropped.itertuples())
+    reasons = "; ".join(f"{r.reason} ({int(r.count)} {DROPPED.get(r.what, (f'{r.what} record(s)',))[0]}, "
+                        f"steps {r.first_step}..{r.last_step})" for r in dropped.itertuples())
     first = dropped["first_step"].dropna()
-    return [Alert("warning", "dropped_dumps", f"{dropped_text(dropped)} dropped: {reasons}",
+    whats = set(dropped["what"])
+    kind = DROPPED[next(iter(whats))][1] if len(whats) == 1 and whats <= set(DROPPED) else "dropped_data"
+    return [Alert("warning", kind, f"{dropped_text(dropped)} dropped: {reasons}",
                   int(first.min()) if len(first) else None)]
 
 
@@ -235,9 +249,8 @@ def dropped_text(dropped: pd.DataFrame) -> str:
     if dropped is None or dropped.empty:
         return "0 dump(s)"
     counts = dropped.groupby("what")["count"].sum()
-    names = {"dump": "dump(s)", "stats": "statistics step(s)"}
-    order = [w for w in names if w in counts] + sorted(w for w in counts.index if w not in names)
-    return ", ".join(f"{int(counts[w])} {names.get(w, f'{w} record(s)')}" for w in order)
+    order = [w for w in DROPPED if w in counts] + sorted(w for w in counts.index if w not in DROPPED)
+    return ", ".join(f"{int(counts[w])} {DROPPED[w][0] if w in DROPPED else f'{w} record(s)'}" for w in order)
 
 
 def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:

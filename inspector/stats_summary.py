@@ -230,9 +230,10 @@ def remove_summary(run_dir: Path, part: Path) -> None:
 class Overview:
     """A layer x step matrix: ``matrix[i, j]`` is the mean of the finite values of
     ``tensors[i]``'s rows whose step lies in column j's bin (``width`` steps: ``bin * width``
-    to ``(bin + 1) * width - 1``), NaN if any is NaN/Inf or there is none; ``steps``: the last
-    statistics step of each column, ``first_steps`` its first. ``summarized``/``scanned``: parts
-    answered from their summary / by reading their rows."""
+    to ``(bin + 1) * width - 1``), NaN if any is NaN/Inf or there is none; ``present[i, j]``:
+    whether there is any (so a NaN cell with ``present`` false is a step without statistics, not
+    a NaN); ``steps``: the last statistics step of each column, ``first_steps`` its first.
+    ``summarized``/``scanned``: parts answered from their summary / by reading their rows."""
     tensors: list[str]
     steps: np.ndarray
     first_steps: np.ndarray
@@ -241,10 +242,16 @@ class Overview:
     summarized: int = 0
     scanned: int = 0
     notes: list[str] = field(default_factory=list)
+    present: np.ndarray | None = None
 
 
-def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300) -> Overview:
-    """The (kind, group, stat) matrix of ``run``'s view, at most ``max_columns`` step bins."""
+def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300, coarsen: bool = False) -> Overview:
+    """The (kind, group, stat) matrix of ``run``'s view, at most ``max_columns`` step bins.
+
+    A part whose summary is coarser than the bins is read row by row (exact, but a merged part
+    of a long run is millions of rows); ``coarsen``: widen the bins to the coarsest summary's
+    instead, so every summarized part is answered from its summary (fewer columns than
+    ``max_columns`` where that is coarser)."""
     if stat not in STATS:
         raise ValueError(f"stat={stat!r} must be one of {STATS}")
     mode, worker, batch = run._where(None, None)
@@ -262,6 +269,8 @@ def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300)
         ends = [(int(pc.min(t.column("first_step")).as_py()), int(pc.max(t.column("last_step")).as_py()))
                 for t in pieces if t.num_rows] + [(m["first_step"], m["last_step"]) for _, m in opened.values()]
         width = pow2_at_least((max(b for _, b in ends) - min(a for a, _ in ends) + 1) / max_columns) if ends else 1
+        if coarsen:
+            width = max([width, *(m["width"] for _, m in opened.values())])
         for (w, s, p) in files:
             if p in opened:
                 got = _read_summary(run, p, *opened[p], kind, group, stat) if opened[p][1]["width"] <= width else None
@@ -470,7 +479,7 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
               for p in pieces if p.num_rows]
     if not pieces:
         return Overview([], np.array([], np.int64), np.array([], np.int64), np.zeros((0, 0)), 1, summarized, scanned,
-                        notes)
+                        notes, np.zeros((0, 0), bool))
     t = pa.concat_tables(pieces)
     width = t.column("width").to_numpy()
     first = t.column("first_step").to_numpy()
@@ -499,4 +508,4 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
               else np.zeros(0, np.int64))
     with np.errstate(invalid="ignore", divide="ignore"):
         m = np.where((fin == n) & (n > 0), s / np.where(fin > 0, fin, 1), np.nan)
-    return Overview(order, last_m, first_m, m, d, summarized, scanned, notes)
+    return Overview(order, last_m, first_m, m, d, summarized, scanned, notes, n > 0)

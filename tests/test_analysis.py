@@ -81,8 +81,8 @@ def test_run_alerts_on_synthetic_run(bad_run):
 
 
 def test_dropped_statistics_steps_are_not_counted_as_dumps(tmp_path):
-    """Found by a red team: ten statistics steps lost to a full disk read "10 file(s) dropped"
-    in the alert and "Dropped dumps 10" in the viewer, with no dump dropped."""
+    """Statistics steps lost to a full disk are counted as statistics steps, not as dumps, and
+    the alert is not called "dropped dumps" (nor its reasons "stats statistics ...")."""
     run = SyntheticRun(tmp_path / "r", tensors=10, steps_hint=30, dump_every=10, dropped_steps=(20,))
     run.write_steps(0, 30)
     for step in range(21, 25):
@@ -92,6 +92,10 @@ def test_dropped_statistics_steps_are_not_counted_as_dumps(tmp_path):
     assert analysis.dropped_text(dropped) == "1 dump(s), 4 statistics step(s)"
     (alert,) = analysis.dropped_alerts(dropped)
     assert alert.message.startswith("1 dump(s), 4 statistics step(s) dropped: ") and alert.step == 20
+    assert alert.kind == "dropped_data" and "stats " not in alert.message
+    assert "No space left on device (4 statistics step(s), steps 21..24)" in alert.message
+    only = dropped[dropped["what"] == "stats"]
+    assert analysis.dropped_alerts(only)[0].kind == "dropped_statistics"
 
 
 def test_clean_synthetic_run_has_no_alerts(tmp_path):

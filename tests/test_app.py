@@ -2,16 +2,20 @@
 that change what is shown, live refresh, and bad input (shown as messages, never exceptions)."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need Streamlit
 from streamlit.testing.v1 import AppTest  # noqa: E402
@@ -20,6 +24,7 @@ from inspector.loghist import LogHistogram, empty_rows  # noqa: E402
 from inspector.format import manifest_name  # noqa: E402
 from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
+from viewer.ui import WORD_JOINER  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -109,41 +114,44 @@ def test_summary(runs):
     assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
 
 
-def heatmap_specs(at: AppTest) -> list[dict]:
-    """The Vega-Lite specs of the page's layer x step heatmaps (rect charts with x..x2 cells)."""
-    specs = [json.loads(c.proto.spec) for c in at.get("vega_lite_chart")]
-    return [s for s in specs if "x2" in s.get("encoding", {})]
+def heatmaps(at: AppTest) -> list[dict]:
+    """What the page's layer x step heatmap components draw (viewer.heatmap.payload)."""
+    return [json.loads(c.proto.json) for c in at.get("bidi_component")
+            if c.proto.component_name.endswith("tf_inspector_heatmap")]
 
 
-def heatmap_data(at: AppTest) -> list[bytes]:
-    """The data (not the spec) of the page's layer x step heatmaps, serialized."""
-    return [c.proto.data.SerializeToString() + b"".join(d.SerializeToString() for d in c.proto.datasets)
-            for c in at.get("vega_lite_chart") if "x2" in json.loads(c.proto.spec).get("encoding", {})]
+def heatmap_data(at: AppTest) -> list[str]:
+    """The heatmaps' images and values, as sent."""
+    return [h["png"] + h["values"] for h in heatmaps(at)]
 
 
 def test_overview_heatmaps_and_series(runs):
     at = ok(start(runs / "exp1", "Training overview"))
-    assert len(heatmap_specs(at)) == 2               # gradient and activation heatmaps, interactive
-    assert len(at.get("vega_lite_chart")) == 3       # and the time series
+    (grad,) = heatmaps(at)                           # the open tab only: Gradients
+    assert grad["title"] == "gradient l2 (group all)" and grad["log"] and grad["png"].startswith("data:image/png")
+    assert len(at.get("vega_lite_chart")) == 1       # and the time series
     assert at.selectbox(key="ov_hm_grad_stat").value == "l2"
     assert "conv1/Relu:0 forward mean" in captions(at)
     before_cap = captions(at)
     at.selectbox(key="ov_tensor").select("conv3/Relu:0").run()
     ok(at)
     assert "conv3/Relu:0 forward mean" in captions(at) and captions(at) != before_cap
-    before = heatmap_specs(at)[0]
     at.selectbox(key="ov_hm_grad_stat").select("max").run()
-    after = heatmap_specs(ok(at))[0]
-    assert after["encoding"]["color"]["condition"]["title"] == "max" != before["encoding"]["color"]["condition"]["title"]
+    after = heatmaps(ok(at))[0]
+    assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
     # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
     assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    assert "rows in network order" in captions(at)
     at.toggle(key="ov_all_ops").set_value(True).run()
-    assert "14 rows x 30 steps" in captions(ok(at))
+    assert "14 rows x 30 steps" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 14
     at.toggle(key="ov_all_ops").set_value(False).run()
     at.text_input(key="ov_filter").input("Relu").run()
     assert "3 rows x 30 steps" in captions(ok(at))   # conv1-3/Relu: the filter is on names
     assert len(images(at)) == 0                      # no static image: PNG on demand
     assert "Download PNG" in [b.proto.label for b in at.get("download_button")]
+    at.session_state["ov_tab"] = "Activations"
+    (fwd,) = heatmaps(ok(at.run()))
+    assert fwd["title"] == "forward mean (group all)" and all(fwd["own"])   # activations: each row its own scale
 
 
 def test_overview_positive_negative_curves(runs):
@@ -581,6 +589,8 @@ def test_unexpected_error_is_a_short_message(runs, monkeypatch):
 
 
 EVIL = "![x](http://127.0.0.1:9/leak.png)"
+#: a bare URL in a run file: shown as text, never as a link (viewer.ui.plain)
+URL = "http://example.invalid/x"
 
 
 def markdown_bodies(at: AppTest) -> list[str]:
@@ -597,6 +607,7 @@ def test_run_strings_are_rendered_as_text(runs, tmp_path):
     m = path / manifest_name("chief", 1)
     man = json.loads(m.read_text())
     man["tensorflow_version"] = man["created"] = EVIL
+    man["loss"] = URL
     man["dropped"] = [{"what": "dump", "reason": EVIL, "count": 1, "bytes": 1, "first_step": 20, "last_step": 20}]
     entry = dict(man["tensors"][0], name=f"a{EVIL}:0", op=EVIL, op_type=EVIL, scope=EVIL, icnn_role=None)
     man["tensors"].append(entry)
@@ -606,8 +617,9 @@ def test_run_strings_are_rendered_as_text(runs, tmp_path):
         at = ok(start(root, page, **state))
         bodies += markdown_bodies(at)
     shown = "\n".join(unescape(b) for b in bodies)
-    assert shown.count(EVIL) >= 5                                   # the strings are there, as text
+    assert shown.replace(WORD_JOINER, "").count(EVIL) >= 5          # the strings are there, as text
     assert not [b for b in bodies if "](" in b or "![" in b]        # and never as Markdown
+    assert URL in shown.replace(WORD_JOINER, "") and "http:" not in shown   # nor a bare URL Markdown would link
 
 
 def test_write_errors_and_failed_sessions_are_errors_on_the_summary(tmp_path):
@@ -747,14 +759,53 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     assert "Filter 3 (step 10)" not in captions(at)      # no spread for a dead filter
 
 
+def test_overview_rows_of_a_run_without_its_graph_keep_the_catalogs_order(runs, tmp_path):
+    path = shutil.copytree(runs / "exp2", tmp_path / "nograph")
+    for g in path.glob("graph.*"):
+        g.unlink()
+    at = ok(start(path, "Training overview"))
+    assert "rows in the catalog's order (the run has no readable graph)" in captions(at)
+    assert heatmaps(at)[0]["labels"][0].startswith("conv1/Relu:0")
+
+
+def line_layers(at: AppTest, i: int) -> list[dict]:
+    """The layers of the page's i-th Vega-Lite chart (viewer.lines: a layered chart)."""
+    return json.loads(at.get("vega_lite_chart")[i].proto.spec)["layer"]
+
+
 def test_overview_log_y_is_a_log_axis(runs):
     at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
-    spec = at.get("vega_lite_chart")[2].proto.spec                 # after the two heatmaps
-    assert '"log"' not in spec
+    assert '"log"' not in at.get("vega_lite_chart")[0].proto.spec           # the series (the heatmap is no Vega chart)
     at.toggle(key="ov_logy").set_value(True).run()
-    spec = json.loads(ok(at).get("vega_lite_chart")[2].proto.spec)
-    assert spec["encoding"]["y"]["scale"]["type"] == "log"
-    assert spec["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
+    line = line_layers(ok(at), 0)[0]
+    assert line["encoding"]["y"]["scale"]["type"] == "log"
+    assert line["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
+
+
+def test_line_chart_data_reaches_the_browser_as_plain_strings(runs):
+    """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
+    read (a chart came out empty in Chromium): the line chart's datasets hold plain strings."""
+    import pyarrow as pa
+    at = ok(start(runs / "exp1", "Training overview"))
+    chart = at.get("vega_lite_chart")[0]
+    tables = [pa.ipc.open_stream(d.data.data).read_all() for d in chart.proto.datasets]
+    series = next(t for t in tables if "series" in t.column_names)
+    assert series.num_rows == 3 * 30 and pa.types.is_string(series.schema.field("series").type)
+
+
+def test_overview_series_smoothing_is_tensorboards(runs):
+    """Smoothing draws the debiased moving average over the raw line (kept faint behind it)."""
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0"))
+    assert len(line_layers(at, 0)) == 3                          # line, hover points, hover rules
+    at.slider(key="ov_smooth").set_value(0.6).run()
+    (spec, data) = vega(ok(at))[0]
+    raw, smoothed = spec["layer"][0], spec["layer"][1]
+    assert raw["mark"]["opacity"] < 1 and raw["encoding"]["y"]["field"] == "value"
+    assert smoothed["encoding"]["y"]["field"] == "smoothed"
+    frame = next(d for d in data if "smoothed" in d)
+    one = frame[frame["series"] == "all"]
+    from viewer.lines import smooth
+    np.testing.assert_allclose(one["smoothed"], smooth(one["value"].to_numpy(), 0.6))
 
 
 def edit_manifest(path: Path, **fields) -> Path:
@@ -769,7 +820,7 @@ def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_pa
     errors = unescape(" ".join(e.value for e in at.error))
     assert "first non-finite value at step 25 (found by the statistics)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
-    assert len(at.get("vega_lite_chart")) == 2                   # the loss curve and the op-type bars
+    assert len(at.get("vega_lite_chart")) == 3                   # the loss curve, gradient sizes, op-type bars
     # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
     path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
                          first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
@@ -778,6 +829,32 @@ def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_pa
             in captions(at))
     assert "first non-finite value at step 24 (found by the hook's every-step loss check)" in \
         unescape(" ".join(e.value for e in at.error))
+
+
+def test_summary_gradient_size_per_layer(runs):
+    """Each layer's gradient L2 at its last statistics step and its first, in network order; a
+    layer that ends NaN/Inf or zero (the dead ReLU) is named, its dot the last value before."""
+    import inspector
+    at = ok(start(runs / "exp1"))
+    spec, data = next((s, d) for s, d in vega(at) if "gradient L2" in json.dumps(s))
+    (sizes,) = data                                                     # the 6 layers of the Training overview
+    assert sizes["label"].str.split(" ").str[0].tolist() == ["conv1/Relu:0", "conv2/Relu:0", "conv3/Relu:0",
+                                                          "icnn/post_mask:0", "dense/BiasAdd:0", "loss/Mean:0"]
+    run = inspector.open_run(runs / "exp1")
+    l2 = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]).pivot_table(
+        index="step", columns="tensor", values="l2", observed=True, dropna=False)
+    for r in sizes.itertuples():
+        col = l2[r.tensor]
+        good = col[np.isfinite(col) & (col > 0)]
+        if len(good):
+            assert (r.first, r.first_step, r.last, r.last_step) == (good.iloc[0], good.index[0], good.iloc[-1],
+                                                                    good.index[-1])
+        end = col.iloc[-1]
+        assert r.state == ("NaN/Inf" if not np.isfinite(end) else "zero" if end <= 0 else "finite")
+    assert "end zero or NaN/Inf" in captions(at)
+    (healthy,) = next(d for s, d in vega(ok(start(runs / "exp2"))) if "gradient L2" in json.dumps(s))
+    assert healthy.set_index("tensor")["state"].to_dict() == {**{t: "finite" for t in healthy["tensor"]},
+                                                              "conv2/Relu:0": "zero"}     # the dead ReLU
 
 
 def test_summary_without_loss_statistics_says_so(runs, tmp_path):
@@ -1002,42 +1079,31 @@ def test_overview_says_columns_aggregate_steps_only_where_one_does():
 
 
 def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
-    """Every drawn cell's value is the statistics row of (tensor, step); cells are centred on
-    uneven steps; NaN/Inf and (log) zero cells are grey, not coloured."""
-    import numpy as np
+    """Every drawn cell's value is the statistics row of (tensor, step), sent beside the image for
+    hover; NaN/Inf cells are drawn red and named, the dead ReLU's zero gradient grey, not blank."""
+    import base64
     import inspector
-    from viewer import layers
+    from viewer import raster
+    at = ok(start(runs / "exp1", "Training overview", ov_all_ops=True))
+    (h,) = heatmaps(at)
     run = inspector.open_run(runs / "exp1")
-    df = run.query_stats(kinds=["forward"], groups=["all"], columns=["max"])
-    tensors = list(dict.fromkeys(df["tensor"].astype(str)))
-    steps = np.array([0, 5, 6, 29])
-    m = np.array([[df[(df["tensor"] == t) & (df["step"] == s)]["max"].iloc[0] for s in steps] for t in tensors])
-    m[0, 1], m[1, 2] = np.nan, 0.0
-    shown = layers.shown_rows(layers.layer_rows(run.tensors, tensors), all_ops=True)
-    frame = layers.heatmap_frame(tensors, steps, m, shown, log=True)
-    for r in frame.sample(40, random_state=0).itertuples():
-        expect = df[(df["tensor"] == r.tensor) & (df["step"] == r.step)]["max"].iloc[0]
-        if r.state == "finite":
-            assert r.value == expect
-    cell = frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 6)].iloc[0]
-    assert (cell.x0, cell.x1) == (5.5, 17.5)                                      # halfway to 5 and to 29
-    assert frame[(frame["tensor"] == tensors[0]) & (frame["step"] == 5)]["state"].iloc[0] == "non-finite"
-    assert frame[(frame["tensor"] == tensors[1]) & (frame["step"] == 6)]["state"].iloc[0] == "<= 0"
-    assert len(layers.heatmap_frame(tensors, np.arange(1000), np.ones((len(tensors), 1000)), shown)) == \
-        len(tensors) * layers.MAX_STEPS
-    spec = layers.heatmap_chart(frame, "max", log=True).to_dict()
-    tips = [t["field"] for t in spec["encoding"]["tooltip"]]
-    assert {"tensor", "step", "value"} <= set(tips) and spec["params"][0]["bind"] == "scales"
-
-
-def test_heatmap_data_reaches_the_browser_as_plain_strings(runs):
-    """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
-    read (the heatmap came out empty in Chromium): the chart's dataset holds plain strings."""
-    import pyarrow as pa
-    at = ok(start(runs / "exp1", "Training overview"))
-    chart = next(c for c in at.get("vega_lite_chart") if "x2" in c.proto.spec)
-    table = pa.ipc.open_stream(chart.proto.datasets[0].data.data).read_all()
-    assert table.num_rows == 6 * 30 and pa.types.is_string(table.schema.field("tensor").type)
+    df = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"])
+    values = np.frombuffer(base64.b64decode(h["values"]), np.float32).reshape(len(h["labels"]), -1)
+    state = np.frombuffer(base64.b64decode(h["state"]), np.uint8).reshape(values.shape)
+    assert h["first"] == list(range(30)) == h["last"]             # one column per statistics step
+    for i, tensor in enumerate(h["labels"]):
+        rows = df[df["tensor"] == tensor].set_index("step")["l2"]
+        fin = state[i] == raster.FINITE
+        np.testing.assert_allclose(values[i][fin], rows.loc[np.flatnonzero(fin)].to_numpy(), rtol=1e-6)
+        assert (state[i][~fin] != raster.MISSING).all()           # every step has statistics
+        assert ((state[i] == raster.NONFINITE) == ~np.isfinite(rows.to_numpy())).all()
+    dead = h["labels"].index("conv2/Relu:0")                      # the synthetic run's dead ReLU, until the NaN
+    assert (state[dead, :25] == raster.NONPOSITIVE).all()
+    assert (state[:, 25:] == raster.NONFINITE).any() and "red = NaN/Inf" in captions(at)
+    pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(h["png"].split(",", 1)[1]))).convert("RGBA"))
+    assert pixels.shape[:2] == values.shape
+    assert (pixels[state == raster.NONFINITE] == raster.NAN_RGBA).all()
+    assert (pixels[dead, :25] == raster.ZERO_RGBA).all()
 
 
 def test_percentiles_from_a_histogram_match_numpy_within_a_bin():
@@ -1203,3 +1269,32 @@ def test_tensor_browser_says_why_an_op_was_not_captured(runs):
     at.text_input(key="tb_search").input("relu").run()
     table = next(e for e in ok(at).expander if "not captured" in e.label).dataframe[0].value
     assert (table["rule"] == "backward").all() and table["name"].str.startswith("gradients/").all()
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses of the sockets listening on TCP ``port`` (Linux's /proc/net)."""
+    out = set()
+    for name in ("tcp", "tcp6"):
+        path = Path("/proc/net") / name
+        for line in (path.read_text().splitlines()[1:] if path.exists() else []):
+            local, state = line.split()[1], line.split()[3]
+            host, port_hex = local.split(":")
+            if state == "0A" and int(port_hex, 16) == port:     # 0A: LISTEN
+                raw = bytes.fromhex(host)
+                words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))   # little-endian words
+                out.add(socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, words))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_streamlit_run_app_listens_on_this_machine_only(runs, tmp_path):
+    """`streamlit run app.py -- runs/` as the docs give it (no --server.address, started from
+    another directory): the config beside app.py binds 127.0.0.1, not every interface."""
+    from browser_serve import free_port, start, stop, wait_healthy
+    port = free_port()
+    proc = start(runs, port, address=None, cwd=tmp_path)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", proc)
+        assert listening(port) == {"127.0.0.1"}
+    finally:
+        stop(proc)

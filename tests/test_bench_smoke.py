@@ -54,3 +54,16 @@ def test_bench_export_quick():
     out = _run("bench_export.py")
     assert "export --tensorboard of 200 steps x 10 tensors" in out and "histogram columns (CPU s)" in out
     assert "tensorboard RecordWriter (pure-Python CRC)" in out
+
+
+def test_bench_viewer_browser_small(tmp_path):
+    """bench_viewer.py --browser on a small run: every measurement of its table is printed."""
+    if not Path("/usr/bin/chromium").exists():
+        pytest.skip("/usr/bin/chromium not installed")
+    pytest.importorskip("playwright")
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_viewer.py"), "--browser", "--steps", "20",
+                          "--tensors", "12", "--keep", str(tmp_path / "run")], capture_output=True, text=True,
+                         timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for what in ("overview, cold", "overview, warm", "tooltip, median", "overview, Every op", "summary, warm"):
+        assert f"\n{what} " in out.stdout, what

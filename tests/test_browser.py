@@ -1,24 +1,22 @@
 """The viewer in a real browser: ``streamlit run app.py`` + headless Chromium (Playwright).
 
 Skips (with the reason) only where /usr/bin/chromium or the playwright package is missing.
-Screenshots go to ``$TF_INSPECTOR_SCREENSHOTS`` if set, else ``<tmp>/.screenshots``.
+Each page's screenshot goes to ``$TF_INSPECTOR_SHOTS/viewer-<page module>.png`` if set (``make
+screenshots``: docs/images/, the pages' docs), else ``<tmp>/.screenshots``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
+import re
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
+from browser_serve import free_port, serve, start, stop, wait_healthy  # noqa: F401 (also test_browser_graph's)
 
 from inspector.format import manifest_name
 from inspector.testing import make_synthetic_run
@@ -33,8 +31,11 @@ PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 
          "Masks & templates": ("Masks & templates", 3), "Tensor browser": ("Tensor browser", 1),
          "Op graph": ("Op graph", 0), "Compare": ("Compare", 0)}
 # page -> Vega-Lite charts it must draw at least (Distributions: in-graph and dumped histograms, ridge, bands;
-# Compare: steps A and B overlaid; Training overview: the shown tab's heatmap and the series)
-VEGA = {"Training overview": 2, "Distributions": 4, "Compare": 1}
+# Compare: steps A and B overlaid; Training overview: the series (its heatmap is an image, HEATMAP); Summary: the loss,
+# the gradient sizes and the op types)
+VEGA = {"Summary": 3, "Training overview": 1, "Distributions": 4, "Compare": 1}
+# page -> layer x step heatmaps (viewer/heatmap.js) it must draw
+HEATMAPS = {"Training overview": 1}
 # page -> its URL path (st.navigation; the default page, Summary, is the app's root)
 URLS = {"Summary": "", "Training overview": "overview", "Distributions": "distributions",
         "Feature maps": "featuremaps", "Masks & templates": "masks", "Tensor browser": "browser",
@@ -45,53 +46,6 @@ if not Path(CHROMIUM).exists():
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}: {proc.stdout.read()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
-                if r.read().strip() == b"ok":
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"streamlit did not answer {url}/_stcore/health within {timeout}s")
-
-
-@contextlib.contextmanager
-def serve(runs: Path) -> Iterator[str]:
-    """``streamlit run app.py -- runs`` on a free local port: its URL once it answers; stopped after."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-                             "--server.headless", "true", "--server.port", str(port),
-                             "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false",
-                             "--", str(runs)], cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
-        yield url
-    finally:
-        stop(proc)
-
-
-def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
-    """Terminate a server the test started, killed if it outlives ``timeout`` seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
@@ -99,11 +53,14 @@ def server(tmp_path_factory):
     make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
     make_synthetic_run(runs / "fm_img", steps=20, tensors=20, dump_every=10, seed=3, image=(32, 32, 3))
     hostile_run(runs / "zz_evil")
+    catalog_out_of_order(shutil.copytree(runs / "exp2", runs / "zz_order"))
     with serve(runs) as url:
         yield url
 
 
 EVIL = "![leak](http://leak.invalid/x.png)"
+#: a bare URL in a run file (here the manifest's loss name): text, never a link
+URL = "http://example.invalid/x"
 
 
 def hostile_run(path: Path) -> None:
@@ -112,7 +69,16 @@ def hostile_run(path: Path) -> None:
     m = path / manifest_name("chief", 1)
     man = json.loads(m.read_text())
     man["tensorflow_version"] = man["created"] = EVIL
+    man["loss"] = URL
     man["dropped"] = [{"what": "dump", "reason": EVIL, "count": 1, "bytes": 1, "first_step": 5, "last_step": 5}]
+    m.write_text(json.dumps(man))
+
+
+def catalog_out_of_order(path: Path) -> None:
+    """The catalog as the demo's hook lists it: the ICNN layer's role tensors after the loss."""
+    m = path / manifest_name("chief", 1)
+    man = json.loads(m.read_text())
+    man["tensors"] = sorted(man["tensors"], key=lambda t: bool(t.get("icnn_role")))
     m.write_text(json.dumps(man))
 
 
@@ -126,7 +92,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def shots(tmp_path_factory) -> Path:
-    d = Path(os.environ.get("TF_INSPECTOR_SCREENSHOTS") or tmp_path_factory.mktemp("tmp") / ".screenshots")
+    d = Path(os.environ.get("TF_INSPECTOR_SHOTS") or tmp_path_factory.mktemp("tmp") / ".screenshots")
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -178,6 +144,16 @@ def wait_charts(page, n: int, timeout_ms: int = 90_000) -> None:
                            arg=n, timeout=timeout_ms, polling=200)
 
 
+HEATMAP_DRAWN = """n => [...document.querySelectorAll('.tfi-heatmap img')].filter(i => i.complete && i.naturalWidth > 0)
+                         .length >= n"""
+
+
+def wait_heatmaps(page, n: int, timeout_ms: int = 90_000) -> None:
+    """Until the script run is over and ``n`` layer x step heatmap images are drawn."""
+    wait_rendered(page, 0, timeout_ms)
+    page.wait_for_function(HEATMAP_DRAWN, arg=n, timeout=timeout_ms, polling=200)
+
+
 @pytest.mark.parametrize("name", list(PAGES))
 def test_page_renders_in_chromium(server, browser, shots, name):
     heading, images = PAGES[name]
@@ -188,7 +164,8 @@ def test_page_renders_in_chromium(server, browser, shots, name):
         wait_rendered(page, images)
         if name in VEGA:  # the interactive charts, drawn by Vega in the browser
             wait_charts(page, VEGA[name])
-        page.screenshot(path=str(shots / f"{name.replace(' ', '_').replace('&', 'and')}.png"), full_page=True)
+        wait_heatmaps(page, HEATMAPS.get(name, 0))
+        page.screenshot(path=str(shots / f"viewer-{URLS[name] or 'summary'}.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
         # the sidebar's navigation marks the page that is shown (the URL chose it)
@@ -212,23 +189,12 @@ def test_url_chooses_the_run(server, browser):
 
 def test_not_a_run_shows_message(browser, tmp_path):
     """A folder without runs: a clear message in the page, no exception box."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless",
-                             "true", "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false", "--", str(tmp_path)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_healthy(url, proc)
+    with serve(tmp_path) as url:
         page = browser.new_page()
         page.goto(url, wait_until="domcontentloaded")
         page.get_by_text("No run in").first.wait_for(timeout=90_000)
         assert page.locator('[data-testid="stException"]').count() == 0
         page.close()
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
 
 
 def test_run_strings_load_nothing(server, browser):
@@ -240,7 +206,8 @@ def test_run_strings_load_nothing(server, browser):
         page.goto(f"{server}/?page=Summary&run=zz_evil", wait_until="domcontentloaded")
         page.get_by_role("heading", name="Run zz_evil").first.wait_for(timeout=90_000)
         wait_rendered(page, 0)
-        page.get_by_text(EVIL).first.wait_for(timeout=90_000)       # shown, literally
+        # shown, literally (a word joiner, invisible, inside "http:" keeps Markdown from linking it)
+        page.get_by_text(re.compile(re.escape(EVIL).replace("http", "http\u2060?"))).first.wait_for(timeout=90_000)
         assert page.locator('img[src*="leak"]').count() == 0
         assert not [u for u in requested if "leak" in u], requested
     finally:
@@ -294,7 +261,7 @@ def test_feature_maps_overlay_renders_in_chromium(server, browser, shots):
                 .find(i => m && (m.compareDocumentPosition(i) & Node.DOCUMENT_POSITION_FOLLOWING));
             return img && img.complete ? img.naturalWidth : 0; }""")
         assert width > 300, width
-        page.screenshot(path=str(shots / "Feature_maps_overlay.png"), full_page=True)
+        page.screenshot(path=str(shots / "viewer-featuremaps-overlay.png"), full_page=True)
         assert page.locator('[data-testid="stException"]').count() == 0
         assert page.get_by_text("could not be drawn").count() == 0
     finally:
@@ -497,5 +464,103 @@ def test_no_deploy_button(server, browser):
         page.locator('[data-testid="stToolbar"]').first.wait_for(state="attached", timeout=90_000)
         assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
         assert page.get_by_text("Deploy", exact=True).count() == 0
+    finally:
+        page.close()
+
+
+# ---- the Training overview heatmap, charts' colours, run strings (issue 35) -----------------
+
+def heatmap_page(browser, url: str):
+    """A page on the Training overview at ``url``, its heatmap drawn."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1600})
+    page.goto(url, wait_until="domcontentloaded")
+    heading_shown(page, "Training overview")
+    wait_heatmaps(page, 1)
+    return page
+
+
+#: the heatmap image's pixel (column, row) as [r, g, b, a], read back through a canvas
+PIXELS = """() => { const img = document.querySelector('.tfi-heatmap img');
+    const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+    const g = c.getContext('2d'); g.drawImage(img, 0, 0);
+    return {w: c.width, h: c.height, data: Array.from(g.getImageData(0, 0, c.width, c.height).data)}; }"""
+
+
+def hover_text(page, fx: float, fy: float) -> str:
+    """The heatmap tooltip's text with the pointer at fractions (fx, fy) of the image."""
+    box = page.locator(".tfi-heatmap .plot").first.bounding_box()
+    page.mouse.move(box["x"] + fx * box["width"], box["y"] + fy * box["height"])
+    tip = page.locator(".tfi-heatmap .tip").first
+    sync_api.expect(tip).to_be_visible(timeout=10_000)
+    return tip.inner_text()
+
+
+def test_nan_run_heatmap_is_red_at_the_nan_steps_and_runs_to_the_last_step(server, browser):
+    """exp1 turns NaN at step 35 of 0..39: the gradient heatmap's columns from there hold red
+    cells (NaN/Inf on hover), none before; the axis ends at step 39, not at the NaN."""
+    page = heatmap_page(browser, f"{server}/overview?run=exp1")
+    try:
+        img = page.evaluate(PIXELS)
+        px = [img["data"][i:i + 4] for i in range(0, len(img["data"]), 4)]
+        red = [[px[r * img["w"] + c] == [228, 26, 28, 255] for c in range(img["w"])] for r in range(img["h"])]
+        assert img["w"] == 40                                              # one column per statistics step
+        nan_cols = {c for row in red for c, is_red in enumerate(row) if is_red}
+        assert nan_cols and min(nan_cols) >= 35 and 39 in nan_cols
+        ends = page.locator(".tfi-heatmap .tick.end").all_inner_texts()
+        assert ends == ["0", "39"]
+        row = next(r for r in range(img["h"]) if red[r][39])
+        text = hover_text(page, 39.5 / 40, (row + 0.5) / img["h"])
+        assert "step 39" in text and "NaN/Inf" in text
+        text = hover_text(page, 10.5 / 40, (row + 0.5) / img["h"])
+        assert "step 10" in text and "l2: " in text and "NaN" not in text
+    finally:
+        page.close()
+
+
+def test_heatmap_rows_are_in_network_order(server, browser):
+    """A catalog listing the ICNN layer after the loss (as the demo's does): its row is drawn
+    between conv3 and the dense head, where the graph has it."""
+    page = heatmap_page(browser, f"{server}/overview?run=zz_order")
+    try:
+        rows = [t.split(" ")[0] for t in page.locator(".tfi-heatmap .label").all_inner_texts()]
+        assert rows == ["conv1/Relu:0", "conv2/Relu:0", "conv3/Relu:0", "icnn/post_mask:0", "dense/BiasAdd:0",
+                        "loss/Mean:0"]
+    finally:
+        page.close()
+
+
+#: per Vega chart: its legend's symbol colours and its lines' stroke colours
+CHART_COLOURS = """() => [...document.querySelectorAll('.vega-embed svg')].map(svg => ({
+    legend: [...svg.querySelectorAll('.role-legend-symbol path')].map(p => p.getAttribute('fill')
+        && p.getAttribute('fill') !== 'none' ? p.getAttribute('fill') : p.getAttribute('stroke')),
+    lines: [...new Set([...svg.querySelectorAll('.mark-line path')].map(p => p.getAttribute('stroke')))]}))"""
+
+
+@pytest.mark.parametrize("where", ["", "overview"])
+def test_no_chart_reuses_a_colour(server, browser, where):
+    """Every chart's legend gives each series its own colour, and every line drawn has one of them."""
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        page.goto(f"{server}/{where}?run=exp1", wait_until="domcontentloaded")
+        wait_charts(page, VEGA["Summary" if not where else "Training overview"])
+        charts = page.evaluate(CHART_COLOURS)
+        with_lines = [c for c in charts if c["lines"]]
+        assert with_lines
+        for c in with_lines:
+            assert len(set(c["legend"])) == len(c["legend"]) > 0, c
+            assert set(c["lines"]) <= set(c["legend"]), c
+    finally:
+        page.close()
+
+
+def test_a_url_in_a_run_file_is_text_not_a_link(server, browser):
+    page = browser.new_page()
+    try:
+        page.goto(f"{server}/?run=zz_evil", wait_until="domcontentloaded")
+        heading_shown(page, "Run zz_evil")
+        caption = page.get_by_text("has no forward statistics").first
+        caption.wait_for(timeout=90_000)
+        assert URL in caption.inner_text().replace("\u2060", "")              # shown, as text
+        assert page.locator('a[href*="example.invalid"]').count() == 0
     finally:
         page.close()

@@ -2,7 +2,7 @@
 127.0.0.1, its default loader: the Rust data server) serves the exported scalars with the
 reader's values, and headless Chromium finds its scalars and histograms dashboards populated
 with the per-layer tags of each group. The screenshots go where tests/test_browser.py puts
-its own (``$TF_INSPECTOR_SCREENSHOTS``); docs/images/tensorboard.png is one of them.
+its own (``$TF_INSPECTOR_SHOTS``); docs/images/tensorboard.png is one of them.
 Skips where /usr/bin/chromium, playwright or tensorboard is missing."""
 from __future__ import annotations
 

@@ -166,6 +166,32 @@ def test_a_summary_coarser_than_the_columns_is_not_used(tmp_path, monkeypatch):
     np.testing.assert_allclose(fine.matrix, m, rtol=1e-12, equal_nan=True)
 
 
+def test_coarsen_answers_every_summarized_part_from_its_summary(tmp_path, monkeypatch):
+    """coarsen=True widens the columns to the coarsest summary's bins instead of reading that
+    part's rows (a merged part of a long run: millions of rows), and gives the same numbers."""
+    monkeypatch.setattr(stats_summary, "PART_BINS", 4)  # 8-step bins in the 32-step part
+    run = inspector.open_run(write(tmp_path / "run"))
+    ov = overview(run, "gradient", "all", "l2", max_columns=100, coarsen=True)
+    assert ov.width == 8 and ov.summarized == 2       # not width 1 with the summarized parts read
+    tensors, last, m = reference(run, "gradient", "all", "l2", 8)
+    assert ov.tensors == tensors and list(ov.steps) == list(last)
+    np.testing.assert_allclose(ov.matrix, m, rtol=1e-12, equal_nan=True)
+
+
+def test_present_tells_a_nan_from_a_step_without_statistics():
+    """present[i, j]: tensor i has rows in column j. A NaN cell with rows is a NaN/Inf; one
+    without is a step range with no statistics of it (drawn as a gap, not as NaN)."""
+    rows = {"worker": ["chief"] * 3, "session": [1] * 3, "mode": ["train"] * 3, "tensor": ["a:0", "a:0", "b:0"],
+            "kind": ["gradient"] * 3, "group": ["all"] * 3, "step": [0, 1, 1], "l2": [1.0, float("nan"), 2.0]}
+    piece = bin_rows(pa.table(rows), 1, ("l2",))
+
+    class Run:
+        tensors = {"name": ["a:0", "b:0"]}
+    ov = stats_summary._matrix(Run(), [piece], "l2", 10, 0, 1, [])
+    np.testing.assert_array_equal(ov.matrix, [[1.0, np.nan], [np.nan, 2.0]])
+    assert ov.present.tolist() == [[True, True], [False, True]]
+
+
 _READ_IN_CHILD = """
 import json, sys
 import inspector

@@ -7,7 +7,7 @@ unchanged run never re-reads a file.
 Example::
 
     sig = signature("runs/exp1")
-    tensors, steps, m = stats_matrix("runs/exp1", sig, "gradient", "all", "l2")
+    ov = overview("runs/exp1", sig, "gradient", "all", "l2")
 """
 from __future__ import annotations
 
@@ -112,21 +112,45 @@ def stats_steps(path: str, sig: Sig) -> np.ndarray:
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_summary.Overview:
-    """The layer x step matrix of one statistic, at most ``layers.MAX_STEPS`` columns: one per
+    """The layer x step matrix of one statistic, at most ``raster.MAX_COLUMNS`` columns: one per
     statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
-    values, NaN if any is NaN/Inf), read from the parts' summaries (see
-    :func:`inspector.stats_summary.overview`): a 60M-row run in ~1 s, not 33 s."""
-    from .layers import MAX_STEPS
-    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_STEPS)
+    values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
+    (see :func:`inspector.stats_summary.overview`): a 60M-row run in ~1 s, not 33 s."""
+    from .raster import MAX_COLUMNS
+    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS, coarsen=True)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
 def stats_matrix(path: str, sig: Sig, kind: str, group: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(tensors in catalog order, steps, matrix [tensor, step]) of one statistic (tensors with
-    a finite value only); :func:`overview`'s matrix: on a long run, columns are step bins."""
+    """(tensors in catalog order, steps, matrix [tensor, step]) of one statistic: :func:`overview`'s
+    matrix, without the tensors that have no statistics of ``kind`` (a NaN-only tensor is kept)."""
     ov = overview(path, sig, kind, group, stat)
-    present = ~np.all(np.isnan(ov.matrix), axis=1) if ov.matrix.size else np.zeros(len(ov.tensors), bool)
-    return [t for t, p in zip(ov.tensors, present) if p], ov.steps, ov.matrix[present]
+    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size else np.zeros(len(ov.tensors), bool)
+    return [t for t, p in zip(ov.tensors, have) if p], ov.steps, ov.matrix[have]
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def layer_table(path: str, sig: Sig, tensors: tuple[str, ...]) -> pd.DataFrame:
+    """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order (once per choice)."""
+    from .layers import layer_rows
+    return layer_rows(get_run(path, sig).tensors, list(tensors), network_order(path, sig))
+
+
+def network_order(path: str, sig: Sig) -> dict[str, int] | None:
+    """Each op's place in the forward graph's topological order (:func:`viewer.layers.network_order`)
+    from the run's graph; None when the run has no readable graph (rows keep the catalog's order)."""
+    from .graph import graph_key
+    return _network_order(path, graph_key(sig), sig)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _network_order(path: str, key: Sig, _sig: Sig) -> dict[str, int] | None:
+    from .graph import op_graph
+    from .layers import network_order as order_of
+    try:
+        return order_of(op_graph(path, _sig))
+    except InspectorError:
+        return None
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

@@ -1,17 +1,18 @@
-"""Page: training overview: interactive layer x step heatmaps (:mod:`viewer.layers`) and
-per-tensor time series by group."""
+"""Page: training overview: layer x step heatmaps of gradients and activations (one raster
+each, :mod:`viewer.raster` / :mod:`viewer.heatmap`; rows in network order, :mod:`viewer.layers`)
+and per-tensor line charts by group (:mod:`viewer.lines`)."""
 from __future__ import annotations
 
 import re
 
-import altair as alt
 import numpy as np
 import pandas as pd
 import streamlit as st
 
 from inspector import plots
+from inspector.stats_summary import Overview
 
-from . import data, layers
+from . import data, heatmap, layers, lines, raster
 from .ui import Ctx, default_tensor, download_figure, figure_theme, need, plain
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
@@ -33,13 +34,11 @@ def filter_tensors(names: list[str], pattern: str) -> list[str]:
         return [n for n in names if pattern.lower() in n.lower()]
 
 
-def heatmap_rows(ctx: Ctx, kind: str, group: str, stat: str, pattern: str, unfold: list[str],
-                 all_ops: bool) -> tuple[list[str], np.ndarray, np.ndarray, pd.DataFrame]:
-    """(tensors, steps, matrix, the rows to draw) of one statistic, filtered and folded."""
-    tensors, steps, m = data.stats_matrix(ctx.path, ctx.sig, kind, group, stat)
-    keep = filter_tensors(tensors, pattern)
-    rows = layers.layer_rows(data.get_run(ctx.path, ctx.sig).tensors, keep)
-    return tensors, steps, m, layers.shown_rows(rows, unfold, all_ops)
+def heatmap_rows(ctx: Ctx, ov: Overview, pattern: str, unfold: list[str], all_ops: bool) -> pd.DataFrame:
+    """The rows to draw of ``ov``: its tensors with statistics, filtered, in network order, folded."""
+    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size else np.zeros(len(ov.tensors), bool)
+    keep = filter_tensors([t for t, h in zip(ov.tensors, have) if h], pattern)
+    return layers.shown_rows(data.layer_table(ctx.path, ctx.sig, tuple(keep)), unfold, all_ops)
 
 
 def column_width(ov) -> int:
@@ -57,58 +56,145 @@ def binned_note(width: int) -> str:
     if width <= 1:
         return ""
     return (f"; each column aggregates a bin of {width} steps: the mean of its statistics steps' values "
-            f"(grey if any is NaN/Inf), placed at the bin's last statistics step")
+            f"(NaN/Inf if any is), drawn across the bin")
+
+
+def row_texts(shown: pd.DataFrame, groups: list[range], constant: np.ndarray | None = None
+              ) -> tuple[list[str], list[str]]:
+    """(label, tooltip head) of each drawn row: a shown row, or a run of them drawn as one;
+    ``constant``: rows that never change (said in their tooltip).
+
+    >>> shown = pd.DataFrame({"tensor": ["a:0", "b:0"], "label": ["a:0", "b:0"], "layer": ["a", "b"]})
+    >>> row_texts(shown, [range(0, 2)])
+    (['a:0 (+1 rows)'], ['rows 1-2 of 2, each cell their mean: a:0 ... b:0'])
+    """
+    tensor, label, layer = (shown[c].astype(str).tolist() for c in ("tensor", "label", "layer"))
+    same = np.zeros(len(tensor), bool) if constant is None else constant
+    labels, tips = [], []
+    for g in groups:
+        a, b = g.start, g.stop - 1
+        if a == b:
+            labels.append(label[a])
+            tips.append(f"{label[a]}\nlayer: {layer[a]}"
+                        + ("\nthe same at every step: drawn on the colour scale, not setting it" if same[a] else ""))
+        else:
+            labels.append(f"{label[a]} (+{b - a} rows)")
+            tips.append(f"rows {a + 1}-{b + 1} of {len(tensor)}, each cell their mean: {tensor[a]} ... {tensor[b]}")
+    return labels, tips
 
 
 def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str,
-                  unfold: list[str], all_ops: bool) -> None:
-    """The interactive layer x step heatmap of one statistic (PNG of the same rows on demand)."""
-    stat = st.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat",
+                  unfold: list[str], all_ops: bool, own_default: bool) -> None:
+    """The layer x step heatmap of one statistic (PNG of the same rows on demand)."""
+    c1, c2 = st.columns([3, 1])
+    stat = c1.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat",
                         bind="query-params")
-    tensors, steps, m, shown = heatmap_rows(ctx, kind, group, stat, pattern, unfold, all_ops)
-    if not need(len(shown) > 0 and len(steps) > 0, f"No {kind} statistics match this filter."):
+    own_scale = c2.toggle("Scale each row on its own", value=own_default, key=f"{key}_rows",
+                          help="colour each row from its own min to its max (hover for the values): one wide row "
+                          "no longer turns every other row one flat colour")
+    ov = data.overview(ctx.path, ctx.sig, kind, group, stat)
+    shown = heatmap_rows(ctx, ov, pattern, unfold, all_ops)
+    if not need(len(shown) > 0 and len(ov.steps) > 0, f"No {kind} statistics match this filter."):
         return
-    log = stat in LOG_STATS
-    frame = layers.heatmap_frame(tensors, steps, m, shown, log)
-    st.altair_chart(layers.heatmap_chart(frame, stat, log, f"{kind} {stat} (group {group})"), width="stretch",
-                    height=layers.chart_height(len(shown)) + layers.FRAME_PX)
-    n_steps = frame["step"].nunique()
-    folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
-    st.caption(f"{len(shown)} rows x {len(steps)} steps"
-               + (f" ({n_steps} evenly chosen columns drawn; zoom in, or narrow the filter)"
-                  if n_steps < len(steps) else "")
-               + binned_note(column_width(data.overview(ctx.path, ctx.sig, kind, group, stat)))
-               + (f"; {folded} layers folded into their output row (unfold them above)" if folded else "")
-               + f"; grey = NaN/Inf{' or <= 0 (log scale)' if log else ''}; scroll to zoom the steps, hover for values")
-    rows = [tensors.index(t) for t in shown["tensor"]]
+    name = f"{kind} {stat} (group {group})"
+    drawn, caption = heatmap_view(ctx.path, ctx.sig, kind, group, stat, tuple(shown["tensor"]), tuple(shown["label"]),
+                                  tuple(shown["layer"]), own_scale)
+    heatmap.show(drawn, key=f"{key}_map")
+    st.caption(caption)
+    index = {t: i for i, t in enumerate(ov.tensors)}
+    rows = [index[t] for t in shown["tensor"]]
 
     def figure():
+        log = stat in LOG_STATS
         with figure_theme():
-            return plots.heatmap(m[rows], list(shown["label"]), steps, title=f"{kind} {stat} (group {group})",
+            return plots.heatmap(ov.matrix[rows], list(shown["label"]), ov.steps, title=name,
                                  log=log, cbar_label=f"{stat}{' (log scale)' if log else ''}")
     download_figure(figure, f"heatmap_{kind}_{stat}_{group}", key=key)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensors: tuple[str, ...],
+                 labels: tuple[str, ...], layer_names: tuple[str, ...], own_scale: bool) -> tuple[dict, str]:
+    """(what the heatmap component draws, the caption) of the rows ``tensors``: computed once per
+    choice, so a rerun for another widget sends the same image without drawing it again."""
+    ov = data.overview(path, sig, kind, group, stat)
+    shown = pd.DataFrame({"tensor": tensors, "label": labels, "layer": layer_names})
+    log = stat in LOG_STATS
+    index = {t: i for i, t in enumerate(ov.tensors)}
+    idx = [index[t] for t in tensors]
+    m, present = ov.matrix[idx], ov.present[idx]
+    # a row that never changes (d loss / d loss, 1 at every step; d loss / d xent where the loss
+    # adds terms; a weight-decay term's coefficient) would set an end of the shared scale: it is
+    # drawn on it, clipped, without setting it
+    constant = constant_rows(m, present)
+    r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log, np.full(len(idx), own_scale), constant)
+    texts = row_texts(shown, r.rows, constant)
+    drawn = heatmap.payload(r, *texts, stat, f"{kind} {stat} (group {group})")
+    ordered = data.network_order(path, sig) is not None
+    return drawn, heatmap_caption(shown, ov, r, log, own_scale, int(constant.sum()), ordered)
+
+
+def constant_rows(m: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Rows whose finite values are all one value (to 1e-9 relative).
+
+    >>> constant_rows(np.array([[1.0, 1.0, np.nan], [1.0, 2.0, 3.0]]), np.ones((2, 3), bool)).tolist()
+    [True, False]
+    """
+    fin = present & np.isfinite(m)
+    lo = np.where(fin, m, np.inf).min(axis=1)
+    hi = np.where(fin, m, -np.inf).max(axis=1)
+    return fin.any(axis=1) & (hi - lo <= 1e-9 * np.maximum(np.abs(hi), np.abs(lo)))
+
+
+def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bool, own_scale: bool,
+                    constant: int, ordered: bool) -> str:
+    """What the heatmap shows: rows, steps, aggregation, folding, colours."""
+    folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
+    drawn = r.values.shape
+    merged = len(shown) > drawn[0]
+    out = (f"{len(shown)} rows x {len(ov.steps)} steps (statistics steps {int(ov.first_steps[0])} to "
+           f"{int(ov.steps[-1])}), rows in "
+           + ("network order" if ordered else "the catalog's order (the run has no readable graph)")
+           + (f"; drawn as {drawn[0]} rows of {len(r.rows[0])} (each cell their mean, NaN/Inf or <= 0 if any is)"
+              if merged else "")
+           + binned_note(column_width(ov))
+           + (f"; {folded} layers folded into their output row (unfold them above)" if folded else ""))
+    scale = "each row on its own scale" if own_scale else "one colour scale" + (
+        f" ({constant} row(s) the same at every step, such as the loss's gradient, drawn on it without setting it)"
+        if constant else "")
+    return (out + f"; {scale}; red = NaN/Inf" + ("; grey = <= 0, which a log scale cannot place" if log else "")
+            + "; blank = no statistics at those steps; hover for values")
 
 
 def render(ctx: Ctx) -> None:
     st.header("Training overview")
     run = data.get_run(ctx.path, ctx.sig)
-    steps = data.overview(ctx.path, ctx.sig, "forward", "all", "mean").steps  # (the default tab's matrix)
-    if not need(len(steps) > 0, "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
+    if not need(len(data.stats_steps(ctx.path, ctx.sig)) > 0,
+                "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
         return
     c1, c2 = st.columns([3, 1])
     pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter", bind="query-params",
                             placeholder="e.g. Relu|icnn")
     group = c2.selectbox("Group", run.groups, key="ov_group", bind="query-params")
-    unfold, all_ops = fold_controls(run.tensors, pattern)
-    tab_g, tab_a = st.tabs(["Gradients", "Activations"])
-    with tab_g:
-        heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold, all_ops)
-    with tab_a:
-        heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold, all_ops)
+    unfold, all_ops = fold_controls(ctx, pattern)
+    # only the open tab is drawn (each reads its own matrix)
+    tab_g, tab_a = st.tabs(["Gradients", "Activations"], key="ov_tab", on_change="rerun")
+    if tab_g.open:
+        with tab_g:
+            heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold, all_ops, False)
+    if tab_a.open:
+        with tab_a:
+            heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold, all_ops, True)
+    series_block(ctx, pattern)
+    update_ratio_block(ctx, pattern)
 
+
+def series_block(ctx: Ctx, pattern: str) -> None:
+    """One tensor's statistic over steps, one line per group (positive vs negative)."""
+    run = data.get_run(ctx.path, ctx.sig)
     st.subheader("One tensor over steps, positive vs negative")
     names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
-    c = st.columns([3, 1, 1, 1])
+    c = st.columns([3, 1, 1, 1, 1])
     tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor", bind="query-params")
     row = run.tensors.loc[tensor]
     kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
@@ -116,10 +202,12 @@ def render(ctx: Ctx) -> None:
     kind = c[1].radio("Kind", kinds, key="ov_kind", bind="query-params", horizontal=True)
     stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat", bind="query-params")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
+    smoothing = smoothing_slider(c[4], "ov_smooth")
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
-    st.altair_chart(series_chart(df, stat, logy), width="stretch")
+    st.altair_chart(lines.line_chart(df, stat, colors=lines.group_colors(list(df.columns)), log=logy,
+                                     smoothing=smoothing, legend_title="group"), width="stretch")
     if logy and (df <= 0).any().any():
         st.caption("log axis: zero and negative values are not drawn")
     last = df.iloc[-1]
@@ -127,12 +215,18 @@ def render(ctx: Ctx) -> None:
                + ", ".join(f"{plain(g)} {v:.4g}" for g, v in last.items()))
     download_figure(lambda: plots.time_series(df, f"{tensor} {kind} {stat}", stat, log=logy),
                     f"series_{tensor}_{kind}_{stat}", key="ov_series")
-    update_ratio_block(ctx, pattern)
 
 
-def fold_controls(catalog: pd.DataFrame, pattern: str) -> tuple[list[str], bool]:
+def smoothing_slider(where, key: str) -> float:
+    """TensorBoard's smoothing weight (0: none): an exponential moving average of each line."""
+    return float(where.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key=key,
+                              help="exponential moving average, debiased (as TensorBoard); the raw line stays faint"))
+
+
+def fold_controls(ctx: Ctx, pattern: str) -> tuple[list[str], bool]:
     """Which layers to unfold (every op of them drawn), or every op of every layer."""
-    rows = layers.layer_rows(catalog, filter_tensors(list(catalog["name"]), pattern))
+    catalog = data.get_run(ctx.path, ctx.sig).tensors
+    rows = data.layer_table(ctx.path, ctx.sig, tuple(filter_tensors(list(catalog["name"]), pattern)))
     sizes = rows.groupby("layer", sort=False).size()
     multi = [str(ly) for ly, n in sizes.items() if n > 1]
     c1, c2 = st.columns([3, 1])
@@ -143,22 +237,6 @@ def fold_controls(catalog: pd.DataFrame, pattern: str) -> tuple[list[str], bool]
     return unfold, all_ops
 
 
-def series_chart(df: pd.DataFrame, stat: str, logy: bool) -> alt.Chart:
-    """One line per group (column of ``df``, index step) in the group colours; ``logy``: a log
-    y axis (the values themselves, labelled as such; values <= 0 left out, since a log axis
-    cannot place them)."""
-    long = df.rename_axis("step").reset_index().melt("step", var_name="group", value_name="value").dropna()
-    if logy:
-        long = long[long["value"] > 0]
-    colors = [plots.GROUP_COLORS[g] if g != "all" else "#7f7f7f" for g in df.columns]
-    return alt.Chart(long).mark_line().encode(
-        x=alt.X("step:Q", title="step"),
-        y=alt.Y("value:Q", title=f"{stat} (log scale)" if logy else stat,
-                scale=alt.Scale(type="log") if logy else alt.Scale(zero=False)),
-        color=alt.Color("group:N", scale=alt.Scale(domain=list(df.columns), range=colors), sort=list(df.columns)),
-        tooltip=["step:Q", "group:N", "value:Q"])
-
-
 def update_ratio_block(ctx: Ctx, pattern: str) -> None:
     """|update| / |weights| per variable over steps, log axis (runs with variable records only)."""
     ratios = data.update_ratios(ctx.path, ctx.sig)
@@ -166,11 +244,9 @@ def update_ratio_block(ctx: Ctx, pattern: str) -> None:
         return
     st.subheader("Update / weight ratio per variable")
     shown = ratios[filter_tensors(list(ratios.columns), pattern) or list(ratios.columns)]
-    long = shown.rename_axis("step").reset_index().melt("step", var_name="variable", value_name="ratio").dropna()
-    chart = alt.Chart(long[long["ratio"] > 0]).mark_line().encode(
-        x=alt.X("step:Q"), y=alt.Y("ratio:Q", title="L2 update / L2 weights (log scale)", scale=alt.Scale(type="log")),
-        color=alt.Color("variable:N", legend=alt.Legend(title="variable")), tooltip=["step:Q", "variable:N", "ratio:Q"])
-    st.altair_chart(chart, width="stretch")
+    smoothing = smoothing_slider(st, "ov_ratio_smooth")
+    st.altair_chart(lines.line_chart(shown, "L2 update / L2 weights", log=True, smoothing=smoothing,
+                                     legend_title="variable"), width="stretch")
     st.caption(f"L2 of the step's update over L2 of the variable {weights_when(data.get_run(ctx.path, ctx.sig))} "
                "(around 1e-3 is typical for SGD); the tensor filter above applies")
 

@@ -1,17 +1,21 @@
-"""Page: the run's summary: status, first NaN/Inf, alerts beside the loss curve, hook settings,
-dropped dumps, sessions."""
+"""Page: the run's summary: status, first NaN/Inf, alerts beside the loss curve, each layer's
+gradient size (last step, and its change over the run), hook settings, dropped writes,
+sessions."""
 from __future__ import annotations
 
 import datetime as dt
 
+import altair as alt
+import numpy as np
 import pandas as pd
 import streamlit as st
 
 from inspector.analysis import NONFINITE_SOURCES, dropped_text, rerun_text, source_text
 from inspector.errors import InspectorError
+from inspector.stats_summary import Overview
 from inspector.units import human_bytes
 
-from . import data
+from . import data, layers, lines
 from .ui import Ctx, plain
 
 ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
@@ -58,6 +62,7 @@ def render(ctx: Ctx) -> None:
         show_alerts(ctx)
     with right:
         loss_curve(ctx)
+    gradient_health(ctx)
 
     left, right = st.columns(2)
     with left:
@@ -114,7 +119,7 @@ def show_alerts(ctx: Ctx) -> None:
     alerts = data.alerts(ctx.path, ctx.sig)
     dead = dead_filter_alerts(ctx)
     if alerts.empty and not dead:
-        st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, no dropped dumps.")
+        st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, nothing dropped.")
     for a in alerts.itertuples():
         text = f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: {plain(a.message)}"
         {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
@@ -130,5 +135,81 @@ def loss_curve(ctx: Ctx) -> None:
         st.caption("No loss statistics: " + (f"the loss tensor {plain(name)} has no forward statistics in this view."
                                              if name else "the manifest names no loss tensor."))
         return
-    st.line_chart(loss.rename("loss"), x_label="step", y_label="loss (mean)", height=260)
-    st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf")
+    smoothing = float(st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="sm_smooth",
+                                help="exponential moving average, debiased (as TensorBoard); the raw line stays faint"))
+    st.altair_chart(lines.line_chart(loss.rename("loss").to_frame(), "loss (mean)", smoothing=smoothing, height=260,
+                                     legend_title="tensor"), width="stretch")
+    st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf or steps without statistics")
+
+
+def gradient_sizes(ov: Overview, rows: pd.DataFrame) -> pd.DataFrame:
+    """Per row of ``rows`` (a layer's output, network order): its gradient L2 at its last
+    statistics column, ``state`` there (``finite``, ``zero``: an all-zero gradient, a dead
+    layer; or ``NaN/Inf``), and its ``last`` and ``first`` finite positive values with their
+    steps (``last_step``, ``first_step``) and ``change`` (last / first). On a run that ended in
+    NaN, ``last`` is the last value before it."""
+    index = {t: i for i, t in enumerate(ov.tensors)}
+    out = []
+    for tensor, label, layer in zip(rows["tensor"], rows["label"], rows["layer"]):
+        i = index[tensor]
+        present = np.flatnonzero(ov.present[i])
+        if not len(present):
+            continue
+        end = float(ov.matrix[i, present[-1]])
+        state = "NaN/Inf" if not np.isfinite(end) else "zero" if end <= 0 else "finite"
+        good = np.flatnonzero(ov.present[i] & np.isfinite(ov.matrix[i]) & (ov.matrix[i] > 0))
+        a, b = (good[0], good[-1]) if len(good) else (None, None)
+        first, last = (float(ov.matrix[i, a]), float(ov.matrix[i, b])) if len(good) else (np.nan, np.nan)
+        out.append({"layer": str(layer), "tensor": str(tensor), "label": str(label), "state": state,
+                    "end_step": int(ov.steps[present[-1]]), "first": first, "last": last,
+                    "first_step": int(ov.steps[a]) if a is not None else -1,
+                    "last_step": int(ov.steps[b]) if b is not None else -1, "change": last / first})
+    cols = ["layer", "tensor", "label", "state", "end_step", "first", "last", "first_step", "last_step", "change"]
+    # object, not pandas 3's Arrow strings: Vega-Lite cannot read large_string
+    return pd.DataFrame(out, columns=cols).astype({c: object for c in ("layer", "tensor", "label", "state")})
+
+
+def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
+    """Each layer's gradient L2 at its last step (a filled dot) and at its first (a ring), joined:
+    the line's length and direction are its change over the run, on a log axis, layers in
+    network order; a layer that ends zero
+    or NaN/Inf says so in red at the axis' left end (its dot: the last value before)."""
+    order = list(sizes["label"])
+    y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320))
+    tips = [alt.Tooltip("tensor:N"), alt.Tooltip("layer:N"), alt.Tooltip("state:N", title="at the end"),
+            alt.Tooltip("last:Q", title="last L2", format=".4~g"), alt.Tooltip("last_step:Q", title="at step"),
+            alt.Tooltip("first:Q", title="first L2", format=".4~g"), alt.Tooltip("first_step:Q", title="at step"),
+            alt.Tooltip("change:Q", title="last / first", format=".3~g")]
+    data = sizes.assign(note=[f"{s} at step {e}" if s != "finite" else "" for s, e in zip(sizes["state"],
+                                                                                       sizes["end_step"])])
+    chart = alt.Chart(data).encode(y=y, tooltip=tips)
+    base = chart.transform_filter("datum.last > 0")
+    x = alt.X("last:Q", scale=alt.Scale(type="log"), title="gradient L2 (log scale): ● last step, ○ first step")
+    span = base.mark_rule(color="#9e9e9e").encode(x=x, x2="first:Q")
+    first = base.mark_point(shape="circle", filled=False, color="#7f7f7f", size=40).encode(x=alt.X("first:Q"))
+    last = base.mark_point(shape="circle", filled=True, size=60, opacity=1, color="#1f4e9a").encode(x=x)
+    bad = chart.transform_filter("datum.state != 'finite'").mark_text(
+        align="left", dx=4, color="#e41a1c", fontWeight="bold").encode(x=alt.value(0), text="note:N")
+    # the height is the whole chart's (Streamlit fits the chart to it): 18 pixels a layer plus the
+    # axis, its title and the legend; a very deep network's labels are thinned
+    return alt.layer(span, first, last, bad).properties(height=min(18 * len(order), 900) + 90)
+
+
+def gradient_health(ctx: Ctx) -> None:
+    """Each layer's gradient size at the last step and how it changed over the run: a vanishing
+    or exploding layer stands out at a glance."""
+    st.subheader("Gradient size per layer")
+    ov = data.overview(ctx.path, ctx.sig, "gradient", "all", "l2")
+    if ov.present is None or not ov.present.any():
+        st.caption("No gradient statistics in this view.")
+        return
+    have = [t for t, p in zip(ov.tensors, ov.present.any(axis=1)) if p]
+    rows = layers.shown_rows(data.layer_table(ctx.path, ctx.sig, tuple(have)))
+    sizes = gradient_sizes(ov, rows)
+    st.altair_chart(gradient_chart(sizes), width="stretch")
+    bad = sizes[sizes["state"] != "finite"]
+    st.caption(f"L2 of each layer's output gradient (group all; rows in network order, a layer folded into its "
+               f"output as on the Training overview) at its last statistics step ({int(sizes['end_step'].max())}) "
+               f"and at its first (the line between: its change over the run; hover for last / first)"
+               + (f"; {len(bad)} layer(s) end zero or NaN/Inf (in red; the dot: the last value before)"
+                  if len(bad) else ""))

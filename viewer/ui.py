@@ -4,7 +4,7 @@ Markdown escaping.
 Every string that comes from a run's files (manifest fields, tensor names, reasons, error
 messages, paths) goes through :func:`plain` before it reaches a Streamlit element that renders
 Markdown (markdown, caption, info, warning, error, header, metric...): a run file must not be
-able to make the browser load an image (``![x](http://...)``) or format the page.
+able to make the browser load an image (``![x](http://...)``), format the page or show a link.
 
 Example::
 
@@ -30,16 +30,22 @@ from inspector.errors import InspectorError
 
 log = logging.getLogger("tf_inspector.viewer")
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+#: Where GFM's literal autolinks start (``http://``, ``https://``, ``www.``, ``a@b.c``, ``mailto:``,
+#: ``xmpp:``): Streamlit's Markdown links those in the text left after escapes are read, so an
+#: escape cannot stop it; an invisible word joiner there does
+_AUTOLINK = re.compile(r"(?i)(?:(?<=https)|(?<=http)|(?<=mailto)|(?<=xmpp))(?=:)|(?<=www)(?=\.)|(?=@)")
+WORD_JOINER = "\u2060"
 
 
 def plain(text: object) -> str:
-    r"""``text`` with every ASCII punctuation character backslash-escaped: Markdown shows it as
-    it is (no link, image, HTML, emphasis, LaTeX or directive).
+    r"""``text`` with every ASCII punctuation character backslash-escaped and a word joiner
+    (U+2060, invisible) where a bare URL or e-mail address would start: Markdown shows it as it
+    is (no link, image, HTML, emphasis, LaTeX or directive).
 
-    >>> print(plain("![x](http://h/x.png)"))
-    \!\[x\]\(http\:\/\/h\/x\.png\)
+    >>> print(plain("![x](http://h/x.png)").replace(WORD_JOINER, "|"))
+    \!\[x\]\(http|\:\/\/h\/x\.png\)
     """
-    return _PUNCTUATION.sub(r"\\\1", str(text))
+    return _PUNCTUATION.sub(r"\\\1", _AUTOLINK.sub(WORD_JOINER, str(text)))
 
 
 @dataclass(frozen=True)
