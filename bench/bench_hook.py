@@ -59,7 +59,7 @@ stock-op statistics that run where the fused kernel cannot be compiled. 4e
 (``stats-every-classes``, only when named): statistics with ``groups="per_class"`` (10
 classes: 11 rows per tensor and kind instead of 3), in the same fused pass. 4f
 (``stats-every-one-op``, only when named): the fused kernel as one op over every captured
-tensor (before session 8) instead of one op per tensor. 4g (``touch-every``, only when
+tensor (how the kernel once ran) instead of one op per tensor. 4g (``touch-every``, only when
 named): the statistics step's graph with one element of each captured tensor read instead of
 the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions).
 

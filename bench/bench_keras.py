@@ -24,7 +24,7 @@ Each configuration's model also fits a plain block (no callbacks) beside each of
 in a random order of the two: ``ratio to own plain`` is the median over repetitions of the
 block's time over that plain block's. Two models built alike train at different speeds here
 (``plain (twin)`` differs from ``plain`` by up to several percent, and single models by more:
-a session-17 trial had one model's steps 20% faster than another's over a whole run), so
+one trial had one model's steps 20% faster than another's over a whole run), so
 ``ratio to plain`` (another model's plain fit) carries that spread into every row; ``ratio to
 own plain`` does not (its ``plain`` row: plain against plain, the noise floor).
 

@@ -238,10 +238,10 @@ _PASSES = ("Switch", "RefSwitch", "Enter", "RefEnter", "Identity", "RefIdentity"
 
 def write_target(t: tf.Tensor) -> str:
     """The name of the op ``t`` (a write's variable input) comes from, through :data:`_PASSES`:
-    the variable's, where it is one. Found by a red team: under v1 control flow (TF1 code, a
-    TF1 loss-scale optimizer's cond) every update takes its variable through a Switch, and
-    taken by that name the writes were not seen (reference variables' reads dumped the weights
-    after the update; the global step's increment was not found)."""
+    the variable's, where it is one. Under v1 control flow (TF1 code, a TF1 loss-scale
+    optimizer's cond) every update takes its variable through a Switch; taken by that name the
+    writes would not be seen (reference variables' reads would dump the weights after the
+    update; the global step's increment would not be found)."""
     op = t.op
     while op.type in _PASSES and op.inputs:
         op = op.inputs[0].op
@@ -265,8 +265,8 @@ def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
     """op name -> the reference (non-resource) variable whose buffer its output shares, for
     reads (``w/read``, and views of it: :func:`_may_forward`) of variables training's run writes.
     Such a read does not copy: the optimizer updates the buffer in place during the same run,
-    so the fetched value is the weights after the update (found by a red team: ``w2/read:0``
-    dumped the updated weights under ``disable_v2_behavior``), on the loss's path too.
+    so the fetched value is the weights after the update (``w2/read:0`` under
+    ``disable_v2_behavior``), on the loss's path too.
     Resource variables copy on write and are not affected."""
     writes = written(graph, ran)
     out: dict[str, str] = {}
@@ -282,8 +282,8 @@ def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
 
 #: ops whose output may be (a part of) their input's buffer: TensorFlow's kernels forward it, or
 #: slice it, rather than copy. Of a reference variable's read, such a view is the variable's
-#: buffer too (found by a red team of the Identity-only rule: Reshape, ExpandDims, StopGradient,
-#: CheckNumerics of ``w/read`` dumped the weights after the update, to the bit)
+#: buffer too: Reshape, ExpandDims, StopGradient or CheckNumerics of ``w/read`` hold the weights
+#: after the update, to the bit, not only an Identity of it
 _VIEWS = frozenset({"Identity", "IdentityN", "RefIdentity", "StopGradient", "PreventGradient",
                     "Reshape", "ExpandDims", "Squeeze", "EnsureShape", "CheckNumerics", "CheckNumericsV2",
                     "Print", "Bitcast", "DebugIdentity", "DebugIdentityV2", "Slice", "StridedSlice",
@@ -335,8 +335,8 @@ def _may_forward(op: tf.Operation) -> bool:
 def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[str, str]:
     """op name -> the variable it reads (or is computed from a read of) where training's run
     writes that variable and the read is not on the loss's path: nothing orders it against the
-    write, so its value is the one before or after the update, by chance (a review saw the
-    variable's own ``Read/ReadVariableOp`` differ from the weights the step used in 1 of 40
+    write, so its value is the one before or after the update, by chance (the variable's own
+    ``Read/ReadVariableOp`` can differ from the weights the step used, in about 1 of 40
     steps). A read on the loss's path runs before the update, which needs the gradient. A TF2
     cond or loop that takes a variable's handle, not read-only, counts as writing it (under a
     loss-scale optimizer the update sits in a cond's branch; run by training or not, which the
@@ -394,9 +394,9 @@ def function_body_tensors(ops: Iterable[tf.Operation], *, include=None, exclude=
                           dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> list[str]:
     """``<op>/<attribute>/<tensor>`` for each output computed inside the functions that ``ops``
     (TF2 loops, conds, function calls) run, nested ones included, that the filters would
-    select: what the capture cannot fetch, to list as skipped. Found by a red team: a Keras
-    LSTM's gates (its while loop's body, or under tf.keras 2.15 a function holding the loop)
-    were neither captured nor listed, and the manifest said nothing was skipped."""
+    select: what the capture cannot fetch, to list as skipped, so that the manifest never
+    claims a complete capture where, say, a Keras LSTM's gates (its while loop's body, or under
+    tf.keras 2.15 a function holding the loop) were left out."""
     inc, exc = _compile(include), _compile(exclude) + _compile(DEFAULT_EXCLUDE)
     skip = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ()) | {"Placeholder"}   # arguments come from outside
     names = _inside(ops, tuple(dtypes), set(op_types or ()), skip)
@@ -561,7 +561,7 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     forced_names = {t.name for t in forced}
     # A fetch runs everything its tensor is computed from: a read gated on the user's own
     # occasional assign_add, or a v1 loop's result whose loop has effects, ran them on every
-    # sampled step (found by a review: the user's counter counted the hook's fetches).
+    # sampled step (the user's counter would count the hook's fetches).
     # Without a loss or a TRAIN_OP nothing says what training runs (its input pipeline, even):
     # the rule would skip every tensor, so it is not applied there.
     known = loss is not None or bool(graph.get_collection(tf.compat.v1.GraphKeys.TRAIN_OP))

@@ -78,7 +78,7 @@ def guarded(noun: str):
     of raising (unless ``self.strict``); the writer session is closed as failed. A disabled
     hook stays so (its state may be half-built), and says so again at each new session or fit
     (``begin``, ``on_train_begin``): a user who fixed the cause and trained again with the same
-    object had nothing recorded and no word why (found by a red team)."""
+    object must not be left with nothing recorded and no word why."""
     def decorate(method):
         @functools.wraps(method)
         def wrapper(self, *args, **kwargs):
@@ -977,9 +977,9 @@ class DumpHook(v1.train.SessionRunHook):
                      human_bytes(st.bytes_written), st.dropped.count(), st.errors.count())
 
 
-#: a training graph with a global step that no op adds to (found by a red team): every row
-#: carried the step the session began at, the schedule counted runs, and dumps after the first
-#: were dropped as a second dump of one step
+#: a training graph with a global step that no op adds to is refused: every row would carry the
+#: step the session began at, the schedule would count runs, and dumps after the first would be
+#: dropped as a second dump of one step
 _STILL_STEP = ("the graph has a global step ({}) that no op adds to: training never advances it, and the hook "
                "labels rows by it, so every row would carry one step. Pass global_step= to minimize() or "
                "apply_gradients() (tf.compat.v1.train.get_or_create_global_step()), or build the graph without "
@@ -990,7 +990,7 @@ def _refuse_distributed(g: tf.Graph) -> None:
     """ValueError for a graph whose variables a ``tf.distribute`` strategy mirrors (an
     Estimator's ``RunConfig(train_distribute=...)``): the hook does not capture replicas'
     variables (it failed with "DistributedVariable.handle is not available outside the replica
-    context", which said nothing of what to change; found by a review)."""
+    context", which says nothing of what to change)."""
     mirrored = [v for v in g.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES)
                 if isinstance(v, tf.distribute.DistributedValues)]
     if mirrored:
@@ -1020,9 +1020,8 @@ def _advances(g: tf.Graph, global_step) -> bool:
     handle = global_step.op.name if hasattr(global_step, "op") else None
     # AssignAdd, or an Assign of a value computed from the step itself (assign(gs, gs + 1)): a
     # checkpoint restore or the initializer assigns it too, from no read of it. The variable
-    # taken through a v1 cond's or loop's Switch or Enter (capture.write_target; found by a red
-    # team: a TF1 loss-scale optimizer under v1 control flow was refused, 'no op adds to' its
-    # step). Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch
+    # taken through a v1 cond's or loop's Switch or Enter (capture.write_target: a TF1
+    # loss-scale optimizer under v1 control flow adds to its step that way). Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch
     # applies the step: its ops are no ops of the graph)
     for op in g.get_operations():
         if op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op):

@@ -300,16 +300,16 @@ class InspectCallback(tf.keras.callbacks.Callback):
         counter = applied_batches(optimizer)
         iterations = int(counter.numpy())
         # a new optimizer, counting on its own: compile() under mixed precision wraps the same
-        # inner optimizer, its count going on, in a new LossScaleOptimizer each time (found by a
-        # red team: taken for a restored one, its steps repeated those written)
+        # inner optimizer, its count going on, in a new LossScaleOptimizer each time; taken for a
+        # restored one, its steps would repeat those already written
         new = self._optimizer is not None and self._optimizer() is not optimizer and counter is not self._counter
         # only as the last fit left it at its end: after a fit ended by an exception (no
         # on_train_end), a restored checkpoint could match a stale count
         untouched = not new and iterations == self._iterations_left
         self._iterations_left = None
         if new and iterations and iterations + self._step_offset < self._step:
-            # found by a red team: taken for a new compile's, a model loaded from an earlier
-            # checkpoint had its resumed steps 4-6 written as 7-9
+            # a restored count, not a new compile's: a model loaded from an earlier checkpoint
+            # resumes at its steps (4-6), not after the run's last (7-9)
             log.warning("model.optimizer is new and its count was restored to %d (a checkpoint loaded): a resume, "
                         "steps follow it, and this fit's rows of steps %d-%d hide those %s already holds",
                         iterations, iterations + self._step_offset + 1, self._step, self.run_dir)
@@ -683,11 +683,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
 def applied_batches(optimizer):
     """The optimizer's count of the batches it was applied to: ``optimizer.iterations``, but
     under Keras 3's ``gradient_accumulation_steps=k`` that is updates, batches // k (a tensor
-    computed at the call), and the count of batches is the variable ``_iterations`` (found by a
-    red team: a new callback's steps started at the updates' count, hiding earlier rows). A
+    computed at the call), and the count of batches is the variable ``_iterations`` (a new
+    callback's steps starting at the updates' count would hide earlier rows). A
     ``LossScaleOptimizer`` (mixed precision) has no accumulation of its own and counts with its
-    inner optimizer's ``iterations``: the inner one's count, accumulating or not (found by a red
-    team: under mixed precision the fix above did not apply)."""
+    inner optimizer's ``iterations``: the inner one's count, accumulating or not, so the rule
+    above holds under mixed precision too."""
     inner = optimizer
     while getattr(inner, "inner_optimizer", None) is not None and not getattr(inner, "gradient_accumulation_steps",
                                                                                None):

@@ -151,8 +151,8 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
     capture differentiates the one the step trains on: ``compute_loss``'s result, or it times a
     factor (a loss scale, ``loss_scale_factor``, a constant: the capture takes the unscaled
     loss's gradients, as the optimizer applies them), else the target itself (terms the step
-    adds to ``compute_loss``'s result: found by a red team, the recorded gradients were those
-    of ``compute_loss``'s part alone, 0.6 off the applied ones, with no word), as DumpHook
+    adds to ``compute_loss``'s result change the gradients: those of ``compute_loss``'s part
+    alone can be far off the applied ones), as DumpHook
     takes the loss the optimizer differentiated. Refused (``step.mismatch``): such a target
     under loss scaling (its scale cannot be told apart), and a second target (two optimizers,
     sharpness-aware minimization: which gradients are the step's would be a guess).
@@ -192,8 +192,8 @@ def _scaled(target: tf.Tensor, loss: tf.Tensor, handles: set[str]) -> bool:
     """``target`` is ``loss`` (seen through Identity and Cast: ``scale_loss``) times or over
     factors no gradient flows from to the variables (``handles``): a loss scale, a constant, a
     stopped gradient. A factor computed from them (the model's output, say) makes another
-    target, whose gradients are not the loss's times a factor (a red team: ``loss *
-    mean(y_pred ** 2)`` passed, 0.7 off the applied update, with no word)."""
+    target, whose gradients are not the loss's times a factor (``loss * mean(y_pred ** 2)``
+    is not a scaled loss: its gradients differ from the loss's)."""
     want, seen, stack = _through(loss).name, set(), [target]
     while stack:   # down the scaled side of each Mul or Div (seen once: a product may share its inputs)
         t = _through(stack.pop())
@@ -405,8 +405,8 @@ class StepGraph(ProbeGraph):
 
     def _refusing(self, build):
         """``build()``, or None where it raised: an error raised here would end fit's trace of its
-        train function, and so the fit (found by a red team: a custom step that never calls the
-        model crashed fit, strict=False too). It is kept in ``mismatch`` instead, the step
+        train function, and so the fit (a custom step that never calls the model must not crash
+        fit, and with strict=False must not raise at all). It is kept in ``mismatch`` instead, the step
         trains as it is, and the callback refuses at the step's end (logged, or raised if strict)."""
         try:
             return build()
@@ -579,8 +579,8 @@ class TrainedVariables:
 
     Keras traces the train step once, at the first call of the function ``make_train_function``
     made, and fit reuses it until ``compile()`` or ``make_train_function(force=True)``. A layer
-    frozen or unfrozen since trains as before (Keras 3 between fits: a red team found a frozen
-    layer's weights still updated, and its records gone; either Keras within a fit; tf.keras
+    frozen or unfrozen since trains as before (Keras 3 between fits: a frozen layer's weights
+    still update while its records are gone; either Keras within a fit; tf.keras
     2.15's fit restores the flags of compile() time). Records of ``model.trainable_variables``
     would then leave out weights that train, or show ones that do not: refused (:meth:`check`)."""
 
@@ -593,7 +593,7 @@ class TrainedVariables:
         traced by this step (or was, by a fit without this callback: unknown, taken as is).
         Keras 3 only: tf.keras 2.15's fit puts compile()'s flags back for its length, so what
         trains is what it reports; a train_step that sets flags itself (a GAN's) would read as
-        a mismatch there (found by a review: a fit that trained was refused)."""
+        a mismatch there, and a fit that trains as reported must not be refused)."""
         if not KERAS3:
             return
         fn = model.train_function

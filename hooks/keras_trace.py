@@ -357,9 +357,9 @@ class ProbeGraph:
 
     def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs, tensors: Sequence[tf.Tensor]) -> None:
         """Warn (once) where the batch axis leaves axis 0: tensors from there have ``all`` rows only
-        and are dumped whole (found by a red team: after an LSTM, and under tf.keras 2.15 after a
-        LayerNormalization or a Dense on sequences, the logits had no positive/negative rows,
-        with no word). Where it comes back (``batch_axis``: a reshape undoing a merge, a
+        and are dumped whole (after an LSTM, and under tf.keras 2.15 after a LayerNormalization
+        or a Dense on sequences, even the logits have no positive/negative rows: the user must
+        be told). Where it comes back (``batch_axis``: a reshape undoing a merge, a
         transpose back from time-major) the tensors after it have their groups again, and the
         warning names the ops in between; where it does not reach the model's output, it says so."""
         outputs = [t for t in tf.nest.flatten(outputs) if isinstance(t, tf.Tensor)]
@@ -495,9 +495,9 @@ def _listed(names: Sequence[str], most: int = 5) -> str:
 def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) -> list:
     """``grads`` (the tensors' first, then the variables'), None for a tensor the loss is not
     computed from. ``tf.gradients`` over many tensors fills zeros for an unused output of a
-    multi-output op whose other output the loss uses: found by a red team, an LSTM's final
-    state outputs, batch norm's batch statistics and the cross entropy's backprop output were
-    recorded with ``has_gradient`` and gradients of zeros, where the catalog promises none."""
+    multi-output op whose other output the loss uses (an LSTM's final state outputs, batch
+    norm's batch statistics, the cross entropy's backprop output): those get None, so that the
+    catalog's ``has_gradient`` stays false for them rather than record gradients of zeros."""
     if loss is None:
         return grads
     reach = resolve.ancestors(loss)
@@ -552,8 +552,9 @@ def loss_scale(model) -> tf.Tensor | None:
 
 
 def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list, scale: tf.Tensor) -> list:
-    """d loss / d t as mixed-precision training computes it (``capture.unscale``): a red team
-    found a ReLU layer's recorded gradients 87% zeros, the applied ones none. One more
+    """d loss / d t as mixed-precision training computes it (``capture.unscale``): the unscaled
+    loss's float16 backward pass underflows (a ReLU layer's gradients 87% zeros where the
+    applied ones have none). One more
     backward pass, on sampled steps of mixed-precision models only."""
     raw = capture.raw_gradients(loss * tf.cast(scale, loss.dtype), list(tensors))
     return capture.unscale(raw, plain, scale)

@@ -80,7 +80,7 @@ STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "na
 #: see FORMAT.md and :func:`hist_sample`. Why: the moments read every element once; binning
 #: costs ~0.3 ns a value beside, re-read from memory for a large tensor. 16,384 values (~550 a
 #: bin of 30) draw the same shape as 65,536 (written before, LEGACY_HIST_MAX_ELEMENTS) and cut a
-#: VGG statistics step by ~0.09x plain training (bench/README.md, session 10).
+#: VGG statistics step by ~0.09x plain training (measured side by side with bench/bench_hook.py).
 HIST_MAX_ELEMENTS = 1 << 14
 #: what runs whose ``config`` has no ``histogram_sample`` (written before it existed) used
 LEGACY_HIST_MAX_ELEMENTS = 1 << 16

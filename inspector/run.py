@@ -1240,7 +1240,7 @@ def _check_dump_identity(f: DumpFile, header: dict) -> None:
 
 def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> None:
     """DamagedFileError if the manifest names another writer than its file name does (the file
-    name is what the reader trusts: other files of the session are found by it)."""
+    name is what the reader trusts: other files of the session are located through it)."""
     for field, want in (("worker", worker), ("session", session if session else None)):
         if field in m and want is not None and m[field] != want:
             raise DamagedFileError(f"damaged manifest {path}: its {field} {m[field]!r} is not the {want!r} "

@@ -576,8 +576,8 @@ class RunWriter:
         return True
 
     def _drain(self) -> None:
-        """Handle every item already queued (found by a CI run: the owner check ended a session
-        with two steps' statistics still queued, and lost them)."""
+        """Handle every item already queued, so that a session ended by the owner check loses
+        no statistics still in the queue."""
         while True:
             try:
                 item = self._queue.get_nowait()
