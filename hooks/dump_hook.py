@@ -1021,8 +1021,9 @@ def _advances(g: tf.Graph, global_step) -> bool:
     # AssignAdd, or an Assign of a value computed from the step itself (assign(gs, gs + 1)): a
     # checkpoint restore or the initializer assigns it too, from no read of it. The variable
     # taken through a v1 cond's or loop's Switch or Enter (capture.write_target: a TF1
-    # loss-scale optimizer under v1 control flow adds to its step that way). Or a TF2 cond or loop that may write it (a loss-scale optimizer's, whose branch
-    # applies the step: its ops are no ops of the graph)
+    # loss-scale optimizer under v1 control flow adds to its step that way). Or a TF2 cond or
+    # loop that may write it (a loss-scale optimizer's, whose branch applies the step: its ops
+    # are no ops of the graph)
     for op in g.get_operations():
         if op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op):
             return True
