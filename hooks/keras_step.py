@@ -152,8 +152,8 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
     factor (a loss scale, ``loss_scale_factor``, a constant: the capture takes the unscaled
     loss's gradients, as the optimizer applies them), else the target itself (terms the step
     adds to ``compute_loss``'s result change the gradients: those of ``compute_loss``'s part
-    alone can be far off the applied ones), as DumpHook
-    takes the loss the optimizer differentiated. Refused (``step.mismatch``): such a target
+    alone can be far off the applied ones), as DumpHook takes the loss the optimizer
+    differentiated. Refused (``step.mismatch``): such a target
     under loss scaling (its scale cannot be told apart), and a second target (two optimizers,
     sharpness-aware minimization: which gradients are the step's would be a guess).
     ``handles``: the names of the variables' handles in the step's graph (:func:`_handles`)."""
@@ -580,7 +580,7 @@ class TrainedVariables:
     Keras traces the train step once, at the first call of the function ``make_train_function``
     made, and fit reuses it until ``compile()`` or ``make_train_function(force=True)``. A layer
     frozen or unfrozen since trains as before (Keras 3 between fits: a frozen layer's weights
-    still update while its records are gone; either Keras within a fit; tf.keras
+    would still update, its records gone; either Keras within a fit; tf.keras
     2.15's fit restores the flags of compile() time). Records of ``model.trainable_variables``
     would then leave out weights that train, or show ones that do not: refused (:meth:`check`)."""
 
