@@ -311,9 +311,9 @@ def test_training_overview_of_a_run_without_gradient_statistics(tmp_path):
                                          (None, "before it")])
 def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, when):
     """A Keras probe run's variable records hold the weights after the step (the probe runs after
-    the update): the ratio's caption said "before it" there too. A Keras run from before
-    ``source='train_batch'`` existed has no ``probe.source`` (FORMAT.md: absent means "probe"):
-    found by a red team, its caption still said "before it"."""
+    the update): the ratio's caption says "after it" there, also for a Keras run from before
+    ``source='train_batch'`` existed, which has no ``probe.source`` (FORMAT.md: absent means
+    "probe")."""
     extra = {"probe": probe} if probe else {}
     at = ok(start(variable_run(tmp_path / "r", extra), "Training overview"))
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
@@ -1242,7 +1242,7 @@ def test_distributions_caption_uses_the_subsample_of_the_steps_session(tmp_path,
 @pytest.mark.parametrize("page", ["Masks & templates", "Feature maps", "Distributions", "Tensor browser"])
 def test_pages_read_dumps_without_groups(tmp_path, monkeypatch, page):
     """A step whose samples break the group rule dumps its first samples without samples/group
-    (found by a review: the Masks & templates page raised KeyError 'group' on such a dump)."""
+    (no 'group' column): every page that reads dumps shows such a dump."""
     from inspector import testing
     dump_arrays = testing.SyntheticRun.dump_arrays
 

@@ -164,7 +164,7 @@ def test_overrides_apply_during_the_trace(tmp_path):
 
 
 def test_a_batch_merged_with_time_or_moved_to_axis_1_is_carried_back():
-    """Found by a red team: after a reshape merging the batch with time (TimeDistributed under
+    """After a reshape merging the batch with time (TimeDistributed under
     tf.keras, a layer folding time into the batch) or a time-major transpose (Keras 3's
     TimeDistributed), every later tensor, the logits included, lost its groups. The trace
     carries the batch through: the tensors in between are not batched (their rows are not

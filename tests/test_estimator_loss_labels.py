@@ -246,7 +246,7 @@ def test_evaluate_finds_the_spec_loss_and_labels(tmp_path):
 
 
 def test_an_estimator_under_a_distribution_strategy_is_refused_clearly(tmp_path, caplog):
-    """Found by a review: an Estimator with RunConfig(train_distribute=MirroredStrategy) had
+    """An Estimator with RunConfig(train_distribute=MirroredStrategy) had
     the hook fail with "DistributedVariable.handle is not available outside the replica
     context", which said nothing of what to change. Refused now, naming what to do; training
     goes on without the hook (strict=False)."""

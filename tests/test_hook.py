@@ -193,7 +193,7 @@ def test_include_exclude_and_op_type_filters(tmp_path):
 
 
 def test_a_filter_pattern_that_matches_no_name_is_warned_about(caplog):
-    """Found by a new user's trial: Keras 3's input name (^data:0$) given under tf.keras 2.15
+    """Keras 3's input name (^data:0$) given under tf.keras 2.15
     (IteratorGetNext:0) excluded nothing, silently. A pattern that matches no tensor name of
     the graph (backward ops and all) is a typo: warned, naming it and some real names."""
     with tf.Graph().as_default() as g:
@@ -284,7 +284,7 @@ def test_marked_loss_and_labels_need_no_names(tmp_path):
     assert run.manifest["loss"] == "loss:0" and run.manifest["labels"] == "y:0"
     s = run.samples(1)
     assert (s["group"] == np.where(s["label"] == 0, "positive", "negative")).all()
-    # the rule the groups came from (a new user's trial: it said the default rule, label != 0)
+    # the rule the groups came from (the marked one, not the default label != 0)
     assert run.manifest["groups"]["rule"] == "positive/negative by hooks.mark(positive=...)"
 
 
@@ -307,7 +307,7 @@ def test_errors_degrade_unless_strict(tmp_path, caplog):
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_global_step_training_never_advances_is_refused(tmp_path, strict, caplog):
-    """Found by a red team: minimize(loss) without global_step= in a graph that has one. Every
+    """minimize(loss) without global_step= in a graph that has one. Every
     row carried step 0 (the schedule counted runs, later dumps were dropped as a second dump
     of step 0; under a loss-scale optimizer nothing was written). Refused, saying what to pass."""
     with tf.Graph().as_default():
@@ -329,7 +329,7 @@ def test_a_global_step_training_never_advances_is_refused(tmp_path, strict, capl
 
 
 def test_a_reference_variables_read_is_not_captured(tmp_path):
-    """Found by a red team: a reference (non-resource) variable's ``w/read`` shares the
+    """A reference (non-resource) variable's ``w/read`` shares the
     variable's buffer, which the optimizer updates in place during the same run, so its dump
     held the weights after the update (the forward pass used those before). Skipped, with the
     reason; a resource variable's read on the loss's path is still captured, exact."""
@@ -351,7 +351,7 @@ def test_a_reference_variables_read_is_not_captured(tmp_path):
 
 @pytest.mark.parametrize("how", ["assign", "v1_cond"])
 def test_a_global_step_training_advances_otherwise_is_not_refused(tmp_path, how):
-    """Found by a red team of 4b61e83: the refusal of a global step 'no op adds to' looked for an
+    """The refusal of a global step 'no op adds to' looked for an
     AssignAdd whose input is the variable itself. ``tf.group(minimize(loss), assign(gs, gs + 1))``
     advances it by an Assign, and an apply_gradients(global_step=) inside a v1 cond (a step
     applied only while its gradients are finite, under v1 control flow) reaches it through a
@@ -387,7 +387,7 @@ def test_a_global_step_training_advances_otherwise_is_not_refused(tmp_path, how)
 
 
 def test_a_reference_variables_read_through_reshapes_is_not_captured_after_the_update(tmp_path):
-    """Found by a red team of 1c9fbba: ``w/read`` of a reference variable the step updates is
+    """``w/read`` of a reference variable the step updates is
     skipped (it shares the variable's buffer, updated in place), but Reshape, ExpandDims,
     Squeeze, StopGradient, CheckNumerics (and others) of it pass that buffer on unchanged: their
     dumps held the weights after the update, to the bit. Each is skipped, with the reason, or
@@ -456,17 +456,16 @@ def test_tensors_in_v1_while_loops_are_skipped(tmp_path):
     assert any("while" in n for n in skipped)
     assert all("while" in n or n.endswith("/w/Read/ReadVariableOp:0") for n in skipped)
     assert "looped:0" in run.tensors.index and run.steps == [1]
-    # the loop's Exit is its result, outside the loop (found by a red team: it was skipped as
-    # "inside a while body", and not captured): captured, the value of what it feeds
+    # the loop's Exit is its result, outside the loop (not "inside a while body"): captured,
+    # the value of what it feeds
     assert "while/Exit_1:0" not in run.manifest["skipped"]
     np.testing.assert_array_equal(run.tensor("while/Exit_1:0", 1), run.tensor("looped:0", 1))
 
 
 def test_a_tf2_loops_body_is_listed_as_skipped(tmp_path):
     """A TF2 while loop (a Keras LSTM's, in a model_fn) runs its body in a function: its ops are
-    not the graph's and cannot be fetched. They were neither captured nor listed (the Keras
-    capture's were listed first, found by a red team); now listed, the backward pass's own
-    loop not, and the loop's result is captured."""
+    not the graph's and cannot be fetched: listed as skipped (the backward pass's own loop
+    not), and the loop's result is captured."""
     with tf.Graph().as_default():
         m = build_cnn()
         _, looped = tf.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, tf.tanh(a * 1.5, name="step")),
@@ -506,7 +505,7 @@ def test_v1_control_flow_is_skipped_with_the_reason_and_its_results_are_not():
 
 
 def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
-    """Found by a red team: since a v1 loop's Exit is captured, the hook fetched it in every
+    """Since a v1 loop's Exit is captured, the hook fetched it in every
     sampled step, and so ran the loop where training never does: here a loop whose result only
     the user's own, occasional op assigns, and whose body increments a counter. A loop's result
     is captured where the loss needs it (training runs the loop anyway) or where its loop
@@ -543,7 +542,7 @@ def test_a_v1_loop_that_changes_state_is_not_run_by_the_hook(tmp_path):
 
 
 def test_the_hook_runs_no_assignment_training_does_not(tmp_path):
-    """Found by a review: ``v.assign_add(1.0)`` returns a read gated on the assignment; the
+    """``v.assign_add(1.0)`` returns a read gated on the assignment; the
     hook captured that read, so every sampled step ran the user's occasional assignment (a
     counter training never bumped read 5 after 5 runs). A tensor whose fetch would run a
     stateful op training does not run (the loss, UPDATE_OPS and TRAIN_OP do not need it) is
@@ -603,7 +602,7 @@ def test_the_skip_reason_of_a_racy_read_says_where_its_value_is():
 
 
 def test_a_read_in_no_order_with_the_update_is_not_captured(tmp_path):
-    """Found by a review: a variable's own Read/ReadVariableOp (its graph element, which the
+    """A variable's own Read/ReadVariableOp (its graph element, which the
     forward pass does not use) is in no order with the optimizer's update in the same run; its
     recorded value differed from the weights the step used in 1 of 40 steps. Such a read is
     skipped, saying why; the read the convolution uses (before the update) is captured."""
@@ -619,7 +618,7 @@ def test_a_read_in_no_order_with_the_update_is_not_captured(tmp_path):
 
 
 def test_a_v1_loop_result_the_loss_does_not_use_has_no_gradient(tmp_path):
-    """Found by a red team: tf.gradients through a v1 loop gives an unused loop result zeros
+    """tf.gradients through a v1 loop gives an unused loop result zeros
     (ZerosLikeForExit), and so does what only feeds it: the captured Exit read has_gradient
     with an all-zero gradient, where the README promises "no gradient, never zeros"."""
     v1.disable_control_flow_v2()
@@ -652,7 +651,7 @@ def _cond_model(xv: np.ndarray, w: np.ndarray):
 
 
 def test_a_tf2_cond_output_is_captured_as_its_identity_not_skipped(tmp_path, caplog):
-    """Found by a red team: a TF2 tf.cond's If op is marked not fetchable by TensorFlow, and
+    """A TF2 tf.cond's If op is marked not fetchable by TensorFlow, and
     its output cond:0 was listed as skipped "inside while/cond bodies", although tf.cond
     returns it through cond/Identity, which is captured: the same value, not a skipped tensor."""
     caplog.set_level(logging.INFO, logger="tf_inspector")
@@ -689,7 +688,7 @@ def test_a_tf2_cond_output_whose_identity_is_filtered_out_says_so():
 
 
 def test_tensors_after_a_tf2_while_loop_are_captured(tmp_path):
-    """Found by a red team: the gradient of a TF2 while loop adds accumulator inputs from the
+    """The gradient of a TF2 while loop adds accumulator inputs from the
     'gradients/' scope to the forward While op, and everything after the loop (the logits, the
     loss) was taken for backward ops and silently left out. Now captured, values and gradients
     exact (d loss / d a of loss = sum(a @ w2) is w2's row sums)."""
@@ -718,7 +717,7 @@ def test_tensors_after_a_tf2_while_loop_are_captured(tmp_path):
 
 
 def test_a_gradient_penalty_in_the_forward_pass_is_captured(tmp_path):
-    """Found by a review: a WGAN-GP penalty takes tf.gradients inside the forward pass, and the
+    """A WGAN-GP penalty takes tf.gradients inside the forward pass, and the
     ops after it (the penalty, the loss) were taken for backward ops and silently left out.
     What the loss is computed from, outside a gradients scope, is forward: captured, exact."""
     rng = np.random.default_rng(4)

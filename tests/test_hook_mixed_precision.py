@@ -46,7 +46,7 @@ def _scaled_training(scale):
 
 @pytest.mark.parametrize("scale, loss_arg", [(2.0 ** 15, False), (2.0 ** 15, True), (2.0 ** 60, False)])
 def test_loss_scale_optimizer_gradients_are_the_unscaled_ones(tmp_path, scale, loss_arg):
-    """Found by a red team: under MixedPrecisionLossScaleOptimizer the hook took its loss x scale
+    """Under MixedPrecisionLossScaleOptimizer the hook took its loss x scale
     for the loss (gradients and loss 2^15 times too large), and with loss= the plain loss it
     took float16 gradients of the unscaled loss, which read 0 where the applied ones do not.
     Now d (loss x scale) / d t / scale in float32, from the optimizer's own pass, equal to what
@@ -112,7 +112,7 @@ def _classifier_run(run_dir, loss_scale: bool):
 
 
 def test_a_tensor_the_loss_does_not_use_has_no_gradient_under_loss_scaling(tmp_path):
-    """Found by a new user's trial: under a loss-scale optimizer, the cross-entropy op's second
+    """Under a loss-scale optimizer, the cross-entropy op's second
     output (its backprop, which the loss does not use) was recorded with a gradient of zeros,
     where the same model without loss scaling records none: the unscaled fallback pass, over
     every tensor at once, fills zeros for a multi-output op's unused output."""
@@ -144,9 +144,9 @@ def test_runs_the_loss_scale_skips_are_dropped_and_said_once(tmp_path, caplog):
 
 @pytest.mark.parametrize("strict", [True, False])
 def test_a_loss_argument_naming_the_scaled_loss_is_refused(tmp_path, strict, caplog):
-    """Left by session 15: ``loss=`` naming the optimizer's ``loss x scale`` recorded gradients
-    the scale times those training applies (2^15), with no warning. Now refused, naming the
-    loss to give; without strict=True the hook goes on with forward values only."""
+    """``loss=`` naming the optimizer's ``loss x scale`` would record gradients the scale times
+    those training applies (2^15). Refused, naming the loss to give; without strict=True the
+    hook goes on with forward values only."""
     x_val, y_val = _data()
     with tf.Graph().as_default():
         gs, x, y, loss, train_op = _scaled_training(2.0 ** 15)
@@ -185,7 +185,7 @@ def _skipping_training(run_dir, runs: int, **hook_kw):
 
 
 def test_every_applied_step_is_sampled_with_its_own_rows_under_a_skipping_loss_scale(tmp_path, caplog):
-    """Found by a trial: under a dynamic loss scale with stats_every_n_steps=1 only some runs got
+    """Under a dynamic loss scale with stats_every_n_steps=1 only some runs got
     statistics, and applied steps went unrecorded. A sampled run the scale skipped (the global
     step stayed put) had already moved the schedule past the step it planned (its count + 1)
     while its row took the step read after it (the step before): the run that then made that
@@ -255,7 +255,7 @@ def test_a_nan_loss_the_loss_scale_skips_is_dumped_at_the_step_before_it(tmp_pat
 
 
 def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
-    """Found by a red team: without strict=True, ``loss=`` naming the scaled loss is refused and
+    """Without strict=True, ``loss=`` naming the scaled loss is refused and
     the hook goes on without a loss; the mode then came from the graph, where a TF2 cond hides
     the optimizer's increment of the global step (its then-branch): with no loss and no visible
     increment the session was taken for prediction. Four training runs were written as predict
@@ -275,7 +275,7 @@ def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
 
 
 def test_a_read_in_no_order_with_the_update_is_not_captured_under_a_loss_scale(tmp_path):
-    """Found by a red team: without loss scaling a variable's own Read/ReadVariableOp (off the
+    """Without loss scaling a variable's own Read/ReadVariableOp (off the
     loss's path, in no order with the update) is skipped, saying why (test_hook.py). Under a
     loss-scale optimizer the update runs inside a TF2 cond's branch (the step it may skip):
     no write is seen, the read is captured, and its value is the one before or after the
@@ -293,7 +293,7 @@ def test_a_read_in_no_order_with_the_update_is_not_captured_under_a_loss_scale(t
 
 
 def test_a_validation_run_is_no_training_run_under_a_loss_scale(tmp_path, caplog):
-    """Found by a red team: a run through the session that trains nothing (a validation fetch of
+    """A run through the session that trains nothing (a validation fetch of
     the loss) is not a training step (test_hook.py). Under a loss-scale optimizer the increment
     of the global step sits in a TF2 cond's branch, which the check did not see: every run was
     counted as a training run, and a sampled validation run was dropped as "a run the loss
@@ -314,7 +314,7 @@ def test_a_validation_run_is_no_training_run_under_a_loss_scale(tmp_path, caplog
 
 
 def test_a_loss_scale_optimizer_under_v1_control_flow_records_each_step_with_the_weights_it_used(tmp_path):
-    """Found by a red team of 4b61e83 and 1c9fbba: under v1 control flow (TF1 code,
+    """Under v1 control flow (TF1 code,
     ``disable_v2_behavior``) the loss-scale optimizer's cond is a v1 cond, whose ops take the
     variables through Switch ops. The global step's AssignAdd was not seen (the hook refused the
     graph: 'a global step that no op adds to'; before 4b61e83 it recorded every step), and

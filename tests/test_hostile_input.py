@@ -217,7 +217,7 @@ def test_a_flipped_dtype_is_caught_by_the_header_checksum(tmp_path):
 
 
 def test_two_flips_that_turn_the_checksum_off_are_caught(tmp_path):
-    """Found by the fuzz test (seed 77, #256): one flip in the key 'header_crc32', one in
+    """One flip in the key 'header_crc32', one in
     'aliases', and the file read as one without checksums or aliases."""
     run_dir = write_run(tmp_path / "r")
     safetensors_io.write(run_dir / dump_name("chief", 1, 4), {"forward/a:0": A}, {"aliases": '{"forward/b:0": "forward/a:0"}'})
@@ -367,7 +367,7 @@ def test_foreign_stats_part_is_skipped_and_listed(tmp_path, table):
 
 
 def test_stats_part_with_a_renamed_column_is_skipped(tmp_path):
-    """Found by the fuzz test: a flipped byte in a column name read as an extra column and
+    """A flipped byte in a column name read as an extra column and
     a missing one (NaN), without a problem listed."""
     run_dir = write_run(tmp_path / "r")
     t = pq.read_table(run_dir / stats_name("chief", 1, 1))
@@ -380,7 +380,7 @@ def test_stats_part_with_a_renamed_column_is_skipped(tmp_path):
 
 
 def test_stats_part_with_an_ordered_dictionary_is_skipped(tmp_path):
-    """Found by the fuzz test (seed 5, #744): a flipped bit made ``kind`` an ordered
+    """A flipped bit made ``kind`` an ordered
     dictionary, and concatenating the parts raised ArrowTypeError for all of run.stats."""
     run_dir = write_run(tmp_path / "r")
     t = pq.read_table(run_dir / stats_name("chief", 1, 1))
@@ -395,7 +395,7 @@ def test_stats_part_with_an_ordered_dictionary_is_skipped(tmp_path):
 @pytest.mark.parametrize("fixture, listed", [("stats_footer_type_mismatch.parquet", False),
                                              ("stats_footer_histogram_mismatch.parquet", True)])
 def test_stats_part_with_a_damaged_footer_does_not_abort(tmp_path, fixture, listed):
-    """Found by the fuzz test: one flipped footer byte gives a column chunk the type INT64 where
+    """One flipped footer byte gives a column chunk the type INT64 where
     the schema says BYTE_ARRAY (seed 5, #601), or a definition-level histogram of the wrong size
     (seed 77, #284). pyarrow 24 aborted the process (SIGABRT, an uncaught C++ exception) when a
     filtered read consulted row-group statistics, or when the reader listed the column chunks.

@@ -87,7 +87,7 @@ def test_duckdb_reads_a_bucket_in_place_offline(s3):
 def test_readme_duckdb_query_follows_the_later_session_rule(tmp_path):
     """A resume recording fewer tensors (another ``include=``) hides the first session's rows of
     the steps it ran, of every tensor: the reader shows none there, and neither does README's
-    query (found by a red team: the ``arg_max(l2, session)`` it had kept the first session's)."""
+    query (an ``arg_max(l2, session)`` would keep the first session's)."""
     duckdb = pytest.importorskip("duckdb")
     first = SyntheticRun(tmp_path, tensors=12, steps_hint=6, dump_every=None, stats_flush_secs=0, icnn=False)
     first.write_steps(0, 6)

@@ -188,7 +188,7 @@ def test_bad_probe_is_refused(tmp_path):
 
 
 def test_a_probe_the_model_cannot_take_is_named(tmp_path):
-    """Found by a new user's trial: a probe with the wrong feature count logged only Keras's
+    """A probe with the wrong feature count logged only Keras's
     own message, which does not say that the probe is what is wrong."""
     x, y = _data(22)
     model = sequential()
@@ -230,7 +230,7 @@ def _fit_gate(path, optimizer=None, **filters) -> inspector.Run:
 
 
 def test_a_tf_cond_in_a_custom_layer_is_captured_not_skipped(tmp_path, caplog):
-    """Found by a red team: the If op's output cond:0 (marked not fetchable by TensorFlow) was
+    """The If op's output cond:0 (marked not fetchable by TensorFlow) was
     listed as skipped although its value is captured as cond/Identity:0."""
     with caplog.at_level("INFO", logger="tf_inspector"):
         run = _fit_gate(tmp_path / "r")
@@ -247,7 +247,7 @@ def test_a_tf_cond_in_a_custom_layer_is_captured_not_skipped(tmp_path, caplog):
 def test_only_the_models_unfetchable_tensors_are_listed_as_skipped(tmp_path):
     """With the Identity left out by the filters, the model's cond:0 is skipped; the backward
     pass's If (under a LossScaleOptimizer tf.keras 2.15's tape builds gradient_tape/..., in
-    the traced train step) never was a candidate and is not listed (it was, found by a red team)."""
+    the traced train step) is no candidate and is not listed."""
     optimizer = keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(0.1))
     run = _fit_gate(tmp_path / "r", optimizer, exclude=r"Identity")
     # Keras 3 numbers its scopes: .../gate_1/cond:0; the branches' insides are listed too
@@ -256,7 +256,7 @@ def test_only_the_models_unfetchable_tensors_are_listed_as_skipped(tmp_path):
 
 
 def test_a_callback_reused_for_another_model_warns(tmp_path, caplog):
-    """Found by a new user's trial: one callback reused in a sweep loop spliced the second
+    """One callback reused in a sweep loop spliced the second
     model's steps into the first's training with a warning about compile(). It names both
     models now (a rebuilt model resuming one training has another name too: not refused)."""
     x, y = _data(21)
@@ -273,7 +273,7 @@ def test_a_callback_reused_for_another_model_warns(tmp_path, caplog):
 
 
 def test_a_new_callback_hiding_earlier_steps_warns(tmp_path, caplog):
-    """Found by a new user's trial: compile() and a new callback on the same run directory
+    """compile() and a new callback on the same run directory
     started again at step 1, and its rows hid the first training's silently. Meant for a
     resume from a checkpoint, so it is not refused: the callback warns at its first write."""
     x, y = _data(23)
@@ -395,7 +395,7 @@ class _Weights(keras.callbacks.Callback):
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, source):
-    """Found by a red team: fit with a frozen layer, unfreeze it, compile() with another loss,
+    """Fit with a frozen layer, unfreeze it, compile() with another loss,
     fit again. The probe kept its first trace (the old loss's gradients, a third of the new
     ones; no records of the unfrozen layer's variables) and the step capture raised out of fit
     (its catalog taken for the first trace's). Both trace the new step now."""
@@ -430,7 +430,7 @@ def test_fine_tuning_records_the_new_loss_and_the_unfrozen_layer(tmp_path, sourc
 
 
 def test_a_train_step_that_sets_trainable_itself_is_not_refused(tmp_path, caplog):
-    """Found by a review (tf.keras 2.15): a custom train_step that unfreezes a layer, trains
+    """tf.keras 2.15: a custom train_step that unfreezes a layer, trains
     every variable and freezes it again (a GAN's habit) had its second fit refused as "does
     not update logits", though the logits trained. tf.keras 2.15's fit reports what trains;
     Keras 3 keeps its own check (a refusal there names compile())."""
@@ -472,7 +472,7 @@ def test_a_train_step_that_sets_trainable_itself_is_not_refused(tmp_path, caplog
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 @pytest.mark.parametrize("freeze", [True, False])
 def test_trainable_changed_without_compile_is_refused(tmp_path, caplog, source, freeze):
-    """Found by a red team (Keras 3): a layer frozen without compile() again still trains (fit
+    """Keras 3: a layer frozen without compile() again still trains (fit
     reuses its train step, traced with the layer trainable), and the probe's records silently
     left its weights out; unfrozen, it does not train, and its records showed it. Refused: one
     error naming the variables and saying to compile() again. tf.keras 2.15's fit trains the
@@ -509,7 +509,7 @@ def test_trainable_changed_without_compile_is_refused(tmp_path, caplog, source, 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 @pytest.mark.parametrize("scale", [2.0 ** 15, 2.0 ** 60])
 def test_mixed_precision_gradients_are_the_loss_scaled_ones(tmp_path, source, scale):
-    """Found by a red team: under mixed_float16 the capture differentiated the unscaled loss in
+    """Under mixed_float16 the capture differentiated the unscaled loss in
     float16, so small gradients read 0 (a ReLU layer's 87% zeros; the optimizer's loss-scaled
     gradients had none). Now d (loss * scale) / d t / scale in float32, as the optimizer
     applies them; where that overflows (a scale of 2^60: the step LossScaleOptimizer skips),
@@ -550,7 +550,7 @@ def test_mixed_precision_gradients_are_the_loss_scaled_ones(tmp_path, source, sc
         assert np.mean(got == 0) == np.mean(expected[index] == 0)
         assert (scale > 2 ** 40) == (not np.isfinite(applied).all())   # the 2^60 case did overflow
         # capturing float32 tensors only (no float16 one): the variables' gradients still come
-        # through the float16 backward pass and are taken through the scale (found by a review)
+        # through the float16 backward pass and are taken through the scale
         if scale < 2 ** 40:
             cb32 = InspectCallback(tmp_path / "f32", stats_every_n_steps=1, dump_every_n_steps=1,
                                    samples_per_group=64, strict=True, dtypes=[tf.float32], **kw)
@@ -572,7 +572,7 @@ def test_mixed_precision_gradients_are_the_loss_scaled_ones(tmp_path, source, sc
 
 
 def test_steps_a_loss_scale_optimizer_skips_still_count(tmp_path, caplog):
-    """Found by a red team: under mixed precision Keras 3's LossScaleOptimizer does not count the
+    """Under mixed precision Keras 3's LossScaleOptimizer does not count the
     steps it skips (the loss scale overflowing float16), so a second fit started from
     optimizer.iterations again: its session rewrote steps 1-4 and hid the first fit's rows.
     Each batch is a step; the next fit continues from the callback's count."""
@@ -598,7 +598,7 @@ def test_steps_a_loss_scale_optimizer_skips_still_count(tmp_path, caplog):
 
 
 def test_a_probe_in_training_mode_leaves_the_dropout_masks_of_training(tmp_path):
-    """Found by a red team: under Keras 3 a probe with training=True drew its dropout masks from
+    """Under Keras 3 a probe with training=True drew its dropout masks from
     the model's seed generator, so every later training step drew other masks: the trained
     weights differed from a fit without the callback. The seed states are put back now."""
     x, y = _data(7, n=48)
@@ -640,7 +640,7 @@ def test_trainable_changed_without_compile_is_refused_for_a_new_callback_too(tmp
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_where_the_batch_axis_is_lost_before_the_output_is_said(tmp_path, caplog, source):
-    """Found by a red team: after an LSTM (its time-major loop) the logits were not per-sample,
+    """After an LSTM (its time-major loop) the logits were not per-sample,
     so they had group 'all' rows only and were dumped whole, with no word; a plain model's
     output keeps its groups and nothing is said."""
     keras.utils.set_random_seed(9)
@@ -682,7 +682,7 @@ class FoldTime(keras.layers.Layer):
 @pytest.mark.parametrize("layer", ["fold", "time_distributed"])
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_groups_come_back_after_the_batch_is_merged_with_time(tmp_path, caplog, source, layer):
-    """Found by a red team: after a reshape merging the batch with time (a folding layer,
+    """After a reshape merging the batch with time (a folding layer,
     TimeDistributed: a reshape under tf.keras, a time-major transpose under Keras 3) every
     later tensor, the logits included, had group 'all' only. The batch is carried back: the
     logits have their groups, and a warning names where it left axis 0."""
@@ -707,7 +707,7 @@ def test_groups_come_back_after_the_batch_is_merged_with_time(tmp_path, caplog, 
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
-    """Found by a red team: an LSTM's gates run inside a TF2 while loop's body (under tf.keras
+    """An LSTM's gates run inside a TF2 while loop's body (under tf.keras
     2.15, inside a function holding the loop): they were neither captured nor listed, and the
     manifest said nothing was skipped. The body's tensors are listed; the loop's output is
     captured, and its value and gradient are the tape's."""
@@ -738,7 +738,7 @@ def test_an_rnns_loop_body_is_listed_as_skipped(tmp_path, source):
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_an_output_the_loss_does_not_use_has_no_gradient(tmp_path, source):
-    """Found by a red team: tf.gradients fills zeros for an unused output of a multi-output op
+    """tf.gradients fills zeros for an unused output of a multi-output op
     whose other output the loss uses (the cross entropy's backprop output, an LSTM's final
     states, batch norm's batch statistics): they were recorded with has_gradient and gradients
     of zeros, where the catalog promises none. A tensor the loss is not computed from has none."""

@@ -97,7 +97,7 @@ def test_statistics_are_those_of_the_steps_tensors(tmp_path, source):
 def test_regression_targets_still_dump_the_steps_samples(tmp_path):
     """Float targets that are not class ids break the default group rule: the step's statistics
     are 'all' only, and its dump keeps the batch's first 2 x samples_per_group samples,
-    ungrouped (found by a red team: it kept none, every batched tensor dumped empty)."""
+    ungrouped (not none: every batched tensor dumped empty)."""
     keras.utils.set_random_seed(8)
     x, _ = _data(8, n=32)
     y = (x @ np.arange(1.0, 7.0, dtype=np.float32) / 7).astype(np.float32)
@@ -120,8 +120,8 @@ def test_regression_targets_still_dump_the_steps_samples(tmp_path):
 @pytest.mark.parametrize("source", ["train_batch", "probe"])
 def test_several_steps_per_execution_are_refused(tmp_path, caplog, spe, source):
     """Keras calls batch callbacks once per execution: with several steps in one, the callback
-    cannot number them. "auto" (found by a red team) starts at 1 under tf.keras 2.15 and rises
-    during fit: step numbers came out silently wrong (a recorded 'step 500' was iteration 1223).
+    cannot number them. "auto" starts at 1 under tf.keras 2.15 and rises during fit: step
+    numbers would come out silently wrong (a recorded 'step 500' was iteration 1223).
     Refused before fit trains; without strict, the callback is disabled and training goes on."""
     if KERAS3 and spe == "auto":
         pytest.skip("Keras 3.15's TensorFlow trainer cannot fit with steps_per_execution='auto' itself")
@@ -135,8 +135,8 @@ def test_several_steps_per_execution_are_refused(tmp_path, caplog, spe, source):
     cb = InspectCallback(tmp_path / "n", source=source, **probe)
     hist = model.fit(x, y, batch_size=8, verbose=0, callbacks=[cb])
     assert np.isfinite(hist.history["loss"][0]) and "steps_per_execution" in caplog.text
-    # fixed and fitted again with the same callback (found by a red team): it stays disabled,
-    # and says so at this fit's start, naming the first error, where it had been silent
+    # fixed and fitted again with the same callback: it stays disabled, and says so at this
+    # fit's start, naming the first error
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), steps_per_execution=1)
     caplog.clear()
     model.fit(x, y, batch_size=8, verbose=0, callbacks=[cb])
@@ -199,8 +199,8 @@ def test_under_xla_the_default_falls_back_to_the_probe_and_says_so(tmp_path, cap
     """Under XLA the capture cannot be compiled: before fit traces its step, the default source
     gives way to the probe (fit's first batch, no probe= given), with a warning naming the
     reason; training is untouched and the catalog says "probe batch, after the update".
-    tf.keras 2.15 keeps jit_compile="auto" as it is and compiles by XLA (a red team found it
-    crashing fit at the first sampled step)."""
+    tf.keras 2.15 keeps jit_compile="auto" as it is and compiles by XLA: there too fit must not
+    crash at the first sampled step."""
     x, y = _data(7, n=32)
     model = sequential()
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(True), jit_compile=jit)
@@ -293,7 +293,7 @@ def test_nonfinite_loss_is_recorded_and_the_next_step_dumped(tmp_path, source):
 
 @pytest.mark.parametrize("place", ["before", "after"])
 def test_terminate_on_nan_still_gets_the_probe_dump(tmp_path, place):
-    """Found by a new user's trial: with Keras's TerminateOnNaN the fit stops at the NaN step,
+    """With Keras's TerminateOnNaN the fit stops at the NaN step,
     so 'dump the next step' never ran and a diverged run had no dump. The probe's dump is taken
     at the fit's end instead: the weights training left, under the NaN step's number."""
     x, y = _data(9, n=64)
@@ -558,7 +558,7 @@ def _custom(cls, seed: int):
 
 
 def test_a_step_adding_to_compute_loss_records_the_gradients_it_trains_on(tmp_path):
-    """Found by a red team: a custom step training on compute_loss's result plus a term of its
+    """A custom step training on compute_loss's result plus a term of its
     own had the gradients of compute_loss's part recorded (0.6 off the applied ones on a logits
     tensor), with no word. The capture takes the loss the step differentiates, as DumpHook does:
     SGD's update is -lr times the recorded gradients, and training is what it is without it."""
@@ -654,7 +654,7 @@ def _target_step(target, unscale=1.0) -> keras.Model:
 
 @pytest.mark.parametrize("how", ["identity", "over a count", "a mean of it", "times a stopped gradient"])
 def test_the_loss_over_a_count_or_seen_through_an_identity_is_the_loss(tmp_path, how):
-    """Found by a red team: ``tf.identity(loss)``, ``loss / n`` (a gradient accumulation by
+    """``tf.identity(loss)``, ``loss / n`` (a gradient accumulation by
     hand) and ``tf.reduce_mean(loss)`` are the loss (times a factor), but only a Mul was seen
     as one, and the capture of such a step was refused. Recorded: d loss / d t, so SGD's update
     is -lr times it where the step unscales its gradients."""
@@ -676,7 +676,7 @@ def test_the_loss_over_a_count_or_seen_through_an_identity_is_the_loss(tmp_path,
 
 
 def test_the_loss_times_a_factor_computed_from_the_output_is_the_target(tmp_path):
-    """Found by a red team: ``loss * mean(y_pred ** 2)`` is a Mul of the loss, so it passed as
+    """``loss * mean(y_pred ** 2)`` is a Mul of the loss, so it passed as
     "the loss times a factor", and its gradients were recorded as the loss's alone (0.7 off the
     applied update, relative, with no word). The factor's gradient flows to the weights: another
     target, whose own gradients are recorded (SGD's update is -lr times them)."""
@@ -868,8 +868,8 @@ def test_train_batch_under_a_one_replica_strategy(tmp_path):
 
 def test_the_probe_under_a_strategy_runs_or_says_why_not(tmp_path):
     """Keras 3's probe runs under MirroredStrategy. tf.keras 2.15's compute_loss updates its loss
-    tracker outside a replica there, which fails: the error said "give a batch like the training
-    data's" (found by a red team); it names the strategy and what works instead."""
+    tracker outside a replica there, which fails: the error names the strategy and what works
+    instead (not "give a batch like the training data's")."""
     x, y = _data(5, n=32)
     with tf.distribute.MirroredStrategy(["/cpu:0"]).scope():
         model = sequential()
@@ -900,7 +900,7 @@ class _Stop(keras.callbacks.Callback):
 
 
 def test_a_fit_ended_by_an_exception_then_compile_trains_the_new_compile(tmp_path):
-    """Found by a review: after a fit ended by an exception (no on_train_end: the capture still
+    """After a fit ended by an exception (no on_train_end: the capture still
     installed), compile() with another loss and fit trained every step with the old compile's
     function: old optimizer, old loss (weights off by 0.1 from a run without the callback)."""
     x, y = _data(12, n=64)
@@ -925,7 +925,7 @@ def test_a_fit_ended_by_an_exception_then_compile_trains_the_new_compile(tmp_pat
 
 
 def test_a_recompiled_fit_whose_first_sampled_step_only_dumps_keeps_its_statistics(tmp_path):
-    """Found by a review: after compile() the step capture kept the old catalog's rows; a fit
+    """After compile() the step capture kept the old catalog's rows; a fit
     whose first sampled step was a dump wrote no statistics at all (a layout of the old rows)."""
     x, y = _data(13, n=64)
     model = sequential()
@@ -944,7 +944,7 @@ def test_a_recompiled_fit_whose_first_sampled_step_only_dumps_keeps_its_statisti
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_a_step_another_callback_interrupted_still_counts_after_compile(tmp_path, source):
-    """Found by a review: another callback raising in a batch's end (listed before this one)
+    """Another callback raising in a batch's end (listed before this one)
     ends the fit after that step trained but before this callback counted it. After compile()
     (a new optimizer counting from 0), the next fit's steps began one too low: step 3 again,
     a step the first optimizer had already applied."""
@@ -965,7 +965,7 @@ def test_a_step_another_callback_interrupted_still_counts_after_compile(tmp_path
 
 
 def test_an_interrupted_fit_counts_no_step_trained_without_the_callback(tmp_path):
-    """Found by the review of the test above's fix: only the step in flight counts. Steps
+    """Only the step in flight counts. Steps
     trained by fits without the callback are not numbered after an interrupted fit, as they
     are not after a fit that ended well."""
     x, y = _data(16, n=96)
@@ -984,7 +984,7 @@ def test_an_interrupted_fit_counts_no_step_trained_without_the_callback(tmp_path
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_backup_and_restore_listed_after_the_callback_numbers_the_resumed_steps(tmp_path, source):
-    """Found by a new user's trial: BackupAndRestore restores optimizer.iterations in its own
+    """BackupAndRestore restores optimizer.iterations in its own
     on_train_begin; listed after InspectCallback, the callback had read the count before the
     restore, and wrote the resumed steps 5-12 as 7-14 (steps 13-14 never ran)."""
     x, y = _data(17, n=128)
@@ -1017,7 +1017,7 @@ def test_backup_and_restore_listed_after_the_callback_numbers_the_resumed_steps(
 
 
 def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path, monkeypatch):
-    """Found by a new user's trial: a notebook cell run again after a fit failed makes a new
+    """A notebook cell run again after a fit failed makes a new
     callback on the same run directory; the old one's session was still open, so the new one
     was refused (naming DumpHook) and the whole fit went unrecorded. The refusal now names
     close(), which ends the old session and puts the model's own train_step back. (The
@@ -1044,8 +1044,8 @@ def test_close_hands_an_interrupted_fits_run_to_a_new_callback(tmp_path, monkeyp
 
 
 def test_a_variable_record_holds_one_variable_when_a_layer_is_unfrozen(tmp_path):
-    """Found by a new user's trial (tf.keras 2.15, where two sub-models' layers both name their
-    kernel proj/kernel): the records were told apart by '#2' in trainable_variables' order, so
+    """tf.keras 2.15, where two sub-models' layers both name their
+    kernel proj/kernel: the records were told apart by '#2' in trainable_variables' order, so
     after unfreezing the first encoder, 'proj/kernel' held the other encoder's kernel: one
     curve of two variables. Keras 3 names them by path and runs the same test."""
     x, y = _data(19, n=64)
@@ -1079,7 +1079,7 @@ def test_a_variable_record_holds_one_variable_when_a_layer_is_unfrozen(tmp_path)
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_close_during_the_fit_is_ignored(tmp_path, source):
-    """Found by a review: close() called by another callback during the fit set the train
+    """close() called by another callback during the fit set the train
     function to None (training crashed: 'NoneType' is not callable), and in its on_train_end
     it closed a good fit's session as failed. Inside fit it is ignored, with a warning."""
     x, y = _data(20, n=64)
@@ -1101,7 +1101,7 @@ def test_close_during_the_fit_is_ignored(tmp_path, source):
 
 
 def test_a_checkpoint_restored_after_an_interrupted_fit_is_a_resume(tmp_path):
-    """Found by a review: the optimizer count the last fit left (to tell Keras 3's skipped
+    """The optimizer count the last fit left (to tell Keras 3's skipped
     loss-scale steps) was stale after a fit ended by an exception, so a checkpoint restored to
     that count read as skipped steps: the resumed steps were written 3 past the optimizer's."""
     x, y = _data(14, n=64)
@@ -1129,7 +1129,7 @@ class _SelfLoss(keras.layers.Layer):
 
 
 def test_a_fit_without_targets_records_the_loss_it_minimizes(tmp_path):
-    """Found by a red team: fit(x) with no y, the loss from add_loss (compile() without loss=).
+    """fit(x) with no y, the loss from add_loss (compile() without loss=).
     The step still calls compute_loss and differentiates its result, but the capture dropped that
     loss for want of targets and then built the step's own gradients of None: fit crashed with
     AttributeError ('NoneType' object has no attribute 'op'), strict or not. The loss is the
@@ -1182,7 +1182,7 @@ class _Wrapper(keras.Model):
 
 
 def test_a_train_step_that_never_calls_the_model_falls_back_without_crashing_fit(tmp_path, caplog):
-    """Found by a red team: the capture's refusal of such a step was raised inside fit's trace
+    """The capture's refusal of such a step was raised inside fit's trace
     of its train function, so fit crashed instead of training on. Now the step trains as it
     is, and at its end the callback records the probe instead, saying why."""
     x, y = _data(19, n=48)
@@ -1218,7 +1218,7 @@ def _falls_back_without_crashing(tmp_path, caplog, build, data, why: str):
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_a_model_loaded_from_a_checkpoint_resumes_at_its_count(tmp_path, caplog, source):
-    """Found by a red team: the same callback given a model loaded from an earlier checkpoint
+    """The same callback given a model loaded from an earlier checkpoint
     (keras.models.load_model: a new optimizer object, its count restored to 3) numbered the
     resumed steps 4-6 as 7-9, warning 'compile() again': a new optimizer was taken for one
     counting from 0, and the run showed the checkpoint's training after the first's as steps
@@ -1247,7 +1247,7 @@ def test_a_model_loaded_from_a_checkpoint_resumes_at_its_count(tmp_path, caplog,
 @pytest.mark.skipif(not KERAS3, reason="gradient_accumulation_steps is Keras 3's")
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_gradient_accumulation_numbers_every_batch_across_fits(tmp_path, source):
-    """Found by a red team: with Keras 3's gradient_accumulation_steps=2, optimizer.iterations
+    """With Keras 3's gradient_accumulation_steps=2, optimizer.iterations
     counts updates (batches // 2) while the callback numbers batches within a fit. A new
     callback (a notebook cell run again, a process resumed from a checkpoint) started at that
     count: the second fit's batches 4-6 were written as steps 2-4, hiding the first fit's rows
@@ -1267,7 +1267,7 @@ def test_gradient_accumulation_numbers_every_batch_across_fits(tmp_path, source)
 
 @pytest.mark.skipif(not KERAS3, reason="gradient_accumulation_steps is Keras 3's")
 def test_gradient_accumulation_under_a_loss_scale_optimizer_numbers_every_batch_across_fits(tmp_path):
-    """Found by a red team of 719633a: mixed precision wraps the optimizer in a
+    """Mixed precision wraps the optimizer in a
     LossScaleOptimizer (compile() does so under 'mixed_float16'), whose ``iterations`` is its
     inner optimizer's, updates (batches // k), and which has no gradient_accumulation_steps of
     its own: a new callback started at the updates' count and wrote the second fit's batches
@@ -1287,7 +1287,7 @@ def test_gradient_accumulation_under_a_loss_scale_optimizer_numbers_every_batch_
 
 @pytest.mark.skipif(not KERAS3, reason="tf.keras 2 wraps an optimizer in one LossScaleOptimizer only, counting skips")
 def test_compile_again_with_the_same_optimizer_under_a_loss_scale_continues_the_steps(tmp_path, caplog):
-    """Found by a red team of 04b6533: compile() under mixed precision wraps the optimizer in a
+    """compile() under mixed precision wraps the optimizer in a
     new LossScaleOptimizer each time, around the same inner optimizer (one the user holds, passed
     again), whose count goes on. Where the loss scale skipped a step (Keras 3 does not count
     it), that count was below the steps written: the new wrapper was taken for a model loaded

@@ -191,7 +191,7 @@ def test_runs_that_do_not_train_are_no_steps(tmp_path):
 
 
 def test_a_train_op_that_leaves_the_step_to_another_run_is_sampled(tmp_path):
-    """Found by a review: SyncReplicasOptimizer's workers apply gradients to accumulators and the
+    """SyncReplicasOptimizer's workers apply gradients to accumulators and the
     chief increments the global step in a run of its own. Taking only runs that reach the
     increment as training, the hook sampled none of them; a run that changes state counts."""
     with tf.Graph().as_default():
@@ -210,7 +210,7 @@ def test_a_train_op_that_leaves_the_step_to_another_run_is_sampled(tmp_path):
 
 @pytest.mark.parametrize("k", [1, 2])
 def test_gradient_accumulation_is_warned_about(tmp_path, caplog, k):
-    """Found by a red team: a train op applying its accumulated gradients (and advancing the
+    """A train op applying its accumulated gradients (and advancing the
     global step) every k-th run gets rows labelled with the global step after a micro-batch's
     run, on a schedule of runs. Not supported, and said once: the global step advanced less
     than the runs between two sampled runs. Plain training (k = 1) says nothing."""
@@ -238,7 +238,7 @@ def test_gradient_accumulation_is_warned_about(tmp_path, caplog, k):
 
 
 def test_a_recovered_session_is_no_gradient_accumulation(tmp_path, caplog):
-    """Found by a review: MonitoredTrainingSession recovering from an AbortedError restores the
+    """MonitoredTrainingSession recovering from an AbortedError restores the
     last checkpoint, so the global step goes back; the lag check compared across the recovery
     and warned of gradient accumulation. Each session starts the check afresh."""
 
@@ -262,7 +262,7 @@ def test_a_recovered_session_is_no_gradient_accumulation(tmp_path, caplog):
 
 
 def test_sync_replicas_training_with_the_default_capture_runs(tmp_path):
-    """Found by a review: the default capture selected SyncReplicasOptimizer's accumulator takes,
+    """The default capture selected SyncReplicasOptimizer's accumulator takes,
     which the chief runs in a queue runner of its own; fetched in a training step they waited
     forever for gradients, and training hung at the first sampled step. In a child process with
     a timeout, so a hang fails the test instead of the suite."""
@@ -295,7 +295,7 @@ def test_sync_replicas_training_with_the_default_capture_runs(tmp_path):
 
 
 def test_a_hook_reused_after_a_session_never_closed_records_the_next(tmp_path):
-    """Found by a review: a session never closed (a notebook loop without `with`) looked like
+    """A session never closed (a notebook loop without `with`) looked like
     the live session of a nested evaluation, so the next session was ignored. Only an
     evaluation graph begun inside a live session is; any other takes over (the first: failed)."""
     hook = DumpHook(tmp_path / "run", loss="loss:0", labels="labels:0", stats_every_n_steps=2, dump_every_n_steps=0,
@@ -400,7 +400,7 @@ def _model_fn(features, labels, mode):
 
 @needs_estimator
 def test_train_and_evaluate_with_one_hook_or_two(tmp_path, caplog):
-    """Found by a red team: local train_and_evaluate evaluates inside the training session. One
+    """Local train_and_evaluate evaluates inside the training session. One
     hook in both specs took each evaluation for a new session: it closed the live training
     session as failed at the first checkpoint and lost everything after. Now it records the
     training whole and logs an error; an evaluator hook of its own records the evaluations."""

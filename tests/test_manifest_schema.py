@@ -112,8 +112,8 @@ def test_manifest_json_is_what_json_reads_back_one_key_and_one_tensor_a_line(tmp
 
 
 def test_histogram_sample_is_recorded_and_older_runs_read_as_65536(hook_manifest):
-    """The histogram subsample size is the session's own: recorded in its config (16,384 since
-    session 10), and a config without it (written before) means the 65,536 it was written with."""
+    """The histogram subsample size is the session's own: recorded in its config (16,384 now),
+    and a config without it (written before) means the 65,536 it was written with."""
     from inspector import format as fmt
     assert fmt.histogram_sample(hook_manifest["config"]) == fmt.HIST_MAX_ELEMENTS == 1 << 14
     assert fmt.histogram_sample({k: v for k, v in hook_manifest["config"].items() if k != "histogram_sample"}) == 65536

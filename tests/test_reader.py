@@ -88,7 +88,7 @@ def test_statistics_of_the_wrong_shape_are_refused_where_they_are_added(tmp_path
 
 
 def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
-    """Found by a red team: a group empty in a step's batch (a batch of 1, a small imbalanced
+    """A group empty in a step's batch (a batch of 1, a small imbalanced
     one) was written with count 0 and a NaN mean, and the overview drew its whole column as
     NaN/Inf (grey), the other rows' finite means discarded. Such a row is not written; the
     `all` row always is."""
@@ -113,7 +113,7 @@ def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
 
 
 def test_a_later_session_wins_its_steps_where_it_has_no_row_of_a_group(tmp_path):
-    """Found by a review: two sessions recording steps 1-6 (a re-run), the first with negatives
+    """Two sessions recording steps 1-6 (a re-run), the first with negatives
     at steps 1-3 only, the second at 4-6 only. The reader shows the second's (it wins every
     step); the overview's overlap check compared one group's rows, missed the overlap, and drew
     the first session's superseded rows at 1-3; stats_steps listed them too."""
@@ -439,7 +439,8 @@ def test_byte_budget_counts_the_exact_file_size(tmp_path):
 
 
 def test_statistics_without_a_layout_are_refused_at_once(tmp_path):
-    """Found by the type check: they used to be queued and fail on the writer's thread."""
+    """Refused by ``add_stats`` itself, on the caller's thread, not queued to fail later on the
+    writer's."""
     w = RunWriter(tmp_path / "r", manifest={})
     with pytest.raises(ValueError, match="no stats_layout"):
         w.add_stats(1, np.zeros((1, 9)), empty_rows(1))
@@ -448,7 +449,7 @@ def test_statistics_without_a_layout_are_refused_at_once(tmp_path):
 
 
 def test_graph_of_an_unknown_worker_names_the_workers(tmp_path):
-    """Found by the type check: a TypeError ('NoneType' is not subscriptable) before."""
+    """An InspectorError naming the run's workers, not a TypeError from inside the reader."""
     RunWriter(tmp_path / "r", manifest={}, graph_def=b"g").close()
     run = inspector.open_run(tmp_path / "r")
     assert run.graph_def_bytes() == b"g"

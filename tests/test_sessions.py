@@ -65,7 +65,7 @@ def test_sessions_accumulate_and_the_later_session_wins_a_step(tmp_path):
 
 
 def test_a_later_session_recording_gradients_gives_the_catalog_its_gradient(tmp_path):
-    """Found by a red team: the merged catalog took a tensor's entry from the first session
+    """The merged catalog took a tensor's entry from the first session
     listing it, so a resume recording gradients where the first session did not (gradients=
     False then, or no loss) read has_gradient=False, and run.tensor(..., "gradient") refused
     the later session's dumped gradient."""
@@ -147,7 +147,7 @@ def test_byte_budget_covers_the_whole_run(tmp_path):
 
 
 def test_a_second_dump_of_a_step_in_one_session_is_dropped_and_recorded(tmp_path):
-    """Found by a new user's trial (DumpHook, a TF1 loss-scale optimizer skipping steps): the
+    """DumpHook, a TF1 loss-scale optimizer skipping steps: the
     global step did not advance between two sampled runs, so both dumps had one file name; the
     second replaced the first while the manifest counted two written and none dropped. The
     first is kept, the second recorded as dropped; another batch index of the step is another
@@ -270,7 +270,7 @@ def test_a_full_disk_drops_big_dumps_and_keeps_statistics(tmp_path):
 
 
 def test_a_disk_that_stays_full_still_gets_the_final_manifest(tmp_path):
-    """Found by a red team: with the disk full to the end, every manifest write after the first
+    """With the disk full to the end, every manifest write after the first
     failed, so the run read "running", then "crashed", and said nothing of what it lost. The
     session's reserve file is deleted to make room for the final manifest."""
     disk = tmp_path / "disk"
@@ -446,7 +446,7 @@ def test_nonfinite_evidence_names_a_later_session_that_ran_its_step_again(tmp_pa
 
 @pytest.mark.parametrize("field, value", [("worker", "{}"), ("worker", "worker-9"), ("session", 7)])
 def test_a_manifest_naming_another_writer_than_its_file_is_damaged(tmp_path, field, value):
-    """Found by the fuzz test: a manifest's own worker field reached file-name building."""
+    """A manifest's own worker field reached file-name building."""
     session(tmp_path, [1], 0.0)
     session(tmp_path, [2], 0.0)
     path = tmp_path / manifest_name("chief", 2)
@@ -457,7 +457,7 @@ def test_a_manifest_naming_another_writer_than_its_file_is_damaged(tmp_path, fie
 
 
 def test_a_session_part_without_its_identity_columns_is_damaged(tmp_path):
-    """Found by the fuzz test (seed 311): a flipped byte renamed `session` in a part's footer.
+    """A flipped byte renamed `session` in a part's footer.
     Only version 1 parts (no session in the file name) may lack the identity columns."""
     session(tmp_path, [1, 2], 0.0)
     part = next((tmp_path / "stats").iterdir())
@@ -489,7 +489,7 @@ def test_drain_returns_once_every_queued_dump_is_written(tmp_path, monkeypatch):
 
 
 def test_a_session_whose_manifest_is_damaged_is_in_no_modes_view(tmp_path):
-    """Found by a red team: a session whose manifest is damaged was read as training. An
+    """A session whose manifest is damaged was read as training. An
     evaluation's rows and dump then stood for training step 10. Its mode is unknown now: it is
     read only with mode='all' or by its number, and run.problems names the manifest."""
     session(tmp_path, range(1, 11), 0.0, dumps=(10,))
@@ -520,7 +520,7 @@ def _session_of(path: Path, tensor: str, steps, value: float, mode: str = "train
 
 
 def test_the_later_session_wins_a_step_whatever_a_query_asks(tmp_path):
-    """Found by a red team: the rule ran on the rows a query's filters let through, so asking
+    """The rule ran on the rows a query's filters let through, so asking
     for one tensor (or one eval batch) brought back an earlier session's rows of steps a later
     session had recorded, and the answer depended on the question. A resumed training that
     records other tensors, and two evaluations at one step, one of three batches, one of one."""

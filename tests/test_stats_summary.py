@@ -131,7 +131,7 @@ def test_overlapping_sessions_read_every_row_later_session_wins(run_dir):
 
 
 def test_overlapping_sessions_of_other_tensor_sets_are_drawn(tmp_path):
-    """Found by a red team: a resumed training that records other tensors (another include=)
+    """A resumed training that records other tensors (another include=)
     gives each session's parts their own dictionaries, which Arrow's group_by would not mix:
     the overview failed on exactly the multi-session runs its fallback exists for."""
     a = SyntheticRun(tmp_path / "run", tensors=30, steps_hint=STEPS, dump_every=None, seed=1)

@@ -171,8 +171,8 @@ def test_reader_samples_of_a_tower(tmp_path):
     assert list(s["group"]) == ["positive" if v else "negative" for v in Y[8:] != 0]
     with pytest.raises(inspector.NoDumpError, match="split:0, split:1"):
         run.samples(1, tower="tower_9")
-    # a tensor's own samples (the viewer's pages label a tower's rows this way: they used the
-    # whole batch's, a red team found): its tower's, or the batch's for an untowered tensor
+    # a tensor's own samples (the viewer's pages label a tower's rows this way, not by the
+    # whole batch's): its tower's, or the batch's for an untowered tensor
     pd.testing.assert_frame_equal(run.samples(1, tensor="tower_1/hidden:0"), s)
     pd.testing.assert_frame_equal(run.samples(1, tensor="x:0"), run.samples(1))
     with pytest.raises(ValueError, match="tower 'split:1'"):
@@ -180,7 +180,7 @@ def test_reader_samples_of_a_tower(tmp_path):
 
 
 def test_a_refused_step_dumps_every_towers_first_samples(tmp_path):
-    """Found by a review: float regression targets (the default rule refuses the step's groups)
+    """Float regression targets (the default rule refuses the step's groups)
     under traced tf.split towers dumped the whole batch's first samples but no row of any
     tower's tensors: a slice's groups had dropped the batch's count of samples breaking the
     rule. Each tower now keeps its slice's first samples, ungrouped, like the batch."""
