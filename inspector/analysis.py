@@ -109,7 +109,7 @@ def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> 
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
     source = str(first.get("source") or "the run")
     source = NONFINITE_SOURCES.get(source, source)
-    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (found by {source}): "
+    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (seen by {source}): "
                   f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else "")
                   + (f", created at {made}" if made else "") + rerun_text(first),
                   first["step"], first.get("tensor"))]

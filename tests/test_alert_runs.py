@@ -1,5 +1,5 @@
 """Alerts on real runs: a healthy batch-norm CNN with weight decay is silent; injected vanishing,
-exploding, dead-ReLU and NaN faults are each found by the right alert kind."""
+exploding, dead-ReLU and NaN faults are each flagged by the right alert kind."""
 from __future__ import annotations
 
 import numpy as np

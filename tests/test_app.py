@@ -816,18 +816,18 @@ def edit_manifest(path: Path, **fields) -> Path:
 
 def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_path):
     at = ok(start(runs / "exp1"))
-    assert "First NaN/Inf: step 25, found by the statistics (forward of conv" in captions(at)
+    assert "First NaN/Inf: step 25, seen by the statistics (forward of conv" in captions(at)
     errors = unescape(" ".join(e.value for e in at.error))
-    assert "first non-finite value at step 25 (found by the statistics)" in errors
+    assert "first non-finite value at step 25 (seen by the statistics)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
     assert len(at.get("vega_lite_chart")) == 3                   # the loss curve, gradient sizes, op-type bars
     # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
     path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
                          first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
     at = ok(start(path))
-    assert ("First NaN/Inf: step 24, found by the hook's every-step loss check (forward of loss/Mean:0)"
+    assert ("First NaN/Inf: step 24, seen by the hook's every-step loss check (forward of loss/Mean:0)"
             in captions(at))
-    assert "first non-finite value at step 24 (found by the hook's every-step loss check)" in \
+    assert "first non-finite value at step 24 (seen by the hook's every-step loss check)" in \
         unescape(" ".join(e.value for e in at.error))
 
 

@@ -231,7 +231,7 @@ def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/?page=Summary&run=exp1", wait_until="domcontentloaded")
-        page.get_by_text("First NaN/Inf: step 35, found by the statistics").first.wait_for(timeout=90_000)
+        page.get_by_text("First NaN/Inf: step 35, seen by the statistics").first.wait_for(timeout=90_000)
         page.get_by_text("loss/Mean:0, forward mean").first.wait_for(timeout=90_000)
         page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= 2",
                                timeout=90_000, polling=200)        # the loss curve and the op-type bars

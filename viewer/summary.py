@@ -88,14 +88,14 @@ def render(ctx: Ctx) -> None:
 
 
 def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> str:
-    """'First NaN/Inf: step 25, found by the statistics (forward of conv4/Relu:0), created at
+    """'First NaN/Inf: step 25, seen by the statistics (forward of conv4/Relu:0), created at
     models.py:57 in conv_block' (Markdown-safe; the place where the catalog has it)."""
     if not first:
         return "First NaN/Inf: none seen (statistics and the hook's loss check)."
     source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
     where = f"{first.get('kind')} of {first.get('tensor')}" if first.get("tensor") else "the loss"
     made = source_text(catalog, first.get("tensor")) if catalog is not None else None
-    return (f"First NaN/Inf: step {int(first['step'])}, found by {plain(source)} ({plain(where)})"
+    return (f"First NaN/Inf: step {int(first['step'])}, seen by {plain(source)} ({plain(where)})"
             + (f", created at {plain(made)}" if made else "") + plain(rerun_text(first)) + ".")
 
 
