@@ -694,12 +694,18 @@ def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool 
 
 
 def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
-    """Those of ``tensors`` whose op takes no floating input, for ``tf.gradients``'
-    ``stop_gradients``: no gradient can flow on through such an op, yet tf.gradients asks for
-    its gradient function once it reaches it from the loss, and raised LookupError where it has
-    none (a SparseTensor's float values out of ``DeserializeSparse``: canned linear models with
-    weighted sparse columns). Their own gradients are still computed."""
-    return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)]
+    """Those of ``tensors`` whose op takes no input a gradient can flow into, for
+    ``tf.gradients``' ``stop_gradients``: tf.gradients asks for such an op's gradient function
+    once it reaches it from the loss, and raised LookupError where it has none (a SparseTensor's
+    float values out of ``DeserializeSparse``: canned linear models with weighted sparse
+    columns). Their own gradients are still computed. A resource or variant input carries
+    gradients (a ``ReadVariableOp`` passes its gradient to the variable's handle, which Keras
+    differentiates): an op with one is never a stop."""
+    return [t for t in tensors if not any(_carries_gradient(x.dtype) for x in t.op.inputs)]
+
+
+def _carries_gradient(dtype: tf.DType) -> bool:
+    return dtype.is_floating or dtype.is_complex or dtype in (tf.resource, tf.variant)
 
 
 def dense_gradient(g) -> tf.Tensor | None:
