@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops   # get_gradient_function: tf.gradients' own lookup
 
 from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, icnn_catalog_fields,
                               parse_icnn_entry, parse_shared_gradient_entry)
@@ -694,18 +695,23 @@ def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool 
 
 
 def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
-    """Those of ``tensors`` whose op takes no input a gradient can flow into, for
-    ``tf.gradients``' ``stop_gradients``: tf.gradients asks for such an op's gradient function
-    once it reaches it from the loss, and raised LookupError where it has none (a SparseTensor's
-    float values out of ``DeserializeSparse``: canned linear models with weighted sparse
-    columns). Their own gradients are still computed. A resource or variant input carries
-    gradients (a ``ReadVariableOp`` passes its gradient to the variable's handle, which Keras
-    differentiates): an op with one is never a stop."""
-    return [t for t in tensors if not any(_carries_gradient(x.dtype) for x in t.op.inputs)]
+    """Those of ``tensors`` whose op has no gradient function and takes no floating input, for
+    ``tf.gradients``' ``stop_gradients``: tf.gradients asks for the op's gradient function once
+    it reaches it from the loss, and raised LookupError (a SparseTensor's float values out of
+    ``DeserializeSparse``: canned linear models with weighted sparse columns). Their own
+    gradients are still computed. An op with a gradient function is never a stop: a
+    ``ReadVariableOp`` passes its gradient to the variable's handle (which Keras
+    differentiates), a ``TensorListStack`` to the loop that filled the list."""
+    return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)
+            and not _has_gradient_function(t.op)]
 
 
-def _carries_gradient(dtype: tf.DType) -> bool:
-    return dtype.is_floating or dtype.is_complex or dtype in (tf.resource, tf.variant)
+def _has_gradient_function(op: tf.Operation) -> bool:
+    try:
+        tf_ops.get_gradient_function(op)
+    except LookupError:
+        return False
+    return True
 
 
 def dense_gradient(g) -> tf.Tensor | None:
