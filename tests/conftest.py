@@ -1,5 +1,6 @@
 """Test tiers: ``make test`` runs the fast tier (``-m "not slow"``), ``make test-all`` every
 test. The slow tier is listed here, in one place, by file or by test (see tests/tiers.py)."""
+import os
 import sys
 from pathlib import Path
 
@@ -21,3 +22,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         file = item.path.name
         if file in SLOW_FILES or f"{file}::{item.originalname}" in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With $TF_INSPECTOR_TEST_TIMES set, each test's setup/call/teardown seconds are appended
+    there as they finish (tab-separated), to choose the tiers from a run that was cut short."""
+    path = os.environ.get("TF_INSPECTOR_TEST_TIMES")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{report.nodeid}\t{report.when}\t{report.duration:.2f}\t{report.outcome}\n")
