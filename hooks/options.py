@@ -210,7 +210,7 @@ def takes_options(init: Init) -> Init:
     ``init`` receives them resolved in ``options`` and reads them there, not in its keywords."""
     @functools.wraps(init)
     def wrapper(self, *args: Any, options: CaptureOptions | None = None, **kwargs: Any) -> None:
-        given = {k: kwargs.pop(k) for k in OPTION_NAMES if k in kwargs}
+        given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}   # in the caller's order
         init(self, *args, options=resolve(type(self).__name__, options, given), **kwargs)
     return wrapper  # type: ignore[return-value]
 
