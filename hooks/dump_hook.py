@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -206,7 +206,7 @@ class DumpHook(v1.train.SessionRunHook):
                  storage_options: dict[str, Any] | None = None, strict: bool = False) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
-        self.options = options   # never None: takes_options resolved it
+        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
         self.run_dir = normalize(run_dir)
         self.schedule = options.schedule
         self.loss_arg, self.labels_arg = loss, labels

@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -115,7 +115,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if backend != "tensorflow":   # the capture traces the model into a TensorFlow graph
             raise ValueError(f"InspectCallback needs Keras on the TensorFlow backend; this Keras runs on {backend!r}: "
                              f"set KERAS_BACKEND=tensorflow before importing keras")
-        self.options = options   # never None: takes_options resolved it
+        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
         self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
         self.source = resolve_source(source, probe)
         self.probe = check_probe(self.source, probe, options.positive)
