@@ -154,7 +154,7 @@ class CaptureOptions:
             raise ValueError(f"dtypes={self.dtypes!r} must be a sequence of dtypes, e.g. ({self.dtypes!r},)")
         for patterns in (self.include, self.exclude, self.batched, self.unbatched):
             compile_patterns(patterns)
-        self.schedule   # built once here: a bad schedule is refused now, not at the first step
+        self.schedule   # built here so that a bad schedule is refused now, not at the first step
         group_kind(self.groups, self.positive, self.num_classes)
 
     @property
