@@ -17,9 +17,11 @@ Example::
     # a model built before the import: share the backward pass explicitly in the model_fn
     train_op = minimize(optimizer, loss, global_step=tf.compat.v1.train.get_global_step())
 """
-from .schedule import Schedule  # pure Python: `import hooks.schedule` works without TensorFlow
+# pure Python: `import hooks.schedule` / `hooks.options` work without TensorFlow
+from .options import CaptureOptions
+from .schedule import Schedule
 
-__all__ = ["DumpHook", "mark", "Schedule", "minimize", "compute_gradients"]
+__all__ = ["DumpHook", "mark", "CaptureOptions", "Schedule", "minimize", "compute_gradients"]
 
 try:
     import tensorflow  # noqa: F401
@@ -38,8 +40,8 @@ else:
 
 
 def __getattr__(name: str):
-    """Without TensorFlow only ``Schedule`` (``hooks.schedule``) exists: the rest says why."""
+    """Without TensorFlow only ``Schedule`` and ``CaptureOptions`` exist: the rest says why."""
     if name in __all__ and "_NO_TF" in globals():
         raise ImportError(f"hooks.{name} needs TensorFlow, which is not installed: pip install "
-                          "'tf-inspector[tf]' (hooks.schedule alone works without it)") from _NO_TF
+                          "'tf-inspector[tf]' (hooks.schedule and hooks.options work without it)") from _NO_TF
     raise AttributeError(f"module 'hooks' has no attribute {name!r}")

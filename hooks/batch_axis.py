@@ -89,8 +89,8 @@ class BatchAxis:
 
     def __init__(self, graph: tf.Graph, labels: tf.Tensor | None = None, batched: Patterns = None,
                  unbatched: Patterns = None) -> None:
-        self._force = capture._compile(batched)
-        self._cut = capture._compile(unbatched)
+        self._force = capture.compile_patterns(batched)
+        self._cut = capture.compile_patterns(unbatched)
         self._sources = {labels.name} if labels is not None else set()
         self._batched: set[str] = set()
         self._slice: dict[str, Slice] = {}   # batched tensor -> its slice of the batch

@@ -23,6 +23,7 @@ from inspector.icnn.layer import observer_gradients
 # the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
 from inspector.format import INPUT_OP_TYPES  # noqa: F401
 
+from .options import FLOAT_DTYPE_NAMES, CaptureOptions, compile_patterns
 from .structure import on_device_of, value_source
 
 log = logging.getLogger("tf_inspector")
@@ -36,7 +37,7 @@ DEFAULT_EXCLUDE = tuple(p for r in DEFAULT_RULES for p in r.patterns)
 #: gradients in a queue runner of its own, and fetching one in a training step ran it there,
 #: waiting forever for gradients.
 DEFAULT_EXCLUDE_OP_TYPES = frozenset(t for r in DEFAULT_RULES for t in r.op_types)
-FLOAT_DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
+FLOAT_DTYPES = tuple(tf.as_dtype(name) for name in FLOAT_DTYPE_NAMES)
 
 
 @dataclass
@@ -88,18 +89,22 @@ class Selection:
                          {n: a for n, a in self.aliases.items() if own(n)}, self.excluded)
 
 
-def _compile(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
-    if patterns is None:
-        return []
-    if isinstance(patterns, str):
-        patterns = [patterns]
+def filters_of(options: CaptureOptions) -> dict:
+    """The tensor filters of ``options`` as ``select_tensors`` takes them, the dtypes TensorFlow's."""
+    return dict(include=options.include, exclude=options.exclude, op_types=options.op_types,
+                exclude_op_types=options.exclude_op_types, dtypes=as_dtypes(options.dtypes))
+
+
+def as_dtypes(dtypes: Iterable) -> tuple[tf.DType, ...]:
+    """``dtypes=`` as TensorFlow dtypes (names, numpy dtypes and ``tf.DType`` are all taken)."""
     out = []
-    for p in patterns:
+    for d in dtypes:
         try:
-            out.append(re.compile(p))
-        except re.error as e:
-            raise ValueError(f"bad regular expression {p!r} in include/exclude: {e}") from None
-    return out
+            out.append(tf.as_dtype(d))
+        except TypeError:
+            raise ValueError(f"dtypes entry {d!r} is not a dtype: pass TensorFlow dtypes or their names, "
+                             f"e.g. dtypes=[tf.float32] or dtypes=['float32']") from None
+    return tuple(out)
 
 
 #: TF2 (control flow v2) cond ops. cond_v2 marks each not fetchable (its gradient's variant
@@ -398,7 +403,7 @@ def function_body_tensors(ops: Iterable[tf.Operation], *, include=None, exclude=
     select: what the capture cannot fetch, to list as skipped, so that the manifest never
     claims a complete capture where, say, a Keras LSTM's gates (its while loop's body, or under
     tf.keras 2.15 a function holding the loop) were left out."""
-    inc, exc = _compile(include), _compile(exclude) + _compile(DEFAULT_EXCLUDE)
+    inc, exc = compile_patterns(include), compile_patterns(exclude) + compile_patterns(DEFAULT_EXCLUDE)
     skip = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ()) | {"Placeholder"}   # arguments come from outside
     names = _inside(ops, tuple(dtypes), set(op_types or ()), skip)
     return [n for n in names if (not inc or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
@@ -533,8 +538,8 @@ def _filters(include, exclude, op_types, exclude_op_types, dtypes, use_default_e
     skip = {t: r.rule for r in reversed(DEFAULT_RULES) for t in r.op_types}   # the first rule naming it wins
     skip = {**dict.fromkeys(exclude_op_types or (), "exclude_op_types"), **skip}
     defaults = [(re.compile(p), r.rule) for r in DEFAULT_RULES for p in r.patterns] if use_default_exclude else []
-    return _Filters(_compile(include), _compile(exclude), defaults, set(op_types) if op_types else None, skip,
-                    tuple(dtypes))
+    return _Filters(compile_patterns(include), compile_patterns(exclude), defaults,
+                    set(op_types) if op_types else None, skip, tuple(dtypes))
 
 
 def accountable(t: tf.Tensor, dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> bool:

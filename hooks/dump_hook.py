@@ -20,14 +20,13 @@ import logging
 import os
 import re
 import threading
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
 
 from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION,
                               STAT_COLUMNS)
-from inspector import format as fmt
 from inspector.icnn.layer import observer_gradients
 from inspector.loghist import concat_rows
 from inspector.manifest_schema import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
@@ -39,7 +38,8 @@ from inspector.storage import normalize
 from . import (batch_axis, capture, fast_stats, gradient_recorder, loss_scale, native, resolve, sources, structure,
                towers, variables)
 from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
-from .schedule import Schedule, StepSpec
+from .options import FLOAT_DTYPE_NAMES, CaptureOptions, takes_options
+from .schedule import StepSpec
 
 # A library leaves logging to the application: records propagate to its handlers (absl,
 # files). No handler of its own, not even a NullHandler: with none configured anywhere,
@@ -111,19 +111,6 @@ def guarded(noun: str):
 _guarded = guarded("hook")
 
 
-def check_options(samples_per_group: int, histogram_bins: int | None, *patterns) -> None:
-    """ValueError for the options DumpHook and InspectCallback share, before anything is built:
-    a negative sample budget, a regex that does not compile. ``histogram_bins`` no longer
-    applies (the histograms' buckets are fixed): a value is accepted with a warning."""
-    if samples_per_group < 0:
-        raise ValueError(f"samples_per_group={samples_per_group} must be >= 0")
-    if histogram_bins is not None:
-        log.warning("histogram_bins=%r is ignored: histograms have fixed log-magnitude buckets, 8 per power of two "
-                    "(FORMAT.md, Histograms); remove the argument", histogram_bins)
-    for p in patterns:
-        capture._compile(p)  # fail early on a bad regex
-
-
 def _tf_config() -> dict:
     try:
         config = json.loads(os.environ.get("TF_CONFIG") or "{}")
@@ -158,8 +145,6 @@ class DumpHook(v1.train.SessionRunHook):
         An fsspec URL writes to object storage (``s3://bucket/runs/exp1``, ``gs://...``): each
         file one object, written whole; needs ``pip install 'tf-inspector[s3]'`` (README,
         "Distributed training").
-      storage_options: for a URL ``run_dir``: options of its fsspec filesystem (endpoint,
-        credentials; default: the environment's, as fsspec and s3fs document).
       loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
         optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
@@ -169,56 +154,19 @@ class DumpHook(v1.train.SessionRunHook):
         training: a dict ``{scope prefix: labels of that tower}`` groups each tower's
         per-sample tensors by its own labels (``hooks/towers.py``); towers cut from one batch
         with ``tf.split`` need no dict (the split is traced).
-      positive: predicate ``labels -> bool [N]`` choosing positive samples. Default:
-        ``labels != 0`` for class ids ([N] or [N, 1], any int, float or bool dtype),
-        ``argmax(labels) != 0`` for one-hot / probabilities ([N, C > 1]); other labels are refused.
-      groups: the sample groups of batched tensors' statistics and dumps (``hooks/groups.py``):
-        None (positive/negative), ``"per_class"`` (``class_0`` ... one per class id, at most
-        ``groups.MAX_CLASS_GROUPS``) or a function ``labels[, predictions] -> {name: bool [N]}``
-        of disjoint groups, e.g. correct vs misclassified.
-      num_classes: the number of classes of ``groups="per_class"`` with class-id labels.
       predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
         EstimatorSpec's predictions (a tensor, or its dict).
-      include / exclude: regexes on tensor names (``exclude`` adds to the defaults, which
-        leave out the backward pass, optimizer, saver, summaries and init ops, constants and
-        variables: ``inspector.accounting.DEFAULT_RULES``). What a filter or a default leaves
-        out is recorded by rule in the manifest's ``accounting``: ``run.why(name)`` says it.
-      op_types / exclude_op_types: capture only / never these op types.
-      dtypes: tensor dtypes to capture (float types by default).
-      stats_every_n_steps: in-graph statistics every N global steps (0 = never).
-      dump_every_n_steps, dump_steps: full dumps every M steps and/or at listed steps and
-        inclusive ranges (``[1, "500:510", (900, 905)]``).
-      dump_on_nonfinite: check the loss every step and the statistics on stats steps; when a
-        NaN/Inf first appears, record where and dump the next step.
-      samples_per_group: sample budget of a full dump: this many samples of each group
-        (first ones by batch index); 2x this many without labels.
-      max_bytes: byte budget of this worker's files; dumps beyond it are dropped (recorded).
-      histogram_bins: ignored (with a warning): the in-graph histograms have fixed
-        log-magnitude buckets (FORMAT.md, "Histograms").
-      gradients: also capture d loss / d tensor for every captured tensor.
-      strict: raise errors inside the hook instead of logging them and degrading.
-      worker: worker name in file names (default from TF_CONFIG, else 'chief').
-      fsync: fsync every dump and statistics part before renaming it into place. Off by
-        default: a rename is atomic and the page cache survives a crash of the training
-        process (even SIGKILL), so completed files stay readable; only a power loss or a
-        kernel crash can leave a recent file short (the reader then reports it as damaged).
-        The manifest is always fsynced. On: one disk flush per file (full dumps: ~60 MB
-        each), which made the writer the bottleneck of dump-heavy runs.
-
       share_gradients: reuse the optimizer's backward pass (below). False: always build
         the hook's own ``tf.gradients``, a second backward pass on statistics and dump steps.
-      native_stats: compute statistics with the fused kernel (``hooks/native``, compiled
-        once per machine, ~15 s, where a C++ compiler exists). False, or no compiler: stock
-        TensorFlow ops, the same values, ~8x more op time.
       mode: 'train', 'eval' or 'predict', recorded with every row and file. Default: 'eval'
         in a graph built by ``Estimator.evaluate`` (it has an eval step counter), 'predict'
         where no loss is found and nothing advances the global step, else 'train'.
       eval_stats_batches: in eval/predict sessions, statistics of the first this many batches
         of each evaluation (None: every batch), each kept apart by its batch index.
       eval_dump_batches: in eval/predict sessions, full dumps of the first this many batches.
-      batched / unbatched: regexes on tensor names forcing a tensor per-sample (axis 0 is
-        the batch) or not, overriding the data-flow trace from the inputs (``hooks.batch_axis``);
-        what is computed from an overridden tensor follows it. ``unbatched`` wins.
+      options: the options ``DumpHook`` and ``InspectCallback`` share (``hooks.CaptureOptions``:
+        filters, schedule, groups, budgets, writing), each also a keyword argument here with the
+        same default (``include=``, ``stats_every_n_steps=``, ...); give each one way.
 
     Variables: every trainable resource variable also gets a record named by the variable
     (``conv1/w``): its value, d loss / d variable summed over all its reads, and on sampled
@@ -237,45 +185,38 @@ class DumpHook(v1.train.SessionRunHook):
     builds its own ``tf.gradients``, which TensorFlow runs as a second backward pass.
     """
 
+    @takes_options
     def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
                  labels: tf.Tensor | str | Mapping[str, tf.Tensor | str] | None = None,
-                 positive: Callable | None = None,
-                 groups: str | Callable | None = None, num_classes: int | None = None,
-                 predictions: tf.Tensor | str | None = None,
+                 predictions: tf.Tensor | str | None = None, share_gradients: bool = True, mode: str | None = None,
+                 eval_stats_batches: int | None = None, eval_dump_batches: int = 1,
+                 options: CaptureOptions | None = None,
+                 # the shared options as keywords (CaptureOptions documents them): takes_options
+                 # gathers them into options=, which is what the body reads
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
-                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
-                 dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
-                 dump_on_nonfinite: bool = False, samples_per_group: int = 2,
-                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None, gradients: bool = True,
-                 strict: bool = False, worker: str | None = None, queue_size: int = 8,
-                 stats_flush_secs: float = 10.0, fsync: bool = False, share_gradients: bool = True,
-                 native_stats: bool = True, mode: str | None = None, eval_stats_batches: int | None = None,
-                 eval_dump_batches: int = 1, batched: str | Sequence[str] | None = None,
-                 unbatched: str | Sequence[str] | None = None,
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None, gradients: bool = True,
+                 stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
+                 dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
+                 positive: Callable | None = None, groups: str | Callable | None = None,
+                 num_classes: int | None = None, samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3,
+                 histogram_bins: int | None = None, native_stats: bool = True, worker: str | None = None,
+                 queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
+                 storage_options: dict[str, Any] | None = None, strict: bool = False) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
-        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
-        self.batch_overrides = dict(batched=batched, unbatched=unbatched)
+        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
         self.run_dir = normalize(run_dir)
-        self.storage_options = storage_options
-        self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
-        self.loss_arg, self.labels_arg, self.positive = loss, labels, positive
-        self.group_spec = GroupSpec.parse(groups, positive, num_classes)
+        self.schedule = options.schedule
+        self.loss_arg, self.labels_arg = loss, labels
+        self.group_spec = GroupSpec.parse(options.groups, options.positive, options.num_classes)
         self.predictions_arg = predictions
-        self.filters = dict(include=include, exclude=exclude, op_types=op_types,
-                            exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
-        self.dump_on_nonfinite = dump_on_nonfinite
-        self.samples_per_group = samples_per_group
-        self.max_bytes = max_bytes
-        self.with_gradients = gradients
-        self.strict = strict
+        self.filters = capture.filters_of(options)
+        self.strict = options.strict
         default_worker, self.is_chief = worker_from_env()
-        self.worker = worker or default_worker
-        self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
-        self.fsync = fsync
-        self.share_gradients, self.native_stats = share_gradients, native_stats
+        self.worker = options.worker or default_worker
+        self.share_gradients = share_gradients
         self.mode_arg, self.eval_stats_batches, self.eval_dump_batches = mode, eval_stats_batches, eval_dump_batches
         # Under asynchronous multi-worker training the global step moves between this worker's
         # runs: read it with every run (one scalar) so the schedule sees each crossing.
@@ -405,9 +346,9 @@ class DumpHook(v1.train.SessionRunHook):
         sel = capture.select_tensors(g, forced=forced, loss=loss, fetched=True, **self.filters)
         self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
-        axis = batch_axis.BatchAxis(g, labels, **self.batch_overrides)
+        axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
         gid = self._whole_batch_groups(axis, labels, gid)
-        grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.with_gradients
+        grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.options.gradients
                  else [None] * len(sel.tensors))
         fields = capture.icnn_fields(g)
         for t, grad in zip(sel.tensors, grads):
@@ -431,10 +372,7 @@ class DumpHook(v1.train.SessionRunHook):
         # The writer (a new session of this worker) opens with the session, in after_create_session.
         accounting = capture.accounting(saved, sel, [t.name for t in sel.tensors], self.filters)
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped, accounting),
-                                 stats_layout=layout, graph_def=graph_def, max_bytes=self.max_bytes,
-                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                                 strict=self.strict, fsync=self.fsync, mode=self.mode,
-                                 storage_options=self.storage_options)
+                                 stats_layout=layout, graph_def=graph_def, mode=self.mode, **self.options.writer_args())
 
     def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
                             groups: capture.Groups | None) -> capture.Groups | None:
@@ -479,11 +417,11 @@ class DumpHook(v1.train.SessionRunHook):
             if name:
                 c.extra["variable"] = name
         structure.annotate(self.captured, g, backward)
-        grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.with_gradients else None)
+        grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.options.gradients else None)
         records = variables.find_records(g, backward, grads, self.filters, loss)
         self.captured += records
         sources.annotate(self.captured, g)
-        self._updates = (variables.Updates(records, self.native_stats, owner=self.worker)
+        self._updates = (variables.Updates(records, self.options.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
@@ -531,15 +469,15 @@ class DumpHook(v1.train.SessionRunHook):
         return capture.unscale(through, capture.gradients(loss, tensors), scaling.scale)
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
-        self._stats = fast_stats.build_stats(self.captured, gid, self.native_stats)
+        self._stats = fast_stats.build_stats(self.captured, gid, self.options.native_stats)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
-        keep, kept_groups = capture.kept_samples(gid, batch, self.samples_per_group)
+        keep, kept_groups = capture.kept_samples(gid, batch, self.options.samples_per_group)
         keeps, tower_samples = self._tower_keeps()
         static_batch = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else (
             batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
-        keep_all_of = capture.keeps_whole_batch(gid, static_batch, self.samples_per_group)
+        keep_all_of = capture.keeps_whole_batch(gid, static_batch, self.options.samples_per_group)
         self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of, keeps=keeps)
         self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
         self._samples = {"samples/index": keep}
@@ -548,7 +486,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._samples.update(tower_samples)
         if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
             self._samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
-        if self.dump_on_nonfinite and loss is not None:
+        if self.options.dump_on_nonfinite and loss is not None:
             self._loss_finite = tf.reduce_all(tf.math.is_finite(loss))
             self._loss_name = loss.name
             if self._dump:
@@ -560,7 +498,7 @@ class DumpHook(v1.train.SessionRunHook):
                 gated.update(self._samples)
                 self._nan_dump = capture.pack_when(bad, gated)
                 self._nan_layout = (list(gated), [t.dtype.name for t in gated.values()])
-        kept = max(1, 2 * self.samples_per_group)
+        kept = max(1, 2 * self.options.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
 
@@ -573,7 +511,7 @@ class DumpHook(v1.train.SessionRunHook):
             gr = c.grouping
             if gr is None or id(gr) in keeps:
                 continue
-            keep, codes = capture.kept_samples(gr, tf.size(gr.ids), self.samples_per_group)
+            keep, codes = capture.kept_samples(gr, tf.size(gr.ids), self.options.samples_per_group)
             keeps[id(gr)] = keep
             samples[f"samples/{c.extra['tower']}/index"] = keep
             samples[f"samples/{c.extra['tower']}/group"] = codes
@@ -590,19 +528,12 @@ class DumpHook(v1.train.SessionRunHook):
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
 
     def _manifest(self, loss, labels, skipped, accounting) -> dict[str, Any]:
-        filters = {k: _jsonable(self.filters[k]) for k in ("include", "exclude", "op_types", "exclude_op_types")}
+        config = self.options.manifest_config(native.used(self.options.native_stats), self.filters["dtypes"])
         return {
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
             "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
-            "config": hook_config(**self.schedule.to_json(), samples_per_group=self.samples_per_group,
-                                  max_bytes=self.max_bytes,
-                                  histogram_sample=fmt.HIST_MAX_ELEMENTS, gradients=self.with_gradients,
-                                  dump_on_nonfinite=self.dump_on_nonfinite, strict=self.strict, fsync=self.fsync,
-                                  share_gradients=self.share_gradients,
-                                  native_stats=bool(self.native_stats and native.library() is not None),
-                                  mode=self.mode, eval_stats_batches=self.eval_stats_batches,
-                                  eval_dump_batches=self.eval_dump_batches, **filters,
-                                  dtypes=[d.name for d in self.filters["dtypes"]]),
+            "config": hook_config(**config, share_gradients=self.share_gradients, mode=self.mode,
+                                  eval_stats_batches=self.eval_stats_batches, eval_dump_batches=self.eval_dump_batches),
             "tensors": [c.catalog_entry() for c in self.captured],
             **self._groups_manifest(),
             "skipped": skipped, "first_nonfinite": None, "accounting": accounting,
@@ -955,9 +886,9 @@ class DumpHook(v1.train.SessionRunHook):
             return
         self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
         log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor, kind,
-                    "; dumping this step and the next" if self.dump_on_nonfinite else "")
+                    "; dumping this step and the next" if self.options.dump_on_nonfinite else "")
         self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
-        self._force_dump = self.dump_on_nonfinite
+        self._force_dump = self.options.dump_on_nonfinite
 
     @_guarded
     def end(self, session) -> None:
@@ -1083,9 +1014,3 @@ def _static_bytes(t: tf.Tensor, batched: bool) -> int:
 def _listed(names: Sequence[str], most: int) -> str:
     """``names`` joined, the first ``most`` of them and how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
-
-
-def _jsonable(v) -> Any:
-    if v is None or isinstance(v, str):
-        return v
-    return list(v)

@@ -41,9 +41,7 @@ from inspector.manifest_schema import GROUPS_REFUSED_KEY
 
 from . import capture
 from .capture import Groups
-
-#: ``groups="per_class"`` makes at most this many groups (rows per tensor and kind: C + 1).
-MAX_CLASS_GROUPS = 64
+from .options import MAX_CLASS_GROUPS, check_classes, group_kind  # noqa: F401 (MAX_CLASS_GROUPS: its home was here)
 
 
 @dataclass
@@ -56,20 +54,10 @@ class GroupSpec:
 
     @classmethod
     def parse(cls, groups: Any, positive=None, num_classes: int | None = None) -> "GroupSpec":
-        """Check ``DumpHook``'s ``groups=`` / ``positive=`` / ``num_classes=`` early."""
-        if num_classes is not None and not (isinstance(num_classes, int) and 1 <= num_classes):
-            raise ValueError(f"num_classes={num_classes!r} must be a positive int")
-        if groups is None or groups == "positive_negative":
-            return cls("positive_negative", positive=positive)
-        if positive is not None:
-            raise ValueError("positive= chooses the positive/negative groups; with groups= it has no meaning")
-        if groups == "per_class":
-            _check_classes(num_classes)
-            return cls("per_class", num_classes=num_classes)
-        if callable(groups):
-            return cls("function", fn=groups)
-        raise ValueError(f"groups={groups!r} must be None (positive/negative), 'per_class' or a function "
-                         f"labels[, predictions] -> {{name: bool [N]}}")
+        """``groups=`` / ``positive=`` / ``num_classes=`` (checked by ``options.group_kind``)."""
+        kind = group_kind(groups, positive, num_classes)
+        return cls(kind, positive=positive if kind == "positive_negative" else None,
+                   num_classes=num_classes if kind == "per_class" else None, fn=groups if kind == "function" else None)
 
     @property
     def needs_predictions(self) -> bool:
@@ -102,13 +90,6 @@ class GroupSpec:
                 return _from_function(self.fn, labels, predictions, self.needs_predictions)
             # samples the default rule cannot split: that step's statistics are written for 'all' only
             return capture.positive_groups(labels, self.positive, count_bad=True)
-
-
-def _check_classes(n: int | None) -> None:
-    if n is not None and n > MAX_CLASS_GROUPS:
-        raise ValueError(f"groups='per_class' with {n} classes: at most {MAX_CLASS_GROUPS} groups are made "
-                         f"(one statistics row per class and tensor); pass groups=<function> that pools "
-                         f"classes into named groups instead")
 
 
 def _class_rule(labels: tf.Tensor) -> str:
@@ -146,7 +127,7 @@ def _per_class(labels: tf.Tensor, num_classes: int | None) -> Groups:
     else:
         raise capture.LabelsError(f"groups='per_class': labels {labels.name} have shape {shape}; class ids "
                                   f"[N] / [N, 1] or one-hot [N, C] are needed")
-    _check_classes(num_classes)
+    check_classes(num_classes)
     names = tuple(f"class_{i}" for i in range(num_classes))
     return Groups(ids, names, tuple(range(num_classes)), bad)
 

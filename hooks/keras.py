@@ -30,7 +30,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import numpy as np
 import tensorflow as tf
@@ -46,12 +46,13 @@ from inspector.units import human_bytes
 from inspector.writer import RunWriter, StatsLayout
 
 from . import capture, native, variables
-from .dump_hook import _jsonable, check_options, guarded, worker_from_env
+from .dump_hook import guarded, worker_from_env
 from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from .keras_source import FitArguments, check_probe, first_batch, fit_arguments, fit_frame, resolve_source
 from .keras_step import StepGraph, TrainedVariables, compile_state, identical, refuse_unsupported
 from .keras_trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var
-from .schedule import Schedule, StepSpec
+from .options import FLOAT_DTYPE_NAMES, CaptureOptions, takes_options
+from .schedule import StepSpec
 
 log = logging.getLogger("tf_inspector")
 
@@ -65,7 +66,6 @@ class InspectCallback(tf.keras.callbacks.Callback):
     Args:
       run_dir: directory of the run (created), or an fsspec URL (``s3://bucket/runs/exp1``) as
         for ``DumpHook``. Read it with ``inspector.open_run(run_dir)``.
-      storage_options: for a URL ``run_dir``: its fsspec filesystem's options (as ``DumpHook``).
       source: ``"train_batch"`` (the default without ``probe=``): record the training step
         itself, captured inside fit's own train step: its batch, its forward values on the
         weights before its update, and the gradients that update was computed from
@@ -80,26 +80,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         ``(x, y, sample_weight)``, ``x`` (no loss: forward values only) or a ``tf.data.Dataset``
         (its first batch). The same samples at every step, so the groups and the dumped samples
         are comparable over time.
-      positive: predicate ``y -> bool [N]`` (or, for the probe, a bool array [N]) choosing
-        positive samples; the default rule is ``DumpHook``'s (class ids != 0, argmax != 0 for
-        one-hot).
-      groups, num_classes: the sample groups, as ``DumpHook``'s (``hooks/groups.py``): None
-        (positive/negative), ``"per_class"`` (one group per class; with class-id targets the
-        class count is ``num_classes``, else the model's output's last axis) or a function
-        ``y[, y_pred] -> {name: bool [N]}`` of disjoint groups (``y_pred``: the model's output).
-      include / exclude / op_types / exclude_op_types / dtypes: as ``DumpHook`` (regexes on
-        tensor names in the traced graph, e.g. ``sequential/dense/MatMul:0``); the manifest's
-        ``accounting`` says why each float output of that graph was not captured (a rule, or
-        ``outside``: not the model's call nor its loss), ``run.why(name)``.
-      stats_every_n_steps, dump_every_n_steps, dump_steps: the schedule (``hooks.schedule``).
-      dump_on_nonfinite: check fit's reported loss every step (one device sync per step) and
-        the statistics on statistics steps; when a NaN/Inf first appears, record where (the
-        manifest's ``first_nonfinite``) and dump the next step (reason "after NaN/Inf").
-      samples_per_group, max_bytes, histogram_bins, gradients, native_stats, batched, unbatched,
-        worker, queue_size, stats_flush_secs, fsync, strict: as ``DumpHook``.
       training: call the model with ``training=True`` on the probe (dropout active, batch-norm
         in batch mode; batch-norm moving statistics are then updated by the probe). Default
         False: the inference behaviour, no side effect on the model.
+      options: the options ``InspectCallback`` and ``DumpHook`` share (``hooks.CaptureOptions``:
+        filters, schedule, groups, budgets, writing), each also a keyword argument here with the
+        same default (``include=``, ``stats_every_n_steps=``, ...); give each one way. Here the
+        labels are fit's targets ``y``, and a ``groups`` function's predictions the model's output.
 
     Variables: a record per trainable variable (``dense/kernel``): its value, d loss / d variable
     and the step's update (value after the step minus before): with the training step, the value
@@ -107,31 +94,32 @@ class InspectCallback(tf.keras.callbacks.Callback):
     the step and the probe's gradient on it ("before" copied on sampled steps only).
     """
 
-    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str | None = None,
-                 positive: Callable | Any = None, groups: str | Callable | None = None,
-                 num_classes: int | None = None,
+    @takes_options
+    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str | None = None, training: bool = False,
+                 options: CaptureOptions | None = None,
+                 # the shared options as keywords (CaptureOptions documents them): takes_options
+                 # gathers them into options=, which is what the body reads
                  include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
                  op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
-                 dtypes: Sequence[tf.DType] = capture.FLOAT_DTYPES, stats_every_n_steps: int | None = 100,
-                 dump_every_n_steps: int | None = 1000, dump_steps: Iterable[StepSpec] = (),
-                 dump_on_nonfinite: bool = False,
-                 samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None,
-                 gradients: bool = True, training: bool = False, strict: bool = False, worker: str | None = None,
+                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES, batched: str | Sequence[str] | None = None,
+                 unbatched: str | Sequence[str] | None = None, gradients: bool = True,
+                 stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
+                 dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
+                 positive: Callable | Any = None, groups: str | Callable | None = None,
+                 num_classes: int | None = None, samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3,
+                 histogram_bins: int | None = None, native_stats: bool = True, worker: str | None = None,
                  queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
-                 native_stats: bool = True, batched: str | Sequence[str] | None = None,
-                 unbatched: str | Sequence[str] | None = None,
-                 storage_options: dict[str, Any] | None = None) -> None:
+                 storage_options: dict[str, Any] | None = None, strict: bool = False) -> None:
         super().__init__()
         backend = tf.keras.backend.backend()
         if backend != "tensorflow":   # the capture traces the model into a TensorFlow graph
             raise ValueError(f"InspectCallback needs Keras on the TensorFlow backend; this Keras runs on {backend!r}: "
                              f"set KERAS_BACKEND=tensorflow before importing keras")
-        check_options(samples_per_group, histogram_bins, include, exclude, batched, unbatched)
+        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
         self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
-        self.storage_options = storage_options
         self.source = resolve_source(source, probe)
-        self.probe = check_probe(self.source, probe, positive)
-        self.group_spec = GroupSpec.parse(groups, positive, num_classes)
+        self.probe = check_probe(self.source, probe, options.positive)
+        self.group_spec = GroupSpec.parse(options.groups, options.positive, options.num_classes)
         # why the training step cannot be captured exactly, for the model and compile() in
         # _fallback_for: the probe is recorded instead (hooks/keras_source.py)
         self._fallback: str | None = None
@@ -146,19 +134,18 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._opened_with: ProbeGraph | None = None   # the graph of the last writer session
         self._told_unsampled = False
         self._pending: tuple[bool, bool] = (False, False)
-        self.dump_on_nonfinite = dump_on_nonfinite
         self._first_nonfinite: dict | None = None
         self._force_dump = False
         self._refusals = Refusals()   # this fit's session's
-        self.schedule = Schedule(stats_every_n_steps, dump_every_n_steps, dump_steps)
-        self.filters = dict(include=include, exclude=exclude, op_types=op_types,
-                            exclude_op_types=exclude_op_types, dtypes=tuple(dtypes))
-        self.options = ProbeOptions(self.filters, positive, samples_per_group, gradients, native_stats, training,
-                                    dict(batched=batched, unbatched=unbatched), self.group_spec)
-        self.max_bytes, self.strict, self.fsync = max_bytes, strict, fsync
-        self.queue_size, self.stats_flush_secs = queue_size, stats_flush_secs
+        self.schedule = options.schedule
+        self.filters = capture.filters_of(options)
+        # what the traced capture (probe or training step) needs of the options
+        self.trace_options = ProbeOptions(self.filters, options.positive, options.samples_per_group,
+                                          options.gradients, options.native_stats, training,
+                                          options.batch_overrides, self.group_spec)
+        self.strict = options.strict
         default_worker, self.is_chief = worker_from_env()
-        self.worker = worker or default_worker
+        self.worker = options.worker or default_worker
         self._disabled = ""   # why the callback was disabled (guarded); empty while it is not
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
@@ -207,7 +194,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             return
         step = self._graph if isinstance(self._graph, StepGraph) else None
         if step is None or step.model is not model or not step.reuses_kept():
-            step = StepGraph(model, self.options)   # fit traces the step anew: a new catalog
+            step = StepGraph(model, self.trace_options)   # fit traces the step anew: a new catalog
         step.install()
         self._graph = self._installed = step
 
@@ -359,7 +346,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._step += 1
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)
-        noted = self.dump_on_nonfinite and self._first_nonfinite is None and not _finite((logs or {}).get("loss"))
+        noted = (self.options.dump_on_nonfinite and self._first_nonfinite is None
+                 and not _finite((logs or {}).get("loss")))
         if noted:
             self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward", "loss check")
         out = None
@@ -529,7 +517,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         x, y, sw = self.probe
         if self._fallback is None:   # (a fallback has said why the step is not recorded)
             _warn_custom_step(self.model)
-        graph = ProbeGraph(self.model, x, y, sw, self.options)
+        graph = ProbeGraph(self.model, x, y, sw, self.trace_options)
         self._traced_for = compile_state(self.model)
         try:
             graph.function(stats=True, dump=False)   # the catalog and statistics rows, always
@@ -570,10 +558,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
                                       for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
             self._estimated = graph
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
-                                 stats_layout=layout, graph_def=graph.graph_def, max_bytes=self.max_bytes,
-                                 queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                                 strict=self.strict, fsync=self.fsync, mode="train",
-                                 storage_options=self.storage_options, owner_gone=self._fit_watch)
+                                 stats_layout=layout, graph_def=graph.graph_def, mode="train",
+                                 owner_gone=self._fit_watch, **self.options.writer_args())
         # the writer holds the check (and with it fit's frame and locals: its data) until the
         # session ends; kept here too, they outlived a fit that raised until the next fit
         self._fit_watch = None
@@ -611,7 +597,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
                      "sample_weight": graph.has_sample_weight}
         else:
             x, y, sw = self.probe
-            probe = {"source": "probe", "samples": _probe_size(x), "training": self.options.training,
+            probe = {"source": "probe", "samples": _probe_size(x), "training": self.trace_options.training,
                      "targets": y is not None, "sample_weight": sw is not None, "origin": self._probe_origin,
                      "fallback": self._fallback}
             note = {"captured_on": PROBE_NOTE}   # beside every entry: what its gradient and update mean
@@ -624,16 +610,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             "source": "keras", "model": self.model.name,
             "probe": probe, "step_offset": self._step_offset,
             "loss": graph.loss_name, "labels": graph.labels_name,
-            "config": {**self.schedule.to_json(), "samples_per_group": self.options.samples_per_group,
-                       "max_bytes": self.max_bytes,
-                       "histogram_sample": fmt.HIST_MAX_ELEMENTS,
-                       "gradients": self.options.gradients, "dump_on_nonfinite": self.dump_on_nonfinite,
-                       "strict": self.strict, "fsync": self.fsync, "share_gradients": False,
-                       "native_stats": bool(self.options.native_stats and native.library() is not None),
-                       "mode": "train", "include": _jsonable(self.filters["include"]),
-                       "exclude": _jsonable(self.filters["exclude"]), "op_types": _jsonable(self.filters["op_types"]),
-                       "exclude_op_types": _jsonable(self.filters["exclude_op_types"]),
-                       "dtypes": [d.name for d in self.filters["dtypes"]]},
+            "config": {**self.options.manifest_config(native.used(self.options.native_stats), self.filters["dtypes"]),
+                       "share_gradients": False, "mode": "train"},
             "tensors": [{**c.catalog_entry(), **note} for c in graph.captured], **graph.groups_manifest(),
             "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite, "accounting": graph.accounting,
         }
@@ -674,10 +652,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
             return
         self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
         log.warning("NaN/Inf first seen at step %d in %s (%s)%s", step, tensor or "the loss", kind,
-                    "; dumping the next step" if self.dump_on_nonfinite else "")
+                    "; dumping the next step" if self.options.dump_on_nonfinite else "")
         if self._writer is not None and not self._writer.closed:
             self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
-        self._force_dump = self.dump_on_nonfinite
+        self._force_dump = self.options.dump_on_nonfinite
 
 
 def applied_batches(optimizer):

@@ -74,10 +74,10 @@ def selected(name: str, include=None, exclude=None, op_types=None, exclude_op_ty
     >>> selected("conv1/w", include="^conv"), selected("conv1/w", op_types=["Relu"])
     (True, False)
     """
-    from .capture import _compile
+    from .options import compile_patterns
     if (op_types and "VarHandleOp" not in op_types) or "VarHandleOp" in (exclude_op_types or ()):
         return False
-    inc, exc = _compile(include), _compile(exclude)
+    inc, exc = compile_patterns(include), compile_patterns(exclude)
     return (not inc or any(p.search(name) for p in inc)) and not any(p.search(name) for p in exc)
 
 

@@ -1,6 +1,6 @@
 """The import graph: no cycles among the modules of ``hooks/`` (or ``inspector/``), read from
-the source with ``ast`` (lazy imports inside functions included), and ``hooks.schedule``
-importable where TensorFlow is not."""
+the source with ``ast`` (lazy imports inside functions included), and ``hooks.schedule`` and
+``hooks.options`` importable where TensorFlow is not."""
 from __future__ import annotations
 
 import ast
@@ -101,6 +101,9 @@ WITHOUT_TENSORFLOW = textwrap.dedent("""
     import hooks.schedule
     s = hooks.schedule.Schedule(stats_every_n_steps=10, dump_every_n_steps=100, dump_steps=["500:510"])
     print("schedule", s.wants_stats(20), s.wants_dump(505), s.wants_dump(511))
+    from hooks import CaptureOptions
+    o = CaptureOptions(stats_every_n_steps=10, exclude="/dropout/")
+    print("options", o.schedule.stats_every, o.writer_args()["max_bytes"])
     try:
         from hooks import DumpHook
     except ImportError as e:
@@ -114,5 +117,6 @@ def test_hooks_schedule_imports_without_tensorflow():
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "schedule True True False" in out.stdout
+    assert "options 10 2147483648" in out.stdout
     assert ("DumpHook: hooks.DumpHook needs TensorFlow, which is not installed: pip install 'tf-inspector[tf]'"
             in out.stdout)
