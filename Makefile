@@ -1,6 +1,7 @@
 # make demo  - train the example ICNN and its plain twin with DumpHook, then open the viewer
 # make demo-keras - the same with model.fit + InspectCallback on the latest TensorFlow (Keras 3; .venv-latest)
-# make test  - run the test suite (TensorFlow 2.15 + estimator)
+# make test  - the fast tier of the test suite (TensorFlow 2.15 + estimator; tests/tiers.py lists the slow tier)
+# make test-all - every test; make test-slow - the slow tier only
 # make test VENV=.venv-latest REQ=requirements-latest.txt   - the same under the latest TensorFlow
 # make lint  - ruff over the tree, mypy over inspector/ (tools pinned in requirements-lint.txt)
 # make screenshots - every viewer page in headless Chromium, saved as docs/images/viewer-<page>.png (docs/viewer/)
@@ -15,7 +16,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum $(REQ) pyproject.toml | sha256sum 
 LINT_VENV ?= .venv-lint
 LINT_STAMP := $(LINT_VENV)/.installed-$(shell sha256sum requirements-lint.txt | cut -c1-12)
 
-.PHONY: venv test lint screenshots demo demo-train demo-keras demo-keras-train clean-runs
+.PHONY: venv test test-slow test-all kernel lint screenshots demo demo-train demo-keras demo-keras-train clean-runs
 KERAS_VENV ?= .venv-latest
 KERAS_REQ ?= requirements-latest.txt
 KERAS_RUNS ?= runs-keras
@@ -31,9 +32,17 @@ venv: $(STAMP)
 
 # the statistics kernel is compiled ahead of time (not in the first test's hook); without a
 # compiler the tests that need it skip, so its failure is only reported here
-test: venv
+kernel: venv
 	$(VENV)/bin/python -m hooks.native build || echo "warning: the statistics kernel was not built (see above)"
-	$(VENV)/bin/python -m pytest -q tests
+
+test: kernel
+	$(VENV)/bin/python -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
+
+test-slow: kernel
+	$(VENV)/bin/python -m pytest -q -m slow tests $(PYTEST_ARGS)
+
+test-all: kernel
+	$(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
 
 # the browser test that renders every page writes each page's screenshot where TF_INSPECTOR_SHOTS says
 screenshots: venv
