@@ -69,7 +69,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
       source: ``"train_batch"`` (the default without ``probe=``): record the training step
         itself, captured inside fit's own train step: its batch, its forward values on the
         weights before its update, and the gradients that update was computed from
-        (``hooks/keras_step.py``; README, "Which batch"). Where that cannot be exact (XLA,
+        (``hooks/keras_step.py``; docs/guide/keras.md). Where that cannot be exact (XLA,
         ``run_eagerly``, several replicas, a custom ``train_step`` it refuses) the callback
         warns and records the probe instead. ``"probe"`` (the default with ``probe=``): a fixed
         batch run through the model after each sampled step's update; its gradients are the
@@ -95,8 +95,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
       dump_on_nonfinite: check fit's reported loss every step (one device sync per step) and
         the statistics on statistics steps; when a NaN/Inf first appears, record where (the
         manifest's ``first_nonfinite``) and dump the next step (reason "after NaN/Inf").
-      samples_per_group, max_bytes, histogram_bins, gradients, native_stats, batched, unbatched,
-        worker, queue_size, stats_flush_secs, fsync, strict: as ``DumpHook``.
+      samples_per_group, max_bytes, histogram_bins, gradients, native_stats: as ``DumpHook``.
+      batched, unbatched, worker, queue_size, stats_flush_secs, fsync, strict: as ``DumpHook``.
       training: call the model with ``training=True`` on the probe (dropout active, batch-norm
         in batch mode; batch-norm moving statistics are then updated by the probe). Default
         False: the inference behaviour, no side effect on the model.
