@@ -84,4 +84,4 @@ $(DOCS_STAMP): requirements-docs.txt
 
 .PHONY: docs
 docs: $(DOCS_STAMP)
-	$(DOCS_VENV)/bin/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
