@@ -5,6 +5,7 @@
 # make test VENV=.venv-latest REQ=requirements-latest.txt   - the same under the latest TensorFlow
 # make lint  - ruff over the tree, mypy over inspector/ (tools pinned in requirements-lint.txt)
 # make screenshots - every viewer page in headless Chromium, saved as docs/images/viewer-<page>.png (docs/viewer/)
+# make docs  - the user guide and API reference as a site in site/ (mkdocs --strict; pins in requirements-docs.txt)
 PY ?= python3
 VENV ?= .venv
 REQ ?= requirements.txt
@@ -79,3 +80,17 @@ demo-keras: demo-keras-train
 
 clean-runs:
 	rm -rf $(RUNS) $(KERAS_RUNS)
+
+# the documentation site: mkdocs in its own small venv (no TensorFlow: the API reference reads the
+# sources statically), rebuilt only when its pins change; --strict fails on a broken link or reference
+DOCS_VENV ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed-$(shell sha256sum requirements-docs.txt | cut -c1-12)
+
+$(DOCS_STAMP): requirements-docs.txt
+	@test -x $(DOCS_VENV)/bin/python || $(PY) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -r requirements-docs.txt
+	@rm -f $(DOCS_VENV)/.installed-* && touch $(DOCS_STAMP)
+
+.PHONY: docs
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict

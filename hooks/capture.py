@@ -769,7 +769,7 @@ class LabelsError(ValueError):
 
 
 def default_rule(labels: tf.Tensor) -> str:
-    """The default positive rule for ``labels`` (README, "Loss and labels"); raises ``LabelsError``."""
+    """The default positive rule for ``labels`` (docs/guide/loss-and-labels.md); raises ``LabelsError``."""
     shape, rank = labels.shape, labels.shape.rank
     dtype = labels.dtype
     if not (dtype.is_integer or dtype.is_floating or dtype == tf.bool):

@@ -143,12 +143,12 @@ class DumpHook(v1.train.SessionRunHook):
     Args:
       run_dir: directory of the run (created). Read it with ``inspector.open_run(run_dir)``.
         An fsspec URL writes to object storage (``s3://bucket/runs/exp1``, ``gs://...``): each
-        file one object, written whole; needs ``pip install 'tf-inspector[s3]'`` (README,
-        "Distributed training").
+        file one object, written whole; needs ``pip install 'tf-inspector[s3]'``
+        (docs/guide/distributed-and-storage.md).
       loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
         optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
-        refused (``hooks.resolve``, README "Loss and labels"). The choice and why is logged.
+        refused (``hooks.resolve``, docs/guide/loss-and-labels.md). The choice and why is logged.
       labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
         Estimator passed to the model_fn. Without labels there are no groups. Multi-tower
         training: a dict ``{scope prefix: labels of that tower}`` groups each tower's
@@ -830,7 +830,7 @@ class DumpHook(v1.train.SessionRunHook):
         """Warn once when the global step advanced less than this worker's training runs between
         two sampled runs: gradient accumulation (a train op that advances it every k-th run) or
         a step advanced by another run. Rows carry the global step after their run, which
-        may then be a micro-batch's; the schedule counts runs (README, "Distributed")."""
+        may then be a micro-batch's; the schedule counts runs (docs/guide/distributed-and-storage.md)."""
         last, self._sampled_at = self._sampled_at, (self._runs, step)
         if last is None or self._track_step or self._warned_lag:
             return
@@ -840,7 +840,8 @@ class DumpHook(v1.train.SessionRunHook):
             log.warning("the global step advanced %d over %d training runs (steps %d..%d): gradient accumulation, "
                         "a loss-scale optimizer skipping steps whose gradients overflowed (mixed precision), or a "
                         "step another run advances? Each row carries the global step after its run, which may be "
-                        "a micro-batch's or a skipped step's, and the schedule counts runs (README, \"Distributed\")",
+                        "a micro-batch's or a skipped step's, and the schedule counts runs "
+                        "(docs/guide/distributed-and-storage.md)",
                         moved, runs, last[1], step)
 
     def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:
@@ -928,7 +929,7 @@ def _refuse_distributed(g: tf.Graph) -> None:
         raise ValueError(f"the model's variables ({mirrored[0].name}, ...) are mirrored by a tf.distribute strategy "
                          f"(an Estimator's RunConfig(train_distribute=...)?): DumpHook does not capture replicated "
                          f"variables. Train on one device without train_distribute, or in a TF_CONFIG cluster with "
-                         f"parameter servers (each worker writes its own files; README, 'Distributed training')")
+                         f"parameter servers (each worker writes its own files; docs/guide/distributed-and-storage.md)")
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:

@@ -3,7 +3,7 @@
 ``DumpHook(groups=...)`` takes one of:
 
 - ``None`` (default): ``positive`` / ``negative`` by the ``positive=`` predicate or the
-  default rule on the labels (README, "Loss and labels"); the ICNN pages use these.
+  default rule on the labels (docs/guide/loss-and-labels.md); the ICNN pages use these.
 - ``"per_class"``: one group per class id, ``class_0`` ... ``class_<C-1>``. C is the labels'
   static last dimension for one-hot / probability labels [N, C > 1], else ``num_classes=``;
   at most ``MAX_CLASS_GROUPS`` (more is refused when the hook is built: pass a function that

@@ -69,7 +69,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
       source: ``"train_batch"`` (the default without ``probe=``): record the training step
         itself, captured inside fit's own train step: its batch, its forward values on the
         weights before its update, and the gradients that update was computed from
-        (``hooks/keras_step.py``; README, "Which batch"). Where that cannot be exact (XLA,
+        (``hooks/keras_step.py``; docs/guide/keras.md). Where that cannot be exact (XLA,
         ``run_eagerly``, several replicas, a custom ``train_step`` it refuses) the callback
         warns and records the probe instead. ``"probe"`` (the default with ``probe=``): a fixed
         batch run through the model after each sampled step's update; its gradients are the

@@ -99,7 +99,7 @@ def test_every_float_output_is_captured_skipped_or_excluded_with_the_reason(cond
     assert counts == {r: sum(w.rule == r for w in whys.values()) for r in counts}
     captured = set(run.tensors.index)
     assert all((w.status == "captured") == (n in captured) for n, w in whys.items())
-    # the constants the README's "every forward op" did not mention, by rule
+    # the constants docs/guide/attach.md's "every forward op" did not mention, by rule
     for name in ("two:0", "ones:0", "zeros:0", "fill:0"):
         assert (whys[name].status, whys[name].rule) == ("excluded", "constant"), whys[name]
     assert whys["gate/Tanh:0"].status == "skipped" and whys["gate/Tanh:0"].reason == capture.IN_V1_BODY

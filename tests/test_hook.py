@@ -620,7 +620,7 @@ def test_a_read_in_no_order_with_the_update_is_not_captured(tmp_path):
 def test_a_v1_loop_result_the_loss_does_not_use_has_no_gradient(tmp_path):
     """tf.gradients through a v1 loop gives an unused loop result zeros
     (ZerosLikeForExit), and so does what only feeds it: the captured Exit read has_gradient
-    with an all-zero gradient, where the README promises "no gradient, never zeros"."""
+    with an all-zero gradient, where docs/guide/attach.md promises "no gradient, never zeros"."""
     v1.disable_control_flow_v2()
     try:
         with tf.Graph().as_default():

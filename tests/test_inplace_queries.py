@@ -1,4 +1,4 @@
-"""Statistics queried in place by DuckDB and Polars (the one-liners of README, "Read a run"):
+"""Statistics queried in place by DuckDB and Polars (the one-liners of docs/guide/reading.md):
 the same rows as inspector's reader, on a run whose parts were compacted and one that was not."""
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import inspector
 from inspector.testing import SyntheticRun
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+STORAGE_GUIDE = ROOT / "docs" / "guide" / "distributed-and-storage.md"
 
 
-def readme_query(glob: str, tensor: str) -> str:
-    """README's DuckDB query ("Distributed training") on ``glob`` and ``tensor``, without its
+def guide_query(glob: str, tensor: str) -> str:
+    """The storage guide's DuckDB query ("Querying the bucket with DuckDB") on ``glob`` and ``tensor``, without its
     httpfs lines: the documented text itself is what runs."""
-    text = README.read_text()
+    text = STORAGE_GUIDE.read_text()
     sql = text[text.index("```sql", text.index("The statistics are plain Parquet")) + 6:]
     sql = sql[:sql.index("```")]
     body = "\n".join(line for line in sql.splitlines() if line and not line.startswith(("INSTALL", "CREATE SECRET")))
@@ -65,8 +66,8 @@ def test_polars_reads_statistics_in_place(run_path):
 
 
 def test_duckdb_reads_a_bucket_in_place_offline(s3):
-    """README, "Distributed training": DuckDB with the fsspec filesystem registered (no httpfs
-    download) runs the README's query on a run in an S3 bucket; it equals the reader's rows."""
+    """docs/guide/distributed-and-storage.md: DuckDB with the fsspec filesystem registered (no httpfs
+    download) runs the guide's query on a run in an S3 bucket; it equals the reader's rows."""
     duckdb = pytest.importorskip("duckdb")
     url = s3.url("duckdb")
     b = SyntheticRun(url, tensors=6, steps_hint=5, dump_every=None, stats_flush_secs=0, storage_options=s3.options)
@@ -78,15 +79,15 @@ def test_duckdb_reads_a_bucket_in_place_offline(s3):
     want = run.query_stats([name], kinds=["gradient"], groups=["all"]).sort_values("step")
     con = duckdb.connect()
     con.register_filesystem(s3.filesystem())
-    rows = con.sql(readme_query(f"{url}/stats/*.parquet", name)).fetchall()
+    rows = con.sql(guide_query(f"{url}/stats/*.parquet", name)).fetchall()
     assert len(rows) == len(want) > 0
     np.testing.assert_array_equal([r[1] for r in rows], want["step"].to_numpy())
     np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())
 
 
-def test_readme_duckdb_query_follows_the_later_session_rule(tmp_path):
+def test_guide_duckdb_query_follows_the_later_session_rule(tmp_path):
     """A resume recording fewer tensors (another ``include=``) hides the first session's rows of
-    the steps it ran, of every tensor: the reader shows none there, and neither does README's
+    the steps it ran, of every tensor: the reader shows none there, and neither does the guide's
     query (an ``arg_max(l2, session)`` would keep the first session's)."""
     duckdb = pytest.importorskip("duckdb")
     first = SyntheticRun(tmp_path, tensors=12, steps_hint=6, dump_every=None, stats_flush_secs=0, icnn=False)
@@ -99,7 +100,7 @@ def test_readme_duckdb_query_follows_the_later_session_rule(tmp_path):
     name = next(t.name for t in first.catalog if t.has_gradient and t.name not in kept)
     want = inspector.open_run(tmp_path).query_stats([name], kinds=["gradient"], groups=["all"]).sort_values("step")
     assert want["step"].tolist() == [0, 1, 2]   # the resume's steps 3..7 hide its 3..5
-    rows = duckdb.sql(readme_query(f"{tmp_path}/stats/*.parquet", name)).fetchall()
+    rows = duckdb.sql(guide_query(f"{tmp_path}/stats/*.parquet", name)).fetchall()
     assert [r[1] for r in rows] == [0, 1, 2]
     np.testing.assert_array_equal([r[2] for r in rows], want["l2"].to_numpy())
 
@@ -115,7 +116,7 @@ def test_format_md_decodes_every_bucket_to_its_edges(run_path):
     """FORMAT.md's SQL decoding of ``hist_bucket``: every bucket's edges, as inspector.loghist's."""
     duckdb = pytest.importorskip("duckdb")
     from inspector.loghist import bucket_edges
-    sql = doc_sql(README.parent / "FORMAT.md", "Decoding in SQL").replace("runs/exp1/stats/*.parquet",
+    sql = doc_sql(ROOT / "FORMAT.md", "Decoding in SQL").replace("runs/exp1/stats/*.parquet",
                                                                            f"{run_path}/stats/*.parquet")
     df = duckdb.sql(sql).df()
     decoded = df["lo_mag"].notna()
@@ -132,7 +133,7 @@ def test_the_docs_median_query_finds_the_median_bucket(run_path):
     from inspector.loghist import LogHistogram, bucket_index
     run = inspector.open_run(run_path)
     name = run.tensors.index[run.tensors["has_gradient"].to_numpy().astype(bool)][3]
-    sql = doc_sql(README.parent / "docs" / "histograms.md", "median gradient of one tensor")
+    sql = doc_sql(ROOT / "docs" / "histograms.md", "median gradient of one tensor")
     sql = sql.replace("runs/exp1/stats/*.parquet", f"{run_path}/stats/*.parquet").replace("conv3/Relu:0", name)
     got = {(int(s), g): int(b) for s, g, b in duckdb.sql(sql).fetchall()}
     df = run.query_stats([name], kinds=["gradient"])

@@ -61,8 +61,9 @@ def test_the_default_records_the_gradients_the_update_came_from(tmp_path):
 
 
 def test_a_fit_that_samples_no_step_says_so_at_its_end(tmp_path, caplog):
-    """The README's defaults on a 40-step fit: no step sampled, no run directory, and not a
-    word even at INFO (open_run then raised NotARunError). The fit's end warns, naming the
+    """The documented defaults (docs/guide/keras.md, "Options") on a 40-step fit: no step
+    sampled, no run directory, and not a word even at INFO (open_run then raised
+    NotARunError). The fit's end warns, naming the
     schedule, the next sampled step and a setting that samples this fit; a second such fit of
     the same callback (a fit per epoch) says it at INFO; a fit that samples says nothing."""
     x, y = _classes(n=640)

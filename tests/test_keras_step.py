@@ -155,7 +155,7 @@ def test_capture_leaves_training_unchanged_with_batch_norm(tmp_path):
     x, y = _data(6, n=48)
     # Keras 3's dropout draws from a seed variable: the capturing function draws what fit's own
     # would. tf.keras 2.15's stateful random ops restart their stream in another function
-    # (README, "The training batch instead"), so there the check is without dropout.
+    # (docs/guide/keras.md, "The training step"), so there the check is without dropout.
 
     def model():
         keras.utils.set_random_seed(6)
@@ -1223,8 +1223,8 @@ def test_a_model_loaded_from_a_checkpoint_resumes_at_its_count(tmp_path, caplog,
     resumed steps 4-6 as 7-9, warning 'compile() again': a new optimizer was taken for one
     counting from 0, and the run showed the checkpoint's training after the first's as steps
     it never had. A new optimizer whose count is not 0 was restored: steps follow its count
-    (README: 'restored from a checkpoint keeps step = optimizer.iterations'), as they do for a
-    new callback, and the later session wins the steps it repeats."""
+    (docs/guide/keras.md: 'restored from a checkpoint keeps step = optimizer.iterations'), as they
+    do for a new callback, and the later session wins the steps it repeats."""
     x, y = _data(20, n=48)
     keras.utils.set_random_seed(20)
     model = sequential()
