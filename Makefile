@@ -36,14 +36,18 @@ venv: $(STAMP)
 kernel: venv
 	$(VENV)/bin/python -m hooks.native build || echo "warning: the statistics kernel was not built (see above)"
 
+# JOBS test processes (pytest-xdist), each test file in one of them (its module fixtures built once)
+JOBS ?= 2
+PYTEST = $(VENV)/bin/python -m pytest -q -n $(JOBS) --dist loadfile
+
 test: kernel
-	$(VENV)/bin/python -m pytest -q -m "not slow" tests $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" tests $(PYTEST_ARGS)
 
 test-slow: kernel
-	$(VENV)/bin/python -m pytest -q -m slow tests $(PYTEST_ARGS)
+	$(PYTEST) -m slow tests $(PYTEST_ARGS)
 
 test-all: kernel
-	$(VENV)/bin/python -m pytest -q tests $(PYTEST_ARGS)
+	$(PYTEST) tests $(PYTEST_ARGS)
 
 # the browser test that renders every page writes each page's screenshot where TF_INSPECTOR_SHOTS says
 screenshots: venv

@@ -162,7 +162,7 @@ def cat_path(run, tensor: str) -> str:
 def estimator_model_fn(features, labels, mode):
     h = tf.compat.v1.layers.dense(features["x"], 2, name="est_dense")
     act = tf.nn.relu(h, name="est_act")
-    loss = tf.reduce_mean(tf.square(act - tf.cast(labels, tf.float32)[:, None]), name="est_loss")
+    loss = tf.identity(tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, act), name="est_loss")
     train_op = v1.train.GradientDescentOptimizer(0.1).minimize(loss, v1.train.get_global_step())
     return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 

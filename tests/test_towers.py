@@ -180,11 +180,11 @@ def test_reader_samples_of_a_tower(tmp_path):
 
 
 def test_a_refused_step_dumps_every_towers_first_samples(tmp_path):
-    """Float regression targets (the default rule refuses the step's groups)
-    under traced tf.split towers dumped the whole batch's first samples but no row of any
-    tower's tensors: a slice's groups had dropped the batch's count of samples breaking the
-    rule. Each tower now keeps its slice's first samples, ungrouped, like the batch."""
-    y = RNG.normal(size=(N,)).astype(np.float32)
+    """Continuous targets (soft labels in (0, 1): the default rule refuses the step's groups)
+    under traced tf.split towers: each tower keeps its slice's first samples, ungrouped, like
+    the batch, instead of no row of any tower's tensors (a slice's groups must not drop the
+    batch's count of samples breaking the rule)."""
+    y = RNG.uniform(0.05, 0.95, size=(N,)).astype(np.float32)
     with tf.Graph().as_default():
         x = v1.placeholder(tf.float32, [None, D], name="x")
         labels = v1.placeholder(tf.float32, [None], name="y")
@@ -193,7 +193,7 @@ def test_a_refused_step_dumps_every_towers_first_samples(tmp_path):
         for i, (xi, yi) in enumerate(zip(tf.split(x, 2), tf.split(labels, 2))):
             with tf.name_scope(f"tower_{i}"):
                 h = tf.nn.relu(tf.matmul(xi, w), name="hidden")
-                losses.append(tf.reduce_mean(tf.square(tf.reshape(h, [-1]) - yi)))
+                losses.append(tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=yi, logits=tf.reshape(h, [-1]))))
         loss = tf.add_n(losses, name="loss")
         train = v1.train.GradientDescentOptimizer(0.01).minimize(loss, global_step=v1.train.get_or_create_global_step())
         hook = DumpHook(tmp_path / "run", loss=loss, labels=labels, stats_every_n_steps=1, dump_every_n_steps=1,

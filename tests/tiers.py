@@ -1,32 +1,70 @@
 """The slow tier: tests ``make test`` skips and ``make test-all`` (and CI) runs.
 
-A test is slow here when it trains a model or drives a browser for a minute or more and another
-fast test already covers the same feature, so the fast tier keeps one representative test per
-feature and runs within minutes (timed in docs/contributing.md). Names are checked against the
-files at start, so a renamed test cannot leave this list silently.
+tests/slow.txt lists them, one ``file::test function`` (or a whole ``file``) per line. It is
+made from measured times, so the fast tier keeps every test that takes a few seconds, and with
+them cheap tests of every feature, and runs within minutes on two cores::
+
+    TF_INSPECTOR_TEST_TIMES=/tmp/times.tsv make test-all     # each test's phases, as they finish
+    python tests/tiers.py /tmp/times.tsv 6                   # rewrite slow.txt: tests over 6 s
+
+Names are checked against the files at start, so a renamed test cannot leave the list silently.
+Files whose slow tests also run under the latest TensorFlow in CI (their code differs between
+tf.keras 2.15 and Keras 3, or between TensorFlow versions) are ``BOTH_TFS``.
 """
 from __future__ import annotations
 
+import sys
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-#: whole files in the slow tier: file name -> why
-SLOW_FILES: dict[str, str] = {
-}
+HERE = Path(__file__).resolve().parent
+LIST = HERE / "slow.txt"
 
-#: single tests in the slow tier: "file::test function" -> why
-SLOW_TESTS: dict[str, str] = {
-}
+#: test files whose slow tests CI runs under both TensorFlows (marker ``both_tfs``)
+BOTH_TFS = frozenset({
+    "test_keras.py", "test_keras_step.py", "test_keras_defaults.py", "test_keras_icnn.py", "test_batch_axis.py",
+    "test_accounting.py", "test_hook.py", "test_hook_mixed_precision.py", "test_fast_stats.py", "test_variables.py",
+    "test_quantiles.py", "test_shared_gradients.py", "test_lifecycle.py", "test_native_cache.py",
+})
 
 
-def check_listed(folder: Path) -> None:
+def slow_entries() -> set[str]:
+    """The lines of slow.txt: ``file`` or ``file::function`` (comments after '#')."""
+    lines = (line.split("#")[0].strip() for line in LIST.read_text().splitlines()) if LIST.exists() else ()
+    return {line for line in lines if line}
+
+
+def is_slow(entries: set[str], file: str, function: str) -> bool:
+    return file in entries or f"{file}::{function}" in entries
+
+
+def check_listed(entries: set[str], folder: Path = HERE) -> None:
     """Every listed file exists and every listed test is defined in its file."""
-    missing = [f for f in SLOW_FILES if not (folder / f).is_file()]
-    for key in SLOW_TESTS:
-        file, test = key.split("::")
+    missing = []
+    for entry in sorted(entries):
+        file, _, test = entry.partition("::")
         path = folder / file
-        if not path.is_file() or f"def {test}(" not in path.read_text():
-            missing.append(key)
+        if not path.is_file() or (test and f"def {test}(" not in path.read_text()):
+            missing.append(entry)
     if missing:
-        raise pytest.UsageError(f"tests/tiers.py lists tests that do not exist: {', '.join(missing)}")
+        raise pytest.UsageError(f"tests/slow.txt lists tests that do not exist: {', '.join(missing)}")
+
+
+def write_list(times: Path, seconds: float) -> list[str]:
+    """slow.txt from a times file (``nodeid, phase, seconds, outcome`` per line): each test
+    function one of whose cases took more than ``seconds``, setup and teardown included."""
+    per_case: dict[str, float] = defaultdict(float)
+    for line in times.read_text().splitlines():
+        nodeid, _, took, _ = line.split("\t")
+        per_case[nodeid] += float(took)
+    slow = sorted({Path(n.split("::")[0]).name + "::" + n.split("::")[-1].split("[")[0]
+                   for n, took in per_case.items() if took > seconds})
+    LIST.write_text(f"# tests over {seconds:g} s (setup + call + teardown) in a measured run: "
+                    f"python tests/tiers.py TIMES {seconds:g}\n" + "".join(f"{s}\n" for s in slow))
+    return slow
+
+
+if __name__ == "__main__":
+    print(len(write_list(Path(sys.argv[1]), float(sys.argv[2]))), "slow tests written to", LIST)

@@ -142,13 +142,13 @@ def compiler() -> str:
     return cxx
 
 
-@functools.lru_cache(maxsize=None)
 def used(wanted: bool) -> bool:
     """Whether the fused kernel computes the statistics: ``wanted`` (``native_stats=``) and loaded
     (built first if it is not; not even looked for when it is not wanted)."""
     return bool(wanted and library() is not None)
 
 
+@functools.lru_cache(maxsize=None)
 def library() -> Any | None:
     """The loaded op module, or None (and one log line saying why) when it cannot be had."""
     if os.environ.get("TF_INSPECTOR_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
