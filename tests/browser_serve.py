@@ -54,10 +54,11 @@ def start(runs: Path, port: int, address: str | None = "127.0.0.1", cwd: Path = 
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def stop(proc: subprocess.Popen) -> None:
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """Terminate a server a test started, killed if it outlives ``timeout`` seconds."""
     proc.terminate()
     try:
-        proc.wait(10)
+        proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(10)

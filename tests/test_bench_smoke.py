@@ -39,7 +39,8 @@ def test_bench_storage_quick():
 def test_bench_keras_quick():
     pytest.importorskip("tensorflow")
     out = _run("bench_keras.py")
-    for config in ("plain", "idle", "defaults", "stats-every", "dump-full", "tensorboard", "debugger-v2 FULL_HEALTH"):
+    for config in ("plain", "idle", "idle/probe", "defaults", "defaults/probe", "stats-every/train-batch",
+                   "stats-every/probe", "dump-full/probe", "tensorboard", "debugger-v2 FULL_HEALTH"):
         assert f"\n{config} " in out, config
 
 
