@@ -147,7 +147,7 @@ def main(argv=None) -> Dict[str, Dict[str, float]]:
     x_te, y_te, p_te = make_parts_dataset(args.test_size, seed=args.seed + 10_000)
     steps_per_epoch = max(args.train_size // args.batch, 1)
     hook_kwargs = dict(stats_every_n_steps=args.stats_every, dump_every_n_steps=args.dump_every,
-                       dump_steps=[args.steps], samples_per_group=4, exclude=[r"/monitor/"])
+                       dump_steps=[args.steps], samples_per_group=4)
     results: Dict[str, Dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="icnn_demo_") as tmp:
         model_root = Path(args.model_dir) if args.model_dir else Path(tmp)
@@ -156,7 +156,9 @@ def main(argv=None) -> Dict[str, Dict[str, float]]:
                           filter_loss_weight=args.filter_loss_weight)
             t = time.time()
             train(kind, Path(args.runs) / kind, model_root / kind, x_tr, y_tr, steps=args.steps, batch=args.batch,
-                  seed=args.seed, threads=args.threads, hook_kwargs=hook_kwargs, params=params,
+                  seed=args.seed, threads=args.threads, params=params,
+                  # the ICNN layer's monitoring ops exist in the ICNN model only
+                  hook_kwargs={**hook_kwargs, **({"exclude": [r"/monitor/"]} if kind == "icnn" else {})},
                   use_estimator=False if args.no_estimator else None)
             pred = predict(model_root / kind, x_te, params, args.threads)
             results[kind] = {**evaluate(pred, y_te, p_te, args.top_k), "train_seconds": time.time() - t}

@@ -50,7 +50,7 @@ def summary(run: Run) -> str:
         f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m['tensorflow_version'] or '?'}",
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
         f"groups     {', '.join(run.groups)}" + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
-        f"tensors    {len(t)} captured, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
+        f"tensors    {len(t)} captured{_of_which(t)}, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
         f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
         f"statistics {stats_steps.nunique()} steps"
         + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
@@ -93,6 +93,16 @@ def summary(run: Run) -> str:
     for p in run.problems:
         lines.append(f"problem    {p}")
     return "\n".join(lines)
+
+
+def _of_which(t: pd.DataFrame) -> str:
+    """' (114 op outputs, 11 variable records)': the catalog's kinds, so the count reads against
+    the accounting line's, which counts op outputs only."""
+    kinds = t["kind"].value_counts() if "kind" in t and len(t) else None
+    if kinds is None or len(kinds) < 2:
+        return ""
+    names = {"tensor": "op outputs", "variable": "variable records"}
+    return " (" + ", ".join(f"{n} {names.get(k, k)}" for k, n in kinds.items()) + ")"
 
 
 def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]:

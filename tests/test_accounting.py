@@ -152,6 +152,11 @@ def test_info_prints_the_counts_per_rule(cond_run):
     line = next(x for x in text.splitlines() if x.startswith("excluded   "))
     assert "constant " in line and "backward " in line and "summaries " in line
     assert f"{run.manifest['accounting']['total']} float op outputs" in text
+    # the tensors line splits its count the way the accounting line counts (op outputs only)
+    kinds = run.tensors["kind"].value_counts()
+    captured = run.manifest["accounting"]["captured"]
+    assert kinds["tensor"] == captured
+    assert f"{len(run.tensors)} captured ({captured} op outputs, {kinds['variable']} variable records)" in text
 
 
 def test_the_lookup_error_says_why(cond_run):

@@ -175,7 +175,9 @@ def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
     network order; a layer that ends zero
     or NaN/Inf says so in red at the axis' left end (its dot: the last value before)."""
     order = list(sizes["label"])
-    y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320))
+    # every layer named: Vega's default drops every other label of a crowded band axis, and
+    # the ones dropped were the layers a user looks for
+    y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320, labelOverlap=False, labelFontSize=11))
     tips = [alt.Tooltip("tensor:N"), alt.Tooltip("layer:N"), alt.Tooltip("state:N", title="at the end"),
             alt.Tooltip("last:Q", title="last L2", format=".4~g"), alt.Tooltip("last_step:Q", title="at step"),
             alt.Tooltip("first:Q", title="first L2", format=".4~g"), alt.Tooltip("first_step:Q", title="at step"),
@@ -190,9 +192,9 @@ def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
     last = base.mark_point(shape="circle", filled=True, size=60, opacity=1, color="#1f4e9a").encode(x=x)
     bad = chart.transform_filter("datum.state != 'finite'").mark_text(
         align="left", dx=4, color="#e41a1c", fontWeight="bold").encode(x=alt.value(0), text="note:N")
-    # the height is the whole chart's (Streamlit fits the chart to it): 18 pixels a layer plus the
-    # axis, its title and the legend; a very deep network's labels are thinned
-    return alt.layer(span, first, last, bad).properties(height=min(18 * len(order), 900) + 90)
+    # the height is the whole chart's (Streamlit fits the chart to it): 20 pixels a layer plus the
+    # axis, its title and the legend; a very deep network's rows get closer, never unnamed
+    return alt.layer(span, first, last, bad).properties(height=min(20 * len(order), 1200) + 90)
 
 
 def gradient_health(ctx: Ctx) -> None:
