@@ -708,15 +708,16 @@ def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
     ``ReadVariableOp`` passes its gradient to the variable's handle (which Keras
     differentiates), a ``TensorListStack`` to the loop that filled the list."""
     return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)
-            and not _has_gradient_function(t.op)]
+            and not differentiable(t.op)]
 
 
-def _has_gradient_function(op: tf.Operation) -> bool:
+def differentiable(op: tf.Operation) -> bool:
+    """Whether a gradient flows through ``op``: a gradient function is registered for it, and
+    it is not ``NotDifferentiable`` (None)."""
     try:
-        tf_ops.get_gradient_function(op)
-    except LookupError:
+        return tf_ops.get_gradient_function(op) is not None
+    except LookupError:   # no gradient registered: none flows through it
         return False
-    return True
 
 
 def dense_gradient(g) -> tf.Tensor | None:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops   # get_gradient_function: tf.gradients' own rule
 
+from .capture import differentiable
 from .exact_stats import concat_stats
 from .keras_trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
 from .variables import update_stats
@@ -237,7 +237,7 @@ def _depends(t: tf.Tensor, handles: set[str]) -> bool:
     seen, stack = set(), [t.op]
     while stack:
         op = stack.pop()
-        if op.name in seen or not _differentiable(op):
+        if op.name in seen or not differentiable(op):
             continue
         seen.add(op.name)
         for i in op.inputs:
@@ -246,13 +246,6 @@ def _depends(t: tf.Tensor, handles: set[str]) -> bool:
             if not (i.dtype.is_integer or i.dtype == tf.bool):
                 stack.append(i.op)
     return False
-
-
-def _differentiable(op: tf.Operation) -> bool:
-    try:
-        return tf_ops.get_gradient_function(op) is not None
-    except LookupError:   # no gradient registered: none flows through it
-        return False
 
 
 def _is_variable(v) -> bool:
