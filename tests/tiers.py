@@ -56,11 +56,14 @@ def is_slow(entries: set[str], file: str, function: str) -> bool:
 
 def check_listed(entries: set[str], folder: Path = HERE) -> None:
     """Every listed file exists and every listed test is defined in its file."""
+    texts: dict[str, str | None] = {}   # each file read once
     missing = []
     for entry in sorted(entries):
         file, _, test = entry.partition("::")
-        path = folder / file
-        if not path.is_file() or (test and f"def {test}(" not in path.read_text()):
+        if file not in texts:
+            texts[file] = (folder / file).read_text() if (folder / file).is_file() else None
+        text = texts[file]
+        if text is None or (test and f"def {test}(" not in text):
             missing.append(entry)
     if missing:
         raise pytest.UsageError(f"tests/slow.txt lists tests that do not exist: {', '.join(missing)}")
