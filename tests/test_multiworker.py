@@ -216,7 +216,10 @@ def test_the_schedule_under_asynchronous_global_steps(cluster):
     """Each trainer fires statistics once per multiple of 5 the global step crossed since its
     session began (other workers move it between and during its runs), never before the
     multiple; a row stands for every multiple up to its step, so no two rows of a trainer lie
-    between the same two multiples. Dumps likewise for 10."""
+    between the same two multiples. Dumps likewise for 10. How many multiples one run jumps
+    depends on how fast the other trainer runs meanwhile (a trainer's first run, slow on busy
+    cores, can span 15 steps of the other's), so rows are bounded above here, not below: the
+    rule for a jump is checked exactly in test_a_row_stands_for_every_multiple_up_to_its_step."""
     run = inspector.open_run(cluster.run_dir)
     for worker in TRAINERS:
         start = cluster.start_step(worker)
@@ -227,7 +230,7 @@ def test_the_schedule_under_asynchronous_global_steps(cluster):
             slots = [s // every for s in steps]
             assert slots == sorted(set(slots)), what                    # one row per slot between multiples
             crossed = steps[-1] // every - start // every              # multiples in (start, last row]
-            assert crossed / 2 <= len(steps) <= crossed, what           # fewer only where one run jumped past two
+            assert len(steps) <= crossed, what
     chief, worker = (sorted(set(run.query_stats(worker=w, columns=[])["step"])) for w in TRAINERS)
     assert worker[0] < chief[-1] and chief[0] < worker[-1]             # they trained at the same time
     assert max(chief[-1], worker[-1]) >= MAX_STEPS - 2 * STATS_EVERY
