@@ -655,6 +655,10 @@ def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[s
     return record(outputs, captured, sel.aliases, skipped, sel.excluded, rules, rest)
 
 
+#: the variable a racy read's reason names (:func:`_unsafe_fetch`)
+_READS_VARIABLE = re.compile(r"^it reads \S+(?=, which the training step writes)")
+
+
 def _listed(names: Sequence[str], most: int = 20) -> str:
     return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
 
@@ -663,7 +667,9 @@ def log_unfetchable(sel: Selection) -> None:
     """Log the skipped tensors once per reason, and the TF2 cond outputs captured as their Identity."""
     by_reason: dict[str, list[str]] = {}
     for name in sel.skipped:
-        by_reason.setdefault(sel.reasons.get(name, "cannot be fetched"), []).append(name)
+        # one line per kind of reason, not per variable read (the manifest keeps each in full)
+        why = _READS_VARIABLE.sub("it reads a variable", sel.reasons.get(name, "cannot be fetched"))
+        by_reason.setdefault(why, []).append(name)
     for why, names in by_reason.items():
         log.info("skipping %d tensors (%s): %s", len(names), why, _listed(names))
     if sel.aliases:

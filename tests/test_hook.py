@@ -581,7 +581,7 @@ def test_the_hook_runs_no_assignment_training_does_not(tmp_path):
     assert "AssignMovingAvg/after:0" in run.tensors.index and run.steps == [1, 2, 3]
 
 
-def test_the_skip_reason_of_a_racy_read_says_where_its_value_is():
+def test_the_skip_reason_of_a_racy_read_says_where_its_value_is(caplog):
     """A read off the loss's path of a variable the step updates is skipped; the reason points
     at the variable's record, which holds the value the step used. A non-trainable variable (a
     moving mean) has no record: its reason says so instead of pointing at a record that is not
@@ -599,6 +599,14 @@ def test_the_skip_reason_of_a_racy_read_says_where_its_value_is():
     assert "the variable's record holds the value the step used" in sel.reasons["conv1/w/Read/ReadVariableOp:0"]
     why = sel.reasons["bn/moving_mean/Read/ReadVariableOp:0"]
     assert "not trainable, so it has no variable record" in why and "record holds" not in why
+    # the log says it once per kind of reason, not once per variable; each tensor is listed
+    trainable = [n for n, r in sel.reasons.items() if "record holds" in r]
+    assert len(trainable) >= 2, sel.reasons
+    with caplog.at_level(logging.INFO, logger="tf_inspector"):
+        capture.log_unfetchable(sel)
+    racy = [r.getMessage() for r in caplog.records if "which the training step writes" in r.getMessage()]
+    assert len(racy) == 2, racy
+    assert all(n in next(m for m in racy if "record holds" in m) for n in trainable), racy
 
 
 def test_a_read_in_no_order_with_the_update_is_not_captured(tmp_path):
