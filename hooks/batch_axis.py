@@ -100,6 +100,10 @@ class BatchAxis:
         #: op the one that moved it (module docstring)
         self._moved: dict[str, tuple[str, int, str]] = {}
         self._graph = graph
+        #: the op that cut the labels from part of a batched tensor (``labels[:16]`` of a batch of
+        #: 32), None if they are a whole batch: taken as the batch, they would group the other
+        #: samples' rows by labels that are not theirs
+        self.labels_cut: tf.Operation | None = None
         for op in graph.get_operations():
             self._trace(op)
 
@@ -157,6 +161,8 @@ class BatchAxis:
                     self._batched.add(t.name)
                     self._slice[t.name] = split + ((self._signature(op), i),)
                 continue
+            if t.name in self._sources and not b and self._partial_out(op, i):
+                self.labels_cut = op
             if not self._override(t, b):
                 if self._override(t, self._partial_out(op, i)):
                     self._partial.add(t.name)

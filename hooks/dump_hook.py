@@ -239,6 +239,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._groups: capture.Groups | None = None
         self._tower_groups: dict[str, capture.Groups] = {}
         self._bad: tf.Tensor | None = None
+        self._labels_cut = False    # the labels are a part of the batch: no groups, no sample labels
         self._groups_rule: str | None = None
         self._refusals = Refusals()
         self._global_step = None
@@ -363,7 +364,7 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(_STILL_STEP.format(self._global_step.name))
         self._skips = self.mode == "train" and self._global_step is not None and loss_scale.scales(g)
         self._add_variable_records(g, loss)
-        self._build_fetches(gid, labels, loss)
+        self._build_fetches(gid, None if self._labels_cut else labels, loss)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
@@ -376,19 +377,23 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
                             groups: capture.Groups | None) -> capture.Groups | None:
-        """``groups``, unless the labels are computed from one tower's part of the batch (past
-        the tf.split that resolve traces back): grouping the other towers' rows by them left
-        those with no sample in a group (0 rows dumped), or with another tower's groups. Then
-        none (warned), as without labels."""
-        where = axis.slice_of(labels) if labels is not None and groups is not None else ()
-        if not where:
+        """``groups``, unless the labels are computed from part of the batch: one tower's (past
+        the tf.split that resolve traces back), or rows a slice or gather selects
+        (``labels[:16]``). Grouping the other samples' rows by them left those in no group, or
+        with another tower's groups, and a dump's labels could be another sample's. Then no
+        groups and no sample labels (warned), as without labels."""
+        where = axis.slice_of(labels) if labels is not None else ()
+        cut = axis.labels_cut if labels is not None else None
+        if not where and cut is None:
             return groups
-        split = axis.split_op(where[0][0])
-        log.warning("labels %s are computed from %s, one tower's part of the batch: the other towers' samples have no "
-                    "labels there, so statistics are for group 'all' only. Pass labels of the whole batch (computed "
-                    "before %s splits it), or labels={scope: labels} per tower", labels.name,
-                    towers.tower_name(axis, where), split.name)
+        part = (f"{towers.tower_name(axis, where)}, one tower's part of the batch" if where else
+                f"part of the batch ({cut.name}, a {cut.type}, selects some rows of {cut.inputs[0].name})")
+        fix = f"computed before {axis.split_op(where[0][0]).name} splits it" if where else f"not cut by {cut.name}"
+        log.warning("labels %s are computed from %s: the batch's other samples have no labels there, so statistics are "
+                    "for group 'all' only and dumps keep no labels. Pass labels of the whole batch (%s), or "
+                    "labels={scope: labels} per tower", labels.name, part, fix)
         self._groups = self._groups_rule = None
+        self._labels_cut = True
         return None
 
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:

@@ -163,6 +163,22 @@ def test_unresolved_towers_get_no_groups_and_a_warning(tmp_path, caplog):
     assert set(run.query_stats(["x:0"], kinds=["forward"])["group"].astype(str)) == {"all", "positive", "negative"}
 
 
+@pytest.mark.parametrize("tower", [0, 1])
+def test_labels_sliced_from_the_batch_group_nothing_and_are_warned(tmp_path, caplog, tower):
+    """labels= y[:8] or y[8:] of a batch of 16 (towers cut by slicing, not tf.split): the trace
+    cannot tell which rows of the whole batch they label. Grouping x:0 by them put half its
+    samples in no group (positive + negative covered 8 of 16 rows); with y[8:] a dump's labels
+    would be other samples'. So no groups and no sample labels, with a warning naming the cut."""
+    with caplog.at_level(logging.WARNING, logger="tf_inspector"):
+        _train(tmp_path / "run", "slice", [], given=lambda ys: {"labels": ys[tower]})
+    cut = f"strided_slice_{2 + tower}"   # after x[:8] and x[8:]
+    assert (f"labels {cut}:0 are computed from part of the batch ({cut}, a StridedSlice, selects some rows of y:0)"
+            in caplog.text)
+    run = inspector.open_run(tmp_path / "run")
+    assert set(run.stats["group"].astype(str)) == {"all"}
+    assert "samples/label" not in run.dump_keys(1) and "label" not in run.samples(1)
+
+
 def test_reader_samples_of_a_tower(tmp_path):
     _train(tmp_path / "run", "split", [])
     run = inspector.open_run(tmp_path / "run")
