@@ -1014,11 +1014,17 @@ class Run:
         """The samples kept in the dump of ``step``: batch index, label and group per row, and the
         worker and session that wrote them. ``tower``: a tower's kept samples instead (the
         catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch).
-        ``tensor``: the samples of that tensor's dumped rows (its tower's, if it has one).
+        ``tensor``: the samples of that tensor's dumped rows (its tower's, if it has one); a
+        tensor that is not per-sample (catalog ``batched`` false) is dumped whole, its rows are
+        no samples, and asking for them is a ValueError.
 
         >>> run.samples(40, tensor="tower_1/conv1/Relu:0")   # doctest: +SKIP"""
         if tensor is not None:
-            own = self.tensors.loc[self.check_tensor(tensor), "tower"]
+            tensor = self.check_tensor(tensor)
+            if "batched" in self.tensors and not bool(self.tensors.loc[tensor, "batched"]):
+                raise ValueError(f"{tensor} is not per-sample (catalog batched=False): its dumps hold the whole "
+                                 f"tensor, whose rows are not the kept samples; run.samples({step}) lists those")
+            own = self.tensors.loc[tensor, "tower"]
             own = own if isinstance(own, str) else None
             if tower is not None and tower != own:
                 whose = f"tower {own!r}" if own else "the whole batch"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,6 +16,7 @@ import inspector
 from inspector.loghist import LogHistogram, empty_rows, sparse_of
 from inspector import cli
 from inspector.format import FORMAT_VERSION, STAT_COLUMNS, dump_name, manifest_name, safe_join
+from inspector.testing import make_synthetic_run
 from inspector.writer import RunWriter, StatsLayout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -473,3 +475,15 @@ def test_a_session_killed_before_its_manifest_beat_shows_the_steps_of_its_dumps(
     s = inspector.open_run(tmp_path / "killed").sessions.iloc[0]
     assert (s["first_step"], s["last_step"], s["dumps"]) == (3, 7, 2)
     assert "steps 3..7" in cli.summary(inspector.open_run(tmp_path / "killed"))
+
+
+def test_samples_of_a_tensor_that_is_not_per_sample_are_refused(tmp_path):
+    """A tensor that is not per-sample is dumped whole: its rows are not the kept samples, and
+    labelling them with run.samples(step, tensor=...) pointed at the wrong samples."""
+    make_synthetic_run(tmp_path / "r", steps=20, tensors=10, dump_every=10)
+    run = inspector.open_run(tmp_path / "r")
+    whole = next(n for n in run.tensors.index[~run.tensors["batched"].astype(bool)] if f"forward/{n}" in run.dump_keys(10))
+    with pytest.raises(ValueError, match=rf"{re.escape(whole)} is not per-sample \(catalog batched=False\)"):
+        run.samples(10, tensor=whole)
+    per_sample = run.tensors.index[run.tensors["batched"].astype(bool)][0]
+    assert len(run.samples(10, tensor=per_sample)) == len(run.samples(10)) == len(run.tensor(per_sample, 10))

@@ -215,8 +215,12 @@ def dumped(path: str, sig: Sig, tensor: str, step: int, kind: str = "forward") -
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def samples(path: str, sig: Sig, step: int, tensor: str | None = None) -> pd.DataFrame:
-    """The dump's kept samples; with ``tensor``, those of its rows (a tower's tensor: its tower's)."""
-    return get_run(path, sig).samples(step, tensor=tensor)
+    """The dump's kept samples; with ``tensor``, those of its rows (a tower's tensor: its tower's;
+    none for a tensor that is not per-sample, dumped whole)."""
+    run = get_run(path, sig)
+    if tensor is not None and not bool(run.tensors.loc[tensor, "batched"]):
+        return run.samples(step).iloc[:0]
+    return run.samples(step, tensor=tensor)
 
 
 def sample_groups(kept: pd.DataFrame, fill: str | None = None) -> np.ndarray | None:
