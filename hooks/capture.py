@@ -18,7 +18,7 @@ from tensorflow.python.framework import ops as tf_ops   # get_gradient_function:
 
 from inspector.format import (DEFAULT_GROUPS, ICNN_COLLECTION, SHARED_GRADIENTS_COLLECTION, icnn_catalog_fields,
                               parse_icnn_entry, parse_shared_gradient_entry)
-from inspector.accounting import DEFAULT_RULES, UNACCOUNTED, Rule, record, user_rules
+from inspector.accounting import DEFAULT_RULES, UNACCOUNTED, Rule, reason_kind, record, user_rules
 from inspector.icnn.layer import observer_gradients
 # the model's input op types (batch_axis uses capture.INPUT_OP_TYPES; the viewer, inspector.format's)
 from inspector.format import INPUT_OP_TYPES  # noqa: F401
@@ -655,10 +655,6 @@ def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[s
     return record(outputs, captured, sel.aliases, skipped, sel.excluded, rules, rest)
 
 
-#: the variable a racy read's reason names (:func:`_unsafe_fetch`)
-_READS_VARIABLE = re.compile(r"^it reads \S+(?=, which the training step writes)")
-
-
 def _listed(names: Sequence[str], most: int = 20) -> str:
     return ", ".join(names[:most]) + (" ..." if len(names) > most else "")
 
@@ -668,7 +664,7 @@ def log_unfetchable(sel: Selection) -> None:
     by_reason: dict[str, list[str]] = {}
     for name in sel.skipped:
         # one line per kind of reason, not per variable read (the manifest keeps each in full)
-        why = _READS_VARIABLE.sub("it reads a variable", sel.reasons.get(name, "cannot be fetched"))
+        why = reason_kind(sel.reasons.get(name, "cannot be fetched"))
         by_reason.setdefault(why, []).append(name)
     for why, names in by_reason.items():
         log.info("skipping %d tensors (%s): %s", len(names), why, _listed(names))

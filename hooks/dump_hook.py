@@ -422,27 +422,30 @@ class DumpHook(v1.train.SessionRunHook):
             if name:
                 c.extra["variable"] = name
         structure.annotate(self.captured, g, backward)
-        grads = (functools.partial(self._gradients, g, loss) if loss is not None and self.options.gradients else None)
+        grads = (functools.partial(self._gradients, g, loss, what="variable records")
+                 if loss is not None and self.options.gradients else None)
         records = variables.find_records(g, backward, grads, self.filters, loss)
         self.captured += records
         sources.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.options.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
 
-    def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
+    def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
+                   what: str = "captured tensors") -> list[tf.Tensor | None]:
         """d loss / d t: shared by ``hooks.minimize``, else recorded from the optimizer's pass and
         completed from it, else (or for IndexedSlices) the hook's own ``tf.gradients``; through
         the scale where a loss-scale optimizer scaled ``loss``."""
-        grads = self._gradients_of(g, loss, tensors)
+        grads = self._gradients_of(g, loss, tensors, what)
         # tf.gradients through a v1 while loop gives a loop result the loss does not use (and
         # what only feeds it) zeros, not None (ZerosLikeForExit): no gradient, as anywhere else
         upstream = capture.ancestors(loss)
         return [gr if t.name in upstream else None for t, gr in zip(tensors, grads)]
 
-    def _gradients_of(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor]) -> list[tf.Tensor | None]:
+    def _gradients_of(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
+                      what: str) -> list[tf.Tensor | None]:
         scaling = loss_scale.lookup(g, loss)
         if scaling is not None:
-            return self._unscaled_gradients(g, loss, tensors, scaling)
+            return self._unscaled_gradients(g, loss, tensors, scaling, what)
         shared = capture.shared_gradients(g, loss) if self.share_gradients else {}
         recorded = gradient_recorder.lookup(g, loss) if self.share_gradients else {}
         todo = [t for t in tensors if t.name not in shared]
@@ -458,19 +461,19 @@ class DumpHook(v1.train.SessionRunHook):
         rest = [t for t in tensors if t.name not in shared]
         own = dict(zip((t.name for t in rest), capture.gradients(loss, rest)))
         if len(rest) < len(tensors):
-            log.info("reusing the optimizer's backward pass for %d of %d tensors (%s)", len(tensors) - len(rest),
-                     len(tensors), "recorded" if recorded else "hooks.minimize")
+            log.info("reusing the optimizer's backward pass for %d of %d %s (%s)", len(tensors) - len(rest),
+                     len(tensors), what, "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
     def _unscaled_gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
-                            scaling: loss_scale.Scaling) -> list[tf.Tensor | None]:
+                            scaling: loss_scale.Scaling, what: str) -> list[tf.Tensor | None]:
         """Under a TF1 loss-scale optimizer, d loss / d t as it takes them: its pass of loss x scale
         (reused, as any pass) / scale in float32, the unscaled pass where that overflowed
         (``capture.unscale``). Its scaled loss alone was 2^15 times too large; the unscaled pass
         alone, in float16, reads 0 below ~6e-8. One more backward pass on sampled steps."""
         log.info("%s is scaled by a loss-scale optimizer (%s): gradients of %d tensors are d (%s) / d t / scale, in "
                  "float32", loss.name, scaling.scale.name, len(tensors), scaling.scaled.name)
-        through = self._gradients(g, scaling.scaled, tensors)
+        through = self._gradients(g, scaling.scaled, tensors, what)
         return capture.unscale(through, capture.gradients(loss, tensors), scaling.scale)
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:

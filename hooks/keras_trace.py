@@ -414,11 +414,19 @@ class ProbeGraph:
             return None
         # count_bad: a step's samples in no group (float targets) make its dump keep the
         # budget's first samples, ungrouped (capture.kept_samples), not none of them
-        return capture.positive_groups(y, positive, count_bad=True)
+        built = capture.positive_groups(y, positive, count_bad=True)
+        rule = "positive/negative by the positive= argument" if positive is not None else spec.describe(y)
+        if self.groups_entry is None:   # once per capture, not per trace
+            classes = _classes(predictions)
+            log.info("sample groups %s%s", rule,
+                     f"; the model has {classes} outputs: groups='per_class' gives one group per class"
+                     if positive is None and classes > 2 else "")
+        self.groups_entry = {"rule": rule, "names": list(built.names), "codes": list(built.codes)}
+        return built
 
     def groups_manifest(self) -> dict:
-        """``{"groups": ...}`` for the manifest where ``groups=`` chose the groups, else nothing
-        (positive/negative, the reader's default)."""
+        """``{"groups": ...}`` for the manifest: the rule that grouped the samples, with the
+        groups' names and codes; nothing where there were none."""
         return {"groups": self.groups_entry} if self.groups_entry is not None else {}
 
     def _handles(self, g) -> tuple[list[tf.Tensor], list]:
@@ -558,3 +566,10 @@ def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list,
     backward pass, on sampled steps of mixed-precision models only."""
     raw = capture.raw_gradients(loss * tf.cast(scale, loss.dtype), list(tensors))
     return capture.unscale(raw, plain, scale)
+
+
+def _classes(predictions) -> int:
+    """The static width of a single [N, K] model output (its class count), else 0."""
+    if not isinstance(predictions, tf.Tensor) or predictions.shape.rank != 2:
+        return 0
+    return int(predictions.shape[1] or 0)

@@ -25,6 +25,22 @@ STATUSES = ("captured", "skipped", "excluded", "not_float", "absent", "unknown")
 #: ``Rule.source``: a default rule, one of the hook's filters, or the Keras capture's region
 SOURCES = ("default", "user", "keras", "hook")
 #: How many names of a rule the record keeps as examples (for display: the rule says the rest)
+
+#: the names inside a skip reason that make one reason per tensor (the variable a racy read
+#: reads, the Identity a TF2 cond output's value is): without them, one reason per kind
+_NAMED_IN_REASON = (re.compile(r"^it reads \S+(?=, which the training step writes)"),
+                    re.compile(r"(?<=its value is )\S+(?=, which the filters leave out)"))
+_NAMELESS = ("it reads a variable", "an Identity")
+
+
+def reason_kind(reason: str) -> str:
+    """``reason`` without the one name that makes it one tensor's (for a log or summary line
+    per kind of reason; the manifest keeps every tensor's reason in full)."""
+    for pattern, nameless in zip(_NAMED_IN_REASON, _NAMELESS):
+        reason = pattern.sub(nameless, reason)
+    return reason
+
+
 EXAMPLES = 5
 
 

@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
+from .accounting import reason_kind
 from .analysis import rerun_text
 from .errors import InspectorError, NotARunError, StorageError
 from .format import create_temporary
@@ -51,7 +52,8 @@ def summary(run: Run) -> str:
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
         f"groups     {', '.join(run.groups)}" + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
         f"tensors    {len(t)} captured{_of_which(t)}, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
-        f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (not fetchable)",
+        f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (see the "
+        f"accounting's reasons)",
         f"statistics {stats_steps.nunique()} steps"
         + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
         f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else "")
@@ -115,6 +117,9 @@ def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]
     count = table.groupby("status")["count"].sum()
     excluded = table[table["status"] == "excluded"]
     skipped = table[table["status"] == "skipped"]
+    # one line per kind of reason (a racy read's names its variable: one reason per variable)
+    skipped = skipped.assign(what=skipped["what"].map(reason_kind)).groupby("what", sort=False, as_index=False)[
+        "count"].sum().sort_values("count", ascending=False, kind="stable")
     lines = [f"accounting {int(count.sum())} float op outputs of the graph: {int(count.get('captured', 0))} captured, "
              f"{int(count.get('skipped', 0))} skipped, {int(count.get('excluded', 0))} excluded "
              f"(run.why(name) says why for one)"]

@@ -223,3 +223,25 @@ def test_app_takes_its_server_down_on_sigterm(tmp_path):
     finally:
         if wrapper.poll() is None:
             wrapper.kill()
+
+
+def test_info_says_each_kind_of_skip_reason_once():
+    """A racy read's reason names its variable and a TF2 cond output's its Identity: one reason
+    per tensor in the manifest, which info printed as lines that looked the same (cut at 100
+    characters). info sums them per kind of reason."""
+    import pandas as pd
+
+    racy = "it reads {}, which the training step writes, off the loss's path: in no order with the update"
+    cond = "a TF2 cond's output that TensorFlow marks not fetchable; its value is {}, which the filters leave out"
+    rows = [("captured", "in the catalog", 9)] + [("skipped", racy.format(f"dense_{i}/kernel"), 1) for i in range(4)] \
+        + [("skipped", cond.format(f"cond/Identity_{i}:0"), 2) for i in range(2)]
+    table = pd.DataFrame([{"status": s, "rule": None, "source": None, "what": w, "count": n, "examples": []}
+                          for s, w, n in rows])
+
+    class Run:
+        def accounting(self):
+            return table
+    lines = [x for x in cli._accounting_lines(Run()) if x.startswith("skipped")]
+    assert lines == ["skipped    4: " + racy.format("a variable")[:97] + "...",
+                     "skipped    4: " + cond.format("an Identity")[:97] + "..."], lines
+    assert "accounting 17 float op outputs of the graph: 9 captured, 8 skipped" in cli._accounting_lines(Run())[0]

@@ -107,6 +107,22 @@ def test_groups_per_class_split_statistics_and_dumps_by_class(tmp_path, source):
     assert list(samples["group"]) == [f"class_{int(label)}" for label in samples["label"]]
 
 
+@pytest.mark.parametrize("source", ["train_batch", "probe"])
+def test_the_default_groups_of_a_many_class_model_are_named_with_a_hint(tmp_path, caplog, source):
+    """A 3-class model at the defaults is split positive (label != 0) / negative: the manifest
+    (so info) names that rule, and the log says it once, pointing at groups='per_class'."""
+    x, y = _classes()
+    probe = {"probe": (x[:BATCH], y[:BATCH])} if source == "probe" else {}
+    with caplog.at_level(logging.INFO, logger="tf_inspector"):
+        _model().fit(x, y, batch_size=BATCH, verbose=0, callbacks=[
+            InspectCallback(tmp_path / "r", stats_every_n_steps=1, strict=True, **probe)])
+    run = inspector.open_run(tmp_path / "r")
+    assert run.manifest["groups"]["rule"].startswith("positive/negative: ") and run.groups[1:] == ["positive",
+                                                                                                  "negative"]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("sample groups ")]
+    assert len(said) == 1 and "the model has 3 outputs: groups='per_class' gives one group per class" in said[0]
+
+
 def test_groups_a_function_of_targets_and_predictions(tmp_path):
     """groups=fn(y, y_pred) -> {name: bool [N]}: DumpHook's meaning, y_pred the model's output."""
     x, y = _classes()
