@@ -289,6 +289,8 @@ def main(argv=None) -> None:
     ap.add_argument("--model", choices=["small", "resnet"], default="small",
                     help="small: a 3-conv CNN; resnet: ResNet-8 v2 with batch norm (bench_hook.py's)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 rep of 4-step blocks")
+    ap.add_argument("--per-block", action="store_true",
+                    help="also print every block's ratio to its own plain block (a slow block: a trace, a dump)")
     ap.add_argument("--segment", choices=["main", "debugger"], default="main", help=argparse.SUPPRESS)
     ap.add_argument("--no-debugger", action="store_true", help="skip the Debugger V2 segment")
     ap.add_argument("--configs", nargs="+", metavar="NAME",
@@ -352,6 +354,10 @@ def main(argv=None) -> None:
           f"{bandwidth / 1e9:.1f} GB/s (numpy, one read, one core)")
     print(format_table(rows, ["config", "ms/step", "ratio to plain", "ratio to own plain", "read floor",
                               "callback ms/step", "1 + callback/plain"]))
+    if args.per_block:
+        for n in times:
+            ratios = np.asarray(times[n]) / np.asarray(paired[n])
+            print(f"{n}: blocks over their own plain blocks, in order: {' '.join(f'{r:.2f}' for r in ratios)}")
 
 
 if __name__ == "__main__":

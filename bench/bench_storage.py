@@ -216,10 +216,22 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat each")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--large", type=int, default=256, help="MiB of the dump whose write's peak memory is measured")
+    ap.add_argument("--query-bytes", nargs=2, type=int, metavar=("STEPS", "TENSORS"),
+                    help="only the bytes one tensor's statistics fetch from S3, on a run of this size "
+                         "(byte counts, not timings: meaningful on a busy machine too)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print(json.dumps(_child_read(args.child[0], json.loads(args.child[1]))))
+        return
+    if args.query_bytes:
+        proc, options = start_server()
+        try:
+            rows = remote_query_bytes(options, *args.query_bytes)
+            print(format_table(rows, ["measure", "local disk", "S3 (moto)", "-"]))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
         return
     from inspector.storage import FsspecStorage, LocalStorage
     from inspector.testing import make_synthetic_run
