@@ -15,7 +15,9 @@ order outside v1 while loops):
   ``Tile`` / ``Pad`` leaving it alone, ``Gather`` of batched indices on axis 0 (embedding
   lookups: the rows looked up are batched, the table is not), softmax cross entropy;
   ``Fill`` / ``BroadcastTo`` / ``Tile`` to a shape that starts with a batched tensor's
-  ``tf.shape(x)[0]`` (``tf.ones(tf.shape(x))``, a row tiled to the batch);
+  ``tf.shape(x)[0]`` (``tf.ones(tf.shape(x))``, a row tiled to the batch), and ``Reshape`` of
+  an unbatched tensor to such a shape (a sparse feature column's per-sample embedding sums,
+  reshaped to the SparseTensor's ``dense_shape``);
 - everything else derived from a batched tensor is not batched: reductions over axis 0
   (batch-norm mean and variance, their moving averages), transposes moving axis 0,
   ``Shape`` / ``Size``, weight gradients;
@@ -216,8 +218,21 @@ class BatchAxis:
         if op.type in SHAPED:  # the batch may come from the shape operand alone
             return SHAPED[op.type](op, self.is_batched)
         if op.type in NEVER or not any(self.is_batched(x) for x in op.inputs):
-            return self._restored(op) or [False] * len(op.outputs)
+            return self._restored(op) or self._reshaped_to_batch(op) or [False] * len(op.outputs)
         return RULES.get(op.type, same_leading)(op, self.is_batched)
+
+    def _reshaped_to_batch(self, op: tf.Operation) -> list[bool] | None:
+        """A reshape of a tensor with no batch axis to a shape that starts with a batched tensor's
+        batch size: one row per sample, in the batch's order. A sparse feature column's embedding
+        (a segment sum per sample, its segments the SparseTensor's rows) comes out this way. Not
+        for a tensor whose batch is off axis 0, nor for a part of the batch: their rows are not
+        the samples in order."""
+        if op.type != "Reshape" or not op.outputs[0].shape.rank:
+            return None
+        x = op.inputs[0]
+        if x.name in self._moved or self.unresolved(x) or not _leads_with_batch(op.inputs[1], self.is_batched):
+            return None
+        return [True]
 
     def _restored(self, op: tf.Operation) -> list[bool] | None:
         """Outputs that put a moved batch back on axis 0 (module docstring), or None."""
@@ -467,16 +482,27 @@ def _is_batch_size(t: tf.Tensor, b) -> bool:
         bool(_attr(t.op, "shrink_axis_mask", 0) & 1)
 
 
+def _shape_of(t: tf.Tensor) -> tf.Tensor | None:
+    """The tensor whose ``tf.shape`` ``t`` is, through casts (``tf.cast(tf.shape(x), tf.int32)``:
+    a SparseTensor's ``dense_shape``, as feature columns make it), else None."""
+    while t.op.type in ("Cast", "Identity"):
+        t = t.op.inputs[0]
+    return t.op.inputs[0] if t.op.type == "Shape" else None
+
+
 def _leads_with_batch(shape: tf.Tensor, b) -> bool:
     """The shape vector ``shape`` starts with a batched tensor's batch size: ``tf.shape(x)``,
-    ``tf.shape(x)[:k]``, ``tf.stack([tf.shape(x)[0], ...])``, ``tf.concat([tf.shape(x)[:1], ...], 0)``."""
+    ``tf.shape(x)[:k]``, ``tf.slice(tf.shape(x), [0], [k])`` (each maybe cast), ``tf.stack([tf.shape(x)[0],
+    ...])``, ``tf.concat([tf.shape(x)[:1], ...], 0)``."""
     op = shape.op
-    if op.type == "Shape":
-        return b(op.inputs[0])
-    if op.type == "StridedSlice" and op.inputs[0].op.type == "Shape" and not _attr(op, "shrink_axis_mask", 0) & 1:
+    whole = _shape_of(shape)
+    if whole is not None:
+        return b(whole)
+    of = _shape_of(op.inputs[0]) if op.type in ("StridedSlice", "Slice") else None
+    if of is not None and not (op.type == "StridedSlice" and _attr(op, "shrink_axis_mask", 0) & 1):
         begin = _const(op.inputs[1])
         zero = begin is not None and begin.size > 0 and int(begin[0]) == 0
-        return (zero or bool(_attr(op, "begin_mask", 0) & 1)) and b(op.inputs[0].op.inputs[0])
+        return (zero or (op.type == "StridedSlice" and bool(_attr(op, "begin_mask", 0) & 1))) and b(of)
     if op.type == "Pack" and op.inputs:
         return _is_batch_size(op.inputs[0], b)
     if op.type == "ConcatV2" and len(op.inputs) > 1:

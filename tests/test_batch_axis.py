@@ -102,6 +102,25 @@ def test_embedding_rows_are_batched_the_table_is_not():
         assert not any(axis.is_batched(r) for r in reads)
 
 
+def test_a_sparse_feature_columns_embedding_is_batched_after_its_reshape_to_the_batch():
+    """A feature column's embedding of a categorical input: looked up per id of a SparseTensor
+    (the batch lost at its tf.where), summed per sample, then reshaped to the SparseTensor's
+    dense_shape[0], the batch size (``tf.cast(tf.shape(x))``): from that reshape on its rows
+    are the samples (they had no groups and were dumped whole). The rows looked up per unique
+    id are not."""
+    with tf.Graph().as_default() as g:
+        feats = {"c": v1.placeholder(tf.string, [None], name="c"), "x": v1.placeholder(tf.float32, [None], name="x")}
+        cat = tf.feature_column.categorical_column_with_vocabulary_list("c", ["a", "b", "c", "d"])
+        out = v1.feature_column.input_layer(feats, [tf.feature_column.embedding_column(cat, dimension=3)])
+        axis = BatchAxis(g, feats["x"])
+        reshapes = [op.outputs[0] for op in g.get_operations() if op.type == "Reshape" and "embedding" in op.name]
+        assert axis.is_batched(out) and [t.name for t in reshapes if axis.is_batched(t)] == [
+            "input_layer/c_embedding/c_embedding_weights/Reshape_2:0", "input_layer/c_embedding/Reshape:0"]
+        lookups = [op.outputs[0] for op in g.get_operations() if op.type in ("ResourceGather", "GatherV2")
+                   and "embedding_lookup" in op.name]
+        assert lookups and not any(axis.is_batched(t) for t in lookups)
+
+
 def test_reshape_slice_concat_and_reductions():
     with tf.Graph().as_default() as g:
         x = v1.placeholder(tf.float32, [None, 4, 4, 2], name="x")
