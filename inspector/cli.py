@@ -435,18 +435,30 @@ def serve(cmd: list[str], **popen: Any) -> int:
     ``subprocess.call`` a SIGTERM to ``tf-inspector app`` (a process manager, ``docker stop``,
     a test's ``terminate()``) left the server running, orphaned, holding its port."""
     import signal
-    proc = subprocess.Popen(cmd, **popen)
+    proc: subprocess.Popen | None = None
+    pending: list[int] = []   # signals before the server started: passed on once it has
+
+    def forward(signum: int, _frame: Any) -> None:
+        if proc is None:
+            pending.append(signum)
+        else:
+            proc.send_signal(signum)
     names = [n for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
     saved = {}
     try:
+        # before the server starts: a signal in between would end this process the default way,
+        # the server orphaned on its port
         for name in names:   # the main thread only (the CLI's); elsewhere nothing to forward
             with contextlib.suppress(ValueError):
-                saved[name] = signal.signal(getattr(signal, name), lambda signum, _frame: proc.send_signal(signum))
+                saved[name] = signal.signal(getattr(signal, name), forward)
+        proc = subprocess.Popen(cmd, **popen)
+        for signum in pending:
+            proc.send_signal(signum)
         return proc.wait()
     finally:
         for name, handler in saved.items():
             signal.signal(getattr(signal, name), handler)
-        if proc.poll() is None:
+        if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(10)

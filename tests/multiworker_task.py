@@ -6,7 +6,8 @@ Every task calls ``tf.estimator.train_and_evaluate`` with a small conv net and a
 writing to the shared RUN_DIR: the ps serves variables (and never returns), the chief and the
 worker train asynchronously (between-graph replication), the evaluator evaluates checkpoints.
 Two test-only hooks make the chief and the worker overlap without relying on timing: the chief
-waits at GATE_STEP until the worker has started writing, and both take PACE_SECS per step.
+waits at GATE_STEP until the worker has finished a training run (its first, the slowest, can
+outlast the chief's remaining steps on busy cores), and both take PACE_SECS per step.
 """
 from __future__ import annotations
 
@@ -44,11 +45,12 @@ def wait_for(pattern: str, what: str) -> None:
 
 
 class Pace(v1.train.SessionRunHook):
-    """Chief: wait at GATE_STEP until the worker writes (its manifest exists); everyone: sleep
-    PACE_SECS after each step, so that the two trainers interleave their global steps."""
+    """Chief: wait at GATE_STEP until the worker has run a training step (``ran`` exists, a file
+    beside the run directory); worker: create it after its first run; everyone: sleep PACE_SECS
+    after each step, so that the two trainers interleave their global steps."""
 
-    def __init__(self, run_dir: str, gate: bool) -> None:
-        self.run_dir, self.gate = run_dir, gate
+    def __init__(self, ran: str, gate: bool) -> None:
+        self.ran, self.gate, self.told = ran, gate, gate
 
     def begin(self) -> None:
         self.global_step = v1.train.get_global_step()
@@ -58,8 +60,11 @@ class Pace(v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values) -> None:
         if self.gate and run_values.results >= GATE_STEP:
-            wait_for(os.path.join(self.run_dir, "manifest.worker-0.s*.json"), "the worker's manifest")
+            wait_for(self.ran, "the worker's first training run")
             self.gate = False
+        if not self.told:
+            Path(self.ran).touch()
+            self.told = True
         time.sleep(PACE_SECS)
 
 
@@ -87,7 +92,8 @@ def main() -> None:
     hook = DumpHook(run_dir, stats_every_n_steps=5, dump_every_n_steps=10, strict=True)
     train_hooks = [hook]
     if task in ("chief", "worker"):
-        train_hooks.append(Pace(run_dir, gate=task == "chief"))
+        train_hooks.append(Pace(os.path.join(os.path.dirname(os.path.abspath(run_dir)), "worker-ran"),
+                               gate=task == "chief"))
     if task == "worker":
         # Start once the chief has initialized the variables (its hook writes after that):
         # a worker that asks earlier sleeps 30 s (SessionManager.recovery_wait_secs) before asking again.

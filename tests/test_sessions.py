@@ -539,10 +539,9 @@ def test_the_later_session_wins_a_step_whatever_a_query_asks(tmp_path):
 
 
 def test_a_session_its_owner_check_is_ending_survives_the_process_exit(tmp_path):
-    """Found in review: the owner check (RunWriter(owner_gone=)) took the writer out of the
-    writers atexit closes before ending the session; a process exiting meanwhile (a script
-    whose fit raised) killed the daemon writer thread halfway: the session read "running",
-    its unflushed statistics lost. atexit now waits for that end."""
+    """The owner check (RunWriter(owner_gone=)) ending a session while the process exits (a
+    script whose fit raised): atexit waits for that end, so the daemon writer thread is not
+    killed halfway (the session would read "running", its unflushed statistics lost)."""
     script = textwrap.dedent(f"""
         import sys, time; sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
@@ -563,7 +562,9 @@ def test_a_session_its_owner_check_is_ending_survives_the_process_exit(tmp_path)
         for s in (1, 2, 3):
             w.add_stats(s, np.ones((1, 9)), empty_rows(1))
         gone.append(1)
-        time.sleep(0.3)   # the check has begun ending the session
+        deadline = time.monotonic() + 60
+        while not w.closed and time.monotonic() < deadline:   # until the check has begun ending it
+            time.sleep(0.01)
     """)
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     run = inspector.open_run(tmp_path)

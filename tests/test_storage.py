@@ -177,23 +177,29 @@ def test_several_workers_write_one_s3_run_while_a_reader_reads(s3):
     workers = ["chief", "worker-0", "worker-1"]
     runs = {w: SyntheticRun(url, 12, steps_hint=12, dump_every=3, seed=i, worker=w, stats_flush_secs=0,
                             storage_options=s3.options) for i, w in enumerate(workers)}
-    done = threading.Event()
+    done, first = threading.Event(), threading.Event()
     seen: list[tuple[int, int]] = []
     errors: list[BaseException] = []
+
+    def read_once() -> None:
+        run = inspector.open_run(url, storage_options=s3.options)
+        rows = len(run.query_stats(worker="all", columns=["mean"]))
+        dumps = sum(len(run.dump_steps(worker=w)) for w in run.workers)
+        assert run.problems == [], run.problems
+        seen.append((rows, dumps))
 
     def read() -> None:
         while not done.is_set():
             try:
-                run = inspector.open_run(url, storage_options=s3.options)
-                rows = len(run.query_stats(worker="all", columns=["mean"]))
-                dumps = sum(len(run.dump_steps(worker=w)) for w in run.workers)
-                assert run.problems == [], run.problems
-                seen.append((rows, dumps))
+                read_once()
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
                 return
+            finally:
+                first.set()
 
     def write(w: str) -> None:
+        first.wait(120)   # one read at least while they write, however the threads are scheduled
         for step in range(0, 12, 2):
             runs[w].write_steps(step, step + 2)
             runs[w].sync()
@@ -210,6 +216,7 @@ def test_several_workers_write_one_s3_run_while_a_reader_reads(s3):
     done.set()
     reader.join()
     assert not errors, errors
+    read_once()   # and one after every writer closed
     assert len(seen) >= 2 and all(a <= b for a, b in zip(seen, seen[1:])), seen
     run = inspector.open_run(url, storage_options=s3.options)
     assert sorted(run.workers) == sorted(workers) and run.status == "finished" and run.problems == []

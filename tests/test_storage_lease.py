@@ -63,9 +63,9 @@ def test_a_lock_that_cannot_be_read_is_never_taken_over(s3, proxy):
     mine = _lock(direct)["token"]
     try:
         via = proxy.options(s3.options)
-        proxy.fail("GET", LOCK)   # every GET of the lock: HTTP 500
+        proxy.fail("GET", LOCK)   # every GET of the lock: HTTP 500 (answered: no short timeout needed)
         with pytest.raises(StorageError, match="lock could not be read.*not taken over"):
-            Claim.take(open_storage(url, via, timeout=2), "chief", heartbeat_secs=60)
+            Claim.take(open_storage(url, via, timeout=30), "chief", heartbeat_secs=60)
         assert _lock(direct)["token"] == mine and any(a == "fail" for *_, a in proxy.requests)
         proxy.release()
         proxy.hang("GET", LOCK)   # the lock's GET is accepted and never answered
@@ -75,7 +75,7 @@ def test_a_lock_that_cannot_be_read_is_never_taken_over(s3, proxy):
         proxy.release()
         proxy.fail("GET", LOCK, times=2)   # two 500s: botocore's retries read it on the third try
         with pytest.raises(RunLockedError, match="live writer"):
-            Claim.take(open_storage(url, via, timeout=2), "chief", heartbeat_secs=60)
+            Claim.take(open_storage(url, via, timeout=30), "chief", heartbeat_secs=60)
         assert _lock(direct)["token"] == mine
     finally:
         proxy.release()
@@ -174,7 +174,7 @@ def test_a_holder_trusts_an_unreadable_lock_only_within_its_lease(s3, proxy):
     (no other writer can judge it stale before the lease runs out); once the lease could have
     run out, it writes nothing until it reads the lock again."""
     url = s3.url("lease")
-    claim = Claim.take(open_storage(url, proxy.options(s3.options), timeout=2), "chief", heartbeat_secs=60)
+    claim = Claim.take(open_storage(url, proxy.options(s3.options), timeout=30), "chief", heartbeat_secs=60)
     try:
         proxy.fail("GET", LOCK)
         claim.ensure()                     # just written: within the lease
