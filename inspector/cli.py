@@ -45,7 +45,7 @@ def summary(run: Run) -> str:
     """A readable summary: status, steps, tensors, bytes, anomalies, damaged files."""
     damaged = run.check_dumps()
     m, t = run.manifest, run.tensors
-    stats_steps = run.query_stats(groups=["all"], kinds=["forward"], columns=[])["step"]
+    stats_steps = pd.Series(run.stats_steps())   # summaries' step lists where parts have them
     lines = [
         f"run        {run.path}",
         f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m['tensorflow_version'] or '?'}",

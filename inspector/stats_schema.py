@@ -88,6 +88,7 @@ def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | N
 
 
 _checked: dict[tuple, str | tuple[str, ...]] = {}  # (path, inode, size, mtime) -> error message or column names
+CHECKED_FILES = 200_000   # ~40 MB of keys and names at most
 
 
 def check_stats_file(path: Path, root: Path | None = None, version1: bool = False) -> tuple[str, ...]:
@@ -98,7 +99,9 @@ def check_stats_file(path: Path, root: Path | None = None, version1: bool = Fals
     st = check_regular(path, root)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, version1)
     if key not in _checked:
-        if len(_checked) > 4096:
+        # bounded far above a run's parts: a run of 10,000 small parts (a live session that never
+        # compacted) read twice by `info` re-read every footer when this held 4,096
+        if len(_checked) > CHECKED_FILES:
             _checked.clear()
         try:
             schema = pq.read_schema(path)  # never row groups' metadata: see read_part
