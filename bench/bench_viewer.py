@@ -82,6 +82,8 @@ TARGET_S = 2.0  # the issue's target: every page under 2 s warm
 BROWSER_TARGETS = {"overview, cold": 6.0, "overview, warm": 3.0, "tooltip, median": 0.3, "tooltip, worst": 0.3,
                    "overview, Every op": 10.0, "summary, warm": 3.0}
 CHROMIUM = "/usr/bin/chromium"
+BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 QUIET_MS = 1000
 #: records the time of the page's last change: a DOM mutation or an image load
 WATCH = """window.__last = 0;
@@ -243,8 +245,7 @@ def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[t
     sys.path.insert(0, str(ROOT / "tests"))
     from browser_serve import serve
 
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+    args = BROWSER_ARGS
     got: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     notes: dict[str, str] = {}
