@@ -25,6 +25,7 @@ STATUSES = ("captured", "skipped", "excluded", "not_float", "absent", "unknown")
 #: ``Rule.source``: a default rule, one of the hook's filters, or the Keras capture's region
 SOURCES = ("default", "user", "keras", "hook")
 #: How many names of a rule the record keeps as examples (for display: the rule says the rest)
+EXAMPLES = 5
 
 #: the names inside a skip reason that make one reason per tensor (the variable a racy read
 #: reads, the Identity a TF2 cond output's value is): without them, one reason per kind
@@ -39,9 +40,6 @@ def reason_kind(reason: str) -> str:
     for pattern, nameless in zip(_NAMED_IN_REASON, _NAMELESS):
         reason = pattern.sub(nameless, reason)
     return reason
-
-
-EXAMPLES = 5
 
 
 @dataclass(frozen=True)
