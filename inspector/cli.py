@@ -128,7 +128,8 @@ def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]
                                                                           f" ({r.source})")
                                               for r in excluded.itertuples()))
     for r in list(skipped.itertuples())[:reasons]:
-        text = r.what if len(r.what) <= width else r.what[:width - 3] + "..."
+        # the head and the tail: kinds of one reason differ at its end (where the value is)
+        text = r.what if len(r.what) <= width else f"{r.what[:width // 2 - 3]} ... {r.what[-(width // 2 - 2):]}"
         lines.append(f"skipped    {r.count}: {text}")
     if len(skipped) > reasons:
         lines.append(f"skipped    ... {len(skipped) - reasons} more reasons (run.accounting())")
