@@ -417,7 +417,7 @@ class ProbeGraph:
         built = capture.positive_groups(y, positive, count_bad=True)
         rule = "positive/negative by the positive= argument" if positive is not None else spec.describe(y)
         if self.groups_entry is None:   # once per capture, not per trace
-            classes = _classes(predictions)
+            classes = output_width(predictions) or 0
             log.info("sample groups %s%s", rule,
                      f"; the model has {classes} outputs: groups='per_class' gives one group per class"
                      if positive is None and classes > 2 else "")
@@ -525,6 +525,14 @@ def has_compiled_loss(model) -> bool:
     return container is not None and getattr(container, "_user_losses", None) is not None
 
 
+def output_width(predictions) -> int | None:
+    """The last axis of the model's one output (logits or probabilities [N, C]: its class
+    count), None where the model has several outputs or that axis is unknown."""
+    outs = [t for t in tf.nest.flatten(predictions) if isinstance(t, tf.Tensor)]
+    c = outs[0].shape[-1] if len(outs) == 1 and (outs[0].shape.rank or 0) >= 2 else None
+    return None if c is None else int(c)
+
+
 def class_count(spec: GroupSpec, y, predictions) -> GroupSpec:
     """``groups="per_class"`` with class-id targets and no ``num_classes``: the class count is
     the last axis of the model's one output (logits or probabilities [N, C]), as a ``fit``
@@ -536,10 +544,9 @@ def class_count(spec: GroupSpec, y, predictions) -> GroupSpec:
                          "outputs): pass groups=<function y -> {name: bool [N]}>")
     if y.shape.rank == 2 and y.shape[1] not in (None, 1):
         return spec   # one-hot: the class count is its last axis
-    outs = [t for t in tf.nest.flatten(predictions) if isinstance(t, tf.Tensor)]
-    c = outs[0].shape[-1] if len(outs) == 1 and (outs[0].shape.rank or 0) >= 2 else None
+    c = output_width(predictions)
     if c is None or c < 2:
-        shapes = [tuple(t.shape) for t in outs]
+        shapes = [tuple(t.shape) for t in tf.nest.flatten(predictions) if isinstance(t, tf.Tensor)]
         raise ValueError(f"groups='per_class' with class-id targets {tuple(y.shape)}: the class count is neither "
                          f"given (num_classes=) nor the last axis of the model's output {shapes}; pass num_classes=")
     return dataclasses.replace(spec, num_classes=int(c))
@@ -566,10 +573,3 @@ def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list,
     backward pass, on sampled steps of mixed-precision models only."""
     raw = capture.raw_gradients(loss * tf.cast(scale, loss.dtype), list(tensors))
     return capture.unscale(raw, plain, scale)
-
-
-def _classes(predictions) -> int:
-    """The static width of a single [N, K] model output (its class count), else 0."""
-    if not isinstance(predictions, tf.Tensor) or predictions.shape.rank != 2:
-        return 0
-    return int(predictions.shape[1] or 0)
