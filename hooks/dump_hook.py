@@ -239,7 +239,6 @@ class DumpHook(v1.train.SessionRunHook):
         self._groups: capture.Groups | None = None
         self._tower_groups: dict[str, capture.Groups] = {}
         self._bad: tf.Tensor | None = None
-        self._labels_cut = False    # the labels are a part of the batch: no groups, no sample labels
         self._groups_rule: str | None = None
         self._refusals = Refusals()
         self._global_step = None
@@ -348,7 +347,8 @@ class DumpHook(v1.train.SessionRunHook):
         self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
-        gid = self._whole_batch_groups(axis, labels, gid)
+        # the labels of the batch's samples (the dump's sample labels): none where they are a part of it
+        batch_labels, gid = self._whole_batch_groups(axis, labels, gid)
         grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.options.gradients
                  else [None] * len(sel.tensors))
         fields = capture.icnn_fields(g)
@@ -364,7 +364,7 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(_STILL_STEP.format(self._global_step.name))
         self._skips = self.mode == "train" and self._global_step is not None and loss_scale.scales(g)
         self._add_variable_records(g, loss)
-        self._build_fetches(gid, None if self._labels_cut else labels, loss)
+        self._build_fetches(gid, batch_labels, loss)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
@@ -376,16 +376,16 @@ class DumpHook(v1.train.SessionRunHook):
                                  stats_layout=layout, graph_def=graph_def, mode=self.mode, **self.options.writer_args())
 
     def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
-                            groups: capture.Groups | None) -> capture.Groups | None:
-        """``groups``, unless the labels are computed from part of the batch: one tower's (past
+                            groups: capture.Groups | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
+        """``(labels, groups)``, unless the labels are computed from part of the batch: one tower's (past
         the tf.split that resolve traces back), or rows a slice or gather selects
         (``labels[:16]``). Grouping the other samples' rows by them left those in no group, or
         with another tower's groups, and a dump's labels could be another sample's. Then no
-        groups and no sample labels (warned), as without labels."""
+        groups and no sample labels, ``(None, None)`` (warned), as without labels."""
         where = axis.slice_of(labels) if labels is not None else ()
         cut = axis.labels_cut if labels is not None else None
         if not where and cut is None:
-            return groups
+            return labels, groups
         part = (f"{towers.tower_name(axis, where)}, one tower's part of the batch" if where else
                 f"part of the batch ({cut.name}, a {cut.type}, selects some rows of {cut.inputs[0].name})")
         fix = f"computed before {axis.split_op(where[0][0]).name} splits it" if where else f"not cut by {cut.name}"
@@ -393,8 +393,7 @@ class DumpHook(v1.train.SessionRunHook):
                     "for group 'all' only and dumps keep no labels. Pass labels of the whole batch (%s), or "
                     "labels={scope: labels} per tower", labels.name, part, fix)
         self._groups = self._groups_rule = None
-        self._labels_cut = True
-        return None
+        return None, None
 
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
         """Tower tensors get their tower's groups; unresolved ones none (warned); the group rule
