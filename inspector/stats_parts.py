@@ -52,6 +52,11 @@ ROW_GROUP_ROWS = 32768
 #: of Arrow memory while it is built (~125 MB, on its own thread); 120 parts for a run of
 #: 10,000 statistics steps x 1,000 tensors (60 million rows)
 COMPACT_ROWS = 500_000
+#: small parts per compaction at most, whatever their rows: a small model's parts (a few
+#: hundred rows each, one per ``stats_flush_secs``) would take 1,000s of them to reach
+#: COMPACT_ROWS, and a reader opens each small part separately (~2 ms each; `info` on 10,000
+#: of them took over a minute), where a compacted part's summary answers for all of them
+COMPACT_PARTS = 256
 INDEX_KEY = b"tf_inspector.tensor_row_groups"
 SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
 
@@ -206,9 +211,9 @@ def row_groups_for(pf: pq.ParquetFile, tensors: Sequence[str]) -> list[int] | No
 
 
 class Compactor:
-    """A writer session's small parts, compacted once they hold ``rows`` rows (and, at the final
-    flush, whatever is left), on a background thread so the writer thread keeps taking
-    statistics; one compaction at a time. ``rows=None``: never compact.
+    """A writer session's small parts, compacted once they hold ``rows`` rows or number
+    ``max_parts`` (and, at the final flush, whatever is left), on a background thread so the
+    writer thread keeps taking statistics; one compaction at a time. ``rows=None``: never compact.
 
     Example::
 
@@ -220,10 +225,14 @@ class Compactor:
 
     def __init__(self, run_dir: "Path | Storage", worker: str, session: int, rows: int | None = COMPACT_ROWS,
                  fsync: bool = False, on_error: Callable[[BaseException], None] | None = None,
-                 after: Callable[[str], Any] | None = None, guard: Callable[[], None] | None = None) -> None:
+                 after: Callable[[str], Any] | None = None, guard: Callable[[], None] | None = None,
+                 max_parts: int = COMPACT_PARTS) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"compact_rows={rows} must be >= 1 or None")
+        if max_parts < 2:
+            raise ValueError(f"max_parts={max_parts} must be >= 2 (a compaction rolls two parts or more)")
         self.run_dir, self.worker, self.session, self.rows = open_storage(run_dir), worker, session, rows
+        self.max_parts = max_parts
         self.fsync, self.on_error, self.guard = fsync, on_error, guard
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
@@ -236,7 +245,7 @@ class Compactor:
         if self.rows is None:
             return
         self._parts.append((seq, rows))
-        if sum(r for _, r in self._parts) >= self.rows:
+        if sum(r for _, r in self._parts) >= self.rows or len(self._parts) >= self.max_parts:
             self._start()
 
     def finish(self) -> None:

@@ -71,6 +71,23 @@ def test_leftovers_are_compacted_at_close(tmp_path, oracle):
     pd.testing.assert_frame_equal(table(inspector.open_run(path)), oracle)
 
 
+def test_many_small_parts_are_compacted_whatever_their_rows(tmp_path, oracle):
+    """A small model's parts never reach compact_rows: their count bounds them, so a live session
+    leaves at most max_parts small parts for a reader to open one by one."""
+    path = write(tmp_path / "run", 9, compact_rows=None)   # 9 small parts, as a live session has them
+    rows = len(oracle) // 9
+    c = stats_parts.Compactor(path, "chief", 1, rows=10 ** 9, max_parts=4)
+    for seq in range(1, 10):
+        c.added(seq, rows)
+        c.join()
+    # 4 + 4 rolled up by their count alone (far under compact_rows), the last one waiting
+    assert parts(path) == ["chief.s0001.000001-000004.parquet", "chief.s0001.000005-000008.parquet",
+                           "chief.s0001.000009.parquet"]
+    pd.testing.assert_frame_equal(table(inspector.open_run(path)), oracle)
+    with pytest.raises(ValueError, match="max_parts=1 must be >= 2"):
+        stats_parts.Compactor(path, "chief", 1, max_parts=1)
+
+
 def test_every_statistics_file_has_dictionaries_only_for_repeating_columns(tmp_path, oracle):
     """Small parts, compacted parts and summaries: strings and integers dictionary-encoded,
     float statistics and histogram counts plain (a float's dictionary is given up after a page:
