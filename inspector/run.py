@@ -41,8 +41,9 @@ from . import manifest_schema
 from .manifest_schema import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
                               with_caller_defaults)
 from .crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
+from .part_digest import COLUMNS as DIGEST_COLUMNS, Digest, digest
 from .stats_parts import live_parts, seq_range
-from .stats_schema import check_stats_file, read_part, read_ranged_part
+from .stats_schema import read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
 from .trainings import hidden_sessions
 
@@ -169,6 +170,7 @@ class Run:
             raise NotARunError(f"{self.path} {_missing(self.store, self.path)}; expected a run directory written by "
                                f"DumpHook (it holds manifest.<worker>.s<session>.json files)")
         self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
+        self._digests: dict[tuple, Digest] = {}   # parts without a summary: what stats_steps and NaN scans need
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
@@ -529,16 +531,16 @@ class Run:
         return live
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
-                   columns: Sequence[str] | None, filters: Any) -> pa.Table | None:
+                   columns: Sequence[str] | None, filters: Any, identity: bool = True) -> pa.Table | None:
+        """Rows of ``part`` (None, its problem recorded, if it cannot be read); ``identity``:
+        with the identity columns a version 1 part lacks."""
         rel, size, stamp = part
         path = self.path / rel if self.store.is_local else self.store.display(rel)
         try:
             if self.store.is_local:
-                # a regular file inside the run, with the writer's schema (session 0: version 1's)
-                names = check_stats_file(Path(path), self.path, version1=session == 0)
+                # a regular file inside the run, with the writer's schema (session 0: version 1's);
                 # a version 1 part lacks the identity columns: _with_identity adds them
-                t = read_part(Path(path), None if columns is None else [c for c in columns if c in names], filters,
-                              self.verify)
+                t = read_part(Path(path), self.path, columns, filters, self.verify, version1=session == 0)
             else:
                 if size is None:
                     raise DamagedFileError(f"{path}: not a file (a folder); refused")
@@ -556,7 +558,7 @@ class Run:
             if msg not in self.problems:
                 self.problems.append(msg)
             return None
-        return _with_identity(t, worker, session, self._mode_of(worker, session))
+        return _with_identity(t, worker, session, self._mode_of(worker, session)) if identity else t
 
     def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = None,
                     worker: str | None = None, session: int | str | None = None,
@@ -752,6 +754,9 @@ class Run:
         if batch is None and self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
                 and (len(got) or not every_row):
             return got  # the part's summary lists its steps: no row read
+        if batch is None:
+            d = self._part_digest(worker, session, part)
+            return None if d is None else d.every if every_row else d.steps.get((kind, group), np.zeros(0, np.int64))
         before = list(self.problems)
         columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
         filters = None if every_row else [("kind", "in", [kind]), ("group", "in", [group])]
@@ -762,6 +767,19 @@ class Run:
         if batch is not None:
             t = t.filter(pc.equal(t.column("batch"), batch))
         return pc.unique(t.column("step")).to_numpy().astype(np.int64)
+
+    def _part_digest(self, worker: str, session: int, part: tuple) -> Digest | None:
+        """The digest of ``part`` (:mod:`inspector.part_digest`), read once per version of it;
+        None if it cannot be read (its problem left for the full reader to report)."""
+        if (d := self._digests.get(part)) is not None:
+            return d
+        before = list(self.problems)
+        t = self._read_part(worker, session, part, DIGEST_COLUMNS, None, identity=False)
+        if t is None:
+            self.problems[:] = before
+            return None
+        self._digests[part] = d = digest(t)
+        return d
 
     @staticmethod
     def to_pandas(table: pa.Table) -> pd.DataFrame:
@@ -1117,6 +1135,11 @@ class Run:
         parts: dict[tuple[str, int], list[pa.Table]] = {}
         for w, s, p in files:
             bins = nonfinite_bins(self, p)
+            if bins is None:   # no summary: the part's digest spans its rows with a NaN/Inf
+                d = self._part_digest(w, s, p)
+                if d is None:
+                    return None
+                bins = d.nonfinite
             if bins == []:
                 continue  # its summary counts no NaN/Inf
             filters: list = [("group", "in", ["all"])]

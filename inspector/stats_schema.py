@@ -6,8 +6,8 @@ Columns the writer does not write are allowed (newer writers may add some).
 
 Example::
 
-    check_stats_file(path, root)       # a regular file inside the run, its footer consistent
-    table = read_part(path, ["step", "tensor", "kind", "group", "mean"], [("step", ">=", 10)])
+    # a regular file inside the run, its footer's schema the writer's, its data valid
+    table = read_part(path, root, ["step", "tensor", "kind", "group", "mean"], [("step", ">=", 10)], verify=True)
 """
 from __future__ import annotations
 
@@ -91,49 +91,57 @@ _checked: dict[tuple, str | tuple[str, ...]] = {}  # (path, inode, size, mtime) 
 CHECKED_FILES = 200_000   # ~40 MB of keys and names at most
 
 
-def check_stats_file(path: Path, root: Path | None = None, version1: bool = False) -> tuple[str, ...]:
-    """The column names of the part at ``path``; DamagedFileError unless it is a regular file
-    (inside ``root``) whose full schema (read from its footer) passes
-    :func:`check_stats_schema` with every column of COLUMNS, so a part is skipped or not
-    whatever columns a query reads. Cached per file version."""
+def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filters: Any, verify: bool,
+              version1: bool = False) -> pa.Table:
+    """The statistics part at ``path``, a regular file (inside ``root``) whose footer's full
+    schema passes :func:`check_stats_schema` with every column of COLUMNS (so a part is skipped
+    or not whatever columns a query reads; the verdict is cached per file version): those of
+    ``columns`` it has (None: all), rows matching ``filters`` (``pq.read_table``'s form),
+    checked by :func:`check_stats_table`; ``verify``: check the Parquet page checksums.
+    DamagedFileError otherwise. Filters apply after reading, in Arrow (as fast: 100-130 ms for
+    one tensor of 1,774,000 rows either way), and no row group's metadata is looked at: pyarrow
+    24 aborts the process (an uncaught C++ exception) on some damaged footers when filtering by
+    row-group statistics or listing column chunks (``FileMetaData.row_group(i).column(j)``),
+    where reading the data raises a Python exception or reads correctly."""
     st = check_regular(path, root)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, version1)
-    if key not in _checked:
-        # bounded far above a run's parts: a run of 10,000 small parts (a live session that never
-        # compacted) read twice by `info` re-read every footer when this held 4,096
-        if len(_checked) > CHECKED_FILES:
-            _checked.clear()
-        try:
-            schema = pq.read_schema(path)  # never row groups' metadata: see read_part
-            check_stats_schema(schema, path, version1=version1)
-            _checked[key] = tuple(schema.names)
-        except MemoryError:
-            raise   # not the file's fault: never remembered as damaged
-        except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
-            _checked[key] = f"damaged statistics file {path}: {type(e).__name__}: {e}"
-        except DamagedFileError as e:
-            _checked[key] = str(e)
-    found = _checked[key]
-    if isinstance(found, str):
-        raise DamagedFileError(found)
-    return found
-
-
-def read_part(path: Path, columns: Sequence[str] | None, filters: Any, verify: bool) -> pa.Table:
-    """The statistics part at ``path``: ``columns`` (None: all), rows matching ``filters``
-    (``pq.read_table``'s form), checked by :func:`check_stats_table`; ``verify``: check the
-    Parquet page checksums. Filters apply after reading, in Arrow (as fast: 100-130 ms for one
-    tensor of 1,774,000 rows either way), and no row group's metadata is looked at: pyarrow 24 aborts the process (an
-    uncaught C++ exception) on some damaged footers when filtering by row-group statistics
-    or listing column chunks (``FileMetaData.row_group(i).column(j)``), where reading the
-    data raises a Python exception or reads correctly."""
-    pf = pq.ParquetFile(path, page_checksum_verification=verify)
-    raw = _indexed(pf, columns, filters)   # a compacted part reads only the row groups its index names
-    if raw is None:
-        # not pq.read_table: its datasets layer cost ~5 ms a part, ParquetFile.read ~1 ms (the
-        # same data and types), and `info` on 10,000 small parts reads each twice
-        raw = pf.read(columns=columns)
+    known = _checked.get(key)
+    if isinstance(known, str):
+        raise DamagedFileError(known)
+    try:
+        # one footer parse for the schema check and the read (a separate read_schema doubled a
+        # small part's cost); not pq.read_table: its datasets layer cost ~5 ms a part
+        with pa.OSFile(str(path)) as f:
+            pf = pq.ParquetFile(f, page_checksum_verification=verify)
+            if known is None:
+                schema = pf.schema_arrow
+                check_stats_schema(schema, path, version1=version1)
+                known = _remember(key, tuple(schema.names))
+            wanted = None if columns is None else [c for c in columns if c in known]
+            raw = _indexed(pf, wanted, filters)   # a compacted part reads only the row groups its index names
+            if raw is None:
+                raw = pf.read(columns=wanted)
+    except MemoryError:
+        raise   # not the file's fault: never remembered as damaged
+    except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
+        msg = f"damaged statistics file {path}: {type(e).__name__}: {e}"
+        if known is None:
+            _remember(key, msg)
+        raise DamagedFileError(msg) from None
+    except DamagedFileError as e:
+        _remember(key, str(e))
+        raise
     return apply_filters(check_stats_table(raw, path), filters)
+
+
+def _remember(key: tuple, verdict: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    """Cache a part's schema verdict: its column names, or why it is damaged."""
+    # bounded far above a run's parts: a run of 10,000 small parts (a live session that never
+    # compacted) read twice re-read every footer when this held 4,096
+    if len(_checked) > CHECKED_FILES:
+        _checked.clear()
+    _checked[key] = verdict
+    return verdict
 
 
 #: The comparisons :func:`apply_filters` makes with a boolean mask.

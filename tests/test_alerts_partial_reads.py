@@ -4,6 +4,7 @@ row the reader returns (a numpy/pandas reference), on compacted, merged and summ
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import inspector
 from inspector import analysis
 from inspector.analysis import Thresholds
+from inspector.format import stats_name
 from inspector.stats_merge import Levels
 from inspector.stats_summary import FOLDER
 from inspector.testing import SyntheticRun, sparse_rows
@@ -67,9 +69,9 @@ def count_reads(monkeypatch) -> list[str]:
     read: list[str] = []
     real = inspector.Run._read_part
 
-    def spy(self, worker, session, part, columns, filters):
+    def spy(self, worker, session, part, columns, filters, **kw):
         read.append(part[0])
-        return real(self, worker, session, part, columns, filters)
+        return real(self, worker, session, part, columns, filters, **kw)
     monkeypatch.setattr(inspector.Run, "_read_part", spy)
     return read
 
@@ -197,3 +199,41 @@ def test_stats_steps_from_summaries_or_rows_equal_every_row(tmp_path, monkeypatc
     assert (f"stats/{s.name}" in read) == (case != "irregular")
     assert any("damaged statistics summary" in p and s.name in p for p in run.problems) == (
         case in ("tampered", "crc-only"))
+
+
+def small_parts_run(path: Path) -> Path:
+    """A live session's run: one small part per statistics step, none compacted or summarised."""
+    b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0, nonfinite_at=NAN_STEP)
+    b.writer._compactor.rows = None
+    steps = np.arange(STEPS) * STRIDE
+    values, index, hist = b.stats_block(steps)
+    for k, step in enumerate(steps):
+        b.writer.add_stats(int(step), values[k], sparse_rows(index[k], hist[k]))
+    b.close()
+    return path
+
+
+def test_small_parts_are_read_once_for_every_step_list_and_the_first_nonfinite(tmp_path, monkeypatch):
+    """`info`'s questions (steps of two (kind, group)s, the first NaN/Inf) read each part without a
+    summary once, and answer as every row does."""
+    path = small_parts_run(tmp_path / "run")
+    run = inspector.open_run(path)
+    assert len(run._stats_files) == STEPS and not (path / FOLDER).exists()
+    read = count_reads(monkeypatch)
+    got = {kg: run.stats_steps(*kg) for kg in [("forward", "all"), ("gradient", "positive"), ("gradient", "none")]}
+    evidence = statistics_evidence(run)
+    parts = sorted(read)
+    monkeypatch.undo()
+    fresh = inspector.open_run(path)
+    for (kind, group), steps in got.items():
+        want = np.unique(fresh.query_stats(kinds=[kind], groups=[group], columns=[])["step"]) if group != "none" \
+            else np.zeros(0, np.int64)
+        np.testing.assert_array_equal(steps, want)
+    assert len(got[("forward", "all")]) == STEPS
+    assert evidence == first_bad_row(fresh) and evidence["step"] == NAN_STEP
+    # each part once for its digest, and those with a NaN/Inf (the NaN stays from NAN_STEP on)
+    # once more for their rows
+    counts = Counter(parts)
+    assert set(counts) == {p[0] for _, _, p in run._stats_files}
+    bad = {stats_name('chief', 1, k + 1) for k in range(NAN_STEP // STRIDE, STEPS)}
+    assert {p: n for p, n in counts.items() if n != 1} == dict.fromkeys(bad, 2)
