@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -217,6 +218,21 @@ def many_parts_run(path: Path, parts: int, tensors: int = 50, dumps: int = 0) ->
     write_json(path / manifest_name("chief", 1), m)
 
 
+def live_run(path: Path, steps: int, tensors: int = 50) -> dict:
+    """A live session as the project's writer leaves it when its process is killed: one small
+    part per statistics step (``stats_flush_secs=0``), rolled up as the writer does (by rows or
+    by count, then by levels, with summaries), the last ones not yet compacted. Run it in a
+    child process: it ends with ``os._exit``, as a killed training would."""
+    from inspector.testing import SyntheticRun
+    b = SyntheticRun(path, tensors=tensors, steps_hint=steps, dump_every=None, stats_flush_secs=0, icnn=False)
+    b.write_steps(0, steps)
+    while b.writer._seq < steps and b.writer.error is None:   # every part written (or the writer failed)
+        time.sleep(0.05)
+    b.writer._compactor.join()
+    print(json.dumps({"small": sum(1 for f in (path / "stats").glob("*.parquet") if "-" not in f.name)}), flush=True)
+    os._exit(0)
+
+
 def many_sessions_run(path: Path, sessions: int) -> None:
     """A run of ``sessions`` finished sessions of one worker (a manifest each, 30 tensors)."""
     from inspector.format import manifest_name, write_json
@@ -281,8 +297,10 @@ def scale_runs(args: argparse.Namespace) -> None:
     print("  |  ".join(headers), flush=True)
     try:
         rows = []
-        cases = [("parts", f"{int(10_000 * f):,} statistics parts", lambda p: many_parts_run(p, int(10_000 * f)),
-                  "< 10 s, < 500 MB"),
+        cases = [("live", f"a killed live session of {int(10_000 * f):,} statistics steps, a part each, as the "
+                          f"writer leaves it", lambda p: child("make_live", p / str(int(10_000 * f))), "< 10 s, < 500 MB"),
+                 ("parts", f"{int(10_000 * f):,} statistics parts, none compacted",
+                  lambda p: many_parts_run(p, int(10_000 * f)), "< 10 s, < 500 MB"),
                  ("dumps", f"{int(100_000 * f):,} dumps + {int(30_000 * f):,} parts",
                   lambda p: many_parts_run(p, int(30_000 * f), dumps=int(100_000 * f)), "< 60 s"),
                  ("sessions", f"{int(20_000 * f):,} sessions", lambda p: many_sessions_run(p, int(20_000 * f)), "")]
@@ -315,6 +333,7 @@ def scale_runs(args: argparse.Namespace) -> None:
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
             "mem": _child_mem, "info": _child_info, "one_tensor": _child_one_tensor,
             "make_big": lambda p: big_part_run(Path(p), int(Path(p).name.split("_")[1])) or {},
+            "make_live": lambda p: live_run(Path(p).parent, int(Path(p).name)),
             "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
 
 
@@ -383,8 +402,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--scale", action="store_true",
                    help="only info on runs of many files (10,000 parts; 100,000 dumps; 20,000 sessions) and one "
                         "tensor of a 10M-row part (--quick: a tenth)")
-    p.add_argument("--scale-cases", nargs="+", default=["parts", "dumps", "sessions", "big"],
-                   choices=["parts", "dumps", "sessions", "big"], help="which --scale measures to make")
+    p.add_argument("--scale-cases", nargs="+", default=["live", "parts", "dumps", "sessions", "big"],
+                   choices=["live", "parts", "dumps", "sessions", "big"], help="which --scale measures to make")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
