@@ -15,7 +15,7 @@ renamed; only then are the parts it replaces deleted. Its range contains theirs,
 Memory stays bounded whatever the level: the merge streams, a batch of tensors at a time. The
 inputs are sorted by tensor with a tensor -> row groups index (``stats_parts.INDEX_KEY``), so
 a batch reads only the row groups holding its tensors (about ``BATCH_GROUPS`` row groups of
-``stats_parts.ROW_GROUP_ROWS`` rows), sorts them and appends them to the output file.
+at most ``stats_parts.ROW_GROUP_ROWS`` rows), sorts them and appends them to the output file.
 
 Example::
 
@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from .format import atomic_file, stats_range_name
 from . import stats_parts
 from .stats_summary import remove_summary, summarize_part
-from .stats_parts import INDEX_KEY, SORT_KEYS, _sort_keys, _tensor_row_groups, seq_range
+from .stats_parts import INDEX_KEY, SORT_KEYS, _sort_keys, seq_range
 
 #: compacted parts of one level merged into one part of the next: 10 measured a first
 #: one-tensor query of ~0.3 s on the 60M-row run (12 parts instead of 120)
@@ -135,18 +135,19 @@ def _write_streaming(target: Path, schema: pa.Schema, files: list[pq.ParquetFile
     with atomic_file(target, fsync) as f:
         with pq.ParquetWriter(f, schema, **stats_parts.parquet_options(schema)) as w:
             n_groups = 0
+            fill = stats_parts.group_rows(sum(pf.metadata.num_rows for pf in files))
             for batch in _batches(indexes):
                 table = _read_batch(batch, files, indexes, schema)
                 order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS
                                                             if k in table.column_names])
                 table = table.take(order)
-                rg = stats_parts.ROW_GROUP_ROWS  # read at call time (tests shrink it)
-                for start in range(0, table.num_rows, rg):
-                    w.write_table(table.slice(start, rg), row_group_size=rg)
+                if not table.num_rows:
+                    continue
                 # a batch starts a new row group, and no tensor spans two batches
-                index.update({t: [a + n_groups, b + n_groups]
-                              for t, (a, b) in _tensor_row_groups(table.column("tensor")).items()})
-                n_groups += -(-table.num_rows // rg)
+                got, groups = stats_parts.write_groups(w, lambda a, b: table.slice(a, b - a), table.column("tensor"),
+                                                     fill, n_groups)
+                index.update(got)
+                n_groups += groups
             w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
     return os.path.getsize(target)
 

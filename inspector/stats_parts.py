@@ -17,9 +17,9 @@ overlap without one containing the other are never written; a reader that finds 
 one starting first and reports the other (its rows may duplicate some of the first's).
 
 Rows of a compacted part are sorted by (tensor, kind, group, step, batch) and written in row
-groups of ``ROW_GROUP_ROWS``; the footer's metadata ``tf_inspector.tensor_row_groups`` maps each
-tensor to the [first, last] row group holding its rows, so a query for one tensor reads only
-those row groups (:func:`row_groups_for`).
+groups that end at a tensor's end (:func:`row_group_cuts`); the footer's metadata
+``tf_inspector.tensor_row_groups`` maps each tensor to the [first, last] row group holding its
+rows, so a query for one tensor reads only those row groups (:func:`row_groups_for`).
 
 Example::
 
@@ -44,10 +44,15 @@ from .storage import Storage, open_storage
 
 P = TypeVar("P", Path, Any)  # a part: its Path, or a (name in the run, ...) tuple
 
-#: rows per row group of a compacted part: a tensor's rows span one or two of them. Larger
-#: groups decode more rows per query, smaller ones grow the footer every query parses
-#: (~150 bytes per column and group): 32,768 measured best of 8k / 32k / 64k
+#: rows per row group of a compacted part at most. Larger groups decode more rows per query,
+#: smaller ones grow the footer every query parses (~150 bytes per column and group)
 ROW_GROUP_ROWS = 32768
+#: a row group ends at the first end of a tensor's rows once it holds 1/GROUPS_PER_PART of the
+#: part (at least MIN_GROUP_ROWS): a query for one tensor reads its own rows and few others'
+#: (on an object store the bytes it fetches are those of the row groups it reads), and the
+#: footer of a part up to GROUPS_PER_PART x ROW_GROUP_ROWS rows stays near GROUPS_PER_PART groups
+GROUPS_PER_PART = 64
+MIN_GROUP_ROWS = 2048
 #: rows per compacted part (the writer's default ``compact_rows``): ~250 bytes a row (30 bins)
 #: of Arrow memory while it is built (~125 MB, on its own thread); 120 parts for a run of
 #: 10,000 statistics steps x 1,000 tensors (60 million rows)
@@ -159,19 +164,70 @@ def write_sorted(table: pa.Table, target: Path, fsync: bool = False) -> int:
 
 
 def sorted_part(table: pa.Table) -> bytes:
-    """``table`` as a compacted part's bytes: sorted by SORT_KEYS, row groups of
-    ROW_GROUP_ROWS, the tensor -> row groups index in the footer."""
+    """``table`` as a compacted part's bytes: sorted by SORT_KEYS, row groups cut at tensor
+    boundaries (:func:`row_group_cuts`), the tensor -> row groups index in the footer."""
     table = table.replace_schema_metadata(None).unify_dictionaries().combine_chunks()
     order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
-    index = _tensor_row_groups(table.column("tensor").take(order))
     sink = pa.BufferOutputStream()
-    # sorted one row group at a time: memory is the parts' rows once, not twice
     with pq.ParquetWriter(sink, table.schema, **parquet_options(table.schema)) as w:
-        for start in range(0, max(table.num_rows, 1), ROW_GROUP_ROWS):
-            w.write_table(table.take(order[start:start + ROW_GROUP_ROWS]), row_group_size=ROW_GROUP_ROWS)
+        # sorted one row group at a time: memory is the parts' rows once, not twice
+        index, _ = write_groups(w, lambda a, b: table.take(order[a:b]), table.column("tensor").take(order),
+                                group_rows(table.num_rows))
         # the Parquet footer's key-value metadata only: in the Arrow schema it would be stored twice
         w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
     return sink.getvalue().to_pybytes()
+
+
+def group_rows(rows: int) -> int:
+    """The rows a row group of a part of ``rows`` rows holds before it ends at a tensor's end."""
+    return min(max(rows // GROUPS_PER_PART, MIN_GROUP_ROWS), ROW_GROUP_ROWS)
+
+
+def write_groups(w: pq.ParquetWriter, rows: Callable[[int, int], pa.Table], tensor: pa.ChunkedArray,
+                 target: int, first_group: int = 0) -> tuple[dict[str, list[int]], int]:
+    """Write rows sorted by tensor (``rows(a, b)``: rows a..b-1; ``tensor``: their tensor
+    column) as the row groups of :func:`row_group_cuts`. Returns the index {tensor: [first, last]
+    row group}, numbered from ``first_group``, and the number of row groups written."""
+    names = _names(tensor)
+    runs = _runs(names)
+    cuts = row_group_cuts(runs, len(names), target)
+    ends = [*cuts[1:], len(names)]
+    for a, b in zip(cuts, ends):
+        w.write_table(rows(a, b), row_group_size=max(b - a, 1))
+    group = np.asarray(cuts)
+    index = {str(names[a]): [first_group + int(np.searchsorted(group, a, "right")) - 1,
+                             first_group + int(np.searchsorted(group, b - 1, "right")) - 1] for a, b in runs}
+    return index, len(cuts)
+
+
+def row_group_cuts(runs: list[tuple[int, int]], rows: int, target: int) -> list[int]:
+    """First rows of the row groups of ``rows`` rows whose tensors' rows are ``runs`` ([a, b)):
+    a group ends where a tensor's rows end once it holds ``target`` rows, and holds at most
+    ROW_GROUP_ROWS (a tensor with more spans several).
+
+    >>> row_group_cuts([(0, 3), (3, 5), (5, 9)], 9, target=4)
+    [0, 5]
+    """
+    cuts = [0]
+    for _, b in runs:
+        while b - cuts[-1] > ROW_GROUP_ROWS:
+            cuts.append(cuts[-1] + ROW_GROUP_ROWS)
+        if b - cuts[-1] >= target and b < rows:
+            cuts.append(b)
+    return cuts
+
+
+def _names(tensor: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(tensor.to_numpy(zero_copy_only=False), dtype=object)
+
+
+def _runs(names: np.ndarray) -> list[tuple[int, int]]:
+    """[a, b) of each run of equal names (rows sorted by tensor)."""
+    if not len(names):
+        return []
+    starts = np.concatenate([[0], np.flatnonzero(names[1:] != names[:-1]) + 1])
+    ends = np.concatenate([starts[1:], [len(names)]])
+    return [(int(a), int(b)) for a, b in zip(starts, ends)]
 
 
 def _sort_keys(table: pa.Table) -> pa.Table:
@@ -183,16 +239,6 @@ def _sort_keys(table: pa.Table) -> pa.Table:
             col = table.column(k).combine_chunks()
             cols[k] = col.indices if pa.types.is_dictionary(col.type) else col
     return pa.table(cols)
-
-
-def _tensor_row_groups(tensor: pa.ChunkedArray) -> dict[str, list[int]]:
-    """{tensor: [first, last] row group} of a part's tensor column, sorted by tensor."""
-    names = np.asarray(tensor.to_numpy(zero_copy_only=False), dtype=object)
-    if not len(names):
-        return {}
-    starts = np.concatenate([[0], np.flatnonzero(names[1:] != names[:-1]) + 1])
-    ends = np.concatenate([starts[1:], [len(names)]]) - 1
-    return {str(names[a]): [int(a) // ROW_GROUP_ROWS, int(b) // ROW_GROUP_ROWS] for a, b in zip(starts, ends)}
 
 
 def row_groups_for(pf: pq.ParquetFile, tensors: Sequence[str]) -> list[int] | None:

@@ -205,3 +205,37 @@ def test_a_reader_that_listed_before_a_compaction_reads_it_after(where, tmp_path
     stats_parts.compact(open_storage(url, options), "chief", 1, [(s, stats_name("chief", 1, s)) for s in range(1, 6)])
     pd.testing.assert_frame_equal(table(run), oracle)
     assert run.problems == [] and len(run._stats_files) == 5
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_row_groups_end_at_tensor_ends_and_the_index_names_them(seed, monkeypatch):
+    """Groups end where a tensor's rows end once they hold the target (one tensor's query then
+    reads few other tensors' rows), hold at most ROW_GROUP_ROWS, and the index names each
+    tensor's groups exactly."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    monkeypatch.setattr(stats_parts, "ROW_GROUP_ROWS", 50)
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([1, 3, 7, 20, 120], size=40)
+    names = np.repeat([f"t{i:03d}" for i in range(len(sizes))], sizes)
+    table = pa.table({"tensor": pa.array(names).dictionary_encode(), "x": np.arange(len(names))})
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, table.schema) as w:
+        index, groups = stats_parts.write_groups(w, lambda a, b: table.slice(a, b - a), table.column("tensor"),
+                                                 target=15, first_group=3)
+    pf = pq.ParquetFile(pa.BufferReader(sink.getvalue()))
+    assert pf.num_row_groups == groups
+    held: dict[str, set[int]] = {}
+    for g in range(groups):
+        t = pf.read_row_group(g).column("tensor").to_pylist()
+        assert len(t) <= 50
+        for name in t:
+            held.setdefault(name, set()).add(g + 3)
+        ends_a_tensor = g == groups - 1 or pf.read_row_group(g + 1).column("tensor")[0].as_py() != t[-1]
+        assert (ends_a_tensor and len(t) >= 15) or len(t) == 50 or g == groups - 1
+        # a group that reached the target at a tensor's end ended there
+        run_ends = np.flatnonzero(np.array(t[1:]) != np.array(t[:-1])) + 1
+        assert all(e < 15 for e in run_ends)
+    assert index == {n: [min(g), max(g)] for n, g in held.items()}
+    assert all(max(g) - min(g) + 1 == len(g) for g in held.values())

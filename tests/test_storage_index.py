@@ -10,7 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
-from inspector.stats_parts import INDEX_KEY, ROW_GROUP_ROWS
+import numpy as np
+
+from inspector.stats_parts import INDEX_KEY, MIN_GROUP_ROWS
 from inspector.testing import SyntheticRun
 
 fsspec = pytest.importorskip("fsspec")
@@ -41,7 +43,7 @@ def test_one_tensor_reads_only_its_row_groups_remotely(tmp_path):
     b.close()
     (part,) = (local / "stats").glob("*.parquet")
     meta = pq.ParquetFile(part).metadata
-    assert meta.num_rows > 2 * ROW_GROUP_ROWS and INDEX_KEY in meta.metadata   # three row groups or more
+    assert meta.num_rows > 2 * MIN_GROUP_ROWS and INDEX_KEY in meta.metadata   # three row groups or more
     url = f"memory://tfi-index-{uuid.uuid4().hex[:8]}"
     fs = _counting_memory_fs()
     for f in local.rglob("*"):
@@ -51,9 +53,13 @@ def test_one_tensor_reads_only_its_row_groups_remotely(tmp_path):
     name = run.tensors.index[50]
     got = run.query_stats([name])
     pd.testing.assert_frame_equal(got, inspector.open_run(local).query_stats([name]))
-    groups = pq.ParquetFile(part).read(columns=["tensor"]).column("tensor").to_numpy(zero_copy_only=False)
-    rows = [i for i, t in enumerate(groups) if t == name]
-    held = {r // ROW_GROUP_ROWS for r in rows}
+    tensors = pq.ParquetFile(part).read(columns=["tensor"]).column("tensor").to_numpy(zero_copy_only=False)
+    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+    # row groups end where a tensor's rows end: a tensor of fewer rows than a group is in one
+    assert all(tensors[a - 1] != tensors[a] for a in starts[1:-1])
+    rows = [i for i, t in enumerate(tensors) if t == name]
+    held = {int(np.searchsorted(starts, r, "right")) - 1 for r in rows}
+    assert len(held) == 1
     needed = sum(meta.row_group(g).total_byte_size for g in held)
     read = sum(fs.got)
     assert len(held) < meta.num_row_groups and read <= needed + 64 * 1024 + meta.serialized_size, (read, needed)
