@@ -298,7 +298,8 @@ def scale_runs(args: argparse.Namespace) -> None:
     try:
         rows = []
         cases = [("live", f"a killed live session of {int(10_000 * f):,} statistics steps, a part each, as the "
-                          f"writer leaves it", lambda p: child("make_live", p / str(int(10_000 * f))), "< 10 s, < 500 MB"),
+                          f"writer leaves it", lambda p: child("make_live", p / str(int(10_000 * f))),
+                  "< 10 s, < 500 MB"),
                  ("parts", f"{int(10_000 * f):,} statistics parts, none compacted",
                   lambda p: many_parts_run(p, int(10_000 * f)), "< 10 s, < 500 MB"),
                  ("dumps", f"{int(100_000 * f):,} dumps + {int(30_000 * f):,} parts",
