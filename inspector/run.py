@@ -528,6 +528,8 @@ class Run:
                      f"so its rows are in no mode's view (read them with mode='all' or session={s})"
                      for (w, s), n in sorted(orphans.items())]
         self.problems += [m for m in problems if m not in self.problems]
+        kept = {p for _, _, p in live}   # digests of parts compacted away since: never asked again
+        self._digests = {p: d for p, d in self._digests.items() if p in kept}
         return live
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
