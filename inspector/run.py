@@ -751,7 +751,8 @@ class Run:
     def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str, batch: int | None,
                         every_row: bool = False) -> np.ndarray | None:
         """The steps of ``part``'s (kind, group) rows (``every_row``: of any row, read where the
-        summary lists none), from its summary where it has one; None if it cannot be read."""
+        summary lists none), from its summary where it has one, else from its digest (one read
+        of the part for every (kind, group)); None if it cannot be read."""
         from .stats_summary import part_step_set
         if batch is None and self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
                 and (len(got) or not every_row):
