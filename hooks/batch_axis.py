@@ -474,11 +474,15 @@ def _per_sample(t: tf.Tensor) -> int | None:
 
 
 def _is_batch_size(t: tf.Tensor, b) -> bool:
-    """``t`` is ``tf.shape(x)[0]`` of a batched ``x``."""
-    if t.op.type != "StridedSlice" or t.op.inputs[0].op.type != "Shape":
+    """``t`` is ``tf.shape(x)[0]`` of a batched ``x``, the shape or the size maybe cast
+    (``tf.cast(tf.shape(x, out_type=tf.int64)[0], tf.int32)``), as :func:`_leads_with_batch`."""
+    while t.op.type in ("Cast", "Identity"):
+        t = t.op.inputs[0]
+    of = _shape_of(t.op.inputs[0]) if t.op.type == "StridedSlice" else None
+    if of is None:
         return False
     begin = _const(t.op.inputs[1])
-    return b(t.op.inputs[0].op.inputs[0]) and begin is not None and begin.size > 0 and int(begin[0]) == 0 and \
+    return b(of) and begin is not None and begin.size > 0 and int(begin[0]) == 0 and \
         bool(_attr(t.op, "shrink_axis_mask", 0) & 1)
 
 
