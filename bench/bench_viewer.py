@@ -35,7 +35,11 @@ app.py -- <the run's folder>`` and headless Chromium (Playwright, /usr/bin/chrom
 - a **tooltip**: from the pointer event over a heatmap cell to the next frame after the tooltip
   shows that cell (20 cells; median and worst);
 - **"Every op"**: from the toggle's click until the page stops changing;
-- the **Summary**, warm (opened once before);
+- the **Summary**, on its first visit and warm (opened once before);
+
+``--floor`` leaves out the tooltip and "Every op" (they need a heatmap of many rows): on a
+tiny run (``make_synthetic_run(path, steps=10, tensors=3, dump_every=None)``) the rest is the
+pages' own cost whatever the run;
 
 each page load also with its main thread's CPU time (on this shared 2-core machine the wall
 clock moves with other processes' load, the CPU time much less; the settling second and the
@@ -114,6 +118,8 @@ def main() -> None:
                     "headless Chromium (first paint cold and warm, a tooltip, 'Every op') instead of through AppTest")
     ap.add_argument("--baseline", type=Path, help="--browser: also time this other checkout's Training overview "
                     "and Summary (e.g. `git archive <commit> | tar -x -C DIR`), each repetition beside this one's")
+    ap.add_argument("--floor", action="store_true", help="--browser without the tooltip and 'Every op' (they need "
+                    "a heatmap of many rows): on a tiny run, the pages' cost whatever the run")
     ap.add_argument("--compact", action="store_true", help="lay the synthetic run's statistics out as the writer's "
                     "compaction does (sorted by tensor, a per-tensor row-group index): a one-tensor read then "
                     "reads its row groups only, as on a trained run, not the whole part")
@@ -141,7 +147,7 @@ def main() -> None:
         if args.browser:
             for what, secs, note in rows:
                 print(f"{what}: {secs:.1f} s ({note})")
-            print_browser(browser_times(path, args.reps, args.baseline))
+            print_browser(browser_times(path, args.reps, args.baseline, extras=not args.floor))
             return
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
@@ -235,10 +241,12 @@ def tooltip_times(page, n: int = 20) -> list[float]:
     return out
 
 
-def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[tuple[str, float, str]]:
+def browser_times(path: Path, reps: int, baseline: Path | None = None,
+                  extras: bool = True) -> list[tuple[str, float, str]]:
     """The --browser measurements on the run at ``path`` (its folder served, the run picked by
     ``?run=``): (what, seconds, notes), medians of ``reps``; with ``baseline`` (another checkout),
-    its Training overview's first paint too, each repetition beside this checkout's."""
+    its Training overview's first paint too, each repetition beside this checkout's;
+    ``extras``: the tooltip and "Every op" too (they need a heatmap of many rows)."""
     import statistics
 
     from playwright.sync_api import sync_playwright
@@ -254,14 +262,15 @@ def browser_times(path: Path, reps: int, baseline: Path | None = None) -> list[t
         for _ in range(reps):
             for app in ([baseline] if baseline else []) + [ROOT]:
                 with serve(path.parent, app=app / "app.py") as url:        # a new server: empty caches
-                    one_server(browser, url, path.name, "" if app == ROOT else "baseline ", got, cpu, notes)
+                    one_server(browser, url, path.name, "" if app == ROOT else "baseline ", got, cpu, notes, extras)
         browser.close()
     med = statistics.median
     return [(k, med(v), f"main thread CPU {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, ""))
             for k, v in got.items()]
 
 
-def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict) -> None:
+def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict,
+               extras: bool = True) -> None:
     """One server's measurements into ``got`` (seconds) and ``cpu`` (main-thread seconds)."""
     def put(what: str, secs: float, busy: float | None = None) -> None:
         got.setdefault(prefix + what, []).append(secs)
@@ -275,7 +284,7 @@ def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, n
     page.close()
     page, t, busy = open_page(context, overview, HEATMAP_READY)
     put("overview, warm", t, busy)
-    if not prefix:
+    if extras and not prefix:
         tips = tooltip_times(page)
         put("tooltip, median", float(np.median(tips)))
         put("tooltip, worst", max(tips))
@@ -286,7 +295,8 @@ def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, n
         notes["overview, Every op"] = page.get_by_text(" rows x ").first.inner_text().split(",")[0]
     page.close()
     charts = 3 if not prefix else 2          # this checkout's Summary adds the gradient sizes
-    page, _, _ = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)   # its first visit: not counted
+    page, t, busy = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)   # its first visit
+    put("summary, first visit", t, busy)
     page.close()
     page, t, busy = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)
     put("summary, warm", t, busy)
