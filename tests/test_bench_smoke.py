@@ -66,5 +66,6 @@ def test_bench_viewer_browser_small(tmp_path):
                           "--tensors", "12", "--keep", str(tmp_path / "run")], capture_output=True, text=True,
                          timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    for what in ("overview, cold", "overview, warm", "tooltip, median", "overview, Every op", "summary, warm"):
+    for what in ("overview, cold", "overview, warm", "tooltip, median", "overview, Every op", "summary, first visit",
+                 "summary, warm"):
         assert f"\n{what} " in out.stdout, what
