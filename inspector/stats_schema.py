@@ -109,8 +109,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
     if isinstance(known, str):
         raise DamagedFileError(known)
     try:
-        # one footer parse for the schema check and the read (a separate read_schema doubled a
-        # small part's cost); not pq.read_table: its datasets layer cost ~5 ms a part
+        # one footer parse serves the schema check and the read (a separate read_schema would
+        # double a small part's cost); not pq.read_table: its datasets layer costs ~5 ms a part
         with pa.OSFile(str(path)) as f:
             pf = pq.ParquetFile(f, page_checksum_verification=verify)
             if known is None:
@@ -136,8 +136,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
 
 def _remember(key: tuple, verdict: str | tuple[str, ...]) -> str | tuple[str, ...]:
     """Cache a part's schema verdict: its column names, or why it is damaged."""
-    # bounded far above a run's parts: a run of 10,000 small parts (a live session that never
-    # compacted) read twice re-read every footer when this held 4,096
+    # bounded far above a run's parts: a bound below them would re-check every footer of such
+    # a run on each pass over its parts
     if len(_checked) > CHECKED_FILES:
         _checked.clear()
     _checked[key] = verdict
