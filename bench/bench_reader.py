@@ -237,7 +237,7 @@ def compact_as_writer(path: Path, parts: int) -> None:
         raise RuntimeError(f"compaction failed: {errors[0]!r}") from errors[0]
 
 
-def live_run(path: Path, steps: int, tensors: int = 50) -> dict:
+def live_run(path: Path, steps: int, tensors: int = 50) -> None:
     """A live session as the project's writer leaves it when its process is killed: one small
     part per statistics step (``stats_flush_secs=0``), rolled up as the writer does (by rows or
     by count, then by levels, with summaries), the last ones not yet compacted. Run it in a
