@@ -540,8 +540,9 @@ class Run:
         path = self.path / rel if self.store.is_local else self.store.display(rel)
         try:
             if self.store.is_local:
-                # a regular file inside the run, with the writer's schema (session 0: version 1's);
-                # a version 1 part lacks the identity columns: _with_identity adds them
+                # read_part refuses all but a regular file inside the run with the writer's schema
+                # (session 0's parts have version 1's, without the identity columns: _with_identity
+                # adds them)
                 t = read_part(Path(path), self.path, columns, filters, self.verify, version1=session == 0)
             else:
                 if size is None:
@@ -750,26 +751,24 @@ class Run:
 
     def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str, batch: int | None,
                         every_row: bool = False) -> np.ndarray | None:
-        """The steps of ``part``'s (kind, group) rows (``every_row``: of any row, read where the
-        summary lists none), from its summary where it has one, else from its digest (one read
-        of the part for every (kind, group)); None if it cannot be read."""
+        """The steps of ``part``'s (kind, group) rows (``every_row``: of any row; with ``batch``
+        None only), from its summary where it has one, else from its digest (one read of the
+        part for every (kind, group)); of one eval ``batch``, from its rows. None if it cannot
+        be read."""
         from .stats_summary import part_step_set
-        if batch is None and self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
-                and (len(got) or not every_row):
-            return got  # the part's summary lists its steps: no row read
         if batch is None:
+            if self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
+                    and (len(got) or not every_row):
+                return got  # the part's summary lists its steps: no row read
             d = self._part_digest(worker, session, part)
             return None if d is None else d.every if every_row else d.steps.get((kind, group), np.zeros(0, np.int64))
         before = list(self.problems)
-        columns = ["step", "tensor", "kind", "group", *(["batch"] if batch is not None else [])]  # tensor: checked
-        filters = None if every_row else [("kind", "in", [kind]), ("group", "in", [group])]
-        t = self._read_part(worker, session, part, ["step"] if every_row else columns, filters)
+        t = self._read_part(worker, session, part, ["step", "tensor", "kind", "group", "batch"],  # tensor: checked
+                            [("kind", "in", [kind]), ("group", "in", [group])])
         if t is None:
             self.problems[:] = before
             return None
-        if batch is not None:
-            t = t.filter(pc.equal(t.column("batch"), batch))
-        return pc.unique(t.column("step")).to_numpy().astype(np.int64)
+        return pc.unique(t.filter(pc.equal(t.column("batch"), batch)).column("step")).to_numpy().astype(np.int64)
 
     def _part_digest(self, worker: str, session: int, part: tuple) -> Digest | None:
         """The digest of ``part`` (:mod:`inspector.part_digest`), read once per version of it;
