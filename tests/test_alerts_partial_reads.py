@@ -24,12 +24,12 @@ NAN_STEP = 38 * STRIDE
 
 
 def write(path: Path, start: int = 0, stop: int = STEPS, nonfinite_at: int | None = NAN_STEP, seed: int = 0,
-          steps: np.ndarray | None = None) -> Path:
+          steps: np.ndarray | None = None, compact: bool = True) -> Path:
     """Statistics steps ``start * STRIDE``.. (or ``steps``): one small part each, compacted every 4,
-    merged by fours (summaries included)."""
+    merged by fours (summaries included); ``compact=False``: left small, as a live session's."""
     b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0,
                      nonfinite_at=nonfinite_at, seed=seed)
-    b.writer._compactor.rows = 4 * len(b.row_tensor)
+    b.writer._compactor.rows = 4 * len(b.row_tensor) if compact else None
     b.writer._compactor.after.levels = Levels(4)
     steps = np.arange(start, stop) * STRIDE if steps is None else steps
     values, index, hist = b.stats_block(steps)
@@ -201,22 +201,10 @@ def test_stats_steps_from_summaries_or_rows_equal_every_row(tmp_path, monkeypatc
         case in ("tampered", "crc-only"))
 
 
-def small_parts_run(path: Path) -> Path:
-    """A live session's run: one small part per statistics step, none compacted or summarised."""
-    b = SyntheticRun(path, tensors=12, steps_hint=STEPS, dump_every=None, stats_flush_secs=0, nonfinite_at=NAN_STEP)
-    b.writer._compactor.rows = None
-    steps = np.arange(STEPS) * STRIDE
-    values, index, hist = b.stats_block(steps)
-    for k, step in enumerate(steps):
-        b.writer.add_stats(int(step), values[k], sparse_rows(index[k], hist[k]))
-    b.close()
-    return path
-
-
 def test_small_parts_are_read_once_for_every_step_list_and_the_first_nonfinite(tmp_path, monkeypatch):
     """`info`'s questions (steps of two (kind, group)s, the first NaN/Inf) read each part without a
     summary once, and answer as every row does."""
-    path = small_parts_run(tmp_path / "run")
+    path = write(tmp_path / "run", compact=False)
     run = inspector.open_run(path)
     assert len(run._stats_files) == STEPS and not (path / FOLDER).exists()
     read = count_reads(monkeypatch)
