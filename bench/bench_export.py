@@ -12,7 +12,7 @@ Method. The run is ``inspector.testing.make_long_run`` (the writer's compacted, 
 summarised parts; 100 real synthetic steps repeated; statistics every step; groups all /
 positive / negative; ~170 log-magnitude buckets a histogram), written in its own process.
 Each repetition exports it in a fresh process into an empty logdir, as the CLI does
-(``inspector.tb_export.Exporter``, histograms at the default ~100 steps): wall time, CPU time
+(``inspector.export.tensorboard.Exporter``, histograms at the default ~100 steps): wall time, CPU time
 (user + system of every thread: the machine is shared, so wall time alone says more about the
 neighbours than about the export), peak RSS and bytes written. Beside it, in another fresh
 process, what reading alone costs: the scalar columns of every step, and the histogram
@@ -20,7 +20,7 @@ columns at the export's histogram steps.
 
 Framing, side by side in one process (interleaved repetitions): the same event payloads
 (scalar events of one step's 600 tags, as the export writes them) framed as TFRecords by
-``inspector.tfevents`` (numpy CRC-32C: the per-step template path, and the general path) and by
+``inspector.export.tfevents`` (numpy CRC-32C: the per-step template path, and the general path) and by
 ``tensorboard.summary.writer.record_writer.RecordWriter`` (its pure-Python CRC-32C): MB/s each.
 """
 from __future__ import annotations
@@ -58,7 +58,7 @@ def _child_make(path: str, steps: int, tensors: int) -> dict:
 
 def _child_export(path: str, logdir: str) -> dict:
     import inspector
-    from inspector.tb_export import Exporter
+    from inspector.export.tensorboard import Exporter
     t, c = time.perf_counter(), _cpu()
     ex = Exporter(lambda: inspector.open_run(path), Path(logdir))
     steps = ex.poll()
@@ -69,7 +69,7 @@ def _child_export(path: str, logdir: str) -> dict:
 
 def _child_read(path: str) -> dict:
     import inspector
-    from inspector.tb_export import histogram_steps
+    from inspector.export.tensorboard import histogram_steps
     run = inspector.open_run(path)
     steps = run.stats_steps()
     at = histogram_steps(steps, 0, int(steps[0]), int(steps[-1]), None)   # the export's
@@ -85,7 +85,7 @@ def framing(reps: int, steps: int = 200, tags: int = 600) -> list[list[str]]:
     """MB/s of framing the same scalar events: ours (template, general) and tensorboard's."""
     from tensorboard.summary.writer.record_writer import RecordWriter
 
-    from inspector.tfevents import EventFile, frame
+    from inspector.export.tfevents import EventFile, frame
     rng = np.random.default_rng(0)
     names = [f"gradient/block{i // 6}/conv{i % 7}/Relu:0/{s}" for i, s in
              zip(range(tags), ["rms", "mean", "std", "zero_fraction", "nan", "inf"] * tags)]

@@ -30,8 +30,8 @@ sys.path.insert(1, str(ROOT / "tests"))
 
 from bench.common import format_table  # noqa: E402
 import inspector  # noqa: E402
-from inspector.graph_scopes import collapse  # noqa: E402
-from inspector.graphdef import OpGraph, parse_graph_def  # noqa: E402
+from inspector.graph.scopes import collapse  # noqa: E402
+from inspector.graph.graphdef import OpGraph, parse_graph_def  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 
 

@@ -51,7 +51,7 @@ Configurations:
 6. ``tfdbg``: tfdbg v1's ``DumpingDebugHook`` (every tensor of the graph, every step).
 
 By default the hook reuses the gradients of the optimizer's own ``tf.gradients`` (recorded
-because ``hooks`` is imported before the model is built; ``hooks.gradient_recorder``).
+because ``hooks`` is imported before the model is built; ``hooks.recorders.gradients``).
 3b/4b/5b (``*-shared``): 3, 4 and 5 with the model trained by ``hooks.minimize`` instead of
 ``optimizer.minimize`` (explicit sharing). 4c (``stats-every-own``): ``share_gradients=False``,
 the hook's own second backward pass. 4d (``stats-every-stock``, only when named): the
@@ -99,9 +99,10 @@ from tqdm import tqdm  # noqa: E402
 
 from bench.common import du_bytes, format_table, human_bytes  # noqa: E402
 from bench.resnet import FAMILIES, ResNet, build_resnet  # noqa: E402
-from hooks import DumpHook, exact_stats, fast_stats  # noqa: E402
+from hooks import DumpHook  # noqa: E402
+from hooks.stats import exact as exact_stats, fast as fast_stats  # noqa: E402
 from hooks.dump_hook import _static_bytes  # noqa: E402
-from inspector import safetensors_io  # noqa: E402
+from inspector.dumps import files as safetensors_io  # noqa: E402
 
 v1 = tf.compat.v1
 

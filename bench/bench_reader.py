@@ -11,7 +11,7 @@ Long runs (``--long STEPS``): ``inspector.testing.make_long_run`` writes a run o
 statistics steps x ``--tensors`` tensors in compacted parts (100 real steps repeated, as the
 writer's compaction lays them out), and a run of STEPS / 10 steps beside it; for each, in a
 fresh process: open, the first ``query_stats`` of one tensor, the viewer overview's matrix
-(``inspector.stats_summary.overview``: gradient l2, at most 300 step bins, from the parts'
+(``inspector.stats.summary.overview``: gradient l2, at most 300 step bins, from the parts'
 summaries), every tensor's gradient l2 row at every step (what the overview read before
 summaries) and peak RSS after each. Targets: open + first query < 1 s, and peak RSS for the
 first query and the matrix flat in the run size.
@@ -128,7 +128,7 @@ def _child_long(path: str) -> dict:
     df = run.query_stats([name], kinds=["forward"], groups=["all"], columns=["mean", "std"])
     t_query = time.perf_counter()
     rss_query = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    from inspector.stats_summary import overview
+    from inspector.stats.summary import overview
     matrix = overview(run, "gradient", "all", "l2").matrix  # the viewer's heatmap: from the summaries
     t_matrix = time.perf_counter()
     rss_matrix = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -196,10 +196,11 @@ def many_parts_run(path: Path, parts: int, tensors: int = 50, dumps: int = 0) ->
     never compacted leaves them; the manifest says so (``stats_parts``, ``dump_runs``)."""
     import pyarrow.parquet as pq
 
-    from inspector import safetensors_io
-    from inspector.crosscheck import encode_dumps
-    from inspector.format import dump_name, manifest_name, stats_name, write_json
-    from inspector.stats_parts import parquet_options
+    from inspector.dumps import files as safetensors_io
+    from inspector.sessions.crosscheck import encode_dumps
+    from inspector.format import dump_name, manifest_name, stats_name
+    from inspector.storage.atomic import write_json
+    from inspector.stats.parts import parquet_options
     from inspector.testing import make_synthetic_run
     make_synthetic_run(path, steps=1, tensors=tensors, dump_every=None, icnn=False)
     first = path / stats_name("chief", 1, 1)
@@ -225,8 +226,8 @@ def compact_as_writer(path: Path, parts: int) -> None:
     import pyarrow.parquet as pq
 
     from inspector.format import stats_name
-    from inspector.stats_merge import LevelMerger
-    from inspector.stats_parts import Compactor
+    from inspector.stats.merge import LevelMerger
+    from inspector.stats.parts import Compactor
     errors: list[BaseException] = []
     rows = pq.read_metadata(path / stats_name("chief", 1, 1)).num_rows
     c = Compactor(path, "chief", 1, after=LevelMerger(path, "chief", 1), on_error=errors.append)
@@ -254,7 +255,8 @@ def live_run(path: Path, steps: int, tensors: int = 50) -> None:
 
 def many_sessions_run(path: Path, sessions: int) -> None:
     """A run of ``sessions`` finished sessions of one worker (a manifest each, 30 tensors)."""
-    from inspector.format import manifest_name, write_json
+    from inspector.format import manifest_name
+    from inspector.storage.atomic import write_json
     from inspector.testing import make_synthetic_run
     make_synthetic_run(path, steps=1, tensors=30, dump_every=None, icnn=False)
     m = json.loads((path / manifest_name("chief", 1)).read_text())
@@ -269,7 +271,7 @@ def big_part_run(path: Path, rows: int, tensors: int = 1000) -> None:
     import pyarrow.parquet as pq
 
     from inspector.format import stats_range_name
-    from inspector.stats_parts import write_sorted
+    from inspector.stats.parts import write_sorted
     from inspector.testing import make_synthetic_run
     make_synthetic_run(path, steps=100, tensors=tensors, dump_every=None, icnn=False, dead_relu=False)
     files = sorted((path / "stats").glob("*.parquet"))
@@ -370,7 +372,7 @@ def child(kind: str, path: Path) -> dict:
 # ---- writing runs ---------------------------------------------------------------------------
 def sparse_run(path: Path, files: int) -> int:
     """A run of ``files`` dump files (8 x 64 MiB + one 16 MiB float32 tensor each), data as holes."""
-    from inspector import safetensors_io
+    from inspector.dumps import files as safetensors_io
     from inspector.format import dump_name
     from inspector.writer import RunWriter
     big = [(f"forward/big{i}:0", (16, 1024, 1024)) for i in range(FILE_TENSORS)]
@@ -394,7 +396,7 @@ def sparse_run(path: Path, files: int) -> int:
 def crc_run(path: Path) -> float:
     """A run with one 60 MB dump (11 x 4 MiB + one 16 MiB float32 tensor, random values).
     Returns the seconds its CRC32s took (``Encoded.final_header``, on the dump thread)."""
-    from inspector import safetensors_io
+    from inspector.dumps import files as safetensors_io
     from inspector.format import dump_name
     from inspector.writer import RunWriter
     rng = np.random.default_rng(0)

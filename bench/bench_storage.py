@@ -118,7 +118,7 @@ def child_read(path: str, options: dict | None) -> dict:
 # ---- measurements ---------------------------------------------------------------------------
 def write_rate(store, mib: int, repeats: int) -> float:
     """Median MB/s of writing one ``mib`` MiB dump through ``store`` (``Storage.write``)."""
-    from inspector.safetensors_io import Encoded
+    from inspector.dumps.files import Encoded
     rng = np.random.default_rng(0)
     arrays = {f"forward/t{i}:0": rng.random((1024, 1024), np.float32) for i in range(max(1, mib // 4))}
     enc = Encoded(arrays, {"step": "1"})
@@ -133,7 +133,7 @@ def write_rate(store, mib: int, repeats: int) -> float:
 
 
 def _dump(mib: int):
-    from inspector.safetensors_io import Encoded
+    from inspector.dumps.files import Encoded
     rng = np.random.default_rng(0)
     arrays = {f"forward/t{i}:0": rng.random((1024, 1024), np.float32) for i in range(max(1, mib // 4))}
     enc = Encoded(arrays, {"step": "1"})
@@ -171,7 +171,7 @@ def remote_query_bytes(options: dict, steps: int, tensors: int) -> list[tuple]:
     import s3fs
 
     import inspector
-    from inspector import stats_schema
+    from inspector.stats import schema as stats_schema
     from inspector.testing import SyntheticRun
 
     class Counting(s3fs.S3FileSystem):

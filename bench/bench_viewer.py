@@ -65,9 +65,9 @@ sys.path.insert(0, str(ROOT))  # first: the imports below (noqa: E402) from this
 import numpy as np  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import plots  # noqa: E402
+from inspector.analysis import plots  # noqa: E402
 from inspector.testing import make_long_run, make_synthetic_run  # noqa: E402
-from inspector.units import human_bytes  # noqa: E402
+from inspector.sizes import human_bytes  # noqa: E402
 
 
 #: the demo's input images (examples/train_demo.py: 48 x 48)
@@ -322,7 +322,7 @@ def compact_parts(path: Path) -> int:
     every few seconds and compacts them into sorted parts. Returns how many were rewritten."""
     import pyarrow.parquet as pq
 
-    from inspector.stats_parts import INDEX_KEY, write_sorted
+    from inspector.stats.parts import INDEX_KEY, write_sorted
     n = 0
     for part in sorted((path / "stats").glob("*.parquet")):
         if INDEX_KEY not in (pq.ParquetFile(part).metadata.metadata or {}):

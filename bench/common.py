@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as `python bench/x.py` without installing the project
     sys.path.insert(0, str(ROOT))
 
-from inspector.units import human_bytes as human_bytes  # noqa: E402 - after the path set-up; re-exported
+from inspector.sizes import human_bytes as human_bytes  # noqa: E402 - after the path set-up; re-exported
 
 
 def du_bytes(path: str | os.PathLike) -> int:

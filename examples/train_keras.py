@@ -9,7 +9,7 @@ Run::
 writes ``runs-keras/icnn`` and ``runs-keras/plain`` and prints held-out accuracy and the location
 instability of the 32 conv3 filters (the map the ICNN masks), as ``train_demo`` does. The
 architecture is ``examples/models.py``'s, from Keras layers; the ICNN mask is
-``hooks.keras_icnn.ICNNMask``, fed the labels as a second input (``positive``; zeros at
+``hooks.keras.icnn.ICNNMask``, fed the labels as a second input (``positive``; zeros at
 inference: the mask alone, as the TF-compat model). The callback probes 16 fixed held-out images.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ import tensorflow as tf  # noqa: E402
 from examples.parts_data import make_parts_dataset  # noqa: E402
 from examples.train_demo import evaluate  # noqa: E402
 from hooks.keras import InspectCallback  # noqa: E402
-from hooks.keras_icnn import ICNNEpoch, ICNNMask  # noqa: E402
+from hooks.keras.icnn import ICNNEpoch, ICNNMask  # noqa: E402
 
 keras = tf.keras
 PROBE = 16

@@ -2,13 +2,13 @@
 
 Importing this package installs three recorders, each wrapping private TensorFlow functions
 to record names and changing nothing else (docs/ARCHITECTURE.md lists them): the gradients
-of every ``tf.gradients`` built afterwards (``hooks.gradient_recorder``), so ``DumpHook``
+of every ``tf.gradients`` built afterwards (``hooks.recorders.gradients``), so ``DumpHook``
 reuses the optimizer's backward pass and knows which loss it minimizes; the loss and scale
-behind a TF1 loss-scale optimizer's scaled loss (``hooks.loss_scale``), so that pass is
+behind a TF1 loss-scale optimizer's scaled loss (``hooks.recorders.loss_scale``), so that pass is
 unscaled; and, with ``tf.estimator``, the labels and loss of every ``model_fn`` call
-(``hooks.estimator_recorder``), so ``DumpHook`` needs no tensor names. Each logs its install
+(``hooks.recorders.estimator``), so ``DumpHook`` needs no tensor names. Each logs its install
 at DEBUG; ``TF_INSPECTOR_RECORD_GRADIENTS=0`` / ``TF_INSPECTOR_RECORD_MODEL_FN=0`` opt out,
-``hooks.gradient_recorder.uninstall()`` / ``hooks.estimator_recorder.uninstall()`` undo them.
+``hooks.recorders.gradients.uninstall()`` / ``hooks.recorders.estimator.uninstall()`` undo them.
 
 Example::
 
@@ -18,6 +18,8 @@ Example::
     train_op = minimize(optimizer, loss, global_step=tf.compat.v1.train.get_global_step())
 """
 # pure Python: `import hooks.schedule` / `hooks.options` work without TensorFlow
+from inspector._moved import install as _install_moved
+
 from .options import CaptureOptions
 from .schedule import Schedule
 
@@ -30,9 +32,12 @@ except ModuleNotFoundError as e:
         raise
     _NO_TF = e
 else:
-    from . import estimator_recorder, gradient_recorder, loss_scale
+    from hooks.recorders import estimator as estimator_recorder
+    from hooks.recorders import gradients as gradient_recorder
+    from hooks.recorders import loss_scale
+    from hooks.recorders.shared_gradients import compute_gradients, minimize
+
     from .dump_hook import DumpHook, mark
-    from .shared_gradients import compute_gradients, minimize
 
     gradient_recorder.install()
     loss_scale.install()
@@ -45,3 +50,26 @@ def __getattr__(name: str):
         raise ImportError(f"hooks.{name} needs TensorFlow, which is not installed: pip install "
                           "'tf-inspector[tf]' (hooks.schedule and hooks.options work without it)") from _NO_TF
     raise AttributeError(f"module 'hooks' has no attribute {name!r}")
+
+
+#: old module -> where it lives now: the old names stay importable (inspector/_moved.py)
+MOVED = {
+    "hooks.groups":             "hooks.capture.groups",
+    "hooks.keras_trace":        "hooks.keras.trace",
+    "hooks.keras_step":         "hooks.keras.step",
+    "hooks.keras_source":       "hooks.keras.source",
+    "hooks.keras_icnn":         "hooks.keras.icnn",
+    "hooks.gradient_recorder":  "hooks.recorders.gradients",
+    "hooks.estimator_recorder": "hooks.recorders.estimator",
+    "hooks.loss_scale":         "hooks.recorders.loss_scale",
+    "hooks.method_patch":       "hooks.recorders.patching",
+    "hooks.shared_gradients":   "hooks.recorders.shared_gradients",
+    "hooks.structure":          "hooks.capture.feeds",
+    "hooks.sources":            "hooks.capture.source_lines",
+    "hooks.batch_axis":         "hooks.capture.batch_axis",
+    "hooks.towers":             "hooks.capture.towers",
+    "hooks.resolve":            "hooks.recorders.loss_and_labels",
+    "hooks.fast_stats":         "hooks.stats.fast",
+    "hooks.exact_stats":        "hooks.stats.exact",
+}
+_install_moved(MOVED)

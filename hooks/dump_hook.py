@@ -25,19 +25,25 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, cast
 import numpy as np
 import tensorflow as tf
 
-from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION,
-                              STAT_COLUMNS)
+from hooks import capture, native
+from hooks import variables
+from hooks.capture import batch_axis, towers
+from hooks.capture import feeds
+from hooks.recorders import loss_and_labels
+from hooks.capture import source_lines
+from hooks.capture.groups import GroupSpec, Refusals, all_rows_only, bad_rule
+from hooks.recorders import gradients as gradient_recorder
+from hooks.recorders import loss_scale
+from hooks.stats import fast as fast_stats
+from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
+from inspector.format.loghist import concat_rows
+from inspector.format.manifest import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
 from inspector.icnn.layer import observer_gradients
-from inspector.loghist import concat_rows
-from inspector.manifest_schema import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
-from inspector import trainings
-from inspector.units import human_bytes
-from inspector.writer import RunWriter, StatsLayout
+from inspector.sessions import trainings
+from inspector.sizes import human_bytes
 from inspector.storage import normalize
+from inspector.writer import RunWriter, StatsLayout
 
-from . import (batch_axis, capture, fast_stats, gradient_recorder, loss_scale, native, resolve, sources, structure,
-               towers, variables)
-from .groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from .options import FLOAT_DTYPE_NAMES, CaptureOptions, takes_options
 from .schedule import StepSpec
 
@@ -148,11 +154,11 @@ class DumpHook(v1.train.SessionRunHook):
       loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
         optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
-        refused (``hooks.resolve``, docs/guide/loss-and-labels.md). The choice and why is logged.
+        refused (``hooks.recorders.loss_and_labels``, docs/guide/loss-and-labels.md). The choice and why is logged.
       labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
         Estimator passed to the model_fn. Without labels there are no groups. Multi-tower
         training: a dict ``{scope prefix: labels of that tower}`` groups each tower's
-        per-sample tensors by its own labels (``hooks/towers.py``); towers cut from one batch
+        per-sample tensors by its own labels (``hooks/capture/towers.py``); towers cut from one batch
         with ``tf.split`` need no dict (the split is traced).
       predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
         EstimatorSpec's predictions (a tensor, or its dict).
@@ -178,10 +184,10 @@ class DumpHook(v1.train.SessionRunHook):
     then not called), the hook still writes what it holds and records status 'failed'.
 
     Gradients: where the model was built after ``import hooks``, the hook reuses the
-    gradients the optimizer's ``tf.gradients`` already computes (``hooks.gradient_recorder``)
+    gradients the optimizer's ``tf.gradients`` already computes (``hooks.recorders.gradients``)
     and builds only what that pass does not cover, such as d loss / d images. Gradients
     built before ``import hooks`` are not recorded; train with ``hooks.minimize(optimizer,
-    loss, ...)`` to share them explicitly (``hooks.shared_gradients``). Otherwise the hook
+    loss, ...)`` to share them explicitly (``hooks.recorders.shared_gradients``). Otherwise the hook
     builds its own ``tf.gradients``, which TensorFlow runs as a second backward pass.
     """
 
@@ -285,14 +291,14 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
 
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
-        return resolve.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
+        return loss_and_labels.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
 
     def _resolve_groups(self, g: tf.Graph, loss: tf.Tensor | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
         if isinstance(self.labels_arg, Mapping):
             return self._resolve_tower_labels(g)
-        labels, groups, rule = resolve.resolve_groups(g, self._tensor(self.labels_arg, "labels"), self.group_spec,
-                                                      self._tensor(self.predictions_arg, "predictions"),
-                                                      strict=self.strict, loss=loss)
+        labels, groups, rule = loss_and_labels.resolve_groups(
+            g, self._tensor(self.labels_arg, "labels"), self.group_spec,
+            self._tensor(self.predictions_arg, "predictions"), strict=self.strict, loss=loss)
         self._groups = groups
         self._groups_rule = rule if groups is not None else None
         return labels, groups
@@ -304,15 +310,15 @@ class DumpHook(v1.train.SessionRunHook):
             try:
                 self._tower_groups[prefix] = self.group_spec.build(labels)
             except (capture.LabelsError, ValueError) as e:
-                resolve._refuse(e, self.strict)
+                loss_and_labels._refuse(e, self.strict)
                 self._tower_groups.clear()
                 return None, None
             rule = self.group_spec.describe(labels)
             log.info("labels of tower %s: %s; groups: %s", prefix, labels.name, rule)
         names = {tuple(gr.names) for gr in self._tower_groups.values()}
         if len(names) > 1:
-            resolve._refuse(ValueError(f"the towers' groups differ ({sorted(names)}); every tower needs the same "
-                                       f"group names"), self.strict)
+            loss_and_labels._refuse(ValueError(f"the towers' groups differ ({sorted(names)}); every tower needs the "
+                                               f"same group names"), self.strict)
             self._tower_groups.clear()
         elif self._tower_groups:
             self._groups_rule = f"per tower ({', '.join(self._tower_groups)}): {rule}"
@@ -420,12 +426,12 @@ class DumpHook(v1.train.SessionRunHook):
             name = variables.variable_of(c.tensor)
             if name:
                 c.extra["variable"] = name
-        structure.annotate(self.captured, g, backward)
+        feeds.annotate(self.captured, g, backward)
         grads = (functools.partial(self._gradients, g, loss, what="variable records")
                  if loss is not None and self.options.gradients else None)
         records = variables.find_records(g, backward, grads, self.filters, loss)
         self.captured += records
-        sources.annotate(self.captured, g)
+        source_lines.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.options.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
 
@@ -582,7 +588,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _warn_overlap(self) -> None:
         """Warn when this training session starts below the last step an earlier training session
-        of this worker recorded (``inspector.trainings``): at step 0 a new training, which readers
+        of this worker recorded (``inspector.sessions.trainings``): at step 0 a new training, which readers
         show alone from now on; past 0 a resume from an older checkpoint, whose rows replace the
         earlier session's of the steps both record."""
         found = trainings.last_training(self._writer.store.read, self.worker, self._writer.session)

@@ -53,7 +53,7 @@ class CaptureOptions:
     exclude: str | Sequence[str] | None = None
     """Regexes on tensor names never captured, in addition to the defaults, which leave out the
     backward pass, optimizer, saver, summaries and init ops, constants and variables
-    (``inspector.accounting.DEFAULT_RULES``). What a filter or a default leaves out is recorded by
+    (``inspector.format.accounting.DEFAULT_RULES``). What a filter or a default leaves out is recorded by
     rule in the manifest's ``accounting``: ``run.why(name)`` says it (Keras: ``outside`` for an op
     that is neither the model's call nor its loss)."""
     op_types: Iterable[str] | None = None
@@ -64,7 +64,7 @@ class CaptureOptions:
     """Tensor dtypes to capture: TensorFlow dtypes or their names (default: the float types)."""
     batched: str | Sequence[str] | None = None
     """Regexes on tensor names forcing a tensor per-sample (axis 0 is the batch), overriding the
-    data-flow trace from the inputs (``hooks.batch_axis``); what is computed from it follows it."""
+    data-flow trace from the inputs (``hooks.capture.batch_axis``); what is computed from it follows it."""
     unbatched: str | Sequence[str] | None = None
     """Regexes on tensor names forcing a tensor not per-sample (no groups, no sample budget);
     ``unbatched`` wins over ``batched``."""
@@ -85,7 +85,7 @@ class CaptureOptions:
     statistics on statistics steps; when a NaN/Inf first appears, record where (the manifest's
     ``first_nonfinite``) and dump the next step (reason "after NaN/Inf")."""
 
-    # ---- sample groups (``hooks/groups.py``) ------------------------------------------------------
+    # ---- sample groups (``hooks/capture/groups.py``) ------------------------------------------------------
     positive: Callable | Any = None
     """Predicate ``labels -> bool [N]`` choosing the positive samples (``InspectCallback``'s probe
     also takes a bool array [N]). Default: ``labels != 0`` for class ids ([N] or [N, 1], any int,
@@ -164,7 +164,7 @@ class CaptureOptions:
 
     @property
     def batch_overrides(self) -> dict[str, Any]:
-        """``batched`` / ``unbatched`` as ``hooks.batch_axis.BatchAxis`` takes them."""
+        """``batched`` / ``unbatched`` as ``hooks.capture.batch_axis.BatchAxis`` takes them."""
         return dict(batched=self.batched, unbatched=self.unbatched)
 
     def manifest_config(self, native_ran: bool, dtypes: Iterable[Any]) -> dict[str, Any]:

@@ -5,20 +5,20 @@ Example::
     s = Schedule(stats_every_n_steps=10, dump_every_n_steps=100, dump_steps=[1, "500:510", (900, 905)])
     s.wants_stats(20), s.wants_dump(505)   # (True, True)
 
-String entries use the project's one step grammar (``inspector.steps``): ``N``, ``A:B``,
+String entries use the project's one step grammar (``inspector.format.steps``): ``N``, ``A:B``,
 ``A:``, ``:B`` (inclusive), ``A-B`` as an alias of ``A:B``.
 """
 from __future__ import annotations
 
 from typing import Iterable, Union
 
-from inspector.steps import FORMS, parse_step_range
+from inspector.format.steps import FORMS, parse_step_range
 
 StepSpec = Union[int, str, tuple, range]
 
 
 def _parse_range(spec: StepSpec) -> tuple[int, int]:
-    """An int, a step-range string (``inspector.steps``), (A, B) tuple or range -> inclusive (lo, hi)."""
+    """An int, a step-range string (``inspector.format.steps``), (A, B) tuple or range -> inclusive (lo, hi)."""
     if isinstance(spec, bool):
         raise ValueError(f"dump_steps entry {spec!r} is not a step")
     if isinstance(spec, int):

@@ -32,11 +32,12 @@ from typing import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
+from hooks.capture.feeds import feeds, zero_gradient_expected
+from hooks.capture.fetchable import ancestors
+from hooks.capture.select import DEFAULT_EXCLUDE, Captured
+from hooks.stats.fast import build_stats
 from inspector.format import STAT_COLUMNS, hist_sample
-from inspector.loghist import sparse_of
-
-from .capture import DEFAULT_EXCLUDE, Captured, ancestors
-from .structure import feeds, zero_gradient_expected
+from inspector.format.loghist import sparse_of
 
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
@@ -74,7 +75,7 @@ def selected(name: str, include=None, exclude=None, op_types=None, exclude_op_ty
     >>> selected("conv1/w", include="^conv"), selected("conv1/w", op_types=["Relu"])
     (True, False)
     """
-    from .options import compile_patterns
+    from hooks.options import compile_patterns
     if (op_types and "VarHandleOp" not in op_types) or "VarHandleOp" in (exclude_op_types or ()):
         return False
     inc, exc = compile_patterns(include), compile_patterns(exclude)
@@ -170,7 +171,7 @@ def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
 def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Statistics of each array (not batched), as the in-graph kernels compute them: values
     [n, 9] in STAT_COLUMNS order and the n rows' log-magnitude histograms as (splits [n + 1],
-    bucket index [N], count [N]) (``inspector.loghist``). Vectorized over the arrays (a
+    bucket index [N], count [N]) (``inspector.format.loghist``). Vectorized over the arrays (a
     per-array loop cost ~0.3 ms each on a ResNet's 25 variables).
 
     >>> values, splits, index, count = numpy_stats([np.array([0.0, 1.0, np.nan]), np.ones(2)])
@@ -250,7 +251,6 @@ def update_stats(deltas: Sequence[tf.Tensor], use_native: bool = True) -> tuple:
     """(values, hist splits, hist index, hist count) of the updates ``deltas`` in the graph, one
     statistics row each (unbatched, no groups), in order: the rows that follow the captured
     tensors' rows."""
-    from .fast_stats import build_stats
     fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None, use_native)
     return fetch.tensors()
 

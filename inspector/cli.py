@@ -31,14 +31,16 @@ import pandas as pd
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from .accounting import reason_kind
+from inspector.format.accounting import reason_kind
+from inspector.sizes import human_bytes
+from inspector.storage.atomic import create_temporary
+from inspector.format import special_entries
+from inspector.storage.safety import inside, real
+
 from .analysis import rerun_text
 from .errors import InspectorError, NotARunError, StorageError
-from .format import create_temporary
 from .run import ALL, Run, find_runs, open_run, parse_steps
-from .safepath import inside, real, special_entries
 from .storage import OPTIONS_ENV, TIMEOUT_ENV, is_url, local_path, storage_timeout
-from .units import human_bytes
 
 
 def summary(run: Run) -> str:
@@ -299,13 +301,13 @@ def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None,
                 worker: str | None = None, per_layer: bool = False, histogram_every: int = 0, force: bool = False,
                 follow_every: float | None = None) -> str:
     """Write the run's statistics as TensorBoard event files under ``logdir/<run name>``
-    (``inspector.tb_export``); with ``follow_every`` (seconds), keep exporting new steps until
+    (``inspector.export.tensorboard``); with ``follow_every`` (seconds), keep exporting new steps until
     the run ends. Returns a line naming what was written and where."""
     if not _importable("tensorboard"):
         raise InspectorError(f"--tensorboard needs the tensorboard package: {TENSORBOARD_EXTRA}")
     if follow_every is not None and not follow_every > 0:
         raise InspectorError(f"--interval {follow_every:g} must be a number of seconds > 0")
-    from .tb_export import Exporter, describe, follow
+    from inspector.export.tensorboard import Exporter, describe, follow
 
     run = _open_checked(path, storage_options)
     _select(run, tensors)   # a bad or unmatched pattern refused before anything is written

@@ -27,25 +27,30 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import graphdef, histograms, safetensors_io
-from .accounting import Ledger, Why
-from .batch_note import captured_on
-from .dump_schema import check_samples
+from inspector.dumps import files as safetensors_io
+from inspector.dumps.schema import check_samples
+from inspector.format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
+                              parse_stats_name)
+from inspector.format import manifest as manifest_schema
+from inspector.format.accounting import Ledger, Why
+from inspector.format.loghist import LogHistogram
+from inspector.format.manifest import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
+                                       with_caller_defaults)
+from inspector.format.provenance import captured_on
+from inspector.graph import graphdef
+from inspector.sessions.crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
+from inspector.sessions.liveness import writer_state
+from inspector.sessions.trainings import hidden_sessions
+from inspector.stats import histograms
+from inspector.stats.digest import COLUMNS as DIGEST_COLUMNS
+from inspector.stats.digest import Digest, digest
+from inspector.stats.parts import live_parts, seq_range
+from inspector.stats.schema import read_part, read_ranged_part
+from inspector.storage.atomic import safe_join
+
 from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError, UnknownGroupError,
                      UnknownTensorError, nearest, suggest)
-from .format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
-                     parse_stats_name, safe_join)
-from .liveness import writer_state
-from .loghist import LogHistogram
-from . import manifest_schema
-from .manifest_schema import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
-                              with_caller_defaults)
-from .crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
-from .part_digest import COLUMNS as DIGEST_COLUMNS, Digest, digest
-from .stats_parts import live_parts, seq_range
-from .stats_schema import read_part, read_ranged_part
 from .storage import Storage, normalize, open_storage
-from .trainings import hidden_sessions
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
@@ -288,7 +293,7 @@ class Run:
         """One row per writer session: worker, session, mode, state, steps, times, error;
         ``start_step`` (the global step a training session began at, where the hook recorded
         it), ``hidden_by`` (the session whose new training hides this one from merged views:
-        read it with ``session=``; :mod:`inspector.trainings`) and ``note`` (why a session
+        read it with ``session=``; :mod:`inspector.sessions.trainings`) and ``note`` (why a session
         recorded nothing, where the hook knew)."""
         files: dict[tuple[str, int], list[DumpFile]] = {}
         for f in self._dump_files:
@@ -307,7 +312,7 @@ class Run:
     def _stats_span(self, worker: str, session: int) -> tuple[int, ...]:
         """(first, last) step of a session's statistics parts on disk (their summaries' step
         ranges, else their step columns); () if it has none that read."""
-        from .stats_summary import part_steps
+        from inspector.stats.summary import part_steps
         steps: list[int] = []
         for w, s, p in self._stats_files:
             if (w, s) != (worker, session):
@@ -373,7 +378,7 @@ class Run:
         ``has_update``, true where any session's is: a resume that records gradients where the
         first session did not has them read). ``captured_on``: "probe batch, after the update"
         where a Keras probe recorded the entry (its gradient is not the one the step's update
-        came from), else None (the training step's own; ``inspector.batch_note``)."""
+        came from), else None (the training step's own; ``inspector.format.provenance``)."""
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
             # older Keras probe runs lack the entry's captured_on: their manifest says it (batch_note)
@@ -404,7 +409,7 @@ class Run:
     def graph_def_bytes(self, worker: str | None = None, session: int | None = None,
                         limit: int | None = None) -> bytes:
         """The serialized GraphDef of a session (default: that of :attr:`manifest`); parse with
-        tf.compat.v1.GraphDef.FromString or ``inspector.graphdef.parse_graph_def``.
+        tf.compat.v1.GraphDef.FromString or ``inspector.graph.graphdef.parse_graph_def``.
         DamagedFileError (naming the file and its size) for a file over ``limit`` bytes
         (default ``graphdef.MAX_GRAPH_BYTES``), checked before reading."""
         m = self._session_manifest(worker, session)
@@ -423,11 +428,11 @@ class Run:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
         return m
 
-    # ---- accounting (inspector.accounting) -----------------------------------------------------
+    # ---- accounting (inspector.format.accounting) -----------------------------------------------------
     def why(self, name: str, worker: str | None = None, session: int | None = None) -> Why:
         """Whether ``name``, a tensor or op name of a session's graph (default: that of
         :attr:`manifest`), was captured, skipped (and why) or excluded (by which rule): a
-        :class:`inspector.accounting.Why` with ``status``, ``reason`` and ``rule``.
+        :class:`inspector.format.accounting.Why` with ``status``, ``reason`` and ``rule``.
 
         Example::
 
@@ -477,7 +482,7 @@ class Run:
     @cached_property
     def _hidden(self) -> dict[tuple[str, int], int]:
         """{(worker, session): the session whose new training hides it from merged views}
-        (:mod:`inspector.trainings`)."""
+        (:mod:`inspector.sessions.trainings`)."""
         return hidden_sessions(self.manifests)
 
     def _mode_of(self, worker: str, session: int) -> str:
@@ -594,7 +599,7 @@ class Run:
         failed = []
         lo, hi = _step_bounds(filters)
         if lo is not None or hi is not None:  # skip parts whose summary puts every step outside
-            from .stats_summary import part_steps
+            from inspector.stats.summary import part_steps
             files = [(w, s, p) for w, s, p in files if (r := part_steps(self, p)) is None
                      or not ((lo is not None and r[1] < lo) or (hi is not None and r[0] > hi))]
         for w, s, p in files:
@@ -636,7 +641,7 @@ class Run:
         session: one row per (step, tensor, kind, group). Columns: worker, session, mode, step,
         batch, tensor, kind, group, count, mean, std, min, max, l2, zero_fraction, nan, inf,
         and the histogram: ``hist_bucket``, ``hist_count`` (Arrow-backed lists: the non-empty
-        log-magnitude buckets, :mod:`inspector.loghist`; see :meth:`log_histogram`), or in runs
+        log-magnitude buckets, :mod:`inspector.format.loghist`; see :meth:`log_histogram`), or in runs
         written before format version 4 ``hist_lo``, ``hist_hi``, ``histogram`` (equal-width
         bins: edges ``np.linspace(hist_lo, hist_hi, bins + 1)``). Use :meth:`query_stats` for
         other modes, workers, sessions."""
@@ -755,7 +760,7 @@ class Run:
         None only), from its summary where it has one, else from its digest (one read of the
         part for every (kind, group)); of one eval ``batch``, from its rows. None if it cannot
         be read."""
-        from .stats_summary import part_step_set
+        from inspector.stats.summary import part_step_set
         if batch is None:
             if self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
                     and (len(got) or not every_row):
@@ -771,7 +776,7 @@ class Run:
         return pc.unique(t.filter(pc.equal(t.column("batch"), batch)).column("step")).to_numpy().astype(np.int64)
 
     def _part_digest(self, worker: str, session: int, part: tuple) -> Digest | None:
-        """The digest of ``part`` (:mod:`inspector.part_digest`), read once per version of it;
+        """The digest of ``part`` (:mod:`inspector.stats.digest`), read once per version of it;
         None if it cannot be read (its problem left for the full reader to report)."""
         if (d := self._digests.get(part)) is not None:
             return d
@@ -817,7 +822,7 @@ class Run:
         """numpy-style bin edges and counts of the in-graph histogram of ``tensor`` at ``step``
         (``np.histogram``'s form, for plotting): equal-width bins in runs before format version
         4; else the log-magnitude buckets and the gaps between them
-        (:func:`inspector.histograms.edges_and_counts`; :meth:`log_histogram` gives the buckets
+        (:func:`inspector.stats.histograms.edges_and_counts`; :meth:`log_histogram` gives the buckets
         themselves). Raises InspectorError when the choice is ambiguous (rows of several
         workers: pass ``worker=``)."""
         h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
@@ -826,7 +831,7 @@ class Run:
     def log_histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                       mode: str | None = None, worker: str | None = None, session: int | None = None,
                       batch: int | None = None) -> LogHistogram:
-        """The log-magnitude histogram of ``tensor`` at ``step`` (:class:`~inspector.loghist.LogHistogram`:
+        """The log-magnitude histogram of ``tensor`` at ``step`` (:class:`~inspector.format.loghist.LogHistogram`:
         its non-empty buckets and their counts; ``.quantiles(q)``, ``.edges()``). InspectorError
         for a row written before format version 4 (equal-width bins: :meth:`histogram`)."""
         h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
@@ -1123,11 +1128,11 @@ class Run:
 
     def _nonfinite_rows(self, mode: str | None, worker: str | None) -> pd.DataFrame | None:
         """The rows (group ``all``, columns nan, inf) that :meth:`nonfinite_evidence` judges, read
-        only where the parts' summaries count a NaN/Inf (:func:`~inspector.stats_summary.nonfinite_bins`);
+        only where the parts' summaries count a NaN/Inf (:func:`~inspector.stats.summary.nonfinite_bins`);
         every row with a NaN/Inf is among them, in the reader's order. None where that cannot be
         exact (read every row instead): one eval batch viewed, two sessions of one worker and
         mode (a later session's clean row may replace a step), a part that does not read."""
-        from .stats_summary import nonfinite_bins
+        from inspector.stats.summary import nonfinite_bins
         files = self._selected(self._stats_files, mode, worker, None)
         sessions = {(w, s) for w, s, _ in files}
         if self._where(mode, worker)[2] is not None or \
@@ -1297,8 +1302,8 @@ def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
 
 
 def parse_steps(spec: str | None) -> tuple[int, int] | None:
-    """Alias of ``inspector.steps.parse_step_range`` (the one step grammar); None or '' -> None."""
-    from .steps import parse_step_range
+    """Alias of ``inspector.format.steps.parse_step_range`` (the one step grammar); None or '' -> None."""
+    from inspector.format.steps import parse_step_range
     return parse_step_range(spec) if spec else None
 
 

@@ -31,13 +31,14 @@ from typing import Any
 
 import numpy as np
 
-from .accounting import DEFAULT_RULES, Rule, record
-from .analysis import icnn_mask, icnn_mu
+from inspector.format.accounting import DEFAULT_RULES, Rule, record
+from inspector.format.loghist import LogHistogram, bucket_edges, bucket_index
+from inspector.format.manifest import CONFIG_DEFAULTS, hook_config
+from inspector.graph.graphdef import Node, encode_graph_def
+from inspector.icnn.masks import icnn_mask, icnn_mu
+
 from .errors import InspectorError
 from .format import GROUPS, HIST_MAX_ELEMENTS, STAT_COLUMNS, manifest_name
-from .graphdef import Node, encode_graph_def
-from .loghist import LogHistogram, bucket_edges, bucket_index
-from .manifest_schema import CONFIG_DEFAULTS, hook_config
 from .storage import normalize
 from .writer import RunWriter, StatsLayout
 
@@ -533,9 +534,9 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     """A run of ``steps`` statistics steps (tens of millions of rows) in minutes, not hours:
     ``real_steps`` steps are written by :func:`make_synthetic_run` (the writer, compaction
     included), then their rows are repeated with shifted step numbers into compacted parts as
-    the writer's compaction writes them (``inspector.stats_parts``, ``part_rows`` rows each,
+    the writer's compaction writes them (``inspector.stats.parts``, ``part_rows`` rows each,
     default its ``COMPACT_ROWS``), merged by levels as the writer merges them
-    (``inspector.stats_merge``); the manifest's step range is extended to match. For
+    (``inspector.stats.merge``); the manifest's step range is extended to match. For
     benchmarks of the reader at scale; the statistics repeat every ``real_steps`` steps.
 
     >>> p = make_long_run(tmp_path / "long", steps=1000, tensors=50)  # doctest: +SKIP
@@ -544,9 +545,10 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from .format import stats_range_name, write_json
-    from .stats_merge import Levels, after_compaction
-    from .stats_parts import COMPACT_ROWS, write_sorted
+    from inspector.format import stats_range_name
+    from inspector.stats.merge import Levels, after_compaction
+    from inspector.stats.parts import COMPACT_ROWS, write_sorted
+    from inspector.storage.atomic import write_json
 
     if steps % real_steps:
         raise ValueError(f"steps={steps} must be a multiple of real_steps={real_steps}")

@@ -7,7 +7,7 @@ recorded in the manifest instead of blocking training. A file that fails to writ
 disk) is recorded as dropped with its reason; later files are still tried, after a back-off
 that grows while errors persist (FORMAT.md, "Write errors").
 
-Each writer is one session: it takes its worker's lock (``inspector.claim``), gets the next
+Each writer is one session: it takes its worker's lock (``inspector.sessions.lease``), gets the next
 session number, and writes only files named for that session, so a run directory accumulates
 over reruns, evaluations and resumes and no writer touches another's files.
 
@@ -38,26 +38,28 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import safetensors_io
-from .claim import Claim, LeaseLostError
-from .crosscheck import encode_dumps
+from inspector.dumps import files as safetensors_io
+from inspector.format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION,
+                              check_worker, dump_name, graph_name, manifest_name, stats_name)
+from inspector.format.loghist import MAX_INDEX, rows_of
+from inspector.format.manifest import WRITER_KEYS, with_caller_defaults
+from inspector.sessions.crosscheck import encode_dumps
+from inspector.sessions.lease import Claim, LeaseLostError
+from inspector.sessions.liveness import now_iso
+from inspector.stats.merge import LevelMerger
+from inspector.stats.parts import COMPACT_ROWS, Compactor, parquet_options
+from inspector.storage.atomic import json_bytes
+from inspector.storage.spill import SPILL_BYTES, Spill, spill_folder
+
 from .errors import StorageError
-from .format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION, check_worker,
-                     dump_name, graph_name, json_bytes, manifest_name, stats_name)
-from .loghist import MAX_INDEX, rows_of
-from .liveness import now_iso
-from .manifest_schema import WRITER_KEYS, with_caller_defaults
-from .spill import SPILL_BYTES, Spill, spill_folder
 from .storage import Storage, normalize, open_storage
-from .stats_merge import LevelMerger
-from .stats_parts import COMPACT_ROWS, Compactor, parquet_options
 
 log = logging.getLogger("tf_inspector")
 
 #: Statistics rows kept in memory (queued for the writer thread, and buffered while their part
 #: cannot be written); beyond this the oldest are dropped (and recorded), so a long disk
 #: outage cannot exhaust memory. On an object store parts that fail go to the spill on local
-#: disk instead (``inspector.spill``).
+#: disk instead (``inspector.storage.spill``).
 MAX_BUFFERED_ROWS = 1_000_000
 #: seconds between two calls of a writer's ``owner_gone`` (a frame walk of one thread: microseconds)
 OWNER_CHECK_SECS = 2.0
@@ -94,7 +96,7 @@ class _Stats:
     rows: np.ndarray        # int [K]: the layout's rows written (``keep``)
     values: np.ndarray      # float64 [K, len(STAT_COLUMNS)]
     splits: np.ndarray      # int64 [K + 1]: row k's buckets are index/count[splits[k]:splits[k + 1]]
-    index: np.ndarray       # int16 [N]: log-magnitude bucket indices (inspector/loghist.py)
+    index: np.ndarray       # int16 [N]: log-magnitude bucket indices (inspector/format/loghist.py)
     count: np.ndarray       # int32 [N]
 
 
@@ -246,7 +248,7 @@ class RunWriter:
                  spill_bytes: int = SPILL_BYTES) -> None:
         """``fsync``: fsync each dump and statistics part before its rename (the manifest and
         graph always are). Without it, files survive a crash of the process but not a power
-        loss; see ``format.atomic_write``. ``heartbeat_secs``: how often a live writer
+        loss; see ``storage.atomic.atomic_write``. ``heartbeat_secs``: how often a live writer
         rewrites its manifest (``updated``) and its lock, so readers can tell a crashed run
         (FORMAT.md). ``queue_size``: dumps waiting to be written (more are dropped and
         recorded); ``dump_threads``: threads writing dumps, each its own file. Two wrote a
@@ -258,7 +260,7 @@ class RunWriter:
         ``filesystem`` as in ``inspector.open_run``): each file is then one object, written
         whole (``inspector.storage``).
         ``compact_rows``: roll the session's small statistics parts into one part per this many
-        rows (``inspector.stats_parts``; None: never).
+        rows (``inspector.stats.parts``; None: never).
         ``format_version``: what the manifest says (FORMAT.md, "Versioning").
         ``owner_gone``: called on the writer thread every ``OWNER_CHECK_SECS``: None while what
         writes this session is still running, else why not; the session then ends as failed
@@ -266,7 +268,7 @@ class RunWriter:
         read "running", with a live heartbeat, until the process exited).
         ``timeout``: seconds an object store's request may take (``storage.storage_timeout``).
         ``spill_bytes``: on an object store, statistics parts it does not take (slow, down) wait
-        on local disk, at most this many bytes (``inspector.spill``); the training thread never
+        on local disk, at most this many bytes (``inspector.storage.spill``); the training thread never
         waits for the store.
 
         Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
@@ -360,7 +362,7 @@ class RunWriter:
                   batch: int = 0, keep: np.ndarray | None = None) -> None:
         """Queue one step's statistics (never blocks: see ``_Inbox``): ``values`` [R, 9] in
         STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as (splits [R + 1],
-        bucket index [N], count [N]) (``inspector.loghist``). ``batch``: the batch index within
+        bucket index [N], count [N]) (``inspector.format.loghist``). ``batch``: the batch index within
         an evaluation or prediction (0 in training). ``keep``: bool [R], the layout's rows to
         write (None: all)."""
         self._raise_if_strict()
@@ -401,7 +403,7 @@ class RunWriter:
                              f"(with as many counts, got {len(count)}), got {splits[:3].tolist()}...{splits[-1:]}")
         if len(index) and (np.abs(index).max() > MAX_INDEX or count.min() < 0 or count.max() > np.iinfo(np.int32).max):
             raise ValueError(f"statistics of step {step}: hist buckets must lie in -{MAX_INDEX}..{MAX_INDEX} with "
-                             f"counts in 0..2**31-1 (inspector/loghist.py)")
+                             f"counts in 0..2**31-1 (inspector/format/loghist.py)")
         rows = np.arange(n) if keep is None else np.flatnonzero(array("keep", keep, np.bool_, (n,)))
         if keep is not None:
             splits, index, count = rows_of(splits, index, count, rows=rows)
@@ -787,7 +789,7 @@ class RunWriter:
     def _flush_stats(self, final: bool = False) -> None:
         """Write the buffered statistics as one part. On failure, on local disk keep them for a
         retry (at the final flush, record them as dropped); on an object store move the part to
-        the spill on local disk (``inspector.spill``), where later parts queue behind it until
+        the spill on local disk (``inspector.storage.spill``), where later parts queue behind it until
         the store takes them, oldest first."""
         self._last_flush = time.monotonic()
         spill = self._spill
@@ -884,7 +886,7 @@ class RunWriter:
                 self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
                                       steps=[st.first_step, st.last_step] if st.first_step is not None else None,
                                       dropped=st.dropped.records(), errors=st.errors.records(),
-                                      # what the reader checks it finds (inspector.crosscheck)
+                                      # what the reader checks it finds (inspector.sessions.crosscheck)
                                       stats_parts=self._seq, dump_runs=encode_dumps(st.written))
             data = json_bytes(self._manifest)
             self._manifest_bytes = len(data)

@@ -1,4 +1,4 @@
-"""Every float op output of a run's graph is accounted for (inspector/accounting.py): captured,
+"""Every float op output of a run's graph is accounted for (inspector/format/accounting.py): captured,
 skipped with the reason, or excluded by a named rule; DumpHook and InspectCallback, checked
 against the graph itself and against tfdbg v1's DumpingDebugHook."""
 from __future__ import annotations
@@ -13,8 +13,8 @@ tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) 
 import inspector  # noqa: E402
 from hooks import DumpHook, capture  # noqa: E402
 from inspector import cli  # noqa: E402
-from inspector.accounting import Ledger  # noqa: E402
-from inspector.graphdef import parse_graph_def  # noqa: E402
+from inspector.format.accounting import Ledger  # noqa: E402
+from inspector.graph.graphdef import parse_graph_def  # noqa: E402
 from tfmodels import BATCH, HW, batch_images, batch_labels  # noqa: E402
 
 v1 = tf.compat.v1

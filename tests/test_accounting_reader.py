@@ -1,4 +1,4 @@
-"""The accounting's reader side without TensorFlow (inspector/accounting.py): old runs, hostile
+"""The accounting's reader side without TensorFlow (inspector/format/accounting.py): old runs, hostile
 manifests, synthetic runs, and the one table of default rules in FORMAT.md."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import inspector
 from inspector import cli
-from inspector.accounting import DEFAULT_RULES, Ledger
+from inspector.format.accounting import DEFAULT_RULES, Ledger
 from inspector.testing import make_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import inspector
 from inspector import analysis
 from inspector.analysis import Thresholds
 from inspector.format import stats_name
-from inspector.stats_merge import Levels
-from inspector.stats_summary import FOLDER
+from inspector.stats.merge import Levels
+from inspector.stats.summary import FOLDER
 from inspector.testing import SyntheticRun, sparse_rows
 
 STEPS = 40

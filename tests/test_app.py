@@ -21,7 +21,7 @@ pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need S
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector.loghist import LogHistogram, empty_rows  # noqa: E402
+from inspector.format.loghist import LogHistogram, empty_rows  # noqa: E402
 from inspector.format import manifest_name  # noqa: E402
 from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
@@ -699,7 +699,7 @@ def test_distributions_read_off_the_groups_median_magnitudes(runs):
     import re
     import numpy as np
     import inspector
-    from inspector.loghist import bucket_value
+    from inspector.format.loghist import bucket_value
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=24))
     run = inspector.open_run(runs / "exp1")
     medians = {}
@@ -1008,7 +1008,7 @@ def test_figures_follow_the_theme(runs):
     import pandas as pd
     from matplotlib.colors import to_rgb
     from viewer import ui
-    from inspector import plots
+    from inspector.analysis import plots
     with ui.figure_theme("dark"):
         dark = plots.time_series(pd.DataFrame({"all": [1.0, 2.0]}), "t", "v")
     with ui.figure_theme("light"):
@@ -1024,7 +1024,7 @@ def test_png_download_drawn_on_click_follows_the_theme(monkeypatch):
     import pandas as pd
     from PIL import Image
     from viewer import ui
-    from inspector import plots
+    from inspector.analysis import plots
     clicked = {}
     monkeypatch.setattr(ui.st, "download_button", lambda label, data, **kw: clicked.setdefault(kw["key"], data))
     for kind in ("dark", "light"):
@@ -1072,7 +1072,7 @@ def test_overview_says_columns_aggregate_steps_only_where_one_does():
     """Statistics every 100 steps in bins of 2 steps: each column holds one statistics step, so
     the caption must not call it an aggregate; bins holding two steps are named."""
     import numpy as np
-    from inspector.stats_summary import Overview
+    from inspector.stats.summary import Overview
     from viewer.overview import binned_note, column_width
     one = Overview(["a"], np.array([100, 200]), np.array([100, 200]), np.ones((1, 2)), width=2)
     two = Overview(["a"], np.array([101, 203]), np.array([100, 202]), np.ones((1, 2)), width=2)

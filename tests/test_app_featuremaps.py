@@ -14,7 +14,7 @@ from PIL import Image  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import plots  # noqa: E402
+from inspector.analysis import plots  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
-from hooks.batch_axis import BatchAxis  # noqa: E402
+from hooks.capture.batch_axis import BatchAxis  # noqa: E402
 
 v1 = tf.compat.v1
 C = 8  # channels == batch

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import inspector
-from inspector.batch_note import PROBE_NOTE, captured_on
+from inspector.format.provenance import PROBE_NOTE, captured_on
 from inspector.cli import summary
 from inspector.testing import make_synthetic_run
 

@@ -23,7 +23,7 @@ import pytest
 from test_browser import browser, free_port, shots, stop, sync_api  # noqa: F401  (browser, shots: fixtures)
 
 import inspector
-from inspector import tb_export
+from inspector.export import tensorboard as tb_export
 from inspector.testing import make_synthetic_run
 
 pytest.importorskip("tensorboard", reason="the tensorboard extra: pip install 'tf-inspector[tensorboard]'")

@@ -1,4 +1,4 @@
-"""Writer-side compaction of statistics parts (inspector.stats_parts): the same rows as a run
+"""Writer-side compaction of statistics parts (inspector.stats.parts): the same rows as a run
 never compacted (the oracle), small parts gone, and no row counted twice or lost when a crash
 leaves a compacted part beside the parts it replaced."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import inspector
-from inspector import stats_parts
+from inspector.stats import parts as stats_parts
 from inspector.format import stats_name
 from inspector.storage import open_storage
 from inspector.testing import SyntheticRun

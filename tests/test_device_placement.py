@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
-from hooks import capture, exact_stats, fast_stats, structure  # noqa: E402
+from hooks import capture  # noqa: E402
+from hooks.stats import exact as exact_stats, fast as fast_stats  # noqa: E402
+from hooks.capture import feeds  # noqa: E402
 
 v1 = tf.compat.v1
 GPU = "/device:GPU:0"
@@ -50,7 +52,7 @@ def test_statistics_and_dump_gathers_run_beside_their_tensor(pin):
         readers = _readers(caps)
         assert {t.name for _, t in readers} == {c.tensor.name for c in caps}  # every tensor is read
         for op, t in readers:
-            if structure.accelerator(t):
+            if feeds.accelerator(t):
                 assert _same(op.device, t.device), f"{op.name} ({op.type}) on {op.device!r}, reads {t.name} on {GPU}"
                 assert op.type != "InspectorLogStats", f"the CPU-only fused kernel reads {t.name} on {GPU}"
 

@@ -195,7 +195,7 @@ def _v1_losses_model_fn(spec_loss: list, labels_of=lambda labels: labels):
 
 def test_spec_loss_without_a_recorded_pass(tmp_path, monkeypatch):
     """Rule 4: no recorded optimizer pass (a model built before import hooks): the EstimatorSpec's loss."""
-    from hooks import gradient_recorder
+    from hooks.recorders import gradients as gradient_recorder
     monkeypatch.setattr(gradient_recorder, "recorded_losses", lambda graph: {})
     labels = np.random.default_rng(5).integers(0, 2, size=(4 * N,)).astype(np.int32)
     spec_loss = []
@@ -218,7 +218,7 @@ def test_a_dict_of_labels_is_refused_and_one_entry_is_used(tmp_path, caplog):
     run = inspector.open_run(tmp_path / "two")
     assert run.manifest["labels"] is None and set(run.stats.group) == {"all"} and not hook._disabled
     assert "dict of 2 labels (a, b)" in caplog.text and "labels=" in caplog.text
-    from hooks.resolve import AmbiguousError
+    from hooks.recorders.loss_and_labels import AmbiguousError
     with pytest.raises(AmbiguousError, match="dict of 2 labels"):
         est.train(input_fn(["a", "b"]), hooks=[DumpHook(tmp_path / "strict", strict=True)], steps=1)
     est = tf.estimator.Estimator(_v1_losses_model_fn([], lambda y: y["a"]), model_dir=str(tmp_path / "m2"))

@@ -1,4 +1,4 @@
-"""hooks.fast_stats agrees with the reference exact_stats.build_stats, on every path: the fused
+"""hooks.stats.fast agrees with the reference exact_stats.build_stats, on every path: the fused
 kernels (hooks/native), and the stock-op small- and big-tensor paths."""
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
-from hooks import capture, exact_stats, fast_stats, native  # noqa: E402
+from hooks import capture, native  # noqa: E402
+from hooks.stats import exact as exact_stats, fast as fast_stats  # noqa: E402
 from inspector.format import STAT_COLUMNS  # noqa: E402
-from inspector.loghist import LogHistogram  # noqa: E402
+from inspector.format.loghist import LogHistogram  # noqa: E402
 
 v1 = tf.compat.v1
 
@@ -45,7 +46,7 @@ def _tensors(rng, nonfinite: bool) -> list[np.ndarray]:
 @pytest.mark.parametrize("small_max", [0, 1 << 30])
 @pytest.mark.parametrize("nonfinite", [False, True])
 def test_fast_stats_match_reference(monkeypatch, small_max, nonfinite, hist_max, use_native):
-    from inspector import format as fmt
+    from inspector.format import layout as fmt
     monkeypatch.setattr(fast_stats, "SMALL_MAX", small_max)
     monkeypatch.setattr(fmt, "HIST_MAX_ELEMENTS", hist_max)
     arrays = _tensors(np.random.default_rng(0), nonfinite)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from inspector.cli import write_file
-from inspector.format import atomic_write, create_temporary, is_temporary
+from inspector.storage.atomic import atomic_write, create_temporary
+from inspector.format import is_temporary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,6 +53,6 @@ def test_no_import_touches_the_umask():
 
 
 def test_human_bytes_uses_binary_units():
-    from inspector.units import human_bytes
+    from inspector.sizes import human_bytes
     assert [human_bytes(n) for n in (0, 1023, 1536, 3 * 2**20, 5 * 2**30, 2**41)] == [
         "0 B", "1023 B", "1.5 KiB", "3.0 MiB", "5.0 GiB", "2.0 TiB"]

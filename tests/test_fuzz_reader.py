@@ -53,7 +53,7 @@ ALIAS = {"forward/b:0": "gradient/a:0"}
 # ---- the run --------------------------------------------------------------------------------
 def build_run(path: Path) -> Path:
     """Two statistics parts, three dumps (one alias each, samples with labels), a graph."""
-    from inspector.loghist import sparse_of
+    from inspector.format.loghist import sparse_of
     from inspector.writer import RunWriter, StatsLayout
     lay = StatsLayout(("a:0", "a:0", "b:0"), ("forward", "gradient", "forward"), ("all", "all", "all"))
     catalog = [{"name": n, "op": n[:-2], "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",

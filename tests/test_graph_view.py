@@ -17,8 +17,8 @@ from test_app import captions, ok, start, unescape  # noqa: E402
 import inspector  # noqa: E402
 from inspector.errors import DamagedFileError  # noqa: E402
 from inspector.format import graph_name, manifest_name  # noqa: E402
-from inspector.graph_scopes import collapse, search  # noqa: E402
-from inspector.graphdef import Node, OpGraph, encode_graph_def, input_op, parse_graph_def  # noqa: E402
+from inspector.graph.scopes import collapse, search  # noqa: E402
+from inspector.graph.graphdef import Node, OpGraph, encode_graph_def, input_op, parse_graph_def  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 from viewer import graph as page  # noqa: E402
 from viewer import graph_dot, graph_model  # noqa: E402
@@ -247,7 +247,7 @@ def test_graph_file_over_the_limit_is_refused_before_reading(runs, tmp_path, mon
     path = shutil.copytree(runs / "nan", tmp_path / "big")
     size = (path / graph_name("chief", 1)).stat().st_size
     assert inspector.open_run(path).graph_def_bytes() == (path / graph_name("chief", 1)).read_bytes()
-    monkeypatch.setattr(inspector.graphdef, "MAX_GRAPH_BYTES", size - 1)
+    monkeypatch.setattr(inspector.graph.graphdef, "MAX_GRAPH_BYTES", size - 1)
     with pytest.raises(DamagedFileError) as e:
         inspector.open_run(path).graph_def_bytes()
     assert graph_name("chief", 1) in str(e.value) and f"{size:,} bytes" in str(e.value) and f"{size - 1:,}" in str(e.value)

@@ -11,9 +11,9 @@ import pytest
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
 from inspector.format import FORMAT_VERSION  # noqa: E402
-from inspector.loghist import LogHistogram  # noqa: E402
+from inspector.format.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook  # noqa: E402
-from hooks.groups import MAX_CLASS_GROUPS, GroupSpec  # noqa: E402
+from hooks.capture.groups import MAX_CLASS_GROUPS, GroupSpec  # noqa: E402
 
 v1 = tf.compat.v1
 N, D, C, H = 16, 5, 4, 6
@@ -243,7 +243,7 @@ class PredictionsOracle(v1.train.SessionRunHook):
     """The EstimatorSpec's class ids, labels and logits in the training run of step 1."""
 
     def begin(self) -> None:
-        from hooks import estimator_recorder
+        from hooks.recorders import estimator as estimator_recorder
         g = v1.get_default_graph()
         call = estimator_recorder.lookup(g)
         preds = dict(call.predictions)

@@ -1,11 +1,11 @@
 """viewer.hist_charts: the Vega-Lite histograms, overlay and ridge plot hold the bars of
-inspector.hist_view, with the axis, ticks and outlines the page promises."""
+inspector.analysis.hist_view, with the axis, ticks and outlines the page promises."""
 from __future__ import annotations
 
 import numpy as np
 
-from inspector import hist_view
-from inspector.loghist import LogHistogram
+from inspector.analysis import hist_view
+from inspector.format.loghist import LogHistogram
 from viewer import hist_charts
 
 

@@ -1,4 +1,4 @@
-"""inspector.hist_view: where each bucket is drawn, which axis a histogram gets, the linear
+"""inspector.analysis.hist_view: where each bucket is drawn, which axis a histogram gets, the linear
 re-binning and the read-off that compares groups, against numbers computed by hand or numpy."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from inspector import hist_view
-from inspector.hist_view import FLOOR_BAR, GAP, ZERO_HALF, Axis, choose_axis, panel_frame
-from inspector.loghist import LogHistogram
+from inspector.analysis import hist_view
+from inspector.analysis.hist_view import FLOOR_BAR, GAP, ZERO_HALF, Axis, choose_axis, panel_frame
+from inspector.format.loghist import LogHistogram
 
 
 def test_signed_log_axis_puts_each_bucket_at_its_log2_and_zero_apart():

@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
-from inspector.loghist import LogHistogram  # noqa: E402
+from inspector.format.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook, capture, mark  # noqa: E402
 from hooks.dump_hook import worker_from_env  # noqa: E402
 from tfmodels import BATCH, batch_images, batch_labels, build_cnn, conv_net  # noqa: E402
@@ -117,7 +117,7 @@ QS = np.linspace(0, 1, 41)
 def check_quantiles(got, values: np.ndarray, what: str) -> None:
     """Each quantile of ``got`` (one row of run.quantiles) within the stated relative error of
     numpy's (method 'lower': the value of rank floor(q (n - 1)), which the bound is about)."""
-    from inspector.loghist import RELATIVE_ERROR
+    from inspector.format.loghist import RELATIVE_ERROR
     v = np.asarray(values, np.float64).ravel()
     want = np.quantile(v[np.isfinite(v)], QS, method="lower")
     est = got[[f"q{q:g}" for q in QS]].to_numpy()[0]
@@ -128,7 +128,7 @@ def check_quantiles(got, values: np.ndarray, what: str) -> None:
 
 @pytest.mark.parametrize("hist_max", [None, 500])
 def test_statistics_equal_numpy_on_dumped_tensors(tmp_path, monkeypatch, hist_max):
-    from inspector import format as fmt
+    from inspector.format import layout as fmt
     if hist_max:  # histograms of tensors above hist_max elements: every k-th element of each sample
         monkeypatch.setattr(fmt, "HIST_MAX_ELEMENTS", hist_max)
     with tf.Graph().as_default():

@@ -8,7 +8,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
-import hooks.loss_scale  # noqa: E402
+import hooks.recorders.loss_scale  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 
 v1 = tf.compat.v1
@@ -153,7 +153,7 @@ def test_a_loss_argument_naming_the_scaled_loss_is_refused(tmp_path, strict, cap
     x_val, y_val = _data()
     with tf.Graph().as_default():
         gs, x, y, loss, train_op = _scaled_training(2.0 ** 15)
-        scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
+        scaled = hooks.recorders.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
         hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=1, dump_every_n_steps=0, strict=strict)
         if strict:
             with pytest.raises(ValueError, match=f"{scaled.name}.*loss x scale.*'loss:0'"):
@@ -267,7 +267,7 @@ def test_a_refused_scaled_loss_still_records_training(tmp_path, caplog):
     x_val, y_val = _data()
     with tf.Graph().as_default():
         gs, x, y, loss, train_op = _scaled_training(2.0 ** 15)
-        scaled = hooks.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
+        scaled = hooks.recorders.loss_scale.lookup(tf.compat.v1.get_default_graph(), loss).scaled
         hook = DumpHook(tmp_path / "r", loss=scaled, stats_every_n_steps=2, dump_every_n_steps=0)
         with caplog.at_level(logging.ERROR, logger="tf_inspector"), v1.train.MonitoredSession(hooks=[hook]) as sess:
             for _ in range(4):

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
-from inspector import safetensors_io
+from inspector.dumps import files as safetensors_io
 from inspector.format import FORMAT_VERSION, dump_name, manifest_name, stats_name
-from inspector.loghist import sparse_of
-from inspector.safe_files import check_regular
+from inspector.format.loghist import sparse_of
+from inspector.storage.safety import check_regular
 from inspector.writer import RunWriter, StatsLayout
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -268,7 +268,7 @@ def test_a_dump_truncated_after_its_header_was_read_is_damaged_not_sigbus(tmp_pa
     run_dir = write_run(tmp_path / "r")
     out = run_child(f"""
         import os, inspector
-        from inspector import safetensors_io
+        from inspector.dumps import files as safetensors_io
         if {mapped}:
             safetensors_io.READ_MAX = 0  # map every array
         run = inspector.open_run({str(run_dir)!r})
@@ -339,7 +339,7 @@ def test_unknown_manifest_fields_are_ignored_and_newer_versions_refused(tmp_path
 def test_deeply_nested_or_huge_manifest_is_damaged(tmp_path, monkeypatch):
     run_dir = write_run(tmp_path / "r")
     (run_dir / manifest_name("w1", 1)).write_text('{"config":' + "[" * 4000 + "]" * 4000 + "}")
-    from inspector import manifest_schema
+    from inspector.format import manifest as manifest_schema
     monkeypatch.setattr(manifest_schema, "MAX_MANIFEST_BYTES", 10_000)
     (run_dir / manifest_name("w2", 1)).write_text(json.dumps({"x": "y" * 20_000}))
     run = inspector.open_run(run_dir)

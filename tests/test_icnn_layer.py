@@ -7,7 +7,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 tf1 = tf.compat.v1
 
-from inspector import format as fmt  # noqa: E402
+from inspector.format import layout as fmt  # noqa: E402
 from inspector.icnn import layer as icnn  # noqa: E402
 
 from icnn_ref import (A, random_maps, ref_beta_grad, ref_filter_grad, ref_forward, ref_mu,  # noqa: E402

@@ -113,9 +113,9 @@ def doc_sql(path: Path, marker: str) -> str:
 
 
 def test_format_md_decodes_every_bucket_to_its_edges(run_path):
-    """FORMAT.md's SQL decoding of ``hist_bucket``: every bucket's edges, as inspector.loghist's."""
+    """FORMAT.md's SQL decoding of ``hist_bucket``: every bucket's edges, as inspector.format.loghist's."""
     duckdb = pytest.importorskip("duckdb")
-    from inspector.loghist import bucket_edges
+    from inspector.format.loghist import bucket_edges
     sql = doc_sql(ROOT / "FORMAT.md", "Decoding in SQL").replace("runs/exp1/stats/*.parquet",
                                                                            f"{run_path}/stats/*.parquet")
     df = duckdb.sql(sql).df()
@@ -128,9 +128,9 @@ def test_format_md_decodes_every_bucket_to_its_edges(run_path):
 
 def test_the_docs_median_query_finds_the_median_bucket(run_path):
     """docs/histograms.md's DuckDB median: per step and group the bucket holding the value of
-    rank floor((n - 1) / 2), the bucket inspector.loghist's quantiles stand in for."""
+    rank floor((n - 1) / 2), the bucket inspector.format.loghist's quantiles stand in for."""
     duckdb = pytest.importorskip("duckdb")
-    from inspector.loghist import LogHistogram, bucket_index
+    from inspector.format.loghist import LogHistogram, bucket_index
     run = inspector.open_run(run_path)
     name = run.tensors.index[run.tensors["has_gradient"].to_numpy().astype(bool)][3]
     sql = doc_sql(ROOT / "docs" / "histograms.md", "median gradient of one tensor")

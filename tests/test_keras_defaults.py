@@ -15,7 +15,7 @@ from hooks.keras import InspectCallback  # noqa: E402
 from test_keras import _find  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector.batch_note import PROBE_NOTE  # noqa: E402
+from inspector.format.provenance import PROBE_NOTE  # noqa: E402
 
 LR = 0.1
 BATCH = 16

@@ -1,4 +1,4 @@
-"""The Keras ICNN layer (hooks/keras_icnn.py) against the TF-compat layer (inspector/icnn.py):
+"""The Keras ICNN layer (hooks/keras/icnn.py) against the TF-compat layer (inspector/icnn/layer.py):
 the same output, d loss / d x (mask constant + filter-loss term) and beta pseudo-gradient, for
 one class and several (filter slices), with the release's beta update and the stable one; and
 a multi-class Keras model's run as the viewer reads it."""
@@ -9,7 +9,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from hooks.keras_icnn import ICNNEpoch, ICNNMask  # noqa: E402
+from hooks.keras.icnn import ICNNEpoch, ICNNMask  # noqa: E402
 
 from inspector.icnn import layer as icnn  # noqa: E402
 

@@ -15,7 +15,7 @@ from test_keras import BUILD, _data, _find, _oracle, sequential  # noqa: E402
 import inspector  # noqa: E402
 from hooks.variables import numpy_stats  # noqa: E402
 from inspector.format import STAT_COLUMNS  # noqa: E402
-from inspector.claim import RunLockedError  # noqa: E402
+from inspector.sessions.lease import RunLockedError  # noqa: E402
 from inspector import writer as writer_module  # noqa: E402
 
 BATCH = 16
@@ -768,7 +768,7 @@ def test_a_fit_per_epoch_traces_the_step_once_and_compile_starts_over(tmp_path, 
     """fit called again (a fit per epoch) reuses the capturing step traced by the first fit; after
     compile (a new optimizer: learning rate 0) it is traced again, so training follows the new
     compile, not a stale trace; and a fit without the callback runs the model's own step."""
-    import hooks.keras_step as ks
+    import hooks.keras.step as ks
     traces = []
     original = ks.StepGraph._capturing_step
     monkeypatch.setattr(ks.StepGraph, "_capturing_step", lambda self, *a: traces.append(1) or original(self, *a))

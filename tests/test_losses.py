@@ -14,8 +14,8 @@ import pytest
 
 import inspector
 from inspector import cli
-from inspector.crosscheck import decode_dumps, encode_dumps, missing_seqs
-from inspector.manifest_schema import check_manifest
+from inspector.sessions.crosscheck import decode_dumps, encode_dumps, missing_seqs
+from inspector.format.manifest import check_manifest
 from inspector.testing import SyntheticRun, make_synthetic_run
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
 

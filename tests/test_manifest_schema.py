@@ -1,4 +1,4 @@
-"""One manifest schema (inspector/manifest_schema.py): the hook, synthetic runs, a bare
+"""One manifest schema (inspector/format/manifest.py): the hook, synthetic runs, a bare
 RunWriter and the reader all have the same keys, and the hook's settings the same defaults."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 import inspector
-from inspector import manifest_schema as ms
+from inspector.format import manifest as ms
 from inspector.testing import make_synthetic_run
 from inspector.writer import RunWriter
 
@@ -92,9 +92,9 @@ def test_the_reader_fills_caller_defaults_for_an_older_manifest(tmp_path):
 
 
 def test_manifest_json_is_what_json_reads_back_one_key_and_one_tensor_a_line(tmp_path):
-    """format.json_bytes (json's C encoder per line; indent= is its slow Python one) writes
+    """storage.atomic.json_bytes (json's C encoder per line; indent= is its slow Python one) writes
     what json.dumps would mean, keys turned into strings as json does, NaN refused."""
-    from inspector.format import json_bytes
+    from inspector.storage.atomic import json_bytes
     manifest = {"model": "m", 7: "seven", True: 1, "config": {"every": 20, "include": None},
                 "tensors": [{"name": "a:0", "shape": [2, 3]}, {"name": "b:0", "shape": None}], "skipped": []}
     data = json_bytes(manifest)
@@ -114,7 +114,7 @@ def test_manifest_json_is_what_json_reads_back_one_key_and_one_tensor_a_line(tmp
 def test_histogram_sample_is_recorded_and_older_runs_read_as_65536(hook_manifest):
     """The histogram subsample size is the session's own: recorded in its config (16,384 now),
     and a config without it (written before) means the 65,536 it was written with."""
-    from inspector import format as fmt
+    from inspector.format import layout as fmt
     assert fmt.histogram_sample(hook_manifest["config"]) == fmt.HIST_MAX_ELEMENTS == 1 << 14
     assert fmt.histogram_sample({k: v for k, v in hook_manifest["config"].items() if k != "histogram_sample"}) == 65536
     # the numpy reference takes the session's size: an older run's histogram is reproduced

@@ -14,7 +14,8 @@ from test_app import captions, ok, start  # noqa: E402
 from test_app_featuremaps import recorded_figures  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector import analysis, plots  # noqa: E402
+from inspector import analysis  # noqa: E402
+from inspector.analysis import plots  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 
 STEP = 30       # the newest dump: the page's default

@@ -13,8 +13,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
-from hooks.sources import is_library, op_source, shown_path  # noqa: E402
-from inspector.graphdef import OpGraph, parse_graph_def  # noqa: E402
+from hooks.capture.source_lines import is_library, op_source, shown_path  # noqa: E402
+from inspector.graph.graphdef import OpGraph, parse_graph_def  # noqa: E402
 
 v1 = tf.compat.v1
 HERE = Path(__file__).resolve()

@@ -41,7 +41,7 @@ WITHOUT_VIEWER_DEPS = textwrap.dedent("""
     assert cli.main(["export", str(run_dir), "--format", "csv", "--out", str(run_dir.parent / "s.csv")]) == 0
     print("app status", cli.main(["app", str(run_dir)]))
     try:
-        import inspector.plots
+        import inspector.analysis.plots
     except ModuleNotFoundError as e:
         print("plots:", e)
     assert not {"streamlit", "matplotlib"} & set(sys.modules), "imported a blocked module"
@@ -65,7 +65,7 @@ def test_app_without_streamlit_says_how_to_install(core_only):
     line = [x for x in core_only.stderr.splitlines() if x.startswith("error:")]
     assert line == ["error: the viewer needs streamlit and matplotlib: pip install 'tf-inspector[viewer]'"]
     assert "Traceback" not in core_only.stderr
-    assert "plots: inspector.plots needs matplotlib" in core_only.stdout
+    assert "plots: inspector.analysis.plots needs matplotlib" in core_only.stdout
 
 
 def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):

@@ -1,4 +1,4 @@
-"""inspector.part_digest: one read of a part answers what filtering its rows would (numpy reference),
+"""inspector.stats.digest: one read of a part answers what filtering its rows would (numpy reference),
 nulls, several chunks and missing groups included."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from inspector.part_digest import digest
+from inspector.stats.digest import digest
 
 
 def table(seed: int, chunks: int) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Figures of inspector.plots: the artists they must hold, PNG output, no pyplot state."""
+"""Figures of inspector.analysis.plots: the artists they must hold, PNG output, no pyplot state."""
 from __future__ import annotations
 
 import sys
@@ -9,8 +9,8 @@ from matplotlib.collections import PathCollection
 from matplotlib.colors import to_rgb
 from matplotlib.patches import Rectangle, StepPatch
 
-from inspector import hist_view, plots
-from inspector.loghist import LogHistogram
+from inspector.analysis import hist_view, plots
+from inspector.format.loghist import LogHistogram
 from inspector.icnn import templates
 
 
@@ -179,7 +179,7 @@ def test_legend_states_real_count_and_subsample():
 
 
 def test_symlog_bins_for_long_tailed_values():
-    from inspector.binning import long_tailed, value_bins
+    from inspector.analysis.binning import long_tailed, value_bins
     rng = np.random.default_rng(0)
     grad = rng.laplace(0, 1e-6, 50_000) * np.exp(rng.normal(0, 3, 50_000))   # heavy tails, both signs
     grad[:1000] = 0.0

@@ -1,14 +1,14 @@
 """Quantiles from the log-magnitude histograms within their stated error (1/17) of numpy's, on
 values of every kind a network produces: zeros, negatives, NaN, a single value, tiny and huge
-magnitudes, float16 and bfloat16; in numpy (inspector.loghist) and from a DumpHook run, where
+magnitudes, float16 and bfloat16; in numpy (inspector.format.loghist) and from a DumpHook run, where
 the graph's histograms (fused kernel and stock ops) are compared with the dumped tensors."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from inspector.loghist import (CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges, bucket_index, merge,
-                               quantiles)
+from inspector.format.loghist import (CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges, bucket_index, merge,
+                                      quantiles)
 
 QS = np.linspace(0, 1, 101)
 

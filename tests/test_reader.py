@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.loghist import LogHistogram, empty_rows, sparse_of
+from inspector.format.loghist import LogHistogram, empty_rows, sparse_of
 from inspector import cli
-from inspector.format import FORMAT_VERSION, STAT_COLUMNS, dump_name, manifest_name, safe_join
+from inspector.format import FORMAT_VERSION, STAT_COLUMNS, dump_name, manifest_name
+from inspector.storage.atomic import safe_join
 from inspector.testing import make_synthetic_run
 from inspector.writer import RunWriter, StatsLayout
 
@@ -94,7 +95,7 @@ def test_a_group_with_no_sample_in_the_batch_has_no_row(tmp_path):
     one) was written with count 0 and a NaN mean, and the overview drew its whole column as
     NaN/Inf (grey), the other rows' finite means discarded. Such a row is not written; the
     `all` row always is."""
-    from inspector.stats_summary import overview
+    from inspector.stats.summary import overview
     lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
                 "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
@@ -119,7 +120,7 @@ def test_a_later_session_wins_its_steps_where_it_has_no_row_of_a_group(tmp_path)
     at steps 1-3 only, the second at 4-6 only. The reader shows the second's (it wins every
     step); the overview's overlap check compared one group's rows, missed the overlap, and drew
     the first session's superseded rows at 1-3; stats_steps listed them too."""
-    from inspector.stats_summary import overview
+    from inspector.stats.summary import overview
     lay = StatsLayout(("a:0",) * 3, ("forward",) * 3, ("all", "positive", "negative"))
     catalog = [{"name": "a:0", "op": "a", "op_type": "Relu", "dtype": "float32", "shape": [None, 3], "scope": "",
                 "has_gradient": False, "batched": True, "icnn_layer": None, "icnn_role": None}]
@@ -195,7 +196,7 @@ def test_dump_files_are_plain_safetensors(tmp_path):
 def _write_aliased_dump(path: Path, aliases: dict) -> np.ndarray:
     """A run whose dump of step 4 stores 'gradient/a:0' once, aliased by ``aliases``."""
     write_run(path, dumps=())
-    from inspector import safetensors_io
+    from inspector.dumps import files as safetensors_io
     g = np.arange(6, dtype=np.float32).reshape(2, 3)
     safetensors_io.write(path / dump_name("chief", 1, 4), {"gradient/a:0": g, "forward/a:0": g + 1},
                          {"step": "4", "worker": "chief", "format_version": str(FORMAT_VERSION),

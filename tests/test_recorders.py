@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
-from hooks import estimator_recorder, gradient_recorder  # noqa: E402
+from hooks.recorders import estimator as estimator_recorder, gradients as gradient_recorder  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,8 +65,8 @@ import logging
 logging.basicConfig(level=logging.DEBUG, format="LOG %(name)s %(message)s")
 import hooks
 from tensorflow.python.ops import gradients_util as gu
-print("wrapped", getattr(gu._GradientsHelper, "_tf_inspector", False), hooks.gradient_recorder.installed(),
-      hooks.estimator_recorder.installed())
+print("wrapped", getattr(gu._GradientsHelper, "_tf_inspector", False), hooks.recorders.gradients.installed(),
+      hooks.recorders.estimator.installed())
 """
 
 

@@ -9,7 +9,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
-from hooks import DumpHook, capture, resolve  # noqa: E402
+from hooks import DumpHook, capture  # noqa: E402
+from hooks.recorders import loss_and_labels  # noqa: E402
 from tfmodels import BATCH, batch_images, batch_labels, conv_net  # noqa: E402
 
 v1 = tf.compat.v1
@@ -92,7 +93,7 @@ def test_per_example_entries_are_never_summed():
         per_example = v1.losses.sparse_softmax_cross_entropy(
             y, v1.get_default_graph().get_tensor_by_name("fc/logits:0"), reduction=v1.losses.Reduction.NONE)
         assert per_example.shape.rank == 1 and per_example in v1.get_collection(v1.GraphKeys.LOSSES)
-        choice = resolve.choose_loss(v1.get_default_graph())
+        choice = loss_and_labels.choose_loss(v1.get_default_graph())
         assert choice.tensor is xent and f"non-scalar {per_example.name} left out" in choice.reason
 
 
@@ -106,11 +107,11 @@ def _two_independent_losses():
 def test_ambiguous_collection_is_refused_with_the_candidates(tmp_path, caplog):
     with tf.Graph().as_default() as g:
         _, _, xent, aux = _two_independent_losses()
-        with pytest.raises(resolve.AmbiguousError, match="aux:0") as e:
-            resolve.choose_loss(g)
+        with pytest.raises(loss_and_labels.AmbiguousError, match="aux:0") as e:
+            loss_and_labels.choose_loss(g)
         assert xent.name in str(e.value) and "loss=" in str(e.value)
         with caplog.at_level(logging.ERROR, logger="tf_inspector"):
-            assert resolve.resolve_loss(g, None, strict=False) is None  # forward values only
+            assert loss_and_labels.resolve_loss(g, None, strict=False) is None  # forward values only
         assert "aux:0" in caplog.text
 
 
@@ -119,14 +120,14 @@ def test_several_optimizer_passes_are_ambiguous_unless_one_is_the_collections(tm
         _, _, xent, aux = _two_independent_losses()
         v1.train.GradientDescentOptimizer(0.1).minimize(xent)
         v1.train.GradientDescentOptimizer(0.1).minimize(aux)
-        with pytest.raises(resolve.AmbiguousError, match="several scalars"):
-            resolve.choose_loss(g)
+        with pytest.raises(loss_and_labels.AmbiguousError, match="several scalars"):
+            loss_and_labels.choose_loss(g)
     with tf.Graph().as_default() as g:
         x, y, xent, _ = _net()
         aux = tf.reduce_mean(tf.square(g.get_tensor_by_name("conv1/relu:0")), name="aux")
         v1.train.GradientDescentOptimizer(0.1).minimize(xent)
         v1.train.GradientDescentOptimizer(0.1).minimize(aux)  # not in LOSSES
-        assert resolve.choose_loss(g).tensor is xent
+        assert loss_and_labels.choose_loss(g).tensor is xent
 
 
 def test_a_saliency_pass_is_not_the_optimizers():
@@ -135,7 +136,7 @@ def test_a_saliency_pass_is_not_the_optimizers():
         x, _, xent, aux = _two_independent_losses()
         v1.train.GradientDescentOptimizer(0.1).minimize(xent)
         tf.gradients(aux, x)
-        assert resolve.choose_loss(g).tensor is xent
+        assert loss_and_labels.choose_loss(g).tensor is xent
 
 
 def test_strict_hook_raises_on_ambiguity_and_lenient_one_keeps_forward_values(tmp_path):
@@ -145,7 +146,7 @@ def test_strict_hook_raises_on_ambiguity_and_lenient_one_keeps_forward_values(tm
         return x, y, tf.group(v1.assign_add(gs, 1))
     with tf.Graph().as_default():
         x, y, op = build()
-        with pytest.raises(resolve.AmbiguousError):
+        with pytest.raises(loss_and_labels.AmbiguousError):
             with v1.train.MonitoredSession(hooks=[DumpHook(tmp_path / "strict", strict=True)]):
                 pass
     with tf.Graph().as_default():

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
-from inspector.loghist import empty_rows
+from inspector.format.loghist import empty_rows
 from inspector import cli, writer
-from inspector.claim import RunLockedError
+from inspector.sessions.lease import RunLockedError
 from inspector.format import dump_name, lock_name, manifest_name, stats_name
 from inspector.writer import RunWriter, StatsLayout
 
@@ -198,7 +198,7 @@ import numpy as np
 import pandas as pd
 from inspector import writer
 from test_sessions import session
-from inspector.loghist import empty_rows
+from inspector.format.loghist import empty_rows
 writer.BACKOFF_SECS = {backoff}
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # writes past the limit fail with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
@@ -547,7 +547,7 @@ def test_a_session_its_owner_check_is_ending_survives_the_process_exit(tmp_path)
         import numpy as np
         from inspector import writer
         from inspector.writer import RunWriter, StatsLayout
-        from inspector.loghist import empty_rows
+        from inspector.format.loghist import empty_rows
         writer.OWNER_CHECK_SECS = 0.01
         flush = RunWriter._flush_stats
         def slow(self, final=False, **kw):

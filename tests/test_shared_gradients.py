@@ -1,5 +1,5 @@
 """One backward pass shared by the optimizer and DumpHook: explicitly (hooks.minimize) or
-recorded from optimizer.minimize (hooks.gradient_recorder)."""
+recorded from optimizer.minimize (hooks.recorders.gradients)."""
 from __future__ import annotations
 
 import re
@@ -113,7 +113,7 @@ def test_recorded_gradients_equal_independent_gradients(tmp_path):
     """optimizer.minimize, no hooks.minimize: every captured gradient (the input's, which the
     optimizer's pass does not reach, included) equals tf.gradients, in a graph where the input
     also skips to a later op (an edge whose naive completion would count paths twice)."""
-    from hooks import gradient_recorder
+    from hooks.recorders import gradients as gradient_recorder
     with tf.Graph().as_default() as g:
         gs = v1.train.get_or_create_global_step()
         x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
@@ -191,7 +191,7 @@ def test_after_uninstall_the_hook_builds_its_own_pass(tmp_path):
     """A model built after gradient_recorder.uninstall(): optimizer.minimize is not recorded,
     so the hook's statistics step runs a second backward pass (and sharing still works with
     hooks.minimize, which needs no wrapping)."""
-    from hooks import gradient_recorder
+    from hooks.recorders import gradients as gradient_recorder
     assert gradient_recorder.uninstall()
     try:
         plain, stats = _backprop_counts(tmp_path, shared=False)

@@ -1,4 +1,4 @@
-"""Levels of compaction (inspector.stats_merge): merged parts read exactly the rows of a run
+"""Levels of compaction (inspector.stats.merge): merged parts read exactly the rows of a run
 never compacted (the oracle), a query for one tensor reads only its row groups, and a crash
 between a merge's rename and its deletes counts no row twice."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import inspector
-from inspector import stats_merge, stats_parts
+from inspector.stats import merge as stats_merge, parts as stats_parts
 from inspector.format import stats_range_name
-from inspector.stats_merge import Levels
+from inspector.stats.merge import Levels
 from inspector.testing import SyntheticRun
 from test_compaction import KEYS, parts, table  # the same oracle table and part listing
 

@@ -1,4 +1,4 @@
-"""Step-binned summaries (inspector.stats_summary): the overview matrix equals a numpy
+"""Step-binned summaries (inspector.stats.summary): the overview matrix equals a numpy
 reference of its aggregation (the mean of the finite values of each bin's rows, NaN if any is
 NaN/Inf) computed from every row through the reader, whether answered from summaries, from
 the parts' rows (summaries missing), or despite a stale or damaged summary (reported)."""
@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 
 import inspector
-from inspector import stats_summary
-from inspector.stats_merge import Levels
-from inspector.stats_summary import FOLDER, bin_rows, overview
+from inspector.stats import summary as stats_summary
+from inspector.stats.merge import Levels
+from inspector.stats.summary import FOLDER, bin_rows, overview
 from inspector.testing import SyntheticRun
 
 STEPS = 40
@@ -195,7 +195,7 @@ def test_present_tells_a_nan_from_a_step_without_statistics():
 _READ_IN_CHILD = """
 import json, sys
 import inspector
-from inspector.stats_summary import overview
+from inspector.stats.summary import overview
 run = inspector.open_run(sys.argv[1])
 df = run.query_stats(steps=(20, 36), kinds=["gradient"], columns=["l2"])
 ov = overview(run, "gradient", "all", "l2", max_columns=6)

@@ -1,4 +1,4 @@
-"""The one step-range grammar: inspector.steps, the reader's parse_steps alias, DumpHook's
+"""The one step-range grammar: inspector.format.steps, the reader's parse_steps alias, DumpHook's
 schedule (pure Python: no TensorFlow here)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from hooks.schedule import Schedule
 from inspector.run import parse_steps
-from inspector.steps import MAX_STEP, parse_step_range
+from inspector.format.steps import MAX_STEP, parse_step_range
 
 
 @pytest.mark.parametrize("spec, expected", [

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import inspector
-from inspector.claim import Claim, RunLockedError, next_session, scan
+from inspector.sessions.lease import Claim, RunLockedError, next_session, scan
 from inspector.storage import FsspecStorage, check_relative, open_storage
 from inspector.testing import SyntheticRun, make_synthetic_run
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)
@@ -268,7 +268,7 @@ def test_remote_reads_are_lazy_byte_ranges(tmp_path, s3):
     footer and the column chunks it needs (not the histograms); one tensor reads its dump's
     header and its own bytes. Counted at the filesystem: requests, ranges and bytes."""
     import pyarrow.parquet as pq
-    from inspector.safetensors_io import HEADER_PROBE
+    from inspector.dumps.files import HEADER_PROBE
     kw = dict(steps=100, tensors=30, dump_every=50, seed=5)
     local = inspector.open_run(make_synthetic_run(tmp_path / "r", **kw))
     url = s3.url("lazy")
@@ -428,7 +428,7 @@ def test_check_then_write_backends_refuse_a_lost_race():
     the writer refuses (RunLockedError) instead of guessing which one holds the worker."""
     import json
 
-    from inspector.liveness import now_iso
+    from inspector.sessions.liveness import now_iso
 
     class Racy(FsspecStorage):
         def create(self, rel, data):

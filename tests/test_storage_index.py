@@ -12,7 +12,7 @@ import pytest
 import inspector
 import numpy as np
 
-from inspector.stats_parts import INDEX_KEY, MIN_GROUP_ROWS
+from inspector.stats.parts import INDEX_KEY, MIN_GROUP_ROWS
 from inspector.testing import SyntheticRun
 
 fsspec = pytest.importorskip("fsspec")

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.claim import Claim, LeaseLostError, RunLockedError
+from inspector.sessions.lease import Claim, LeaseLostError, RunLockedError
 from inspector.errors import StorageError
-from inspector.liveness import now_iso
+from inspector.sessions.liveness import now_iso
 from inspector.storage import open_storage
 from inspector.writer import RunWriter
 from faultproxy import FaultProxy
@@ -211,7 +211,7 @@ def test_lock_holder_on_this_host_and_pid_is_judged_by_the_process():
 def test_a_start_that_fails_halfway_leaves_no_lock(monkeypatch):
     """The lock taken, then the store fails the listing that numbers the session: the error
     reaches the caller and the lock is removed (else the worker stayed locked for a lease)."""
-    import inspector.claim as claim_module
+    import inspector.sessions.lease as claim_module
     store = open_storage(_memory_url("half"))
 
     def fail(*args, **kwargs):

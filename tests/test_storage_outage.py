@@ -1,6 +1,6 @@
 """A slow, hanging or refusing object store never blocks the training thread: statistics are
 queued without waiting (``writer._Inbox``), parts the store does not take wait on local disk
-(``inspector.spill``) and are uploaded in order once it answers; what the spill cannot keep is
+(``inspector.storage.spill``) and are uploaded in order once it answers; what the spill cannot keep is
 dropped and recorded. Faults come from a proxy in front of the S3 test server
 (``tests/faultproxy.py``)."""
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_a_killed_writers_unfinished_upload_is_aborted_by_its_workers_next_sessi
     """A writer killed mid-upload leaves its multipart upload's parts in the bucket (no object,
     but stored and billed): the next session of its worker aborts them; another worker's
     unfinished upload (a live writer's, perhaps) is left alone."""
-    from inspector.claim import Claim
+    from inspector.sessions.lease import Claim
     url = s3.url("mpu")
     fs = s3.filesystem()
     bucket, key = url.split("://", 1)[1].split("/", 1)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector.safetensors_io import Encoded
+from inspector.dumps.files import Encoded
 from inspector.storage import FsspecStorage
 from inspector.testing import SyntheticRun
 from s3server import s3_fixture  # noqa: F401  (registers the fixture ``s3``)

@@ -1,4 +1,4 @@
-"""``export --tensorboard`` (inspector.tb_export, inspector.tfevents, inspector.crc32c): what
+"""``export --tensorboard`` (inspector.export.tensorboard, inspector.export.tfevents, inspector.export.crc32c): what
 TensorBoard's own reader (its data provider, as ``tensorboard --load_fast=false`` serves it)
 reads back equals the reader's statistics (scalars as float32, TensorBoard's scalar type) and
 stored histogram buckets; evaluations become ``validation`` runs; ``--follow`` exports a live
@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 import inspector
-from inspector import tb_export
-from inspector.analysis import update_ratios
-from inspector.crc32c import Slots, crc32c, crc32c_rows, masked
-from inspector.loghist import LogHistogram, bucket_edges
+from inspector.export import tensorboard as tb_export
+from inspector.analysis.compare import update_ratios
+from inspector.export.crc32c import Slots, crc32c, crc32c_rows, masked
+from inspector.format.loghist import LogHistogram, bucket_edges
 from inspector.testing import SyntheticRun, make_synthetic_run, sparse_rows
 from inspector.writer import RunWriter, StatsLayout
 
@@ -86,7 +86,7 @@ def test_event_file_reads_back_with_tensorboards_accumulator(tmp_path):
     """Scalars whose tags come and go between steps (several layouts in one batch), a second
     batch, and histograms; read back by TensorBoard's EventAccumulator, which checks every CRC."""
     from tensorboard.backend.event_processing import event_accumulator
-    from inspector.tfevents import EventFile
+    from inspector.export.tfevents import EventFile
     f = EventFile(tmp_path / "run")
     steps = np.arange(0, 300, 3)
     values = np.random.default_rng(1).normal(size=(len(steps), 3))

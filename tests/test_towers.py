@@ -11,7 +11,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")  # first: the imports below (noqa: E402) need TensorFlow
 import inspector  # noqa: E402
-from inspector.loghist import LogHistogram  # noqa: E402
+from inspector.format.loghist import LogHistogram  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 
 v1 = tf.compat.v1

@@ -1,5 +1,5 @@
 """Several trainings in one run directory, without TensorFlow: a session that starts a new
-training at step 0 hides the sessions before it from merged views (inspector/trainings.py);
+training at step 0 hides the sessions before it from merged views (inspector/sessions/trainings.py);
 the errors, the sessions table and ``info`` say where the hidden data is."""
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 import inspector
 from inspector import cli
 from inspector.format import manifest_name
-from inspector.loghist import empty_rows
-from inspector.trainings import view_note
+from inspector.format.loghist import empty_rows
+from inspector.sessions.trainings import view_note
 from inspector.writer import RunWriter, StatsLayout
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_a_crashed_sessions_steps_count_its_statistics_on_disk(tmp_path):
 
 def test_the_viewer_says_which_session_each_step_of_a_curve_is_from(tmp_path, monkeypatch):
     """A resumed training's curves join two sessions, and a new training hides the earlier:
-    the sidebar's note (inspector.trainings.view_note) says which session each step is from
+    the sidebar's note (inspector.sessions.trainings.view_note) says which session each step is from
     and where the hidden training is read."""
     session(tmp_path / "resumed", range(1, 11), 0, 100.0)
     session(tmp_path / "resumed", range(6, 16), 5, 200.0)

@@ -132,7 +132,7 @@ def test_viewer_shows_variables(decayed):
 def test_numpy_statistics_match_numpy_per_array():
     from hooks.variables import numpy_stats
     from inspector.format import hist_sample
-    from inspector.loghist import LogHistogram
+    from inspector.format.loghist import LogHistogram
     rng = np.random.default_rng(0)
     arrays = [rng.normal(size=(3, 3, 4)), np.zeros(0), rng.normal(size=200_000), np.float32([7.0]),
               np.array([np.nan, np.inf, 0.0, 2.0])]

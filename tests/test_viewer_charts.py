@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("altair")  # first: the imports below (noqa: E402) need the viewer's packages
 
-from inspector.graphdef import Node, OpGraph  # noqa: E402
+from inspector.graph.graphdef import Node, OpGraph  # noqa: E402
 from viewer import layers, lines, raster  # noqa: E402
 from viewer.raster import FINITE, MISSING, NAN_RGBA, NONFINITE, NONPOSITIVE, ZERO_RGBA  # noqa: E402
 

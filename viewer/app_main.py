@@ -33,12 +33,12 @@ if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sy
     # installed: import viewer/ and inspector/ from beside this file (hence noqa: E402 below)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inspector.batch_note import first_note, gradient_meaning  # noqa: E402
+from inspector.format.provenance import first_note, gradient_meaning  # noqa: E402
 from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
-from inspector.safepath import real  # noqa: E402
+from inspector.storage.safety import real  # noqa: E402
 from inspector.storage import is_url  # noqa: E402
-from inspector.trainings import view_note  # noqa: E402
+from inspector.sessions.trainings import view_note  # noqa: E402
 from viewer import browser, compare, data, distributions, featuremaps, graph, history, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402

@@ -3,7 +3,7 @@
 y range that the extremes do not flatten. No Streamlit here.
 
 Log-magnitude histograms (format version 4) give each percentile within
-``inspector.loghist.RELATIVE_ERROR`` (5.9%) of the exact one of the values they count; the
+``inspector.format.loghist.RELATIVE_ERROR`` (5.9%) of the exact one of the values they count; the
 equal-width bins of older runs give it linear within a bin (exact to one bin width). 0 and 100
 are the statistics' exact min and max where known.
 
@@ -20,8 +20,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from inspector import hist_view
-from inspector.loghist import LogHistogram, bucket_edges
+from inspector.analysis import hist_view
+from inspector.format.loghist import LogHistogram, bucket_edges
 
 #: TensorBoard's distribution bands: min, ~-1.5σ, -1σ, median, +1σ, ~+1.5σ, max (of a normal)
 PERCENTILES = (0, 7, 16, 50, 84, 93, 100)
@@ -65,7 +65,7 @@ def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]], groups
                      extremes: dict | None = None) -> pd.DataFrame:
     """One row per (step, group) with a ``p<q>`` column per percentile, from ``{step: {group:
     histogram}}`` (``viewer.data.histograms``): a log-magnitude histogram's quantiles
-    (:func:`inspector.hist_view.row_quantiles`; 0 and 100 the outer edges of its extreme
+    (:func:`inspector.analysis.hist_view.row_quantiles`; 0 and 100 the outer edges of its extreme
     buckets), an equal-width one's :func:`hist_percentiles`; ``groups``: which to keep
     (default all). ``extremes`` (``{step: {group: (min, max)}}``, the statistics' exact finite
     min and max): p0 and p100 are those, and the other percentiles are clipped into them. A

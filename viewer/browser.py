@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import plots
+from inspector.analysis import plots
 from inspector.analysis import source_text
-from inspector.batch_note import gradient_meaning
-from inspector.binning import value_bins
+from inspector.format.provenance import gradient_meaning
+from inspector.analysis.binning import value_bins
 from inspector.errors import InspectorError
 
 from . import data

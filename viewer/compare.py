@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from inspector import hist_view, plots
+from inspector.analysis import hist_view, plots
 from inspector.errors import InspectorError
 
 from . import data, hist_charts
@@ -116,7 +116,7 @@ def two_runs(ctx: Ctx) -> None:
 def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, title: str, name: str, key: str,
             axis_key: str) -> None:
     """The histograms of ``tensor`` / ``kind`` of each side (``{label: (run path, signature,
-    step)}``) on one axis (:func:`inspector.hist_view.choose_axis` over both), A solid and B
+    step)}``) on one axis (:func:`inspector.analysis.hist_view.choose_axis` over both), A solid and B
     dashed, a colour per group; its PNG on download, and per group B's median non-zero |value|
     over A's."""
     scale = axis_choice(axis_key)

@@ -20,8 +20,9 @@ import pandas as pd
 import streamlit as st
 
 import inspector
-from inspector import analysis, stats_summary
-from inspector import histograms as inspector_histograms
+from inspector import analysis
+from inspector.stats import summary as stats_summary
+from inspector.stats import histograms as inspector_histograms
 from inspector.icnn import templates
 from inspector.errors import InspectorError
 from inspector.storage import is_url, open_storage
@@ -115,7 +116,7 @@ def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_sum
     """The layer x step matrix of one statistic, at most ``raster.MAX_COLUMNS`` columns: one per
     statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
     values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
-    (see :func:`inspector.stats_summary.overview`): a 60M-row run in ~1 s, not 33 s."""
+    (see :func:`inspector.stats.summary.overview`): a 60M-row run in ~1 s, not 33 s."""
     from .raster import MAX_COLUMNS
     return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS, coarsen=True)
 
@@ -181,9 +182,9 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
 @st.cache_data(max_entries=64, show_spinner=False)
 def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str) -> dict:
     """{step: {group: histogram}} of the in-graph histograms (from :func:`tensor_histograms`),
-    groups in the run's order: a :class:`~inspector.loghist.LogHistogram`, or ``(edges,
+    groups in the run's order: a :class:`~inspector.format.loghist.LogHistogram`, or ``(edges,
     counts)`` of the equal-width bins of a run before format version 4
-    (:func:`inspector.histograms.of_row`)."""
+    (:func:`inspector.stats.histograms.of_row`)."""
     run = get_run(path, sig)
     df = tensor_histograms(path, sig, tensor, kind)
     df = df[df["step"].isin(steps)]

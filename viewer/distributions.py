@@ -1,18 +1,19 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
 groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
 bands, drawn as interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is
-drawn only for its PNG download) on the axes of :mod:`inspector.hist_view`: a signed log-magnitude
+drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a signed log-magnitude
 axis for gradients, a linear one for forward values where it shows them (the "x axis" choice)."""
 from __future__ import annotations
 
 import numpy as np
 import streamlit as st
 
-from inspector import analysis, hist_view, plots
-from inspector.binning import Bins, value_histograms
+from inspector import analysis
+from inspector.analysis import hist_view, plots
+from inspector.analysis.binning import Bins, value_histograms
 from inspector.format import histogram_sample
-from inspector.hist_view import Axis
-from inspector.loghist import LogHistogram
+from inspector.analysis.hist_view import Axis
+from inspector.format.loghist import LogHistogram
 
 from . import bands, data, hist_charts
 from .dumps import dump_step_picker
@@ -44,7 +45,7 @@ NOUNS = {"forward": "value", "gradient": "gradient", "update": "update"}
 
 def axis_choice(key: str, container=st) -> str:
     """The histograms' x axis: 'auto', 'log' (signed log-magnitude) or 'linear'
-    (:func:`inspector.hist_view.choose_axis`)."""
+    (:func:`inspector.analysis.hist_view.choose_axis`)."""
     return container.radio("x axis", list(AXIS_LABELS), format_func=AXIS_LABELS.get, key=key, horizontal=True,
                            bind="query-params",
                            help="signed log: one bar per stored bucket (8 per power of two), negative values "
@@ -56,7 +57,7 @@ def axis_choice(key: str, container=st) -> str:
 
 def bins_choice(key: str, container=st) -> str:
     """How to re-bin dumped values with ``np.histogram`` (the tensor browser): 'auto'
-    (symmetric log for long-tailed values), 'linear' or 'symlog' (:mod:`inspector.binning`)."""
+    (symmetric log for long-tailed values), 'linear' or 'symlog' (:mod:`inspector.analysis.binning`)."""
     return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get, key=key,
                            horizontal=True, help="symmetric log: bins spaced geometrically in |x| on both "
                            "sides of a small linear zone around 0 (like TensorBoard's exponential buckets), "

@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import analysis, plots
+from inspector import analysis
+from inspector.analysis import plots
 from inspector.format import INPUT_OP_TYPES
 
 from . import data

@@ -31,8 +31,8 @@ import streamlit as st
 from inspector import analysis
 from inspector.errors import InspectorError
 from inspector.format import graph_name
-from inspector.graph_scopes import search
-from inspector.graphdef import OpGraph, parse_graph_def
+from inspector.graph.scopes import search
+from inspector.graph.graphdef import OpGraph, parse_graph_def
 
 from . import data, graph_model
 from .browser import show_uncaptured

@@ -13,8 +13,8 @@ from typing import Iterable
 
 import numpy as np
 
-from inspector.graph_scopes import Collapsed, Unit, parent
-from inspector.graphdef import Neighbourhood, OpGraph
+from inspector.graph.scopes import Collapsed, Unit, parent
+from inspector.graph.graphdef import Neighbourhood, OpGraph
 
 from .graph_colours import Look, Scale, fill_of, legend_items, state_text, text_colour
 

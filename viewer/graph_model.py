@@ -19,8 +19,8 @@ from typing import Callable
 
 import streamlit as st
 
-from inspector.graph_scopes import all_scopes, collapse, scopes_of
-from inspector.graphdef import OpGraph
+from inspector.graph.scopes import all_scopes, collapse, scopes_of
+from inspector.graph.graphdef import OpGraph
 
 from .graph_colours import Look, Scale
 from .graph_dot import model_dot

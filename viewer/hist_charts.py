@@ -1,5 +1,5 @@
 """Histograms and ridge plots as interactive Vega-Lite (Altair) charts, drawn from the bars of
-:mod:`inspector.hist_view` (the same bars as the PNG downloads of :mod:`inspector.plots`), in
+:mod:`inspector.analysis.hist_view` (the same bars as the PNG downloads of :mod:`inspector.analysis.plots`), in
 the browser, so changing the tensor costs no Matplotlib drawing. No Streamlit here (tested
 without a page).
 
@@ -22,8 +22,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from inspector import hist_view
-from inspector.hist_view import Axis
+from inspector.analysis import hist_view
+from inspector.analysis.hist_view import Axis
 
 #: Vega-Lite strokeDash of the first and second side of an overlay (solid, dashed).
 DASHES = [[1, 0], [6, 3]]
@@ -68,9 +68,9 @@ def x_encoding(axis: Axis, frame: pd.DataFrame, field: str = "x0") -> alt.X:
 
 
 def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False, width: int = 340) -> alt.LayerChart:
-    """One panel: every (side, group) of ``frame`` (:func:`inspector.hist_view.panel_frame`)
+    """One panel: every (side, group) of ``frame`` (:func:`inspector.analysis.hist_view.panel_frame`)
     on ``axis``, y the fraction per bar on one scale for all (a real log scale if ``log``,
-    empty bins at its floor; else topped by :func:`inspector.hist_view.y_top` where a zeros'
+    empty bins at its floor; else topped by :func:`inspector.analysis.hist_view.y_top` where a zeros'
     bar would flatten the others). A second side is dashed. Scroll to zoom the values."""
     sides = list(dict.fromkeys(frame["side"]))
     overlay = len(sides) > 1 or sides not in ([], [""])
@@ -121,7 +121,7 @@ def histogram_chart(panels: Mapping[str, tuple[pd.DataFrame, Axis]], title: str 
 
 def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = "", log: bool = False,
                 decades: float = 4.0) -> alt.LayerChart:
-    """A ridge plot (:func:`inspector.hist_view.ridge_frame`) as a Vega-Lite chart: one row per
+    """A ridge plot (:func:`inspector.analysis.hist_view.ridge_frame`) as a Vega-Lite chart: one row per
     step labelled with its step, groups outlined over a light fill in their colours, tooltips
     with step, group, the values a bar holds and its fraction."""
     groups = list(dict.fromkeys(frame["group"]))

@@ -26,7 +26,7 @@ from typing import Collection, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from inspector.graphdef import OpGraph
+from inspector.graph.graphdef import OpGraph
 
 
 def layer_of(scope: str, icnn_layer: object, icnn_layers: Collection[str], owner: str = "") -> str:
@@ -62,7 +62,7 @@ def network_order(graph: OpGraph) -> dict[str, int]:
     edge (a ``NextIteration`` output) is not followed, nor any edge closing a cycle, so every
     op gets a place.
 
-    >>> from inspector.graphdef import Node
+    >>> from inspector.graph.graphdef import Node
     >>> network_order(OpGraph([Node("b", "Relu", ("a",)), Node("c", "Relu", ("b",)), Node("a", "Conv2D")]))
     {'a': 0, 'b': 1, 'c': 2}
     """

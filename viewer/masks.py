@@ -14,7 +14,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import analysis, plots
+from inspector import analysis
+from inspector.analysis import plots
 from inspector.icnn import templates
 
 from . import data

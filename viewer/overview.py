@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector import plots
-from inspector.stats_summary import Overview
+from inspector.analysis import plots
+from inspector.stats.summary import Overview
 
 from . import data, heatmap, layers, lines, raster
 from .ui import Ctx, default_tensor, download_figure, figure_theme, need, plain

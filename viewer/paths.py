@@ -17,7 +17,8 @@ from pathlib import Path
 
 from inspector.errors import InspectorError, NotARunError
 from inspector.run import find_runs
-from inspector.safepath import has_manifest, inside, real, special_entries
+from inspector.format import has_manifest, special_entries
+from inspector.storage.safety import inside, real
 from inspector.storage import check_relative, is_url
 
 

@@ -12,8 +12,8 @@ import streamlit as st
 
 from inspector.analysis import NONFINITE_SOURCES, dropped_text, rerun_text, source_text
 from inspector.errors import InspectorError
-from inspector.stats_summary import Overview
-from inspector.units import human_bytes
+from inspector.stats.summary import Overview
+from inspector.sizes import human_bytes
 
 from . import data, layers, lines
 from .ui import Ctx, plain

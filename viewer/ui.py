@@ -25,7 +25,7 @@ import matplotlib.style
 import streamlit as st
 from matplotlib.figure import Figure
 
-from inspector import plots
+from inspector.analysis import plots
 from inspector.errors import InspectorError
 
 log = logging.getLogger("tf_inspector.viewer")

@@ -9,7 +9,7 @@ op module, or ``None`` when there is no C++ compiler, the build fails, the cache
 private, or ``TF_INSPECTOR_NATIVE=0``. The cache folder is created 0700; a cache folder or
 shared object that another user owns, or that group or others may write, is never loaded
 (anyone who can replace it runs code in the training process). ``None`` is never an error:
-``hooks.fast_stats`` then builds the same statistics from stock TensorFlow ops, only slower,
+``hooks.stats.fast`` then builds the same statistics from stock TensorFlow ops, only slower,
 and logs why once.
 
 Example::

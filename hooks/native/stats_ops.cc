@@ -19,7 +19,7 @@
 //   a batched input's all leaf covers every sample. Why the leaves here and not in the graph:
 //   one op per tensor made that a concat of [samples, 8] rows per tensor and some 40 small ops
 //   after the last gradient, ~0.7 ms at the end of a VGG step on 2 cores.
-//   Histograms: each row counts into its leaf's log-magnitude histogram (inspector/loghist.py:
+//   Histograms: each row counts into its leaf's log-magnitude histogram (inspector/format/loghist.py:
 //   8 buckets per power of two, signed, fixed global edges) the finite values of its
 //   subsample (inspector.format.hist_sample: every k-th block of `block` elements, k =
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
@@ -44,7 +44,7 @@ namespace {
 
 constexpr int64_t kChunk = 2048;  // elements per work unit (the length of the float sums)
 constexpr int kStatColumns = 8;
-// Log-magnitude buckets (inspector/loghist.py): signed indices -kMaxIndex..kMaxIndex, stored at
+// Log-magnitude buckets (inspector/format/loghist.py): signed indices -kMaxIndex..kMaxIndex, stored at
 // slot index + kMaxIndex; slot kSlots takes NaN/Inf (discarded).
 constexpr int32_t kMaxIndex = 2034;
 constexpr int32_t kSlots = 2 * kMaxIndex + 1;
@@ -286,7 +286,7 @@ INSPECTOR_INLINE Moments chunk_moments(const T* v, int64_t len) {
   return m;
 }
 
-// The histogram slot of x (inspector/loghist.py's index + kMaxIndex; kSlots for NaN/Inf): the
+// The histogram slot of x (inspector/format/loghist.py's index + kMaxIndex; kSlots for NaN/Inf): the
 // magnitude's exponent and three leading mantissa bits, from the bit pattern, so every machine
 // and the numpy reference agree exactly. Half and bfloat16 values are exact in float.
 INSPECTOR_INLINE int32_t slot(float x) {

@@ -45,6 +45,17 @@ def test_packages_come_from_the_installed_wheel():
     assert importlib.util.find_spec("tensorflow") is None, "the viewer and reader must not need TensorFlow"
 
 
+def test_every_module_of_the_checkout_ships():
+    """Packages are found, not listed (pyproject.toml): each module of the checkout's three packages
+    is in the wheel, so a new subpackage cannot be left out."""
+    for package in ("inspector", "hooks", "viewer"):
+        installed = Path(importlib.util.find_spec(package).origin).parent
+        ours = {p.relative_to(CHECKOUT / package) for p in (CHECKOUT / package).rglob("*.py")
+                if "__pycache__" not in p.parts}
+        shipped = {p.relative_to(installed) for p in installed.rglob("*.py")}
+        assert ours and ours <= shipped, f"{package}: not in the wheel: {sorted(map(str, ours - shipped))}"
+
+
 def test_the_wheel_declares_its_type_hints_and_version():
     """PEP 561 markers in each package, and one version: the wheel's metadata and the code's."""
     for package in ("inspector", "hooks", "viewer"):

@@ -1,0 +1,3 @@
+"""The run's graph.pb without TensorFlow: the GraphDef reader/writer (``graphdef``) and the
+whole-model view of name scopes (``scopes``).
+"""
