@@ -32,13 +32,13 @@ from inspector import analysis
 from inspector.errors import InspectorError
 from inspector.format import graph_name
 from inspector.graph_scopes import search
-from inspector.graphdef import OpGraph, parse_graph_def
+from inspector.graphdef import OpGraph
 
 from . import data, graph_model
-from .browser import show_uncaptured
 from .graph_colours import DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale, palette
 from .graph_dot import dot, escape
 from .ui import Ctx, default_tensor, need, plain
+from .uncaptured import show_uncaptured
 
 __all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look", "Scale", "dot", "escape",
            "palette", "render"]
@@ -56,11 +56,6 @@ VIEWS = ("Neighbourhood", "Whole model")
 
 
 # ---- data -------------------------------------------------------------------------------------
-def graph_key(sig: tuple) -> tuple:
-    """The part of ``sig`` the graph depends on: the graph files and the view."""
-    return tuple(e for e in sig if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
-
-
 def graph_sessions(path: str, sig: tuple) -> tuple[str, list[int]]:
     """(worker, its sessions with a graph file): the view's worker (the sidebar's, else that of
     the run's default manifest); the view's mode's sessions first, each group newest first.
@@ -72,23 +67,6 @@ def graph_sessions(path: str, sig: tuple) -> tuple[str, list[int]]:
     have = sorted(((s, m["mode"]) for (w, s), m in run.manifests.items() if w == worker and s >= 1
                    and graph_name(w, s) in files), reverse=True)
     return worker, [s for s, m in have if m == mode] + [s for s, m in have if m != mode]
-
-
-def op_graph(path: str, sig: tuple, worker: str | None = None, session: int | None = None) -> OpGraph:
-    """The graph of ``worker``'s ``session`` (default: the run's default manifest's), parsed once
-    per graph file (``InspectorError`` if unreadable or over ``graphdef.MAX_GRAPH_BYTES``)."""
-    return _op_graph(path, graph_key(sig), sig, worker, session)
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None, session: int | None) -> OpGraph:
-    run = data.get_run(path, _sig)
-    what = f"graph of {run.name}" + (f", session {session}" if session else "")
-    try:
-        raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
-    except OSError as e:
-        raise InspectorError(f"this run's session has no readable graph file ({type(e).__name__})") from None
-    return OpGraph(parse_graph_def(raw, what))
 
 
 def session_picker(path: str, sig: tuple) -> tuple[str | None, int | None]:
@@ -179,7 +157,7 @@ def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     worker, session = session_picker(ctx.path, ctx.sig)
     try:
-        graph = op_graph(ctx.path, ctx.sig, worker, session)
+        graph = data.op_graph(ctx.path, ctx.sig, worker, session)
     except InspectorError as e:
         st.info(f"No op graph to show: {plain(e)}")
         return

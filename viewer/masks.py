@@ -18,8 +18,8 @@ from inspector import analysis, plots
 from inspector.icnn import templates
 
 from . import data
+from .dumped_maps import map_tensors, model_input, sample_label, why_no_input
 from .dumps import dump_step_picker
-from .featuremaps import map_tensors, model_input, sample_label, why_no_input
 from .ui import Ctx, need, plain, show_cached_figure
 
 
