@@ -30,7 +30,7 @@ from inspector.storage import is_url, open_storage
 from . import paths
 from .layers import layer_rows
 from .layers import network_order as order_of
-from .raster import MAX_COLUMNS
+from .charts.raster import MAX_COLUMNS
 
 Sig = tuple
 _root: Path | str | None = None

@@ -12,11 +12,11 @@ from inspector.analysis import source_text
 from inspector.batch_note import gradient_meaning
 from inspector.binning import value_bins
 
-from . import data
-from .dumps import dump_step_picker
-from .hist_choices import bins_caption, bins_choice
-from .ui import Ctx, need, plain, show_figure, slug
-from .uncaptured import show_uncaptured
+from .. import data
+from ..dumps import dump_step_picker
+from ..hist_choices import bins_caption, bins_choice
+from ..ui import Ctx, need, plain, show_figure, slug
+from ..uncaptured import show_uncaptured
 
 
 def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:

@@ -4,10 +4,10 @@ neighbourhood of one op, or the whole model with its name scopes collapsed and o
 
 Each captured op is filled by the chosen statistic of its tensor (default RMS, which does not grow
 with a tensor's size as l2 does) on a robust scale over every captured op of the model at that
-step (:mod:`viewer.graph_colours`, with a legend); NaN/Inf ops are red, dead ops (every element
-zero) grey, and the label says which ops were captured with a gradient, captured forward only
-(the gradient view has nothing for them), or not captured. On a run with a NaN/Inf the page opens
-at its first step, on its tensor and kind. Graphviz charts are not clickable in Streamlit: a
+step (:mod:`viewer.charts.graph_colours`, with a legend); NaN/Inf ops are red, dead ops (every
+element zero) grey, and the label says which ops were captured with a gradient, captured forward
+only (the gradient view has nothing for them), or not captured. On a run with a NaN/Inf the page
+opens at its first step, on its tensor and kind. Graphviz charts are not clickable in Streamlit: a
 picker of the shown ops opens one in the tensor browser. Where the view's worker has several
 sessions with a graph (a resume, train and evaluate calls), a picker chooses one
 (``?gr_session=``), the newest of the view's mode by default; a graph file over
@@ -34,11 +34,13 @@ from inspector.format import graph_name
 from inspector.graph_scopes import search
 from inspector.graphdef import OpGraph
 
-from . import data, graph_model
-from .graph_colours import DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale, palette
-from .graph_dot import dot, escape
-from .ui import Ctx, default_tensor, need, plain
-from .uncaptured import show_uncaptured
+from .. import data
+from ..charts import graph_model
+from ..charts.graph_colours import (DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale,
+                                    palette)
+from ..charts.graph_dot import dot, escape
+from ..ui import Ctx, default_tensor, need, plain
+from ..uncaptured import show_uncaptured
 
 __all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look", "Scale", "dot", "escape",
            "palette", "render"]
@@ -274,6 +276,6 @@ def legend_caption() -> str:
 
 def open_in_browser(tensor: str) -> None:
     """Switch to the tensor browser showing ``tensor`` (its URL-bound ``tb_tensor``)."""
-    from . import app_main  # late: app_main imports this page
+    from .. import app_main  # late: app_main imports this page
     st.session_state.pop("tb_search", None)  # a search left from earlier would hide the tensor
     st.switch_page(app_main.page("Tensor browser"), query_params={"tb_tensor": tensor})

@@ -1,8 +1,9 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
 groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
-bands, drawn as interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is
-drawn only for its PNG download) on the axes of :mod:`inspector.hist_view`: a signed log-magnitude
-axis for gradients, a linear one for forward values where it shows them (the "x axis" choice)."""
+bands, drawn as interactive Vega-Lite charts (:mod:`viewer.charts.hist_charts`; the Matplotlib
+figure is drawn only for its PNG download) on the axes of :mod:`inspector.hist_view`: a signed
+log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
+axis" choice)."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,11 @@ from inspector.binning import value_histograms
 from inspector.format import histogram_sample
 from inspector.hist_view import Axis
 
-from . import bands, data, hist_charts
-from .dumps import dump_step_picker
-from .hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from .ui import Ctx, default_tensor, download_figure, need, plain
+from .. import data
+from ..charts import bands, hist_charts
+from ..dumps import dump_step_picker
+from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
+from ..ui import Ctx, default_tensor, download_figure, need, plain
 
 
 def evenly(values: np.ndarray, n: int) -> list[int]:
