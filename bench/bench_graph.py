@@ -46,10 +46,10 @@ def median_time(fn, reps: int) -> float:
 
 def dot_rows(path: Path, reps: int) -> tuple[list[tuple], dict[str, int]]:
     """The DOT text rows, and how many boxes each view draws (the browser waits for them)."""
-    from viewer import graph as page
-    from viewer.graph_colours import Look, Scale
-    from viewer.graph_dot import dot, model_dot
-    from viewer.graph_model import MAX_UNITS, revealed
+    from viewer.app_pages import graph as page
+    from viewer.charts.graph_colours import Look, Scale
+    from viewer.charts.graph_dot import dot, model_dot
+    from viewer.charts.graph_model import MAX_UNITS, revealed
     run = inspector.open_run(path)
     graph = OpGraph(parse_graph_def(run.graph_def_bytes()))
     by_op = {op: t for op, t in page.tensor_of_op(run.tensors).items() if op in graph.nodes}

@@ -165,7 +165,7 @@ def main() -> None:
         sig = data.signature(str(path))
         ov, t = timed(lambda: data.overview.__wrapped__(str(path), sig, "gradient", "all", "l2"))
         rows.append(("overview: layer x step matrix", t, f"{ov.matrix.shape[0]} x {ov.matrix.shape[1]}"))
-        from viewer import heatmap, raster
+        from viewer.charts import heatmap, raster
         drawn, t = timed(lambda: heatmap.payload(raster.raster(ov.matrix, ov.present, ov.first_steps, ov.steps,
                                                                ov.width, True), ov.tensors, ov.tensors, "l2", "l2"))
         rows.append(("overview: raster + PNG sent", t, f"{len(drawn['png']) // 1024} KiB image, "
@@ -370,7 +370,7 @@ def page_times(path: Path, reps: int, only: list[str] | None = None) -> list[dic
 
     def app(page: str):
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=600)
-        at.switch_page(f"viewer/{page}.py")  # st.navigation: a page is chosen by its module file
+        at.switch_page(f"viewer/app_pages/{page}.py")  # st.navigation: a page is chosen by its module file
         return at
 
     def checked(at):

@@ -21,7 +21,7 @@ pytest.importorskip("streamlit")  # first: the imports below (noqa: E402) need S
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 import inspector  # noqa: E402
-from inspector.format.loghist import LogHistogram, empty_rows  # noqa: E402
+from inspector.format.loghist import LogHistogram, empty_rows# noqa: E402
 from inspector.format import manifest_name  # noqa: E402
 from inspector.testing import SyntheticRun, make_synthetic_run  # noqa: E402
 from inspector.writer import RunWriter  # noqa: E402
@@ -32,10 +32,10 @@ APP = str(ROOT / "app.py")
 PAGES = ["Summary", "Training overview", "Distributions", "Feature maps", "Masks & templates", "Tensor browser",
          "Op graph", "Compare"]
 # page title -> its module file (AppTest.switch_page takes the file; its stem is the URL path)
-PAGE_FILES = {"Summary": "viewer/summary.py", "Training overview": "viewer/overview.py",
-              "Distributions": "viewer/distributions.py", "Feature maps": "viewer/featuremaps.py",
-              "Masks & templates": "viewer/masks.py", "Tensor browser": "viewer/browser.py",
-              "Op graph": "viewer/graph.py", "Compare": "viewer/compare.py"}
+PAGE_FILES = {"Summary": "viewer/app_pages/summary.py", "Training overview": "viewer/app_pages/overview.py",
+              "Distributions": "viewer/app_pages/distributions.py", "Feature maps": "viewer/app_pages/featuremaps.py",
+              "Masks & templates": "viewer/app_pages/masks.py", "Tensor browser": "viewer/app_pages/browser.py",
+              "Op graph": "viewer/app_pages/graph.py", "Compare": "viewer/app_pages/compare.py"}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def vega(at: AppTest) -> list[tuple[dict, list]]:
 
 
 def vega_hists(at: AppTest) -> list[tuple[dict, list]]:
-    """The histogram charts (side-by-side panels, viewer.hist_charts.histogram_chart)."""
+    """The histogram charts (side-by-side panels, viewer.charts.hist_charts.histogram_chart)."""
     return [(s, d) for s, d in vega(at) if "hconcat" in s]
 
 
@@ -116,7 +116,7 @@ def test_summary(runs):
 
 
 def heatmaps(at: AppTest) -> list[dict]:
-    """What the page's layer x step heatmap components draw (viewer.heatmap.payload)."""
+    """What the page's layer x step heatmap components draw (viewer.charts.heatmap.payload)."""
     return [json.loads(c.proto.json) for c in at.get("bidi_component")
             if c.proto.component_name.endswith("tf_inspector_heatmap")]
 
@@ -572,12 +572,12 @@ def test_known_run_in_the_url_is_shown(runs):
 
 
 def test_unexpected_error_is_a_short_message(runs, monkeypatch):
-    import viewer.summary
+    import viewer.app_pages.summary
     import viewer.data
 
     def boom(*a, **k):
         raise RuntimeError("/very/secret/path exists")
-    monkeypatch.setattr(viewer.summary, "render", boom)
+    monkeypatch.setattr(viewer.app_pages.summary, "render", boom)
     at = start(runs / "exp1")
     assert not at.exception
     (msg,) = [e.value for e in at.error]
@@ -716,7 +716,7 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     """n is the statistics row's count; where the histogram counts a subsample, the caption says so."""
     import numpy as np
     import inspector
-    import viewer.distributions
+    import viewer.app_pages.distributions
     df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(29, 29), kinds=["forward"])
     n = dict(zip(df["group"].astype(str), df["count"]))
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
@@ -734,7 +734,7 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     assert want in labels
     # the note's size is the run's (its config's histogram_sample; 65,536 for older runs)
     seen = []
-    monkeypatch.setattr(viewer.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 1000)
+    monkeypatch.setattr(viewer.app_pages.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 1000)
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
     assert "the histogram counts a subsample of about 1,000 values; n is every element" in captions(at)
     assert seen and seen[-1] == inspector.open_run(runs / "exp1").config
@@ -770,7 +770,7 @@ def test_overview_rows_of_a_run_without_its_graph_keep_the_catalogs_order(runs, 
 
 
 def line_layers(at: AppTest, i: int) -> list[dict]:
-    """The layers of the page's i-th Vega-Lite chart (viewer.lines: a layered chart)."""
+    """The layers of the page's i-th Vega-Lite chart (viewer.charts.lines: a layered chart)."""
     return json.loads(at.get("vega_lite_chart")[i].proto.spec)["layer"]
 
 
@@ -805,7 +805,7 @@ def test_overview_series_smoothing_is_tensorboards(runs):
     assert smoothed["encoding"]["y"]["field"] == "smoothed"
     frame = next(d for d in data if "smoothed" in d)
     one = frame[frame["series"] == "all"]
-    from viewer.lines import smooth
+    from viewer.charts.lines import smooth
     np.testing.assert_allclose(one["smoothed"], smooth(one["value"].to_numpy(), 0.6))
 
 
@@ -1073,7 +1073,7 @@ def test_overview_says_columns_aggregate_steps_only_where_one_does():
     the caption must not call it an aggregate; bins holding two steps are named."""
     import numpy as np
     from inspector.stats.summary import Overview
-    from viewer.overview import binned_note, column_width
+    from viewer.app_pages.overview import binned_note, column_width
     one = Overview(["a"], np.array([100, 200]), np.array([100, 200]), np.ones((1, 2)), width=2)
     two = Overview(["a"], np.array([101, 203]), np.array([100, 202]), np.ones((1, 2)), width=2)
     assert binned_note(column_width(one)) == ""
@@ -1085,7 +1085,7 @@ def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
     hover; NaN/Inf cells are drawn red and named, the dead ReLU's zero gradient grey, not blank."""
     import base64
     import inspector
-    from viewer import raster
+    from viewer.charts import raster
     at = ok(start(runs / "exp1", "Training overview", ov_all_ops=True))
     (h,) = heatmaps(at)
     run = inspector.open_run(runs / "exp1")
@@ -1110,7 +1110,7 @@ def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
 
 def test_percentiles_from_a_histogram_match_numpy_within_a_bin():
     import numpy as np
-    from viewer import bands
+    from viewer.charts import bands
     x = np.random.default_rng(0).standard_normal(20_000) ** 3          # long-tailed
     edges = np.linspace(x.min(), x.max(), 2001)
     counts, _ = np.histogram(x, edges)
@@ -1161,7 +1161,7 @@ def test_distributions_percentile_bands(runs):
     got = table[(table["step"] == 24) & (table["group"] == "positive")]["p50"].iloc[0]
     assert got == want and set(table["group"]) == {"positive", "negative"}
     # y: the 7th-93rd percentiles padded, unless the 0-100 band fits in FITS times that
-    from viewer import bands
+    from viewer.charts import bands
     inner, outer = (table[table["band"] == b] for b in ("7-93", "0-100"))
     span = inner["hi"].max() - inner["lo"].min()
     robust = [inner["lo"].min() - bands.PAD * span, inner["hi"].max() + bands.PAD * span]
@@ -1176,7 +1176,7 @@ def test_distributions_percentile_bands(runs):
 
 def test_bands_y_range_clips_extremes_that_would_flatten_the_bands():
     import numpy as np
-    from viewer import bands
+    from viewer.charts import bands
     x = np.random.default_rng(0).standard_normal(20_000)
     x[0] = 1000.0                                                    # one extreme value
     frame = bands.percentile_frame({1: {"all": LogHistogram.of(x)}}, extremes={1: {"all": (x.min(), x.max())}})
@@ -1190,7 +1190,7 @@ def test_percentile_bands_end_at_the_exact_min_and_max():
     of the values it skipped: the 0-100 band ends at the statistics' min and max instead."""
     import numpy as np
     from inspector.format import hist_sample
-    from viewer import bands
+    from viewer.charts import bands
     x = np.random.default_rng(0).standard_normal((32, 640))
     x[0, 100] = 9.0                                                  # in a block the subsample skips
     edges = np.linspace(x.min(), x.max(), 31)
@@ -1220,7 +1220,7 @@ def test_distributions_caption_uses_the_subsample_of_the_steps_session(tmp_path,
     no histogram_sample: 65,536), not the latest session's."""
     import json
     import inspector
-    import viewer.distributions
+    import viewer.app_pages.distributions
     from inspector.testing import SyntheticRun
     path = tmp_path / "r"
     for first, last in ((0, 3), (3, 6)):
@@ -1232,7 +1232,7 @@ def test_distributions_caption_uses_the_subsample_of_the_steps_session(tmp_path,
     del doc["config"]["histogram_sample"]
     m.write_text(json.dumps(doc))
     seen = []
-    monkeypatch.setattr(viewer.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 7)
+    monkeypatch.setattr(viewer.app_pages.distributions, "histogram_sample", lambda cfg: seen.append(cfg) or 7)
     tensor = inspector.open_run(path).tensors.index[-1]
     steps = inspector.open_run(path).query_stats([tensor], columns=["count"])
     for step, session in sorted(set(zip(steps["step"], steps["session"]))):

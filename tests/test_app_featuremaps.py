@@ -50,7 +50,7 @@ def recorded_figures(monkeypatch, page) -> dict:
 
 @pytest.fixture
 def figures(monkeypatch) -> dict:
-    import viewer.featuremaps as fm
+    import viewer.app_pages.featuremaps as fm
     return recorded_figures(monkeypatch, fm)
 
 
@@ -58,7 +58,7 @@ def start(run: Path, **state) -> AppTest:
     """The page on ``run`` with the widgets ``state`` (key: value) chosen."""
     os.environ["TF_INSPECTOR_RUNS"] = str(run.parent)
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.switch_page("viewer/featuremaps.py")
+    at.switch_page("viewer/app_pages/featuremaps.py")
     at.query_params["run"] = run.name
     for k, v in state.items():
         at.session_state[k] = v

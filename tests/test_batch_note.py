@@ -61,7 +61,7 @@ def test_the_viewer_says_it_beside_gradients_and_updates(tmp_path, monkeypatch):
     for name, labelled in (("probe", True), ("step", False)):
         monkeypatch.setenv("TF_INSPECTOR_RUNS", str(root))
         at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-        at.switch_page("viewer/browser.py")
+        at.switch_page("viewer/app_pages/browser.py")
         at.query_params["run"] = name
         at.run()
         assert not at.exception, [e.value for e in at.exception]

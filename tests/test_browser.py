@@ -34,7 +34,7 @@ PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 
 # Compare: steps A and B overlaid; Training overview: the series (its heatmap is an image, HEATMAP); Summary: the loss,
 # the gradient sizes and the op types)
 VEGA = {"Summary": 3, "Training overview": 1, "Distributions": 4, "Compare": 1}
-# page -> layer x step heatmaps (viewer/heatmap.js) it must draw
+# page -> layer x step heatmaps (viewer/charts/heatmap.js) it must draw
 HEATMAPS = {"Training overview": 1}
 # page -> its URL path (st.navigation; the default page, Summary, is the app's root)
 URLS = {"Summary": "", "Training overview": "overview", "Distributions": "distributions",

@@ -19,7 +19,7 @@ from test_browser import browser, heading_shown, serve, sync_api, wait_rendered 
 import inspector
 from inspector.format import manifest_name
 from inspector.testing import make_synthetic_run
-from viewer.graph import NONFINITE
+from viewer.app_pages.graph import NONFINITE
 
 NAN_AT = 25
 

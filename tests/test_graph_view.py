@@ -20,9 +20,9 @@ from inspector.format import graph_name, manifest_name  # noqa: E402
 from inspector.graph.scopes import collapse, search  # noqa: E402
 from inspector.graph.graphdef import Node, OpGraph, encode_graph_def, input_op, parse_graph_def  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
-from viewer import graph as page  # noqa: E402
-from viewer import graph_dot, graph_model  # noqa: E402
-from viewer.graph_colours import STATES, Scale, legend_items  # noqa: E402
+from viewer.app_pages import graph as page  # noqa: E402
+from viewer.charts import graph_dot, graph_model  # noqa: E402
+from viewer.charts.graph_colours import STATES, Scale, legend_items  # noqa: E402
 
 NAN_AT = 25
 

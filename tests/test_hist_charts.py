@@ -1,4 +1,4 @@
-"""viewer.hist_charts: the Vega-Lite histograms, overlay and ridge plot hold the bars of
+"""viewer.charts.hist_charts: the Vega-Lite histograms, overlay and ridge plot hold the bars of
 inspector.analysis.hist_view, with the axis, ticks and outlines the page promises."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from inspector.analysis import hist_view
 from inspector.format.loghist import LogHistogram
-from viewer import hist_charts
+from viewer.charts import hist_charts
 
 
 def groups(seed: int = 0) -> dict:

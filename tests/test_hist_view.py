@@ -169,7 +169,7 @@ def test_row_quantiles_equal_each_histograms_own():
 
 
 def test_band_percentiles_without_extremes_end_at_the_outer_bucket_edges():
-    from viewer import bands
+    from viewer.charts import bands
     x = np.array([-3.0, 0.5, 1.0, 1.0, 2.0])
     frame = bands.percentile_frame({7: {"all": LogHistogram.of(x)}})
     assert (frame["p0"].item(), frame["p100"].item()) == (-3.25, 2.25)            # buckets [-3.25, -3], [2, 2.25)

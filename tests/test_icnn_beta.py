@@ -141,7 +141,7 @@ def test_diverging_beta_reaches_the_viewers_alerts(tmp_path):
 def test_viewer_notes_what_gradients_mean_below_an_icnn_layer():
     pd = pytest.importorskip("pandas")
     pytest.importorskip("streamlit")
-    from viewer.browser import icnn_gradient_note
+    from viewer.app_pages.browser import icnn_gradient_note
 
     cat = pd.DataFrame({"icnn_role": [None, "pre_mask", "beta", None], "icnn_layer": [None, "m", "m", None],
                         "variable": [None, None, None, "m/beta"]},

@@ -31,7 +31,7 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def figures(monkeypatch) -> dict:
-    import viewer.masks as mt
+    import viewer.app_pages.masks as mt
     return recorded_figures(monkeypatch, mt)
 
 

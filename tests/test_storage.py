@@ -493,7 +493,7 @@ def test_viewer_reads_a_bucket_while_workers_write(s3, monkeypatch):
         try:
             for page in ("overview", "distributions", "browser", "summary"):  # while they write
                 page_at = AppTest.from_file(str(root / "app.py"), default_timeout=120)
-                page_at.switch_page(f"viewer/{page}.py")
+                page_at.switch_page(f"viewer/app_pages/{page}.py")
                 page_at.run()
                 assert not page_at.exception, (page, [e.value for e in page_at.exception])
                 assert not [e.value for e in page_at.error if "could not be drawn" in e.value], page

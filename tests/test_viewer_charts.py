@@ -1,5 +1,6 @@
-"""The viewer's chart building blocks without a page: the heatmap raster (viewer.raster), its
-rows in network order (viewer.layers) and the line charts (viewer.lines)."""
+"""The viewer's chart building blocks without a page: the heatmap raster
+(viewer.charts.raster), its rows in network order (viewer.layers) and the line charts
+(viewer.charts.lines)."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,10 @@ import pytest
 
 pytest.importorskip("altair")  # first: the imports below (noqa: E402) need the viewer's packages
 
-from inspector.graph.graphdef import Node, OpGraph  # noqa: E402
-from viewer import layers, lines, raster  # noqa: E402
-from viewer.raster import FINITE, MISSING, NAN_RGBA, NONFINITE, NONPOSITIVE, ZERO_RGBA  # noqa: E402
+from inspector.graph.graphdef import Node, OpGraph# noqa: E402
+from viewer import layers  # noqa: E402
+from viewer.charts import lines, raster  # noqa: E402
+from viewer.charts.raster import FINITE, MISSING, NAN_RGBA, NONFINITE, NONPOSITIVE, ZERO_RGBA  # noqa: E402
 
 
 def ones(shape) -> np.ndarray:

@@ -1,2 +1,3 @@
-"""The TF Inspector viewer: ``app_main`` (its entry), one module per page, plus
-``data`` (cached reads) and ``ui`` (shared widgets). Imports no TensorFlow."""
+"""The TF Inspector viewer: ``app_main`` (its entry), one module per page in ``app_pages/``, the
+drawing in ``charts/``, and beside them what pages share: ``data`` (cached reads), ``ui`` (shared
+widgets) and the helpers several pages use. Imports no TensorFlow."""

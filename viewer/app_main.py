@@ -14,7 +14,7 @@ browser's Back and Forward move between pages. The folder, the run and each page
 the widget's key names the parameter): a copied link reproduces the view. Back and Forward
 reload the history entry's URL (``viewer/history.py``: Streamlit 1.60 would rerun with the
 previous view's query), so the page shows what its URL names. Each page lives in
-``viewer/``; an old link's ``?page=<title>`` opens that page.
+``viewer/app_pages/``; an old link's ``?page=<title>`` opens that page.
 """
 from __future__ import annotations
 
@@ -33,13 +33,14 @@ if __name__ == "__main__" and str(Path(__file__).resolve().parents[1]) not in sy
     # installed: import viewer/ and inspector/ from beside this file (hence noqa: E402 below)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inspector.format.provenance import first_note, gradient_meaning  # noqa: E402
+from inspector.format.provenance import first_note, gradient_meaning# noqa: E402
 from inspector.errors import InspectorError  # noqa: E402
 from inspector.format import MODES  # noqa: E402
-from inspector.storage.safety import real  # noqa: E402
+from inspector.storage.safety import real# noqa: E402
 from inspector.storage import is_url  # noqa: E402
-from inspector.sessions.trainings import view_note  # noqa: E402
-from viewer import browser, compare, data, distributions, featuremaps, graph, history, masks, overview, summary  # noqa: E402
+from inspector.sessions.trainings import view_note# noqa: E402
+from viewer import data, history  # noqa: E402
+from viewer.app_pages import browser, compare, distributions, featuremaps, graph, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
 

@@ -25,9 +25,13 @@ from inspector.stats import summary as stats_summary
 from inspector.stats import histograms as inspector_histograms
 from inspector.icnn import templates
 from inspector.errors import InspectorError
+from inspector.graph.graphdef import OpGraph, parse_graph_def
 from inspector.storage import is_url, open_storage
 
 from . import paths
+from .layers import layer_rows
+from .layers import network_order as order_of
+from .charts.raster import MAX_COLUMNS
 
 Sig = tuple
 _root: Path | str | None = None
@@ -117,7 +121,6 @@ def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_sum
     statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
     values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
     (see :func:`inspector.stats.summary.overview`): a 60M-row run in ~1 s, not 33 s."""
-    from .raster import MAX_COLUMNS
     return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS, coarsen=True)
 
 
@@ -133,21 +136,39 @@ def stats_matrix(path: str, sig: Sig, kind: str, group: str, stat: str) -> tuple
 @st.cache_data(max_entries=32, show_spinner=False)
 def layer_table(path: str, sig: Sig, tensors: tuple[str, ...]) -> pd.DataFrame:
     """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order (once per choice)."""
-    from .layers import layer_rows
     return layer_rows(get_run(path, sig).tensors, list(tensors), network_order(path, sig))
+
+
+def graph_key(sig: tuple) -> tuple:
+    """The part of ``sig`` the graph depends on: the graph files and the view."""
+    return tuple(e for e in sig if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
+
+
+def op_graph(path: str, sig: tuple, worker: str | None = None, session: int | None = None) -> OpGraph:
+    """The graph of ``worker``'s ``session`` (default: the run's default manifest's), parsed once
+    per graph file (``InspectorError`` if unreadable or over ``graphdef.MAX_GRAPH_BYTES``)."""
+    return _op_graph(path, graph_key(sig), sig, worker, session)
+
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None, session: int | None) -> OpGraph:
+    run = get_run(path, _sig)
+    what = f"graph of {run.name}" + (f", session {session}" if session else "")
+    try:
+        raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
+    except OSError as e:
+        raise InspectorError(f"this run's session has no readable graph file ({type(e).__name__})") from None
+    return OpGraph(parse_graph_def(raw, what))
 
 
 def network_order(path: str, sig: Sig) -> dict[str, int] | None:
     """Each op's place in the forward graph's topological order (:func:`viewer.layers.network_order`)
     from the run's graph; None when the run has no readable graph (rows keep the catalog's order)."""
-    from .graph import graph_key
     return _network_order(path, graph_key(sig), sig)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _network_order(path: str, key: Sig, _sig: Sig) -> dict[str, int] | None:
-    from .graph import op_graph
-    from .layers import network_order as order_of
     try:
         return order_of(op_graph(path, _sig))
     except InspectorError:
@@ -291,9 +312,39 @@ def dumps_key(sig: Sig) -> Sig:
     return tuple(out)
 
 
+def explicit(step: int, config: dict) -> bool:
+    """True if ``step`` is in one of ``config['dump_steps']`` ([first, last] inclusive ranges)
+    and not a multiple of ``dump_every_n_steps``: the hook dumped it because it was listed.
+
+    >>> explicit(25, {"dump_every_n_steps": 10, "dump_steps": [[25, 25]]})
+    True
+    """
+    every = config.get("dump_every_n_steps")
+    if isinstance(every, int) and every > 0 and step % every == 0:
+        return False
+    ranges = config.get("dump_steps")
+    return any(isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(v, int) for v in r)
+               and r[0] <= step <= r[1] for r in (ranges if isinstance(ranges, list) else []))
+
+
+def reason_of(meta: dict, step: int, run) -> str:
+    """Why ``step`` was dumped, from its ``__metadata__`` (``meta``): the hook's reason ('schedule'
+    when the key is absent: older runs), with 'schedule' told apart into 'explicit step' by the
+    writing session's ``dump_steps`` (the hook writes 'schedule' for both)."""
+    reason = str(meta.get("reason") or "schedule")
+    if reason != "schedule":
+        return reason
+    try:
+        manifest = run.manifests.get((meta.get("worker"), int(meta.get("session", -1))), run.manifest)
+    except (TypeError, ValueError):
+        manifest = run.manifest
+    config = manifest.get("config") if isinstance(manifest, dict) else None
+    return "explicit step" if explicit(int(step), config if isinstance(config, dict) else {}) else "schedule"
+
+
 def dump_infos(path: str, sig: Sig) -> list[dict]:
     """One ``{step, reason, damaged}`` per dump step of the view, from the dump headers only
-    (``reason``: why the hook dumped it, see :func:`viewer.dumps.reason_of`; ``damaged``: the
+    (``reason``: why the hook dumped it, see :func:`reason_of`; ``damaged``: the
     reader's message for a file that cannot be read, else None)."""
     return _dump_infos(path, dumps_key(sig), sig)
 
@@ -301,7 +352,6 @@ def dump_infos(path: str, sig: Sig) -> list[dict]:
 @st.cache_data(max_entries=16, show_spinner=False)
 def _dump_infos(path: str, key: Sig, _sig: Sig) -> list[dict]:
     """:func:`dump_infos`, cached by :func:`dumps_key` (``_sig``, not hashed, opens the run)."""
-    from .dumps import reason_of  # no cycle at import time
     sig = _sig
     run = get_run(path, sig)
     out = []

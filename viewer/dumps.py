@@ -13,36 +13,6 @@ from . import data
 from .ui import Ctx, need
 
 
-def explicit(step: int, config: dict) -> bool:
-    """True if ``step`` is in one of ``config['dump_steps']`` ([first, last] inclusive ranges)
-    and not a multiple of ``dump_every_n_steps``: the hook dumped it because it was listed.
-
-    >>> explicit(25, {"dump_every_n_steps": 10, "dump_steps": [[25, 25]]})
-    True
-    """
-    every = config.get("dump_every_n_steps")
-    if isinstance(every, int) and every > 0 and step % every == 0:
-        return False
-    ranges = config.get("dump_steps")
-    return any(isinstance(r, (list, tuple)) and len(r) == 2 and all(isinstance(v, int) for v in r)
-               and r[0] <= step <= r[1] for r in (ranges if isinstance(ranges, list) else []))
-
-
-def reason_of(meta: dict, step: int, run) -> str:
-    """Why ``step`` was dumped, from its ``__metadata__`` (``meta``): the hook's reason ('schedule'
-    when the key is absent: older runs), with 'schedule' told apart into 'explicit step' by the
-    writing session's ``dump_steps`` (the hook writes 'schedule' for both)."""
-    reason = str(meta.get("reason") or "schedule")
-    if reason != "schedule":
-        return reason
-    try:
-        manifest = run.manifests.get((meta.get("worker"), int(meta.get("session", -1))), run.manifest)
-    except (TypeError, ValueError):
-        manifest = run.manifest
-    config = manifest.get("config") if isinstance(manifest, dict) else None
-    return "explicit step" if explicit(int(step), config if isinstance(config, dict) else {}) else "schedule"
-
-
 def label(info: dict) -> str:
     """'34 (NaN/Inf in the loss)', '40 (damaged: unreadable)' (a select box shows it as text)."""
     why = "damaged: unreadable" if info["damaged"] else str(info["reason"])[:60]

@@ -1,8 +1,8 @@
 """How histograms are drawn: one x axis for every histogram of a chart (signed log-magnitude or
 linear), the bars each histogram becomes on it, the ticks, and the numbers that compare groups.
-NumPy and pandas only: the viewer's Vega-Lite charts (``viewer.hist_charts``) and the Matplotlib
-figures of :mod:`inspector.analysis.plots` both draw :func:`panel_frame`'s bars, so a PNG shows what the
-page shows.
+NumPy and pandas only: the viewer's Vega-Lite charts (``viewer.charts.hist_charts``) and the
+Matplotlib figures of :mod:`inspector.analysis.plots` both draw :func:`panel_frame`'s bars, so a PNG
+shows what the page shows.
 
 **Signed log axis.** A value ``v`` sits at ``x = sign(v) * (log2|v| - F + GAP)``: ``F`` is the
 floor of log2 of the smallest non-zero magnitude any histogram of the chart holds, so the

@@ -1,6 +1,6 @@
 """Page: training overview: layer x step heatmaps of gradients and activations (one raster
-each, :mod:`viewer.raster` / :mod:`viewer.heatmap`; rows in network order, :mod:`viewer.layers`)
-and per-tensor line charts by group (:mod:`viewer.lines`)."""
+each, :mod:`viewer.charts.raster` / :mod:`viewer.charts.heatmap`; rows in network order,
+:mod:`viewer.layers`) and per-tensor line charts by group (:mod:`viewer.charts.lines`)."""
 from __future__ import annotations
 
 import re
@@ -12,8 +12,9 @@ import streamlit as st
 from inspector.analysis import plots
 from inspector.stats.summary import Overview
 
-from . import data, heatmap, layers, lines, raster
-from .ui import Ctx, default_tensor, download_figure, figure_theme, need, plain
+from .. import data, layers
+from ..charts import heatmap, lines, raster
+from ..ui import Ctx, default_tensor, download_figure, figure_theme, need, plain
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}

@@ -1,6 +1,6 @@
 """The op graph page's whole-model view: every op of the graph, name scopes collapsed into one box
 each (TensorBoard's Graphs dashboard), the scopes chosen under "Open scopes" drawn open as nested
-clusters, coloured like the neighbourhood view (:mod:`viewer.graph_colours`).
+clusters, coloured like the neighbourhood view (:mod:`viewer.charts.graph_colours`).
 
 A closed scope's box is red when any op inside has a NaN/Inf, else filled by the median of its
 captured ops' values, and says how many ops it holds and how many of them were captured. Five or
@@ -24,7 +24,7 @@ from inspector.graph.graphdef import OpGraph
 
 from .graph_colours import Look, Scale
 from .graph_dot import model_dot
-from .ui import plain
+from ..ui import plain
 
 #: the most boxes drawn: beyond it the deepest open scopes are closed (Graphviz lays the chart out
 #: in the browser; bench/bench_graph.py: hundreds of boxes took tens of seconds on a loaded machine)

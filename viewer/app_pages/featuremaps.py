@@ -22,14 +22,12 @@ import streamlit as st
 
 from inspector import analysis
 from inspector.analysis import plots
-from inspector.format import INPUT_OP_TYPES
 
-from . import data
-from .dumps import dump_step_picker
-from .ui import Ctx, need, plain, show_cached_figure
+from .. import data
+from ..dumped_maps import CONV_OP_TYPES, is_input, map_tensors, model_input, sample_label, why_no_input
+from ..dumps import dump_step_picker
+from ..ui import Ctx, need, plain, show_cached_figure
 
-#: Op types of convolutions: the page opens on the first of them in graph order (catalog order)
-CONV_OP_TYPES = ("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
 #: Channels per page of the channel grid
 PAGE_CHANNELS = 64
 #: Samples drawn in the top-activating figure (the table ranks every kept sample)
@@ -37,11 +35,6 @@ TOP_K = 8
 #: How a sample's activation of one channel is scored for the ranking: the peak (the strongest
 #: response anywhere in the map, as "top-activating" examples are usually chosen) or the mean
 RANK_STATS = {"max": "peak value over H x W", "mean": "mean over H x W"}
-
-
-def sample_label(samples: pd.DataFrame, i: int) -> str:
-    r = samples.iloc[i]
-    return f"#{i}: batch index {r.get('index', '?')}, label {r.get('label', '?')}, {r.get('group', '?')}"
 
 
 def icnn_maps(ctx: Ctx, roles: pd.Series, step: int) -> dict[str, np.ndarray]:
@@ -59,16 +52,6 @@ def icnn_maps(ctx: Ctx, roles: pd.Series, step: int) -> dict[str, np.ndarray]:
     return out
 
 
-def map_tensors(cat: pd.DataFrame, keys: set[str]) -> list[str]:
-    """Names of the dumped per-sample 4-D (N, H, W, C) tensors, in graph (catalog) order."""
-    return [n for n in cat["name"] if f"forward/{n}" in keys and bool(cat.loc[n, "batched"])
-            and len(cat.loc[n, "shape"] or []) == 4]
-
-
-def is_input(cat: pd.DataFrame, name: str) -> bool:
-    return str(cat.loc[name, "op_type"]) in INPUT_OP_TYPES
-
-
 def default_map(cat: pd.DataFrame, maps: list[str]) -> int:
     """Index in ``maps`` the page opens on: the first convolution's output (op type in
     :data:`CONV_OP_TYPES`, graph order), else the first map that is not a model input, else 0.
@@ -80,30 +63,6 @@ def default_map(cat: pd.DataFrame, maps: list[str]) -> int:
     conv = [i for i, n in enumerate(maps) if str(cat.loc[n, "op_type"]) in CONV_OP_TYPES]
     other = [i for i, n in enumerate(maps) if not is_input(cat, n)]
     return (conv or other or [0])[0]
-
-
-def model_input(cat: pd.DataFrame, maps: list[str]) -> str | None:
-    """The dumped model input image among ``maps``: an input op's output (``IteratorGetNext:0``,
-    a Keras probe's ``probe_x:0``) that feeds a convolution, else the first input; None if the
-    dump holds none."""
-    inputs = [n for n in maps if is_input(cat, n)]
-    feeds = [n for n in inputs if any(f in CONV_OP_TYPES for f in (_list(cat.loc[n].get("feeds"))))]
-    return (feeds or inputs or [None])[0]
-
-
-def _list(v) -> list:
-    return list(v) if isinstance(v, (list, tuple, np.ndarray)) else []
-
-
-def why_no_input(cat: pd.DataFrame, step: int) -> str:
-    """Why the overlay has no input image at ``step``."""
-    known = [n for n in cat["name"] if is_input(cat, n) and len(cat.loc[n, "shape"] or []) == 4]
-    if known:
-        return (f"The model input {plain(known[0])} is in the catalog but not in the dump of step {step}: "
-                f"no overlay on the input image.")
-    return ("The model input was not dumped: no 4-D output of an input op (IteratorGetNext, Placeholder) is in "
-            "the catalog (an input fed as integers, or left out by include/exclude/op_types). No overlay on the "
-            "input image.")
 
 
 def channel_scores(x: np.ndarray, stat: str) -> np.ndarray:

@@ -4,10 +4,10 @@ neighbourhood of one op, or the whole model with its name scopes collapsed and o
 
 Each captured op is filled by the chosen statistic of its tensor (default RMS, which does not grow
 with a tensor's size as l2 does) on a robust scale over every captured op of the model at that
-step (:mod:`viewer.graph_colours`, with a legend); NaN/Inf ops are red, dead ops (every element
-zero) grey, and the label says which ops were captured with a gradient, captured forward only
-(the gradient view has nothing for them), or not captured. On a run with a NaN/Inf the page opens
-at its first step, on its tensor and kind. Graphviz charts are not clickable in Streamlit: a
+step (:mod:`viewer.charts.graph_colours`, with a legend); NaN/Inf ops are red, dead ops (every
+element zero) grey, and the label says which ops were captured with a gradient, captured forward
+only (the gradient view has nothing for them), or not captured. On a run with a NaN/Inf the page
+opens at its first step, on its tensor and kind. Graphviz charts are not clickable in Streamlit: a
 picker of the shown ops opens one in the tensor browser. Where the view's worker has several
 sessions with a graph (a resume, train and evaluate calls), a picker chooses one
 (``?gr_session=``), the newest of the view's mode by default; a graph file over
@@ -32,13 +32,15 @@ from inspector import analysis
 from inspector.errors import InspectorError
 from inspector.format import graph_name
 from inspector.graph.scopes import search
-from inspector.graph.graphdef import OpGraph, parse_graph_def
+from inspector.graph.graphdef import OpGraph
 
-from . import data, graph_model
-from .browser import show_uncaptured
-from .graph_colours import DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale, palette
-from .graph_dot import dot, escape
-from .ui import Ctx, default_tensor, need, plain
+from .. import data
+from ..charts import graph_model
+from ..charts.graph_colours import (DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale,
+                                    palette)
+from ..charts.graph_dot import dot, escape
+from ..ui import Ctx, default_tensor, need, plain
+from ..uncaptured import show_uncaptured
 
 __all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look", "Scale", "dot", "escape",
            "palette", "render"]
@@ -56,11 +58,6 @@ VIEWS = ("Neighbourhood", "Whole model")
 
 
 # ---- data -------------------------------------------------------------------------------------
-def graph_key(sig: tuple) -> tuple:
-    """The part of ``sig`` the graph depends on: the graph files and the view."""
-    return tuple(e for e in sig if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
-
-
 def graph_sessions(path: str, sig: tuple) -> tuple[str, list[int]]:
     """(worker, its sessions with a graph file): the view's worker (the sidebar's, else that of
     the run's default manifest); the view's mode's sessions first, each group newest first.
@@ -72,23 +69,6 @@ def graph_sessions(path: str, sig: tuple) -> tuple[str, list[int]]:
     have = sorted(((s, m["mode"]) for (w, s), m in run.manifests.items() if w == worker and s >= 1
                    and graph_name(w, s) in files), reverse=True)
     return worker, [s for s, m in have if m == mode] + [s for s, m in have if m != mode]
-
-
-def op_graph(path: str, sig: tuple, worker: str | None = None, session: int | None = None) -> OpGraph:
-    """The graph of ``worker``'s ``session`` (default: the run's default manifest's), parsed once
-    per graph file (``InspectorError`` if unreadable or over ``graphdef.MAX_GRAPH_BYTES``)."""
-    return _op_graph(path, graph_key(sig), sig, worker, session)
-
-
-@st.cache_resource(max_entries=8, show_spinner=False)
-def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None, session: int | None) -> OpGraph:
-    run = data.get_run(path, _sig)
-    what = f"graph of {run.name}" + (f", session {session}" if session else "")
-    try:
-        raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
-    except OSError as e:
-        raise InspectorError(f"this run's session has no readable graph file ({type(e).__name__})") from None
-    return OpGraph(parse_graph_def(raw, what))
 
 
 def session_picker(path: str, sig: tuple) -> tuple[str | None, int | None]:
@@ -179,7 +159,7 @@ def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     worker, session = session_picker(ctx.path, ctx.sig)
     try:
-        graph = op_graph(ctx.path, ctx.sig, worker, session)
+        graph = data.op_graph(ctx.path, ctx.sig, worker, session)
     except InspectorError as e:
         st.info(f"No op graph to show: {plain(e)}")
         return
@@ -296,6 +276,6 @@ def legend_caption() -> str:
 
 def open_in_browser(tensor: str) -> None:
     """Switch to the tensor browser showing ``tensor`` (its URL-bound ``tb_tensor``)."""
-    from . import app_main  # late: app_main imports this page
+    from .. import app_main  # late: app_main imports this page
     st.session_state.pop("tb_search", None)  # a search left from earlier would hide the tensor
     st.switch_page(app_main.page("Tensor browser"), query_params={"tb_tensor": tensor})

@@ -15,8 +15,9 @@ from inspector.errors import InspectorError
 from inspector.stats.summary import Overview
 from inspector.sizes import human_bytes
 
-from . import data, layers, lines
-from .ui import Ctx, plain
+from .. import data, layers
+from ..charts import lines
+from ..ui import Ctx, plain
 
 ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 

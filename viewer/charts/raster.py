@@ -1,7 +1,7 @@
 """A layer x step heatmap as one raster: a statistic's matrix aggregated on the server to the
 pixels a chart has (at most :data:`MAX_COLUMNS` step columns and :data:`MAX_ROWS` rows),
 coloured here, and drawn in the browser as one image with the aggregated values for hover
-(:mod:`viewer.heatmap`). One mark per cell took the browser 49 s for 76,590 cells. No
+(:mod:`viewer.charts.heatmap`). One mark per cell took the browser 49 s for 76,590 cells. No
 Streamlit here.
 
 Each cell has a *state*: ``FINITE`` (coloured by its value, viridis), ``NONFINITE`` (a NaN/Inf

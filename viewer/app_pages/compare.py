@@ -10,9 +10,10 @@ import streamlit as st
 from inspector.analysis import hist_view, plots
 from inspector.errors import InspectorError
 
-from . import data, hist_charts
-from .distributions import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from .ui import Ctx, default_tensor, download_figure, need, plain
+from .. import data
+from ..charts import hist_charts
+from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
+from ..ui import Ctx, default_tensor, download_figure, need, plain
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 

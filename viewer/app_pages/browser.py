@@ -11,12 +11,12 @@ from inspector.analysis import plots
 from inspector.analysis import source_text
 from inspector.format.provenance import gradient_meaning
 from inspector.analysis.binning import value_bins
-from inspector.errors import InspectorError
 
-from . import data
-from .distributions import bins_caption, bins_choice
-from .dumps import dump_step_picker
-from .ui import Ctx, need, plain, show_figure, slug
+from .. import data
+from ..dumps import dump_step_picker
+from ..hist_choices import bins_caption, bins_choice
+from ..ui import Ctx, need, plain, show_figure, slug
+from ..uncaptured import show_uncaptured
 
 
 def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:
@@ -91,25 +91,6 @@ def show_source(cat: pd.DataFrame, tensor: str) -> None:
     if isinstance(stack, list) and len(stack) > 1:
         with st.expander(f"Call stack in your code ({len(stack)} frames, innermost last)"):
             st.text("\n".join(f"{f}:{line} in {fn}" for f, line, fn in stack))
-
-
-def show_uncaptured(run, text: str, expanded: bool) -> None:
-    """The graph's ops (and skipped tensors) matching ``text`` that were not captured, each
-    skipped (why) or excluded (by which rule): ``run.uncaptured``, so a search for an op that
-    is not in the catalog says why instead of nothing."""
-    try:
-        df = run.uncaptured(text)
-    except InspectorError as e:
-        st.caption(f"Ops not captured: unknown ({plain(str(e))})")
-        return
-    if df.empty:
-        if run.accounting().empty:
-            st.caption("This run predates the accounting: it does not record why other ops were not captured.")
-        return
-    more = " (the first 200)" if len(df) >= 200 else ""
-    with st.expander(f"{len(df)} ops matching the search were not captured{more}: skipped or excluded, and why",
-                     expanded=expanded):
-        st.dataframe(df, hide_index=True, width="stretch", height=min(260, 40 + 35 * len(df)))
 
 
 def render(ctx: Ctx) -> None:

@@ -1,4 +1,4 @@
-"""The layer x step heatmap in the page: a :class:`viewer.raster.Raster` drawn by a small
+"""The layer x step heatmap in the page: a :class:`viewer.charts.raster.Raster` drawn by a small
 Streamlit component (``heatmap.js``, ``heatmap.css`` beside this file): the raster as one PNG
 image, the row labels, a step axis whose ends are the first and last statistics steps, a
 legend (the colour scale, NaN/Inf, <= 0, no statistics), and a tooltip that reads the

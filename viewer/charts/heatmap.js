@@ -1,5 +1,6 @@
-// The layer x step heatmap of viewer/heatmap.py: one image (the server's raster), row labels,
-// a step axis, a legend, and a tooltip read from the aggregated values sent beside the image.
+// The layer x step heatmap of viewer/charts/heatmap.py: one image (the server's raster), row
+// labels, a step axis, a legend, and a tooltip read from the aggregated values sent beside the
+// image.
 // Every run-file string (tensor, layer, label) is set as text (textContent), never as HTML.
 
 const LABEL_W = 320, RIGHT = 16, AXIS_H = 34;

@@ -1,8 +1,9 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
 groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
-bands, drawn as interactive Vega-Lite charts (:mod:`viewer.hist_charts`; the Matplotlib figure is
-drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a signed log-magnitude
-axis for gradients, a linear one for forward values where it shows them (the "x axis" choice)."""
+bands, drawn as interactive Vega-Lite charts (:mod:`viewer.charts.hist_charts`; the Matplotlib
+figure is drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a signed
+log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
+axis" choice)."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,24 +11,15 @@ import streamlit as st
 
 from inspector import analysis
 from inspector.analysis import hist_view, plots
-from inspector.analysis.binning import Bins, value_histograms
+from inspector.analysis.binning import value_histograms
 from inspector.format import histogram_sample
 from inspector.analysis.hist_view import Axis
-from inspector.format.loghist import LogHistogram
 
-from . import bands, data, hist_charts
-from .dumps import dump_step_picker
-from .ui import Ctx, default_tensor, download_figure, need, plain
-
-
-def kinds_of(run, tensor: str) -> list[str]:
-    return ["forward"] + (["gradient"] if bool(run.tensors.loc[tensor, "has_gradient"]) else [])
-
-
-def pick_groups(hists: dict) -> dict:
-    """The named groups (positive/negative, classes, a function's) where the tensor has them, else 'all'."""
-    named = {g: h for g, h in hists.items() if g != "all"}
-    return named or hists
+from .. import data
+from ..charts import bands, hist_charts
+from ..dumps import dump_step_picker
+from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
+from ..ui import Ctx, default_tensor, download_figure, need, plain
 
 
 def evenly(values: np.ndarray, n: int) -> list[int]:
@@ -35,41 +27,6 @@ def evenly(values: np.ndarray, n: int) -> list[int]:
     if len(values) <= n:
         return [int(v) for v in values]
     return [int(values[i]) for i in np.unique(np.linspace(0, len(values) - 1, n).round().astype(int))]
-
-
-BIN_LABELS = {"auto": "auto", "linear": "linear", "symlog": "symmetric log"}
-AXIS_LABELS = {"auto": "auto", "log": "signed log", "linear": "linear"}
-#: What a kind's values are called in the read-off line.
-NOUNS = {"forward": "value", "gradient": "gradient", "update": "update"}
-
-
-def axis_choice(key: str, container=st) -> str:
-    """The histograms' x axis: 'auto', 'log' (signed log-magnitude) or 'linear'
-    (:func:`inspector.analysis.hist_view.choose_axis`)."""
-    return container.radio("x axis", list(AXIS_LABELS), format_func=AXIS_LABELS.get, key=key, horizontal=True,
-                           bind="query-params",
-                           help="signed log: one bar per stored bucket (8 per power of two), negative values "
-                           "mirrored left of the zeros' bar, so a gradient spanning 1e-9..1e-1 shows whole; "
-                           "linear: 40 equal bins over the exact min..max. auto: signed log for gradients, "
-                           f"linear for forward values unless one bin would hold over {hist_view.SPIKE:.0%} of "
-                           "the non-zero values")
-
-
-def bins_choice(key: str, container=st) -> str:
-    """How to re-bin dumped values with ``np.histogram`` (the tensor browser): 'auto'
-    (symmetric log for long-tailed values), 'linear' or 'symlog' (:mod:`inspector.analysis.binning`)."""
-    return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get, key=key,
-                           horizontal=True, help="symmetric log: bins spaced geometrically in |x| on both "
-                           "sides of a small linear zone around 0 (like TensorBoard's exponential buckets), "
-                           "so a long-tailed gradient is not one spike")
-
-
-def bins_caption(bins: Bins) -> str:
-    """What the bins are, for the figure's caption."""
-    if bins.scale == "symlog":
-        return (f"{len(bins.edges) - 1} symmetric-log bins (linear within ±{bins.linthresh:.2g}); "
-                f"y = fraction of values per bin")
-    return f"{len(bins.edges) - 1} equal bins"
 
 
 def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str], column: str = "count") -> dict:
@@ -165,11 +122,6 @@ def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, tota
     lines = {kind: readoff(kind, groups) for kind, groups in panels.items()}
     if any(lines.values()):
         st.markdown("  \n".join(f"**{kind}**: {plain(text)}" for kind, text in lines.items() if text))
-
-
-def rebinned(hists) -> bool:
-    """Whether a linear axis re-bins log-magnitude buckets (else it draws stored equal-width bins)."""
-    return any(isinstance(h, LogHistogram) for h in hists)
 
 
 def readoff(kind: str, groups: dict) -> str:
