@@ -1,6 +1,7 @@
-"""The import graph: no cycles among the modules of ``hooks/`` (or ``inspector/``), read from
-the source with ``ast`` (lazy imports inside functions included), and ``hooks.schedule`` and
-``hooks.options`` importable where TensorFlow is not."""
+"""The import graph, read from the source with ``ast`` (lazy imports inside functions included):
+no cycle among the modules of a package, nor among its subpackages; ``inspector/`` and
+``viewer/`` never import TensorFlow or ``hooks/``, ``inspector/`` never ``viewer/``; and
+``hooks.schedule`` and ``hooks.options`` importable where TensorFlow is not."""
 from __future__ import annotations
 
 import ast
@@ -84,6 +85,46 @@ def test_no_import_cycle(package):
     graph = import_graph(ROOT / package)
     assert f"{package}.stats.fast" in graph or package != "hooks"   # the walk saw the modules
     assert find_cycle(graph) is None
+
+
+def subpackage_graph(package: Path) -> dict[str, set[str]]:
+    """:func:`import_graph` with each module standing for its subpackage (``inspector.stats``) or,
+    at the package's top, for itself (``inspector.run``): the layering of docs/ARCHITECTURE.md."""
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+    out: dict[str, set[str]] = {}
+    for mod, targets in import_graph(package).items():
+        out.setdefault(node(mod), set()).update(node(t) for t in targets if node(t) != node(mod))
+    return {m: {t for t in ts if "." in t} for m, ts in out.items()}   # the package's __init__: its front
+
+
+@pytest.mark.parametrize("package", ["hooks", "inspector", "viewer"])
+def test_no_import_cycle_between_subpackages(package):
+    graph = subpackage_graph(ROOT / package)
+    assert f"{package}.{'capture' if package == 'hooks' else 'charts' if package == 'viewer' else 'stats'}" in graph
+    assert find_cycle(graph) is None
+
+
+def imported(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports, anywhere in it."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def test_the_reader_and_viewer_import_neither_tensorflow_nor_hooks():
+    """TensorFlow only in ``inspector/icnn/layer.py`` (imported explicitly inside a model_fn)."""
+    bad = []
+    for package, never in (("inspector", {"hooks", "viewer"}), ("viewer", {"hooks"})):
+        for path in (ROOT / package).rglob("*.py"):
+            tops = {name.split(".")[0] for name in imported(path)}
+            tf = {"tensorflow", "keras", "tf_keras"} if path != ROOT / "inspector/icnn/layer.py" else set()
+            bad += [f"{path.relative_to(ROOT)} imports {t}" for t in sorted(tops & (never | tf))]
+    assert not bad
 
 
 #: A fresh interpreter in which importing TensorFlow fails, as where it is not installed.

@@ -39,7 +39,7 @@ from inspector.format import MODES  # noqa: E402
 from inspector.storage.safety import real# noqa: E402
 from inspector.storage import is_url  # noqa: E402
 from inspector.sessions.trainings import view_note# noqa: E402
-from viewer import data, history  # noqa: E402
+from viewer import data, history, page_links  # noqa: E402
 from viewer.app_pages import browser, compare, distributions, featuremaps, graph, masks, overview, summary  # noqa: E402
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
@@ -199,6 +199,9 @@ def view_picker(path: str, sig: tuple) -> tuple:
 def page(title: str) -> StreamlitPage:
     """The ``st.Page`` of ``title`` (also what ``st.switch_page`` takes to open it from a page)."""
     return st.Page(page_runner(title), title=title, url_path=url_path(PAGES[title]), default=title == next(iter(PAGES)))
+
+
+page_links.register(page)   # a page opens another through page_links, never importing this module
 
 
 def navigation() -> StreamlitPage:

@@ -34,7 +34,7 @@ from inspector.format import graph_name
 from inspector.graph.scopes import search
 from inspector.graph.graphdef import OpGraph
 
-from .. import data
+from .. import data, page_links
 from ..charts import graph_model
 from ..charts.graph_colours import (DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale,
                                     palette)
@@ -276,6 +276,5 @@ def legend_caption() -> str:
 
 def open_in_browser(tensor: str) -> None:
     """Switch to the tensor browser showing ``tensor`` (its URL-bound ``tb_tensor``)."""
-    from .. import app_main  # late: app_main imports this page
     st.session_state.pop("tb_search", None)  # a search left from earlier would hide the tensor
-    st.switch_page(app_main.page("Tensor browser"), query_params={"tb_tensor": tensor})
+    page_links.switch_to("Tensor browser", {"tb_tensor": tensor})
