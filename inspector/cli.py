@@ -37,7 +37,7 @@ from inspector.storage.atomic import create_temporary
 from inspector.format import special_entries
 from inspector.storage.safety import inside, real
 
-from .analysis import rerun_text
+from .analysis import diagnose, diagnosis_text, rerun_text
 from .errors import InspectorError, NotARunError, StorageError
 from .run import ALL, Run, find_runs, open_run, parse_steps
 from .storage import OPTIONS_ENV, TIMEOUT_ENV, is_url, local_path, storage_timeout
@@ -66,7 +66,7 @@ def summary(run: Run) -> str:
     variables = run.variables
     if len(variables):
         reads = int(((t["kind"] != "variable") & t["variable"].isin(variables.index)).sum())
-        lines.insert(4, f"variables  {len(variables)} trainable ({int(variables['has_update'].sum())} with updates), "
+        lines.insert(4, f"variables  {len(variables)} trainable ({_updated(run, variables)}), "
                         f"read by {reads} captured tensors")
     notes = sorted(set(t["captured_on"].dropna())) if len(t) else []
     for note in notes:   # a Keras probe: its gradients are not the ones the updates came from
@@ -76,11 +76,19 @@ def summary(run: Run) -> str:
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
     evidence = run.nonfinite_evidence()
-    lines += [f"anomalies  {'first' if i == 0 else 'also'} NaN/Inf at step {nf['step']} in {nf.get('tensor')} "
-              f"({nf.get('kind', '?')}, seen by the {nf['source']}, {nf['worker']})" + rerun_text(nf)
-              for i, nf in enumerate(evidence)]
-    if not evidence:
+    first = run.first_nonfinite() if evidence else None
+    if first is not None and first.get("text"):
+        lines.append(f"anomalies  first NaN/Inf: {first['text']} ({first['worker']})" + rerun_text(first))
+        evidence = [e for e in evidence if e.get("source") != "statistics"]
+    origin_shown = first is not None and bool(first.get("text"))
+    lines += [f"anomalies  {'first' if i == 0 and not origin_shown else 'also'} NaN/Inf "
+              f"at step {nf['step']} in {nf.get('tensor')} ({nf.get('kind', '?')}, seen by the {nf['source']}, "
+              f"{nf['worker']})" + rerun_text(nf) for i, nf in enumerate(evidence)]
+    if first is None:
         lines.append("anomalies  no NaN/Inf seen")
+    text = diagnosis_text(diagnose(run))
+    lines += [("diagnosis  " if i == 0 else "           ") + line for i, line in enumerate(text.split("\n"))
+              if text]
     for r in run.groups_refused.itertuples():
         count = f"{int(r.steps)} " if r.steps == r.steps and r.steps is not None else ""
         lines.insert(4, f"refused    groups on {count}statistics steps of {r.worker} session {r.session} from step "
@@ -97,6 +105,19 @@ def summary(run: Run) -> str:
     for p in run.problems:
         lines.append(f"problem    {p}")
     return "\n".join(lines)
+
+
+def _updated(run: Run, variables: pd.DataFrame) -> str:
+    """'8 with updates' or '6 with updates, 2 never changed': a variable whose recorded updates
+    are all exactly 0 never changed (left out of the optimizer's var_list, or frozen)."""
+    recorded = variables.index[variables["has_update"].astype(bool)]
+    if not len(recorded):
+        return "0 with updates"
+    upd = run.query_stats(list(recorded), kinds=["update"], groups=["all"], columns=["l2"])
+    moved = upd.groupby("tensor", observed=True)["l2"].apply(lambda v: bool((v.fillna(1) != 0).any()))
+    frozen = sorted(str(n) for n, m in moved.items() if not m)
+    return f"{len(recorded) - len(frozen)} with updates" + (
+        f", {len(frozen)} never changed: {', '.join(frozen[:4])}{' ...' if len(frozen) > 4 else ''}" if frozen else "")
 
 
 def _of_which(t: pd.DataFrame) -> str:

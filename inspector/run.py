@@ -41,7 +41,7 @@ from inspector.graph import graphdef
 from inspector.sessions.crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
 from inspector.sessions.liveness import writer_state
 from inspector.sessions.trainings import hidden_sessions
-from inspector.stats import histograms
+from inspector.stats import histograms, nonfinite
 from inspector.stats.digest import COLUMNS as DIGEST_COLUMNS
 from inspector.stats.digest import Digest, digest
 from inspector.stats.parts import live_parts, seq_range
@@ -176,6 +176,7 @@ class Run:
                                f"DumpHook (it holds manifest.<worker>.s<session>.json files)")
         self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
         self._digests: dict[tuple, Digest] = {}   # parts without a summary: what stats_steps and NaN scans need
+        self._origins: dict[tuple, Any] = {}   # nonfinite_origin per (mode, worker) of this snapshot
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
@@ -535,6 +536,7 @@ class Run:
         self.problems += [m for m in problems if m not in self.problems]
         kept = {p for _, _, p in live}   # digests of parts compacted away since: never asked again
         self._digests = {p: d for p, d in self._digests.items() if p in kept}
+        self._origins.clear()   # the listing changed: so may the first NaN/Inf
         return live
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
@@ -644,8 +646,9 @@ class Run:
         log-magnitude buckets, :mod:`inspector.format.loghist`; see :meth:`log_histogram`), or in runs
         written before format version 4 ``hist_lo``, ``hist_hi``, ``histogram`` (equal-width
         bins: edges ``np.linspace(hist_lo, hist_hi, bins + 1)``). Use :meth:`query_stats` for
-        other modes, workers, sessions."""
-        return self._to_pandas(self._read_stats())
+        other modes, workers, sessions. A row that counts a NaN or Inf shows its mean, std, min,
+        max and l2 as NaN or Inf (:meth:`query_stats`)."""
+        return self._to_pandas(nonfinite.mark(self._read_stats()))
 
     @property
     def groups(self) -> list[str]:
@@ -669,7 +672,7 @@ class Run:
                     columns: Sequence[str] | None = None, *, mode: str | None = None,
                     worker: str | None = None, session: int | str | None = None,
                     batch: int | None = None, group: str | None = None,
-                    at_steps: Iterable[int] | None = None) -> pd.DataFrame:
+                    at_steps: Iterable[int] | None = None, finite_part: bool = False) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
         ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
@@ -680,6 +683,9 @@ class Run:
         one group (the same as ``groups=[group]``); :attr:`groups` lists them, and an unknown
         one raises UnknownGroupError naming them. ``at_steps``: only these steps (a list; with
         ``steps`` too, those of them in its range): each part is read once for all of them.
+        A row that counts a NaN or Inf shows mean, std, min, max and l2 as NaN (l2 Inf where it
+        counts an Inf and no NaN), never the finite part's numbers, which can read as healthy
+        (:mod:`inspector.stats.nonfinite`); ``finite_part=True``: the stored finite part's.
 
         Example::
 
@@ -691,13 +697,14 @@ class Run:
             groups = [*(groups or []), group]
         return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
                                                       worker=worker, session=session, batch=batch,
-                                                      at_steps=at_steps))
+                                                      at_steps=at_steps, finite_part=finite_part))
 
     def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
                           kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
                           columns: Sequence[str] | None = None, *, mode: str | None = None,
                           worker: str | None = None, session: int | str | None = None,
-                          batch: int | None = None, at_steps: Iterable[int] | None = None) -> pa.Table:
+                          batch: int | None = None, at_steps: Iterable[int] | None = None,
+                          finite_part: bool = False) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
         filters: list[tuple[str, str, Any]] = []   # pyarrow's (column, op, value) triples
         if tensors is not None:
@@ -717,7 +724,10 @@ class Run:
             filters.append(("group", "in", [self.check_group(g) for g in groups]))
         if columns is not None:
             columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
-        return self._read_stats(columns, filters or None, mode, worker, session, batch)
+        if finite_part:
+            return self._read_stats(columns, filters or None, mode, worker, session, batch)
+        read, extra = nonfinite.columns_to_read(columns)
+        return nonfinite.mark(self._read_stats(read, filters or None, mode, worker, session, batch), extra)
 
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
         """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
@@ -1165,10 +1175,40 @@ class Run:
         return self._to_pandas(pa.concat_tables(tables, promote_options="permissive").select(columns))
 
     def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
-        """The earliest evidence of a NaN or Inf (see :meth:`nonfinite_evidence`); ``source``
-        says what saw it ('statistics' or 'loss check'). None if nothing saw one."""
+        """Where the first NaN or Inf was born: the origin the statistics show
+        (:func:`~inspector.graph.origin.nonfinite_origin`: the first op, in the graph's order,
+        whose output, or the gradient it passed back, turned non-finite from finite inputs) at
+        the first statistics step that counts one. Keys: ``step``, ``tensor``, ``kind``
+        ('forward', or 'gradient' where the backward pass made it), ``op``, ``op_type``,
+        ``layer``, ``where`` ('forward', 'backward', 'input' or 'weights': already non-finite,
+        born in an earlier update), ``source`` (what saw it: 'statistics'), ``created_at`` (the
+        user's source line), ``nan``, ``inf``, ``text`` (one sentence), and
+        ``loss_check_step`` where the hook's every-step loss check saw a NaN/Inf earlier. Without
+        a graph to walk, or statistics that saw none, the earliest evidence of
+        :meth:`nonfinite_evidence` (``source`` 'loss check' where only the hook saw one). None
+        if nothing saw one."""
         found = self.nonfinite_evidence(mode, worker)
-        return found[0] if found else None
+        if not found:
+            return None
+        origin = self.nonfinite_origin(mode, worker, found)
+        stats = next((e for e in found if e.get("source") == "statistics"), None)
+        if origin is None or stats is None:
+            return found[0]
+        return {**stats, "tensor": origin.tensor, "kind": "gradient" if origin.where == "backward" else "forward",
+                "op": origin.op, "op_type": origin.op_type, "layer": origin.layer, "where": origin.where,
+                "created_at": origin.source, "nan": origin.nan, "inf": origin.inf, "text": origin.text(),
+                "loss_check_step": origin.loss_check_step}
+
+    def nonfinite_origin(self, mode: str | None = None, worker: str | None = None,
+                         evidence: list[dict] | None = None) -> Any:
+        """:func:`~inspector.graph.origin.nonfinite_origin` of this view (an ``Origin``, or
+        None), computed once per snapshot of the run; ``evidence``: :meth:`nonfinite_evidence`'s,
+        where the caller has it."""
+        from inspector.graph.origin import nonfinite_origin
+        key = (mode, worker)
+        if key not in self._origins:
+            self._origins[key] = nonfinite_origin(self, mode, worker, evidence)
+        return self._origins[key]
 
     def icnn_layers(self) -> pd.DataFrame:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""

@@ -106,6 +106,9 @@ def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> 
     ``catalog``, where the user's code created that tensor's op."""
     if not first:
         return []
+    if first.get("text"):   # the origin (Run.first_nonfinite walked the graph): its own sentence
+        return [Alert("error", "nonfinite", f"first non-finite value: {first['text']}" + rerun_text(first),
+                      first["step"], first.get("tensor"))]
     made = source_text(catalog, first.get("tensor")) if catalog is not None else None
     what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
     source = str(first.get("source") or "the run")
@@ -319,33 +322,6 @@ def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
     return out
 
 
-def _window_stats(run: "Run", th: Thresholds) -> pd.DataFrame:
-    """The rows :func:`gradient_alerts` and :func:`dead_relus` need: every row of the last
-    ``th.window`` steps of each's rows (the same result as reading every row).
-
-    Reads the steps from ``low`` up, where ``low`` starts near the run's last step (the parts'
-    summaries state their steps, so the reader skips the parts below ``low``) and moves down
-    until each judged set has ``th.window`` distinct steps at or above it, or nothing is left
-    below it. Rows at a step >= ``low`` are read whole, so the last window is exact."""
-    from inspector.stats.summary import part_steps
-    cat = run.tensors
-
-    def query(steps: tuple[int, int] | None = None) -> pd.DataFrame:
-        return run.query_stats(steps=steps, kinds=["forward", "gradient"], groups=["all"],
-                               columns=["l2", "zero_fraction"])
-    known = [r for _, _, p in run._selected(run._stats_files, None, None, None) if (r := part_steps(run, p))]
-    if not known:
-        return query()
-    first, last = min(a for a, _ in known), max(b for _, b in known)
-    span = 4 * th.window
-    while last - span > first:
-        df = query((last - span, np.iinfo(np.int64).max))
-        if all(sub["step"].nunique() >= th.window for sub in (_gradient_rows(df, cat), _relu_rows(df, cat))):
-            return df
-        span *= 4
-    return query()
-
-
 def _beta_stats(run: "Run") -> pd.DataFrame:
     """The rows :func:`icnn_beta_alerts` judges (every step of the ICNN betas only)."""
     cat = run.tensors
@@ -353,21 +329,3 @@ def _beta_stats(run: "Run") -> pd.DataFrame:
     if not names:
         return pd.DataFrame(columns=["step", "tensor", "kind", "group", "min", "max"])
     return run.query_stats(names, kinds=["forward"], groups=["all"], columns=["min", "max"])
-
-
-def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[Alert]:
-    """Every alert for ``run``, errors first. Reads only the statistics rows and columns it
-    needs: the last ``th.window`` steps for gradients and ReLUs, the ICNN betas' rows."""
-    out = nonfinite_alert(run.first_nonfinite(), run.tensors)
-    stats = _window_stats(run, th)
-    if not stats.empty:
-        out += gradient_alerts(stats, th, run.tensors) + dead_relus(stats, run.tensors, th)
-    beta = _beta_stats(run)
-    if not beta.empty:
-        out += icnn_beta_alerts(beta, run.tensors)
-    out += error_alerts(run.errors, run.sessions) + dropped_alerts(run.dropped)
-    out += groups_refused_alerts(run.groups_refused)
-    out += [Alert("warning", "damaged_file", p) for p in run.problems]
-    if run.status == "running":
-        out.append(Alert("info", "running", "the run is still being written; press Refresh for new steps"))
-    return sorted(out, key=lambda a: SEVERITIES.index(a.severity))

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from inspector.errors import DamagedFileError
+from inspector.stats import nonfinite
 from inspector.stats.parts import parquet_options
 from inspector.storage.atomic import atomic_write
 from inspector.storage.safety import check_regular, open_regular
@@ -229,7 +230,8 @@ def remove_summary(run_dir: Path, part: Path) -> None:
 class Overview:
     """A layer x step matrix: ``matrix[i, j]`` is the mean of the finite values of
     ``tensors[i]``'s rows whose step lies in column j's bin (``width`` steps: ``bin * width``
-    to ``(bin + 1) * width - 1``), NaN if any is NaN/Inf or there is none; ``present[i, j]``:
+    to ``(bin + 1) * width - 1``), NaN if any is NaN/Inf, or (for mean, std, min, max, l2) any
+    of those rows counts a NaN/Inf in its tensor, or there is none; ``present[i, j]``:
     whether there is any (so a NaN cell with ``present`` false is a step without statistics, not
     a NaN); ``steps``: the last statistics step of each column, ``first_steps`` its first.
     ``summarized``/``scanned``: parts answered from their summary / by reading their rows."""
@@ -286,9 +288,16 @@ def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300,
 
 def _binned_part(run: Run, worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
     """A part's rows of (kind, group), binned one step per bin (exact)."""
-    t = run._read_part(worker, session, part, [*KEYS, "step", "batch", stat],
+    stats = (stat, *(c for c in nonfinite.COUNTS if c != stat)) if stat in nonfinite.VALUES else (stat,)
+    t = run._read_part(worker, session, part, [*KEYS, "step", "batch", *stats],
                        [("kind", "in", [kind]), ("group", "in", [group])])
-    return bin_rows(t, 1, (stat,)) if t is not None and t.num_rows else pa.table({})
+    return bin_rows(t, 1, stats) if t is not None and t.num_rows else pa.table({})
+
+
+def _count_sums(stat: str) -> list[str]:
+    """The summary columns that say whether a bin of ``stat`` holds a row counting a NaN/Inf:
+    such a cell is NaN (:mod:`inspector.stats.nonfinite`), whatever the finite part's value."""
+    return [f"{c}_sum" for c in nonfinite.COUNTS] if stat in nonfinite.VALUES else []
 
 
 def _usable_summary(run: Run, part: tuple) -> tuple[pq.ParquetFile, dict] | None:
@@ -418,7 +427,8 @@ def _steps_of(runs: Any, of: dict) -> np.ndarray:
 def _read_summary(run: Run, part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
                   stat: str) -> pa.Table | None:
     """The summary rows of ``part`` for (kind, group); None (reported) if they are damaged."""
-    cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"]
+    cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite",
+            *_count_sums(stat)]
     try:
         span = json.loads(pf.metadata.metadata[KIND_GROUP_INDEX]).get(f"{kind}/{group}")
         if span is None:
@@ -475,8 +485,10 @@ def _sessions_overlap(run: Run, files: list, pieces: list[pa.Table]) -> bool:
 
 def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
             notes: list[str]) -> Overview:
-    pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite"])
-              for p in pieces if p.num_rows]
+    pieces = [p for p in pieces if p.num_rows]
+    counts = [c for c in _count_sums(stat) if all(c in p.column_names for p in pieces)]
+    pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite",
+                        *counts]) for p in pieces]
     if not pieces:
         return Overview([], np.array([], np.int64), np.array([], np.int64), np.zeros((0, 0)), 1, summarized, scanned,
                         notes, np.zeros((0, 0), bool))
@@ -506,6 +518,10 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
     first_m = np.minimum.reduceat(first[keep][by_col], starts) if len(c) else np.zeros(0, np.int64)
     last_m = (np.maximum.reduceat(t.column("last_step").to_numpy()[keep][by_col], starts) if len(c)
               else np.zeros(0, np.int64))
+    bad = np.zeros(size).reshape(shape)
+    for col in counts:   # a bin holding a row that counts a NaN/Inf is NaN, not its finite part's mean
+        bad += np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64), minlength=size
+                           ).reshape(shape)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m = np.where((fin == n) & (n > 0), s / np.where(fin > 0, fin, 1), np.nan)
+        m = np.where((fin == n) & (n > 0) & (bad == 0), s / np.where(fin > 0, fin, 1), np.nan)
     return Overview(order, last_m, first_m, m, d, summarized, scanned, notes, n > 0)
