@@ -109,7 +109,8 @@ def test_summary(runs):
     assert metrics["Statistics steps"] == "30" and metrics["Last step"] == "29"
     assert metrics["Dump steps"] == "2" and metrics["Dropped"] == "1 dump(s)"       # step 20 dropped
     errors = unescape(" ".join(e.value for e in at.error))
-    assert "first non-finite value at step 25" in errors
+    assert "first non-finite value: conv2/Relu (Relu, layer conv2) made the first non-finite values" in errors \
+        and "at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
     assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
@@ -817,19 +818,19 @@ def edit_manifest(path: Path, **fields) -> Path:
 
 def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_path):
     at = ok(start(runs / "exp1"))
-    assert "First NaN/Inf: step 25, seen by the statistics (forward of conv" in captions(at)
+    assert "First NaN/Inf: conv2/Relu (Relu, layer conv2) made the first non-finite values: conv2/Relu:0 " \
+        "(163 Inf of 16384 values) from finite conv2/BiasAdd:0 at step 25" in captions(at)
     errors = unescape(" ".join(e.value for e in at.error))
-    assert "first non-finite value at step 25 (seen by the statistics)" in errors
+    assert "Most likely culprit: nonfinite** (layer **conv2**, op `conv2/Relu`, step **25**)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
-    assert len(at.get("vega_lite_chart")) == 3                   # the loss curve, gradient sizes, op-type bars
+    # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes, op-type bars
+    assert len(at.get("vega_lite_chart")) == 4
     # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
     path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
                          first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
     at = ok(start(path))
-    assert ("First NaN/Inf: step 24, seen by the hook's every-step loss check (forward of loss/Mean:0)"
-            in captions(at))
-    assert "first non-finite value at step 24 (seen by the hook's every-step loss check)" in \
-        unescape(" ".join(e.value for e in at.error))
+    assert "at step 25; the loss was already non-finite at step 24 (the hook's every-step check)" in captions(at)
+    assert "the loss was already non-finite at step 24" in unescape(" ".join(e.value for e in at.error))
 
 
 def test_summary_gradient_size_per_layer(runs):
@@ -997,7 +998,7 @@ def test_auto_refresh_shows_new_runs_in_the_folder(runs, tmp_path):
     at.toggle(key="auto").set_value(False).run()
     shutil.copytree(runs / "exp2", tmp_path / "c")
     assert ok(at.run()).selectbox(key="run").options == ["a", "b"]       # off: until Refresh
-    at.button[0].click().run()
+    next(b for b in at.button if b.label == "Refresh").click().run()
     assert ok(at).selectbox(key="run").options == ["a", "b", "c"]
 
 

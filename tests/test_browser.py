@@ -226,12 +226,13 @@ def test_unknown_run_in_the_url_is_a_message(server, browser):
 
 
 def test_first_nan_loss_curve_and_dump_reason_in_chromium(server, browser):
-    """Summary: the first NaN's step and source as text, and the loss curve drawn; a dump picker
-    shows why its step was dumped."""
+    """Summary: the diagnosis names where the first NaN was born, and the loss curve is drawn; a
+    dump picker shows why its step was dumped."""
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/?page=Summary&run=exp1", wait_until="domcontentloaded")
-        page.get_by_text("First NaN/Inf: step 35, seen by the statistics").first.wait_for(timeout=90_000)
+        page.get_by_text("Most likely culprit: nonfinite").first.wait_for(timeout=90_000)   # the diagnosis first
+        page.get_by_text("made the first non-finite values").first.wait_for(timeout=90_000)
         page.get_by_text("loss/Mean:0, forward mean").first.wait_for(timeout=90_000)
         page.wait_for_function("() => document.querySelectorAll('.vega-embed canvas, .vega-embed svg').length >= 2",
                                timeout=90_000, polling=200)        # the loss curve and the op-type bars

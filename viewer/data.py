@@ -412,6 +412,12 @@ def _dead_filters(path: str, key: Sig, step: int | None, _sig: Sig) -> dict[str,
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
+def diagnosis(path: str, sig: Sig) -> list[dict]:
+    """``analysis.diagnose(run)``: the run's findings, the most likely culprit first."""
+    return [dict(f.__dict__) for f in analysis.diagnose(get_run(path, sig))]
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
 def first_nonfinite(path: str, sig: Sig) -> dict | None:
     """``Run.first_nonfinite()``: the earliest NaN/Inf evidence, with its ``source``."""
     return get_run(path, sig).first_nonfinite()

@@ -21,3 +21,11 @@ def switch_to(title: str, query_params: dict[str, str]) -> None:
     if _page_of is None:
         raise RuntimeError("the viewer's pages are not registered: viewer.app_main registers them on import")
     st.switch_page(_page_of(title), query_params=query_params)
+
+
+def link(title: str, label: str, query_params: dict[str, str] | None = None) -> None:
+    """A link to the page titled ``title`` (a button that opens it with ``query_params``)."""
+    if _page_of is None:
+        return
+    if st.button(label, key=f"link:{title}:{label}:{sorted((query_params or {}).items())}"):
+        switch_to(title, query_params or {})

@@ -1,6 +1,6 @@
-"""Page: the run's summary: status, first NaN/Inf, alerts beside the loss curve, each layer's
-gradient size (last step, and its change over the run), hook settings, dropped writes,
-sessions."""
+"""Page: the run's summary: the diagnosis (the most likely culprit first), status, first NaN/Inf,
+alerts beside the loss curve, each layer's gradient size (last step, and its change over the
+run), hook settings, dropped writes, sessions."""
 from __future__ import annotations
 
 import datetime as dt
@@ -15,7 +15,7 @@ from inspector.errors import InspectorError
 from inspector.stats.summary import Overview
 from inspector.sizes import human_bytes
 
-from .. import data, layers
+from .. import data, layers, page_links
 from ..charts import lines
 from ..ui import Ctx, plain
 
@@ -50,6 +50,7 @@ def render(ctx: Ctx) -> None:
     c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
     st.caption(f"created {plain(m.get('created', '?'))}, updated {plain(m.get('updated', '?'))} "
                f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
+    show_diagnosis(ctx)
     st.caption(nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig), run.tensors))
     if run.status in STATUS_NOTES:
         st.warning(STATUS_NOTES[run.status])
@@ -88,11 +89,86 @@ def render(ctx: Ctx) -> None:
     st.dataframe(run.sessions, hide_index=True, width="stretch")
 
 
+#: the page that shows a finding's evidence, by the finding's ``page``: its title and the query
+#: parameter of its tensor picker
+EVIDENCE_PAGES = {"graph": ("Op graph", "gr_tensor"), "overview": ("Training overview", "ov_tensor"),
+                  "distributions": ("Distributions", "di_tensor")}
+#: the statistic a finding's evidence chart draws, by kind: (kind of rows, column, title)
+EVIDENCE_SERIES = {"frozen": ("update", "l2", "update L2 (0: never changed)"),
+                   "gradient_jump": ("gradient", "l2", "gradient L2"),
+                   "exploding_gradient": ("gradient", "l2", "gradient L2"),
+                   "vanishing_gradient": ("gradient", "l2", "gradient L2"),
+                   "dead_units": ("forward", "zero_fraction", "share of zeros"),
+                   "dead_relu": ("forward", "zero_fraction", "share of zeros"),
+                   "saturated": ("forward", "max", "max"), "update_ratio_high": ("update", "l2", "update L2"),
+                   "nonfinite": ("forward", "nan", "NaN count"), "nonfinite_after": ("forward", "nan", "NaN count")}
+
+
+def show_diagnosis(ctx: Ctx) -> None:
+    """The most likely culprit first (``analysis.diagnose``): what, where, when, the evidence
+    (its numbers, and a chart of the statistic that shows it), what to try, and the page that
+    shows more; the other findings ranked below it."""
+    found = [f for f in data.diagnosis(ctx.path, ctx.sig) if f["severity"] in ("error", "warning")]
+    if not found:
+        st.success("**Diagnosis**: nothing went wrong that the statistics show: no NaN/Inf, no frozen, saturated "
+                   "or dead layer, gradients and update sizes within bounds (thresholds: docs/guide/diagnose.md).")
+        return
+    first = found[0]
+    where = ", ".join(x for x in (f"layer **{plain(first['layer'])}**" if first["layer"] else "",
+                                  f"op `{plain(first['op'])}`" if first["op"] else "",
+                                  f"step **{first['step']}**" if first["step"] is not None else "") if x)
+    box = st.error if first["severity"] == "error" else st.warning
+    with st.container(border=True):
+        box(f"{ICONS[first['severity']]} **Most likely culprit: {plain(first['kind'].replace('_', ' '))}**"
+            + (f" ({where})" if where else "") + f"\n\n{plain(first['evidence'])}"
+            + (f"\n\n**Try**: {plain(first['advice'])}" if first["advice"] else ""))
+        evidence_chart(ctx, first)
+        if (page := EVIDENCE_PAGES.get(first.get("page") or "")) is not None:
+            title, key = page
+            tensor = first.get("tensor")
+            page_links.link(title, f"Open the {title}", {key: tensor} if tensor and ":" in tensor else {})
+    if len(found) > 1:
+        with st.expander(f"{len(found) - 1} more finding(s), ranked"):
+            for f in found[1:]:
+                loc = ", ".join(x for x in (f"layer {f['layer']}" if f["layer"] else "",
+                                            f"step {f['step']}" if f["step"] is not None else "") if x)
+                st.markdown(f"{ICONS[f['severity']]} **{plain(f['kind'].replace('_', ' '))}**"
+                            + (f" ({plain(loc)})" if loc else "") + f": {plain(f['evidence'])}")
+
+
+def evidence_chart(ctx: Ctx, finding: dict) -> None:
+    """The statistic that shows ``finding`` over the steps, for its tensor (and, for a gradient
+    that jumps across an op, the op's input beside it)."""
+    spec = EVIDENCE_SERIES.get(finding["kind"])
+    tensor = finding.get("tensor")
+    if spec is None or not tensor:
+        return
+    kind, column, title = spec
+    names = [tensor]
+    source = (finding.get("evidence") or "").split("d loss / d ", 1)
+    if finding["kind"] == "gradient_jump" and len(source) > 1:
+        names.insert(0, source[1].split(" ", 1)[0])
+    run = data.get_run(ctx.path, ctx.sig)
+    try:
+        df = run.query_stats([n for n in names if n in set(run.tensors["name"])], kinds=[kind], groups=["all"],
+                             columns=[column], finite_part=column == "nan")
+    except InspectorError:
+        return
+    if df.empty:
+        return
+    wide = df.pivot_table(index="step", columns="tensor", values=column, observed=True, aggfunc="last")
+    wide.columns = [str(c) for c in wide.columns]
+    st.altair_chart(lines.line_chart(wide, title, height=180, legend_title="tensor",
+                                     log=column == "l2" and bool((wide > 0).all().all())), width="stretch")
+
+
 def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> str:
     """'First NaN/Inf: step 25, seen by the statistics (forward of conv4/Relu:0), created at
     models.py:57 in conv_block' (Markdown-safe; the place where the catalog has it)."""
     if not first:
         return "First NaN/Inf: none seen (statistics and the hook's loss check)."
+    if first.get("text"):   # the origin: the op that made it, from finite inputs
+        return f"First NaN/Inf: {plain(first['text'])}{plain(rerun_text(first))}."
     source = NONFINITE_SOURCES.get(first.get("source"), first.get("source") or "the run")
     where = f"{first.get('kind')} of {first.get('tensor')}" if first.get("tensor") else "the loss"
     made = source_text(catalog, first.get("tensor")) if catalog is not None else None
