@@ -44,6 +44,14 @@ def test_bench_keras_quick():
         assert f"\n{config} " in out, config
 
 
+def test_bench_diagnosis_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_diagnosis.py")
+    assert "| mode | case | expected (layer, step) | named (layer/op, step, kind) | verdict |" in out
+    assert "| graph | nan_forward | fc2, 20 |" in out and "| keras | healthy_cnn | healthy |" in out
+    assert " localized, " in out and " false alarms on 2 healthy runs" in out
+
+
 def test_bench_graph_quick():
     pytest.importorskip("streamlit")
     out = _run("bench_graph.py")
