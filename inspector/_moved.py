@@ -68,7 +68,8 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return module
 
     def exec_module(self, module: ModuleType) -> None:
-        # the import system set __spec__ and __loader__ to the old name's: give the module back its own
+        # the import system set __spec__ and __loader__ to the old name's:
+        # give the module back its own
         own = self._own.pop(module.__spec__.name if module.__spec__ else "", None)
         if own is not None:
             module.__spec__ = own

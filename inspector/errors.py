@@ -29,12 +29,16 @@ class StorageError(InspectorError, OSError):
     the client's own error, as one line without the URL (the same for every file, so a writer's
     records of one outage aggregate)."""
 
-    def __init__(self, message: str, url: str | None = None, cause: BaseException | str | None = None) -> None:
+    def __init__(self, message: str, url: str | None = None,
+                 cause: BaseException | str | None = None) -> None:
         super().__init__(message)
         self.url = url
-        text = cause if isinstance(cause, str) or cause is None else f"{type(cause).__name__}: {cause}"
-        # an object's path in the client's message ('...endpoint URL: "http://host/bucket/key"'): the endpoint only
-        self.cause = None if text is None else re.sub(r"(https?://[^/\s\"']+)/[^\s\"']*", r"\1/...", text)
+        text = cause if isinstance(cause, str) or cause is None \
+            else f"{type(cause).__name__}: {cause}"
+        # an object's path in the client's message ('...endpoint URL: "http://host/bucket/key"'):
+        # the endpoint only
+        self.cause = None if text is None \
+            else re.sub(r"(https?://[^/\s\"']+)/[^\s\"']*", r"\1/...", text)
 
 
 class UnknownTensorError(InspectorError, KeyError):

@@ -47,8 +47,9 @@ BATCH = 32
 #: largest magnitude (a 16,384-value subsample of a Laplace spans about as many)
 WINDOW = 96
 ICNN_ROLES_SPEC = {  # role: (op_type, batched, has_gradient)
-    "pre_mask": ("Identity", True, True), "mask": ("Maximum", True, False), "mu": ("Pack", True, False),
-    "sqrtvar": ("Sqrt", True, False), "post_mask": ("Relu", True, True), "beta": ("ReadVariableOp", False, False),
+    "pre_mask": ("Identity", True, True), "mask": ("Maximum", True, False),
+    "mu": ("Pack", True, False), "sqrtvar": ("Sqrt", True, False),
+    "post_mask": ("Relu", True, True), "beta": ("ReadVariableOp", False, False),
     "strength": ("Mean", True, False), "filter_loss": ("Mean", False, False),
 }
 
@@ -66,9 +67,10 @@ class Tensor:
     def catalog_row(self) -> dict:
         op = self.name.rsplit(":", 1)[0]
         return {"name": self.name, "op": op, "op_type": self.op_type, "dtype": "float32",
-                "shape": ([None] if self.batched else []) + list(self.shape), "scope": op.rsplit("/", 1)[0],
-                "has_gradient": self.has_gradient, "batched": self.batched,
-                "icnn_layer": "icnn" if self.icnn_role else None, "icnn_role": self.icnn_role}
+                "shape": ([None] if self.batched else []) + list(self.shape),
+                "scope": op.rsplit("/", 1)[0], "has_gradient": self.has_gradient,
+                "batched": self.batched, "icnn_layer": "icnn" if self.icnn_role else None,
+                "icnn_role": self.icnn_role}
 
 
 def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_channels: int = 8,
@@ -88,9 +90,12 @@ def build_catalog(n_tensors: int, icnn: bool = True, icnn_hw: int = 8, icnn_chan
         stage = min(3 * i // max(n_conv, 1), 2)         # three stages of resolution
         hw, c = (16, 4) if stage == 0 else (8, 8) if stage == 1 else (icnn_hw, icnn_channels)
         op = ("Conv2D", "BiasAdd", "Relu")[part]
-        convs.append(Tensor(f"conv{layer + 1}/{op}:0", op, (hw, hw, c), True, True, 0.9 * i / max(n_conv, 1)))
-    inputs = [Tensor("IteratorGetNext:0", "IteratorGetNext", tuple(image), True, False, 0.0)] if image else []
-    return inputs + convs + icnn_t + head  # at least the ICNN layer and the head, even if n_tensors is smaller
+        convs.append(Tensor(f"conv{layer + 1}/{op}:0", op, (hw, hw, c), True, True,
+                            0.9 * i / max(n_conv, 1)))
+    inputs = [Tensor("IteratorGetNext:0", "IteratorGetNext", tuple(image), True, False, 0.0)] \
+        if image else []
+    # at least the ICNN layer and the head, even if n_tensors is smaller
+    return inputs + convs + icnn_t + head
 
 
 def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
@@ -101,7 +106,8 @@ def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
     >>> [(n.name, n.inputs) for n in synthetic_graph(build_catalog(3, icnn=False))][-1]
     ('loss/Mean', ('dense/BiasAdd', 'labels'))
     """
-    nodes = [Node("images", "Placeholder"), Node("labels", "Placeholder"), Node("gradients/Fill", "Fill")]
+    nodes = [Node("images", "Placeholder"), Node("labels", "Placeholder"),
+             Node("gradients/Fill", "Fill")]
     prev = "images"
     ops = [t.name.rsplit(":", 1)[0] for t in catalog]
     by_op = dict(zip(ops, catalog))
@@ -109,11 +115,14 @@ def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
     for op, t in by_op.items():
         scope = op.rsplit("/", 1)[0]
         if t.icnn_role:
-            ins = {"pre_mask": [prev], "mu": [roles.get("pre_mask", prev)], "sqrtvar": [roles.get("pre_mask", prev)],
+            ins = {"pre_mask": [prev], "mu": [roles.get("pre_mask", prev)],
+                   "sqrtvar": [roles.get("pre_mask", prev)],
                    "mask": [roles.get("mu", prev), roles.get("sqrtvar", prev)],
-                   "post_mask": [roles.get("pre_mask", prev), roles.get("mask", prev)], "beta": ["icnn/beta_var"],
+                   "post_mask": [roles.get("pre_mask", prev), roles.get("mask", prev)],
+                   "beta": ["icnn/beta_var"],
                    "strength": [roles.get("pre_mask", prev), roles.get("beta", prev)],
-                   "filter_loss": [roles.get("pre_mask", prev), roles.get("mask", prev)]}[t.icnn_role]
+                   "filter_loss": [roles.get("pre_mask", prev),
+                                   roles.get("mask", prev)]}[t.icnn_role]
             if t.icnn_role == "beta":
                 nodes.append(Node("icnn/beta_var", "VarHandleOp"))
             nodes.append(Node(op, t.op_type, tuple(ins)))
@@ -134,8 +143,10 @@ def synthetic_graph(catalog: list[Tensor]) -> list[Node]:
     return nodes
 
 
-#: The rule of a synthetic graph's ops the generator makes no values for (the weights' reads, the input)
-SYNTHETIC = Rule("synthetic", "a synthetic run (inspector.testing) generates no values for it", "hook")
+#: The rule of a synthetic graph's ops the generator makes no values for
+#: (the weights' reads, the input)
+SYNTHETIC = Rule("synthetic",
+                 "a synthetic run (inspector.testing) generates no values for it", "hook")
 
 
 def synthetic_accounting(catalog: list[Tensor], nodes: list[Node]) -> dict:
@@ -153,17 +164,19 @@ def _icnn_shape(role: str, hw: int, c: int) -> tuple:
 class SyntheticRun:
     """Writes a synthetic run step by step (see the module docstring)."""
 
-    def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100, dump_every: int | None = 50,
-                 samples: int = 8, icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None,
-                 dead_relu: bool = True, stats_flush_secs: float = 10.0,
-                 dropped_steps: tuple[int, ...] = (), dead_filter: int | None = None, worker: str = "chief",
+    def __init__(self, path: str | Path, tensors: int = 30, *, steps_hint: int = 100,
+                 dump_every: int | None = 50, samples: int = 8, icnn: bool = True, seed: int = 0,
+                 nonfinite_at: int | None = None, dead_relu: bool = True,
+                 stats_flush_secs: float = 10.0, dropped_steps: tuple[int, ...] = (),
+                 dead_filter: int | None = None, worker: str = "chief",
                  storage_options: dict | None = None, graph: bool = True,
                  image: tuple[int, int, int] | None = None, channels: int = 8) -> None:
         self.path: Any = normalize(path)  # a Path, or a URL (fsspec: object storage)
         self.dead_filter = dead_filter
         self.catalog = build_catalog(tensors, icnn, icnn_channels=channels, image=image)
         self.rng = np.random.default_rng(seed)
-        self.seed, self.steps_hint, self.dump_every, self.samples = seed, max(steps_hint, 1), dump_every, samples
+        self.seed, self.steps_hint, self.dump_every, self.samples = \
+            seed, max(steps_hint, 1), dump_every, samples
         self.nonfinite_at, self.dropped_steps = nonfinite_at, set(dropped_steps)
         self._sync_token = 0
         relus = [i for i, t in enumerate(self.catalog) if t.op_type == "Relu" and not t.icnn_role]
@@ -177,14 +190,14 @@ class SyntheticRun:
         self.beta_target = self.rng.uniform(1.5, 3.0, size=c)
         self.loss_final = self.rng.uniform(-3.0, -1.0, size=c)
         # the same manifest keys as hooks.DumpHook writes (one schema: manifest_schema)
-        config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1, "dump_every_n_steps": dump_every,
-                                "samples_per_group": samples // 2, "max_bytes": None,
-                                "native_stats": False})
+        config = hook_config(**{**CONFIG_DEFAULTS, "stats_every_n_steps": 1,
+                                "dump_every_n_steps": dump_every, "samples_per_group": samples // 2,
+                                "max_bytes": None, "native_stats": False})
         nodes = synthetic_graph(self.catalog) if graph else None
-        manifest = {"tensorflow_version": None, "is_chief": worker == "chief", "loss": "loss/Mean:0",
-                    "labels": "labels:0",
-                    "config": config, "tensors": [t.catalog_row() for t in self.catalog], "skipped": [],
-                    "first_nonfinite": None, "synthetic_seed": seed,
+        manifest = {"tensorflow_version": None, "is_chief": worker == "chief",
+                    "loss": "loss/Mean:0", "labels": "labels:0",
+                    "config": config, "tensors": [t.catalog_row() for t in self.catalog],
+                    "skipped": [], "first_nonfinite": None, "synthetic_seed": seed,
                     "accounting": synthetic_accounting(self.catalog, nodes) if nodes else None}
         layout = StatsLayout(tuple(self.row_tensor), tuple(self.row_kind), tuple(self.row_group))
         self.writer = RunWriter(self.path, manifest=manifest, stats_layout=layout, queue_size=64,
@@ -209,7 +222,8 @@ class SyntheticRun:
         cat = self.catalog
         depth = np.array([cat[i].depth for i in idx])
         grad = np.array([k == "gradient" for k in kinds])
-        relu = np.array([cat[i].op_type in ("Relu", "Identity", "Maximum", "Sqrt") for i in idx]) & ~grad
+        relu = np.array([cat[i].op_type in ("Relu", "Identity", "Maximum", "Sqrt") for i in idx]) \
+            & ~grad
         per_sample = np.array([int(np.prod(cat[i].shape, dtype=np.int64)) for i in idx])
         nb = np.array([cat[i].batched for i in idx])
         grp = np.array([GROUPS.index(g) for g in groups])      # 0 all, 1 pos, 2 neg
@@ -219,7 +233,8 @@ class SyntheticRun:
         t_rand = rng.uniform(0.7, 1.3, size=len(cat))[self.row_idx]
         self.r_scale0 = np.where(grad, 0.05 * np.exp(-4.0 * (1 - depth)) * t_rand, 0.5 * t_rand)
         self.r_zero = np.where(relu, rng.uniform(0.3, 0.6, size=len(cat))[self.row_idx], 0.0)
-        self.r_contrast = np.where(grad, 0.2, 1.5 * depth) * (grp == 1) - np.where(grad, 0.1, 0.5 * depth) * (grp == 2)
+        self.r_contrast = np.where(grad, 0.2, 1.5 * depth) * (grp == 1) \
+            - np.where(grad, 0.1, 0.5 * depth) * (grp == 2)
         self.r_loc = np.where(relu | grad, 0.0, rng.normal(0, 0.2, size=len(cat))[self.row_idx])
         self.special = [j for j in range(r) if cat[idx[j]].icnn_role in ("beta", "filter_loss")
                         or cat[idx[j]].name == "loss/Mean:0"]
@@ -241,7 +256,8 @@ class SyntheticRun:
         count = self._counts(np.asarray(steps)).astype(np.float64)
         grad = self.r_grad
         # activations grow and separate positive from negative as training goes on; gradients decay
-        scale = self.r_scale0 * noise * np.where(grad, 1 / (1 + 4 * t), (1 + 0.3 * t)) * (1 + self.r_contrast * t)
+        scale = self.r_scale0 * noise * np.where(grad, 1 / (1 + 4 * t), (1 + 0.3 * t)) \
+            * (1 + self.r_contrast * t)
         zero = np.broadcast_to(self.r_zero, scale.shape).copy()
         if self.dead is not None:
             dead_rows = (self.row_idx == self.dead)
@@ -259,10 +275,12 @@ class SyntheticRun:
         l2 = np.sqrt(count * ex2)
         values = np.stack([count, mean, std, lo, hi, l2, np.where(relu, zero, 0.0),
                            np.zeros_like(count), np.zeros_like(count)], axis=-1)
-        index, hist = self._log_hist(count, relu, zero, loc, scale, np.maximum(np.abs(lo), np.abs(hi)))
+        index, hist = self._log_hist(count, relu, zero, loc, scale,
+                                     np.maximum(np.abs(lo), np.abs(hi)))
         self._special_rows(steps, values, index, hist)
         self._nonfinite(steps, values)
-        hist[values[..., STAT_COLUMNS.index("nan")] >= count] = 0    # all NaN: no finite value counted
+        # all NaN: no finite value counted
+        hist[values[..., STAT_COLUMNS.index("nan")] >= count] = 0
         return values, index, hist
 
     def _log_hist(self, count, relu, zero, loc, scale, top) -> tuple[np.ndarray, np.ndarray]:
@@ -280,8 +298,10 @@ class SyntheticRun:
 
             def cdf(x):
                 lap_z = (x - lc) / sc
-                lap = np.where(lap_z < 0, 0.5 * np.exp(np.minimum(lap_z, 0)), 1 - 0.5 * np.exp(-np.maximum(lap_z, 0)))
-                exp = np.where(x > 0, zr + (1 - zr) * (1 - np.exp(-np.maximum(x, 0) / sc)), np.where(x == 0, zr, 0.0))
+                lap = np.where(lap_z < 0, 0.5 * np.exp(np.minimum(lap_z, 0)),
+                               1 - 0.5 * np.exp(-np.maximum(lap_z, 0)))
+                exp = np.where(x > 0, zr + (1 - zr) * (1 - np.exp(-np.maximum(x, 0) / sc)),
+                               np.where(x == 0, zr, 0.0))
                 return np.where(rl, exp, lap)
 
             at0 = cdf(np.zeros_like(e_lo[..., :1]))
@@ -289,7 +309,8 @@ class SyntheticRun:
             above[..., 0] += cdf(e_lo[..., :1])[..., 0] - at0[..., 0]
             above[..., -1] += 1 - cdf(e_hi[..., -1:])[..., 0]
             below = cdf(-e_lo) - cdf(-e_hi)
-            below[..., 0] += at0[..., 0] - np.where(rl[..., 0], zr[..., 0], cdf(-e_lo[..., :1])[..., 0])
+            below[..., 0] += at0[..., 0] \
+                - np.where(rl[..., 0], zr[..., 0], cdf(-e_lo[..., :1])[..., 0])
             zeros = np.where(relu, zero, 0.0)[..., None]
         mass = np.nan_to_num(np.concatenate([below[..., ::-1], zeros, above], -1))
         n = np.minimum(count, HIST_MAX_ELEMENTS)[..., None]
@@ -321,14 +342,16 @@ class SyntheticRun:
             lo, hi = v.min(1), v.max(1)
             hi = np.where(hi > lo, hi, lo + 1e-6)
             values[:, j] = np.stack([np.full(len(v), v.shape[1]), v.mean(1), v.std(1), lo, hi,
-                                     np.sqrt((v ** 2).sum(1)), (v == 0).mean(1), 0 * lo, 0 * lo], -1)
+                                     np.sqrt((v ** 2).sum(1)), (v == 0).mean(1), 0 * lo, 0 * lo],
+                                    -1)
             for k, row in enumerate(v):
                 h = LogHistogram.of(row)
                 index[k, j] = 0
                 hist[k, j] = 0
                 index[k, j, :len(h.index)] = h.index
                 hist[k, j, :len(h.index)] = h.count
-                index[k, j, len(h.index):] = h.index[-1] + 1 + np.arange(index.shape[-1] - len(h.index))
+                index[k, j, len(h.index):] = h.index[-1] + 1 \
+                    + np.arange(index.shape[-1] - len(h.index))
 
     def _nonfinite(self, steps, values) -> None:
         """At ``nonfinite_at`` one ReLU overflows (Inf); from the next step on, NaN spreads to
@@ -362,7 +385,8 @@ class SyntheticRun:
 
     # ---- dumps -----------------------------------------------------------------------------
     def dump_arrays(self, step: int) -> dict[str, np.ndarray]:
-        """The arrays of a full dump at ``step``: samples/* then forward/* and gradient/* per tensor."""
+        """The arrays of a full dump at ``step``: samples/* then forward/* and
+        gradient/* per tensor."""
         rng = np.random.default_rng([self.seed, 11, step])
         n = self.samples
         npos = n // 2
@@ -379,13 +403,16 @@ class SyntheticRun:
                     out[f"gradient/{ten.name}"] = self._grad_like(icnn[ten.icnn_role], ten, t, rng)
                 continue
             if ten.op_type == "IteratorGetNext":
-                out[f"forward/{ten.name}"] = _image(rng, group, ten.shape, self.parts[0] / self.map_hw)
+                out[f"forward/{ten.name}"] = _image(rng, group, ten.shape,
+                                                    self.parts[0] / self.map_hw)
                 continue
             if not ten.batched:
-                out[f"forward/{ten.name}"] = np.float32(0.7 * np.exp(-step / (0.5 * self.steps_hint)) + 0.1)[None]
+                out[f"forward/{ten.name}"] = \
+                    np.float32(0.7 * np.exp(-step / (0.5 * self.steps_hint)) + 0.1)[None]
                 continue
             if len(ten.shape) == 3:
-                x = _blobs(rng, group, ten.shape, self.parts if ten.shape[2] == len(self.parts) else None,
+                x = _blobs(rng, group, ten.shape,
+                           self.parts if ten.shape[2] == len(self.parts) else None,
                            1 + 1.5 * ten.depth * t)
                 if ten.op_type == "Relu":
                     x = np.maximum(x - 0.4, 0) * (0.0 if i == self.dead else 1.0)
@@ -394,12 +421,14 @@ class SyntheticRun:
             else:
                 x = rng.normal(0, 1, (n, *ten.shape)) + (group[:, None] * 2 - 1) * t
             out[f"forward/{ten.name}"] = x.astype(np.float32)
-            out[f"gradient/{ten.name}"] = self._grad_like(x, ten, t, rng) * (0.0 if i == self.dead else 1.0)
+            out[f"gradient/{ten.name}"] = self._grad_like(x, ten, t, rng) \
+                * (0.0 if i == self.dead else 1.0)
         return out
 
     def _grad_like(self, x: np.ndarray, ten: Tensor, t: float, rng) -> np.ndarray:
         scale = 0.05 * np.exp(-4.0 * (1 - ten.depth)) / (1 + 4 * t)
-        return (rng.laplace(0, scale, x.shape) * (x != 0 if ten.op_type == "Relu" else 1)).astype(np.float32)
+        return (rng.laplace(0, scale, x.shape)
+                * (x != 0 if ten.op_type == "Relu" else 1)).astype(np.float32)
 
     def _icnn_dump(self, step: int, group: np.ndarray, rng) -> dict[str, np.ndarray]:
         pre = next((t for t in self.catalog if t.icnn_role == "pre_mask"), None)
@@ -410,13 +439,14 @@ class SyntheticRun:
         x = _blobs(rng, group, pre.shape, self.parts, 1 + sharp, jitter=1.5 * (1 - sharp) + 0.4)
         x = np.maximum(x - 0.3, 0).astype(np.float32)
         if self.dead_filter is not None:
-            x[..., self.dead_filter] = 0.0                          # never fires: mu pinned at (-1, -1)
+            # never fires: mu pinned at (-1, -1)
+            x[..., self.dead_filter] = 0.0
         mu, sqrtvar = icnn_mu(x)
         beta = self.beta(step).astype(np.float32)
         mask = icnn_mask(mu, beta, hw, hw)
         post = np.maximum(x * mask, 0).astype(np.float32)
-        return {"pre_mask": x, "mask": mask, "mu": mu, "sqrtvar": sqrtvar, "post_mask": post, "beta": beta,
-                "strength": (x * mask).mean(axis=(1, 2)).astype(np.float32),
+        return {"pre_mask": x, "mask": mask, "mu": mu, "sqrtvar": sqrtvar, "post_mask": post,
+                "beta": beta, "strength": (x * mask).mean(axis=(1, 2)).astype(np.float32),
                 "filter_loss": self.filter_loss(step).astype(np.float32)}
 
     # ---- driving the writer ----------------------------------------------------------------
@@ -429,10 +459,12 @@ class SyntheticRun:
                 self.writer.add_stats(int(s), values[k], sparse_rows(index[k], hist[k]))
                 if self.dump_every and s % self.dump_every == 0:
                     if int(s) in self.dropped_steps:
-                        self.writer.record_drop(int(s), "byte budget max_bytes=1000000 would be exceeded", 10 ** 6)
+                        self.writer.record_drop(int(s), "byte budget max_bytes=1000000 would be "
+                                                        "exceeded", 10 ** 6)
                     else:
                         self.writer.add_dump(int(s), self.dump_arrays(int(s)))
-                        while self.writer._queue.qsize() > 4:   # bound memory: let the writer catch up
+                        # bound memory: let the writer catch up
+                        while self.writer._queue.qsize() > 4:
                             time.sleep(0.01)
 
     def sync(self, timeout: float = 30.0) -> None:
@@ -470,7 +502,8 @@ def sparse_rows(index: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.n
 def _blobs(rng, group: np.ndarray, shape: tuple, parts: np.ndarray | None, gain: float,
            jitter: float = 1.0) -> np.ndarray:
     """Feature maps [N,H,W,C]: one Gaussian blob per channel. With ``parts`` (per-channel
-    (row, col)), positive samples put the blob near that part; negatives put a weaker one anywhere."""
+    (row, col)), positive samples put the blob near that part;
+    negatives put a weaker one anywhere."""
     h, w, c = shape
     n = len(group)
     centre = rng.uniform(0, [h - 1, w - 1], size=(n, c, 2))
@@ -499,16 +532,18 @@ def _image(rng, group: np.ndarray, shape: tuple, part: np.ndarray) -> np.ndarray
     r, q = part[0] * h, part[1] * w
     spot = np.exp(-((rows - r) ** 2 + (cols - q) ** 2) / (2 * (h / 8) ** 2))
     img = img + 0.6 * spot * (group[:, None, None] == 1)
-    img = img[..., None] * np.linspace(1.0, 0.8, c)[None, None, None, :] + rng.normal(0, 0.02, (n, h, w, c))
+    img = img[..., None] * np.linspace(1.0, 0.8, c)[None, None, None, :] \
+        + rng.normal(0, 0.02, (n, h, w, c))
     return np.clip(img, 0, 1).astype(np.float32)
 
 
-def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, dump_every: int | None = 50,
-                       icnn: bool = True, seed: int = 0, nonfinite_at: int | None = None, *, samples: int = 8,
+def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30,
+                       dump_every: int | None = 50, icnn: bool = True, seed: int = 0,
+                       nonfinite_at: int | None = None, *, samples: int = 8,
                        dead_relu: bool = True, dropped_steps: tuple[int, ...] = (),
                        finish: bool = True, dead_filter: int | None = None,
-                       storage_options: dict | None = None, image: tuple[int, int, int] | None = None,
-                       channels: int = 8) -> Any:
+                       storage_options: dict | None = None,
+                       image: tuple[int, int, int] | None = None, channels: int = 8) -> Any:
     """Write a complete synthetic run of ``steps`` statistics steps and ``tensors`` tensors.
 
     Dumps at every ``dump_every``-th step (None: none); ``dropped_steps`` are recorded as dumps
@@ -517,20 +552,21 @@ def make_synthetic_run(path: str | Path, steps: int = 100, tensors: int = 30, du
     records the model's input images (``IteratorGetNext:0``, first in the catalog), as a run
     of the demo does. ``channels``: the channels of the last conv stage and the ICNN layer.
 
-    >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)  # doctest: +SKIP
+    >>> p = make_synthetic_run(tmp_path / "r", steps=20, tensors=15,
+    ...                        dump_every=10)  # doctest: +SKIP
     """
-    b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples, icnn=icnn,
-                     seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu,
-                     dropped_steps=dropped_steps, dead_filter=dead_filter, storage_options=storage_options,
-                     image=image, channels=channels)
+    b = SyntheticRun(path, tensors, steps_hint=steps, dump_every=dump_every, samples=samples,
+                     icnn=icnn, seed=seed, nonfinite_at=nonfinite_at, dead_relu=dead_relu,
+                     dropped_steps=dropped_steps, dead_filter=dead_filter,
+                     storage_options=storage_options, image=image, channels=channels)
     b.write_steps(0, steps)
     b.close("finished" if finish else "running")
     return b.path
 
 
 
-def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, real_steps: int = 100,
-                  part_rows: int | None = None) -> Path:
+def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000,
+                  real_steps: int = 100, part_rows: int | None = None) -> Path:
     """A run of ``steps`` statistics steps (tens of millions of rows) in minutes, not hours:
     ``real_steps`` steps are written by :func:`make_synthetic_run` (the writer, compaction
     included), then their rows are repeated with shifted step numbers into compacted parts as
@@ -552,8 +588,9 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000, r
 
     if steps % real_steps:
         raise ValueError(f"steps={steps} must be a multiple of real_steps={real_steps}")
-    path = Path(make_synthetic_run(path, steps=real_steps, tensors=tensors, dump_every=None, icnn=False,
-                                   dead_relu=False))  # local only: it writes parts with pyarrow
+    # local only: it writes parts with pyarrow
+    path = Path(make_synthetic_run(path, steps=real_steps, tensors=tensors, dump_every=None,
+                                   icnn=False, dead_relu=False))
     files = sorted((path / "stats").glob("*.parquet"))
     block = pa.concat_tables([pq.read_table(f) for f in files])
     per_part = max(1, (part_rows or COMPACT_ROWS) // max(block.num_rows, 1))

@@ -14,21 +14,23 @@ Example::
     analysis.alerts_frame(alerts)                     # as a DataFrame
     analysis.group_contrast(run.query_stats(kinds=["forward"]), "mean")
 """
-from inspector.analysis.alerts import (SEVERITIES, LAYER_OP_TYPES, Thresholds, Alert, alerts_frame, NONFINITE_SOURCES,
-                                       source_text, nonfinite_alert, rerun_text, dead_relus, layer_outputs,
-                                       gradient_alerts, DROPPED, dropped_alerts, dropped_text, groups_refused_alerts,
-                                       error_alerts, ICNN_BETA_RANGE, icnn_beta_alerts,)
-from inspector.analysis.compare import (update_ratios, rms, group_series, group_contrast, top_separating,
-                                        split_by_group, common_bins)
-from inspector.icnn.masks import (icnn_mu, icnn_mask, mu_to_cell)
+from inspector.analysis.alerts import (SEVERITIES, LAYER_OP_TYPES, Thresholds, Alert,
+                                       alerts_frame, NONFINITE_SOURCES, source_text,
+                                       nonfinite_alert, rerun_text, dead_relus, layer_outputs,
+                                       gradient_alerts, DROPPED, dropped_alerts, dropped_text,
+                                       groups_refused_alerts, error_alerts, ICNN_BETA_RANGE,
+                                       icnn_beta_alerts)
+from inspector.analysis.compare import (update_ratios, rms, group_series, group_contrast,
+                                        top_separating, split_by_group, common_bins)
 from inspector.analysis.diagnosis import diagnose, diagnosis_text, run_alerts
-from inspector.graph.origin import Origin, nonfinite_origin
 from inspector.analysis.signals import Finding, SignalThresholds
+from inspector.graph.origin import Origin, nonfinite_origin
+from inspector.icnn.masks import icnn_mu, icnn_mask, mu_to_cell
 
-__all__ = ["diagnose", "diagnosis_text", "run_alerts", "Origin", "nonfinite_origin", "Finding", "SignalThresholds",
-           "SEVERITIES", "LAYER_OP_TYPES", "Thresholds", "Alert", "alerts_frame", "NONFINITE_SOURCES",
-           "source_text", "nonfinite_alert", "rerun_text", "dead_relus", "layer_outputs", "gradient_alerts",
-           "DROPPED", "dropped_alerts", "dropped_text", "groups_refused_alerts", "error_alerts",
-           "ICNN_BETA_RANGE", "icnn_beta_alerts", "update_ratios", "rms", "group_series",
-           "group_contrast", "top_separating", "split_by_group", "common_bins", "icnn_mu", "icnn_mask",
-           "mu_to_cell"]
+__all__ = ["SEVERITIES", "LAYER_OP_TYPES", "Thresholds", "Alert", "alerts_frame",
+           "NONFINITE_SOURCES", "source_text", "nonfinite_alert", "rerun_text", "dead_relus",
+           "layer_outputs", "gradient_alerts", "DROPPED", "dropped_alerts", "dropped_text",
+           "groups_refused_alerts", "error_alerts", "ICNN_BETA_RANGE", "icnn_beta_alerts",
+           "update_ratios", "rms", "group_series", "group_contrast", "top_separating",
+           "split_by_group", "common_bins", "diagnose", "diagnosis_text", "run_alerts", "Finding",
+           "SignalThresholds", "Origin", "nonfinite_origin", "icnn_mu", "icnn_mask", "mu_to_cell"]

@@ -1,9 +1,9 @@
 """Histograms of dumped values, NumPy only.
 
 :func:`value_histograms` counts them in the statistics' log-magnitude buckets
-(:class:`~inspector.format.loghist.LogHistogram`), so a dump's histogram draws on the same axes as the
-in-graph ones (:mod:`inspector.analysis.hist_view`). The equal-width and symmetric-log bin edges below
-are for a plain ``np.histogram`` of values.
+(:class:`~inspector.format.loghist.LogHistogram`), so a dump's histogram draws on the same axes as
+the in-graph ones (:mod:`inspector.analysis.hist_view`). The equal-width and symmetric-log bin edges
+below are for a plain ``np.histogram`` of values.
 
 Gradients and many activations are long-tailed: most values sit within 1e-6 of zero and a
 few reach 1e-2, so 40 equal bins show one spike. Like TensorBoard's exponential buckets,
@@ -38,7 +38,8 @@ class Bins:
 
 
 def _finite(arrays) -> np.ndarray:
-    v = np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in arrays]) if arrays else np.zeros(0)
+    v = np.concatenate([np.ravel(np.asarray(a, np.float64)) for a in arrays]) if arrays \
+        else np.zeros(0)
     return v[np.isfinite(v)]
 
 
@@ -95,11 +96,13 @@ def value_bins(*arrays: np.ndarray, bins: int = 40, scale: str = "auto") -> Bins
     return Bins(edges, "symlog", lin) if lin > 0 else Bins(edges)
 
 
-def value_histograms(groups: dict[str, np.ndarray]) -> tuple[dict[str, LogHistogram], tuple[float, float] | None]:
+def value_histograms(groups: dict[str, np.ndarray]) -> tuple[dict[str, LogHistogram],
+                                                             tuple[float, float] | None]:
     """({group: log-magnitude histogram of its finite values}, the exact (min, max) of them
     all, None without any), for groups that hold values.
 
-    >>> hists, ext = value_histograms({"positive": np.array([1.0, -2.0, np.nan]), "negative": np.zeros(0)})
+    >>> hists, ext = value_histograms({"positive": np.array([1.0, -2.0, np.nan]),
+    ...                                "negative": np.zeros(0)})
     >>> list(hists), hists["positive"].total, ext
     (['positive'], 2, (-2.0, 1.0))
     """

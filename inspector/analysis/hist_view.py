@@ -37,20 +37,23 @@ from typing import Iterable, Mapping, Sequence, Union
 import numpy as np
 import pandas as pd
 
-from inspector.format.loghist import CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges, bucket_value, merge
+from inspector.format.loghist import (CEIL, FLOOR, RELATIVE_ERROR, LogHistogram, bucket_edges,
+                                      bucket_value, merge)
 
 #: A histogram as a statistics row holds it: log-magnitude buckets, or equal-width (edges, counts).
 Source = Union[LogHistogram, tuple]
 SCALES = ("auto", "log", "linear")
 #: x between 0 and the edge of the smallest bucket shown (in powers of two).
 GAP = 1.0
-#: The zero bar spans [-ZERO_HALF, ZERO_HALF]; the sub-2**-126 bucket's bar FLOOR_BAR (mirrored for negatives).
+#: The zero bar spans [-ZERO_HALF, ZERO_HALF];
+#: the sub-2**-126 bucket's bar FLOOR_BAR (mirrored for negatives).
 ZERO_HALF = 0.2
 FLOOR_BAR = (0.45, 0.7)
 #: Width of the >= 2**128 bucket's bar (one bucket of the top octave).
 CEIL_WIDTH = 1 / 8
 LINEAR_BINS = 40
-#: auto: forward values go on the log axis when one linear bin would hold more than this share of them.
+#: auto: forward values go on the log axis when one linear bin would hold more
+#: than this share of them.
 SPIKE = 0.3
 #: The columns of :func:`panel_frame`.
 COLUMNS = ["side", "group", "label", "x0", "x1", "lo", "hi", "count", "fraction", "zero"]
@@ -128,7 +131,8 @@ def choose_axis(hists: Iterable[Source], kind: str = "forward", scale: str = "au
     ext = _finite_extent(extent)
     ranges = [value_range(merged)] if merged.total else []
     ranges += [(float(h[0][0]), float(h[0][-1])) for h in hs if not isinstance(h, LogHistogram)]
-    lo, hi = ext or ((min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else (0.0, 1.0))
+    lo, hi = ext or ((min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges
+                     else (0.0, 1.0))
     if len(logs) == len(hs) and (scale == "log" or (scale == "auto" and (
             kind != "forward" or spike(merged, linear_axis(lo, hi, bins)) > SPIKE))):
         return Axis("log", floor=log_floor(merged))
@@ -154,7 +158,8 @@ def rebin(h: LogHistogram, axis: Axis) -> np.ndarray:
     point = hi <= lo
     width = np.where(point, 1.0, hi - lo)
     # mass of each spread bucket below each inner edge, summed over buckets
-    below = np.clip((edges[None, 1:-1] - lo[~point, None]) / width[~point, None], 0, 1) * count[~point, None]
+    below = np.clip((edges[None, 1:-1] - lo[~point, None]) / width[~point, None], 0, 1) \
+        * count[~point, None]
     cum = np.concatenate([[0.0], below.sum(0), [count[~point].sum()]])
     out = np.diff(cum)
     at = np.clip(np.searchsorted(edges, lo[point], side="right") - 1, 0, axis.bins - 1)
@@ -174,10 +179,11 @@ def bars(h: Source, axis: Axis) -> pd.DataFrame:
 def _bars(h: Source, axis: Axis) -> dict[str, np.ndarray]:
     if not isinstance(h, LogHistogram):
         if axis.scale == "log":
-            raise ValueError("an equal-width histogram (a run before format version 4) has no log-magnitude "
-                             "buckets: draw it on a linear axis")
+            raise ValueError("an equal-width histogram (a run before format version 4) has no "
+                             "log-magnitude buckets: draw it on a linear axis")
         edges, counts = np.asarray(h[0], np.float64), np.asarray(h[1], np.float64)
-        return _frame(edges[:-1], edges[1:], edges[:-1], edges[1:], counts, np.zeros(len(counts), bool))
+        return _frame(edges[:-1], edges[1:], edges[:-1], edges[1:], counts,
+                      np.zeros(len(counts), bool))
     idx = np.asarray(h.index, np.int64)
     if axis.scale == "linear":
         e, zeros = axis.edges, float(h.count[idx == 0].sum())
@@ -186,8 +192,8 @@ def _bars(h: Source, axis: Axis) -> dict[str, np.ndarray]:
         n = len(counts)
         if not zeros:
             return _frame(e[:-1], e[1:], e[:-1], e[1:], counts, np.zeros(n, bool))
-        return _frame(np.r_[e[:-1], -half], np.r_[e[1:], half], np.r_[e[:-1], 0.0], np.r_[e[1:], 0.0],
-                      np.r_[counts, zeros], np.r_[np.zeros(n, bool), True])
+        return _frame(np.r_[e[:-1], -half], np.r_[e[1:], half], np.r_[e[:-1], 0.0],
+                      np.r_[e[1:], 0.0], np.r_[counts, zeros], np.r_[np.zeros(n, bool), True])
     lo, hi = bucket_edges(idx)
     x0, x1 = axis.x(lo), axis.x(np.where(np.isinf(hi), 2.0 ** 128, hi))
     a, neg = np.abs(idx), idx < 0
@@ -202,9 +208,11 @@ def _bars(h: Source, axis: Axis) -> dict[str, np.ndarray]:
 def _frame(x0, x1, lo, hi, count, zero) -> dict[str, np.ndarray]:
     count = np.asarray(count, np.float64)
     total = float(count.sum())
-    return {"x0": np.asarray(x0, np.float64), "x1": np.asarray(x1, np.float64), "lo": np.asarray(lo, np.float64),
-            "hi": np.asarray(hi, np.float64), "count": np.asarray(count, np.float64),
-            "fraction": count / total if total > 0 else np.zeros_like(count), "zero": np.asarray(zero, bool)}
+    return {"x0": np.asarray(x0, np.float64), "x1": np.asarray(x1, np.float64),
+            "lo": np.asarray(lo, np.float64), "hi": np.asarray(hi, np.float64),
+            "count": np.asarray(count, np.float64),
+            "fraction": count / total if total > 0 else np.zeros_like(count),
+            "zero": np.asarray(zero, bool)}
 
 
 def y_top(fraction: np.ndarray, zero: np.ndarray) -> float | None:
@@ -220,7 +228,8 @@ def y_top(fraction: np.ndarray, zero: np.ndarray) -> float | None:
 
 #: The fixed colours of the sample groups (positive warm, negative cool, all grey).
 GROUP_COLORS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
-#: Colours for other groups (classes, named groups): Matplotlib's tab10 without its red, blue and grey.
+#: Colours for other groups (classes, named groups):
+#: Matplotlib's tab10 without its red, blue and grey.
 PALETTE = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f"]
 
 
@@ -281,7 +290,8 @@ def _panel(sides: Mapping[str, Mapping[str, Source]], axis: Axis,
             label = legend_label(g, counted(h), (totals or {}).get(side, {}).get(g))
             parts.append({**cols, "side": np.full(n, side, object), "group": np.full(n, g, object),
                           "label": np.full(n, label, object)})
-    return {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, object) for c in COLUMNS}
+    return {c: np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, object)
+            for c in COLUMNS}
 
 
 def _table(parts: list[dict[str, np.ndarray]], columns: list[str]) -> pd.DataFrame:
@@ -292,7 +302,8 @@ def _table(parts: list[dict[str, np.ndarray]], columns: list[str]) -> pd.DataFra
     return df.astype({c: object for c in ("side", "group", "label") if c in df.columns})
 
 
-def steps(x0: np.ndarray, x1: np.ndarray, y: np.ndarray, base: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def steps(x0: np.ndarray, x1: np.ndarray, y: np.ndarray,
+          base: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """(edges [K + 1], values [K]) of bars ``x0``..``x1`` at heights ``y`` as one contiguous
     step outline: gaps between bars at ``base`` (Matplotlib's ``stairs``; a Vega step line)."""
     order = np.argsort(x0, kind="stable")
@@ -358,11 +369,13 @@ def tick_label(v: float) -> str:
 
 
 def row_quantiles(hists: Sequence[LogHistogram], q: Sequence[float]) -> np.ndarray:
-    """[len(hists), len(q)]: each histogram's :meth:`~inspector.format.loghist.LogHistogram.quantiles`
-    (the same rank rule and stand-in values; NaN for an empty one) in one pass over every row,
-    not one call per row: percentile bands over thousands of steps.
+    """[len(hists), len(q)]: each histogram's
+    :meth:`~inspector.format.loghist.LogHistogram.quantiles` (the same rank rule and stand-in
+    values; NaN for an empty one) in one pass over every row, not one call per row: percentile bands
+    over thousands of steps.
 
-    >>> row_quantiles([LogHistogram.of(np.array([1.0, 2.0, 4.0])), LogHistogram.of(np.zeros(0))], [0.5]).tolist()
+    >>> row_quantiles([LogHistogram.of(np.array([1.0, 2.0, 4.0])), LogHistogram.of(np.zeros(0))],
+    ...               [0.5]).tolist()
     [[2.1176470588235294], [nan]]
     """
     qs = np.asarray(q, np.float64)
@@ -378,7 +391,8 @@ def row_quantiles(hists: Sequence[LogHistogram], q: Sequence[float]) -> np.ndarr
     n = np.r_[0, cum][ends] - before
     rank = np.floor(qs[None, :] * (n[:, None] - 1)).astype(np.int64)
     # each row's buckets ascend, so the first running count past before + rank lies in the row
-    at = np.clip(np.searchsorted(cum, before[:, None] + rank, side="right"), 0, max(len(index) - 1, 0))
+    at = np.clip(np.searchsorted(cum, before[:, None] + rank, side="right"), 0,
+                 max(len(index) - 1, 0))
     out = bucket_value(index[at]) if len(index) else np.zeros(at.shape)
     return np.where((n > 0)[:, None], out, np.nan)
 
@@ -401,7 +415,8 @@ def magnitude_summary(groups: Mapping[str, Source]) -> pd.DataFrame:
         zeros = int(m.count[m.index == 0].sum())
         nonzero = LogHistogram(m.index[m.index != 0], m.count[m.index != 0])
         median = float(nonzero.quantiles([0.5])[0]) if nonzero.total else np.nan
-        rows.append({"group": g, "counted": h.total, "zeros": zeros / h.total, "median_abs": median})
+        rows.append({"group": g, "counted": h.total, "zeros": zeros / h.total,
+                     "median_abs": median})
     return pd.DataFrame(rows, columns=["group", "counted", "zeros", "median_abs"])
 
 
@@ -418,23 +433,27 @@ def ratio_text(summary: pd.DataFrame, noun: str) -> str:
     if ratios:
         text += f" ({'; '.join(ratios)}; each median within {RELATIVE_ERROR:.1%})"
     if (summary["zeros"] > 0).any():
-        text += "; exact zeros: " + ", ".join(f"{g} {z:.1%}" for g, z in zip(summary["group"], summary["zeros"]))
+        text += "; exact zeros: " \
+            + ", ".join(f"{g} {z:.1%}" for g, z in zip(summary["group"], summary["zeros"]))
     return text
 
 
 def axis_caption(axis: Axis, rebinned: bool = True) -> str:
     """What the bars are, for a chart's caption."""
     if axis.scale == "log":
-        return ("x: signed log-magnitude axis, one bar per stored bucket (8 per power of two; exact zeros the bar "
-                "at 0, negative values mirrored left); y: fraction of the group's counted values per bucket")
+        return ("x: signed log-magnitude axis, one bar per stored bucket (8 per power of two; "
+                "exact zeros the bar at 0, negative values mirrored left); y: fraction of the "
+                "group's counted values per bucket")
     if not rebinned:
-        return "x: linear, the stored equal-width bins (a run before format version 4); y: fraction of values per bin"
-    return (f"x: linear, {axis.bins} equal bins over the exact min..max, each stored bucket's count split over the "
-            f"bins it overlaps (values taken as uniform within a bucket); y: fraction of values per bin")
+        return ("x: linear, the stored equal-width bins (a run before format version 4); y: "
+                "fraction of values per bin")
+    return (f"x: linear, {axis.bins} equal bins over the exact min..max, each stored bucket's "
+            "count split over the bins it overlaps (values taken as uniform within a bucket); y: "
+            "fraction of values per bin")
 
 
-def ridge_frame(rows: Mapping[int, Mapping[str, Source]], axis: Axis, overlap: float = 0.9, log: bool = False,
-                decades: float = 4.0) -> pd.DataFrame:
+def ridge_frame(rows: Mapping[int, Mapping[str, Source]], axis: Axis, overlap: float = 0.9,
+                log: bool = False, decades: float = 4.0) -> pd.DataFrame:
     """The bars of a ridge plot, one row per step (``{step: {group: histogram}}``, top row =
     first step): :data:`COLUMNS` (side "") with ``step``, ``base`` (the row) and ``top`` =
     base + overlap * height, height the bar's fraction over the step's largest (log: log10 of
@@ -447,7 +466,8 @@ def ridge_frame(rows: Mapping[int, Mapping[str, Source]], axis: Axis, overlap: f
         peak = (y_top(f["fraction"], f["zero"]) or float(f["fraction"].max())) if n else 0.0
         height = np.minimum(row_height(f["fraction"], peak or 1.0, log, decades), 1.0)
         base = float(len(rows) - 1 - k)
-        parts.append({**f, "step": np.full(n, int(s)), "base": np.full(n, base), "top": base + overlap * height})
+        parts.append({**f, "step": np.full(n, int(s)), "base": np.full(n, base),
+                      "top": base + overlap * height})
     return _table(parts, [*COLUMNS, "step", "base", "top"])
 
 

@@ -23,10 +23,11 @@ try:
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 except ModuleNotFoundError as e:  # the core install (a training node) has no matplotlib
-    raise ModuleNotFoundError(f"inspector.analysis.plots needs matplotlib ({e}): pip install 'tf-inspector[viewer]'",
-                              name=e.name) from e
+    raise ModuleNotFoundError(f"inspector.analysis.plots needs matplotlib ({e}): pip install "
+                              "'tf-inspector[viewer]'", name=e.name) from e
 
-from inspector.analysis import hist_view  # noqa: E402  (after the matplotlib check: its message first)
+from inspector.analysis import (  # noqa: E402  (after the matplotlib check: its message first)
+    hist_view)
 
 #: One colour per sample group, used by every figure (positive warm, negative cool).
 GROUP_COLORS = dict(hist_view.GROUP_COLORS)
@@ -72,15 +73,18 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
     ax = fig.subplots()
     if log:
         pos = finite[finite > 0]
-        norm = LogNorm(pos.min(), max(pos.max(), pos.min() * 1.0001)) if pos.size else Normalize(0, 1)
+        norm = LogNorm(pos.min(), max(pos.max(), pos.min() * 1.0001)) if pos.size \
+            else Normalize(0, 1)
         m = np.where(m > 0, m, np.nan)
     else:
         norm = Normalize(finite.min(), finite.max()) if finite.size else Normalize(0, 1)
     cmap = _cmap("viridis")
-    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest", cmap=cmap, norm=norm)
+    im = ax.imshow(np.ma.masked_invalid(m), aspect="auto", interpolation="nearest",
+                   cmap=cmap, norm=norm)
     _step_ticks(ax, np.asarray(steps))
     every = max(1, int(np.ceil(len(rows) / max_labels)))
-    ax.set_yticks(range(0, len(rows), every), [rows[i] for i in range(0, len(rows), every)], fontsize=7)
+    ax.set_yticks(range(0, len(rows), every),
+                  [rows[i] for i in range(0, len(rows), every)], fontsize=7)
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label=cbar_label, fraction=0.03, pad=0.01)
     return fig
@@ -124,8 +128,9 @@ def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool =
     return fig
 
 
-def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highlight: int | None = None,
-                  title: str = "", channels: Sequence[int] | None = None) -> Figure:
+def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]],
+                  highlight: int | None = None, title: str = "",
+                  channels: Sequence[int] | None = None) -> Figure:
     """Small multiples, one axis per panel: per-channel values [S, C] over steps, column
     ``highlight`` drawn bold (used for ICNN beta and filter loss); ``channels`` names the
     columns' filters (default 0, 1, ...)."""
@@ -135,7 +140,8 @@ def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]], highli
         v = np.asarray(values, np.float64).reshape(len(steps), -1)
         for c in range(v.shape[1]):
             bold = c == highlight
-            ax.plot(steps, v[:, c], color="C3" if bold else "0.6", lw=2.2 if bold else 0.8, zorder=3 if bold else 2,
+            ax.plot(steps, v[:, c], color="C3" if bold else "0.6", lw=2.2 if bold else 0.8,
+                    zorder=3 if bold else 2,
                     label=f"filter {channels[c] if channels is not None else c}" if bold else None)
         ax.plot(steps, np.nanmean(v, 1), color="k", ls="--", lw=1, label="mean")
         ax.set_title(name)
@@ -154,18 +160,20 @@ def hist_from_values(values: np.ndarray, edges: np.ndarray) -> Hist:
     return edges, np.histogram(v[np.isfinite(v)], edges)[0]
 
 
-def _draw_bars(ax, frame: pd.DataFrame, axis: hist_view.Axis, log: bool, density: bool = False) -> None:
-    """A chart's bars (:func:`inspector.analysis.hist_view.panel_frame`) on ``ax``: each group an outline
-    over a light fill in its colour (a second side dashed), the zeros' bar apart (clipped, and
-    marked, where it would flatten the others: :func:`inspector.analysis.hist_view.y_top`), the log
-    axis's ticks; y the fraction per bar (``density``: per unit of x, for equal-width bins)."""
+def _draw_bars(ax, frame: pd.DataFrame, axis: hist_view.Axis, log: bool,
+               density: bool = False) -> None:
+    """A chart's bars (:func:`inspector.analysis.hist_view.panel_frame`) on ``ax``: each group an
+    outline over a light fill in its colour (a second side dashed), the zeros' bar apart (clipped,
+    and marked, where it would flatten the others: :func:`inspector.analysis.hist_view.y_top`), the
+    log axis's ticks; y the fraction per bar (``density``: per unit of x, for equal-width bins)."""
     y = frame["fraction"].to_numpy(np.float64)
     if density:
         y = y / np.where(frame["x1"] > frame["x0"], frame["x1"] - frame["x0"], 1.0)
     floor = hist_view.log_floor_of(y) if log else 0.0
     colors = hist_view.group_colors(frame["group"])
     sides = list(dict.fromkeys(frame["side"]))
-    for (side, g), part in frame.assign(y=np.where(y > 0, y, floor)).groupby(["side", "group"], sort=False):
+    for (side, g), part in frame.assign(y=np.where(y > 0, y, floor)).groupby(["side", "group"],
+                                                                             sort=False):
         ls = "--" if sides.index(side) else "-"
         rest, zero = part[~part["zero"]], part[part["zero"]]
         edges, values = hist_view.steps(rest["x0"], rest["x1"], rest["y"], floor)
@@ -173,13 +181,15 @@ def _draw_bars(ax, frame: pd.DataFrame, axis: hist_view.Axis, log: bool, density
         ax.stairs(values, edges, baseline=floor, color=colors[g], lw=1.5, ls=ls,
                   label=part["label"].iloc[0] if side == "" else f"{side}: {g}")
         for r in zero.itertuples():
-            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fc=colors[g], alpha=0.2, lw=0))
-            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fill=False, ec=colors[g], lw=1.5, ls=ls))
+            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fc=colors[g],
+                                   alpha=0.2, lw=0))
+            ax.add_patch(Rectangle((r.x0, floor), r.x1 - r.x0, r.y - floor, fill=False,
+                                   ec=colors[g], lw=1.5, ls=ls))
     top = None if log else hist_view.y_top(y, frame["zero"])
     if top is not None:
         ax.set_ylim(0, top)
-        ax.annotate("zeros (clipped)", (0, top), xytext=(4, -2), textcoords="offset points", ha="left", va="top",
-                    fontsize=7)
+        ax.annotate("zeros (clipped)", (0, top), xytext=(4, -2), textcoords="offset points",
+                    ha="left", va="top", fontsize=7)
     if log:
         ax.set_yscale("log")
         ax.set_ylim(bottom=floor)
@@ -202,17 +212,19 @@ def y_title(axis: hist_view.Axis) -> str:
 
 def histograms(panels: Mapping[str, Mapping[str, Source]], density: bool = False, title: str = "",
                log: bool = False, totals: Mapping[str, Mapping[str, int]] | None = None,
-               xscale: Mapping[str, float] | None = None, axes: Mapping[str, hist_view.Axis] | None = None) -> Figure:
+               xscale: Mapping[str, float] | None = None,
+               axes: Mapping[str, hist_view.Axis] | None = None) -> Figure:
     """Side-by-side axes, one per panel (e.g. forward | gradient), each overlaying one
     histogram per group (log-magnitude buckets or equal-width ``(edges, counts)``) on the
-    panel's axis (``axes``; else :func:`inspector.analysis.hist_view.choose_axis` with the panel's name
-    as the kind): y the fraction of each group's values per bar (``density``: per unit of x).
+    panel's axis (``axes``; else :func:`inspector.analysis.hist_view.choose_axis` with the panel's
+    name as the kind): y the fraction of each group's values per bar (``density``: per unit of x).
     ``log``: a log y axis (empty bins at its floor). ``totals`` ({panel: {group: n}}): the real
     element counts, stated in the legend beside the counted ones where they differ.
     ``xscale`` ({panel: linthresh}): equal-width-input bins that are symmetric-log
     (:mod:`inspector.analysis.binning`), drawn on a symlog x axis."""
     fig = Figure(figsize=(5.5 * max(len(panels), 1), 3.2), layout="constrained")
-    for ax, (name, groups) in zip(np.atleast_1d(fig.subplots(1, max(len(panels), 1))), panels.items()):
+    for ax, (name, groups) in zip(np.atleast_1d(fig.subplots(1, max(len(panels), 1))),
+                                  panels.items()):
         axis = (axes or {}).get(name) or hist_view.choose_axis(groups.values(), kind=name)
         frame = hist_view.panel_frame({"": groups}, axis, {"": (totals or {}).get(name, {})})
         _draw_bars(ax, frame, axis, log, density)
@@ -245,14 +257,15 @@ def _legend_or_empty(ax, any_data: bool) -> None:
         ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
 
 
-def ridge(rows: Mapping[int, Mapping[str, Source]], title: str = "", overlap: float = 0.9, log: bool = False,
-          decades: float = 4.0, axis: hist_view.Axis | None = None) -> Figure:
-    """Ridge plot across steps (:func:`inspector.analysis.hist_view.ridge_frame`): one baseline per step
-    (top = first), each group's bars on the step's row, outlined over a light fill, scaled to the
-    step's largest bar; on ``axis`` (else chosen over every row, as a gradient's). ``log``:
+def ridge(rows: Mapping[int, Mapping[str, Source]], title: str = "", overlap: float = 0.9,
+          log: bool = False, decades: float = 4.0, axis: hist_view.Axis | None = None) -> Figure:
+    """Ridge plot across steps (:func:`inspector.analysis.hist_view.ridge_frame`): one baseline per
+    step (top = first), each group's bars on the step's row, outlined over a light fill, scaled to
+    the step's largest bar; on ``axis`` (else chosen over every row, as a gradient's). ``log``:
     each row's height is log10 of the bar's fraction over ``decades`` below the row's peak."""
     steps = list(rows)
-    axis = axis or hist_view.choose_axis([h for g in rows.values() for h in g.values()], kind="gradient")
+    axis = axis or hist_view.choose_axis([h for g in rows.values() for h in g.values()],
+                                         kind="gradient")
     frame = hist_view.ridge_frame(rows, axis, overlap, log, decades)
     fig = Figure(figsize=(7, max(2.5, 0.45 * len(steps) + 1)), layout="constrained")
     ax = fig.subplots()
@@ -260,13 +273,15 @@ def ridge(rows: Mapping[int, Mapping[str, Source]], title: str = "", overlap: fl
     for (s, g), part in frame.groupby(["step", "group"], sort=False):
         base = float(part["base"].iloc[0])
         rest = part[~part["zero"]]
-        for p, lw in ((rest, 1.2), (part[part["zero"]], 1.0)):   # the zeros' bar apart: it may overlap a bin
+        # the zeros' bar apart: it may overlap a bin
+        for p, lw in ((rest, 1.2), (part[part["zero"]], 1.0)):
             if p.empty:
                 continue
             edges, values = hist_view.steps(p["x0"], p["x1"], p["top"], base)
             ax.stairs(values, edges, baseline=base, fill=True, alpha=0.2, color=colors[g], lw=0)
             first = s == steps[0] and p is rest
-            ax.stairs(values, edges, baseline=base, color=colors[g], lw=lw, label=g if first else None)
+            ax.stairs(values, edges, baseline=base, color=colors[g], lw=lw,
+                      label=g if first else None)
     ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
     ax.set_ylabel("step")
     _log_ticks(ax, frame, axis)
@@ -313,29 +328,31 @@ def _row_gap(h: int, lines: int) -> int:
     return max(1, int(np.ceil(h * 0.25 * lines)))
 
 
-def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, norm: Normalize, cmap: str,
-           lines: int = 1):
+def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, norm: Normalize,
+           cmap: str, lines: int = 1):
     """Draw ``maps`` as one :func:`mosaic` image on ``ax``, each labelled above; NaN/Inf values
     grey, the space between tiles empty. Returns the image (``ax.images[0]``: the mosaic)."""
     h, w = np.shape(maps[0])
     m = mosaic([np.asarray(x, np.float64) for x in maps], cols, lines)
-    gap = np.isnan(mosaic([np.zeros((h, w))] * len(maps), cols, lines))   # between tiles, not NaN values
+    # between tiles, not NaN values
+    gap = np.isnan(mosaic([np.zeros((h, w))] * len(maps), cols, lines))
     bad = ~gap & ~np.isfinite(m)
-    im = ax.imshow(np.ma.masked_invalid(m), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)), norm=norm,
-                   interpolation="nearest")
+    im = ax.imshow(np.ma.masked_invalid(m), cmap=_cmap(cmap).with_extremes(bad=(0, 0, 0, 0)),
+                   norm=norm, interpolation="nearest")
     if bad.any():
-        ax.imshow(np.ma.masked_where(~bad, np.ones_like(m)), cmap="gray", vmin=0, vmax=2, interpolation="nearest")
+        ax.imshow(np.ma.masked_where(~bad, np.ones_like(m)), cmap="gray", vmin=0, vmax=2,
+                  interpolation="nearest")
     for k, label in enumerate(labels):
         r, q = divmod(k, cols)
-        ax.text(q * (w + 1) + (w - 1) / 2, r * (h + _row_gap(h, lines)) - 0.6, label, ha="center", va="bottom",
-                fontsize=7)
+        ax.text(q * (w + 1) + (w - 1) / 2, r * (h + _row_gap(h, lines)) - 0.6, label, ha="center",
+                va="bottom", fontsize=7)
     ax.set_axis_off()
     ax.set_ylim(m.shape[0] - 0.5, -0.5 - _row_gap(h, lines))  # room for the first row's labels
     return im
 
 
-def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = None, max_channels: int = 64,
-                 cols: int = 8, first: int = 0) -> Figure:
+def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = None,
+                 max_channels: int = 64, cols: int = 8, first: int = 0) -> Figure:
     """Grid of one sample's channels ``first .. first + max_channels - 1`` of ``maps [H, W, C]``
     (a page of them), labelled with their channel numbers, on one colour scale (that page's;
     see :func:`_map_norm`): one :func:`mosaic` image, ``fig.axes[0].images[0]``.
@@ -356,7 +373,8 @@ def channel_grid(maps: np.ndarray, title: str = "", symmetric: bool | None = Non
     fig = Figure(figsize=(1.4 * cols + 1, 1.6 * nrows + 0.6), layout="constrained")
     ax = fig.subplots()
     norm, cmap = _map_norm(m, symmetric)
-    im = _tiles(ax, [m[..., k] for k in range(c)], [f"ch {first + k}" for k in range(c)], cols, norm, cmap)
+    im = _tiles(ax, [m[..., k] for k in range(c)], [f"ch {first + k}" for k in range(c)],
+                cols, norm, cmap)
     fig.colorbar(im, ax=ax, fraction=0.02, pad=0.01)
     fig.suptitle(title + (f" (channels {first}-{first + c - 1} of {total})" if c < total else ""))
     return fig
@@ -372,7 +390,8 @@ def upsample(m: np.ndarray, h: int, w: int) -> np.ndarray:
     """
     m = np.asarray(m, np.float64)
     if m.ndim != 2 or not m.size or h < 1 or w < 1:
-        raise ValueError(f"upsample needs a non-empty 2-D map and a positive size, got {m.shape} -> ({h}, {w})")
+        raise ValueError(f"upsample needs a non-empty 2-D map and a positive size, got {m.shape} "
+                         f"-> ({h}, {w})")
 
     def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         x = np.clip((np.arange(n_out) + 0.5) * n_in / n_out - 0.5, 0, n_in - 1)
@@ -425,14 +444,15 @@ def channel_overlay(image: np.ndarray, heat: np.ndarray, title: str = "", alpha:
     return fig
 
 
-def sample_grid(groups: Mapping[str, Sequence[tuple[str, np.ndarray]]], title: str = "", cols: int = 4,
-                symmetric: bool | None = None, lines: int = 1) -> Figure:
+def sample_grid(groups: Mapping[str, Sequence[tuple[str, np.ndarray]]], title: str = "",
+                cols: int = 4, symmetric: bool | None = None, lines: int = 1) -> Figure:
     """One channel's maps of many samples, ``{group: [(label, map [H, W]), ...]}``: each group
     one axes titled with the group and its size, its maps a :func:`mosaic` of ``cols`` columns
     (labels of ``lines`` lines), the groups side by side, every map on one colour scale so
     samples and groups compare.
 
-    >>> [ax.get_title() for ax in sample_grid({"positive": [("#0", np.ones((2, 2)))], "negative": []}).axes[:2]]
+    >>> [ax.get_title()
+    ...  for ax in sample_grid({"positive": [("#0", np.ones((2, 2)))], "negative": []}).axes[:2]]
     ['positive (1)', 'negative (0)']
     """
     items = {g: list(v) for g, v in groups.items()}
@@ -440,9 +460,11 @@ def sample_grid(groups: Mapping[str, Sequence[tuple[str, np.ndarray]]], title: s
     norm, cmap = _map_norm(np.concatenate(every) if every else np.zeros(1), symmetric)
     ncols = {g: max(1, min(cols, len(v))) for g, v in items.items()}
     nrows = max([int(np.ceil(len(v) / ncols[g])) for g, v in items.items()] + [1])
-    fig = Figure(figsize=(1.5 * sum(ncols.values()) + 0.6 * len(items) + 1, (1.5 + 0.35 * lines) * nrows + 0.9),
+    fig = Figure(figsize=(1.5 * sum(ncols.values()) + 0.6 * len(items) + 1,
+                          (1.5 + 0.35 * lines) * nrows + 0.9),
                  layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
+    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1),
+                                      width_ratios=list(ncols.values()) or None))
     im = None
     for i, (ax, (g, v)) in enumerate(zip(axes, items.items())):
         ax.set_axis_off()
@@ -496,7 +518,8 @@ def localization_grid(groups: Mapping[str, Sequence[Mapping]], title: str = "", 
 
     >>> fig = localization_grid({"positive": [{"label": "#0", "image": np.zeros((8, 8, 3)),
     ...                                         "map": np.eye(4), "mu_cell": (1, 2)}]})
-    >>> [round(float(v), 2) for v in fig.axes[0].lines[0].get_xydata()[0]]   # x = col, y = row, pixels
+    >>> [round(float(v), 2)
+    ...  for v in fig.axes[0].lines[0].get_xydata()[0]]   # x = col, y = row, pixels
     [4.5, 2.5]
     """
     from matplotlib import colormaps
@@ -508,8 +531,10 @@ def localization_grid(groups: Mapping[str, Sequence[Mapping]], title: str = "", 
     cmap = colormaps["turbo"]
     ncols = {g: max(1, min(cols, len(v))) for g, v in items.items()}
     nrows = max([int(np.ceil(len(v) / ncols[g])) for g, v in items.items()] + [1])
-    fig = Figure(figsize=(1.9 * sum(ncols.values()) + 0.6 * len(items) + 1, 2.1 * nrows + 0.9), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1), width_ratios=list(ncols.values()) or None))
+    fig = Figure(figsize=(1.9 * sum(ncols.values()) + 0.6 * len(items) + 1, 2.1 * nrows + 0.9),
+                 layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, max(len(items), 1),
+                                      width_ratios=list(ncols.values()) or None))
     for i, (ax, (g, tiles)) in enumerate(zip(axes, items.items())):
         ax.set_axis_off()
         ax.set_title(f"{g} (n={len(tiles)})", color=_color(g, i), fontsize=10)
@@ -521,7 +546,8 @@ def localization_grid(groups: Mapping[str, Sequence[Mapping]], title: str = "", 
     return fig
 
 
-def _localization_tiles(ax, tiles: Sequence[Mapping], cols: int, vmax: float, cmap, alpha: float) -> None:
+def _localization_tiles(ax, tiles: Sequence[Mapping], cols: int, vmax: float, cmap,
+                        alpha: float) -> None:
     def base(t: Mapping) -> np.ndarray:
         if t.get("image") is None:
             return np.zeros((*np.shape(t["map"]), 3))
@@ -543,14 +569,15 @@ def _localization_tiles(ax, tiles: Sequence[Mapping], cols: int, vmax: float, cm
         out[y:y + h, x:x + w] = img[:h, :w] * (1 - a) + cmap(v)[..., :3] * a
         mh, mw = np.shape(t["map"])
         i, j = t["mu_cell"]
-        ax.plot(x + (j + 0.5) * w / mw - 0.5, y + (i + 0.5) * h / mh - 0.5, marker="+", ms=12, mew=2.5,
-                color="white", markeredgecolor="white")
+        ax.plot(x + (j + 0.5) * w / mw - 0.5, y + (i + 0.5) * h / mh - 0.5, marker="+", ms=12,
+                mew=2.5, color="white", markeredgecolor="white")
         ax.text(x + (w - 1) / 2, y - 0.6, t.get("label", ""), ha="center", va="bottom", fontsize=7)
     ax.imshow(out, interpolation="nearest")
     ax.set_ylim(out.shape[0] - 0.5, -0.5 - gap)
 
 
-def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mapping[str, Sequence[int]] | None = None,
+def templates_grid(templates: np.ndarray, negative: np.ndarray,
+                   highlight: Mapping[str, Sequence[int]] | None = None,
                    tau: float | None = None, title: str = "") -> Figure:
     """Mosaic of all positive templates ``T_mu`` ([H, W, H, W]: tile (i, j) is the template
     for mu at cell (i, j)) with the cells in ``highlight`` ({label: (i, j)}) outlined; beside
@@ -564,10 +591,12 @@ def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mappi
     fig = Figure(figsize=(12, 5.5), layout="constrained")
     ax, axc, axn = fig.subplots(1, 3, width_ratios=[2.2, 1, 1])
     norm = TwoSlopeNorm(0, -1, 1)
-    ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("RdBu_r"), norm=norm, interpolation="nearest")
+    ax.imshow(np.ma.masked_invalid(mosaic), cmap=_cmap("RdBu_r"), norm=norm,
+              interpolation="nearest")
     for k, (label, (i, j)) in enumerate((highlight or {}).items()):
         ax.add_patch(Rectangle((j * (w + 1) - 0.9, i * (h + 1) - 0.9), w + 0.8, h + 0.8, fill=False,
-                               lw=2.5, ec=("lime", "orange", "magenta", "cyan")[k % 4], label=label))
+                               lw=2.5, ec=("lime", "orange", "magenta", "cyan")[k % 4],
+                               label=label))
     ax.set_title(f"positive templates T_mu ({h}x{w} positions of mu)")
     first = next(iter((highlight or {}).items()), None)
     if first:
@@ -588,7 +617,8 @@ def templates_grid(templates: np.ndarray, negative: np.ndarray, highlight: Mappi
     return fig
 
 
-def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float = 0.0, seed: int = 0) -> Figure:
+def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float = 0.0,
+               seed: int = 0) -> Figure:
     """mu of one filter per sample, ``{group: [n, 2] (row, col) in [-1, 1]}``, drawn in map
     orientation (row 0 at the top). ``jitter`` spreads samples that share a grid cell."""
     fig = Figure(figsize=(4.5, 4.5), layout="constrained")
@@ -598,7 +628,8 @@ def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float 
         mu = np.asarray(mu, np.float64).reshape(-1, 2)
         j = rng.normal(0, jitter, mu.shape) if jitter else np.zeros_like(mu)
         ax.scatter(mu[:, 1] + j[:, 1], mu[:, 0] + j[:, 0],
-                   color=_color(g, i), label=f"{g} (n={len(mu)})", alpha=0.75, edgecolor="k", lw=0.5)
+                   color=_color(g, i), label=f"{g} (n={len(mu)})", alpha=0.75,
+                   edgecolor="k", lw=0.5)
     ax.set_xlim(-1.1, 1.1)
     ax.set_ylim(1.1, -1.1)
     ax.set_aspect("equal")

@@ -66,27 +66,31 @@ def _entries(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | Non
     for name, arr in arrays.items():
         dtype = _TO_ST.get(arr.dtype.name)
         if dtype is None:
-            raise TypeError(f"tensor {name!r} has dtype {arr.dtype}, which safetensors cannot hold; "
-                            f"use one of {sorted(_TO_ST)}")
-        header[name] = {"dtype": dtype, "shape": list(arr.shape), "data_offsets": [offset, offset + arr.nbytes]}
+            raise TypeError(f"tensor {name!r} has dtype {arr.dtype}, which safetensors cannot "
+                            f"hold; use one of {sorted(_TO_ST)}")
+        header[name] = {"dtype": dtype, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
         offset += arr.nbytes
     return header
 
 
 def _pack(header: dict, length: int | None = None) -> bytes:
-    """Length prefix + JSON of ``header``, padded with spaces to a multiple of 8 (or to ``length``)."""
+    """Length prefix + JSON of ``header``, padded with spaces to a multiple of
+    8 (or to ``length``)."""
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * ((-len(raw) % 8) if length is None else length - len(raw))
     return struct.pack("<Q", len(raw)) + raw
 
 
-def header_for(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> bytes:
+def header_for(arrays: Mapping[str, np.ndarray],
+               metadata: Mapping[str, str] | None = None) -> bytes:
     """The padded header (length prefix included) for ``arrays`` laid out in order."""
     return _pack(_entries(arrays, metadata))
 
 
 def header_crc(header: dict) -> int:
-    """CRC32 of the canonical JSON of ``header`` (sorted keys, no spaces, ``header_crc32`` left out)."""
+    """CRC32 of the canonical JSON of ``header`` (sorted keys, no spaces,
+    ``header_crc32`` left out)."""
     meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != HEADER_CRC_KEY}
     canonical = {**header, "__metadata__": meta}
     return zlib.crc32(json.dumps(canonical, sort_keys=True, separators=(",", ":")).encode())
@@ -119,7 +123,8 @@ class Encoded:
         self.checksums = checksums
         meta = dict(metadata or {})
         if checksums:  # the widest values: the real header is padded to this length
-            meta.update({CRC_KEY: json.dumps(dict.fromkeys(self.arrays, _CRC_MAX), separators=(",", ":")),
+            meta.update({CRC_KEY: json.dumps(dict.fromkeys(self.arrays, _CRC_MAX),
+                                             separators=(",", ":")),
                          HEADER_CRC_KEY: str(_CRC_MAX)})
         self._meta = meta
         self.header = header_for(self.arrays, meta)
@@ -130,22 +135,26 @@ class Encoded:
         if not self.checksums:
             return self.header
         crcs = {k: zlib.crc32(_bytes(a)) if a.nbytes else 0 for k, a in self.arrays.items()}
-        header = _entries(self.arrays, {**self._meta, CRC_KEY: json.dumps(crcs, separators=(",", ":"))})
+        header = _entries(self.arrays,
+                          {**self._meta, CRC_KEY: json.dumps(crcs, separators=(",", ":"))})
         header["__metadata__"][HEADER_CRC_KEY] = str(header_crc(header))
         return _pack(header, len(self.header) - 8)
 
     def chunks(self) -> Iterator[bytes | memoryview]:
-        """The file's bytes in order (header with checksums, then each array): what a storage writes."""
+        """The file's bytes in order (header with checksums, then each array):
+        what a storage writes."""
         return _chunks(self.final_header(), self.arrays)
 
     def write(self, path: Path, fsync: bool = True) -> int:
-        """Atomically write to ``path`` (fsync: see ``storage.atomic.atomic_write``); returns the file size."""
+        """Atomically write to ``path`` (fsync: see ``storage.atomic.atomic_write``);
+        returns the file size."""
         return atomic_write(Path(path), self.chunks(), fsync=fsync, size=self.size)
 
 
 def write(path: Path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
           fsync: bool = True) -> int:
-    """Atomically write ``arrays`` to ``path`` (fsync: see ``storage.atomic.atomic_write``); returns the file size."""
+    """Atomically write ``arrays`` to ``path`` (fsync: see ``storage.atomic.atomic_write``);
+    returns the file size."""
     return Encoded(arrays, metadata).write(path, fsync)
 
 
@@ -246,7 +255,8 @@ def _check_entry(name: str, info: Any) -> tuple[int, int]:
         raise ValueError(f"tensor {name!r} has unsupported dtype {dtype!r}"[:200])
     shape = info.get("shape")
     if not isinstance(shape, list) or len(shape) > MAX_NDIM:
-        raise ValueError(f"tensor {name!r} has no valid shape (a list of at most {MAX_NDIM} integers)")
+        raise ValueError(f"tensor {name!r} has no valid shape (a list of at most {MAX_NDIM} "
+                         "integers)")
     dims = [_int(d, f"a dimension of tensor {name!r}") for d in shape]
     offsets = info.get("data_offsets")
     if not isinstance(offsets, list) or len(offsets) != 2:
@@ -256,7 +266,8 @@ def _check_entry(name: str, info: Any) -> tuple[int, int]:
     if math.prod(max(d, 1) for d in dims) * itemsize >= 2 ** 63:
         raise ValueError(f"tensor {name!r} has a shape too large for any array: {dims}"[:200])
     if begin > end or end - begin != math.prod(dims) * itemsize:
-        raise ValueError(f"tensor {name!r}: data_offsets {begin}..{end} do not hold {dtype} {dims}"[:200])
+        raise ValueError(f"tensor {name!r}: data_offsets {begin}..{end} do not hold {dtype} {dims}"
+                         [:200])
     return begin, end
 
 
@@ -272,11 +283,12 @@ def check_header(header: dict, data_len: int) -> None:
     pos = 0
     for (begin, end), name in spans:
         if begin != pos:
-            raise ValueError(f"tensor {name!r} starts at {begin}, not at {pos} ({'gap' if begin > pos else 'overlap'})")
+            raise ValueError(f"tensor {name!r} starts at {begin}, not at {pos} "
+                             f"({'gap' if begin > pos else 'overlap'})")
         pos = end
     if pos != data_len:
-        raise ValueError(f"the arrays end at byte {pos:,} of the data but the file holds {data_len:,} "
-                         f"(truncated or extended?)")
+        raise ValueError(f"the arrays end at byte {pos:,} of the data but the file holds "
+                         f"{data_len:,} (truncated or extended?)")
     aliases(header)
     crcs(header)
     if HEADER_CRC_KEY in meta and meta[HEADER_CRC_KEY] != str(header_crc(header)):
@@ -288,7 +300,8 @@ def _check_metadata_keys(meta: dict) -> None:
     checksum keys is there (the writer writes both)."""
     for key in meta:
         for known in KNOWN_METADATA:
-            if key != known and len(key) == len(known) and sum(a != b for a, b in zip(key, known)) <= 2:
+            if key != known and len(key) == len(known) \
+                    and sum(a != b for a, b in zip(key, known)) <= 2:
                 raise ValueError(f"metadata key {key!r} looks like a damaged {known!r}")
     if (CRC_KEY in meta) != (HEADER_CRC_KEY in meta):
         raise ValueError(f"the metadata holds only one of {CRC_KEY!r} and {HEADER_CRC_KEY!r}")
@@ -320,7 +333,8 @@ def aliases(header: dict) -> dict[str, str]:
     found = _string_map(header, ALIASES_KEY) or {}
     stored = _stored(header)
     for alias, target in found.items():
-        if not isinstance(target, str) or target not in stored or alias in stored or alias == "__metadata__":
+        if not isinstance(target, str) or target not in stored or alias in stored \
+                or alias == "__metadata__":
             raise ValueError(f"its {ALIASES_KEY!r} metadata does not name arrays of the file "
                              f"({_trim(alias)} -> {_trim(target)})")
     return dict(found)
@@ -336,8 +350,10 @@ def crcs(header: dict) -> dict[str, int]:
     found = _string_map(header, CRC_KEY) or {}
     stored = _stored(header)
     for key, crc in found.items():
-        if key not in stored or not isinstance(crc, int) or isinstance(crc, bool) or not 0 <= crc <= _CRC_MAX:
-            raise ValueError(f"its {CRC_KEY!r} metadata does not hold a CRC32 per array ({_trim(key)})")
+        if key not in stored or not isinstance(crc, int) or isinstance(crc, bool) \
+                or not 0 <= crc <= _CRC_MAX:
+            raise ValueError(f"its {CRC_KEY!r} metadata does not hold a CRC32 per array "
+                             f"({_trim(key)})")
     return found
 
 
@@ -369,12 +385,13 @@ def load_ranged(r: "Ranged", name: str, header: dict, data_start: int, *,
     dtype, shape = _FROM_ST[info["dtype"]], tuple(info["shape"])
     n = end - begin
     if data_start + end > r.size:
-        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: the file is {r.size:,} bytes, too short "
-                               f"for bytes {data_start + begin:,}..{data_start + end:,} (truncated?)")
+        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: the file is {r.size:,} "
+                               "bytes, too short for bytes "
+                               f"{data_start + begin:,}..{data_start + end:,} (truncated?)")
     raw = r.pread(data_start + begin, n) if n else b""
     if len(raw) != n:
-        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: {len(raw):,} of {n:,} bytes read "
-                               f"(truncated while read?)")
+        raise DamagedFileError(f"damaged dump file {r.name}: {name!r}: {len(raw):,} of {n:,} bytes "
+                               f"read (truncated while read?)")
     arr = np.frombuffer(bytearray(raw), dtype).reshape(shape) if n else np.zeros(shape, dtype)
     if verified is not None and (r.name, name) not in verified:
         _verify(Path(r.name), name, header, arr)
@@ -382,14 +399,15 @@ def load_ranged(r: "Ranged", name: str, header: dict, data_start: int, *,
     return arr
 
 
-def _read(path: Path, root: Path | None, dtype: np.dtype, shape: tuple, offset: int, nbytes: int) -> np.ndarray:
+def _read(path: Path, root: Path | None, dtype: np.dtype, shape: tuple, offset: int,
+          nbytes: int) -> np.ndarray:
     if nbytes == 0:
         return np.zeros(shape, dtype)
     with open_regular(path, root) as f:
         size = os.fstat(f.fileno()).st_size
         if offset + nbytes > size:
-            raise ValueError(f"the file is {size:,} bytes, too short for bytes {offset:,}..{offset + nbytes:,} "
-                             f"(truncated?)")
+            raise ValueError(f"the file is {size:,} bytes, too short for bytes "
+                             f"{offset:,}..{offset + nbytes:,} (truncated?)")
         if nbytes > READ_MAX:  # mapped: see FORMAT.md for the window this leaves
             return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=shape)
         arr = np.empty(nbytes // dtype.itemsize, dtype)
@@ -397,7 +415,8 @@ def _read(path: Path, root: Path | None, dtype: np.dtype, shape: tuple, offset: 
         while got < nbytes:
             n = os.preadv(f.fileno(), [view[got:]], offset + got)
             if n == 0:
-                raise ValueError(f"the file ended after {offset + got:,} bytes (truncated while read)")
+                raise ValueError(f"the file ended after {offset + got:,} bytes (truncated while "
+                                 "read)")
             got += n
     return arr.reshape(shape)
 
@@ -408,5 +427,6 @@ def _verify(path: Path, name: str, header: dict, arr: np.ndarray) -> None:
         return
     actual = zlib.crc32(_bytes(arr)) if arr.nbytes else 0
     if actual != expected:
-        raise DamagedFileError(f"damaged dump file {path}: the bytes of {name!r} do not match their CRC32 "
-                               f"(stored {expected:#010x}, read {actual:#010x}); the file is corrupted")
+        raise DamagedFileError(f"damaged dump file {path}: the bytes of {name!r} do not match "
+                               f"their CRC32 (stored {expected:#010x}, read {actual:#010x}); the "
+                               "file is corrupted")

@@ -37,11 +37,13 @@ def check_samples(path: Path | str, index: np.ndarray | None, group: np.ndarray 
         raise _fail(path, f"samples/index must be 1-D integers, not {index.dtype} {index.shape}")
     if group is not None:
         if group.ndim != 1 or not (np.issubdtype(group.dtype, np.integer) or group.dtype == bool):
-            raise _fail(path, f"samples/group must be 1-D integers, not {group.dtype} {group.shape}")
+            raise _fail(path, f"samples/group must be 1-D integers, not {group.dtype} "
+                              f"{group.shape}")
         codes = {1: "positive", 0: "negative"} if codes is None else codes
         bad = np.setdiff1d(np.unique(np.asarray(group, np.int64)), sorted(codes))
         if bad.size:
             named = ", ".join(f"{c} ({n})" for c, n in sorted(codes.items())) or "none (no groups)"
-            raise _fail(path, f"samples/group must hold the group codes {named}, not {bad[:5].tolist()}")
+            raise _fail(path, f"samples/group must hold the group codes {named}, not "
+                              f"{bad[:5].tolist()}")
     if label is not None and not (np.issubdtype(label.dtype, np.number) or label.dtype == bool):
         raise _fail(path, f"samples/label must be numbers, not {label.dtype}")

@@ -30,7 +30,8 @@ CHUNK = 256
 def _byte_table() -> np.ndarray:
     t = np.arange(256, dtype=np.uint32)
     for _ in range(8):
-        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY), t >> np.uint32(1)).astype(np.uint32)
+        t = np.where(t & 1, (t >> np.uint32(1)) ^ np.uint32(_POLY),
+                     t >> np.uint32(1)).astype(np.uint32)
     return t
 
 
@@ -51,7 +52,8 @@ def _apply(tables: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 def _zero_tables(bits: int = 40) -> np.ndarray:
     """[bits, 4, 256]: entry b maps a register through 2**b zero bytes."""
-    basis = (np.arange(256, dtype=np.uint32)[None, :] << (8 * np.arange(4, dtype=np.uint32))[:, None])
+    basis = (np.arange(256, dtype=np.uint32)[None, :]
+             << (8 * np.arange(4, dtype=np.uint32))[:, None])
     out = np.empty((bits, 4, 256), np.uint32)
     out[0] = _one_zero_byte(basis)
     for b in range(1, bits):
@@ -79,7 +81,8 @@ def append_zeros(s: np.ndarray, n: np.ndarray | int) -> np.ndarray:
 def _raw_rows(rows: np.ndarray) -> np.ndarray:
     """Raw CRCs (register from 0, no inversion) of the rows of a [n, w] uint8 array, w a
     multiple of 4: a reflected CRC takes 4 bytes as one little-endian word."""
-    words = np.asfortranarray(np.ascontiguousarray(rows).view("<u4"))   # each word column contiguous
+    # each word column contiguous
+    words = np.asfortranarray(np.ascontiguousarray(rows).view("<u4"))
     s = np.zeros(len(rows), np.uint32)
     for j in range(words.shape[1]):
         s ^= words[:, j]
@@ -94,7 +97,8 @@ def crc32c(records: Sequence[bytes]) -> np.ndarray:
     ends = np.cumsum(chunks) * CHUNK
     flat = np.zeros(int(ends[-1]) if len(ends) else 0, np.uint8)
     for r, end, n in zip(records, ends, lengths):
-        flat[end - n:end] = np.frombuffer(r, np.uint8)   # right-aligned: leading zeros keep a raw CRC
+        # right-aligned: leading zeros keep a raw CRC
+        flat[end - n:end] = np.frombuffer(r, np.uint8)
     return _finish(flat.reshape(-1, CHUNK), chunks, lengths)
 
 
@@ -119,13 +123,15 @@ def _finish(chunks: np.ndarray, per_record: np.ndarray, lengths: np.ndarray) -> 
     if has.any():
         out[has] = np.bitwise_xor.reduceat(raw, starts[:-1][has])
     # the standard CRC starts from 0xFFFFFFFF and inverts at the end: affine in the data
-    return out ^ append_zeros(np.full(len(per_record), 0xFFFFFFFF, np.uint32), lengths) ^ np.uint32(0xFFFFFFFF)
+    return out ^ append_zeros(np.full(len(per_record), 0xFFFFFFFF, np.uint32), lengths) \
+        ^ np.uint32(0xFFFFFFFF)
 
 
 def masked(crc: np.ndarray) -> np.ndarray:
     """TFRecord's masked CRC: rotated right by 15 bits, plus a constant."""
     c = np.asarray(crc, np.uint32)
-    return (((c >> np.uint32(15)) | (c << np.uint32(17))) + np.uint32(_MASK_DELTA)).astype(np.uint32)
+    return (((c >> np.uint32(15)) | (c << np.uint32(17)))
+            + np.uint32(_MASK_DELTA)).astype(np.uint32)
 
 
 class Slots:
@@ -143,7 +149,8 @@ class Slots:
         self.base = int(crc32c([base.tobytes()])[0])
         # a byte v alone at position p of a record of length L: T[v] then L - 1 - p zero bytes;
         # linear in v, so from its 8 bits' values
-        bits = append_zeros(np.tile(_T[1 << np.arange(8)], len(pos)), np.repeat(len(base) - 1 - pos, 8))
+        bits = append_zeros(np.tile(_T[1 << np.arange(8)], len(pos)),
+                            np.repeat(len(base) - 1 - pos, 8))
         bits = bits.reshape(len(pos), 8)
         tables = np.zeros((len(pos), 256), np.uint32)
         for i in range(8):
@@ -152,7 +159,8 @@ class Slots:
         self.offsets = (np.arange(len(pos), dtype=np.int32) * 256)[:, None]
 
     def crc(self, values: np.ndarray) -> np.ndarray:
-        """The CRC of each record whose bytes at ``positions`` are a row of ``values`` [n, len(positions)]."""
+        """The CRC of each record whose bytes at ``positions`` are a row of
+        ``values`` [n, len(positions)]."""
         # slot-major: each slot's 1 KiB table stays in cache while every record looks it up
         picked = np.take(self.tables, self.offsets + np.asarray(values, np.uint8).T)   # [slots, n]
         return np.bitwise_xor.reduce(picked, axis=0) ^ np.uint32(self.base)

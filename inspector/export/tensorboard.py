@@ -1,4 +1,5 @@
-"""A run's statistics as TensorBoard event files, once or live (``tf-inspector export --tensorboard``).
+"""A run's statistics as TensorBoard event files, once or live
+(``tf-inspector export --tensorboard``).
 
 Layout (docs/tensorboard.md): ``<logdir>/<run name>/<group>/train`` and
 ``.../<group>/validation`` (an evaluation, its batches merged), one TensorBoard run each, so
@@ -68,8 +69,9 @@ def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
     rule the Training overview folds by (viewer/layers.py), kept here so the core package
     needs no viewer.
 
-    >>> cat = pd.DataFrame({"name": ["c/Conv2D:0", "c/Relu:0", "d:0"], "op": ["c/Conv2D", "c/Relu", "d"],
-    ...                     "scope": ["c", "c", ""], "icnn_layer": None, "icnn_role": None, "kind": "tensor"})
+    >>> cat = pd.DataFrame({"name": ["c/Conv2D:0", "c/Relu:0", "d:0"],
+    ...                     "op": ["c/Conv2D", "c/Relu", "d"], "scope": ["c", "c", ""],
+    ...                     "icnn_layer": None, "icnn_role": None, "kind": "tensor"})
     >>> layer_labels(cat.set_index("name", drop=False), ["c/Conv2D:0", "c/Relu:0", "d:0"])
     {'c/Relu:0': 'c', 'd:0': 'd'}
     """
@@ -78,14 +80,16 @@ def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
     out: dict[str, str] = {}
     by_layer: dict[str, list[tuple[str, bool, bool]]] = {}
-    for name, scope, op, layer, role, kind in zip(cat.index, cat["scope"].fillna(""), cat["op"], cat["icnn_layer"],
-                                                 cat["icnn_role"], cat["kind"].fillna("tensor")):
+    for name, scope, op, layer, role, kind in zip(cat.index, cat["scope"].fillna(""), cat["op"],
+                                                  cat["icnn_layer"], cat["icnn_role"],
+                                                  cat["kind"].fillna("tensor")):
         seen = set()
         while scope in ops and scope not in seen:   # a scope under an op's name is that op's
             seen.add(scope)
             scope = ops[scope]
         under = [L for L in icnn if scope == L or scope.startswith(L + "/")]
-        label = layer if isinstance(layer, str) and layer else max(under, key=len) if under else scope or str(op)
+        label = layer if isinstance(layer, str) and layer else max(under, key=len) if under \
+            else scope or str(op)
         by_layer.setdefault(label, []).append((name, role == "post_mask", kind != "variable"))
     for label, members in by_layer.items():
         post = [n for n, is_post, _ in members if is_post]
@@ -105,7 +109,8 @@ def _edges() -> tuple[np.ndarray, np.ndarray]:
 _EDGES = _edges()   # one lookup per bucket (computing the edges of millions took seconds)
 
 
-def tensorboard_buckets(index: np.ndarray, count: np.ndarray, splits: np.ndarray) -> list[np.ndarray]:
+def tensorboard_buckets(index: np.ndarray, count: np.ndarray,
+                        splits: np.ndarray) -> list[np.ndarray]:
     """Per row (``splits``: R + 1 offsets into ``index``/``count``, each row's buckets
     ascending) the [k, 3] TensorBoard buckets (left, right, count): each stored log-magnitude
     bucket with its exact edges (:func:`inspector.format.loghist.bucket_edges`; bucket 0, the zeros,
@@ -113,7 +118,8 @@ def tensorboard_buckets(index: np.ndarray, count: np.ndarray, splits: np.ndarray
     and a bucket of count 0 over each gap between two, so that TensorBoard's interpolation
     (the distributions' percentiles) stays inside stored buckets.
 
-    >>> [b.tolist() for b in tensorboard_buckets(np.array([0, 1010]), np.array([3, 2]), np.array([0, 2]))]
+    >>> [b.tolist()
+    ...  for b in tensorboard_buckets(np.array([0, 1010]), np.array([3, 2]), np.array([0, 2]))]
     [[[0.0, 0.0, 3.0], [0.0, 1.0, 0.0], [1.0, 1.125, 2.0]]]
     """
     idx = np.asarray(index, np.int64)
@@ -121,7 +127,8 @@ def tensorboard_buckets(index: np.ndarray, count: np.ndarray, splits: np.ndarray
     row = np.repeat(np.arange(len(splits) - 1), np.diff(splits))
     gap = np.zeros(len(idx), bool)
     gap[1:] = (row[1:] == row[:-1]) & (lo[1:] > hi[:-1])
-    at = np.arange(len(idx)) + np.cumsum(gap)          # each bucket's place, after the gaps before it
+    # each bucket's place, after the gaps before it
+    at = np.arange(len(idx)) + np.cumsum(gap)
     out = np.zeros((len(idx) + int(gap.sum()), 3))
     out[at] = np.stack([lo, hi, np.asarray(count, np.float64)], 1)
     g = np.flatnonzero(gap)
@@ -178,22 +185,25 @@ class Exporter:
     """Exports the statistics of the run ``open()`` returns (called again at each poll: a live
     run's new files) into ``logdir``; see the module docstring."""
 
-    def __init__(self, open: Callable[[], Run], logdir: Path, *, first: Run | None = None, tensors: str | None = None,
-                 per_layer: bool = False, histogram_every: int = 0, worker: str | None = None,
-                 force: bool = False) -> None:
+    def __init__(self, open: Callable[[], Run], logdir: Path, *, first: Run | None = None,
+                 tensors: str | None = None, per_layer: bool = False, histogram_every: int = 0,
+                 worker: str | None = None, force: bool = False) -> None:
         """``first``: the run as ``open()`` just returned it (not opened again); ``tensors``: a
         regex on tensor names; ``force``: replace an earlier export of this run in ``logdir``."""
         if worker == "all":
-            raise InspectorError("--worker all: a TensorBoard run holds one value per step and tag; export one "
-                                 "worker at a time (--worker NAME, into one --logdir each)")
+            raise InspectorError("--worker all: a TensorBoard run holds one value per step and "
+                                 "tag; export one worker at a time (--worker NAME, into one "
+                                 "--logdir each)")
         if histogram_every < 0:
-            raise InspectorError(f"--histogram-every {histogram_every} must be >= 0 (0: about {HISTOGRAMS} "
-                                 f"histogram steps per tag)")
-        self.open, self.per_layer, self.every, self.worker = open, per_layer, histogram_every, worker
+            raise InspectorError(f"--histogram-every {histogram_every} must be >= 0 (0: about "
+                                 f"{HISTOGRAMS} histogram steps per tag)")
+        self.open, self.per_layer, self.every, self.worker = \
+            open, per_layer, histogram_every, worker
         self.pattern = re.compile(tensors) if tensors else None
         run = first or open()
         if worker is not None:
-            run.view(worker=worker)   # an InspectorError naming the run's workers if it has no such one
+            # an InspectorError naming the run's workers if it has no such one
+            run.view(worker=worker)
         self.root = Path(logdir) / run.name
         self.modes = {m: _ModeState() for m in MODE_DIRS}
         self.steps = 0                   # statistics steps exported (all modes)
@@ -205,14 +215,15 @@ class Exporter:
         """Refuse a logdir inside the run, or one already holding an export of it (``force``:
         its event files are deleted, nothing else)."""
         if isinstance(run_path, Path) and self.root.resolve().is_relative_to(run_path.resolve()):
-            raise InspectorError(f"--logdir {self.root.parent} is inside the run {run_path}; write it elsewhere")
+            raise InspectorError(f"--logdir {self.root.parent} is inside the run {run_path}; write "
+                                 "it elsewhere")
         if self.root.is_symlink():
             raise InspectorError(f"{self.root} is a symlink; refusing to write through it")
         old = [p for p in self.root.rglob("*") if _EVENTS_RE.match(p.name) and p.is_file()] \
             if self.root.is_dir() else []
         if old and not force:
-            raise InspectorError(f"{self.root} holds an export already ({len(old)} event files); pass --force to "
-                                 f"replace them, or another --logdir")
+            raise InspectorError(f"{self.root} holds an export already ({len(old)} event files); "
+                                 f"pass --force to replace them, or another --logdir")
         for p in old:
             p.unlink()
 
@@ -241,8 +252,9 @@ class Exporter:
     def _export_mode(self, run: Run, mode: str) -> int:
         st = self.modes[mode]
         if self.worker is None and run.default_worker is None:
-            raise InspectorError(f"{run.path} has workers {', '.join(run.workers)} and no chief: pass --worker NAME "
-                                 f"(a TensorBoard run holds one worker's values)")
+            raise InspectorError(f"{run.path} has workers {', '.join(run.workers)} and no chief: "
+                                 "pass --worker NAME (a TensorBoard run holds one worker's "
+                                 "values)")
         try:
             view = run.view(mode=mode, worker=self.worker)
         except InspectorError:      # this worker wrote nothing (yet)
@@ -262,10 +274,10 @@ class Exporter:
         read = sorted(set(labels) | set(variables) | ({loss} if loss else set()))
         for a in range(0, len(new), CHUNK_STEPS):
             chunk = new[a:a + CHUNK_STEPS]
-            table = view.query_stats_table(read, steps=(int(chunk[0]), int(chunk[-1])), columns=_READ,
-                                           mode=mode, worker=self.worker)
-            self._scalars(run, mode, Run.to_pandas(table), labels, loss if mode == "train" else None,
-                          variables if mode == "train" else [])
+            table = view.query_stats_table(read, steps=(int(chunk[0]), int(chunk[-1])),
+                                           columns=_READ, mode=mode, worker=self.worker)
+            self._scalars(run, mode, Run.to_pandas(table), labels,
+                          loss if mode == "train" else None, variables if mode == "train" else [])
         hist_steps = self._histogram_steps(st, new, int(steps[-1]))
         if len(hist_steps):
             self._histograms(view, mode, labels, hist_steps)
@@ -279,8 +291,8 @@ class Exporter:
         return st.files[group]
 
     # ---- scalars -------------------------------------------------------------------------
-    def _scalars(self, run: Run, mode: str, df: pd.DataFrame, labels: dict[str, str], loss: str | None,
-                 variables: list[str]) -> None:
+    def _scalars(self, run: Run, mode: str, df: pd.DataFrame, labels: dict[str, str],
+                 loss: str | None, variables: list[str]) -> None:
         if df.empty:
             return
         if mode == "eval":
@@ -292,9 +304,11 @@ class Exporter:
         rows = np.column_stack([df["l2"] / np.sqrt(df["count"].astype(np.float64)),
                                 *(df[c].astype(np.float64) for c in STATS[1:])])[keep]
         names = list(df["group"].cat.categories.astype(str))
-        for name in sorted(set(np.asarray(names)[np.unique(group)]) | ({"all"} if len(extras.columns) else set())):
+        for name in sorted(set(np.asarray(names)[np.unique(group)])
+                           | ({"all"} if len(extras.columns) else set())):
             m = group == (names.index(name) if name in names else -1)
-            steps = np.union1d(step[m], extras.index.to_numpy(np.int64) if name == "all" else np.zeros(0, np.int64))
+            steps = np.union1d(step[m], extras.index.to_numpy(np.int64) if name == "all"
+                               else np.zeros(0, np.int64))
             used, col = np.unique(series[m], return_inverse=True)
             tags = [f"{prefixes[u]}/{s}" for u in used for s in STATS]
             values = np.full((len(steps), len(used), len(STATS)), np.nan)
@@ -303,13 +317,16 @@ class Exporter:
             values[at, col], present[at, col] = rows[m], True
             values, present = values.reshape(len(steps), -1), present.reshape(len(steps), -1)
             f = self._file(mode, name)
-            sparse = np.tile([s in SPARSE for s in STATS], len(used)) & ~np.isin(tags, list(f.described))
+            sparse = np.tile([s in SPARSE for s in STATS], len(used)) \
+                & ~np.isin(tags, list(f.described))
             # a sparse scalar starts at its first non-zero value (NaN counts as one)
-            present[:, sparse] &= np.maximum.accumulate(np.nan_to_num(values[:, sparse], nan=1.0) != 0, axis=0)
+            present[:, sparse] &= np.maximum.accumulate(
+                np.nan_to_num(values[:, sparse], nan=1.0) != 0, axis=0)
             if name == "all" and len(extras.columns):
                 tags += list(extras.columns)
                 values = np.concatenate([values, extras.reindex(steps).to_numpy(np.float64)], 1)
-                present = np.concatenate([present, extras.notna().reindex(steps, fill_value=False).to_numpy()], 1)
+                present = np.concatenate(
+                    [present, extras.notna().reindex(steps, fill_value=False).to_numpy()], 1)
             f.scalars(tags, steps, values, present)
             self.tags.update(tags)
 
@@ -328,15 +345,18 @@ class Exporter:
         names = list(labels)
         size = max(1, -(-len(names) // HISTOGRAM_BATCHES))
         for a in range(0, len(names), size):
-            table = view.query_stats_table(names[a:a + size], at_steps=steps.tolist(), mode=mode, worker=self.worker,
-                                           columns=["hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram"])
+            table = view.query_stats_table(names[a:a + size], at_steps=steps.tolist(), mode=mode,
+                                           worker=self.worker,
+                                           columns=["hist_bucket", "hist_count", "hist_lo",
+                                                    "hist_hi", "histogram"])
             if not table.num_rows:
                 continue
             for group, per_step in _histogram_rows(table, labels, merge=mode == "eval").items():
                 self._file(mode, group).histograms(sorted(per_step.items()))
 
 
-def histogram_steps(new: np.ndarray, every: int, first: int, last: int, last_hist: int | None) -> np.ndarray:
+def histogram_steps(new: np.ndarray, every: int, first: int, last: int,
+                    last_hist: int | None) -> np.ndarray:
     """Of the ``new`` steps (ascending), those given histograms: the first of each block of
     ``every`` steps that has none yet (``last_hist``: the last step given some). ``every`` 0:
     the power of two that makes about :data:`HISTOGRAMS` blocks of the steps ``first`` to
@@ -357,8 +377,10 @@ def _evaluating(run: Run) -> bool:
     return bool(((s["mode"] == "eval") & (s["state"] == "running")).any())
 
 
-def _extras(df: pd.DataFrame, catalog: pd.DataFrame, loss: str | None, variables: list[str]) -> pd.DataFrame:
-    """The step-indexed scalars of group ``all`` beside the statistics: ``loss``, ``update_ratio/<variable>``."""
+def _extras(df: pd.DataFrame, catalog: pd.DataFrame, loss: str | None,
+            variables: list[str]) -> pd.DataFrame:
+    """The step-indexed scalars of group ``all`` beside the statistics: ``loss``,
+    ``update_ratio/<variable>``."""
     out = pd.DataFrame(index=pd.Index(np.zeros(0, np.int64), name="step"))
     if variables:
         ratios = update_ratios(df, catalog)
@@ -380,12 +402,14 @@ def _series(df: pd.DataFrame, labels: dict[str, str]) -> tuple[np.ndarray, np.nd
     tcode = df["tensor"].cat.codes.to_numpy(np.int64)
     kinds = list(df["kind"].cat.categories.astype(str))
     keep = label[tcode] != ""
-    pair = df["kind"].cat.codes.to_numpy(np.int64)[keep] * len(label) + np.where(tcode < 0, len(tensors), tcode)[keep]
+    pair = df["kind"].cat.codes.to_numpy(np.int64)[keep] * len(label) \
+        + np.where(tcode < 0, len(tensors), tcode)[keep]
     uniq, series = np.unique(pair, return_inverse=True)
     return keep, series.ravel(), [f"{kinds[u // len(label)]}/{label[u % len(label)]}" for u in uniq]
 
 
-def _histogram_rows(table: pa.Table, labels: dict[str, str], merge: bool) -> dict[str, dict[int, list]]:
+def _histogram_rows(table: pa.Table, labels: dict[str, str],
+                    merge: bool) -> dict[str, dict[int, list]]:
     """{group: {step: [(tag, buckets)]}} of a statistics table's histograms (``merge``: the
     rows of one (step, tensor, kind, group), an evaluation's batches, added; equal-width
     histograms of several batches have no common edges and are left out)."""
@@ -393,11 +417,13 @@ def _histogram_rows(table: pa.Table, labels: dict[str, str], merge: bool) -> dic
     df = Run.to_pandas(table.drop_columns(lists))
     keep, series, prefixes = _series(df, labels)
     rows = np.flatnonzero(keep)
-    groups = np.asarray(df["group"].cat.categories.astype(str))[df["group"].cat.codes.to_numpy(np.int64)]
+    groups = np.asarray(df["group"].cat.categories.astype(str))[
+        df["group"].cat.codes.to_numpy(np.int64)]
     steps = df["step"].to_numpy(np.int64)
     tags = np.full(len(df), "", object)
     tags[rows] = np.asarray(prefixes, object)[series]
-    key = pd.MultiIndex.from_arrays([steps, tags, groups]).factorize()[0] if merge else np.arange(len(df))
+    key = pd.MultiIndex.from_arrays([steps, tags, groups]).factorize()[0] if merge \
+        else np.arange(len(df))
     out: dict[str, dict[int, list]] = {}
 
     def put(r: int, buckets: np.ndarray) -> None:
@@ -412,7 +438,8 @@ def _histogram_rows(table: pa.Table, labels: dict[str, str], merge: bool) -> dic
         owners = np.arange(len(df))
         if merge:   # add the buckets of one key's rows: sorted by (key, bucket)
             width = 2 * CEIL + 1
-            merged, inv = np.unique(np.repeat(key, np.diff(splits)) * width + index + CEIL, return_inverse=True)
+            merged, inv = np.unique(np.repeat(key, np.diff(splits)) * width + index + CEIL,
+                                    return_inverse=True)
             count = np.bincount(inv.ravel(), weights=count, minlength=len(merged))
             index = merged % width - CEIL
             owned, starts = np.unique(merged // width, return_index=True)
@@ -451,5 +478,6 @@ def follow(exporter: Exporter, interval: float, log: Callable[[str], None] = pri
 def describe(exporter: Exporter) -> str:
     """One line: what was written where."""
     runs = sorted(f"{g}/{MODE_DIRS[m]}" for m, st in exporter.modes.items() for g in st.files)
-    return (f"wrote {exporter.steps} steps ({exporter.histogram_steps} with histograms), {len(exporter.tags)} "
-            f"scalar tags, to {exporter.root} (runs {', '.join(runs) or 'none'})")
+    return (f"wrote {exporter.steps} steps ({exporter.histogram_steps} with histograms), "
+            f"{len(exporter.tags)} scalar tags, to {exporter.root} (runs "
+            f"{', '.join(runs) or 'none'})")

@@ -54,12 +54,14 @@ def protos() -> Any:
     """The ``tensorboard`` package's protobuf modules (a namespace), or an InspectorError saying
     what to install."""
     try:
-        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+        from tensorboard.compat.proto import (event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2,
+                                              types_pb2)
     except ImportError as e:
-        raise InspectorError(f"the TensorBoard export needs the tensorboard package ({e}): {INSTALL}") from None
+        raise InspectorError(f"the TensorBoard export needs the tensorboard package ({e}): "
+                             f"{INSTALL}") from None
     import types
-    return types.SimpleNamespace(event=event_pb2, summary=summary_pb2, tensor=tensor_pb2, shape=tensor_shape_pb2,
-                                 types=types_pb2)
+    return types.SimpleNamespace(event=event_pb2, summary=summary_pb2, tensor=tensor_pb2,
+                                 shape=tensor_shape_pb2, types=types_pb2)
 
 
 def varint(n: int) -> bytes:
@@ -78,7 +80,8 @@ def _len_field(number: int, payload: bytes) -> bytes:
 
 def varint_bytes(values: np.ndarray, width: int) -> np.ndarray:
     """[n, width] uint8: the varints of ``values`` (each needing exactly ``width`` bytes)."""
-    v = np.asarray(values, np.uint64)[:, None] >> (np.uint64(7) * np.arange(width, dtype=np.uint64))[None, :]
+    v = np.asarray(values, np.uint64)[:, None] \
+        >> (np.uint64(7) * np.arange(width, dtype=np.uint64))[None, :]
     out = (v & np.uint64(0x7F)).astype(np.uint8)
     out[:, :-1] |= 0x80
     return out
@@ -115,7 +118,8 @@ class EventFile:
     def __init__(self, folder: Path) -> None:
         self.pb = protos()
         folder.mkdir(parents=True, exist_ok=True)
-        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{next(_SEQ)}"
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
+                f"{os.getpid()}.{next(_SEQ)}")
         self.path = folder / name
         self._f = open(self.path, "xb")
         #: tags written to this file (a histogram's metadata goes with its first value)
@@ -134,14 +138,16 @@ class EventFile:
         """A scalar's ``Summary.value`` entry and the offset of its float32 in it."""
         if tag not in self._entries:
             sentinel = struct.pack("<f", 1.2345e-30)
-            raw = self.pb.summary.Summary.Value(tag=tag, simple_value=1.2345e-30).SerializeToString()
+            raw = self.pb.summary.Summary.Value(tag=tag,
+                                                simple_value=1.2345e-30).SerializeToString()
             if not raw.endswith(sentinel):   # simple_value (field 2) is serialised after the tag
                 raise AssertionError(f"unexpected protobuf layout of a scalar value: {raw!r}")
             head = varint(1 << 3 | 2) + varint(len(raw))
             self._entries[tag] = (head + raw, len(head) + len(raw) - 4)
         return self._entries[tag]
 
-    def scalars(self, tags: Sequence[str], steps: np.ndarray, values: np.ndarray, present: np.ndarray) -> None:
+    def scalars(self, tags: Sequence[str], steps: np.ndarray, values: np.ndarray,
+                present: np.ndarray) -> None:
         """One event per step (``steps`` ascending, >= 0) holding the ``present`` [S, T] values
         of ``values`` [S, T] under ``tags`` [T], as float32 (what TensorBoard's data server
         keeps of a scalar)."""
@@ -149,15 +155,19 @@ class EventFile:
         if len(steps) and (steps.min() < 0 or np.any(np.diff(steps) <= 0)):
             raise ValueError(f"steps must be >= 0 and ascending, got {steps[:5].tolist()}...")
         for a in range(0, len(steps), BATCH):
-            self._scalar_batch(list(tags), steps[a:a + BATCH], np.asarray(values[a:a + BATCH], np.float32),
+            self._scalar_batch(list(tags), steps[a:a + BATCH],
+                               np.asarray(values[a:a + BATCH], np.float32),
                                np.asarray(present[a:a + BATCH], bool))
 
-    def _scalar_batch(self, tags: list[str], steps: np.ndarray, values: np.ndarray, present: np.ndarray) -> None:
+    def _scalar_batch(self, tags: list[str], steps: np.ndarray, values: np.ndarray,
+                      present: np.ndarray) -> None:
         wall = time.time()
         width = varint_width(steps)
-        groups: dict[bytes, list[int]] = {}   # steps with the same tags present and step width share a layout
+        # steps with the same tags present and step width share a layout
+        groups: dict[bytes, list[int]] = {}
         for i in np.flatnonzero(present.any(1)):
-            groups.setdefault(np.packbits(present[i]).tobytes() + bytes([width[i]]), []).append(int(i))
+            groups.setdefault(np.packbits(present[i]).tobytes() + bytes([width[i]]),
+                              []).append(int(i))
         records: dict[int, np.ndarray] = {}
         for rows in groups.values():
             cols = np.flatnonzero(present[rows[0]])
@@ -168,7 +178,8 @@ class EventFile:
             self._f.write(records[i])
         self.described.update(t for t, used in zip(tags, present.any(0)) if used)
 
-    def _encode(self, tags: list[str], width: int, steps: np.ndarray, values: np.ndarray, wall: float) -> np.ndarray:
+    def _encode(self, tags: list[str], width: int, steps: np.ndarray, values: np.ndarray,
+                wall: float) -> np.ndarray:
         """Framed records [n, bytes] of ``steps`` sharing one layout: the event's template, its
         variable bytes (wall time, step varint, each value's 4 bytes) filled in with numpy."""
         entries = [self._entry(t) for t in tags]
@@ -178,12 +189,15 @@ class EventFile:
         floats = (starts + np.array([o for _, o in entries], np.int64))[:, None] + np.arange(4)
         positions = np.concatenate([np.arange(1, 9), 10 + np.arange(width), floats.ravel()])
         event = head + summary
-        var = np.concatenate([np.broadcast_to(np.frombuffer(struct.pack("<d", wall), np.uint8), (len(steps), 8)),
+        var = np.concatenate([np.broadcast_to(np.frombuffer(struct.pack("<d", wall), np.uint8),
+                                              (len(steps), 8)),
                               varint_bytes(steps, width),
-                              np.ascontiguousarray(values, "<f4").view(np.uint8).reshape(len(steps), -1)], axis=1)
+                              np.ascontiguousarray(values, "<f4").view(np.uint8).reshape(
+                                  len(steps), -1)], axis=1)
         rec = np.empty((len(steps), 12 + len(event) + 4), np.uint8)
         length = struct.pack("<Q", len(event))
-        rec[:, :12] = np.frombuffer(length + struct.pack("<I", int(masked(crc32c([length]))[0])), np.uint8)
+        rec[:, :12] = np.frombuffer(length + struct.pack("<I", int(masked(crc32c([length]))[0])),
+                                    np.uint8)
         rec[:, 12:-4] = np.frombuffer(event, np.uint8)
         rec[:, 12 + positions] = var
         if len(steps) >= SLOTS_FROM:
@@ -203,14 +217,16 @@ class EventFile:
             values = []
             for tag, buckets in items:
                 b = np.ascontiguousarray(buckets, "<f8")
-                shape = pb.shape.TensorShapeProto(dim=[pb.shape.TensorShapeProto.Dim(size=n) for n in b.shape])
+                shape = pb.shape.TensorShapeProto(dim=[pb.shape.TensorShapeProto.Dim(size=n)
+                                                       for n in b.shape])
                 v = pb.summary.Summary.Value(tag=tag, tensor=pb.tensor.TensorProto(
                     dtype=pb.types.DT_DOUBLE, tensor_shape=shape, tensor_content=b.tobytes()))
                 if tag not in self.described:
                     v.metadata.CopyFrom(self._histogram_metadata())
                     self.described.add(tag)
                 values.append(v)
-            payloads.append(event_bytes(int(step), wall, pb.summary.Summary(value=values).SerializeToString()))
+            payloads.append(event_bytes(int(step), wall,
+                                        pb.summary.Summary(value=values).SerializeToString()))
         self._f.write(frame(payloads))
 
     def flush(self) -> None:

@@ -1,4 +1,5 @@
-"""Where every float op output of a session's graph went: captured, skipped (why) or excluded (which rule).
+"""Where every float op output of a session's graph went: captured, skipped (why)
+or excluded (which rule).
 
 The hook records it once per writer session, under the manifest's ``accounting`` key
 (FORMAT.md, "Accounting"): counts per rule, and names only where no pattern or op type says
@@ -69,14 +70,16 @@ class Rule:
 
     def record(self, count: int, names: Sequence[str], examples: Sequence[str]) -> dict[str, Any]:
         """The manifest's entry (FORMAT.md, "Accounting")."""
-        return {"rule": self.rule, "source": self.source, "what": self.what, "patterns": list(self.patterns),
-                "op_types": sorted(self.op_types), "negate": self.negate, "count": count, "names": list(names),
+        return {"rule": self.rule, "source": self.source, "what": self.what,
+                "patterns": list(self.patterns), "op_types": sorted(self.op_types),
+                "negate": self.negate, "count": count, "names": list(names),
                 "examples": list(examples)}
 
     @classmethod
     def from_record(cls, r: Mapping[str, Any]) -> "Rule":
-        return cls(r["rule"], r.get("what", ""), r.get("source", "default"), tuple(r.get("patterns", ())),
-                   frozenset(r.get("op_types", ())), bool(r.get("negate", False)), frozenset(r.get("names", ())))
+        return cls(r["rule"], r.get("what", ""), r.get("source", "default"),
+                   tuple(r.get("patterns", ())), frozenset(r.get("op_types", ())),
+                   bool(r.get("negate", False)), frozenset(r.get("names", ())))
 
 
 _BACKWARD = r"(^|/)gradients(_\d+)?/"
@@ -85,18 +88,22 @@ _BACKWARD = r"(^|/)gradients(_\d+)?/"
 #: a constant), then the op types. ``hooks.capture.select.DEFAULT_EXCLUDE`` and
 #: ``DEFAULT_EXCLUDE_OP_TYPES`` are their union.
 DEFAULT_RULES: tuple[Rule, ...] = (
-    Rule("inspector", "the inspector's own ops (tf_inspector/ scope: statistics, dumps, its gradients)",
+    Rule("inspector", "the inspector's own ops (tf_inspector/ scope: statistics, dumps, its "
+                      "gradients)",
          patterns=(r"^tf_inspector(_\d+)?/",)),
-    Rule("backward", "the backward pass: gradients/ scopes, and every op computed from one (gradient clipping, "
-                     "an optimizer's update)", patterns=(_BACKWARD,)),
-    Rule("optimizer", "optimizers: their scopes and slots, Adam's beta powers, learning-rate schedules, moving "
-                      "averages",
-         patterns=(r"(^|/)(Adam|Momentum|GradientDescent|RMSProp|Adagrad|Adadelta|Ftrl|SGD|Nadam|Adamax)(_\d+)?(/|$)",
+    Rule("backward", "the backward pass: gradients/ scopes, and every op computed from one "
+                     "(gradient clipping, an optimizer's update)", patterns=(_BACKWARD,)),
+    Rule("optimizer", "optimizers: their scopes and slots, Adam's beta powers, learning-rate "
+                      "schedules, moving averages",
+         patterns=(r"(^|/)(Adam|Momentum|GradientDescent|RMSProp|Adagrad|Adadelta|Ftrl|SGD|"
+                   r"Nadam|Adamax)(_\d+)?(/|$)",
                    r"(^|/)beta[12]_power",
-                   r"(^|/)(ExponentialMovingAverage|learning_rate|PiecewiseConstant|ExponentialDecay)(_\d+)?(/|$)")),
+                   r"(^|/)(ExponentialMovingAverage|learning_rate|PiecewiseConstant|"
+                   r"ExponentialDecay)(_\d+)?(/|$)")),
     Rule("saver", "the saver: save/ scope, SaveV2 and RestoreV2", patterns=(r"^save(_\d+)?/",),
          op_types=frozenset({"SaveV2", "RestoreV2"})),
-    Rule("summaries", "summaries: summary/ scopes and summary ops", patterns=(r"(^|/)summar(y|ies)(_\d+)?/",),
+    Rule("summaries", "summaries: summary/ scopes and summary ops",
+         patterns=(r"(^|/)summar(y|ies)(_\d+)?/",),
          op_types=frozenset({"ScalarSummary", "HistogramSummary", "ImageSummary", "MergeSummary",
                              "TensorSummaryV2"})),
     Rule("init", "initialization: init ops, initializers, is-initialized checks, NoOp groups",
@@ -104,14 +111,15 @@ DEFAULT_RULES: tuple[Rule, ...] = (
                    r"(^|/)(Initializer|Assign|IsInitialized|IsVariableInitialized)(_\d+)?(/|$)"),
          op_types=frozenset({"NoOp", "VarIsInitializedOp", "IsVariableInitialized"})),
     Rule("global_step", "the global step and its increment", patterns=(r"^global_step",)),
-    Rule("variables", "variables and assignments to them: a variable's value is captured as its read "
-                      "(ReadVariableOp, w/read) and its variable record",
-         op_types=frozenset({"VariableV2", "VarHandleOp", "Assign", "AssignAdd", "AssignSub", "AssignVariableOp",
-                             "AssignAddVariableOp"})),
-    Rule("constant", "constant-like ops: Const, Fill, ZerosLike, OnesLike, Shape (values fixed by the graph or "
-                     "by a shape)", op_types=frozenset({"Const", "Fill", "ZerosLike", "OnesLike", "Shape"})),
-    Rule("blocking", "takes a gradient accumulator's value, which another run fills (SyncReplicasOptimizer's "
-                     "chief): fetching it would block the training step",
+    Rule("variables", "variables and assignments to them: a variable's value is captured as its "
+                      "read (ReadVariableOp, w/read) and its variable record",
+         op_types=frozenset({"VariableV2", "VarHandleOp", "Assign", "AssignAdd", "AssignSub",
+                             "AssignVariableOp", "AssignAddVariableOp"})),
+    Rule("constant", "constant-like ops: Const, Fill, ZerosLike, OnesLike, Shape (values fixed by "
+                     "the graph or by a shape)",
+         op_types=frozenset({"Const", "Fill", "ZerosLike", "OnesLike", "Shape"})),
+    Rule("blocking", "takes a gradient accumulator's value, which another run fills "
+                     "(SyncReplicasOptimizer's chief): fetching it would block the training step",
          op_types=frozenset({"AccumulatorTakeGradient", "ResourceAccumulatorTakeGradient",
                              "SparseAccumulatorTakeGradient"})),
 )
@@ -151,15 +159,18 @@ def user_rules(include=None, exclude=None, op_types=None, exclude_op_types=None,
         out.append(Rule("include", f"include={listed(include)}: matched by none", "user",
                         patterns=tuple(listed(include)), negate=True))
     if exclude is not None:
-        out.append(Rule("exclude", f"exclude={listed(exclude)}", "user", patterns=tuple(listed(exclude))))
+        out.append(Rule("exclude", f"exclude={listed(exclude)}", "user",
+                        patterns=tuple(listed(exclude))))
     return out
 
 
 #: Keras: what lies outside the model's call and the ops its loss is computed from
-OUTSIDE = Rule("outside", "outside the model's call and its loss (the loss trackers and metrics, the train step's "
-                          "gradient tape and optimizer, the function's arguments)", "keras")
+OUTSIDE = Rule("outside", "outside the model's call and its loss (the loss trackers and metrics, "
+                          "the train step's gradient tape and optimizer, the function's "
+                          "arguments)", "keras")
 #: DumpHook: an output no rule explains (none should be: a test asserts it)
-UNACCOUNTED = Rule("unaccounted", "left out for no recorded reason: a bug of the hook (please report it)", "hook")
+UNACCOUNTED = Rule("unaccounted", "left out for no recorded reason: a bug of the hook (please "
+                                  "report it)", "hook")
 
 
 def record(outputs: Iterable[tuple[str, str]], captured: Iterable[str], aliases: Mapping[str, str],
@@ -196,7 +207,8 @@ def record(outputs: Iterable[tuple[str, str]], captured: Iterable[str], aliases:
         reasons.setdefault(why, []).append(name)
     return {"total": n_captured + len(skipped) + sum(counts.values()), "captured": n_captured,
             "aliases": dict(aliases),
-            "skipped": [{"reason": why, "count": len(names), "names": names} for why, names in reasons.items()],
+            "skipped": [{"reason": why, "count": len(names), "names": names}
+                        for why, names in reasons.items()],
             "excluded": [r.record(counts[r.rule], listed[r.rule], examples[r.rule]) for r in rules]}
 
 
@@ -221,7 +233,8 @@ class Ledger:
     """One session's accounting (its manifest) and its graph's op types (None: no readable
     graph file), to answer :meth:`why` for any name."""
 
-    def __init__(self, manifest: Mapping[str, Any], op_types: Mapping[str, str] | None = None) -> None:
+    def __init__(self, manifest: Mapping[str, Any],
+                 op_types: Mapping[str, str] | None = None) -> None:
         self.manifest, self.op_types = manifest, op_types
         acc = manifest.get("accounting")
         self.recorded = isinstance(acc, dict)
@@ -235,7 +248,8 @@ class Ledger:
             self.catalog.setdefault(t["name"], []).append(t["name"])
             if t.get("kind", "tensor") == "tensor" and t.get("op"):
                 self.catalog.setdefault(t["op"], []).append(t["name"])
-        self._by_op: dict[str, list[str]] = {}   # op -> its listed names (skipped, aliased, rules' names)
+        # op -> its listed names (skipped, aliased, rules' names)
+        self._by_op: dict[str, list[str]] = {}
         for n in [*self.skipped, *self.aliases, *(n for r in self.rules for n in r.names)]:
             self._by_op.setdefault(_op_of(n), []).append(n)
 
@@ -243,35 +257,42 @@ class Ledger:
         """Captured, skipped (why), excluded (which rule), or what else ``name`` is. An op name
         stands for its outputs: captured if any is, else skipped, else excluded."""
         if name in self.catalog:
-            return Why(name, "captured", "in the catalog (run.tensors)" if self.catalog[name] == [name] else
-                       f"captured as {', '.join(self.catalog[name])}", captured_as=tuple(self.catalog[name]))
+            return Why(name, "captured",
+                       "in the catalog (run.tensors)" if self.catalog[name] == [name] else
+                       f"captured as {', '.join(self.catalog[name])}",
+                       captured_as=tuple(self.catalog[name]))
         tensor = name if ":" in name else self._representative(name)
         op, op_type = _op_of(tensor), self._op_type(tensor)
         if tensor in self.aliases:
-            return Why(name, "captured", f"captured as {self.aliases[tensor]}: a TF2 cond's output, which TensorFlow "
-                       f"marks not fetchable; the Identity tf.cond returned holds its value", op_type=op_type,
+            return Why(name, "captured", f"captured as {self.aliases[tensor]}: a TF2 cond's "
+                       "output, which TensorFlow marks not fetchable; the Identity tf.cond "
+                       "returned holds its value", op_type=op_type,
                        captured_as=(self.aliases[tensor],))
         if tensor in self.skipped:
-            return Why(name, "skipped", self.reasons.get(tensor, "not fetchable (this run predates the accounting, "
-                                                                  "which records why)"), op_type=op_type)
+            return Why(name, "skipped",
+                       self.reasons.get(tensor, "not fetchable (this run predates the accounting, "
+                                                 "which records why)"), op_type=op_type)
         rule = next((r for r in self.rules if tensor in r.names), None)
         present = self.op_types is None or op in self.op_types
         matching = [r for r in self.rules if r.matches(tensor, op_type)] if rule is None else []
-        if matching and (present or matching[0].rule == INSPECTOR_RULE):   # the hook's ops: made after the graph
+        # the hook's ops: made after the graph
+        if matching and (present or matching[0].rule == INSPECTOR_RULE):
             rule = matching[0]
         if rule is not None:
-            return Why(name, "excluded", f"excluded by the {rule.source} rule '{rule.rule}': {rule.what}",
-                       rule.rule, rule.source, op_type)
+            return Why(name, "excluded", f"excluded by the {rule.source} rule '{rule.rule}': "
+                                         f"{rule.what}", rule.rule, rule.source, op_type)
         if not self.recorded:
-            return Why(name, "unknown", "this run predates the accounting: not in the catalog nor skipped, and "
-                       "its manifest does not say why", op_type=op_type)
+            return Why(name, "unknown", "this run predates the accounting: not in the catalog nor "
+                       "skipped, and its manifest does not say why", op_type=op_type)
         if not present:
             return Why(name, "absent", f"no op {op} in this session's graph", op_type=op_type)
-        return Why(name, "not_float", f"op {op} ({op_type or 'type unknown'}) is in the graph, but {tensor} is no "
-                   f"output the capture considers (not floating point, or no such output)", op_type=op_type)
+        return Why(name, "not_float", f"op {op} ({op_type or 'type unknown'}) is in the graph, but "
+                   f"{tensor} is no output the capture considers (not floating point, or no such "
+                   "output)", op_type=op_type)
 
     def _representative(self, op: str) -> str:
-        """The output that speaks for op ``op``: a listed one, skipped before excluded; else ``op:0``."""
+        """The output that speaks for op ``op``: a listed one,
+        skipped before excluded; else ``op:0``."""
         names = self._by_op.get(op, [])
         return next((n for n in names if n in self.skipped), names[0] if names else f"{op}:0")
 
@@ -284,12 +305,14 @@ class Ledger:
         acc = self.manifest.get("accounting")
         if not isinstance(acc, dict):
             return []
-        rows = [{"status": "captured", "rule": None, "source": None, "what": "in the catalog, or a TF2 cond output "
-                 "captured as its Identity", "count": acc.get("captured", 0), "examples": []}]
-        rows += [{"status": "skipped", "rule": None, "source": None, "what": s["reason"], "count": s["count"],
-                  "examples": s["names"][:EXAMPLES]} for s in acc.get("skipped", [])]
-        rows += [{"status": "excluded", "rule": r["rule"], "source": r.get("source"), "what": r.get("what", ""),
-                  "count": r["count"], "examples": r.get("examples", [])}
+        rows = [{"status": "captured", "rule": None, "source": None, "what": "in the catalog, or a "
+                 "TF2 cond output captured as its Identity", "count": acc.get("captured", 0),
+                 "examples": []}]
+        rows += [{"status": "skipped", "rule": None, "source": None, "what": s["reason"],
+                  "count": s["count"], "examples": s["names"][:EXAMPLES]}
+                 for s in acc.get("skipped", [])]
+        rows += [{"status": "excluded", "rule": r["rule"], "source": r.get("source"),
+                  "what": r.get("what", ""), "count": r["count"], "examples": r.get("examples", [])}
                  for r in acc.get("excluded", []) if r["count"]]
         return rows
 
@@ -298,11 +321,13 @@ class Ledger:
         (case-insensitive): the graph's ops and the skipped names; at most ``limit``."""
         t = text.lower()
         ops = self.op_types or {}
-        # an op's row speaks for its outputs; skipped names of no op of the graph (inside functions) have their own
+        # an op's row speaks for its outputs; skipped names of no op of the graph (inside
+        # functions) have their own
         names = [*ops, *sorted(n for n in self.skipped if _op_of(n) not in ops)]
         out = []
         for name in names:
-            if t not in name.lower() and t not in (self._op_type(name if ":" in name else f"{name}:0") or "").lower():
+            if t not in name.lower() and t not in (
+                    self._op_type(name if ":" in name else f"{name}:0") or "").lower():
                 continue
             why = self.why(name)
             if why.status in ("skipped", "excluded"):

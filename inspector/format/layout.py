@@ -3,7 +3,8 @@
 A run is a directory any tool can read without TensorFlow (see FORMAT.md)::
 
     runs/exp1/
-      manifest.<worker>.s<session>.json                 catalog, config, status (one per writer session)
+      manifest.<worker>.s<session>.json                 catalog, config, status (one per writer
+                                                        session)
       graph.<worker>.s<session>.pb                      GraphDef of the captured graph
       stats/<worker>.s<session>.<seq>.parquet           statistics parts
       stats/<worker>.s<session>.<first>-<last>.parquet  a compacted part (replaces first..last)
@@ -84,8 +85,8 @@ KINDS = ("forward", "gradient", "update")
 
 #: Op types whose outputs are the model's inputs (a tensor of one of these in the catalog is
 #: what was fed: ``IteratorGetNext:0`` of an input pipeline, a Keras probe's ``probe_x:0``).
-INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
-                            "IteratorGetNextAsOptional", "OptionalGetValue"})
+INPUT_OP_TYPES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext",
+                            "IteratorGetNextSync", "IteratorGetNextAsOptional", "OptionalGetValue"})
 
 
 GROUPS = ("all", "positive", "negative")
@@ -206,7 +207,8 @@ LABELS_COLLECTION = "tf_inspector/labels"
 POSITIVE_COLLECTION = "tf_inspector/positive"
 
 
-def icnn_entry(layer: str, role: str, tensor_name: str, filter_class: list[int] | None = None) -> str:
+def icnn_entry(layer: str, role: str, tensor_name: str,
+               filter_class: list[int] | None = None) -> str:
     """The collection entry registering ``tensor_name`` as ``role`` of ICNN layer ``layer``.
 
     ``filter_class`` (``class_positive`` only): the class of each filter, -1 for non-part ones.
@@ -217,8 +219,8 @@ def icnn_entry(layer: str, role: str, tensor_name: str, filter_class: list[int] 
     if role not in ICNN_ROLES + ICNN_CLASS_ROLES:
         raise ValueError(f"ICNN role {role!r} must be one of {ICNN_ROLES + ICNN_CLASS_ROLES}")
     if (filter_class is not None) != (role == "class_positive"):
-        raise ValueError(f"filter_class goes with role 'class_positive' (and it needs one), got role {role!r} "
-                         f"and filter_class {filter_class!r}")
+        raise ValueError("filter_class goes with role 'class_positive' (and it needs one), got "
+                         f"role {role!r} and filter_class {filter_class!r}")
     d: dict = {"layer": layer, "role": role, "tensor": tensor_name}
     if filter_class is not None:
         d["filter_class"] = [int(v) for v in filter_class]
@@ -232,7 +234,8 @@ def parse_icnn_entry(entry: str | bytes) -> tuple[str, str, str]:
 
 
 def icnn_catalog_fields(entry: str | bytes) -> dict:
-    """Catalog fields an entry adds beyond layer and role: ``{"icnn_filter_class": [...]}`` or ``{}``."""
+    """Catalog fields an entry adds beyond layer and role:
+    ``{"icnn_filter_class": [...]}`` or ``{}``."""
     d = json.loads(entry)
     return {"icnn_filter_class": d["filter_class"]} if "filter_class" in d else {}
 
@@ -250,7 +253,8 @@ def shared_gradient_entry(loss_name: str, tensor_name: str, gradient_name: str |
 
 
 def parse_shared_gradient_entry(entry: str | bytes) -> tuple[str, str, str | None]:
-    """(loss name, tensor name, gradient name or None) of an entry from :func:`shared_gradient_entry`."""
+    """(loss name, tensor name, gradient name or None) of an entry from
+    :func:`shared_gradient_entry`."""
     d = json.loads(entry)
     return d["loss"], d["tensor"], d["gradient"]
 
@@ -280,7 +284,8 @@ def stats_range_name(worker: str, session: int, first: int, last: int) -> str:
 
 
 def dump_name(worker: str, session: int, step: int, batch: int | None = None) -> str:
-    """A dump's file: ``batch`` is the batch index within an evaluation/prediction (None in training)."""
+    """A dump's file: ``batch`` is the batch index within an
+    evaluation/prediction (None in training)."""
     tail = "" if batch is None else f".b{batch:06d}"
     return f"dumps/{_wid(worker, session)}.step-{step:010d}{tail}.safetensors"
 
@@ -295,7 +300,8 @@ def is_temporary(name: str) -> bool:
 
 
 def _worker_session(name: str, current: re.Pattern, v1: re.Pattern) -> tuple[str, int] | None:
-    """(worker, session) of ``name`` by the current pattern, else by the version 1 one (session 0)."""
+    """(worker, session) of ``name`` by the current pattern,
+    else by the version 1 one (session 0)."""
     m = current.match(name)
     if m:
         return m["worker"], int(m["session"])
@@ -325,7 +331,8 @@ def parse_dump_name(name: str) -> tuple[str, int, int, int] | None:
 def check_worker(worker: str) -> str:
     """Return ``worker`` if it is a safe file-name component, else raise ValueError."""
     if not WORKER_RE.match(worker or ""):
-        raise ValueError(f"worker name {worker!r} must match {WORKER_RE.pattern} (letters, digits, _ and -)")
+        raise ValueError(f"worker name {worker!r} must match {WORKER_RE.pattern} (letters, digits, "
+                         "_ and -)")
     return worker
 
 

@@ -125,7 +125,8 @@ class LogHistogram:
         i = np.asarray([] if index is None else list(index), np.int64)
         c = np.asarray([] if count is None else list(count), np.int64)
         if len(i) != len(c):
-            raise ValueError(f"a histogram's buckets ({len(i)}) and counts ({len(c)}) differ in length")
+            raise ValueError(f"a histogram's buckets ({len(i)}) and counts ({len(c)}) differ in "
+                             "length")
         return merge([cls(i.astype(np.int16), c)])
 
     @property
@@ -145,7 +146,8 @@ class LogHistogram:
 
 
 def merge(hists: Iterable[LogHistogram]) -> LogHistogram:
-    """The sum of ``hists`` (counts of equal buckets added), buckets ascending, empty ones dropped."""
+    """The sum of ``hists`` (counts of equal buckets added),
+    buckets ascending, empty ones dropped."""
     hs = list(hists)
     if not hs:
         return LogHistogram(np.zeros(0, np.int16), np.zeros(0, np.int64))
@@ -173,7 +175,8 @@ def quantiles(index: np.ndarray, count: np.ndarray, q: Sequence[float] | np.ndar
     if n <= 0:
         return np.full(qs.shape, np.nan)
     rank = np.floor(qs * (n - 1)).astype(np.int64)
-    at = np.searchsorted(np.cumsum(c), rank, side="right")   # the first bucket whose running count passes rank
+    # the first bucket whose running count passes rank
+    at = np.searchsorted(np.cumsum(c), rank, side="right")
     return bucket_value(i[np.minimum(at, len(i) - 1)])
 
 
@@ -209,11 +212,13 @@ def sparse_of(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.
     """
     flat = [np.ravel(a) for a in arrays]
     row = np.repeat(np.arange(len(flat), dtype=np.int64), [a.size for a in flat])
-    both = [a.astype(np.float64) for a in flat] if any(a.dtype == np.float64 for a in flat) else flat
+    both = [a.astype(np.float64) for a in flat] if any(a.dtype == np.float64 for a in flat) \
+        else flat
     index, finite = bucket_index(np.concatenate(both) if both else np.zeros(0, np.float32))
     width = 2 * MAX_INDEX + 1
     keys, count = np.unique(row[finite] * width + index[finite] + MAX_INDEX, return_counts=True)
-    splits = np.concatenate([[0], np.cumsum(np.bincount(keys // width, minlength=len(flat)))]).astype(np.int64)
+    splits = np.concatenate(
+        [[0], np.cumsum(np.bincount(keys // width, minlength=len(flat)))]).astype(np.int64)
     return splits, (keys % width - MAX_INDEX).astype(np.int16), count.astype(np.int32)
 
 

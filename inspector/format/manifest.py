@@ -33,16 +33,17 @@ MAX_DUMPS_LISTED = 1 << 22
 
 # ---- the keys ---------------------------------------------------------------------------------
 #: Keys ``RunWriter`` writes itself: format, the session's identity, liveness and totals.
-WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", "mode", "created", "updated",
-               "status", "host", "pid", "heartbeat_secs", "bytes_written", "dumps_written", "steps", "dropped",
-               "errors", "graph_bytes", "stats_parts", "dump_runs")
+WRITER_KEYS = ("format", "format_version", "tool_version", "worker", "session", "mode", "created",
+               "updated", "status", "host", "pid", "heartbeat_secs", "bytes_written",
+               "dumps_written", "steps", "dropped", "errors", "graph_bytes",
+               "stats_parts", "dump_runs")
 #: Keys the writer's caller gives, each with the value a manifest without it (an older run, a
 #: bare ``RunWriter``) is written and read with.
-CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None, "labels": None,
-                                   "config": {}, "tensors": [], "skipped": [], "first_nonfinite": None,
-                                   "accounting": None, "start_step": None,
-                                   "groups": {"rule": "positive/negative", "names": ["positive", "negative"],
-                                              "codes": [1, 0]}}
+CALLER_DEFAULTS: dict[str, Any] = {"tensorflow_version": None, "is_chief": False, "loss": None,
+                                   "labels": None, "config": {}, "tensors": [], "skipped": [],
+                                   "first_nonfinite": None, "accounting": None, "start_step": None,
+                                   "groups": {"rule": "positive/negative",
+                                              "names": ["positive", "negative"], "codes": [1, 0]}}
 #: Keys present only after a failure: ``error`` (status failed), ``hook_error`` (the hook
 #: disabled itself).
 FAILURE_KEYS = ("error", "hook_error")
@@ -54,22 +55,25 @@ RECORDED_NOTHING_KEY = "recorded_nothing"
 #: form (tests check them against its signature); ``native_stats`` records whether the fused
 #: kernels ran, ``mode`` the mode the hook wrote.
 CONFIG_DEFAULTS: dict[str, Any] = {
-    "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [], "samples_per_group": 2,
-    "max_bytes": 2 * 1024 ** 3,
+    "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [],
+    "samples_per_group": 2, "max_bytes": 2 * 1024 ** 3,
     "histogram_sample": HIST_MAX_ELEMENTS, "gradients": True, "dump_on_nonfinite": False,
     "strict": False, "fsync": False, "share_gradients": True, "native_stats": True, "mode": "train",
-    "eval_stats_batches": None, "eval_dump_batches": 1, "include": None, "exclude": None, "op_types": None,
-    "exclude_op_types": None, "dtypes": ["float16", "bfloat16", "float32", "float64"],
+    "eval_stats_batches": None, "eval_dump_batches": 1, "include": None, "exclude": None,
+    "op_types": None, "exclude_op_types": None,
+    "dtypes": ["float16", "bfloat16", "float32", "float64"],
 }
 
 
 def with_caller_defaults(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """``manifest`` with every key of ``CALLER_DEFAULTS`` (copies of the defaults where missing).
 
-    >>> with_caller_defaults({"loss": "l:0"})["tensors"], with_caller_defaults({"loss": "l:0"})["loss"]
+    >>> with_caller_defaults({"loss": "l:0"})["tensors"], with_caller_defaults(
+    ...     {"loss": "l:0"})["loss"]
     ([], 'l:0')
     """
-    return {**{k: copy.deepcopy(v) for k, v in CALLER_DEFAULTS.items() if k not in manifest}, **manifest}
+    return {**{k: copy.deepcopy(v) for k, v in CALLER_DEFAULTS.items() if k not in manifest},
+            **manifest}
 
 
 def hook_config(**settings: Any) -> dict[str, Any]:
@@ -88,8 +92,8 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 #: The values of ``status`` (FORMAT.md).
 STATUSES = ("running", "finished", "failed")
-_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
-          list: "a list", type(None): "null"}
+_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false",
+          dict: "an object", list: "a list", type(None): "null"}
 
 
 def _is(value: Any, types: tuple[type, ...]) -> bool:
@@ -103,7 +107,8 @@ def _is(value: Any, types: tuple[type, ...]) -> bool:
 def _want(value: Any, types: tuple[type, ...], where: str) -> None:
     if not _is(value, types):
         expected = " or ".join(_NAMES[t] for t in types)
-        raise TypeError(f"field {where} must be {expected}, not {type(value).__name__} {_short(value)}")
+        raise TypeError(f"field {where} must be {expected}, not {type(value).__name__} "
+                        f"{_short(value)}")
 
 
 def _short(value: Any) -> str:
@@ -119,7 +124,8 @@ def _list_of(check: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
     return run
 
 
-def _object(fields: dict[str, tuple[type, ...]], required: tuple[str, ...] = ()) -> Callable[[Any, str], None]:
+def _object(fields: dict[str, tuple[type, ...]],
+            required: tuple[str, ...] = ()) -> Callable[[Any, str], None]:
     def run(value: Any, where: str) -> None:
         _want(value, (dict,), where)
         for key in required:
@@ -173,19 +179,22 @@ def _shape(value: Any, where: str) -> None:
         _want(dim, (int, type(None)), f"{where}[{i}]")
         if dim is not None:
             if not 0 <= dim <= MAX_DIM:
-                raise TypeError(f"field {where}[{i}] must be a dimension from 0 to 2**40 (or null: unknown), "
-                                f"not {_short(dim)}")
+                raise TypeError(f"field {where}[{i}] must be a dimension from 0 to 2**40 (or null: "
+                                f"unknown), not {_short(dim)}")
             size *= dim
     if size > MAX_ELEMENTS:
-        raise TypeError(f"field {where} must have at most 2**53 elements, not {_short(value)} ({size:.3g})")
+        raise TypeError(f"field {where} must have at most 2**53 elements, not {_short(value)} "
+                        f"({size:.3g})")
 
 
 _STR, _OPT_STR = (str,), (str, type(None))
-_TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR, "scope": _OPT_STR,
-                   "has_gradient": (bool, type(None)), "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
+_TENSOR = _object({"name": _STR, "op": _OPT_STR, "op_type": _OPT_STR, "dtype": _OPT_STR,
+                   "scope": _OPT_STR, "has_gradient": (bool, type(None)),
+                   "batched": (bool, type(None)), "icnn_layer": _OPT_STR,
                    "icnn_role": _OPT_STR, "keras_layer": _OPT_STR, "keras_call": (int, type(None)),
-                   "source_file": _OPT_STR, "source_line": (int, type(None)), "source_function": _OPT_STR,
-                   "icnn_filter_class": (list, type(None)), "captured_on": _OPT_STR},
+                   "source_file": _OPT_STR, "source_line": (int, type(None)),
+                   "source_function": _OPT_STR, "icnn_filter_class": (list, type(None)),
+                   "captured_on": _OPT_STR},
                   required=("name",))
 
 
@@ -210,7 +219,8 @@ def _one_of(values: tuple[str, ...]) -> Callable[[Any, str], None]:
     def run(value: Any, where: str) -> None:
         _want(value, (str,), where)
         if value not in values:
-            raise TypeError(f"field {where} must be one of {', '.join(values)}, not {_short(value)}")
+            raise TypeError(f"field {where} must be one of {', '.join(values)}, not "
+                            f"{_short(value)}")
     return run
 
 
@@ -226,12 +236,13 @@ def _steps(value: Any, where: str) -> None:
 def _heartbeat(value: Any, where: str) -> None:
     _want(value, (float, type(None)), where)
     if value is not None and not 0 < value <= 10 ** 6:
-        raise TypeError(f"field {where} must be seconds above 0 and at most 10**6, not {_short(value)}")
+        raise TypeError(f"field {where} must be seconds above 0 and at most 10**6, not "
+                        f"{_short(value)}")
 
 
 def _dump_runs(value: Any, where: str) -> None:
-    """``dump_runs`` (inspector.sessions.crosscheck): null, or [step, batch, n, dstep, dbatch] runs of
-    at most MAX_DUMPS_LISTED dumps in all, whose steps are counts and batches -1 or counts."""
+    """``dump_runs`` (inspector.sessions.crosscheck): null, or [step, batch, n, dstep, dbatch] runs
+    of at most MAX_DUMPS_LISTED dumps in all, whose steps are counts and batches -1 or counts."""
     if value is None:
         return
     _want(value, (list,), where)
@@ -240,14 +251,15 @@ def _dump_runs(value: Any, where: str) -> None:
         at = f"{where}[{i}]"
         _want(run, (list,), at)
         if len(run) != 5 or not all(_is(x, (int,)) for x in run):
-            raise TypeError(f"field {at} must be [step, batch, count, step stride, batch stride], not {_short(run)}")
+            raise TypeError(f"field {at} must be [step, batch, count, step stride, batch stride], "
+                            f"not {_short(run)}")
         s0, b0, n, ds, db = run
         total += n
         ends = (s0, s0 + (n - 1) * ds, b0, b0 + (n - 1) * db)
         if n < 1 or total > MAX_DUMPS_LISTED or not all(0 <= x <= MAX_COUNT for x in ends[:2]) \
                 or not all(-1 <= x <= MAX_COUNT for x in ends[2:]):
-            raise TypeError(f"field {at} must list 1 to {MAX_DUMPS_LISTED:,} dumps in all, at steps 0..2**53, "
-                            f"not {_short(run)}")
+            raise TypeError(f"field {at} must list 1 to {MAX_DUMPS_LISTED:,} dumps in all, at "
+                            f"steps 0..2**53, not {_short(run)}")
 
 
 _OPT_INT = (int, type(None))
@@ -257,20 +269,22 @@ def _groups(value: Any, where: str) -> None:
     """``groups``: null, or {"rule", "names": [group name], "codes": [int]} of equal lengths."""
     if value is None:
         return
-    _object({"rule": _STR, "names": (list,), "codes": (list,)}, required=("names", "codes"))(value, where)
+    _object({"rule": _STR, "names": (list,), "codes": (list,)},
+            required=("names", "codes"))(value, where)
     names, codes = value["names"], value["codes"]
     for i, n in enumerate(names):
         try:
             check_group_name(n)
         except ValueError as e:
             raise TypeError(f"field {where}.names[{i}]: {e}") from None
-    if len(set(names)) != len(names) or len(codes) != len(names) or len(set(map(repr, codes))) != len(codes) or \
-            not all(_is(c, (int,)) for c in codes):
-        raise TypeError(f"field {where} must hold distinct names and one distinct int code per name, "
-                        f"not {_short(value)}")
+    if len(set(names)) != len(names) or len(codes) != len(names) \
+            or len(set(map(repr, codes))) != len(codes) or not all(_is(c, (int,)) for c in codes):
+        raise TypeError(f"field {where} must hold distinct names and one distinct int code per "
+                        f"name, not {_short(value)}")
 _STRINGS = _list_of(_scalar(str))
 _SKIP_REASON = _object({"reason": _STR, "count": (int,)}, required=("reason", "count", "names"))
-_EXCLUSION = _object({"rule": _STR, "source": _STR, "what": _STR, "negate": (bool,), "count": (int,)},
+_EXCLUSION = _object({"rule": _STR, "source": _STR, "what": _STR, "negate": (bool,),
+                      "count": (int,)},
                      required=("rule", "count"))
 
 
@@ -279,8 +293,8 @@ def _accounting(value: Any, where: str) -> None:
     reasons and rules, every list of names a list of strings."""
     if value is None:
         return
-    _object({"total": (int,), "captured": (int,), "aliases": (dict,), "skipped": (list,), "excluded": (list,)})(
-        value, where)
+    _object({"total": (int,), "captured": (int,), "aliases": (dict,), "skipped": (list,),
+             "excluded": (list,)})(value, where)
     for k, v in value.get("aliases", {}).items():
         _want(v, _STR, f"{where}.aliases[{k!r}]")
     for i, s in enumerate(value.get("skipped", [])):
@@ -294,8 +308,9 @@ def _accounting(value: Any, where: str) -> None:
 
 
 #: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
-_RECORD_TYPES = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,), "first_step": _OPT_INT,
-                         "last_step": _OPT_INT, "steps": (list,)}, required=("what", "reason", "count"))
+_RECORD_TYPES = _object({"what": _STR, "reason": _STR, "count": (int,), "bytes": (int,),
+                         "first_step": _OPT_INT, "last_step": _OPT_INT, "steps": (list,)},
+                        required=("what", "reason", "count"))
 
 
 def _record(value: Any, where: str) -> None:
@@ -307,17 +322,19 @@ _DROPPED_V1 = _list_of(_object({"step": (int,), "reason": _STR, "bytes": (int,)}
 
 #: The fields the reader uses, each with its check. Other fields are not checked.
 FIELDS: dict[str, Callable[[Any, str], None]] = {
-    "session": _scalar(int), "mode": _one_of(MODES), "steps": _steps, "error": _scalar(str, type(None)),
-    "errors": _list_of(_record),
-    "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status, "host": _scalar(str, type(None)),
-    "pid": _pid, "heartbeat_secs": _heartbeat, "created": _scalar(str),
-    "updated": _scalar(str), "loss": _scalar(str, type(None)), "labels": _scalar(str, type(None)),
-    "config": _scalar(dict), "tensors": _list_of(_tensor), "groups": _groups, "skipped": _list_of(_scalar(str)),
+    "session": _scalar(int), "mode": _one_of(MODES), "steps": _steps,
+    "error": _scalar(str, type(None)), "errors": _list_of(_record),
+    "worker": _scalar(str), "is_chief": _scalar(bool), "status": _status,
+    "host": _scalar(str, type(None)), "pid": _pid, "heartbeat_secs": _heartbeat,
+    "created": _scalar(str), "updated": _scalar(str), "loss": _scalar(str, type(None)),
+    "labels": _scalar(str, type(None)), "config": _scalar(dict), "tensors": _list_of(_tensor),
+    "groups": _groups, "skipped": _list_of(_scalar(str)),
     "first_nonfinite": lambda v, w: None if v is None else _object(
         {"step": (int,), "tensor": _STR, "kind": _STR, "source": _STR})(v, w),
     "dropped": _list_of(_record),
     GROUPS_REFUSED_KEY: _object({"first_step": (int,), "samples": (int, type(None)), "why": _STR,
-                                 "last_step": (int,), "steps": (int,)}, required=("first_step", "why")),
+                                 "last_step": (int,), "steps": (int,)},
+                                required=("first_step", "why")),
     "bytes_written": _count, "dumps_written": _count, "hook_error": _scalar(str),
     "graph_bytes": _opt_count, "stats_parts": _count, "dump_runs": _dump_runs,
     "writer_error": _scalar(str), "tool_version": _scalar(str, type(None)),
@@ -337,8 +354,8 @@ def check_manifest(m: Any, path: Path | str) -> dict:
                 (_DROPPED_V1 if v1 else check)(m[key], key)
         runs, count = m.get("dump_runs"), m.get("dumps_written")
         if runs is not None and count is not None and sum(r[2] for r in runs) != count:
-            raise TypeError(f"field dump_runs lists {sum(r[2] for r in runs):,} dumps, not the dumps_written "
-                            f"{count:,}")
+            raise TypeError(f"field dump_runs lists {sum(r[2] for r in runs):,} dumps, not the "
+                            f"dumps_written {count:,}")
     except TypeError as e:
         raise DamagedFileError(f"damaged manifest {path}: {e}") from None
     return m

@@ -11,7 +11,8 @@ before that field existed get it from the manifest here.
 
 Example::
 
-    captured_on({"source": "keras", "probe": {"source": "probe"}})   # 'probe batch, after the update'
+    captured_on({"source": "keras",
+                 "probe": {"source": "probe"}})   # 'probe batch, after the update'
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def probe_sourced(manifest: Mapping[str, Any]) -> bool:
 
 
 def captured_on(manifest: Mapping[str, Any]) -> str | None:
-    """:data:`PROBE_NOTE` for a session recorded on the probe, else None (the training step's own)."""
+    """:data:`PROBE_NOTE` for a session recorded on the probe,
+    else None (the training step's own)."""
     return PROBE_NOTE if probe_sourced(manifest) else None
 
 
@@ -38,9 +40,9 @@ def gradient_meaning(note: str | None) -> str | None:
     """One sentence for a gradient or update recorded under ``note`` (None: nothing to say)."""
     if note != PROBE_NOTE:
         return None
-    return ("Recorded on the probe batch, after the update: each gradient is the probe's on the weights the "
-            "step produced, not the gradient that step's update was computed from; a variable's update is the "
-            "step's change (InspectCallback source='probe').")
+    return ("Recorded on the probe batch, after the update: each gradient is the probe's on the "
+            "weights the step produced, not the gradient that step's update was computed from; a "
+            "variable's update is the step's change (InspectCallback source='probe').")
 
 
 def first_note(values: Iterable[Any]) -> str | None:

@@ -163,7 +163,8 @@ class Neighbourhood:
     hops: int
     nodes: dict[str, int]
     total: int
-    edges: list[tuple[str, str, bool]] = field(default_factory=list)  # (from, to, control) among nodes
+    # (from, to, control) among nodes
+    edges: list[tuple[str, str, bool]] = field(default_factory=list)
 
     @property
     def capped(self) -> bool:
@@ -187,7 +188,8 @@ class OpGraph:
     def producers(self, name: str) -> list[str]:
         return [src for src, control in self.inputs.get(name, []) if not control]
 
-    def _walk(self, centre: str, hops: int, step: Callable[[str], list[str]], keep: Callable[[str], bool]
+    def _walk(self, centre: str, hops: int, step: Callable[[str], list[str]],
+              keep: Callable[[str], bool]
               ) -> dict[str, int]:
         dist = {centre: 0}
         queue = deque([centre])
@@ -213,10 +215,12 @@ class OpGraph:
             raise ValueError(f"hops must be >= 0, not {hops}")
         up = self._walk(centre, hops, self.producers, keep)
         down = self._walk(centre, hops, lambda n: self.consumers.get(n, []), keep)
-        found = {centre: 0, **{n: -d for n, d in up.items()}, **{n: d for n, d in down.items() if n not in up}}
+        found = {centre: 0, **{n: -d for n, d in up.items()},
+                 **{n: d for n, d in down.items() if n not in up}}
         order = sorted(found, key=lambda n: (abs(found[n]), n))
         shown = order if max_nodes is None else order[:max(int(max_nodes), 1)]
         nodes = {n: found[n] for n in shown}
-        edges = list(dict.fromkeys((src, n, control) for n in nodes for src, control in self.inputs.get(n, [])
+        edges = list(dict.fromkeys((src, n, control) for n in nodes
+                                   for src, control in self.inputs.get(n, [])
                                    if src in nodes))  # x * x: one edge
         return Neighbourhood(centre, hops, nodes, len(found), edges)

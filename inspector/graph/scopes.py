@@ -78,7 +78,8 @@ class Collapsed:
 
 
 def all_scopes(names: Iterable[str]) -> set[str]:
-    """Every name scope of ``names`` (each op's prefixes, and the names that are prefixes of others)."""
+    """Every name scope of ``names`` (each op's prefixes,
+    and the names that are prefixes of others)."""
     return {s for n in names for s in scopes_of(n)}
 
 
@@ -89,7 +90,8 @@ def _unit_id(op: str, opened: set[str], scopes: set[str]) -> UnitId:
     return ("op", op)
 
 
-def collapse(graph: OpGraph, opened: Iterable[str] = (), keep: Callable[[str], bool] = lambda n: True,
+def collapse(graph: OpGraph, opened: Iterable[str] = (),
+             keep: Callable[[str], bool] = lambda n: True,
              max_units: int | None = None, series: int | None = SERIES_MIN) -> Collapsed:
     """The whole-model view of ``graph``'s ops that ``keep`` accepts, the scopes in ``opened``
     drawn open (a scope is drawn open only when every scope around it is). Closed scopes (and
@@ -100,7 +102,8 @@ def collapse(graph: OpGraph, opened: Iterable[str] = (), keep: Callable[[str], b
     names = [n for n in graph.nodes if keep(n)]
     scopes = all_scopes(names)
     wanted = {s for s in opened if s in scopes}
-    shown = {s for s in wanted if all(p in wanted for p in scopes_of(s))}   # every scope around it open
+    # every scope around it open
+    shown = {s for s in wanted if all(p in wanted for p in scopes_of(s))}
     closed: list[str] = []
     while True:
         view = _build(graph, names, shown, scopes, series)
@@ -113,7 +116,8 @@ def collapse(graph: OpGraph, opened: Iterable[str] = (), keep: Callable[[str], b
     return view
 
 
-def _build(graph: OpGraph, names: list[str], shown: set[str], scopes: set[str], series: int | None) -> Collapsed:
+def _build(graph: OpGraph, names: list[str], shown: set[str], scopes: set[str],
+           series: int | None) -> Collapsed:
     where: dict[str, UnitId] = {}
     units: dict[UnitId, Unit] = {}
     for op in names:
@@ -136,7 +140,8 @@ def _build(graph: OpGraph, names: list[str], shown: set[str], scopes: set[str], 
     return Collapsed(units, edges, sorted(shown, key=lambda s: (s.count("/"), s)), where)
 
 
-def _series(units: dict[UnitId, Unit], where: dict[str, UnitId], at_least: int) -> dict[UnitId, Unit]:
+def _series(units: dict[UnitId, Unit], where: dict[str, UnitId],
+            at_least: int) -> dict[UnitId, Unit]:
     """``units`` with each run of ``at_least`` or more alike-named siblings (same cluster and kind,
     one name but for a trailing number) merged into a series unit at the place of its first
     member; ``where`` is updated to match."""

@@ -142,8 +142,8 @@ def _part_vector(part_filters, channels: int) -> np.ndarray:
         return out
     arr = np.asarray(part_filters, dtype=bool)
     if arr.shape != (channels,):
-        raise ValueError(f"part_filters must be None, an int or a bool vector of length C={channels}, "
-                         f"got shape {arr.shape}")
+        raise ValueError("part_filters must be None, an int or a bool vector of length "
+                         f"C={channels}, got shape {arr.shape}")
     return arr
 
 
@@ -180,8 +180,10 @@ def mu_and_sqrtvar(x: tf.Tensor, mu: str = "centroid"):
     return mu_r, mu_c, sqrtvar
 
 
-def mask_from_mu(mu_r: tf.Tensor, mu_c: tf.Tensor, beta: tf.Tensor, part: tf.Tensor, h: int, w: int):
-    """The mask ``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)`` (``getMask``), 1 off part filters.
+def mask_from_mu(mu_r: tf.Tensor, mu_c: tf.Tensor, beta: tf.Tensor, part: tf.Tensor,
+                 h: int, w: int):
+    """The mask ``max(1 - beta * (|gy - mu_row| + |gx - mu_col|), -1)``
+    (``getMask``), 1 off part filters.
 
     ``mu_r``, ``mu_c``: 1-based integer peak positions [N, C] (:func:`mu_and_sqrtvar`); ``beta``
     [C]; ``part`` bool [C]. Returns ``(mask [N, H, W, C], mu_row, mu_col)``, mu in [-1, 1] map
@@ -202,7 +204,8 @@ def mask_from_mu(mu_r: tf.Tensor, mu_c: tf.Tensor, beta: tf.Tensor, part: tf.Ten
 
 
 def masked_forward(x: tf.Tensor, beta: tf.Tensor, part: tf.Tensor, mu: str = "centroid"):
-    """``(relu(x * m), roles)``: the layer's forward pass, shared by ``conv_mask`` and the Keras layer.
+    """``(relu(x * m), roles)``: the layer's forward pass,
+    shared by ``conv_mask`` and the Keras layer.
 
     ``roles`` holds the named tensors ``mask``, ``strength``, ``mu`` and ``sqrtvar`` (created in
     the caller's name scope, so they are ``<layer>/mask:0`` ...)."""
@@ -211,7 +214,8 @@ def masked_forward(x: tf.Tensor, beta: tf.Tensor, part: tf.Tensor, mu: str = "ce
     m, mu_row, mu_col = mask_from_mu(mu_r, mu_c, beta, part, h, w)
     m = tf.identity(m, name="mask")
     s = tf.identity(tf.reduce_mean(x * m, axis=[1, 2]), name="strength")
-    roles = {"mask": m, "strength": s, "mu": tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
+    roles = {"mask": m, "strength": s,
+             "mu": tf.identity(tf.stack([mu_row, mu_col], axis=2), name="mu"),
              "sqrtvar": tf.identity(sqrtvar, name="sqrtvar")}
     return tf.nn.relu(x * m), roles
 
@@ -244,8 +248,10 @@ def _filter_loss_value(x, beta, part, positive, h, w):
     dtype = x.dtype
     gy, gx = _grid(h, dtype), _grid(w, dtype)
     # Templates for every grid position mu = (gy[i], gx[j]): [L, H, W] distances.
-    dist = (tf.abs(gy[None, :, None] - tf.reshape(tf.tile(gy[:, None], [1, w]), [-1])[:, None, None])
-            + tf.abs(gx[None, None, :] - tf.reshape(tf.tile(gx[None, :], [h, 1]), [-1])[:, None, None]))
+    dist = (tf.abs(gy[None, :, None]
+                   - tf.reshape(tf.tile(gy[:, None], [1, w]), [-1])[:, None, None])
+            + tf.abs(gx[None, None, :]
+                     - tf.reshape(tf.tile(gx[None, :], [h, 1]), [-1])[:, None, None]))
     temps = tf.maximum(1.0 - dist[..., None] * beta[None, None, None, :], -1.0)  # [L, H, W, C]
     temps = tf.where(tf.broadcast_to(part, tf.shape(temps)), temps, tf.ones_like(temps))
     n_t = h * w  # L: the number of positive templates
@@ -259,7 +265,8 @@ def _filter_loss_value(x, beta, part, positive, h, w):
                            tf.fill([n_t], tf.math.log(tf.maximum(alpha / n_t, tiny)))], axis=0)
     prior = tf.concat([(1.0 - alpha)[None], tf.fill([n_t], alpha / n_t)], axis=0)   # [L+1]
     log_p_x = tf.reduce_logsumexp(log_p_x_t + log_prior, axis=2, keepdims=True)  # [N, C, 1]
-    mi = tf.reduce_sum(prior * tf.reduce_sum(tf.exp(log_p_x_t) * (log_p_x_t - log_p_x), axis=0), axis=1)
+    mi = tf.reduce_sum(prior * tf.reduce_sum(tf.exp(log_p_x_t) * (log_p_x_t - log_p_x), axis=0),
+                       axis=1)
     return -mi
 
 
@@ -345,9 +352,10 @@ def conv_mask(x: tf.Tensor,
         scope = tf1.get_variable_scope().original_name_scope
     with tf1.name_scope(scope):
         watch = BetaWatch(name, beta_init) if beta_watch else None
-        post, out = mask_roles(x, beta_var, beta_var, labels_positive, part_np, slices, epoch, mu=mu,
-                               filter_loss=filter_loss, filter_loss_weight=filter_loss_weight, mag=mag,
-                               reduction=reduction, beta_lr_mult=beta_lr_mult, beta_update=beta_update,
+        post, out = mask_roles(x, beta_var, beta_var, labels_positive, part_np, slices, epoch,
+                               mu=mu, filter_loss=filter_loss,
+                               filter_loss_weight=filter_loss_weight, mag=mag, reduction=reduction,
+                               beta_lr_mult=beta_lr_mult, beta_update=beta_update,
                                beta_rate=beta_rate, watch=watch, monitor=monitor)
     if register:
         register_roles(name, out, slices)
@@ -360,8 +368,9 @@ def register_roles(layer: str, out: dict[str, tf.Tensor], slices) -> None:
     for role in ICNN_ROLES:
         tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, role, out[role].name))
     if slices is not None:
-        tf1.add_to_collection(ICNN_COLLECTION, icnn_entry(layer, "class_positive", out["class_positive"].name,
-                                                          filter_classes(slices)))
+        tf1.add_to_collection(ICNN_COLLECTION,
+                              icnn_entry(layer, "class_positive", out["class_positive"].name,
+                                         filter_classes(slices)))
 
 
 _OBSERVER = threading.local()   # .on: gradients built now are an observer's extra pass
@@ -397,12 +406,13 @@ def check_options(mu: str, reduction: str, beta_update: str, beta_rate: float) -
         raise ValueError(f"beta_update must be one of {BETA_UPDATES}, got {beta_update!r}")
     if isinstance(beta_rate, (bool, str)) or not isinstance(beta_rate, (int, float, np.number)) \
             or not 0.0 < float(beta_rate) < 1.0:
-        raise ValueError(f"beta_rate must be a number in (0, 1) so beta cannot overshoot its target, "
-                         f"got {beta_rate!r}")
+        raise ValueError("beta_rate must be a number in (0, 1) so beta cannot overshoot its "
+                         f"target, got {beta_rate!r}")
 
 
-def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np.ndarray, slices, epoch: tf.Tensor,
-               *, monitor: bool, **grad_options) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np.ndarray, slices,
+               epoch: tf.Tensor, *, monitor: bool,
+               **grad_options) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """The layer's output ``relu(x * m)`` and every role tensor, built in the current name scope
     under the registered names (``pre_mask``, ``beta_value``, ``post_mask``, ``filter_loss``,
     ``class_positive`` with class slices; the rest from :func:`masked_forward`): the one body
@@ -415,7 +425,8 @@ def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np
     beta = tf.identity(beta_read, name="beta_value")  # the read, passed into the custom grad
     part = tf.constant(part_np)
     y, out = masked(pre, beta, beta_var, part, groups, epoch, **grad_options)
-    if valid is not None:  # labels not all 0/1 where the assertion did not run (XLA): a NaN, not a guess
+    # labels not all 0/1 where the assertion did not run (XLA): a NaN, not a guess
+    if valid is not None:
         y = y + tf.cast(tf.where(valid, 0.0, np.nan), y.dtype)
     post = tf.identity(y, name="post_mask")
     if monitor:
@@ -425,20 +436,23 @@ def mask_roles(x: tf.Tensor, beta_read, beta_var, labels: tf.Tensor, part_np: np
             fl = _filter_loss_value(pre, beta, part, positive, h, w)
     else:
         fl = tf.zeros([c], x.dtype)
-    out.update(pre_mask=pre, post_mask=post, beta=beta, filter_loss=tf.identity(fl, name="filter_loss"))
+    out.update(pre_mask=pre, post_mask=post, beta=beta,
+               filter_loss=tf.identity(fl, name="filter_loss"))
     if slices is not None:   # the viewer's class split: exactly the labels the groups used
         out["class_positive"] = tf.identity(tf.cast(labels, x.dtype), name="class_positive")
     return post, out
 
 
-def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epoch: tf.Tensor, *, mu: str,
-           filter_loss: bool, filter_loss_weight: float, mag: float, reduction: str, beta_lr_mult: float,
-           beta_update: str, beta_rate: float, watch: "BetaWatch | None") -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epoch: tf.Tensor, *,
+           mu: str, filter_loss: bool, filter_loss_weight: float, mag: float, reduction: str,
+           beta_lr_mult: float, beta_update: str, beta_rate: float,
+           watch: "BetaWatch | None") -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """``relu(x * m)`` with the release's custom gradient, and the role tensors it computed.
 
     The one implementation of the layer's forward and backward (through :func:`mask_roles`,
-    for :func:`conv_mask` and the Keras ``ICNNMask`` alike). ``beta``: beta's read (the value used); ``beta_var``: the
-    variable (assigned by the ``"stable"`` update); ``groups``: :func:`_class_groups`'s list."""
+    for :func:`conv_mask` and the Keras ``ICNNMask`` alike). ``beta``: beta's read (the value used);
+    ``beta_var``: the variable (assigned by the ``"stable"`` update); ``groups``:
+    :func:`_class_groups`'s list."""
     dtype = x.dtype
     out: dict[str, tf.Tensor] = {}  # role -> tensor
 
@@ -452,10 +466,12 @@ def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epo
             """(dx, d beta): the release's pseudo-gradient, or the stable update and 0."""
             target = _group_target(groups, s, sqrtvar)
             acting = not getattr(_OBSERVER, "on", False)   # read when the backward pass is built
-            deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None and acting else []
+            deps = [_watch_beta(watch, beta_v, target, part)] if watch is not None and acting \
+                else []
             if beta_update == "stable":
                 if acting:
-                    new = tf.where(part, beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
+                    new = tf.where(part,
+                                   beta_v + tf.cast(beta_rate, dtype) * (target - beta_v), beta_v)
                     deps.append(beta_var.assign(new))
                 with tf.control_dependencies(deps):
                     return tf.identity(dx), tf.zeros_like(beta_v)
@@ -468,7 +484,8 @@ def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epo
             n = tf.cast(tf.shape(x_in)[0], dtype)
             scale = 1.0 / n if reduction == "mean" else tf.cast(1.0, dtype)
             if filter_loss:
-                terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch, mag, w_pos, w_neg)
+                terms = [_filter_grad(x_in, m, s, pos_k, tf.constant(part_k), epoch,
+                                      mag, w_pos, w_neg)
                          for pos_k, part_k, w_pos, w_neg in groups]   # disjoint channels
                 dx = dx + tf.add_n(terms) * (scale * filter_loss_weight)
             return _beta_step(dx, beta_v, s, sqrtvar, scale)
@@ -481,7 +498,8 @@ def masked(x: tf.Tensor, beta: tf.Tensor, beta_var, part: tf.Tensor, groups, epo
 def filter_classes(slices) -> list[int]:
     """The class of each filter from :func:`_class_slices`, -1 for filters that are no part filter.
 
-    >>> filter_classes([(np.array([True, False, False]), 1, 1), (np.array([False, True, False]), 1, 1)])
+    >>> filter_classes([(np.array([True, False, False]), 1, 1),
+    ...                 (np.array([False, True, False]), 1, 1)])
     [0, 1, -1]
     """
     out = np.full(slices[0][0].size, -1, np.int64)
@@ -495,7 +513,8 @@ def _filter_grad(x, m, s, positive, part, epoch, mag, w_pos=1.0, w_neg=1.0):
     dtype = x.dtype
     a = ALPHA
     m_flip = tf.reverse(m, axis=[0, 3])     # MATLAB mask(:,:,end:-1:1,end:-1:1): channels and batch
-    log_z_pos = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(x * m_flip, axis=[1, 2]) / a), axis=0))
+    log_z_pos = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(x * m_flip, axis=[1, 2]) / a),
+                                               axis=0))
     log_z_neg = a * tf.math.log(tf.reduce_mean(tf.exp(tf.reduce_mean(-x, axis=[1, 2]) / a), axis=0))
     # Over all channels, as the release does (its logZ vectors span every filter).
     log_z_pos = _replace_inf(log_z_pos, tf.ones_like(log_z_pos, tf.bool))
@@ -525,7 +544,8 @@ def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_clas
     with the release's weights (see :func:`conv_mask`). Checked before any op is built."""
     if labels_shape.rank != 2:
         if filter_class is not None or class_density is not None:
-            raise ValueError(f"filter_class and class_density need {labels} of shape [N, K], got shape {labels_shape}")
+            raise ValueError(f"filter_class and class_density need {labels} of shape [N, K], got "
+                             f"shape {labels_shape}")
         return None
     k = labels_shape.as_list()[1]
     if k is None:
@@ -533,15 +553,17 @@ def _class_slices(labels_shape: tf.TensorShape, part_np: np.ndarray, filter_clas
     channels = part_np.size
     fc = np.asarray(filter_class if filter_class is not None else [], dtype=np.int64)
     if fc.shape != (channels,) or (fc[part_np] < 0).any() or (fc[part_np] >= k).any():
-        raise ValueError(f"with {labels} [N, {k}], filter_class must be an int vector of length C={channels} "
-                         f"with values in [0, {k}) on part channels, got {filter_class!r}")
+        raise ValueError(f"with {labels} [N, {k}], filter_class must be an int vector of length "
+                         f"C={channels} with values in [0, {k}) on part channels, got "
+                         f"{filter_class!r}")
     if k > 10:
         weights = [(0.5 * k, 0.5 / (1.0 - 1.0 / k))] * k
     else:
         dens = np.asarray(class_density if class_density is not None else [], dtype=np.float64)
         if dens.shape != (k,) or not ((dens > 0) & (dens < 1)).all():
-            raise ValueError(f"with K={k} <= 10 classes, class_density must be K shares in (0, 1) (the release "
-                             f"weighs class k by 0.5 / density[k]), got {class_density!r}")
+            raise ValueError(f"with K={k} <= 10 classes, class_density must be K shares in (0, 1) "
+                             "(the release weighs class k by 0.5 / density[k]), got "
+                             f"{class_density!r}")
         weights = [(0.5 / d, 0.5 / (1.0 - d)) for d in dens]
     return [(part_np & (fc == j), w_pos, w_neg) for j, (w_pos, w_neg) in enumerate(weights)]
 
@@ -560,12 +582,13 @@ def bool_labels(labels) -> tuple[tf.Tensor, tf.Tensor | None]:
     if labels.dtype == tf.bool:
         return labels, None
     if not (labels.dtype.is_integer or labels.dtype.is_floating):
-        raise ValueError(f"ICNN labels must be bool (or 0/1 numbers), got dtype {labels.dtype.name}")
+        raise ValueError("ICNN labels must be bool (or 0/1 numbers), got dtype "
+                         f"{labels.dtype.name}")
     binary = tf.reduce_all(tf.logical_or(tf.equal(labels, 0), tf.equal(labels, 1)))
     check = tf.debugging.Assert(binary, [
-        "ICNN labels must be bool, or numbers that are all 0 or 1 (one-hot); these have other values "
-        "(soft or smoothed labels?), which a cast would make True wherever nonzero. Pass the hard "
-        "labels, e.g. tf.one_hot(class_ids, K, dtype=tf.bool). min, max:",
+        "ICNN labels must be bool, or numbers that are all 0 or 1 (one-hot); these have other "
+        "values (soft or smoothed labels?), which a cast would make True wherever nonzero. Pass "
+        "the hard labels, e.g. tf.one_hot(class_ids, K, dtype=tf.bool). min, max:",
         tf.reduce_min(labels), tf.reduce_max(labels)])
     with tf.control_dependencies([check]):
         return tf.cast(labels, tf.bool), binary
@@ -577,7 +600,8 @@ def _class_groups(labels, part_np: np.ndarray, slices):
     if slices is None:
         positive = tf.reshape(labels, [-1])
         return positive, [(positive, part_np, 1.0, 1.0)]
-    groups = [(labels[:, j], part_k, w_pos, w_neg) for j, (part_k, w_pos, w_neg) in enumerate(slices)]
+    groups = [(labels[:, j], part_k, w_pos, w_neg)
+              for j, (part_k, w_pos, w_neg) in enumerate(slices)]
     return tf.reduce_any(labels, axis=1), groups
 
 
@@ -649,10 +673,11 @@ class BetaWatch:
         bad = part & ~((beta >= self.low) & (beta <= self.high))   # NaN counts as out of range
         if bad.any() and "out_of_range" not in kinds:
             c = int(np.flatnonzero(bad)[0])
-            self._warn("out_of_range", f"ICNN layer {self.layer}: beta of channel {c} is {beta[c]:.4g}, outside "
-                       f"[{self.low:g}, {self.high:g}] (the targets' range) after {self._calls} update(s): the "
-                       "update overshoots its target (step > 1, e.g. SGD with lr > N / (beta_lr_mult * 1e4)); "
-                       "masks may leave [-1, 1]. Lower the learning rate or use beta_update='stable'.")
+            self._warn("out_of_range", f"ICNN layer {self.layer}: beta of channel {c} is "
+                       f"{beta[c]:.4g}, outside [{self.low:g}, {self.high:g}] (the targets' range) "
+                       f"after {self._calls} update(s): the update overshoots its target "
+                       "(step > 1, e.g. SGD with lr > N / (beta_lr_mult * 1e4)); masks may leave "
+                       "[-1, 1]. Lower the learning rate or use beta_update='stable'.")
         if self._last is not None:
             prev_beta, prev_target = self._last
             gap = prev_target - prev_beta
@@ -662,10 +687,10 @@ class BetaWatch:
             self._run = np.where(over, self._run + 1, 0)
             if (self._run >= self.flips).any() and "oscillating" not in kinds:
                 c = int(np.flatnonzero(self._run >= self.flips)[0])
-                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped past its target "
-                           f"on {self.flips} consecutive updates (last step {step[c]:.3g} x the distance; beta "
-                           f"{beta[c]:.4g}): the update's step is above 1. Lower the learning rate or use "
-                           "beta_update='stable'.")
+                self._warn("oscillating", f"ICNN layer {self.layer}: beta of channel {c} jumped "
+                           f"past its target on {self.flips} consecutive updates (last step "
+                           f"{step[c]:.3g} x the distance; beta {beta[c]:.4g}): the update's step "
+                           "is above 1. Lower the learning rate or use beta_update='stable'.")
         else:
             self._run = np.zeros(beta.shape, np.int64)
         self._last = (beta.copy(), target.copy())
@@ -678,7 +703,8 @@ class BetaWatch:
 
 def _watch_beta(watch: "BetaWatch", beta, target, part):
     """An op that runs ``watch`` on beta and its target; its output is beta (for a control edge)."""
-    out = tf.numpy_function(watch, [beta, target, part], beta.dtype, stateful=True, name="beta_watch")
+    out = tf.numpy_function(watch, [beta, target, part], beta.dtype, stateful=True,
+                            name="beta_watch")
     return tf.reshape(out, tf.shape(beta))
 
 

@@ -41,5 +41,6 @@ def icnn_mask(mu: np.ndarray, beta: np.ndarray, h: int, w: int) -> np.ndarray:
 def mu_to_cell(mu: np.ndarray, h: int, w: int) -> np.ndarray:
     """Map mu in [-1, 1] coordinates back to 0-based (row, col) grid cells."""
     mu = np.asarray(mu, np.float64)
-    return np.stack([np.rint((mu[..., 0] + 1) / 2 * (h - 1)), np.rint((mu[..., 1] + 1) / 2 * (w - 1))],
+    return np.stack([np.rint((mu[..., 0] + 1) / 2 * (h - 1)),
+                     np.rint((mu[..., 1] + 1) / 2 * (w - 1))],
                     -1).astype(int)

@@ -4,9 +4,9 @@ For filter f and image I: take the position of f's largest activation (on ties t
 MATLAB's column-major order, as the release's ``max(max(x, [], 1), [], 2)`` picks it), map
 it to image pixels through the receptive field ``p = center + index * stride`` (0-based index
 and pixel coordinates), and measure its Euclidean distance to each ground-truth part k. Over
-f's top-K images (largest max activation, among images where the part is valid) take the standard deviation of that
-distance (``ddof=1``, MATLAB ``var``), average over parts, then over filters, and divide by
-the image diagonal. Lower is better: an interpretable filter keeps a constant distance to
+f's top-K images (largest max activation, among images where the part is valid) take the standard
+deviation of that distance (``ddof=1``, MATLAB ``var``), average over parts, then over filters, and
+divide by the image diagonal. Lower is better: an interpretable filter keeps a constant distance to
 its part. The release measures a conv layer's raw output (before its ReLU, and in an ICNN
 before the mask): pass those maps, so that every filter has a peak that means something.
 :func:`part_consistency` is a second reading: how often a filter's peak lands on one part.
@@ -27,7 +27,8 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 
-def peak_positions(maps: np.ndarray, stride: Sequence[float] | float, center: Sequence[float] | float
+def peak_positions(maps: np.ndarray, stride: Sequence[float] | float,
+                   center: Sequence[float] | float
                    ) -> Tuple[np.ndarray, np.ndarray]:
     """Image-pixel position of each map's largest activation and that activation.
 
@@ -52,9 +53,9 @@ def peak_positions(maps: np.ndarray, stride: Sequence[float] | float, center: Se
     return center + rc * stride, score
 
 
-def filter_instability(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[float] | float = 1.0,
-                       center: Sequence[float] | float = 0.0, valid: Optional[np.ndarray] = None,
-                       top_k: int = 100) -> np.ndarray:
+def filter_instability(maps: np.ndarray, parts: np.ndarray, *,
+                       stride: Sequence[float] | float = 1.0, center: Sequence[float] | float = 0.0,
+                       valid: Optional[np.ndarray] = None, top_k: int = 100) -> np.ndarray:
     """Per-filter mean over parts of the std of the peak-to-part distance, in pixels: [C].
 
     A filter with fewer than 2 usable images for some part gets NaN (as in the release).
@@ -80,7 +81,8 @@ def filter_instability(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[
     c = maps.shape[3]
     out = np.zeros(c)
     for f in range(c):
-        order = np.argsort(-score[:, f], kind="stable")            # descending, stable like MATLAB sort
+        # descending, stable like MATLAB sort
+        order = np.argsort(-score[:, f], kind="stable")
         total = 0.0
         for k in range(p):
             chosen = order[valid[order, k]][: int(top_k)]
@@ -94,9 +96,9 @@ def filter_instability(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[
 
 
 def location_instability(maps: np.ndarray, parts: np.ndarray, *, image_size: Sequence[int],
-                         stride: Sequence[float] | float = 1.0, center: Sequence[float] | float = 0.0,
-                         valid: Optional[np.ndarray] = None, top_k: int = 100,
-                         select_ratio: float = 1.0) -> float:
+                         stride: Sequence[float] | float = 1.0,
+                         center: Sequence[float] | float = 0.0, valid: Optional[np.ndarray] = None,
+                         top_k: int = 100, select_ratio: float = 1.0) -> float:
     """Location instability of a layer (lower is better).
 
     Args:
@@ -116,7 +118,8 @@ def location_instability(maps: np.ndarray, parts: np.ndarray, *, image_size: Seq
         raise ValueError(f"image_size must be (height, width) > 0, got {image_size!r}")
     if not 0.0 < select_ratio <= 1.0:
         raise ValueError(f"select_ratio must be in (0, 1], got {select_ratio}")
-    per_filter = filter_instability(maps, parts, stride=stride, center=center, valid=valid, top_k=top_k)
+    per_filter = filter_instability(maps, parts, stride=stride, center=center,
+                                    valid=valid, top_k=top_k)
     good = np.sort(per_filter[np.isfinite(per_filter)])
     if good.size == 0:
         return float("nan")
@@ -145,8 +148,8 @@ def part_consistency(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[fl
     maps = np.asarray(maps, dtype=np.float64)
     parts = np.asarray(parts, dtype=np.float64)
     if parts.ndim != 3 or parts.shape[2] != 2 or maps.ndim != 4 or parts.shape[0] != maps.shape[0]:
-        raise ValueError(f"maps must be [N, H, W, C] and parts [N, P, 2] with the same N, got {maps.shape} "
-                         f"and {parts.shape}")
+        raise ValueError("maps must be [N, H, W, C] and parts [N, P, 2] with the same N, got "
+                         f"{maps.shape} and {parts.shape}")
     if not radius > 0:
         raise ValueError(f"radius must be > 0 pixels, got {radius!r}")
     pos, score = peak_positions(maps, stride, center)
@@ -161,7 +164,8 @@ def part_consistency(maps: np.ndarray, parts: np.ndarray, *, stride: Sequence[fl
         d = np.linalg.norm(parts[chosen] - pos[chosen, f, None, :], axis=2)   # [K, P], NaN = absent
         d = np.where(np.isfinite(d), d, np.inf)
         near = np.argmin(d, axis=1)
-        near = np.where(d[np.arange(len(chosen)), near] <= radius, near, n_parts)  # n_parts = no part
+        # n_parts = no part
+        near = np.where(d[np.arange(len(chosen)), near] <= radius, near, n_parts)
         counts = np.bincount(near, minlength=n_parts + 1)[:n_parts]
         k = int(np.argmax(counts))
         best[f], consistency[f] = (k if counts[k] else -1), counts[k] / chosen.size

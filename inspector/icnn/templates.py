@@ -38,7 +38,8 @@ def _check_hw(h: int, w: int) -> None:
 
 
 def grid_mu(h: int, w: int) -> np.ndarray:
-    """Every position on the H x W grid as (row, col) in [-1, 1] coordinates, row-major: [H*W, 2]."""
+    """Every position on the H x W grid as (row, col)
+    in [-1, 1] coordinates, row-major: [H*W, 2]."""
     _check_hw(h, w)
     gy, gx = np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w)
     rows, cols = np.meshgrid(gy, gx, indexing="ij")
@@ -67,7 +68,8 @@ def template_at(mu: np.ndarray, beta, h: int, w: int) -> np.ndarray:
     Returns [..., H, W]: a template T_mu, or the ICNN mask of one map and channel."""
     mu = np.asarray(mu, dtype=np.float64)
     gy, gx = np.linspace(-1.0, 1.0, h), np.linspace(-1.0, 1.0, w)
-    dist = np.abs(gy[:, None] - mu[..., 0, None, None]) + np.abs(gx[None, :] - mu[..., 1, None, None])
+    dist = np.abs(gy[:, None] - mu[..., 0, None, None]) \
+        + np.abs(gx[None, :] - mu[..., 1, None, None])
     return np.maximum(1.0 - np.asarray(beta, np.float64)[..., None, None] * dist, -1.0)
 
 
@@ -93,7 +95,8 @@ def icnn_layers(catalog: pd.DataFrame) -> pd.DataFrame:
     """
     missing = {"name", "icnn_layer", "icnn_role"} - set(catalog.columns)
     if missing:
-        raise ValueError(f"catalog lacks column(s) {sorted(missing)}; it needs name, icnn_layer, icnn_role")
+        raise ValueError(f"catalog lacks column(s) {sorted(missing)}; it needs name, icnn_layer, "
+                         "icnn_role")
     roles = (*ICNN_ROLES, *ICNN_CLASS_ROLES)
     columns = ["layer", *roles]
     rows = catalog[catalog["icnn_layer"].notna() & catalog["icnn_role"].notna()]
@@ -105,7 +108,8 @@ def icnn_layers(catalog: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=columns, dtype=object)
 
 
-def dead_filters(pre_mask: Optional[np.ndarray] = None, mu: Optional[np.ndarray] = None) -> np.ndarray:
+def dead_filters(pre_mask: Optional[np.ndarray] = None,
+                 mu: Optional[np.ndarray] = None) -> np.ndarray:
     """Dead filters of an ICNN layer in a dump: bool [C], True where the filter never fires.
 
     With ``pre_mask`` ([N, H, W, C], the ReLU map the mask is applied to): its values are

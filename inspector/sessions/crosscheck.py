@@ -10,7 +10,8 @@ is named in ``run.problems``, never a silent gap in a plot (FORMAT.md, "Missing 
 Example::
 
     runs = encode_dumps([(100, None), (200, None), (300, None)])   # [[100, -1, 3, 100, 0]]
-    list(decode_dumps(runs))                                       # [(100, None), (200, None), (300, None)]
+    list(decode_dumps(runs))                                       # [(100, None), (200, None),
+                                                                   #  (300, None)]
     missing_seqs([(1, 10), (21, 30)], 40)                          # [(11, 20), (31, 40)]
 """
 from __future__ import annotations
@@ -103,10 +104,12 @@ def graph_problems(manifests: Manifests, sizes: Mapping[str, int | None],
         name = graph_name(w, s)
         got = sizes.get(name, -1)
         if got == -1:
-            out.append(f"{display(name)}: missing; {manifest_name(w, s)} says it was written ({want:,} bytes)")
+            out.append(f"{display(name)}: missing; {manifest_name(w, s)} says it was written "
+                       f"({want:,} bytes)")
         elif got != want:
             have = "a folder" if got is None else f"{got:,} bytes"
-            out.append(f"{display(name)}: {have}, not the {want:,} bytes {manifest_name(w, s)} says were written")
+            out.append(f"{display(name)}: {have}, not the {want:,} bytes {manifest_name(w, s)} "
+                       "says were written")
     return out
 
 
@@ -120,14 +123,16 @@ def stats_problems(manifests: Manifests, ranges: Mapping[tuple[str, int], list[t
         if not isinstance(last, int) or last < 1 or s < 1:
             continue
         gaps = missing_seqs(ranges.get((w, s), []), last)
-        names = [display(stats_name(w, s, a) if a == b else stats_range_name(w, s, a, b)) for a, b in gaps]
-        lines = [f"{n}: missing; {manifest_name(w, s)} says statistics parts 1-{last} were written (their rows "
-                 f"are not read)" for n in names]
+        names = [display(stats_name(w, s, a) if a == b else stats_range_name(w, s, a, b))
+                 for a, b in gaps]
+        lines = [f"{n}: missing; {manifest_name(w, s)} says statistics parts 1-{last} were written "
+                 f"(their rows are not read)" for n in names]
         out += named(lines, len(lines), f"missing statistics parts of {w} session {s}")
     return out
 
 
-def dump_problems(manifests: Manifests, found: set[str], display: Callable[[str], str]) -> list[str]:
+def dump_problems(manifests: Manifests, found: set[str],
+                  display: Callable[[str], str]) -> list[str]:
     """Dumps each session's manifest says were written and ``found`` (the names listed in
     ``dumps/``) lacks: named from ``dump_runs``, else counted against ``dumps_written``."""
     out = []
@@ -138,11 +143,13 @@ def dump_problems(manifests: Manifests, found: set[str], display: Callable[[str]
         if isinstance(runs, list):
             missing = [name for step, batch in decode_dumps(runs)
                        if (name := dump_name(w, s, step, batch)).rsplit("/", 1)[-1] not in found]
-            lines = [f"{display(n)}: missing; {manifest_name(w, s)} says it was written" for n in missing]
+            lines = [f"{display(n)}: missing; {manifest_name(w, s)} says it was written"
+                     for n in missing]
             out += named(lines, len(lines), f"missing dumps of {w} session {s}")
         elif isinstance(count, int) and m.get("format_version", 1) >= 2:
             have = sum(1 for n in found if n.startswith(f"{w}.s{s:04d}.step-"))
             if have < count:
-                out.append(f"{display('dumps')}: {count - have:,} dump(s) of {w} session {s} missing; "
-                           f"{manifest_name(w, s)} says {count:,} were written, {have:,} are there")
+                out.append(f"{display('dumps')}: {count - have:,} dump(s) of {w} session {s} "
+                           f"missing; {manifest_name(w, s)} says {count:,} were written, {have:,} "
+                           "are there")
     return out

@@ -44,8 +44,8 @@ from pathlib import Path
 from typing import Callable
 
 from inspector.errors import InspectorError, StorageError
-from inspector.format import (LOCK_RE, check_worker, is_temporary, lock_name, parse_dump_name, parse_manifest_name,
-                              parse_stats_name)
+from inspector.format import (LOCK_RE, check_worker, is_temporary, lock_name, parse_dump_name,
+                              parse_manifest_name, parse_stats_name)
 from inspector.sessions.liveness import alive, now_iso, stale_after, writer_state
 from inspector.storage import Storage, Version, normalize, open_storage
 
@@ -73,7 +73,8 @@ class LeaseLostError(InspectorError):
 
 @dataclass(eq=False)
 class Claim:
-    """The lock of one writer session on ``worker`` in ``run_dir`` (a folder, a URL or a Storage)."""
+    """The lock of one writer session on ``worker`` in ``run_dir``
+    (a folder, a URL or a Storage)."""
     run_dir: Path | str | Storage
     worker: str
     session: int
@@ -89,7 +90,8 @@ class Claim:
         #: called with a sentence for each thing the holder did to its lock that a user should
         #: know (recreated, lost): the writer records it in the manifest's ``errors``
         self.on_event: Callable[[str], None] | None = None
-        self._written: float | None = None   # time.monotonic() just before our last write of the lock
+        # time.monotonic() just before our last write of the lock
+        self._written: float | None = None
 
     @property
     def rel(self) -> str:
@@ -98,7 +100,8 @@ class Claim:
     @property
     def path(self) -> Path | str:
         """The lock file: a Path on local disk, a URL in an object store."""
-        return Path(self.store.display(self.rel)) if self.store.is_local else self.store.display(self.rel)
+        return Path(self.store.display(self.rel)) if self.store.is_local \
+            else self.store.display(self.rel)
 
     @classmethod
     def take(cls, run_dir: Path | str | Storage, worker: str, heartbeat_secs: float) -> "Claim":
@@ -121,18 +124,18 @@ class Claim:
         try:   # no live writer of this worker: its unfinished uploads are a killed writer's
             aborted = claim.store.abort_uploads(lambda rel: _owner(rel) == claim.worker)
         except StorageError as e:
-            log.warning("tf_inspector: could not abort the unfinished uploads of %s (%s)", claim.store.display(),
-                        e.cause or e)
+            log.warning("tf_inspector: could not abort the unfinished uploads of %s (%s)",
+                        claim.store.display(), e.cause or e)
         else:
             if aborted:
-                log.info("tf_inspector: aborted %d unfinished upload(s) of worker %s in %s", aborted, claim.worker,
-                         claim.store.display())
+                log.info("tf_inspector: aborted %d unfinished upload(s) of worker %s in %s",
+                         aborted, claim.worker, claim.store.display())
         return claim
 
     def _record(self) -> bytes:
-        return json.dumps({"worker": self.worker, "session": self.session, "host": socket.gethostname(),
-                           "pid": os.getpid(), "updated": now_iso(), "heartbeat_secs": self.heartbeat_secs,
-                           "token": self.token}).encode()
+        return json.dumps({"worker": self.worker, "session": self.session,
+                           "host": socket.gethostname(), "pid": os.getpid(), "updated": now_iso(),
+                           "heartbeat_secs": self.heartbeat_secs, "token": self.token}).encode()
 
     def _key(self) -> str:
         return str(Path(str(self.path)).resolve()) if self.store.is_local else str(self.path)
@@ -153,7 +156,8 @@ class Claim:
                 if why is None and holder is not None:
                     raise RunLockedError(_locked_message(self.store.display(), self.worker, holder))
                 started = time.monotonic()
-                if self.store.replace(self.rel, self._record(), version.tag):  # only the version judged gone
+                # only the version judged gone
+                if self.store.replace(self.rel, self._record(), version.tag):
                     self._won(key, started, why)
                     return
         raise RunLockedError(f"could not take {self.path}: other writers keep taking it")
@@ -163,8 +167,9 @@ class Claim:
         another writer in meanwhile: refuse rather than guess which one holds the worker)."""
         version = self._read("take")
         if version is None or not self._ours(_parse(version.data)):
-            raise RunLockedError(f"{self.path}: another writer took the lock of worker {self.worker!r} "
-                                 f"at the same moment; end it or give this hook another worker name")
+            raise RunLockedError(f"{self.path}: another writer took the lock of worker "
+                                 f"{self.worker!r} at the same moment; end it or give this hook "
+                                 "another worker name")
         self._written = started
         _HELD[key] = self
         if took_over:
@@ -176,8 +181,9 @@ class Claim:
         try:
             return self.store.read_version(self.rel)
         except StorageError as e:
-            what = ("it is not taken over: a lock that cannot be read may be a live writer's; try again once "
-                    "the store answers" if doing == "take" else "this session does not write until it can")
+            what = ("it is not taken over: a lock that cannot be read may be a live writer's; try "
+                    "again once the store answers" if doing == "take"
+                    else "this session does not write until it can")
             raise StorageError(f"{self.path}: the lock could not be read ({e.cause or e}); {what}",
                                self.store.display(self.rel), e.cause) from None
 
@@ -224,8 +230,9 @@ class Claim:
         later = [ids for e in self.store.list("") if (ids := parse_manifest_name(e.name))
                  and ids[0] == self.worker and ids[1] > self.session]
         if later:
-            self._lose(None, f"a later session ({max(s for _, s in later)}) of worker {self.worker!r} wrote "
-                             f"into the run while this one could not renew its lock")
+            self._lose(None, f"a later session ({max(s for _, s in later)}) of worker "
+                             f"{self.worker!r} wrote into the run while this one could not renew "
+                             "its lock")
         started = time.monotonic()
         if not self.store.create(self.rel, self._record()):
             version = self._read("hold")
@@ -233,16 +240,18 @@ class Claim:
                 self._lose(None if version is None else _parse(version.data))
             return
         self._written = started
-        self._event(f"{self.rel} was gone while session {self.session} held it (deleted, or the store lost it); "
-                    f"recreated")
+        self._event(f"{self.rel} was gone while session {self.session} held it (deleted, or the "
+                    f"store lost it); recreated")
 
     def _lose(self, holder: dict | None, why: str | None = None) -> None:
         """Give the worker name up: from now on this session writes nothing (LeaseLostError)."""
         if why is None:
-            who = (f"session {holder.get('session')}, pid {holder.get('pid')} on {holder.get('host')}"
+            who = (f"session {holder.get('session')}, pid {holder.get('pid')} on "
+                   f"{holder.get('host')}"
                    if holder else "a writer whose lock is not a lock record")
-            why = (f"{self.rel} is held by another writer ({who}): this session's lease ran out (its heartbeat "
-                   f"could not be written for {stale_after(self.heartbeat_secs):.0f} s) or the lock was replaced")
+            why = (f"{self.rel} is held by another writer ({who}): this session's lease ran out "
+                   "(its heartbeat could not be written for "
+                   f"{stale_after(self.heartbeat_secs):.0f} s) or the lock was replaced")
         self.lost = f"{why}; session {self.session} stopped writing"
         with _HELD_LOCK:
             key = self._key()
@@ -282,10 +291,11 @@ class Claim:
             try:
                 version = self.store.read_version(self.rel)
             except StorageError as e:
-                log.warning("tf_inspector: could not remove %s (%s); it is taken over once its heartbeat is late",
-                            self.path, e.cause or e)
+                log.warning("tf_inspector: could not remove %s (%s); it is taken over once its "
+                            "heartbeat is late", self.path, e.cause or e)
                 return
-            if version is not None and self._ours(_parse(version.data)):   # the token is this claim's alone
+            # the token is this claim's alone
+            if version is not None and self._ours(_parse(version.data)):
                 self.store.delete(self.rel)
 
 
@@ -302,34 +312,38 @@ def _gone(holder: dict | None, age: float | None, key: str, heartbeat_secs: floa
     """Why the lock's holder is provably gone, or None while it may be alive. ``age``: the
     lock's age by the store's clock (None: the store does not say; then the holder's own
     ``updated`` is compared with this host's clock, as before leases)."""
-    if holder is None:  # every writer writes its lock whole (an exclusive link, one PUT): none is live
+    # every writer writes its lock whole (an exclusive link, one PUT): none is live
+    if holder is None:
         return "its lock is not a lock record"
     pid, host = holder.get("pid"), holder.get("host")
     if pid == os.getpid() and host == socket.gethostname():
         return None if key in _HELD else "its writer, in this process, has ended"
-    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname() and not alive(pid):
+    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname() \
+            and not alive(pid):
         return f"its process {pid} on this host is gone"
     beat = holder.get("heartbeat_secs")
-    beat = beat if isinstance(beat, (int, float)) and not isinstance(beat, bool) and beat > 0 else heartbeat_secs
+    beat = beat if isinstance(beat, (int, float)) and not isinstance(beat, bool) and beat > 0 \
+        else heartbeat_secs
     if age is not None:
         limit = stale_after(beat)
-        return (f"its last heartbeat is {age:.0f} s old by the store's clock (more than {limit:.0f} s)"
+        return (f"its last heartbeat is {age:.0f} s old by the store's clock (more than "
+                f"{limit:.0f} s)"
                 if age > limit else None)
     return "its heartbeat is late" if writer_state(holder) == "stalled" else None
 
 
 def _locked_message(run_dir: Path | str, worker: str, holder: dict) -> str:
     here = holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
-    where = (" It is a writer of this process: a DumpHook or InspectCallback still open (a Keras fit that ended by "
-             "an exception keeps its session ~2 s, until its writer sees the fit gone, or until that callback's "
-             "next fit: wait, or call its close() first)." if here else
-             " A writer that died is taken over once its lock is older than its lease (STALE_HEARTBEATS heartbeats, "
-             "by the store's clock).")
-    return (f"{run_dir} already has a live writer for worker {worker!r} (session {holder.get('session')}, "
-            f"pid {holder.get('pid')} on {holder.get('host')}, heartbeat {holder.get('updated')}): two writers "
-            f"with one identity would interleave. End that session first, give this writer another name "
-            f"(DumpHook(..., worker='name') or InspectCallback(..., worker='name')), or write to another run "
-            f"directory.{where}")
+    where = (" It is a writer of this process: a DumpHook or InspectCallback still open (a Keras "
+             "fit that ended by an exception keeps its session ~2 s, until its writer sees the fit "
+             "gone, or until that callback's next fit: wait, or call its close() first)." if here
+             else " A writer that died is taken over once its lock is older than its lease "
+             "(STALE_HEARTBEATS heartbeats, by the store's clock).")
+    return (f"{run_dir} already has a live writer for worker {worker!r} (session "
+            f"{holder.get('session')}, pid {holder.get('pid')} on {holder.get('host')}, heartbeat "
+            f"{holder.get('updated')}): two writers with one identity would interleave. End that "
+            "session first, give this writer another name (DumpHook(..., worker='name') or "
+            f"InspectCallback(..., worker='name')), or write to another run directory.{where}")
 
 
 _FOLDERS = (("", parse_manifest_name), ("stats", parse_stats_name), ("dumps", parse_dump_name))
@@ -349,7 +363,8 @@ def _owner(rel: str) -> str | None:
 class Scan:
     """What one listing of a run tells a writer session that is starting."""
     session: int            # 1 + the highest session number of the worker in any file of the run
-    leftovers: list[str]    # temporary files a killed writer of the worker left (``.<name>.<random>.tmp``)
+    # temporary files a killed writer of the worker left (``.<name>.<random>.tmp``)
+    leftovers: list[str]
     bytes: int              # the run's bytes (temporary files, locks and links excluded)
 
 
@@ -383,6 +398,7 @@ def next_session(run_dir: Path | str | Storage, worker: str) -> int:
 
 def _remove(store: Storage, leftovers: list[str]) -> None:
     for rel in leftovers:
-        if store.is_local and (os.path.islink(store.display(rel)) or not os.path.isfile(store.display(rel))):
+        if store.is_local and (os.path.islink(store.display(rel))
+                               or not os.path.isfile(store.display(rel))):
             continue
         store.delete(rel)

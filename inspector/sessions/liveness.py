@@ -28,7 +28,8 @@ def writer_state(record: Mapping, now: float | None = None) -> str:
     if status != "running":
         return status
     pid, host = record.get("pid"), record.get("host")
-    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname() and not alive(pid):
+    if isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname() \
+            and not alive(pid):
         return "crashed"
     beat = record.get("heartbeat_secs")
     try:
@@ -44,7 +45,8 @@ def writer_state(record: Mapping, now: float | None = None) -> str:
 def stale_after(heartbeat_secs: float) -> float:
     """Seconds without a heartbeat after which a writer beating every ``heartbeat_secs`` is
     judged gone: STALE_HEARTBEATS beats, at least 10 s (``updated`` has whole seconds, and the
-    clocks of two hosts differ a little). A lock's lease lasts as long (``inspector.sessions.lease``)."""
+    clocks of two hosts differ a little). A lock's lease lasts as long
+    (``inspector.sessions.lease``)."""
     return max(STALE_HEARTBEATS * heartbeat_secs, 10.0)
 
 

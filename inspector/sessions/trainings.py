@@ -38,7 +38,8 @@ def begins_training(manifest: Mapping[str, Any]) -> bool:
     """Whether the session started a training at global step 0 (``start_step``, written by
     ``DumpHook``; sessions without it, older runs and Keras fits, never do)."""
     start = manifest.get("start_step")
-    return manifest.get("mode") == "train" and isinstance(start, int) and not isinstance(start, bool) and start == 0
+    return manifest.get("mode") == "train" and isinstance(start, int) \
+        and not isinstance(start, bool) and start == 0
 
 
 def recorded(manifest: Mapping[str, Any]) -> bool:
@@ -46,7 +47,8 @@ def recorded(manifest: Mapping[str, Any]) -> bool:
     return bool(manifest.get("steps")) or bool(manifest.get("dumps_written"))
 
 
-def hidden_sessions(manifests: Mapping[tuple[str, int], Mapping[str, Any]]) -> dict[tuple[str, int], int]:
+def hidden_sessions(manifests: Mapping[tuple[str, int], Mapping[str, Any]]
+                    ) -> dict[tuple[str, int], int]:
     """{(worker, session): the later session of that worker whose new training hides it}, for
     every session before a new training (:func:`begins_training`) of a worker that had
     recorded training steps; each is hidden by the first new training after it."""
@@ -69,7 +71,8 @@ def hidden_sessions(manifests: Mapping[tuple[str, int], Mapping[str, Any]]) -> d
     return out
 
 
-def last_training(read: Callable[[str, int], bytes], worker: str, session: int) -> tuple[int, int] | None:
+def last_training(read: Callable[[str, int], bytes], worker: str,
+                  session: int) -> tuple[int, int] | None:
     """(session, last step) of ``worker``'s latest training session before ``session`` that
     recorded steps, read from its manifest with ``read(name, limit)`` (``Storage.read``);
     None if there is none among the ``MAX_LOOKBACK`` sessions before, or they cannot be read
@@ -94,17 +97,21 @@ def view_note(sessions: pd.DataFrame, mode: str, worker: str | None) -> str | No
 
     >>> view_note(run.sessions, "train", "chief")   # doctest: +SKIP
     'Curves join sessions s1 (steps 1..60), s3 (steps 51..120, resumed at step 50: wins steps 51..60).'"""
-    rows = sessions[(sessions["worker"] == worker) & (sessions["mode"] == mode) & sessions["first_step"].notna()]
+    rows = sessions[(sessions["worker"] == worker) & (sessions["mode"] == mode)
+                    & sessions["first_step"].notna()]
     shown = rows[rows["hidden_by"].isna()].sort_values("session")
     hidden = rows[rows["hidden_by"].notna()].sort_values("session")
     parts = []
     if len(shown) > 1:
-        parts.append("Curves join sessions " + ", ".join(_shown(r, shown) for r in shown.itertuples()) + ".")
+        parts.append("Curves join sessions "
+                     + ", ".join(_shown(r, shown) for r in shown.itertuples()) + ".")
     if len(hidden):
-        spans = ", ".join(f"s{r.session} (steps {int(r.first_step)}..{int(r.last_step)})" for r in hidden.itertuples())
+        spans = ", ".join(f"s{r.session} (steps {int(r.first_step)}..{int(r.last_step)})"
+                          for r in hidden.itertuples())
         later = int(hidden["hidden_by"].max())
-        parts.append(f"Hidden: {spans}, an earlier training: session {later} began a new one at step 0. Read it with "
-                     f"run.query_stats(session=N) or tf-inspector export --session N.")
+        parts.append(f"Hidden: {spans}, an earlier training: session {later} began a new one at "
+                     "step 0. Read it with run.query_stats(session=N) or tf-inspector export "
+                     "--session N.")
     return " ".join(parts) or None
 
 

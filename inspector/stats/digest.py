@@ -47,7 +47,8 @@ def digest(table: pa.Table) -> Digest:
     keep = has_step & (kind >= 0) & (group >= 0)   # a null kind or group is in no (kind, group)
     by: dict[tuple[str, str], np.ndarray] = {}
     for c in np.unique(code[keep]):
-        by[(kinds[c // len(groups)], groups[c % len(groups)])] = np.unique(steps[keep & (code == c)].astype(np.int64))
+        by[(kinds[c // len(groups)], groups[c % len(groups)])] = \
+            np.unique(steps[keep & (code == c)].astype(np.int64))
     # as the NaN scan reads them: every row of group all, whatever its kind
     bad = has_step & (group == (groups.index("all") if "all" in groups else -2)) \
         & ((_counts(table.column("nan")) > 0) | (_counts(table.column("inf")) > 0))
@@ -57,7 +58,8 @@ def digest(table: pa.Table) -> Digest:
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
     """A dictionary column's indices into one dictionary (-1 where null), and that dictionary."""
-    col = column.unify_dictionaries().combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    col = column.unify_dictionaries().combine_chunks() if column.num_chunks != 1 \
+        else column.chunk(0)
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
     return _filled(col.indices, -1), [str(v) for v in col.dictionary.to_pylist()]

@@ -28,26 +28,29 @@ COLUMNS = ("hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram")
 
 def _present(row: Any, name: str) -> Any:
     v = row.get(name) if hasattr(row, "get") else getattr(row, name, None)
-    if v is None or (not hasattr(v, "__len__") and pd.isna(v)):   # None, NaN, pd.NA: a row of the other scheme
+    # None, NaN, pd.NA: a row of the other scheme
+    if v is None or (not hasattr(v, "__len__") and pd.isna(v)):
         return None
     return v
 
 
 def of_row(row: Any) -> LogHistogram | tuple[np.ndarray, np.ndarray] | None:
     """The histogram of a statistics row (a Series, namedtuple or dict with :data:`COLUMNS`):
-    a :class:`~inspector.format.loghist.LogHistogram`, (edges, counts) of an equal-width one, or None
-    when the row has neither."""
+    a :class:`~inspector.format.loghist.LogHistogram`, (edges, counts) of an equal-width one, or
+    None when the row has neither."""
     buckets = _present(row, "hist_bucket")
     if buckets is not None:
         return LogHistogram.from_lists(buckets, _present(row, "hist_count"))
     counts = _present(row, "histogram")
     if counts is not None:
         c = np.asarray(counts, np.int64)
-        return np.linspace(float(_present(row, "hist_lo")), float(_present(row, "hist_hi")), len(c) + 1), c
+        return np.linspace(float(_present(row, "hist_lo")),
+                           float(_present(row, "hist_hi")), len(c) + 1), c
     return None
 
 
-def edges_and_counts(h: LogHistogram | tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def edges_and_counts(h: LogHistogram | tuple[np.ndarray, np.ndarray]
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """numpy-style (edges [B + 1], counts [B]) of either scheme. A log-magnitude histogram's
     bins are its non-empty buckets and the gaps between them (count 0), in value order, except
     that ``|x| < 2**-126`` (bucket 0, the zeros, and the floor buckets of subnormal values) is
@@ -83,7 +86,8 @@ def quantile_frame(df: pd.DataFrame, q: Sequence[float]) -> pd.DataFrame:
     equal-width histograms (runs before format version 4) are refused: their quantiles have
     no bound."""
     qs = [float(x) for x in q]
-    keep = [c for c in ("worker", "session", "mode", "step", "batch", "tensor", "kind", "group", "count")
+    keep = [c for c in ("worker", "session", "mode", "step", "batch", "tensor", "kind", "group",
+                        "count")
             if c in df.columns]
     out = df[keep].reset_index(drop=True).copy()
     if df.empty:
@@ -93,9 +97,9 @@ def quantile_frame(df: pd.DataFrame, q: Sequence[float]) -> pd.DataFrame:
         steps = sorted(int(s) for s in pd.unique(old))
         raise InspectorError(
             f"quantiles need log-magnitude histograms (format version 4); the rows at steps "
-            f"{', '.join(map(str, steps[:5]))}{', ...' if len(steps) > 5 else ''} hold equal-width histograms, "
-            f"written before them, whose quantiles have no error bound: pass steps= outside them, or read "
-            f"run.histogram() for those steps")
+            f"{', '.join(map(str, steps[:5]))}{', ...' if len(steps) > 5 else ''} hold equal-width "
+            "histograms, written before them, whose quantiles have no error bound: pass steps= "
+            f"outside them, or read run.histogram() for those steps")
     values = np.stack([LogHistogram.from_lists(b, c).quantiles(qs)
                        for b, c in zip(df["hist_bucket"], df["hist_count"])])
     out = pd.concat([out, pd.DataFrame(values, columns=[qname(x) for x in qs])], axis=1)

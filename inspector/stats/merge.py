@@ -79,20 +79,24 @@ class Levels:
         return todo
 
 
-def merge(run_dir: Path, worker: str, session: int, parts: Sequence[Path], fsync: bool = False) -> tuple[Path, int]:
+def merge(run_dir: Path, worker: str, session: int, parts: Sequence[Path],
+          fsync: bool = False) -> tuple[Path, int]:
     """Merge the compacted ``parts`` (consecutive sequence ranges, each with its tensor index)
     of one session into one part named for their whole range; then delete them. Returns the
     new part's path and size. Raises ValueError (nothing changed) for parts that are not
     consecutive, lack the index or differ in schema."""
     ranges = [seq_range(Path(p).name) for p in parts]
-    if len(parts) < 2 or None in ranges or any(a[1] + 1 != b[0] for a, b in zip(ranges, ranges[1:])):  # type: ignore[index]
-        raise ValueError(f"merging needs two or more compacted parts with consecutive ranges, not {ranges}")
+    if len(parts) < 2 or None in ranges \
+            or any(a[1] + 1 != b[0] for a, b in zip(ranges, ranges[1:])):  # type: ignore[index]
+        raise ValueError("merging needs two or more compacted parts with consecutive ranges, not "
+                         f"{ranges}")
     files = [pq.ParquetFile(p) for p in parts]
     schema = files[0].schema_arrow.remove_metadata()
     if any(not f.schema_arrow.remove_metadata().equals(schema) for f in files[1:]):
         raise ValueError(f"parts {[Path(p).name for p in parts]} differ in schema; not merged")
     indexes = [_index(f, p) for f, p in zip(files, parts)]
-    target = Path(run_dir) / stats_range_name(worker, session, ranges[0][0], ranges[-1][1])  # type: ignore[index]
+    target = Path(run_dir) / stats_range_name(worker, session,
+                                              ranges[0][0], ranges[-1][1])  # type: ignore[index]
     size = _write_streaming(target, schema, files, indexes, fsync)
     for p in parts:  # only now: a crash before this leaves parts the reader ignores (contained)
         try:
@@ -108,7 +112,8 @@ def _index(f: pq.ParquetFile, path: Path) -> dict[str, list[int]]:
         raise ValueError(f"{Path(path).name} has no tensor index: not a compacted part; not merged")
     index = json.loads(raw)
     if any(not (0 <= a <= b < f.num_row_groups) for a, b in index.values()):
-        raise ValueError(f"{Path(path).name}: its tensor index does not fit its row groups; not merged")
+        raise ValueError(f"{Path(path).name}: its tensor index does not fit its row groups; not "
+                         "merged")
     return index
 
 
@@ -120,7 +125,8 @@ def _batches(indexes: list[dict[str, list[int]]]) -> list[list[str]]:
     batch: list[str] = []
     groups: set[tuple[int, int]] = set()
     for t in order:
-        mine = {(i, g) for i, ix in enumerate(indexes) if t in ix for g in range(ix[t][0], ix[t][1] + 1)}
+        mine = {(i, g) for i, ix in enumerate(indexes) if t in ix
+                for g in range(ix[t][0], ix[t][1] + 1)}
         if batch and len(groups | mine) > max(BATCH_GROUPS, len(indexes) + 1):
             out.append(batch)
             batch, groups = [], set()
@@ -145,8 +151,8 @@ def _write_streaming(target: Path, schema: pa.Schema, files: list[pq.ParquetFile
                 if not table.num_rows:
                     continue
                 # a batch starts a new row group, and no tensor spans two batches
-                got, groups = stats_parts.write_groups(w, lambda a, b: table.slice(a, b - a), table.column("tensor"),
-                                                     fill, n_groups)
+                got, groups = stats_parts.write_groups(w, lambda a, b: table.slice(a, b - a),
+                                                       table.column("tensor"), fill, n_groups)
                 index.update(got)
                 n_groups += groups
             w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
@@ -162,7 +168,8 @@ def _read_batch(batch: list[str], files: list[pq.ParquetFile], indexes: list[dic
         groups = sorted({g for t in batch if t in ix for g in range(ix[t][0], ix[t][1] + 1)})
         if groups:
             t = f.read_row_groups(groups).replace_schema_metadata(None)
-            tables.append(t.filter(pc.is_in(t.column("tensor").cast(pa.string()), value_set=wanted)))
+            tables.append(t.filter(pc.is_in(t.column("tensor").cast(pa.string()),
+                                            value_set=wanted)))
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     return table.unify_dictionaries().combine_chunks()
 
@@ -218,4 +225,5 @@ class LevelMerger:
         part = Path(part)
         if not part.is_absolute():   # the compactor names the part relative to the run
             part = self.run_dir / part
-        return after_compaction(self.levels, self.run_dir, self.worker, self.session, part, self.fsync)
+        return after_compaction(self.levels, self.run_dir, self.worker, self.session,
+                                part, self.fsync)

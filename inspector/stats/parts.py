@@ -75,7 +75,8 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     and writes plain; trying cost ~40% of a part's encoding (0.79 -> 0.49 ms per ResNet-8 step
     of 606 rows, on the writer thread that shares the training machine's cores) and left parts
     ~15% larger."""
-    repeat = [f.name for f in schema if pa.types.is_integer(f.type) or pa.types.is_dictionary(f.type)
+    repeat = [f.name for f in schema if pa.types.is_integer(f.type)
+              or pa.types.is_dictionary(f.type)
               or pa.types.is_string(f.type)]
     return {"compression": "zstd", "write_page_checksum": True, "use_dictionary": repeat}
 
@@ -109,7 +110,8 @@ def live_parts(files: Iterable[tuple[str, int, P]]) -> tuple[list[tuple[str, int
                 continue  # contained in a kept part: superseded by compaction
             if first <= end:
                 problems.append(f"statistics part {p} overlaps another part's sequence numbers "
-                                f"(up to {end:06d}) without being contained in it; skipped so no row counts twice")
+                                f"(up to {end:06d}) without being contained in it; skipped so no "
+                                "row counts twice")
                 continue
             kept.append((w, s, p))
             end = last
@@ -168,12 +170,13 @@ def sorted_part(table: pa.Table) -> bytes:
     """``table`` as a compacted part's bytes: sorted by SORT_KEYS, row groups cut at tensor
     boundaries (:func:`row_group_cuts`), the tensor -> row groups index in the footer."""
     table = table.replace_schema_metadata(None).unify_dictionaries().combine_chunks()
-    order = pc.sort_indices(_sort_keys(table), [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
+    order = pc.sort_indices(_sort_keys(table),
+                            [(k, "ascending") for k in SORT_KEYS if k in table.column_names])
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, table.schema, **parquet_options(table.schema)) as w:
         # sorted one row group at a time: memory is the parts' rows once, not twice
-        index, _ = write_groups(w, lambda a, b: table.take(order[a:b]), table.column("tensor").take(order),
-                                group_rows(table.num_rows))
+        index, _ = write_groups(w, lambda a, b: table.take(order[a:b]),
+                                table.column("tensor").take(order), group_rows(table.num_rows))
         # the Parquet footer's key-value metadata only: in the Arrow schema it would be stored twice
         w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":"))})
     return sink.getvalue().to_pybytes()
@@ -197,7 +200,8 @@ def write_groups(w: pq.ParquetWriter, rows: Callable[[int, int], pa.Table], tens
         w.write_table(rows(a, b), row_group_size=max(b - a, 1))
     group = np.asarray(cuts)
     index = {str(names[a]): [first_group + int(np.searchsorted(group, a, "right")) - 1,
-                             first_group + int(np.searchsorted(group, b - 1, "right")) - 1] for a, b in runs}
+                             first_group + int(np.searchsorted(group, b - 1, "right")) - 1]
+             for a, b in runs}
     return index, len(cuts)
 
 
@@ -251,7 +255,8 @@ def row_groups_for(pf: pq.ParquetFile, tensors: Sequence[str]) -> list[int] | No
         return None
     try:
         index = json.loads(raw)
-        groups = sorted({g for t in tensors if t in index for g in range(index[t][0], index[t][1] + 1)})
+        groups = sorted({g for t in tensors if t in index
+                         for g in range(index[t][0], index[t][1] + 1)})
     except (ValueError, TypeError, IndexError, KeyError):
         return None
     return groups if all(0 <= g < pf.num_row_groups for g in groups) else None
@@ -270,15 +275,18 @@ class Compactor:
         c.finish()                         # at close: compacts 1-2, waits for it
     """
 
-    def __init__(self, run_dir: "Path | Storage", worker: str, session: int, rows: int | None = COMPACT_ROWS,
-                 fsync: bool = False, on_error: Callable[[BaseException], None] | None = None,
+    def __init__(self, run_dir: "Path | Storage", worker: str, session: int,
+                 rows: int | None = COMPACT_ROWS, fsync: bool = False,
+                 on_error: Callable[[BaseException], None] | None = None,
                  after: Callable[[str], Any] | None = None, guard: Callable[[], None] | None = None,
                  max_parts: int = COMPACT_PARTS) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"compact_rows={rows} must be >= 1 or None")
         if max_parts < 2:
-            raise ValueError(f"max_parts={max_parts} must be >= 2 (a compaction rolls two parts or more)")
-        self.run_dir, self.worker, self.session, self.rows = open_storage(run_dir), worker, session, rows
+            raise ValueError(f"max_parts={max_parts} must be >= 2 (a compaction rolls two parts or "
+                             "more)")
+        self.run_dir, self.worker, self.session, self.rows = \
+            open_storage(run_dir), worker, session, rows
         self.max_parts = max_parts
         self.fsync, self.on_error, self.guard = fsync, on_error, guard
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
@@ -317,7 +325,8 @@ class Compactor:
     def _run(self, todo: list[tuple[int, int]]) -> None:
         paths = [(seq, stats_name(self.worker, self.session, seq)) for seq, _ in todo]
         try:
-            target, _ = compact(self.run_dir, self.worker, self.session, paths, self.fsync, self.guard)
+            target, _ = compact(self.run_dir, self.worker, self.session, paths,
+                                self.fsync, self.guard)
             if self.after is not None:
                 self.after(target)
         except BaseException as e:  # the small parts stay, every row readable

@@ -7,7 +7,8 @@ Columns the writer does not write are allowed (newer writers may add some).
 Example::
 
     # a regular file inside the run, its footer's schema the writer's, its data valid
-    table = read_part(path, root, ["step", "tensor", "kind", "group", "mean"], [("step", ">=", 10)], verify=True)
+    table = read_part(path, root, ["step", "tensor", "kind", "group", "mean"], [("step", ">=", 10)],
+                      verify=True)
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ COLUMNS = {
     "step": pa.types.is_int64,
     "session": pa.types.is_int64,
     "batch": pa.types.is_int64,
-    **{c: (lambda t: pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)) for c in ("worker", "mode")},
+    **{c: (lambda t: pa.types.is_dictionary(t) and pa.types.is_string(t.value_type))
+       for c in ("worker", "mode")},
     **{c: (lambda t: pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
            and pa.types.is_int32(t.index_type) and not t.ordered)  # as dictionary_encode() makes
        for c in ("tensor", "kind", "group")},
@@ -69,30 +71,35 @@ def check_stats_schema(schema: pa.Schema, path: Path, columns: Sequence[str] | N
     missing: a query for one scheme's columns reads the other's parts without them."""
     scheme = next((h for h in HISTOGRAMS if any(c in schema.names for c in h)), LOG_HIST)
     other = {c for h in HISTOGRAMS if h is not scheme for c in h}
-    wanted = [c for c in (COLUMNS if columns is None else columns) if c in COLUMNS and c not in other]
+    wanted = [c for c in (COLUMNS if columns is None else columns) if c in COLUMNS
+              and c not in other]
     if any(c in schema.names for c in other):
-        raise DamagedFileError(f"damaged statistics file {path}: it has columns of both histogram schemes "
-                               f"({', '.join(c for c in schema.names if c in LOG_HIST + LINEAR_HIST)})")
+        raise DamagedFileError(
+            f"damaged statistics file {path}: it has columns of both histogram schemes "
+            f"({', '.join(c for c in schema.names if c in LOG_HIST + LINEAR_HIST)})")
     missing = [c for c in dict.fromkeys([*REQUIRED, *wanted]) if c not in schema.names
                and not (version1 and c in OPTIONAL)]
     if missing:
-        raise DamagedFileError(f"damaged statistics file {path}: no column {', '.join(missing)} "
-                               f"(has {', '.join(schema.names[:8]) or 'none'}{', ...' * (len(schema) > 8)})")
+        raise DamagedFileError(
+            f"damaged statistics file {path}: no column {', '.join(missing)} "
+            f"(has {', '.join(schema.names[:8]) or 'none'}{', ...' * (len(schema) > 8)})")
     if len(set(schema.names)) != len(schema.names):
         raise DamagedFileError(f"damaged statistics file {path}: a column name appears twice")
     for field in schema:
         test = COLUMNS.get(field.name)
         if test is not None and not test(field.type):
-            raise DamagedFileError(f"damaged statistics file {path}: column {field.name!r} has type "
-                                   f"{field.type}, not the type the writer writes (see FORMAT.md)")
+            raise DamagedFileError(f"damaged statistics file {path}: column {field.name!r} has "
+                                   f"type {field.type}, not the type the writer writes (see "
+                                   "FORMAT.md)")
 
 
-_checked: dict[tuple, str | tuple[str, ...]] = {}  # (path, inode, size, mtime) -> error message or column names
+# (path, inode, size, mtime) -> error message or column names
+_checked: dict[tuple, str | tuple[str, ...]] = {}
 CHECKED_FILES = 200_000   # ~40 MB of keys and names at most
 
 
-def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filters: Any, verify: bool,
-              version1: bool = False) -> pa.Table:
+def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filters: Any,
+              verify: bool, version1: bool = False) -> pa.Table:
     """The statistics part at ``path``, a regular file (inside ``root``) whose footer's full
     schema passes :func:`check_stats_schema` with every column of COLUMNS (so a part is skipped
     or not whatever columns a query reads; the verdict is cached per file version): those of
@@ -118,7 +125,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
                 check_stats_schema(schema, path, version1=version1)
                 known = _remember(key, tuple(schema.names))
             wanted = None if columns is None else [c for c in columns if c in known]
-            raw = _indexed(pf, wanted, filters)   # a compacted part reads only the row groups its index names
+            # a compacted part reads only the row groups its index names
+            raw = _indexed(pf, wanted, filters)
             if raw is None:
                 raw = pf.read(columns=wanted)
     except MemoryError:
@@ -145,7 +153,8 @@ def _remember(key: tuple, verdict: str | tuple[str, ...]) -> str | tuple[str, ..
 
 
 #: The comparisons :func:`apply_filters` makes with a boolean mask.
-_COMPARE = {">=": pc.greater_equal, "<=": pc.less_equal, "==": pc.equal, ">": pc.greater, "<": pc.less}
+_COMPARE = {">=": pc.greater_equal, "<=": pc.less_equal, "==": pc.equal,
+            ">": pc.greater, "<": pc.less}
 
 
 def apply_filters(table: pa.Table, filters: Any) -> pa.Table:
@@ -171,7 +180,8 @@ def apply_filters(table: pa.Table, filters: Any) -> pa.Table:
 
 def _tensors(filters: Any) -> list[str] | None:
     """The tensors a query's filters keep (``("tensor", "in", [...])``), or None."""
-    return next((v for c, op, v in filters if c == "tensor" and op == "in"), None) if filters else None
+    return next((v for c, op, v in filters if c == "tensor" and op == "in"), None) if filters \
+        else None
 
 
 def _indexed(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any) -> pa.Table | None:
@@ -201,9 +211,11 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
             for chunk in table.column(name).chunks:
                 allowed, test = VALUES.get(name), TESTS.get(name)
                 values = set(chunk.dictionary.to_pylist())
-                bad = values - set(allowed) if allowed else {v for v in values if test and not test(v)}
+                bad = values - set(allowed) if allowed \
+                    else {v for v in values if test and not test(v)}
                 if bad:
-                    what = f"one of {allowed}" if allowed else f"'all' or a group name ({GROUP_NAME_RE.pattern})"
+                    what = f"one of {allowed}" if allowed \
+                        else f"'all' or a group name ({GROUP_NAME_RE.pattern})"
                     raise DamagedFileError(f"damaged statistics file {path}: column {name!r} holds "
                                            f"{sorted(map(str, bad))[:3]}, not {what}")
     except MemoryError:
@@ -213,8 +225,8 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
     return table.replace_schema_metadata(None)
 
 
-def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, verify: bool, version1: bool = False,
-                     metadata: Any = None) -> tuple[pa.Table, Any]:
+def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, verify: bool,
+                     version1: bool = False, metadata: Any = None) -> tuple[pa.Table, Any]:
     """(table, footer metadata) of a part in an object store, open as ``r`` (``storage.Ranged``):
     the footer is read once (or ``metadata`` from an earlier call is reused), then only the
     column chunks of ``columns``, each a range request. The same checks as a local part:
@@ -231,8 +243,11 @@ def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, v
         if table is None:
             table = pf.read(columns=wanted)
     except (StorageError, MemoryError):
-        raise   # the store did not answer (pyarrow passes the reader's own error through), no memory: not damage
+        # the store did not answer (pyarrow passes the reader's own error through), no memory:
+        # not damage
+        raise
     except (OSError, ValueError, pa.ArrowException) as e:
-        raise DamagedFileError(f"damaged statistics file {r.name}: {type(e).__name__}: {e}") from None
+        raise DamagedFileError(f"damaged statistics file {r.name}: {type(e).__name__}: "
+                               f"{e}") from None
     table = check_stats_table(table, name)
     return apply_filters(table, filters), pf.metadata

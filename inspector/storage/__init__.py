@@ -13,12 +13,14 @@ Example::
     store.read("manifest.chief.s0001.json", limit=1 << 20)
     open_storage("runs/exp1").is_local     # True
 """
-from inspector.storage._base import (Entry, Version, is_url, local_path, normalize, OPTIONS_ENV, env_storage_options,
-                                     TIMEOUT_ENV, DEFAULT_TIMEOUT, REQUEST_ATTEMPTS, storage_timeout, Storage, Ranged)
+from inspector.storage._base import (Entry, Version, is_url, local_path, normalize, OPTIONS_ENV,
+                                     env_storage_options, TIMEOUT_ENV, DEFAULT_TIMEOUT,
+                                     REQUEST_ATTEMPTS, storage_timeout, Storage, Ranged)
 from inspector.storage._local import (LocalStorage)
 from inspector.storage._fsspec import (PART_SIZE, check_relative, FsspecStorage)
 from inspector.storage._open import (open_storage)
 
-__all__ = ["Entry", "Version", "is_url", "local_path", "normalize", "OPTIONS_ENV", "env_storage_options",
-           "TIMEOUT_ENV", "DEFAULT_TIMEOUT", "REQUEST_ATTEMPTS", "storage_timeout", "Storage", "Ranged",
-           "LocalStorage", "PART_SIZE", "check_relative", "FsspecStorage", "open_storage"]
+__all__ = ["Entry", "Version", "is_url", "local_path", "normalize", "OPTIONS_ENV",
+           "env_storage_options", "TIMEOUT_ENV", "DEFAULT_TIMEOUT", "REQUEST_ATTEMPTS",
+           "storage_timeout", "Storage", "Ranged", "LocalStorage", "PART_SIZE", "check_relative",
+           "FsspecStorage", "open_storage"]

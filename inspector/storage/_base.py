@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 #: fsspec protocols and the package that provides each (the import error names it).
-_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs", "az": "adlfs",
-             "hdfs": "pyarrow", "memory": "fsspec"}
+_PACKAGES = {"s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "abfs": "adlfs",
+             "az": "adlfs", "hdfs": "pyarrow", "memory": "fsspec"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,8 @@ def local_path(path: str | os.PathLike) -> Path:
     if is_url(path):
         raise ValueError(f"{path!r} is not a local path")
     text = os.fspath(path)
-    return Path(text[len("file://"):] if isinstance(text, str) and text.startswith("file://") else text)
+    return Path(text[len("file://"):] if isinstance(text, str) and text.startswith("file://")
+                else text)
 
 
 def normalize(path: "str | os.PathLike | Storage") -> "str | Path | Storage":
@@ -93,9 +94,11 @@ def env_storage_options() -> dict | None:
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options: {e}") from None
+        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options: "
+                         f"{e}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options, not {text[:40]!r}")
+        raise ValueError(f"${OPTIONS_ENV} must be a JSON object of fsspec storage options, not "
+                         f"{text[:40]!r}")
     return value
 
 
@@ -124,7 +127,8 @@ def storage_timeout(timeout: "float | str | None" = None) -> float:
     except (TypeError, ValueError):
         secs = float("nan")
     if not 0 < secs < float("inf"):
-        raise ValueError(f"{where}={value!r} must be a positive number of seconds (default {DEFAULT_TIMEOUT:g})")
+        raise ValueError(f"{where}={value!r} must be a positive number of seconds (default "
+                         f"{DEFAULT_TIMEOUT:g})")
     return secs
 
 
@@ -169,7 +173,8 @@ class Storage:
         raise NotImplementedError
 
     def create(self, rel: str, data: bytes) -> bool:
-        """Create ``rel`` holding ``data`` unless it exists: True if created, False if it existed."""
+        """Create ``rel`` holding ``data`` unless it exists:
+        True if created, False if it existed."""
         raise NotImplementedError
 
     def read_version(self, rel: str, limit: int = 1 << 20) -> Version | None:

@@ -11,7 +11,8 @@ import zlib
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from inspector.errors import DamagedFileError, InspectorError, StorageError
-from inspector.storage._base import _PACKAGES, REQUEST_ATTEMPTS, Entry, Ranged, Storage, Version, storage_timeout
+from inspector.storage._base import (_PACKAGES, REQUEST_ATTEMPTS, Entry, Ranged, Storage, Version,
+                                     storage_timeout)
 
 # ---- fsspec ----------------------------------------------------------------------------------
 #: protocols whose fsspec write file buffers one block and uploads it as a part of an upload
@@ -28,7 +29,8 @@ PART_SIZE = 16 << 20
 _MEMORY_CREATE = threading.Lock()
 
 
-def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None, timeout: float) -> tuple[Any, str]:
+def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None,
+                timeout: float) -> tuple[Any, str]:
     protocol = url.split("://", 1)[0]
     try:
         import fsspec
@@ -37,13 +39,14 @@ def _fsspec_for(url: str, storage_options: Mapping[str, Any] | None, timeout: fl
         fs, root = fsspec.core.url_to_fs(url, **(_s3_options(storage_options, timeout) if s3 else
                                                  dict(storage_options or {})))
         if s3 and not own_retries:
-            fs.retries = 1  # botocore's REQUEST_ATTEMPTS are the attempts: no second loop of s3fs's own
+            # botocore's REQUEST_ATTEMPTS are the attempts: no second loop of s3fs's own
+            fs.retries = 1
         return fs, root
     except ImportError as e:
         package = _PACKAGES.get(protocol, f"the fsspec implementation of {protocol}://")
         raise ImportError(f"reading or writing {url} needs fsspec and {package}: pip install "
-                          f"'tf-inspector[{'s3' if package == 's3fs' else 'remote'}]' (or pip install fsspec "
-                          f"{package}); local paths need neither ({e})") from None
+                          f"'tf-inspector[{'s3' if package == 's3fs' else 'remote'}]' (or pip "
+                          f"install fsspec {package}); local paths need neither ({e})") from None
 
 
 def _s3_options(options: Mapping[str, Any] | None, timeout: float) -> dict:
@@ -74,8 +77,8 @@ class FsspecStorage(Storage):
     within the process for ``memory://``, and check-then-write elsewhere (FORMAT.md). Every
     error of the store's client but a missing object is a StorageError naming the URL."""
 
-    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None, filesystem: Any = None,
-                 timeout: float | None = None) -> None:
+    def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None,
+                 filesystem: Any = None, timeout: float | None = None) -> None:
         self.timeout = storage_timeout(timeout)
         if filesystem is None:
             self.fs, root = _fsspec_for(url, storage_options, self.timeout)
@@ -84,8 +87,10 @@ class FsspecStorage(Storage):
         self.url = url.rstrip("/")
         self.root = str(root).rstrip("/")
         self.storage_options = dict(storage_options or {})
-        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) else (self.fs.protocol,)
-        self.kind = "s3" if {"s3", "s3a"} & set(protocols) else "memory" if "memory" in protocols else "other"
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, (tuple, list)) \
+            else (self.fs.protocol,)
+        self.kind = "s3" if {"s3", "s3a"} & set(protocols) else "memory" if "memory" in protocols \
+            else "other"
         self.exclusive = "atomic" if self.kind in ("s3", "memory") else "check-then-write"
         #: stream through fsspec's buffered write file (multipart upload committed at close):
         #: backends known to upload that way; memory:// and others get one PUT of the whole file
@@ -109,7 +114,8 @@ class FsspecStorage(Storage):
             yield
         except (FileNotFoundError, NotADirectoryError, FileExistsError, InspectorError):
             raise
-        except Exception as e:  # noqa: BLE001 - botocore, aiohttp, OSError of s3fs...: one error type
+        except Exception as e:  # noqa: BLE001 - botocore, aiohttp, OSError of s3fs...:
+            # one error type
             url = self.display(rel)
             raise StorageError(f"{url}: cannot {action} ({type(e).__name__}: {e})", url, e) from e
 
@@ -142,7 +148,8 @@ class FsspecStorage(Storage):
             if not name or str(e["name"]).rstrip("/") == path:
                 continue
             is_file = e.get("type") == "file"
-            stamp = e.get("ETag") or e.get("etag") or e.get("LastModified") or e.get("mtime") or e.get("created")
+            stamp = e.get("ETag") or e.get("etag") or e.get("LastModified") or e.get("mtime") \
+                or e.get("created")
             out.append(Entry(name, int(e.get("size") or 0) if is_file else None, str(stamp)))
         return out
 
@@ -152,7 +159,8 @@ class FsspecStorage(Storage):
             with self._errors(rel, "read"):
                 info = self.fs.info(path)
         except FileNotFoundError:
-            raise DamagedFileError(f"{self.display(rel)}: cannot be read (no such object)") from None
+            raise DamagedFileError(f"{self.display(rel)}: cannot be read "
+                                   "(no such object)") from None
         if info.get("type") != "file":
             raise DamagedFileError(f"{self.display(rel)}: not a file ({info.get('type')}); refused")
         return int(info["size"])
@@ -175,7 +183,8 @@ class FsspecStorage(Storage):
         except FileNotFoundError:
             raise DamagedFileError(f"{name}: cannot be read (no such object)") from None
         if limit is not None and len(data) > limit:
-            raise DamagedFileError(f"{name}: more than the {limit:,} bytes a file of this kind may hold")
+            raise DamagedFileError(f"{name}: more than the {limit:,} bytes a file of this kind may "
+                                   "hold")
         return bytes(data)
 
     def ranged(self, rel: str, size: int | None = None) -> "_FsspecRanged":
@@ -246,10 +255,10 @@ class FsspecStorage(Storage):
                         return False
                     if "NotImplemented" in str(e) or "501" in str(e):
                         raise InspectorError(
-                            f"{self.display(rel)}: this S3 endpoint does not support conditional writes "
-                            f"(If-None-Match), which the writer's lock needs to tell two writers of one worker apart "
-                            f"({e}); use an endpoint that does (AWS S3, MinIO), or give each writer its own worker "
-                            f"name") from None
+                            f"{self.display(rel)}: this S3 endpoint does not support conditional "
+                            "writes (If-None-Match), which the writer's lock needs to tell two "
+                            f"writers of one worker apart ({e}); use an endpoint that does (AWS "
+                            f"S3, MinIO), or give each writer its own worker name") from None
                     raise
         except FileExistsError:
             return False
@@ -270,8 +279,10 @@ class FsspecStorage(Storage):
         if self.kind == "memory":  # this process's clock is the store's
             created = info.get("created") or 0
             created = created.timestamp() if hasattr(created, "timestamp") else float(created)
-            return Version(data, f"{created}:{len(data)}:{zlib.crc32(data)}", max(0.0, time.time() - created))
-        stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("updated") or ""
+            return Version(data, f"{created}:{len(data)}:{zlib.crc32(data)}",
+                           max(0.0, time.time() - created))
+        stamp = info.get("ETag") or info.get("etag") or info.get("mtime") or info.get("updated") \
+            or ""
         return Version(data, f"{stamp}:{len(data)}:{zlib.crc32(data)}", None)
 
     def _s3_version(self, path: str, limit: int) -> Version:
@@ -291,17 +302,20 @@ class FsspecStorage(Storage):
         age = None
         date = resp.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
         if date and resp.get("LastModified") is not None:
-            age = max(0.0, (email.utils.parsedate_to_datetime(date) - resp["LastModified"]).total_seconds())
+            age = max(0.0, (email.utils.parsedate_to_datetime(date)
+                            - resp["LastModified"]).total_seconds())
         return Version(data, str(resp.get("ETag")), age)
 
     def replace(self, rel: str, data: bytes, tag: str) -> bool:
         path = self._abs(rel)
         try:
             with self._errors(rel, "replace"):
-                if self.kind == "s3":  # PUT with If-Match: the store refuses it once the version changed
+                # PUT with If-Match: the store refuses it once the version changed
+                if self.kind == "s3":
                     bucket, key, _ = self.fs.split_path(path)
                     try:
-                        self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=tag)
+                        self.fs.call_s3("put_object", Bucket=bucket, Key=key,
+                                        Body=data, IfMatch=tag)
                     except OSError as e:
                         if _precondition_failed(e):
                             return False
@@ -343,20 +357,24 @@ class FsspecStorage(Storage):
         marker: dict[str, str] = {}
         with self._errors("", "list the unfinished uploads of"):
             while True:
-                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=prefix, **marker)
+                page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket,
+                                       Prefix=prefix, **marker)
                 found += [u for u in page.get("Uploads", []) if owned(u["Key"][len(prefix):])]
                 if not page.get("IsTruncated"):
                     break
-                marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+                marker = {"KeyMarker": page["NextKeyMarker"],
+                          "UploadIdMarker": page["NextUploadIdMarker"]}
             for u in found:
-                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
+                self.fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=u["Key"],
+                                UploadId=u["UploadId"])
         return len(found)
 
 
 def _precondition_failed(e: BaseException) -> bool:
     """Whether the store refused a conditional request (HTTP 412; a missing object for If-Match)."""
     text = str(e)
-    return "PreconditionFailed" in text or "412" in text or "At least one of the pre-conditions" in text
+    return "PreconditionFailed" in text or "412" in text \
+        or "At least one of the pre-conditions" in text
 
 
 class _FsspecRanged(Ranged):

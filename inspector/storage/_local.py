@@ -90,7 +90,8 @@ class LocalStorage(Storage):
         except FileNotFoundError:
             return None
         except OSError as e:
-            raise StorageError(f"{path}: cannot be read ({e.strerror or e})", str(path), e) from None
+            raise StorageError(f"{path}: cannot be read ({e.strerror or e})",
+                               str(path), e) from None
         return Version(data, _local_tag(st), max(0.0, time.time() - st.st_mtime))
 
     def replace(self, rel: str, data: bytes, tag: str) -> bool:

@@ -10,7 +10,8 @@ from inspector.storage._fsspec import FsspecStorage
 from inspector.storage._local import LocalStorage
 
 
-def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[str, Any] | None = None,
+def open_storage(path: "str | os.PathLike | Storage",
+                 storage_options: Mapping[str, Any] | None = None,
                  filesystem: Any = None, timeout: float | None = None) -> "Storage":
     """The storage of the run directory ``path``: local for plain paths and ``file://``, fsspec
     for other URLs (``storage_options`` go to the fsspec filesystem, as fsspec documents them;
@@ -22,8 +23,8 @@ def open_storage(path: "str | os.PathLike | Storage", storage_options: Mapping[s
         return path
     if filesystem is None and not is_url(path):
         if storage_options:
-            raise ValueError(f"storage_options={dict(storage_options)!r} apply to URLs (s3://, gs://...), "
-                             f"not to the local path {os.fspath(path)!r}")
+            raise ValueError(f"storage_options={dict(storage_options)!r} apply to URLs (s3://, "
+                             f"gs://...), not to the local path {os.fspath(path)!r}")
         return LocalStorage(local_path(path))
     if storage_options is None and filesystem is None:
         storage_options = env_storage_options()

@@ -37,8 +37,10 @@ def create_temporary(path: Path) -> tuple[int, str]:
     raise FileExistsError(errno.EEXIST, "no free temporary name beside", str(path))
 
 
-def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool = True, size: int | None = None) -> int:
-    """Write ``chunks`` to a temporary file beside ``path``, fsync, then rename. Returns bytes written.
+def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool = True,
+                 size: int | None = None) -> int:
+    """Write ``chunks`` to a temporary file beside ``path``, fsync,
+    then rename. Returns bytes written.
 
     ``fsync=False`` skips the fsync: the rename is still atomic for every reader and survives
     a crash of the process (SIGKILL included: the page cache belongs to the kernel), but after
@@ -60,7 +62,8 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
         if size and hasattr(os, "posix_fallocate"):
             try:
                 os.posix_fallocate(f.fileno(), 0, size)
-            except OSError as e:  # a filesystem without it: write as usual; but no space is no space
+            except OSError as e:
+                # a filesystem without it: write as usual; but no space is no space
                 if e.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
                     raise
         for chunk in chunks:

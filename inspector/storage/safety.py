@@ -1,5 +1,5 @@
-"""Checks that keep hostile files out: regular files only (no FIFO, device or socket), paths that stay
-inside a run or the runs folder, and which entries of a folder are run files.
+"""Checks that keep hostile files out: regular files only (no FIFO, device or socket), paths that
+stay inside a run or the runs folder, and which entries of a folder are run files.
 
 Opening a run's files defensively: regular files inside the run only.
 
@@ -24,7 +24,8 @@ look with ``lstat``/``stat`` and never open a file.
 Example::
 
     inside("/srv/runs/exp1", "/srv/runs")                    # True (symlinks resolved)
-    special_entries(Path("runs/exp1"))                       # [] or the names a reader must not open
+    special_entries(Path("runs/exp1"))                       # [] or the names a reader must
+                                                             # not open
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ from pathlib import Path
 from inspector.errors import DamagedFileError
 from inspector.storage.atomic import safe_join
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"))
 
 
 def _kind(mode: int) -> str:
@@ -82,8 +84,8 @@ def check_inside(path: Path, root: Path) -> None:
     try:
         safe_join(Path(root), os.path.relpath(os.path.abspath(path), os.path.abspath(root)))
     except (ValueError, OSError, RuntimeError) as e:  # RuntimeError: a symlink loop (Python < 3.13)
-        raise DamagedFileError(f"{path}: refused, a link that leads outside the run directory {root} ({e})") \
-            from None
+        raise DamagedFileError(f"{path}: refused, a link that leads outside the run directory "
+                               f"{root} ({e})") from None
 
 
 def check_regular(path: str | Path, root: str | Path | None = None) -> os.stat_result:
@@ -97,7 +99,8 @@ def check_regular(path: str | Path, root: str | Path | None = None) -> os.stat_r
     except OSError as e:
         raise DamagedFileError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise DamagedFileError(f"{path}: not a regular file ({_kind(st.st_mode)}); refused without opening it")
+        raise DamagedFileError(f"{path}: not a regular file ({_kind(st.st_mode)}); refused without "
+                               "opening it")
     return st
 
 
@@ -123,7 +126,8 @@ def read_bytes(path: str | Path, root: str | Path | None = None, limit: int | No
     with open_regular(path, root) as f:
         size = os.fstat(f.fileno()).st_size
         if limit is not None and size > limit:
-            raise DamagedFileError(f"{path}: {size:,} bytes, more than the {limit:,} a file of this kind may hold")
+            raise DamagedFileError(f"{path}: {size:,} bytes, more than the {limit:,} a file of "
+                                   "this kind may hold")
         data = bytearray()
         while len(data) <= size:  # one byte more than expected: tells a file that grew meanwhile
             chunk = f.read(size + 1 - len(data))
@@ -131,7 +135,8 @@ def read_bytes(path: str | Path, root: str | Path | None = None, limit: int | No
                 break
             data += chunk
     if len(data) != size:
-        raise DamagedFileError(f"{path}: changed size while it was read ({size:,} then {len(data):,} bytes)")
+        raise DamagedFileError(f"{path}: changed size while it was read ({size:,} then "
+                               f"{len(data):,} bytes)")
     return bytes(data)
 
 

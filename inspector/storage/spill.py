@@ -74,7 +74,8 @@ class Spill:
         """Keep ``data`` (a part of ``rows`` rows at ``steps``); returns the parts dropped to
         stay within ``max_bytes`` (the oldest; ``data`` itself if it alone is too large).
         OSError if it cannot be written (a full local disk): the caller drops it."""
-        part = Spilled(self.folder / f"{self._count:06d}.parquet", rows, tuple(sorted(set(steps))), len(data))
+        part = Spilled(self.folder / f"{self._count:06d}.parquet", rows,
+                       tuple(sorted(set(steps))), len(data))
         if part.size > self.max_bytes:
             return [part]
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
