@@ -48,7 +48,8 @@ def __getattr__(name: str):
     """Without TensorFlow only ``Schedule`` and ``CaptureOptions`` exist: the rest says why."""
     if name in __all__ and "_NO_TF" in globals():
         raise ImportError(f"hooks.{name} needs TensorFlow, which is not installed: pip install "
-                          "'tf-inspector[tf]' (hooks.schedule and hooks.options work without it)") from _NO_TF
+                          "'tf-inspector[tf]' (hooks.schedule and hooks.options work without "
+                          "it)") from _NO_TF
     raise AttributeError(f"module 'hooks' has no attribute {name!r}")
 
 

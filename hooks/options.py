@@ -85,7 +85,7 @@ class CaptureOptions:
     statistics on statistics steps; when a NaN/Inf first appears, record where (the manifest's
     ``first_nonfinite``) and dump the next step (reason "after NaN/Inf")."""
 
-    # ---- sample groups (``hooks/capture/groups.py``) ------------------------------------------------------
+    # ---- sample groups (``hooks/capture/groups.py``) ---------------------------------------------
     positive: Callable | Any = None
     """Predicate ``labels -> bool [N]`` choosing the positive samples (``InspectCallback``'s probe
     also takes a bool array [N]). Default: ``labels != 0`` for class ids ([N] or [N, 1], any int,
@@ -101,7 +101,7 @@ class CaptureOptions:
     """The number of classes of ``groups="per_class"`` with class-id labels (one-hot labels, and
     Keras models' outputs, give it themselves)."""
 
-    # ---- how much ----------------------------------------------------------------------------------
+    # ---- how much --------------------------------------------------------------------------------
     samples_per_group: int = 2
     """Sample budget of a full dump: this many samples of each group (the first ones by batch
     index); twice this many without labels."""
@@ -116,7 +116,7 @@ class CaptureOptions:
     ~15 s, where a C++ compiler exists). False, or no compiler: stock TensorFlow ops, the same
     values, ~8x more op time."""
 
-    # ---- writing -----------------------------------------------------------------------------------
+    # ---- writing ---------------------------------------------------------------------------------
     worker: str | None = None
     """This writer's name in the run directory's file names (default: the task in ``TF_CONFIG``,
     else ``"chief"``). Two live writers of one name in one run directory are refused."""
@@ -145,13 +145,17 @@ class CaptureOptions:
                 or self.samples_per_group < 0:
             raise ValueError(f"samples_per_group={self.samples_per_group!r} must be >= 0 (an int)")
         if self.max_bytes is not None and (isinstance(self.max_bytes, bool)
-                                           or not isinstance(self.max_bytes, (int, float)) or not self.max_bytes >= 0):
-            raise ValueError(f"max_bytes={self.max_bytes!r} must be a byte count >= 0 or None (no budget)")
+                                           or not isinstance(self.max_bytes, (int, float))
+                                           or not self.max_bytes >= 0):
+            raise ValueError(f"max_bytes={self.max_bytes!r} must be a byte count >= 0 or None (no "
+                             "budget)")
         if self.histogram_bins is not None:
-            log.warning("histogram_bins=%r is ignored: histograms have fixed log-magnitude buckets, 8 per power of two "
-                        "(FORMAT.md, Histograms); remove the argument", self.histogram_bins)
+            log.warning("histogram_bins=%r is ignored: histograms have fixed log-magnitude "
+                        "buckets, 8 per power of two (FORMAT.md, Histograms); remove the argument",
+                        self.histogram_bins)
         if isinstance(self.dtypes, (str, bytes)):
-            raise ValueError(f"dtypes={self.dtypes!r} must be a sequence of dtypes, e.g. ({self.dtypes!r},)")
+            raise ValueError(f"dtypes={self.dtypes!r} must be a sequence of dtypes, e.g. "
+                             f"({self.dtypes!r},)")
         for patterns in (self.include, self.exclude, self.batched, self.unbatched):
             compile_patterns(patterns)
         self.schedule   # built here so that a bad schedule is refused now, not at the first step
@@ -171,17 +175,20 @@ class CaptureOptions:
         """The manifest's ``config`` keys these options set (``manifest_schema.CONFIG_DEFAULTS``);
         ``native_ran``: whether the fused kernel computes the statistics; ``dtypes``: the
         TensorFlow dtypes captured (``self.dtypes`` read by ``capture.as_dtypes``)."""
-        return {**self.schedule.to_json(), "samples_per_group": self.samples_per_group, "max_bytes": self.max_bytes,
+        return {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
+                "max_bytes": self.max_bytes,
                 "histogram_sample": HIST_MAX_ELEMENTS, "gradients": self.gradients,
-                "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict, "fsync": self.fsync,
-                "native_stats": native_ran,
-                **{k: _jsonable(getattr(self, k)) for k in ("include", "exclude", "op_types", "exclude_op_types")},
+                "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict,
+                "fsync": self.fsync, "native_stats": native_ran,
+                **{k: _jsonable(getattr(self, k))
+                   for k in ("include", "exclude", "op_types", "exclude_op_types")},
                 "dtypes": [d.name for d in dtypes]}
 
     def writer_args(self) -> dict[str, Any]:
         """The keyword arguments of ``inspector.writer.RunWriter`` these options set."""
-        return dict(max_bytes=self.max_bytes, queue_size=self.queue_size, stats_flush_secs=self.stats_flush_secs,
-                    strict=self.strict, fsync=self.fsync, storage_options=self.storage_options)
+        return dict(max_bytes=self.max_bytes, queue_size=self.queue_size,
+                    stats_flush_secs=self.stats_flush_secs, strict=self.strict, fsync=self.fsync,
+                    storage_options=self.storage_options)
 
 
 #: the names of the options, each also a keyword argument of DumpHook and InspectCallback
@@ -195,9 +202,9 @@ def resolve(owner: str, options: CaptureOptions | None, given: Mapping[str, Any]
     if not isinstance(options, CaptureOptions):
         raise TypeError(f"{owner}(options={options!r}): options= takes a hooks.CaptureOptions(...)")
     if given:
-        raise TypeError(f"{owner} got {', '.join(given)} and options=: give each option one way, as a keyword or "
-                        f"in options=, not both (to change an options object: options=dataclasses.replace(options, "
-                        f"{'=..., '.join(given)}=...))")
+        raise TypeError(f"{owner} got {', '.join(given)} and options=: give each option one way, "
+                        "as a keyword or in options=, not both (to change an options object: "
+                        f"options=dataclasses.replace(options, {'=..., '.join(given)}=...))")
     return options
 
 
@@ -210,13 +217,15 @@ def takes_options(init: Init) -> Init:
     ``init`` receives them resolved in ``options`` and reads them there, not in its keywords."""
     @functools.wraps(init)
     def wrapper(self, *args: Any, options: CaptureOptions | None = None, **kwargs: Any) -> None:
-        given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}   # in the caller's order
+        # in the caller's order
+        given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
         init(self, *args, options=resolve(type(self).__name__, options, given), **kwargs)
     return wrapper  # type: ignore[return-value]
 
 
 def compile_patterns(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
-    """``include`` / ``exclude`` / ``batched`` / ``unbatched`` as compiled regexes (a string is one)."""
+    """``include`` / ``exclude`` / ``batched`` / ``unbatched`` as compiled regexes (a string is
+    one)."""
     if patterns is None:
         return []
     if isinstance(patterns, str):
@@ -233,28 +242,30 @@ def compile_patterns(patterns: str | Iterable[str] | None) -> list[re.Pattern]:
 def group_kind(groups: Any, positive: Any = None, num_classes: int | None = None) -> str:
     """``groups=`` / ``positive=`` / ``num_classes=`` checked: the kind of groups they ask for
     ('positive_negative', 'per_class' or 'function'), else ValueError saying what is right."""
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                    or num_classes < 1):
+    if num_classes is not None \
+            and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                 or num_classes < 1):
         raise ValueError(f"num_classes={num_classes!r} must be a positive int")
     if groups is None or (isinstance(groups, str) and groups == "positive_negative"):
         return "positive_negative"
     if positive is not None:
-        raise ValueError("positive= chooses the positive/negative groups; with groups= it has no meaning")
+        raise ValueError("positive= chooses the positive/negative groups; with groups= it has no "
+                         "meaning")
     if isinstance(groups, str) and groups == "per_class":
         check_classes(num_classes)
         return "per_class"
     if callable(groups):
         return "function"
-    raise ValueError(f"groups={groups!r} must be None (positive/negative), 'per_class' or a function "
-                     f"labels[, predictions] -> {{name: bool [N]}}")
+    raise ValueError(f"groups={groups!r} must be None (positive/negative), 'per_class' or a "
+                     f"function labels[, predictions] -> {{name: bool [N]}}")
 
 
 def check_classes(n: int | None) -> None:
     """ValueError for more classes than ``groups="per_class"`` makes groups."""
     if n is not None and n > MAX_CLASS_GROUPS:
-        raise ValueError(f"groups='per_class' with {n} classes: at most {MAX_CLASS_GROUPS} groups are made "
-                         f"(one statistics row per class and tensor); pass groups=<function> that pools "
-                         f"classes into named groups instead")
+        raise ValueError(f"groups='per_class' with {n} classes: at most {MAX_CLASS_GROUPS} groups "
+                         "are made (one statistics row per class and tensor); pass "
+                         f"groups=<function> that pools classes into named groups instead")
 
 
 def _jsonable(v: Any) -> Any:

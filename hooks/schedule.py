@@ -2,7 +2,8 @@
 
 Example::
 
-    s = Schedule(stats_every_n_steps=10, dump_every_n_steps=100, dump_steps=[1, "500:510", (900, 905)])
+    s = Schedule(stats_every_n_steps=10, dump_every_n_steps=100,
+                 dump_steps=[1, "500:510", (900, 905)])
     s.wants_stats(20), s.wants_dump(505)   # (True, True)
 
 String entries use the project's one step grammar (``inspector.format.steps``): ``N``, ``A:B``,
@@ -18,7 +19,8 @@ StepSpec = Union[int, str, tuple, range]
 
 
 def _parse_range(spec: StepSpec) -> tuple[int, int]:
-    """An int, a step-range string (``inspector.format.steps``), (A, B) tuple or range -> inclusive (lo, hi)."""
+    """An int, a step-range string (``inspector.format.steps``), (A, B) tuple or range -> inclusive
+    (lo, hi)."""
     if isinstance(spec, bool):
         raise ValueError(f"dump_steps entry {spec!r} is not a step")
     if isinstance(spec, int):
@@ -33,7 +35,8 @@ def _parse_range(spec: StepSpec) -> tuple[int, int]:
         try:
             return parse_step_range(spec)
         except ValueError as e:
-            raise ValueError(f"dump_steps entry: {e}; or a tuple (100, 110) or a range(100, 111)") from None
+            raise ValueError(f"dump_steps entry: {e}; or a tuple (100, 110) or a "
+                             "range(100, 111)") from None
     raise ValueError(f"dump_steps entry {spec!r} must be a step (200), a string {FORMS}, "
                      f"a tuple (100, 110) or a range(100, 111)")
 
@@ -43,7 +46,8 @@ class Schedule:
 
     def __init__(self, stats_every_n_steps: int | None = 20, dump_every_n_steps: int | None = None,
                  dump_steps: Iterable[StepSpec] = ()) -> None:
-        for name, v in (("stats_every_n_steps", stats_every_n_steps), ("dump_every_n_steps", dump_every_n_steps)):
+        for name, v in (("stats_every_n_steps", stats_every_n_steps),
+                        ("dump_every_n_steps", dump_every_n_steps)):
             if v is not None and (not isinstance(v, int) or v < 0):
                 raise ValueError(f"{name}={v!r} must be a non-negative int or None")
         self.stats_every = stats_every_n_steps or 0
@@ -72,7 +76,8 @@ class Schedule:
 
     def next_step(self, after: int) -> int | None:
         """The first step after ``after`` that gets statistics or a dump (None: no later one)."""
-        due = [(after // every + 1) * every for every in (self.stats_every, self.dump_every) if every]
+        due = [(after // every + 1) * every
+               for every in (self.stats_every, self.dump_every) if every]
         due += [max(lo, after + 1) for lo, hi in self.ranges if hi > after]
         return min(due) if due else None
 

@@ -43,8 +43,8 @@ log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
 _EXCLUDE = [re.compile(p) for p in DEFAULT_EXCLUDE]
 #: op types that touch a variable's handle without reading it for the forward pass
-_NOT_READS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "VarIsInitializedOp",
-                        "DestroyResourceOp", "VariableShape"})
+_NOT_READS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
+                        "VarIsInitializedOp", "DestroyResourceOp", "VariableShape"})
 
 
 @dataclass
@@ -68,7 +68,8 @@ class VariableRecord(Captured):
         return e
 
 
-def selected(name: str, include=None, exclude=None, op_types=None, exclude_op_types=None, **_) -> bool:
+def selected(name: str, include=None, exclude=None, op_types=None, exclude_op_types=None,
+             **_) -> bool:
     """Whether the hook's filters keep the record of variable ``name``: ``op_types`` must name
     ``VarHandleOp`` if given, and ``include``/``exclude`` apply to the variable's name.
 
@@ -90,7 +91,8 @@ def _forward(op: tf.Operation, backward: set[str]) -> bool:
 def variable_of(t: tf.Tensor) -> str | None:
     """The variable a read (ReadVariableOp, or a ref variable's Identity) reads, else None."""
     op = t.op
-    if op.type == "ReadVariableOp" or (op.type == "Identity" and op.inputs and op.inputs[0].op.type == "VariableV2"):
+    if op.type == "ReadVariableOp" \
+            or (op.type == "Identity" and op.inputs and op.inputs[0].op.type == "VariableV2"):
         src = op.inputs[0].op
         while src.type == "Identity" and src.inputs:
             src = src.inputs[0].op
@@ -107,7 +109,8 @@ def _densify(grad: tf.Tensor, gather: tf.Operation, shape: tf.TensorShape) -> tf
 
 def find_records(graph: tf.Graph, backward: set[str],
                  gradients_of: Callable[[list[tf.Tensor]], list[tf.Tensor | None]] | None,
-                 filters: dict | None = None, loss: tf.Tensor | None = None) -> list[VariableRecord]:
+                 filters: dict | None = None,
+                 loss: tf.Tensor | None = None) -> list[VariableRecord]:
     """One record per trainable resource variable that the forward pass reads.
 
     ``gradients_of(tensors)``: d loss / d t for each t (the hook's shared machinery), or None
@@ -124,10 +127,12 @@ def find_records(graph: tf.Graph, backward: set[str],
         if handle is None or handle.dtype != tf.resource:
             refs.append(var.op.name)
             continue
-        uses = [op for op in handle.consumers() if _forward(op, backward) and op.type not in _NOT_READS]
+        uses = [op for op in handle.consumers()
+                if _forward(op, backward) and op.type not in _NOT_READS]
         reads = [op.outputs[0] for op in uses if op.type == "ReadVariableOp"]
         gathers = [op for op in uses if op.type == "ResourceGather"]
-        others = sorted({op.type for op in uses if upstream is None or any(t.name in upstream for t in op.outputs)}
+        others = sorted({op.type for op in uses
+                         if upstream is None or any(t.name in upstream for t in op.outputs)}
                         - {"ReadVariableOp", "ResourceGather"})
         if reads or gathers:
             plans.append((var, reads, gathers, others))
@@ -135,32 +140,37 @@ def find_records(graph: tf.Graph, backward: set[str],
         log.info("no variable records for %d reference (non-resource) variables: %s", len(refs),
                  ", ".join(refs[:10]) + (" ..." if len(refs) > 10 else ""))
     wanted = [t for _, reads, gathers, _ in plans for t in reads + [g.outputs[0] for g in gathers]]
-    grads = dict(zip((t.name for t in wanted), gradients_of(wanted))) if gradients_of and wanted else {}
+    grads = dict(zip((t.name for t in wanted), gradients_of(wanted))) if gradients_of and wanted \
+        else {}
     keep = {op.name for op in graph.get_operations() if _forward(op, backward)}
-    return [_record(var, reads, gathers, others, grads, keep) for var, reads, gathers, others in plans]
+    return [_record(var, reads, gathers, others, grads, keep)
+            for var, reads, gathers, others in plans]
 
 
-def _record(var, reads: list[tf.Tensor], gathers: list[tf.Operation], others: list[str], grads: dict,
-            keep: set[str]) -> VariableRecord:
+def _record(var, reads: list[tf.Tensor], gathers: list[tf.Operation], others: list[str],
+            grads: dict, keep: set[str]) -> VariableRecord:
     with tf.name_scope("tf_inspector/variables"):
         parts = [grads.get(t.name) for t in reads]
-        parts += [None if grads.get(g.outputs[0].name) is None else _densify(grads[g.outputs[0].name], g, var.shape)
+        parts += [None if grads.get(g.outputs[0].name) is None
+                  else _densify(grads[g.outputs[0].name], g, var.shape)
                   for g in gathers]
         parts = [p for p in parts if p is not None]
-        note = (f"read by {', '.join(others)} on the loss's path, whose gradient the record does not sum (it sums "
-                f"ReadVariableOp and ResourceGather reads only: without that path the sum would not be d loss / d "
-                f"variable)" if others else None)
+        note = (f"read by {', '.join(others)} on the loss's path, whose gradient the record does "
+                "not sum (it sums ReadVariableOp and ResourceGather reads only: without that path "
+                f"the sum would not be d loss / d variable)" if others else None)
         gradient = None if note or not parts else (parts[0] if len(parts) == 1 else tf.add_n(parts))
         # the value before the update: a read that reaches the loss runs before the optimizer's
         # update (the update needs the gradient, which needs the forward pass through that read)
         connected = [t for t in reads if grads.get(t.name) is not None]
-        before = (connected or reads or [tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype.base_dtype)])[0]
+        before = (connected or reads or [tf.raw_ops.ReadVariableOp(resource=var.handle,
+                                                                   dtype=var.dtype.base_dtype)])[0]
         after = tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=var.dtype.base_dtype)
-    zero = bool(reads) and not gathers and all(zero_gradient_expected(t, keep) for t in connected or reads)
+    zero = bool(reads) and not gathers \
+        and all(zero_gradient_expected(t, keep) for t in connected or reads)
     uses = sorted({k for t in reads for k in feeds(t, keep)} | {g.type for g in gathers})
-    return VariableRecord(before, False, gradient, variable=var.op.name, handle_op=var.handle.op.name,
-                          reads=[t.name for t in reads], after=after, note=note,
-                          extra={"feeds": uses, "zero_gradient_expected": zero})
+    return VariableRecord(before, False, gradient, variable=var.op.name,
+                          handle_op=var.handle.op.name, reads=[t.name for t in reads], after=after,
+                          note=note, extra={"feeds": uses, "zero_gradient_expected": zero})
 
 
 def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
@@ -168,7 +178,8 @@ def stats_rows(records: Sequence[VariableRecord]) -> list[tuple[str, str, str]]:
     return [(r.variable, "update", "all") for r in records]
 
 
-def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                       np.ndarray]:
     """Statistics of each array (not batched), as the in-graph kernels compute them: values
     [n, 9] in STAT_COLUMNS order and the n rows' log-magnitude histograms as (splits [n + 1],
     bucket index [N], count [N]) (``inspector.format.loghist``). Vectorized over the arrays (a
@@ -186,7 +197,8 @@ def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     fin = np.isfinite(x)
     xf = np.where(fin, x, 0.0)
 
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n else np.zeros(0, np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) if n \
+        else np.zeros(0, np.int64)
     full = sizes > 0
 
     def ssum(v: np.ndarray) -> np.ndarray:  # per-array sums (reduceat: no empty segments)
@@ -203,9 +215,11 @@ def numpy_stats(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, n
     nan = ssum(np.isnan(x).astype(np.float64))
     has = c > 0
     std = np.sqrt(m2 / np.maximum(c, 1))
-    values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan), np.where(has, std, np.nan),
-                       np.where(has, lo, np.nan), np.where(has, hi, np.nan), np.sqrt(m2 + c * mean ** 2),
-                       ssum((x == 0).astype(np.float64)) / np.maximum(sizes, 1), nan, sizes - c - nan], 1)
+    values = np.stack([sizes.astype(np.float64), np.where(has, mean, np.nan),
+                       np.where(has, std, np.nan), np.where(has, lo, np.nan),
+                       np.where(has, hi, np.nan), np.sqrt(m2 + c * mean ** 2),
+                       ssum((x == 0).astype(np.float64)) / np.maximum(sizes, 1), nan,
+                       sizes - c - nan], 1)
     # a histogram counts a subsample of large tensors (FORMAT.md)
     splits, index, count = sparse_of([hist_sample(a, 1).ravel() if a.size else a for a in flat])
     assert values.shape[1] == len(STAT_COLUMNS)
@@ -227,16 +241,20 @@ class Updates:
     Scaffold); each is written before it is read in every session. ``owner`` (the worker)
     names them apart where a parameter server would otherwise share them between workers."""
 
-    def __init__(self, records: Sequence[VariableRecord], use_native: bool = True, owner: str = "") -> None:
+    def __init__(self, records: Sequence[VariableRecord], use_native: bool = True,
+                 owner: str = "") -> None:
         self.records = [r for r in records if r.after is not None]
         with tf.name_scope("tf_inspector/updates"):
             saves, self.delta = [], {}
             for r in self.records:
-                with r.tensor.graph.colocate_with(r.tensor.op):  # where the variable lives: no copy elsewhere
+                # where the variable lives: no copy elsewhere
+                with r.tensor.graph.colocate_with(r.tensor.op):
                     # the op's graph-unique name keeps two hooks' snapshots apart in one session
-                    name = tf.compat.v1.get_default_graph().unique_name("before", mark_as_used=False)
+                    name = tf.compat.v1.get_default_graph().unique_name("before",
+                                                                        mark_as_used=False)
                     handle = tf.raw_ops.VarHandleOp(dtype=r.tensor.dtype, shape=r.tensor.shape,
-                                                    shared_name=f"tf_inspector/{owner}/{name}", name="before")
+                                                    shared_name=f"tf_inspector/{owner}/{name}",
+                                                    name="before")
                     saves.append(tf.raw_ops.AssignVariableOp(resource=handle, value=r.tensor))
                     before = tf.raw_ops.ReadVariableOp(resource=handle, dtype=r.tensor.dtype)
                 #: {variable: value after this step's update - value before}
@@ -251,7 +269,8 @@ def update_stats(deltas: Sequence[tf.Tensor], use_native: bool = True) -> tuple:
     """(values, hist splits, hist index, hist count) of the updates ``deltas`` in the graph, one
     statistics row each (unbatched, no groups), in order: the rows that follow the captured
     tensors' rows."""
-    fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None, use_native)
+    fetch = build_stats([Captured(d, batched=False, gradient=None) for d in deltas], None,
+                        use_native)
     return fetch.tensors()
 
 

@@ -40,14 +40,16 @@ from inspector.storage.safety import real# noqa: E402
 from inspector.storage import is_url  # noqa: E402
 from inspector.sessions.trainings import view_note# noqa: E402
 from viewer import data, history, page_links  # noqa: E402
-from viewer.app_pages import browser, compare, distributions, featuremaps, graph, masks, overview, summary  # noqa: E402
+from viewer.app_pages import (browser, compare, distributions, featuremaps, graph,  # noqa: E402
+                              masks, overview, summary)
 from viewer.paths import resolve_inside  # noqa: E402
 from viewer.ui import Ctx, figure_theme, guard, plain  # noqa: E402
 
 #: page title -> its module (``render(ctx)``); the URL path of a page is its module's name
 PAGES: dict[str, ModuleType] = {
-    "Summary": summary, "Training overview": overview, "Distributions": distributions, "Feature maps": featuremaps,
-    "Masks & templates": masks, "Tensor browser": browser, "Op graph": graph, "Compare": compare}
+    "Summary": summary, "Training overview": overview, "Distributions": distributions,
+    "Feature maps": featuremaps, "Masks & templates": masks, "Tensor browser": browser,
+    "Op graph": graph, "Compare": compare}
 log = logging.getLogger("tf_inspector.viewer")
 #: Streamlit's toolbar without developer items ("Deploy", rerun, clear cache); "minimal" would
 #: also hide the settings menu, where the user picks the light or dark theme.
@@ -70,7 +72,8 @@ def restore_sidebar(page_path: str) -> None:
     st.session_state["_shown_page"] = page_path
     for key in KEPT:
         kept = st.session_state.get(f"_kept_{key}")
-        if key not in st.query_params and kept is not None and (switched or key not in st.session_state):
+        if key not in st.query_params and kept is not None \
+                and (switched or key not in st.session_state):
             st.session_state[key] = kept
 
 
@@ -108,7 +111,8 @@ def page_runner(title: str):
 
 
 @st.fragment(run_every=3)
-def watch(folder: str, root: str, runs: tuple[str, ...], path: str | None, sig: tuple | None) -> None:
+def watch(folder: str, root: str, runs: tuple[str, ...], path: str | None,
+          sig: tuple | None) -> None:
     """Auto-refresh (checked every 3 s): rerun the whole app when the folder's runs change (a
     new run appears: the run list is re-read) or the shown run's files change."""
     if tuple(data.list_runs.__wrapped__(folder, root)[0]) != runs:  # uncached: the folder now
@@ -123,7 +127,8 @@ def pick_run(folder: Path, root: Path, runs: list[str], outside: int) -> str | N
     run's path, or None after a message (no run there, or ``?run=`` names none of them: never
     another run instead)."""
     if outside:
-        st.sidebar.caption(f"{outside} entr{'y' if outside == 1 else 'ies'} leading outside the runs folder: skipped")
+        st.sidebar.caption(f"{outside} entr{'y' if outside == 1 else 'ies'} leading outside the "
+                           "runs folder: skipped")
     if not runs:
         st.error(f"No run in {plain(folder)}: a run is a directory holding manifest.<worker>.json "
                  f"(written by DumpHook). Give a run or a folder of runs in the sidebar.")
@@ -146,16 +151,19 @@ def sidebar() -> Ctx | None:
     sb = st.sidebar
     sb.title("TF Inspector")
     given = default_root()
-    root = given.rstrip("/") if is_url(given) else real(given)  # a URL: a folder of runs in a bucket
+    # a URL: a folder of runs in a bucket
+    root = given.rstrip("/") if is_url(given) else real(given)
     data.set_root(root)
     sb.caption(f"Runs folder: {plain(root)}")
-    text = sb.text_input("Run or folder inside it", key="path", bind="query-params",  # ?path=: a link keeps the folder
+    text = sb.text_input("Run or folder inside it", key="path",
+                         bind="query-params",  # ?path=: a link keeps the folder
                          placeholder="(the runs folder itself)",
                          help="a path relative to the runs folder (or an absolute path inside it)")
     if sb.button("Refresh", help="re-read the run: shows new steps of a run still being written"):
         data.list_runs.clear()  # new runs in the folder; changed files are caught by the signature
     auto = sb.toggle("Auto-refresh (3 s)", key="auto", bind="query-params",
-                     help="follow a run that is still being written and new runs appearing in the folder")
+                     help="follow a run that is still being written and new runs appearing in the "
+                          "folder")
     try:
         folder = resolve_inside(root, text)
         runs, outside = data.list_runs(str(folder), str(root))
@@ -184,12 +192,15 @@ def view_picker(path: str, sig: tuple) -> tuple:
     if note:   # every page's gradients and updates: not the ones the steps' updates came from
         sb.caption(f"**Gradients and updates: {plain(note)}** ({plain(gradient_meaning(note))})")
     modes = [m for m in MODES if m in set(sessions["mode"])] or ["train"]
-    mode = sb.selectbox("Mode", modes, key="mode", bind="query-params") if len(modes) > 1 else modes[0]
+    mode = sb.selectbox("Mode", modes, key="mode", bind="query-params") if len(modes) > 1 \
+        else modes[0]
     workers = run.workers
-    worker = sb.selectbox("Worker", workers, key="worker", bind="query-params") if len(workers) > 1 else None
+    worker = sb.selectbox("Worker", workers, key="worker", bind="query-params") \
+        if len(workers) > 1 else None
     batch = None
     if mode != "train":
-        batch = int(sb.number_input("Batch of each evaluation", min_value=0, value=0, step=1, key="batch"))
+        batch = int(sb.number_input("Batch of each evaluation", min_value=0, value=0, step=1,
+                                    key="batch"))
     note = view_note(sessions, mode, worker or run._default_for(mode))
     if note:   # which session each step of the curves is from; an earlier training hidden
         sb.caption(plain(note))
@@ -198,7 +209,8 @@ def view_picker(path: str, sig: tuple) -> tuple:
 
 def page(title: str) -> StreamlitPage:
     """The ``st.Page`` of ``title`` (also what ``st.switch_page`` takes to open it from a page)."""
-    return st.Page(page_runner(title), title=title, url_path=url_path(PAGES[title]), default=title == next(iter(PAGES)))
+    return st.Page(page_runner(title), title=title, url_path=url_path(PAGES[title]),
+                   default=title == next(iter(PAGES)))
 
 
 page_links.register(page)   # a page opens another through page_links, never importing this module
@@ -245,7 +257,8 @@ def main() -> None:
         show()
     except Exception as e:  # st.rerun/st.stop are BaseExceptions: they pass
         log.exception("viewer: the page failed")
-        st.error(f"The viewer could not draw this page ({type(e).__name__}); the details are in the server log.")
+        st.error(f"The viewer could not draw this page ({type(e).__name__}); the details are in "
+                 "the server log.")
 
 
 if __name__ == "__main__":  # run as a script by `streamlit run` (see inspector.cli)

@@ -50,7 +50,8 @@ def signature(path: str | Path) -> Sig:
     if isinstance(path, str) and is_url(path):
         store = open_storage(path)
         return tuple(sorted((sub, e.name, e.size, e.stamp) for sub in ("", "stats", "dumps")
-                            for e in store.list(sub) if e.size is not None and not e.name.startswith(".")))
+                            for e in store.list(sub)
+                            if e.size is not None and not e.name.startswith(".")))
     out = []
     for sub in ("", "stats", "dumps"):
         try:
@@ -64,7 +65,8 @@ def signature(path: str | Path) -> Sig:
     return tuple(sorted(out))
 
 
-def with_view(sig: Sig, mode: str = "train", worker: str | None = None, batch: int | None = None) -> Sig:
+def with_view(sig: Sig, mode: str = "train", worker: str | None = None,
+              batch: int | None = None) -> Sig:
     """``sig`` plus the sidebar's choice of mode, worker and eval batch: every cached read is
     keyed by the signature, so one key serves both "files changed" and "another view"."""
     return tuple(sig) + ((_VIEW, mode, worker, batch),)
@@ -102,7 +104,8 @@ def get_run(path: str, sig: Sig) -> inspector.Run:
 @st.cache_data(max_entries=32, show_spinner=False)
 def list_runs(folder: str, root: str) -> tuple[list[str], int]:
     """(runs, links skipped) in ``folder``: see :func:`viewer.paths.list_runs`."""
-    runs, outside = paths.list_runs(folder if is_url(folder) else Path(folder), root if is_url(root) else Path(root))
+    runs, outside = paths.list_runs(folder if is_url(folder) else Path(folder),
+                                    root if is_url(root) else Path(root))
     return [str(p) for p in runs], outside
 
 
@@ -121,49 +124,58 @@ def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_sum
     statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
     values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
     (see :func:`inspector.stats.summary.overview`): a 60M-row run in ~1 s, not 33 s."""
-    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS, coarsen=True)
+    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS,
+                                  coarsen=True)
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def stats_matrix(path: str, sig: Sig, kind: str, group: str, stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
+def stats_matrix(path: str, sig: Sig, kind: str, group: str,
+                 stat: str) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(tensors in catalog order, steps, matrix [tensor, step]) of one statistic: :func:`overview`'s
     matrix, without the tensors that have no statistics of ``kind`` (a NaN-only tensor is kept)."""
     ov = overview(path, sig, kind, group, stat)
-    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size else np.zeros(len(ov.tensors), bool)
+    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size \
+        else np.zeros(len(ov.tensors), bool)
     return [t for t, p in zip(ov.tensors, have) if p], ov.steps, ov.matrix[have]
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def layer_table(path: str, sig: Sig, tensors: tuple[str, ...]) -> pd.DataFrame:
-    """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order (once per choice)."""
+    """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order (once per
+    choice)."""
     return layer_rows(get_run(path, sig).tensors, list(tensors), network_order(path, sig))
 
 
 def graph_key(sig: tuple) -> tuple:
     """The part of ``sig`` the graph depends on: the graph files and the view."""
-    return tuple(e for e in sig if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
+    return tuple(e for e in sig
+                 if e[0] == "view" or (e[0] == "" and str(e[1]).startswith("graph.")))
 
 
-def op_graph(path: str, sig: tuple, worker: str | None = None, session: int | None = None) -> OpGraph:
+def op_graph(path: str, sig: tuple, worker: str | None = None,
+             session: int | None = None) -> OpGraph:
     """The graph of ``worker``'s ``session`` (default: the run's default manifest's), parsed once
     per graph file (``InspectorError`` if unreadable or over ``graphdef.MAX_GRAPH_BYTES``)."""
     return _op_graph(path, graph_key(sig), sig, worker, session)
 
 
 @st.cache_resource(max_entries=8, show_spinner=False)
-def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None, session: int | None) -> OpGraph:
+def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None,
+              session: int | None) -> OpGraph:
     run = get_run(path, _sig)
     what = f"graph of {run.name}" + (f", session {session}" if session else "")
     try:
         raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
     except OSError as e:
-        raise InspectorError(f"this run's session has no readable graph file ({type(e).__name__})") from None
+        raise InspectorError("this run's session has no readable graph file "
+                             f"({type(e).__name__})") from None
     return OpGraph(parse_graph_def(raw, what))
 
 
 def network_order(path: str, sig: Sig) -> dict[str, int] | None:
-    """Each op's place in the forward graph's topological order (:func:`viewer.layers.network_order`)
-    from the run's graph; None when the run has no readable graph (rows keep the catalog's order)."""
+    """Each op's place in the forward graph's topological order
+    (:func:`viewer.layers.network_order`) from the run's graph; None when the run has no readable
+    graph (rows keep the catalog's order)."""
     return _network_order(path, graph_key(sig), sig)
 
 
@@ -196,8 +208,8 @@ def _tensor_histograms(path: str, sig: Sig, tensor: str) -> pd.DataFrame:
     read that :func:`histograms` and :func:`histogram_totals` slice. A Parquet read of one step
     or one kind costs about as much as of all (the column chunks are read whole), so a page
     asking for one step, a few and every step, forward and gradient, reads the tensor once."""
-    return get_run(path, sig).query_stats([tensor], columns=[*inspector_histograms.COLUMNS, "count", "mean",
-                                                            "min", "max"])
+    return get_run(path, sig).query_stats([tensor], columns=[*inspector_histograms.COLUMNS,
+                                                             "count", "mean", "min", "max"])
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -215,7 +227,8 @@ def histograms(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: s
         if h is not None:
             out.setdefault(int(row.step), {})[str(row.group)] = h
     order = {g: i for i, g in enumerate(run.groups)}
-    return {s: dict(sorted(g.items(), key=lambda kv: order.get(kv[0], 9))) for s, g in sorted(out.items())}
+    return {s: dict(sorted(g.items(), key=lambda kv: order.get(kv[0], 9)))
+            for s, g in sorted(out.items())}
 
 
 def extent(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str,
@@ -265,7 +278,8 @@ def update_ratios(path: str, sig: Sig) -> pd.DataFrame:
     variables = list(run.variables.index)
     if not variables:
         return pd.DataFrame()
-    stats = run.query_stats(tensors=variables, kinds=["forward", "update"], groups=["all"], columns=["l2"])
+    stats = run.query_stats(tensors=variables, kinds=["forward", "update"], groups=["all"],
+                            columns=["l2"])
     return analysis.update_ratios(stats, run.tensors)
 
 
@@ -294,8 +308,10 @@ def histogram_totals(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], k
     ``"max"``: the exact extremes)."""
     df = tensor_histograms(path, sig, tensor, kind)
     out: dict = {}
-    for step, group, value in zip(*(df.loc[df["step"].isin(steps), c] for c in ("step", "group", column))):
-        out.setdefault(int(step), {})[str(group)] = int(value) if column == "count" else float(value)
+    for step, group, value in zip(*(df.loc[df["step"].isin(steps), c]
+                                    for c in ("step", "group", column))):
+        out.setdefault(int(step), {})[str(group)] = int(value) if column == "count" \
+            else float(value)
     return out
 
 
@@ -335,11 +351,13 @@ def reason_of(meta: dict, step: int, run) -> str:
     if reason != "schedule":
         return reason
     try:
-        manifest = run.manifests.get((meta.get("worker"), int(meta.get("session", -1))), run.manifest)
+        manifest = run.manifests.get((meta.get("worker"), int(meta.get("session", -1))),
+                                     run.manifest)
     except (TypeError, ValueError):
         manifest = run.manifest
     config = manifest.get("config") if isinstance(manifest, dict) else None
-    return "explicit step" if explicit(int(step), config if isinstance(config, dict) else {}) else "schedule"
+    return "explicit step" if explicit(int(step), config if isinstance(config, dict) else {}) \
+        else "schedule"
 
 
 def dump_infos(path: str, sig: Sig) -> list[dict]:
@@ -404,7 +422,8 @@ def _dead_filters(path: str, key: Sig, step: int | None, _sig: Sig) -> dict[str,
         if not have:
             continue
         try:
-            dead = templates.dead_filters(**{r: dumped(path, sig, name, step) for r, name in have.items()})
+            dead = templates.dead_filters(**{r: dumped(path, sig, name, step)
+                                             for r, name in have.items()})
         except ValueError:  # maps of an unexpected shape: no verdict for this layer
             continue
         out[str(layer)] = [int(c) for c in np.flatnonzero(dead)]

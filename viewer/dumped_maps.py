@@ -10,13 +10,15 @@ from inspector.format import INPUT_OP_TYPES
 
 from .ui import plain
 
-#: Op types of convolutions: the Feature maps page opens on the first of them in graph order (catalog order)
+#: Op types of convolutions: the Feature maps page opens on the first of them in graph order
+#: (catalog order)
 CONV_OP_TYPES = ("Conv2D", "DepthwiseConv2dNative", "Conv2DBackpropInput")
 
 
 def sample_label(samples: pd.DataFrame, i: int) -> str:
     r = samples.iloc[i]
-    return f"#{i}: batch index {r.get('index', '?')}, label {r.get('label', '?')}, {r.get('group', '?')}"
+    return (f"#{i}: batch index {r.get('index', '?')}, label {r.get('label', '?')}, "
+            f"{r.get('group', '?')}")
 
 
 def map_tensors(cat: pd.DataFrame, keys: set[str]) -> list[str]:
@@ -46,8 +48,8 @@ def why_no_input(cat: pd.DataFrame, step: int) -> str:
     """Why the overlay has no input image at ``step``."""
     known = [n for n in cat["name"] if is_input(cat, n) and len(cat.loc[n, "shape"] or []) == 4]
     if known:
-        return (f"The model input {plain(known[0])} is in the catalog but not in the dump of step {step}: "
-                f"no overlay on the input image.")
-    return ("The model input was not dumped: no 4-D output of an input op (IteratorGetNext, Placeholder) is in "
-            "the catalog (an input fed as integers, or left out by include/exclude/op_types). No overlay on the "
-            "input image.")
+        return (f"The model input {plain(known[0])} is in the catalog but not in the dump of step "
+                f"{step}: no overlay on the input image.")
+    return ("The model input was not dumped: no 4-D output of an input op (IteratorGetNext, "
+            "Placeholder) is in the catalog (an input fed as integers, or left out by "
+            "include/exclude/op_types). No overlay on the input image.")

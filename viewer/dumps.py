@@ -34,9 +34,10 @@ def dump_step_picker(ctx: Ctx, title: str, key: str, near: int | None = None, co
     ones marked); defaults to the newest readable dump (or the readable one nearest ``near``).
     None, after a message, if the run has no dumps."""
     infos = data.dump_infos(ctx.path, ctx.sig)
-    if not need(bool(infos), "No full dumps in this run (the hook dumps every dump_every_n_steps)."):
+    if not need(bool(infos), "No full dumps in this run (the hook dumps every "
+                             "dump_every_n_steps)."):
         return None
     by_step = {d["step"]: d for d in infos}
-    return container.selectbox(title, list(by_step), index=default_index(infos, near), key=key, help=help,
-                               bind="query-params",
+    return container.selectbox(title, list(by_step), index=default_index(infos, near), key=key,
+                               help=help, bind="query-params",
                                format_func=lambda s: label(by_step[s]))

@@ -15,7 +15,8 @@ def kinds_of(run, tensor: str) -> list[str]:
 
 
 def pick_groups(hists: dict) -> dict:
-    """The named groups (positive/negative, classes, a function's) where the tensor has them, else 'all'."""
+    """The named groups (positive/negative, classes, a function's) where the tensor has them, else
+    'all'."""
     named = {g: h for g, h in hists.items() if g != "all"}
     return named or hists
 
@@ -29,22 +30,25 @@ NOUNS = {"forward": "value", "gradient": "gradient", "update": "update"}
 def axis_choice(key: str, container=st) -> str:
     """The histograms' x axis: 'auto', 'log' (signed log-magnitude) or 'linear'
     (:func:`inspector.analysis.hist_view.choose_axis`)."""
-    return container.radio("x axis", list(AXIS_LABELS), format_func=AXIS_LABELS.get, key=key, horizontal=True,
-                           bind="query-params",
-                           help="signed log: one bar per stored bucket (8 per power of two), negative values "
-                           "mirrored left of the zeros' bar, so a gradient spanning 1e-9..1e-1 shows whole; "
-                           "linear: 40 equal bins over the exact min..max. auto: signed log for gradients, "
-                           f"linear for forward values unless one bin would hold over {hist_view.SPIKE:.0%} of "
-                           "the non-zero values")
+    return container.radio("x axis", list(AXIS_LABELS), format_func=AXIS_LABELS.get, key=key,
+                           horizontal=True, bind="query-params",
+                           help="signed log: one bar per stored bucket (8 per power of two), "
+                                "negative values mirrored left of the zeros' bar, so a gradient "
+                                "spanning 1e-9..1e-1 shows whole; linear: 40 equal bins over the "
+                                "exact min..max. auto: signed log for gradients, linear for "
+                                "forward values unless one bin would hold over "
+                                f"{hist_view.SPIKE:.0%} of the non-zero values")
 
 
 def bins_choice(key: str, container=st) -> str:
     """How to re-bin dumped values with ``np.histogram`` (the tensor browser): 'auto'
-    (symmetric log for long-tailed values), 'linear' or 'symlog' (:mod:`inspector.analysis.binning`)."""
-    return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get, key=key,
-                           horizontal=True, help="symmetric log: bins spaced geometrically in |x| on both "
-                           "sides of a small linear zone around 0 (like TensorBoard's exponential buckets), "
-                           "so a long-tailed gradient is not one spike")
+    (symmetric log for long-tailed values), 'linear' or 'symlog'
+    (:mod:`inspector.analysis.binning`)."""
+    return container.radio("Bins of dumped values", list(BIN_LABELS), format_func=BIN_LABELS.get,
+                           key=key, horizontal=True,
+                           help="symmetric log: bins spaced geometrically in |x| on both sides of "
+                                "a small linear zone around 0 (like TensorBoard's exponential "
+                                "buckets), so a long-tailed gradient is not one spike")
 
 
 def bins_caption(bins: Bins) -> str:
@@ -56,5 +60,6 @@ def bins_caption(bins: Bins) -> str:
 
 
 def rebinned(hists) -> bool:
-    """Whether a linear axis re-bins log-magnitude buckets (else it draws stored equal-width bins)."""
+    """Whether a linear axis re-bins log-magnitude buckets (else it draws stored equal-width
+    bins)."""
     return any(isinstance(h, LogHistogram) for h in hists)

@@ -11,8 +11,8 @@ no server-side fix can know what the URL says. Upstream: streamlit/streamlit pul
 16989 and 16998.
 
 The fix is in the browser: :data:`SCRIPT`, installed once per page load, answers ``popstate``
-by reloading the page at the history entry's URL (ignoring what Streamlit writes meanwhile). A fresh load is the
-one path on which Streamlit takes every URL-bound widget from the URL (the run, the runs
+by reloading the page at the history entry's URL (ignoring what Streamlit writes meanwhile). A fresh
+load is the one path on which Streamlit takes every URL-bound widget from the URL (the run, the runs
 folder's sub-folder, each page's tensor, step, sample, filter, group), and it writes nothing
 back, so the history stays as the browser has it and Forward still works. Moves within a page
 (``#anchor`` links of headings) are left to Streamlit. A click on a sidebar page link makes

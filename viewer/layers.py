@@ -63,11 +63,13 @@ def network_order(graph: OpGraph) -> dict[str, int]:
     op gets a place.
 
     >>> from inspector.graph.graphdef import Node
-    >>> network_order(OpGraph([Node("b", "Relu", ("a",)), Node("c", "Relu", ("b",)), Node("a", "Conv2D")]))
+    >>> network_order(OpGraph([Node("b", "Relu", ("a",)), Node("c", "Relu", ("b",)),
+    ...                        Node("a", "Conv2D")]))
     {'a': 0, 'b': 1, 'c': 2}
     """
     def inputs(name: str) -> Iterator[str]:
-        return (p for p in graph.producers(name) if p in graph.nodes and graph.nodes[p].op != "NextIteration")
+        return (p for p in graph.producers(name)
+                if p in graph.nodes and graph.nodes[p].op != "NextIteration")
 
     order: dict[str, int] = {}
     for root in graph.nodes:
@@ -87,7 +89,8 @@ def network_order(graph: OpGraph) -> dict[str, int]:
     return order
 
 
-def positions(catalog: pd.DataFrame, tensors: list[str], order: Mapping[str, int] | None) -> np.ndarray:
+def positions(catalog: pd.DataFrame, tensors: list[str],
+              order: Mapping[str, int] | None) -> np.ndarray:
     """Each tensor's place in network order (its op's in ``order``); a tensor whose op the graph
     lacks takes the place of the tensor listed before it in ``catalog`` (so it stays beside it).
     Without ``order``: the catalog's order."""
@@ -101,19 +104,22 @@ def positions(catalog: pd.DataFrame, tensors: list[str], order: Mapping[str, int
     return np.array([place[t] for t in tensors], np.float64)
 
 
-def layer_rows(catalog: pd.DataFrame, tensors: list[str], order: Mapping[str, int] | None = None) -> pd.DataFrame:
+def layer_rows(catalog: pd.DataFrame, tensors: list[str],
+               order: Mapping[str, int] | None = None) -> pd.DataFrame:
     """One row per tensor of ``tensors``: its ``layer`` and whether it is the layer's ``output``
     (the row a folded layer shows): the ICNN ``post_mask``, else the layer's last op output (not
     a variable record), else its last row. In network order with ``order`` (:func:`network_order`;
     a layer's rows together, at its output's place, variable records after its ops), else in
     ``tensors``' order."""
-    if not len(tensors):   # no statistics of this kind (a run without gradients): no rows, not a KeyError
+    # no statistics of this kind (a run without gradients): no rows, not a KeyError
+    if not len(tensors):
         return pd.DataFrame({"tensor": [], "layer": [], "output": []}, dtype=object)
     cat = catalog.loc[tensors]
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
     ops = dict(zip(catalog["op"], catalog["scope"].fillna(""))) if "op" in catalog else {}
     op_of = cat["op"] if "op" in cat else cat["name"]
-    keras = cat["keras_layer"] if "keras_layer" in cat else pd.Series(None, index=cat.index, dtype=object)
+    keras = cat["keras_layer"] if "keras_layer" in cat \
+        else pd.Series(None, index=cat.index, dtype=object)
     layers = [k if isinstance(k, str) and k and not (isinstance(ly, str) and ly) else
               layer_of(*_scoped(str(op), str(s), ops, icnn, ly))
               for op, s, ly, k in zip(op_of, cat["scope"].fillna(""), cat["icnn_layer"], keras)]
@@ -121,7 +127,8 @@ def layer_rows(catalog: pd.DataFrame, tensors: list[str], order: Mapping[str, in
     df = pd.DataFrame({"tensor": tensors, "layer": layers, "role": list(cat["icnn_role"]),
                        "op_output": list(kind.fillna("tensor") != "variable"),
                        "place": positions(catalog, tensors, order)})
-    if order:  # a stable sort: tensors of one op (IdentityN:0, :1) and of one place keep their order
+    # a stable sort: tensors of one op (IdentityN:0, :1) and of one place keep their order
+    if order:
         df = df.sort_values("place", kind="stable").reset_index(drop=True)
     post = df[df["role"] == "post_mask"].groupby("layer")["tensor"].first()
     last = df.groupby("layer")["tensor"].last()
@@ -130,8 +137,10 @@ def layer_rows(catalog: pd.DataFrame, tensors: list[str], order: Mapping[str, in
     df["output"] = [out_of[ly] == t for t, ly in zip(df["tensor"], df["layer"])]
     if order:  # each layer's rows together, at its output's place; variable records after its ops
         at = df["layer"].map(df[df["output"]].set_index("layer")["place"])
-        df = df.assign(at=at, var=~df["op_output"]).sort_values(["at", "layer", "var", "place"], kind="stable")
-    return df.drop(columns=[c for c in ("role", "op_output", "place", "at", "var") if c in df]).reset_index(drop=True)
+        df = df.assign(at=at, var=~df["op_output"]).sort_values(["at", "layer", "var", "place"],
+                                                                kind="stable")
+    return df.drop(columns=[c for c in ("role", "op_output", "place", "at", "var")
+                            if c in df]).reset_index(drop=True)
 
 
 def _scoped(op: str, scope: str, ops: Mapping[str, str], icnn: list[str], icnn_layer: object
@@ -141,7 +150,8 @@ def _scoped(op: str, scope: str, ops: Mapping[str, str], icnn: list[str], icnn_l
     return scope, icnn_layer, icnn, owner
 
 
-def shown_rows(rows: pd.DataFrame, unfold: Collection[str] = (), all_ops: bool = False) -> pd.DataFrame:
+def shown_rows(rows: pd.DataFrame, unfold: Collection[str] = (),
+               all_ops: bool = False) -> pd.DataFrame:
     """The rows to draw: every op of the layers in ``unfold`` (all if ``all_ops``), the output
     row of the others, with ``label``: the tensor, and '(+N ops)' on a folded layer's row."""
     size = rows.groupby("layer")["tensor"].transform("size")

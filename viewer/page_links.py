@@ -19,7 +19,8 @@ def register(page_of: Callable[[str], StreamlitPage]) -> None:
 def switch_to(title: str, query_params: dict[str, str]) -> None:
     """Open the page titled ``title`` with ``query_params`` (its URL-bound widgets' values)."""
     if _page_of is None:
-        raise RuntimeError("the viewer's pages are not registered: viewer.app_main registers them on import")
+        raise RuntimeError("the viewer's pages are not registered: viewer.app_main registers them "
+                           "on import")
     st.switch_page(_page_of(title), query_params=query_params)
 
 

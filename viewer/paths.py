@@ -35,21 +35,22 @@ def resolve_inside(root: Path | str, text: str) -> Path | str:
         return _url_inside(root, text)
     path = root / text if text else root
     if "\x00" in text or not inside(path, root):
-        raise OutsideRootError(f"{text!r} is outside the runs folder {root}; the viewer only opens runs inside it. "
-                               f"Give a path relative to that folder.")
+        raise OutsideRootError(f"{text!r} is outside the runs folder {root}; the viewer only opens "
+                               f"runs inside it. Give a path relative to that folder.")
     return real(path)
 
 
 def _url_inside(root: str, text: str) -> str:
-    """``root/text`` for a relative ``text`` whose every part is a plain name, else OutsideRootError."""
+    """``root/text`` for a relative ``text`` whose every part is a plain name, else
+    OutsideRootError."""
     rel = text.strip("/")
     if text.startswith(root.rstrip("/") + "/") or text == root:
         rel = text[len(root.rstrip("/")):].strip("/")
     try:
         return f"{root.rstrip('/')}/{check_relative(rel)}" if rel else root
     except ValueError:
-        raise OutsideRootError(f"{text!r} is outside the runs folder {root}; the viewer only opens runs inside it. "
-                               f"Give a path relative to that folder.") from None
+        raise OutsideRootError(f"{text!r} is outside the runs folder {root}; the viewer only opens "
+                               f"runs inside it. Give a path relative to that folder.") from None
 
 
 def list_runs(folder: Path | str, root: Path | str) -> tuple[list, int]:
@@ -61,7 +62,8 @@ def list_runs(folder: Path | str, root: Path | str) -> tuple[list, int]:
         return find_runs(folder), 0
     folder, root = Path(folder), Path(root)
     if not folder.exists():
-        raise NotARunError(f"{folder} does not exist; give a run or a folder of runs inside the runs folder")
+        raise NotARunError(f"{folder} does not exist; give a run or a folder of runs inside the "
+                           "runs folder")
     if not folder.is_dir():
         raise NotARunError(f"{folder} is not a folder; give a run or a folder of runs")
     if has_manifest(folder):

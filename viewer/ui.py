@@ -33,7 +33,8 @@ _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation chara
 #: Where GFM's literal autolinks start (``http://``, ``https://``, ``www.``, ``a@b.c``, ``mailto:``,
 #: ``xmpp:``): Streamlit's Markdown links those in the text left after escapes are read, so an
 #: escape cannot stop it; an invisible word joiner there does
-_AUTOLINK = re.compile(r"(?i)(?:(?<=https)|(?<=http)|(?<=mailto)|(?<=xmpp))(?=:)|(?<=www)(?=\.)|(?=@)")
+_AUTOLINK = re.compile(
+    r"(?i)(?:(?<=https)|(?<=http)|(?<=mailto)|(?<=xmpp))(?=:)|(?<=www)(?=\.)|(?=@)")
 WORD_JOINER = "\u2060"
 
 
@@ -101,11 +102,14 @@ def _figure_png(ident: tuple, kind: str, _make: Callable[[], Figure]) -> bytes:
 
 def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
     """Show already-rendered PNG bytes (e.g. from a cached renderer) with a download button."""
-    st.image(png, caption=caption, width="content")  # natural size (capped by the column), not blown up
-    st.download_button("Download PNG", png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
+    # natural size (capped by the column), not blown up
+    st.image(png, caption=caption, width="content")
+    st.download_button("Download PNG", png, file_name=f"{slug(name)}.png", mime="image/png",
+                       key=f"png_{key}")
 
 
-def download_figure(make: Callable[[], Figure], name: str, key: str, label: str = "Download PNG") -> None:
+def download_figure(make: Callable[[], Figure], name: str, key: str,
+                    label: str = "Download PNG") -> None:
     """A download button whose PNG is drawn only when clicked (for figures shown as native,
     interactive Streamlit charts, so the page does not render them twice), in the page's theme."""
     kind = theme()  # read now: the click's callable runs outside the script
@@ -113,7 +117,8 @@ def download_figure(make: Callable[[], Figure], name: str, key: str, label: str 
     def png() -> bytes:
         with figure_theme(kind):
             return plots.to_png(make())
-    st.download_button(label, png, file_name=f"{slug(name)}.png", mime="image/png", key=f"png_{key}")
+    st.download_button(label, png, file_name=f"{slug(name)}.png", mime="image/png",
+                       key=f"png_{key}")
 
 
 def theme() -> str:
@@ -149,7 +154,8 @@ def guard(what: str) -> Iterator[None]:
         st.error(f"{plain(what)}: {plain(e)}")
     except Exception as e:  # the page must stay usable; details go to the server log
         log.exception("viewer: %s failed", what)
-        st.error(f"{plain(what)} could not be drawn ({type(e).__name__}); the details are in the server log.")
+        st.error(f"{plain(what)} could not be drawn ({type(e).__name__}); the details are in the "
+                 "server log.")
 
 
 def need(condition: bool, message: str) -> bool:

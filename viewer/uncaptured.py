@@ -20,9 +20,11 @@ def show_uncaptured(run, text: str, expanded: bool) -> None:
         return
     if df.empty:
         if run.accounting().empty:
-            st.caption("This run predates the accounting: it does not record why other ops were not captured.")
+            st.caption("This run predates the accounting: it does not record why other ops were "
+                       "not captured.")
         return
     more = " (the first 200)" if len(df) >= 200 else ""
-    with st.expander(f"{len(df)} ops matching the search were not captured{more}: skipped or excluded, and why",
+    with st.expander(f"{len(df)} ops matching the search were not captured{more}: skipped or "
+                     "excluded, and why",
                      expanded=expanded):
         st.dataframe(df, hide_index=True, width="stretch", height=min(260, 40 + 35 * len(df)))

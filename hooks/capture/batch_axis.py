@@ -74,8 +74,9 @@ SOURCE_OP_TYPES = INPUT_OP_TYPES | frozenset({
 #: Never batched, whatever their inputs: sizes, and gradients of weights.
 NEVER = frozenset({
     "Shape", "ShapeN", "Size", "Rank", "BroadcastGradientArgs", "Where", "Unique", "UniqueV2",
-    "Conv2DBackpropFilter", "Conv3DBackpropFilter", "Conv3DBackpropFilterV2", "DepthwiseConv2dNativeBackpropFilter",
-    "BiasAddGrad", "TensorArrayV3", "TensorArraySizeV3", "DynamicPartition",
+    "Conv2DBackpropFilter", "Conv3DBackpropFilter", "Conv3DBackpropFilterV2",
+    "DepthwiseConv2dNativeBackpropFilter", "BiasAddGrad", "TensorArrayV3", "TensorArraySizeV3",
+    "DynamicPartition",
 })
 REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"})
 #: Selections of part of axis 0 (``x[:16]``, ``tf.gather(x, idx)``): per-sample over samples
@@ -99,8 +100,8 @@ class BatchAxis:
         self._slice: dict[str, Slice] = {}   # batched tensor -> its slice of the batch
         self._partial: set[str] = set()      # part of the batch, not traced: unresolved
         self._split_ops: dict[tuple, str] = {}  # a split's signature -> the first split op with it
-        #: tensors whose batch is off axis 0: ("merged", rows per sample, op) or ("time_major", 1, op),
-        #: op the one that moved it (module docstring)
+        #: tensors whose batch is off axis 0: ("merged", rows per sample, op) or ("time_major", 1,
+        #: op), op the one that moved it (module docstring)
         self._moved: dict[str, tuple[str, int, str]] = {}
         self._graph = graph
         #: the op that cut the labels from part of a batched tensor (``labels[:16]`` of a batch of
@@ -169,7 +170,8 @@ class BatchAxis:
             if not self._override(t, b):
                 if self._override(t, self._partial_out(op, i)):
                     self._partial.add(t.name)
-                elif moved[i] is not None and not (self._cut and any(p.search(t.name) for p in self._cut)):
+                elif moved[i] is not None \
+                        and not (self._cut and any(p.search(t.name) for p in self._cut)):
                     self._moved[t.name] = moved[i]
                 continue
             slices = {self._slice.get(x.name, ()) for x in op.inputs if self.is_batched(x)}
@@ -185,7 +187,8 @@ class BatchAxis:
         """A ``Split``/``SplitV`` along axis 0 of a batched tensor: that tensor's slice."""
         if op.type not in ("Split", "SplitV"):
             return None
-        value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" else (op.inputs[0], op.inputs[2])
+        value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" \
+            else (op.inputs[0], op.inputs[2])
         if not self.is_batched(value) or _axis(_const(axis), value.shape.rank) != 0:
             return None
         return self.slice_of(value)
@@ -194,7 +197,8 @@ class BatchAxis:
         """What a split of axis 0 cuts: equal parts, constant sizes, else this op alone."""
         sizes = _const(op.inputs[1]) if op.type == "SplitV" else None
         sig = (("equal", len(op.outputs)) if op.type == "Split" else
-               ("sizes", tuple(int(v) for v in sizes)) if sizes is not None and -1 not in sizes else ("op", op.name))
+               ("sizes", tuple(int(v) for v in sizes)) if sizes is not None and -1 not in sizes
+               else ("op", op.name))
         self._split_ops.setdefault(sig, op.name)
         return sig
 
@@ -204,7 +208,8 @@ class BatchAxis:
         if not op.outputs[i].shape.rank or op.type in NEVER:
             return False
         x = op.inputs[0] if op.inputs else None
-        if op.type in PARTS and _selects_axis0(op) and x is not None and (self.is_batched(x) or self.unresolved(x)):
+        if op.type in PARTS and _selects_axis0(op) and x is not None \
+                and (self.is_batched(x) or self.unresolved(x)):
             return True
         if not any(self.unresolved(x) for x in op.inputs):
             return False
@@ -231,7 +236,8 @@ class BatchAxis:
         if op.type != "Reshape" or not op.outputs[0].shape.rank:
             return None
         x = op.inputs[0]
-        if x.name in self._moved or self.unresolved(x) or not _leads_with_batch(op.inputs[1], self.is_batched):
+        if x.name in self._moved or self.unresolved(x) \
+                or not _leads_with_batch(op.inputs[1], self.is_batched):
             return None
         return [True]
 
@@ -254,7 +260,8 @@ class BatchAxis:
             perm = _const(op.inputs[1])
             return [perm is not None and perm.size > 1 and int(perm[0]) == 1 and int(perm[1]) == 0]
         if op.type == "StridedSlice":   # x[t]: one time step, [B, ...]
-            masks = _attr(op, "shrink_axis_mask", 0), _attr(op, "new_axis_mask", 0) | _attr(op, "ellipsis_mask", 0)
+            masks = _attr(op, "shrink_axis_mask", 0), \
+                _attr(op, "new_axis_mask", 0) | _attr(op, "ellipsis_mask", 0)
             return [bool(masks[0] & 1) and not masks[1] & 1 and bool(out.shape.rank)]
         if op.type == "Unpack" and _axis(_attr(op, "axis", 0), x.shape.rank) == 0:
             return [bool(o.shape.rank) for o in op.outputs]
@@ -279,7 +286,8 @@ class BatchAxis:
         if state[0] == "merged":   # rows stay rows through the axis-0 rules
             rule = RULES.get(op.type, same_leading)
         elif op.type in RULES and op.type not in ("BatchMatMulV2", "BatchMatMulV3"):
-            return none            # time-major: elementwise ops only (a reduction over axis 1 is over the batch)
+            # time-major: elementwise ops only (a reduction over axis 1 is over the batch)
+            return none
         else:
             rule = same_leading
         return [state if keep else None for keep in rule(op, same)]
@@ -296,7 +304,8 @@ class BatchAxis:
 def _selects_axis0(op: tf.Operation) -> bool:
     """A slice or gather that picks some rows of axis 0, keeping it as axis 0 (not ``x[0]``)."""
     if op.type == "StridedSlice":
-        masks = _attr(op, "shrink_axis_mask", 0) | _attr(op, "new_axis_mask", 0) | _attr(op, "ellipsis_mask", 0)
+        masks = _attr(op, "shrink_axis_mask", 0) | _attr(op, "new_axis_mask", 0) \
+            | _attr(op, "ellipsis_mask", 0)
         return not masks & 1
     if op.type in ("Gather", "GatherV2"):
         axis = 0 if op.type == "Gather" else _axis(_const(op.inputs[2]), op.inputs[0].shape.rank)
@@ -336,7 +345,8 @@ def _moving(op: tf.Operation, whole: list[tf.Tensor]) -> tuple[str, int] | None:
         perm = _const(op.inputs[1])
         if perm is not None and perm.size > 1 and int(perm[0]) == 1 and int(perm[1]) == 0:
             return "time_major", 1
-    if op.type == "Pack" and _axis(_attr(op, "axis", 0), out.shape.rank) == 0 and len(whole) == len(op.inputs):
+    if op.type == "Pack" and _axis(_attr(op, "axis", 0), out.shape.rank) == 0 \
+            and len(whole) == len(op.inputs):
         return "time_major", 1
     return None
 
@@ -403,7 +413,8 @@ def _along_axis(axis_input: int) -> Rule:
     """ArgMax, Cumsum, ...: batched unless the op runs along axis 0."""
     def rule(op, b):
         axis = _axis(_const(op.inputs[axis_input]), op.inputs[0].shape.rank)
-        return [b(op.inputs[0]) and axis not in (None, 0) and bool(out.shape.rank) for out in op.outputs]
+        return [b(op.inputs[0]) and axis not in (None, 0) and bool(out.shape.rank)
+                for out in op.outputs]
     return rule
 
 
@@ -415,7 +426,8 @@ def _attr(op: tf.Operation, name: str, default=None):
 
 
 def _matmul(op: tf.Operation, b) -> list[bool]:
-    return [b(op.inputs[0]) and not (_attr(op, "transpose_a", False) or _attr(op, "adjoint_a", False))]
+    return [b(op.inputs[0])
+            and not (_attr(op, "transpose_a", False) or _attr(op, "adjoint_a", False))]
 
 
 def _batch_matmul(op: tf.Operation, b) -> list[bool]:
@@ -433,7 +445,8 @@ def _transpose(op: tf.Operation, b) -> list[bool]:
 def _concat(axis_first: bool) -> Rule:
     def rule(op, b):
         values = op.inputs[1:] if axis_first else op.inputs[:-1]
-        axis = _axis(_const(op.inputs[0] if axis_first else op.inputs[-1]), op.outputs[0].shape.rank)
+        axis = _axis(_const(op.inputs[0] if axis_first else op.inputs[-1]),
+                     op.outputs[0].shape.rank)
         return [axis not in (None, 0) and any(b(v) for v in values)]
     return rule
 
@@ -445,7 +458,8 @@ def _pack(op: tf.Operation, b) -> list[bool]:
 
 def _unpack(op: tf.Operation, b) -> list[bool]:
     axis = _axis(_attr(op, "axis", 0), op.inputs[0].shape.rank)
-    return [axis not in (None, 0) and b(op.inputs[0]) and bool(out.shape.rank) for out in op.outputs]
+    return [axis not in (None, 0) and b(op.inputs[0]) and bool(out.shape.rank)
+            for out in op.outputs]
 
 
 def _split(value_input: int, axis_input: int) -> Rule:
@@ -497,8 +511,8 @@ def _shape_of(t: tf.Tensor) -> tf.Tensor | None:
 
 def _leads_with_batch(shape: tf.Tensor, b) -> bool:
     """The shape vector ``shape`` starts with a batched tensor's batch size: ``tf.shape(x)``,
-    ``tf.shape(x)[:k]``, ``tf.slice(tf.shape(x), [0], [k])`` (each maybe cast), ``tf.stack([tf.shape(x)[0],
-    ...])``, ``tf.concat([tf.shape(x)[:1], ...], 0)``."""
+    ``tf.shape(x)[:k]``, ``tf.slice(tf.shape(x), [0], [k])`` (each maybe cast),
+    ``tf.stack([tf.shape(x)[0], ...])``, ``tf.concat([tf.shape(x)[:1], ...], 0)``."""
     op = shape.op
     whole = _shape_of(shape)
     if whole is not None:
@@ -507,7 +521,8 @@ def _leads_with_batch(shape: tf.Tensor, b) -> bool:
     if of is not None and not (op.type == "StridedSlice" and _attr(op, "shrink_axis_mask", 0) & 1):
         begin = _const(op.inputs[1])
         zero = begin is not None and begin.size > 0 and int(begin[0]) == 0
-        return (zero or (op.type == "StridedSlice" and bool(_attr(op, "begin_mask", 0) & 1))) and b(of)
+        return (zero or (op.type == "StridedSlice" and bool(_attr(op, "begin_mask", 0) & 1))) \
+            and b(of)
     if op.type == "Pack" and op.inputs:
         return _is_batch_size(op.inputs[0], b)
     if op.type == "ConcatV2" and len(op.inputs) > 1:
@@ -527,13 +542,15 @@ def _reshape(op: tf.Operation, b) -> list[bool]:
     return [_leads_with_batch(shape, b)]
 
 
-# ---- ops whose batch can come from their shape operand: tf.fill(tf.shape(x), v), tf.tile(row, [n, 1]) ----
+# ---- ops whose batch can come from their shape operand: tf.fill(tf.shape(x), v),
+# tf.tile(row, [n, 1]) ----
 def _fill(op: tf.Operation, b) -> list[bool]:
     return [bool(op.outputs[0].shape.rank) and _leads_with_batch(op.inputs[0], b)]
 
 
 def _broadcast_to(op: tf.Operation, b) -> list[bool]:
-    return [bool(op.outputs[0].shape.rank) and (same_leading(op, b)[0] or _leads_with_batch(op.inputs[1], b))]
+    return [bool(op.outputs[0].shape.rank)
+            and (same_leading(op, b)[0] or _leads_with_batch(op.inputs[1], b))]
 
 
 def _tile(op: tf.Operation, b) -> list[bool]:
@@ -550,7 +567,8 @@ def _slice(op: tf.Operation, b) -> list[bool]:
     begin, size = _const(op.inputs[1]), _const(op.inputs[2])
     if not b(x) or begin is None or size is None or begin.size == 0:
         return [False]
-    return [int(begin[0]) == 0 and (int(size[0]) == -1 or (_dim0(x) is not None and int(size[0]) == _dim0(x)))]
+    return [int(begin[0]) == 0
+            and (int(size[0]) == -1 or (_dim0(x) is not None and int(size[0]) == _dim0(x)))]
 
 
 def _strided_slice(op: tf.Operation, b) -> list[bool]:
@@ -568,7 +586,8 @@ def _strided_slice(op: tf.Operation, b) -> list[bool]:
         return [False]
     whole_start = bool(mask["begin_mask"] & 1) or int(begin[0]) == 0
     n = _dim0(x)
-    whole_end = bool(mask["end_mask"] & 1) or (n is not None and int(end[0]) >= n) or int(end[0]) >= 2 ** 31 - 1
+    whole_end = bool(mask["end_mask"] & 1) or (n is not None and int(end[0]) >= n) \
+        or int(end[0]) >= 2 ** 31 - 1
     return [whole_start and whole_end and int(strides[0]) == 1]
 
 
@@ -576,7 +595,8 @@ def _leading_row(value_index: int, row_index: int, unit) -> Rule:
     """Pad: batched when the op leaves axis 0 alone (paddings[0] == [0, 0])."""
     def rule(op, b):
         v = _const(op.inputs[row_index])
-        return [b(op.inputs[value_index]) and v is not None and v.size > 0 and bool(np.all(v[0] == unit))]
+        return [b(op.inputs[value_index]) and v is not None and v.size > 0
+                and bool(np.all(v[0] == unit))]
     return rule
 
 
@@ -602,26 +622,32 @@ def _einsum(op: tf.Operation, b) -> list[bool]:
         return [False]
     ins, out = eq.split("->")
     lead = out[:3] if out.startswith("...") else out[:1]
-    return [bool(lead) and any(b(x) and s.startswith(lead) for x, s in zip(op.inputs, ins.split(",")))]
+    return [bool(lead)
+            and any(b(x) and s.startswith(lead) for x, s in zip(op.inputs, ins.split(",")))]
 
 
 RULES: dict[str, Rule] = {
     **{t: _reduction for t in REDUCTIONS},
-    "ArgMax": _along_axis(1), "ArgMin": _along_axis(1), "Cumsum": _along_axis(1), "Cumprod": _along_axis(1),
+    "ArgMax": _along_axis(1), "ArgMin": _along_axis(1),
+    "Cumsum": _along_axis(1), "Cumprod": _along_axis(1),
     "CumulativeLogsumexp": _along_axis(1), "ReverseV2": lambda op, b: [b(op.inputs[0]) and (
-        (_const(op.inputs[1]) is not None) and 0 not in [_axis(a, op.inputs[0].shape.rank)
-                                                         for a in np.atleast_1d(_const(op.inputs[1]))])],
-    "MatMul": _matmul, "BatchMatMul": _batch_matmul, "BatchMatMulV2": _batch_matmul, "BatchMatMulV3": _batch_matmul,
+        (_const(op.inputs[1]) is not None) and 0 not in [
+            _axis(a, op.inputs[0].shape.rank) for a in np.atleast_1d(_const(op.inputs[1]))])],
+    "MatMul": _matmul, "BatchMatMul": _batch_matmul,
+    "BatchMatMulV2": _batch_matmul, "BatchMatMulV3": _batch_matmul,
     "Einsum": _einsum, "Transpose": _transpose, "ConjugateTranspose": _transpose,
     "ConcatV2": _concat(False), "Concat": _concat(True), "Pack": _pack, "Unpack": _unpack,
     "Split": _split(1, 0), "SplitV": _split(0, 2), "ExpandDims": _expand_dims, "Squeeze": _squeeze,
     "Reshape": _reshape, "Slice": _slice, "StridedSlice": _strided_slice,
     "Pad": _leading_row(0, 1, 0), "PadV2": _leading_row(0, 1, 0),
     "MirrorPad": _leading_row(0, 1, 0),
-    "GatherV2": _gather(0, 1, 2), "Gather": _gather(0, 1, None), "ResourceGather": _gather(0, 1, None),
+    "GatherV2": _gather(0, 1, 2), "Gather": _gather(0, 1, None),
+    "ResourceGather": _gather(0, 1, None),
     "OneHot": _one_hot,
-    "FusedBatchNorm": _first_input, "FusedBatchNormV2": _first_input, "FusedBatchNormV3": _first_input,
-    "SparseSoftmaxCrossEntropyWithLogits": _all_outputs, "SoftmaxCrossEntropyWithLogits": _all_outputs,
+    "FusedBatchNorm": _first_input,
+    "FusedBatchNormV2": _first_input, "FusedBatchNormV3": _first_input,
+    "SparseSoftmaxCrossEntropyWithLogits": _all_outputs,
+    "SoftmaxCrossEntropyWithLogits": _all_outputs,
 }
 #: rules applied even when no input is batched (the batch size comes in through a shape)
 SHAPED: dict[str, Rule] = {"Fill": _fill, "BroadcastTo": _broadcast_to, "Tile": _tile}

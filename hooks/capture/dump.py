@@ -51,7 +51,8 @@ def pack_when(pred: tf.Tensor, tensors: Mapping[str, tf.Tensor]) -> dict[str, tf
     flat: dict[tf.DType, list[tf.Tensor]] = {}
     shapes = []
     for t in tensors.values():
-        t = taken(pred, t)  # also gates tensors not gated already (a Switch of a dead tensor is dead)
+        # also gates tensors not gated already (a Switch of a dead tensor is dead)
+        t = taken(pred, t)
         flat.setdefault(t.dtype, []).append(tf.reshape(t, [-1]))
         shape = tf.shape(t, out_type=tf.int64)
         shapes.append(tf.concat([tf.reshape(tf.size(shape, out_type=tf.int64), [1]), shape], 0))
@@ -60,7 +61,8 @@ def pack_when(pred: tf.Tensor, tensors: Mapping[str, tf.Tensor]) -> dict[str, tf
     return out
 
 
-def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str], dtypes: Sequence[str]) -> dict[str, np.ndarray]:
+def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str],
+           dtypes: Sequence[str]) -> dict[str, np.ndarray]:
     """The arrays :func:`pack_when` packed (``keys`` and their dtype names, in its order);
     {} when its ``pred`` was false (the vectors are empty)."""
     shapes = results["shapes"]
@@ -77,7 +79,8 @@ def unpack(results: Mapping[str, np.ndarray], keys: Sequence[str], dtypes: Seque
     return out
 
 
-def keeps_whole_batch(groups: "Groups | None", static_batch: int | None, per_group: int) -> int | None:
+def keeps_whole_batch(groups: "Groups | None", static_batch: int | None,
+                      per_group: int) -> int | None:
     """``build_dump``'s ``keep_all_of``: the static batch size when :func:`kept_samples` keeps
     every sample (a budget of at least the batch per group, 2x without groups, and every sample
     in a group: else the budget leaves the others out), or None."""

@@ -54,8 +54,8 @@ def _loop_effects(graph: tf.Graph) -> dict:
 
 #: stateful op types whose run changes nothing another run could see: variable handles and
 #: reads, loops' TensorArray/stack plumbing, placeholders
-_NO_EFFECT = ("ReadVariableOp", "VarHandleOp", "VariableV2", "VarIsInitializedOp", "TensorArray", "Stack",
-              "Placeholder", "PlaceholderWithDefault")
+_NO_EFFECT = ("ReadVariableOp", "VarHandleOp", "VariableV2", "VarIsInitializedOp", "TensorArray",
+              "Stack", "Placeholder", "PlaceholderWithDefault")
 
 
 def _stateful(op: tf.Operation) -> bool:
@@ -71,7 +71,8 @@ def ran_by_training(graph: tf.Graph, loss: tf.Tensor | None) -> set[str]:
     v1 = tf.compat.v1
     roots = ([loss.op] if loss is not None else []) + [
         x if isinstance(x, tf.Operation) else x.op
-        for key in (v1.GraphKeys.UPDATE_OPS, v1.GraphKeys.TRAIN_OP) for x in graph.get_collection(key)
+        for key in (v1.GraphKeys.UPDATE_OPS, v1.GraphKeys.TRAIN_OP)
+        for x in graph.get_collection(key)
         if isinstance(x, (tf.Operation, tf.Tensor))]
     return upstream(roots)
 
@@ -110,7 +111,8 @@ def side_effects(graph: tf.Graph, ran: set[str]) -> dict[str, set[str]]:
 
 
 #: op types that write their input 0's variable (resource and reference variables)
-_WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApply", "ResourceScatter", "Scatter")
+_WRITES = ("Assign", "ResourceApply", "ResourceSparseApply", "Apply", "SparseApply",
+           "ResourceScatter", "Scatter")
 
 
 #: TF2 control flow and function calls: a write inside (a loss-scale optimizer's update, in the
@@ -126,7 +128,8 @@ def functional_writes(op: tf.Operation) -> list[str]:
         read_only = set(op.get_attr("_read_only_resource_inputs"))
     except ValueError:
         read_only = set()
-    return [t.op.name for i, t in enumerate(op.inputs) if t.dtype == tf.resource and i not in read_only]
+    return [t.op.name for i, t in enumerate(op.inputs)
+            if t.dtype == tf.resource and i not in read_only]
 
 
 def _before_all(graph: tf.Graph, read: str, writers: set[str], before: dict[str, set[str]]) -> bool:
@@ -198,9 +201,10 @@ def ref_aliases(graph: tf.Graph, ran: set[str]) -> dict[str, str]:
 #: buffer too: Reshape, ExpandDims, StopGradient or CheckNumerics of ``w/read`` hold the weights
 #: after the update, to the bit, not only an Identity of it
 _VIEWS = frozenset({"Identity", "IdentityN", "RefIdentity", "StopGradient", "PreventGradient",
-                    "Reshape", "ExpandDims", "Squeeze", "EnsureShape", "CheckNumerics", "CheckNumericsV2",
-                    "Print", "Bitcast", "DebugIdentity", "DebugIdentityV2", "Slice", "StridedSlice",
-                    "Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit", "RefExit"})
+                    "Reshape", "ExpandDims", "Squeeze", "EnsureShape", "CheckNumerics",
+                    "CheckNumericsV2", "Print", "Bitcast", "DebugIdentity", "DebugIdentityV2",
+                    "Slice", "StridedSlice", "Switch", "RefSwitch", "Merge", "RefMerge", "Enter",
+                    "RefEnter", "Exit", "RefExit"})
 
 
 def _may_forward(op: tf.Operation) -> bool:
@@ -210,8 +214,8 @@ def _may_forward(op: tf.Operation) -> bool:
     shape, ReverseV2 of no axis, a Split or Unpack with nothing but 1's before its axis."""
     if op.type in _VIEWS:
         return True
-    if op.type not in ("Transpose", "ConjugateTranspose", "Tile", "Pad", "PadV2", "MirrorPad", "BroadcastTo",
-                       "ReverseV2", "Split", "SplitV", "Unpack") or not op.inputs:
+    if op.type not in ("Transpose", "ConjugateTranspose", "Tile", "Pad", "PadV2", "MirrorPad",
+                       "BroadcastTo", "ReverseV2", "Split", "SplitV", "Unpack") or not op.inputs:
         return False
     data = op.inputs[1] if op.type == "Split" else op.inputs[0]
     dims = data.shape.as_list() if data.shape.rank is not None else None
@@ -261,7 +265,8 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
         if op.name in of_loss:
             continue
         source = op.inputs[0].op if op.inputs else None
-        if (source is not None and source.name in writes and op.type in ("ReadVariableOp", "Identity")
+        if (source is not None and source.name in writes
+                and op.type in ("ReadVariableOp", "Identity")
                 and not writes[source.name] & upstream([op])   # a read after its write is ordered
                 and not _before_all(graph, op.name, writes[source.name], before)):
             out[op.name] = source.name
@@ -273,10 +278,12 @@ def unordered_reads(graph: tf.Graph, ran: set[str], of_loss: set[str]) -> dict[s
 
 
 def _v2_cond_alias(t: tf.Tensor) -> tf.Tensor | None:
-    """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if any."""
+    """The fetchable Identity of ``t``, an output of a TF2 cond op (what tf.cond returned), if
+    any."""
     if t.op.type not in V2_COND_OP_TYPES:
         return None
-    return next((c.outputs[0] for c in t.consumers() if c.type == "Identity" and not _in_control_flow(c)
+    return next((c.outputs[0] for c in t.consumers()
+                 if c.type == "Identity" and not _in_control_flow(c)
                  and c.graph.is_fetchable(c.outputs[0])), None)
 
 
@@ -287,7 +294,8 @@ def _why_unfetchable(graph: tf.Graph, t: tf.Tensor) -> str | None:
     if graph.is_fetchable(t):
         return None
     if t.op.type in V2_COND_OP_TYPES:
-        return "a TF2 cond's output that TensorFlow marks not fetchable, with no Identity returned for it"
+        return ("a TF2 cond's output that TensorFlow marks not fetchable, with no Identity "
+                "returned for it")
     return "marked not fetchable by TensorFlow"
 
 
@@ -301,9 +309,10 @@ CALL_OP_TYPES = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case
 _FUNCTION_ATTRS = ("cond", "body", "then_branch", "else_branch", "branches", "f")
 
 
-IN_FUNCTION = ("inside a TF2 function (a while loop's body or condition, a cond's branch, a called function such "
-               "as a Keras LSTM/GRU's): not an op of the traced graph, it runs once per iteration or call and "
-               "cannot be fetched; the loop's or call's outputs are captured")
+IN_FUNCTION = ("inside a TF2 function (a while loop's body or condition, a cond's branch, a called "
+               "function such as a Keras LSTM/GRU's): not an op of the traced graph, it runs once "
+               "per iteration or call and cannot be fetched; the loop's or call's outputs are "
+               "captured")
 
 
 def _functions_of(op: tf.Operation) -> list[tuple[str, tf.Graph]]:

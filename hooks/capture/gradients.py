@@ -7,7 +7,8 @@ import contextlib
 from typing import Sequence
 
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops  # get_gradient_function: tf.gradients' own lookup
+# get_gradient_function: tf.gradients' own lookup
+from tensorflow.python.framework import ops as tf_ops
 
 from inspector.format import SHARED_GRADIENTS_COLLECTION, parse_shared_gradient_entry
 from inspector.icnn.layer import observer_gradients
@@ -21,7 +22,8 @@ def raw_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], observer: bool 
     pass is the training step's own (the Keras step capture answering fit's tape)."""
     if not tensors:
         return []
-    with tf.name_scope("tf_inspector/gradients"), observer_gradients() if observer else contextlib.nullcontext():
+    with tf.name_scope("tf_inspector/gradients"), \
+            observer_gradients() if observer else contextlib.nullcontext():
         return tf.gradients(loss, list(tensors), stop_gradients=gradient_stops(tensors),
                             unconnected_gradients=tf.UnconnectedGradients.NONE)
 
@@ -34,7 +36,8 @@ def gradient_stops(tensors: Sequence[tf.Tensor]) -> list[tf.Tensor]:
     gradients are still computed. An op with a gradient function is never a stop: a
     ``ReadVariableOp`` passes its gradient to the variable's handle (which Keras
     differentiates), a ``TensorListStack`` to the loop that filled the list."""
-    return [t for t in tensors if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)
+    return [t for t in tensors
+            if not any(x.dtype.is_floating or x.dtype.is_complex for x in t.op.inputs)
             and not differentiable(t.op)]
 
 
@@ -83,7 +86,8 @@ def unscale(scaled: Sequence, plain: Sequence, scale: tf.Tensor) -> list:
 
 
 def shared_gradients(graph: tf.Graph, loss: tf.Tensor) -> dict[str, tf.Tensor | None]:
-    """tensor name -> d loss / d tensor (None: unconnected) recorded by ``hooks.minimize`` for ``loss``."""
+    """tensor name -> d loss / d tensor (None: unconnected) recorded by ``hooks.minimize`` for
+    ``loss``."""
     out: dict[str, tf.Tensor | None] = {}
     for entry in graph.get_collection(SHARED_GRADIENTS_COLLECTION):
         loss_name, tensor, grad = parse_shared_gradient_entry(entry)

@@ -26,7 +26,8 @@ a group's numbers never cover the wrong samples.
 Example::
 
     def correct(labels, predictions):
-        hit = tf.equal(tf.argmax(predictions["logits"], 1), tf.reshape(tf.cast(labels, tf.int64), [-1]))
+        hit = tf.equal(tf.argmax(predictions["logits"], 1),
+                       tf.reshape(tf.cast(labels, tf.int64), [-1]))
         return {"correct": hit, "misclassified": tf.logical_not(hit)}
     DumpHook("runs/x", groups=correct)
 """
@@ -55,12 +56,14 @@ class LabelsError(ValueError):
 
 
 def default_rule(labels: tf.Tensor) -> str:
-    """The default positive rule for ``labels`` (docs/guide/loss-and-labels.md); raises ``LabelsError``."""
+    """The default positive rule for ``labels`` (docs/guide/loss-and-labels.md); raises
+    ``LabelsError``."""
     shape, rank = labels.shape, labels.shape.rank
     dtype = labels.dtype
     if not (dtype.is_integer or dtype.is_floating or dtype == tf.bool):
-        raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive rule; pass "
-                          f"positive=lambda y: ... (a bool [N] of the positive samples).")
+        raise LabelsError(f"labels {labels.name} are {labels.dtype.name}: no default positive "
+                          "rule; pass positive=lambda y: ... (a bool [N] of the positive "
+                          "samples).")
     whole = " (whole numbers; others in no group)" if dtype.is_floating else ""
     if rank == 1:
         return f"class ids [N]: label != 0{whole}"
@@ -75,11 +78,13 @@ def default_rule(labels: tf.Tensor) -> str:
 
 
 def _default_positive(labels: tf.Tensor) -> tf.Tensor:
-    """bool [N] per ``default_rule``: [N] and [N, 1] are class ids, [N, C > 1] one-hot or probabilities."""
+    """bool [N] per ``default_rule``: [N] and [N, 1] are class ids, [N, C > 1] one-hot or
+    probabilities."""
     default_rule(labels)  # refuses what has no rule
     if labels.shape.rank == 1:
         return tf.not_equal(labels, tf.zeros([], labels.dtype))
-    ids = tf.reduce_any(tf.not_equal(labels, tf.zeros([], labels.dtype)), axis=1)  # C == 1: the id itself
+    # C == 1: the id itself
+    ids = tf.reduce_any(tf.not_equal(labels, tf.zeros([], labels.dtype)), axis=1)
     if labels.shape[1] == 1:
         return ids
     values = tf.cast(labels, tf.int32) if labels.dtype == tf.bool else labels
@@ -95,7 +100,8 @@ def not_class_ids(labels: tf.Tensor) -> tf.Tensor | None:
     0" would call every one of them positive. [N, C] with C unknown until run time: the same
     on steps where C is 1 (``default_rule``). None where every label is a class id by type."""
     shape = labels.shape
-    if not labels.dtype.is_floating or shape.rank not in (1, 2) or (shape.rank == 2 and shape[1] not in (None, 1)):
+    if not labels.dtype.is_floating or shape.rank not in (1, 2) \
+            or (shape.rank == 2 and shape[1] not in (None, 1)):
         return None
     fraction = tf.logical_not(tf.equal(labels, tf.round(labels)))
     if shape.rank == 1:
@@ -149,14 +155,17 @@ class Groups:
         return Groups(ids, self.names, self.codes, self.bad, self.complete)
 
 
-def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None, complete: bool = False) -> Groups:
+def from_positive(positive_ids: tf.Tensor, bad: tf.Tensor | None = None,
+                  complete: bool = False) -> Groups:
     """positive/negative :class:`Groups` from int [N] ids, 1 positive, 0 negative, -1 neither
     (:func:`group_ids`); ``complete``: no id can be -1."""
     ids = tf.cast(positive_ids, tf.int32)
-    return Groups(tf.where(ids < 0, tf.fill(tf.shape(ids), 2), 1 - ids), DEFAULT_GROUPS, (1, 0), bad, complete)
+    return Groups(tf.where(ids < 0, tf.fill(tf.shape(ids), 2), 1 - ids), DEFAULT_GROUPS, (1, 0),
+                  bad, complete)
 
 
-def positive_groups(labels: tf.Tensor, positive: Callable | tf.Tensor | None, count_bad: bool = False) -> Groups:
+def positive_groups(labels: tf.Tensor, positive: Callable | tf.Tensor | None,
+                    count_bad: bool = False) -> Groups:
     """positive/negative :class:`Groups` of ``labels`` (:func:`group_ids`), complete unless the
     default rule may leave samples in neither (:func:`not_class_ids`); ``count_bad``: those
     samples' count as ``bad`` (the step's groups are then refused)."""
@@ -186,7 +195,8 @@ def kept_samples(groups: "Groups | tf.Tensor | None", batch: tf.Tensor, per_grou
         return tf.range(tf.minimum(batch, 2 * per_group)), None
     ids = groups.ids
     member = tf.one_hot(ids, groups.count, dtype=tf.int32)   # id count (no group): all zeros
-    rank = tf.reduce_sum(tf.cumsum(member, axis=0, exclusive=True) * member, axis=1)   # place in its group
+    # place in its group
+    rank = tf.reduce_sum(tf.cumsum(member, axis=0, exclusive=True) * member, axis=1)
     mask = tf.logical_and(ids < groups.count, rank < per_group)
     if groups.bad is not None:
         first = tf.range(tf.size(ids)) < groups.count * per_group
@@ -209,7 +219,8 @@ class GroupSpec:
         """``groups=`` / ``positive=`` / ``num_classes=`` (checked by ``options.group_kind``)."""
         kind = group_kind(groups, positive, num_classes)
         return cls(kind, positive=positive if kind == "positive_negative" else None,
-                   num_classes=num_classes if kind == "per_class" else None, fn=groups if kind == "function" else None)
+                   num_classes=num_classes if kind == "per_class" else None,
+                   fn=groups if kind == "function" else None)
 
     @property
     def needs_predictions(self) -> bool:
@@ -240,7 +251,8 @@ class GroupSpec:
                 return _per_class(labels, self.num_classes)
             if self.kind == "function":
                 return _from_function(self.fn, labels, predictions, self.needs_predictions)
-            # samples the default rule cannot split: that step's statistics are written for 'all' only
+            # samples the default rule cannot split: that step's statistics are written for 'all'
+            # only
             return positive_groups(labels, self.positive, count_bad=True)
 
 
@@ -254,12 +266,13 @@ def _class_rule(labels: tf.Tensor) -> str:
 def _per_class(labels: tf.Tensor, num_classes: int | None) -> Groups:
     shape = labels.shape
     if not (labels.dtype.is_integer or labels.dtype.is_floating or labels.dtype == tf.bool):
-        raise LabelsError(f"groups='per_class': labels {labels.name} are {labels.dtype.name}, not class "
-                                  f"ids; pass groups=<function> mapping them to named groups")
+        raise LabelsError(f"groups='per_class': labels {labels.name} are {labels.dtype.name}, not "
+                          f"class ids; pass groups=<function> mapping them to named groups")
     one_hot = shape.rank == 2 and shape[1] not in (None, 1)
     if one_hot:
         if num_classes is not None and num_classes != shape[1]:
-            raise ValueError(f"num_classes={num_classes} but labels {labels.name} are one-hot [N, {shape[1]}]")
+            raise ValueError(f"num_classes={num_classes} but labels {labels.name} are one-hot [N, "
+                             f"{shape[1]}]")
         num_classes = int(shape[1])
         ids = tf.argmax(tf.cast(labels, tf.float32) if labels.dtype == tf.bool else labels, axis=1,
                         output_type=tf.int32)
@@ -267,11 +280,12 @@ def _per_class(labels: tf.Tensor, num_classes: int | None) -> Groups:
     elif shape.rank == 1 or (shape.rank == 2 and shape[1] == 1):
         flat = tf.reshape(labels, [-1])
         if num_classes is None:
-            raise ValueError(f"groups='per_class' with class-id labels {labels.name} {shape}: the number of "
-                             f"classes is unknown; pass num_classes=")
+            raise ValueError(f"groups='per_class' with class-id labels {labels.name} {shape}: the "
+                             f"number of classes is unknown; pass num_classes=")
         if labels.dtype == tf.bool:
             flat = tf.cast(flat, tf.int32)
-        whole = tf.equal(flat, tf.round(flat)) if flat.dtype.is_floating else tf.ones_like(flat, tf.bool)
+        whole = tf.equal(flat, tf.round(flat)) if flat.dtype.is_floating \
+            else tf.ones_like(flat, tf.bool)
         ids64 = tf.cast(tf.where(whole, flat, -tf.ones_like(flat)), tf.int64)
         inside = tf.logical_and(whole, tf.logical_and(ids64 >= 0, ids64 < num_classes))
         ids = tf.where(inside, tf.cast(ids64, tf.int32), tf.fill(tf.shape(ids64), num_classes))
@@ -284,14 +298,15 @@ def _per_class(labels: tf.Tensor, num_classes: int | None) -> Groups:
     return Groups(ids, names, tuple(range(num_classes)), bad)
 
 
-def _from_function(fn: Callable, labels: tf.Tensor, predictions: Any, with_predictions: bool) -> Groups:
+def _from_function(fn: Callable, labels: tf.Tensor, predictions: Any,
+                   with_predictions: bool) -> Groups:
     if with_predictions and predictions is None:
-        raise ValueError(f"groups={getattr(fn, '__name__', fn)!r} takes predictions, but none were found: pass "
-                         f"DumpHook(predictions=...) (a tensor or its name)")
+        raise ValueError(f"groups={getattr(fn, '__name__', fn)!r} takes predictions, but none were "
+                         f"found: pass DumpHook(predictions=...) (a tensor or its name)")
     out = fn(labels, predictions) if with_predictions else fn(labels)
     if not isinstance(out, Mapping) or not out:
-        raise ValueError(f"groups function {getattr(fn, '__name__', fn)!r} must return a non-empty dict "
-                         f"{{name: bool [N]}}, not {type(out).__name__}")
+        raise ValueError(f"groups function {getattr(fn, '__name__', fn)!r} must return a non-empty "
+                         f"dict {{name: bool [N]}}, not {type(out).__name__}")
     names = tuple(out)
     for n in names:
         check_group_name(n)
@@ -299,7 +314,8 @@ def _from_function(fn: Callable, labels: tf.Tensor, predictions: Any, with_predi
     for n in names:
         m = tf.convert_to_tensor(out[n])
         if m.dtype != tf.bool or m.shape.rank not in (None, 1):
-            raise ValueError(f"group {n!r}: the function must return bool [N] tensors, not {m.dtype.name} {m.shape}")
+            raise ValueError(f"group {n!r}: the function must return bool [N] tensors, not "
+                             f"{m.dtype.name} {m.shape}")
         masks.append(tf.reshape(m, [-1]))
     member = tf.cast(tf.stack(masks, axis=1), tf.int32)  # [N, K]
     inside = tf.reduce_sum(member, axis=1)
@@ -344,6 +360,6 @@ def bad_rule(spec: GroupSpec) -> str:
     if spec.kind == "per_class":
         return "class ids outside [0, num_classes) or not integers"
     if spec.kind == "positive_negative":
-        return ("float labels that are not whole numbers (soft or regression targets): the default rule "
-                "(label != 0) needs class ids; pass positive=")
+        return ("float labels that are not whole numbers (soft or regression targets): the default "
+                "rule (label != 0) needs class ids; pass positive=")
     return "samples in more than one group (groups must be disjoint)"

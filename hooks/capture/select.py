@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
-from hooks.capture.fetchable import (_functions_of, _v2_cond_alias, _why_unfetchable, ancestors, backward_ops,
-                                     ran_by_training, ref_aliases, side_effects, unordered_reads)
+from hooks.capture.fetchable import (_functions_of, _v2_cond_alias, _why_unfetchable, ancestors,
+                                     backward_ops, ran_by_training, ref_aliases, side_effects,
+                                     unordered_reads)
 from hooks.options import FLOAT_DTYPE_NAMES, CaptureOptions, compile_patterns
 from inspector.format import ICNN_COLLECTION, icnn_catalog_fields, parse_icnn_entry
-from inspector.format.accounting import DEFAULT_RULES, UNACCOUNTED, Rule, reason_kind, record, user_rules
+from inspector.format.accounting import (DEFAULT_RULES, UNACCOUNTED, Rule, reason_kind, record,
+                                         user_rules)
 
 if TYPE_CHECKING:   # a Captured's grouping; groups.py needs Captured only as a type
     from hooks.capture.groups import Groups
@@ -61,9 +63,10 @@ class Captured:
     def catalog_entry(self) -> dict:
         t, op = self.tensor, self.tensor.op
         shape = None if t.shape.rank is None else [d for d in t.shape.as_list()]
-        return {"name": t.name, "op": op.name, "op_type": op.type, "dtype": t.dtype.name, "shape": shape,
-                "scope": op.name.rpartition("/")[0], "has_gradient": self.gradient is not None,
-                "batched": self.batched, "icnn_layer": self.icnn_layer, "icnn_role": self.icnn_role, **self.extra}
+        return {"name": t.name, "op": op.name, "op_type": op.type, "dtype": t.dtype.name,
+                "shape": shape, "scope": op.name.rpartition("/")[0],
+                "has_gradient": self.gradient is not None, "batched": self.batched,
+                "icnn_layer": self.icnn_layer, "icnn_role": self.icnn_role, **self.extra}
 
 
 @dataclass
@@ -98,7 +101,8 @@ def grouping_of(cap: Captured, groups: Groups | None) -> Groups | None:
 
 
 def filters_of(options: CaptureOptions) -> dict:
-    """The tensor filters of ``options`` as ``select_tensors`` takes them, the dtypes TensorFlow's."""
+    """The tensor filters of ``options`` as ``select_tensors`` takes them, the dtypes
+    TensorFlow's."""
     return dict(include=options.include, exclude=options.exclude, op_types=options.op_types,
                 exclude_op_types=options.exclude_op_types, dtypes=as_dtypes(options.dtypes))
 
@@ -110,8 +114,8 @@ def as_dtypes(dtypes: Iterable) -> tuple[tf.DType, ...]:
         try:
             out.append(tf.as_dtype(d))
         except TypeError:
-            raise ValueError(f"dtypes entry {d!r} is not a dtype: pass TensorFlow dtypes or their names, "
-                             f"e.g. dtypes=[tf.float32] or dtypes=['float32']") from None
+            raise ValueError(f"dtypes entry {d!r} is not a dtype: pass TensorFlow dtypes or their "
+                             f"names, e.g. dtypes=[tf.float32] or dtypes=['float32']") from None
     return tuple(out)
 
 
@@ -126,8 +130,8 @@ def _sort_unfetchable(unfetchable: list[tf.Tensor], captured: set[str]) -> Selec
             continue
         out.skipped.append(t.name)
         out.reasons[t.name] = (_why_unfetchable(t.graph, t) if alias is None else
-                               f"a TF2 cond's output that TensorFlow marks not fetchable; its value is "
-                               f"{alias.name}, which the filters leave out")
+                               "a TF2 cond's output that TensorFlow marks not fetchable; its "
+                               f"value is {alias.name}, which the filters leave out")
     return out
 
 
@@ -150,7 +154,8 @@ class _Filters:
         return "op_types" if self.types and op.type not in self.types else None
 
     def tensor_rule(self, t: tf.Tensor) -> str | None:
-        """The rule that leaves out ``t`` (an output of an op no :meth:`op_rule` leaves out), or None."""
+        """The rule that leaves out ``t`` (an output of an op no :meth:`op_rule` leaves out), or
+        None."""
         if t.dtype.base_dtype not in self.dtypes:
             return "dtypes"
         if self.include and not any(p.search(t.name) for p in self.include):
@@ -160,10 +165,13 @@ class _Filters:
         return next((rule for p, rule in self.defaults if p.search(t.name)), None)
 
 
-def _filters(include, exclude, op_types, exclude_op_types, dtypes, use_default_exclude: bool) -> _Filters:
-    skip = {t: r.rule for r in reversed(DEFAULT_RULES) for t in r.op_types}   # the first rule naming it wins
+def _filters(include, exclude, op_types, exclude_op_types, dtypes,
+             use_default_exclude: bool) -> _Filters:
+    # the first rule naming it wins
+    skip = {t: r.rule for r in reversed(DEFAULT_RULES) for t in r.op_types}
     skip = {**dict.fromkeys(exclude_op_types or (), "exclude_op_types"), **skip}
-    defaults = [(re.compile(p), r.rule) for r in DEFAULT_RULES for p in r.patterns] if use_default_exclude else []
+    defaults = [(re.compile(p), r.rule) for r in DEFAULT_RULES for p in r.patterns] \
+        if use_default_exclude else []
     return _Filters(compile_patterns(include), compile_patterns(exclude), defaults,
                     set(op_types) if op_types else None, skip, tuple(dtypes))
 
@@ -174,10 +182,12 @@ def accountable(t: tf.Tensor, dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> bool
     return t.dtype.base_dtype in FLOAT_DTYPES or t.dtype.base_dtype in dtypes
 
 
-def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Iterable[str] | None = None,
-                   exclude_op_types: Iterable[str] | None = None, dtypes: Sequence[tf.DType] = FLOAT_DTYPES,
-                   forced: Iterable[tf.Tensor] = (), use_default_exclude: bool = True,
-                   loss: tf.Tensor | None = None, fetched: bool = False) -> Selection:
+def select_tensors(graph: tf.Graph, *, include=None, exclude=None,
+                   op_types: Iterable[str] | None = None,
+                   exclude_op_types: Iterable[str] | None = None,
+                   dtypes: Sequence[tf.DType] = FLOAT_DTYPES, forced: Iterable[tf.Tensor] = (),
+                   use_default_exclude: bool = True, loss: tf.Tensor | None = None,
+                   fetched: bool = False) -> Selection:
     """Outputs of every forward op that pass the filters (plus ``forced`` tensors); ``loss``:
     what it is computed from is forward (:func:`backward_ops`). Those that cannot be fetched
     are skipped, with the reason, unless their value is captured as a TF2 cond's Identity.
@@ -186,7 +196,8 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
     (:func:`side_effects`): the hook must not change what training does. Every other float
     output is in ``excluded``, with the rule that left it out."""
     filters = _filters(include, exclude, op_types, exclude_op_types, dtypes, use_default_exclude)
-    given = filters.include + filters.exclude   # the caller's patterns: one that matches no name is a typo (warned)
+    # the caller's patterns: one that matches no name is a typo (warned)
+    given = filters.include + filters.exclude
     matched: set[int] = set()
     backward = backward_ops(graph, loss)
     forced = list(forced)
@@ -227,8 +238,9 @@ def select_tensors(graph: tf.Graph, *, include=None, exclude=None, op_types: Ite
             chosen.append(t)
     for p in given:
         if id(p) not in matched:
-            log.warning("include/exclude pattern %r matches no tensor name of the graph (names look like %s): "
-                        "it selects nothing", p.pattern, _listed([t.name for t in chosen], 3))
+            log.warning("include/exclude pattern %r matches no tensor name of the graph (names "
+                        "look like %s): it selects nothing", p.pattern,
+                        _listed([t.name for t in chosen], 3))
     sel = _sort_unfetchable(unfetchable, {t.name for t in chosen} | forced_names)
     sel.reasons.update({n: r for n, r in reasons.items() if n in sel.reasons})
     sel.tensors = chosen + forced
@@ -250,24 +262,27 @@ def _unsafe_fetch(op: str, aliased: Mapping[str, str], racy: Mapping[str, str],
     ``recorded``: the variables with a record (:func:`_recorded_variables`), which holds the
     value the step used; the reason says where that value is, or that nothing holds it."""
     if op in aliased:
-        return (f"it shares (or may share) the buffer of {aliased[op]}, a reference variable the training step "
-                f"updates in place: its recorded value could be the weights after the update. "
-                f"Resource variables (TF2 behaviour, use_resource=True) have no such alias")
+        return (f"it shares (or may share) the buffer of {aliased[op]}, a reference variable the "
+                "training step updates in place: its recorded value could be the weights after "
+                "the update. Resource variables (TF2 behaviour, use_resource=True) have no such "
+                "alias")
     if op in racy:
         where = ("the variable's record holds the value the step used" if racy[op] in recorded else
-                 "it is not trainable, so it has no variable record: its value is not recorded; read it from a "
-                 "checkpoint")
-        return (f"it reads {racy[op]}, which the training step writes, off the loss's path: in no order with the "
-                f"update, its value would be the one before or after it, by chance ({where})")
+                 "it is not trainable, so it has no variable record: its value is not recorded; "
+                 "read it from a checkpoint")
+        return (f"it reads {racy[op]}, which the training step writes, off the loss's path: in no "
+                "order with the update, its value would be the one before or after it, by chance "
+                f"({where})")
     runs = effects.get(op)
     if runs:
-        return (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the loss, UPDATE_OPS "
-                f"and TRAIN_OP do not need it): fetching it would change what training does")
+        return (f"computing it runs {', '.join(sorted(runs))}, which training does not run (the "
+                "loss, UPDATE_OPS and TRAIN_OP do not need it): fetching it would change what "
+                "training does")
     return None
 
 
-def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[str], filters: Mapping,
-               rest: Rule = UNACCOUNTED) -> dict:
+def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[str],
+               filters: Mapping, rest: Rule = UNACCOUNTED) -> dict:
     """The manifest's ``accounting`` (FORMAT.md) of ``ops``' outputs (the saved graph's): each
     float output (or one of ``filters["dtypes"]``) captured (``captured``: the catalog's
     names), skipped or excluded as ``sel`` says; ``rest``: the rule of the outputs it does not
@@ -275,8 +290,9 @@ def accounting(ops: Iterable[tf.Operation], sel: Selection, captured: Iterable[s
     dtypes = tuple(filters.get("dtypes") or FLOAT_DTYPES)
     outputs = [(t.name, op.type) for op in ops for t in op.outputs if accountable(t, dtypes)]
     custom = None if set(dtypes) == set(FLOAT_DTYPES) else [d.name for d in dtypes]
-    rules = [*DEFAULT_RULES, *user_rules(filters.get("include"), filters.get("exclude"), filters.get("op_types"),
-                                         filters.get("exclude_op_types"), custom)]
+    rules = [*DEFAULT_RULES,
+             *user_rules(filters.get("include"), filters.get("exclude"), filters.get("op_types"),
+                         filters.get("exclude_op_types"), custom)]
     skipped = {n: sel.reasons.get(n, "cannot be fetched") for n in sel.skipped}
     return record(outputs, captured, sel.aliases, skipped, sel.excluded, rules, rest)
 
@@ -286,7 +302,8 @@ def _listed(names: Sequence[str], most: int = 20) -> str:
 
 
 def log_unfetchable(sel: Selection) -> None:
-    """Log the skipped tensors once per reason, and the TF2 cond outputs captured as their Identity."""
+    """Log the skipped tensors once per reason, and the TF2 cond outputs captured as their
+    Identity."""
     by_reason: dict[str, list[str]] = {}
     for name in sel.skipped:
         # one line per kind of reason, not per variable read (the manifest keeps each in full)
@@ -295,7 +312,8 @@ def log_unfetchable(sel: Selection) -> None:
     for why, names in by_reason.items():
         log.info("skipping %d tensors (%s): %s", len(names), why, _listed(names))
     if sel.aliases:
-        log.info("%d TF2 cond outputs, not fetchable, are captured as the Identity tf.cond returned: %s",
+        log.info("%d TF2 cond outputs, not fetchable, are captured as the Identity tf.cond "
+                 "returned: %s",
                  len(sel.aliases), _listed([f"{k} as {v}" for k, v in sel.aliases.items()]))
 
 
@@ -311,30 +329,37 @@ def icnn_roles(graph: tf.Graph) -> dict[str, tuple[str, str]]:
 def icnn_fields(graph: tf.Graph) -> dict[str, dict]:
     """tensor name -> the catalog fields its ICNN registration carries (a multi-class layer's
     ``icnn_filter_class`` on ``class_positive``; {} for the other roles)."""
-    return {parse_icnn_entry(e)[2]: icnn_catalog_fields(e) for e in graph.get_collection(ICNN_COLLECTION)}
+    return {parse_icnn_entry(e)[2]: icnn_catalog_fields(e)
+            for e in graph.get_collection(ICNN_COLLECTION)}
 
 
 def function_body_tensors(ops: Iterable[tf.Operation], *, include=None, exclude=None,
-                          op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
+                          op_types: Iterable[str] | None = None,
+                          exclude_op_types: Iterable[str] | None = None,
                           dtypes: Sequence[tf.DType] = FLOAT_DTYPES) -> list[str]:
     """``<op>/<attribute>/<tensor>`` for each output computed inside the functions that ``ops``
     (TF2 loops, conds, function calls) run, nested ones included, that the filters would
     select: what the capture cannot fetch, to list as skipped, so that the manifest never
     claims a complete capture where, say, a Keras LSTM's gates (its while loop's body, or under
     tf.keras 2.15 a function holding the loop) were left out."""
-    inc, exc = compile_patterns(include), compile_patterns(exclude) + compile_patterns(DEFAULT_EXCLUDE)
-    skip = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ()) | {"Placeholder"}   # arguments come from outside
+    inc, exc = compile_patterns(include), \
+        compile_patterns(exclude) + compile_patterns(DEFAULT_EXCLUDE)
+    # arguments come from outside
+    skip = DEFAULT_EXCLUDE_OP_TYPES | set(exclude_op_types or ()) | {"Placeholder"}
     names = _inside(ops, tuple(dtypes), set(op_types or ()), skip)
-    return [n for n in names if (not inc or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
+    return [n for n in names
+            if (not inc or any(p.search(n) for p in inc)) and not any(p.search(n) for p in exc)]
 
 
-def _inside(ops: Iterable[tf.Operation], dtypes: tuple, types: set[str], skip: frozenset[str]) -> list[str]:
+def _inside(ops: Iterable[tf.Operation], dtypes: tuple, types: set[str],
+            skip: frozenset[str]) -> list[str]:
     """:func:`function_body_tensors` before the name filters."""
     out: list[str] = []
     for op in ops:
         for prefix, body in _functions_of(op):
             inner = body.get_operations()
-            out += [f"{prefix}/{t.name}" for o in inner if o.type not in skip and (not types or o.type in types)
+            out += [f"{prefix}/{t.name}" for o in inner
+                    if o.type not in skip and (not types or o.type in types)
                     for t in o.outputs if t.dtype.base_dtype in dtypes]
             out += [f"{prefix}/{n}" for n in _inside(inner, dtypes, types, skip)]
     return out

@@ -14,7 +14,8 @@ Example::
 
     op_source(g.get_operation_by_name("conv1/Relu"))
     # {"source_file": "examples/models.py", "source_line": 57, "source_function": "conv_block",
-    #  "source_stack": [["examples/train.py", 12, "main"], ["examples/models.py", 57, "conv_block"]]}
+    #  "source_stack": [["examples/train.py", 12, "main"],
+    #                   ["examples/models.py", 57, "conv_block"]]}
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import tensorflow as tf
 MAX_STACK = 4
 _HOOKS = str(Path(__file__).resolve().parents[1]) + os.sep
 _INSPECTOR = str(Path(__file__).resolve().parents[2] / "inspector") + os.sep
-_NONE: dict = {"source_file": None, "source_line": None, "source_function": None, "source_stack": None}
+_NONE: dict = {"source_file": None, "source_line": None, "source_function": None,
+               "source_stack": None}
 
 
 @lru_cache(maxsize=1)
@@ -84,7 +86,8 @@ def user_frames(frames: Sequence) -> list[tuple[str, int, str]]:
     for i, f in enumerate(frames):
         if _in_hooks(f.filename):
             start = i + 1
-    return [(f.filename, int(f.lineno), str(f.name)) for f in frames[start:] if not is_library(f.filename)]
+    return [(f.filename, int(f.lineno), str(f.name)) for f in frames[start:]
+            if not is_library(f.filename)]
 
 
 def op_source(op: tf.Operation, cwd: str | None = None) -> dict:
@@ -100,7 +103,8 @@ def op_source(op: tf.Operation, cwd: str | None = None) -> dict:
     cwd = os.getcwd() if cwd is None else cwd
     stack = [[shown_path(f, cwd), line, name] for f, line, name in mine[-MAX_STACK:]]
     file, line, name = stack[-1]
-    return {"source_file": file, "source_line": line, "source_function": name, "source_stack": stack}
+    return {"source_file": file, "source_line": line, "source_function": name,
+            "source_stack": stack}
 
 
 def annotate(captured: Iterable, graph: tf.Graph) -> None:

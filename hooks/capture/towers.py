@@ -97,11 +97,13 @@ def size_checks(captured: Sequence[Captured], explicit: Mapping[str, Groups]) ->
 
 
 def split_axis0(t: tf.Tensor) -> tf.Tensor | None:
-    """The tensor ``t`` was cut from by a ``tf.split`` along axis 0 (``t`` one of its parts), else None."""
+    """The tensor ``t`` was cut from by a ``tf.split`` along axis 0 (``t`` one of its parts), else
+    None."""
     op = t.op
     if op.type not in SPLITS:
         return None
-    value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" else (op.inputs[0], op.inputs[2])
+    value, axis = (op.inputs[1], op.inputs[0]) if op.type == "Split" \
+        else (op.inputs[0], op.inputs[2])
     a = tf.get_static_value(axis)
     if a is None or np.ndim(a) != 0:
         return None
@@ -143,6 +145,9 @@ def cut_at(axis: BatchAxis, names: Iterable[str], graph: tf.Graph) -> dict[str, 
 def _describe_cut(axis: BatchAxis, op: tf.Operation) -> str:
     batched = [x for x in op.inputs if axis.is_batched(x)]
     if op.type in PARTS and batched:
-        return f"{op.name} ({op.type}: takes some rows of {batched[0].name}, whose axis 0 is taken as the batch)"
-    slices = sorted({tower_name(axis, w) if (w := axis.slice_of(x)) else "the whole batch" for x in batched})
-    return f"{op.name} ({op.type}: combines rows of {' and '.join(slices) or 'several parts of the batch'})"
+        return (f"{op.name} ({op.type}: takes some rows of {batched[0].name}, whose axis 0 is "
+                "taken as the batch)")
+    slices = sorted({tower_name(axis, w) if (w := axis.slice_of(x)) else "the whole batch"
+                     for x in batched})
+    return (f"{op.name} ({op.type}: combines rows of "
+            f"{' and '.join(slices) or 'several parts of the batch'})")

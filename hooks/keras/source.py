@@ -34,8 +34,9 @@ def resolve_source(source: str | None, probe: Any) -> str:
     if source is None:
         return "train_batch" if probe is None else "probe"
     if source not in SOURCES:
-        raise ValueError(f"source={source!r}: expected 'train_batch' (the training step itself, the default) "
-                         f"or 'probe' (a fixed batch, run after each sampled step's update)")
+        raise ValueError(f"source={source!r}: expected 'train_batch' (the training step itself, "
+                         "the default) or 'probe' (a fixed batch, run after each sampled step's "
+                         "update)")
     return source
 
 
@@ -47,38 +48,41 @@ def probe_batch(probe) -> tuple[Any, Any, Any]:
     if isinstance(probe, (tuple, list)) and len(probe) in (2, 3):
         parts = list(probe) + [None] * (3 - len(probe))
     elif isinstance(probe, (tuple, list)):
-        raise ValueError(f"probe has {len(probe)} elements: pass (x, y), (x, y, sample_weight) or a dataset "
-                         f"whose elements are those")
+        raise ValueError(f"probe has {len(probe)} elements: pass (x, y), (x, y, sample_weight) or "
+                         f"a dataset whose elements are those")
     else:
         parts = [probe, None, None]
-    x, y, sw = (None if p is None else tf.nest.map_structure(tf.convert_to_tensor, p) for p in parts)
+    x, y, sw = (None if p is None else tf.nest.map_structure(tf.convert_to_tensor, p)
+                for p in parts)
     first = tf.nest.flatten(x)[0] if x is not None else None
     if first is None or first.shape.rank in (None, 0):
-        raise ValueError(f"probe x must be a batch (a tensor with a leading batch axis), got {probe!r:.80}")
+        raise ValueError("probe x must be a batch (a tensor with a leading batch axis), got "
+                         f"{probe!r:.80}")
     return x, y, sw
 
 
 def check_probe(source: str, probe, positive) -> tuple[Any, Any, Any] | None:
     """The probe batch (None where none is given), or ValueError naming what is wrong."""
     if source == "probe" and probe is None:
-        raise ValueError("probe= is required with source='probe': pass (x, y) of a fixed batch, or leave source "
-                         "out to record the training step itself")
+        raise ValueError("probe= is required with source='probe': pass (x, y) of a fixed batch, or "
+                         "leave source out to record the training step itself")
     if probe is None:
         if positive is not None and not callable(positive):
-            raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' pass a "
-                             "callable on the batch's targets (y -> bool [N])")
+            raise ValueError("positive= as an array needs a fixed probe; with source='train_batch' "
+                             "pass a callable on the batch's targets (y -> bool [N])")
         return None
     batch = probe_batch(probe)
     y = batch[1]
     unsure = capture.not_class_ids(y) if positive is None and isinstance(y, tf.Tensor) else None
     if unsure is not None and bool(np.any(unsure.numpy())):
         raise ValueError(f"the probe's targets are floats that are not all whole numbers (e.g. "
-                         f"{float(tf.boolean_mask(tf.reshape(y, [-1]), unsure)[0]):g}): the default "
-                         f"positive rule (label != 0) needs class ids; pass positive= (a callable on "
-                         f"the targets, or a bool array [N])")
+                         f"{float(tf.boolean_mask(tf.reshape(y, [-1]), unsure)[0]):g}): the "
+                         "default positive rule (label != 0) needs class ids; pass positive= (a "
+                         f"callable on the targets, or a bool array [N])")
     if source == "train_batch" and positive is not None and not callable(positive):
-        raise ValueError("positive= as an array fits the probe only, but source='train_batch' records each step's "
-                         "own batch (the probe is its fallback); pass a callable on the targets (y -> bool [N])")
+        raise ValueError("positive= as an array fits the probe only, but source='train_batch' "
+                         "records each step's own batch (the probe is its fallback); pass a "
+                         "callable on the targets (y -> bool [N])")
     return batch
 
 
@@ -115,7 +119,8 @@ def fit_arguments(model) -> FitArguments | None:
 
 
 def _sliceable(value) -> bool:
-    return all(isinstance(a, (np.ndarray, tf.Tensor)) and len(a.shape) >= 1 for a in tf.nest.flatten(value))
+    return all(isinstance(a, (np.ndarray, tf.Tensor)) and len(a.shape) >= 1
+               for a in tf.nest.flatten(value))
 
 
 def first_batch(args: FitArguments | None) -> tuple[tuple[Any, Any, Any], str] | None:
@@ -132,4 +137,5 @@ def first_batch(args: FitArguments | None) -> tuple[tuple[Any, Any, Any], str] |
         return None
     n = args.batch_size or DEFAULT_BATCH
     cut = [tf.nest.map_structure(lambda a: a[:n], p) for p in parts]
-    return probe_batch(tuple(cut) if len(cut) > 1 else cut[0]), f"the first {n} samples of fit's x and y"
+    return probe_batch(tuple(cut) if len(cut) > 1 else cut[0]), \
+        f"the first {n} samples of fit's x and y"

@@ -15,7 +15,8 @@ Example (what ``InspectCallback`` does)::
     step = StepGraph(model, options)
     step.install()                       # in set_model: before fit builds its train function
     step.use((True, False))              # in on_train_batch_begin of a statistics step
-    out = step.results()                 # in on_train_batch_end: {"stats": (values, hist splits, index, count)}
+    out = step.results()                 # in on_train_batch_end: {"stats": (values, hist splits,
+                                         # index, count)}
     step.use(None); step.uninstall()     # after the step; at the end of fit
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ import tensorflow as tf
 
 from hooks.capture.gradients import differentiable
 from hooks.variables import update_stats
-from hooks.keras.trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths, record_calls, variable_name
+from hooks.keras.trace import (GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths,
+                               record_calls, variable_name)
 from hooks.stats.exact import concat_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -41,7 +43,8 @@ def unpack(data) -> tuple[Any, Any, Any]:
     """``(x, y, sample_weight)`` of a ``train_step`` argument, as Keras unpacks it."""
     if isinstance(data, (tuple, list)):
         if len(data) > 3:
-            raise ValueError(f"a training batch of {len(data)} elements: expected x, (x, y) or (x, y, sample_weight)")
+            raise ValueError(f"a training batch of {len(data)} elements: expected x, (x, y) or "
+                             "(x, y, sample_weight)")
         parts = list(data) + [None] * (3 - len(data))
         return parts[0], parts[1], parts[2]
     return data, None, None
@@ -50,17 +53,19 @@ def unpack(data) -> tuple[Any, Any, Any]:
 def refuse_unsupported(model) -> None:
     """ValueError for what the step capture cannot do, before ``fit`` traces anything."""
     jit = getattr(model, "jit_compile", False)
-    if jit:   # any truthy value: tf.keras 2.15 keeps compile(jit_compile="auto") as is, and compiles by XLA
-        raise ValueError(f"source='train_batch' with model.jit_compile={jit!r}: the statistics kernel and the "
-                         "capture cannot be compiled by XLA; compile(..., jit_compile=False) or use source='probe'")
+    # any truthy value: tf.keras 2.15 keeps compile(jit_compile="auto") as is, and compiles by XLA
+    if jit:
+        raise ValueError(f"source='train_batch' with model.jit_compile={jit!r}: the statistics "
+                         "kernel and the capture cannot be compiled by XLA; compile(..., "
+                         "jit_compile=False) or use source='probe'")
     if getattr(model, "run_eagerly", False):
-        raise ValueError("source='train_batch' with run_eagerly=True: the capture needs fit's traced train step; "
-                         "compile(..., run_eagerly=False) or use source='probe'")
+        raise ValueError("source='train_batch' with run_eagerly=True: the capture needs fit's "
+                         "traced train step; compile(..., run_eagerly=False) or use source='probe'")
     strategy = getattr(model, "distribute_strategy", None)
     if strategy is not None and strategy.num_replicas_in_sync > 1:
         raise ValueError(f"source='train_batch' under {type(strategy).__name__} with "
-                         f"{strategy.num_replicas_in_sync} replicas: each replica sees its own slice of the "
-                         f"batch; use source='probe'")
+                         f"{strategy.num_replicas_in_sync} replicas: each replica sees its own "
+                         f"slice of the batch; use source='probe'")
 
 
 @contextlib.contextmanager
@@ -74,7 +79,8 @@ def recorded_loss(model, box: dict) -> Iterator[None]:
         start = len(graph.get_operations())
         loss = original(*args, **kwargs)
         box.setdefault("loss", loss)
-        box.setdefault("y_pred", kwargs.get("y_pred", args[2] if len(args) > 2 else None))   # tf.keras: positional
+        # tf.keras: positional
+        box.setdefault("y_pred", kwargs.get("y_pred", args[2] if len(args) > 2 else None))
         box.setdefault("ops", (start, len(graph.get_operations())))
         return loss
 
@@ -103,17 +109,19 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
 
     def gradient(tape, target, sources, output_gradients=None, unconnected_gradients=none):
         flat = tf.nest.flatten(sources)
-        ours = tf.compat.v1.get_default_graph() is graph and flat and all(_is_variable(v) for v in flat)
+        ours = tf.compat.v1.get_default_graph() is graph and flat \
+            and all(_is_variable(v) for v in flat)
         if ours and step.options.gradients and isinstance(target, tf.Tensor):
             if box.get("loss") is None:
                 own_loss(step, box, target, len(graph.get_operations()))
             if box.get("loss") is not None:
                 step_target(step, box, target, _handles(graph, flat))
-        if (step.options.gradients and "out" not in box and box.get("loss") is not None and target is box["loss"]
-                and not step.mismatch and output_gradients is None and unconnected_gradients in (none, "none")
-                and ours):
+        if (step.options.gradients and "out" not in box and box.get("loss") is not None
+                and target is box["loss"] and not step.mismatch and output_gradients is None
+                and unconnected_gradients in (none, "none") and ours):
             out = capture_now([graph.capture(_tf_var(v).handle) for v in flat])
-            if out is not None:   # None: the capture failed (step.mismatch says why), the tape's own pass
+            # None: the capture failed (step.mismatch says why), the tape's own pass
+            if out is not None:
                 box["out"] = out
                 return tf.nest.pack_sequence_as(sources, list(step.extra_gradients))
         return tape_gradient(tape, target, sources, output_gradients, unconnected_gradients)
@@ -134,19 +142,21 @@ def own_loss(step: "StepGraph", box: dict, target: tf.Tensor, ops: int) -> None:
     Under loss scaling the target may be the scaled loss, which cannot be told from the
     loss: refused (``step.mismatch``)."""
     if _refused_under_loss_scaling(
-            step, f"the train step differentiates {target.name} and never called compute_loss: under loss scaling "
-                  f"whether that target is the loss or the loss times the scale cannot be told; compute the loss "
-                  f"with self.compute_loss(...) in train_step"):
+            step, f"the train step differentiates {target.name} and never called compute_loss: "
+                  "under loss scaling whether that target is the loss or the loss times the scale "
+                  f"cannot be told; compute the loss with self.compute_loss(...) in train_step"):
         return
     if not step.told_own_loss:   # once, not at each trace of a sampled step's function
         step.told_own_loss = True
-        log.info("the train step of %s never called compute_loss: the capture takes the target it differentiates, "
-                 "%s, as the loss (the one the step trains on)", step.model.name, target.name)
+        log.info("the train step of %s never called compute_loss: the capture takes the target it "
+                 "differentiates, %s, as the loss (the one the step trains on)", step.model.name,
+                 target.name)
     box["loss"], box["ops"], box["own_loss"] = target, (None, ops), True
 
 
 def _refused_under_loss_scaling(step: "StepGraph", why: str) -> bool:
-    """Under loss scaling, record ``why`` as the step's mismatch (the first one stays) and say True."""
+    """Under loss scaling, record ``why`` as the step's mismatch (the first one stays) and say
+    True."""
     if not loss_scaling(step.model):
         return False
     step.mismatch = step.mismatch or why
@@ -169,26 +179,27 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
     if not same and not targets:
         if _refused_under_loss_scaling(
                 step, f"the train step differentiates {target.name}, neither compute_loss's result "
-                      f"({box['loss'].name}) nor it times the loss scale: under loss scaling its gradients cannot be "
-                      f"unscaled; compute the whole loss in compute_loss (override it, or use add_loss), or use "
-                      f"source='probe'"):
+                      f"({box['loss'].name}) nor it times the loss scale: under loss scaling its "
+                      "gradients cannot be unscaled; compute the whole loss in compute_loss "
+                      f"(override it, or use add_loss), or use source='probe'"):
             return
-        log.info("the train step differentiates %s, not compute_loss's result %s: the capture takes its gradients "
-                 "(the loss the step trains on)", target.name, box["loss"].name)
+        log.info("the train step differentiates %s, not compute_loss's result %s: the capture "
+                 "takes its gradients (the loss the step trains on)", target.name, box["loss"].name)
         box["loss"], same = target, True
     targets.add(box["loss"].name if same else target.name)
     if len(targets) > 1:
         step.mismatch = step.mismatch or (
             f"the train step differentiates {len(targets)} targets w.r.t. the model's variables "
-            f"({', '.join(sorted(targets))}): which gradients are the step's is ambiguous (two optimizers, "
-            f"sharpness-aware minimization); use source='probe'")
+            f"({', '.join(sorted(targets))}): which gradients are the step's is ambiguous (two "
+            f"optimizers, sharpness-aware minimization); use source='probe'")
 
 
 def loss_scaling(model) -> bool:
     """Whether the optimizer scales the loss and unscales its gradients (a ``LossScaleOptimizer``,
     Keras 3's ``loss_scale_factor``)."""
     optimizer = getattr(model, "optimizer", None)
-    return "LossScale" in type(optimizer).__name__ or getattr(optimizer, "loss_scale_factor", None) is not None
+    return "LossScale" in type(optimizer).__name__ \
+        or getattr(optimizer, "loss_scale_factor", None) is not None
 
 
 #: ops scaling their first input by their second (Mul: either); the loss over a count is scaled too
@@ -202,7 +213,8 @@ def _scaled(target: tf.Tensor, loss: tf.Tensor, handles: set[str]) -> bool:
     target, whose gradients are not the loss's times a factor (``loss * mean(y_pred ** 2)``
     is not a scaled loss: its gradients differ from the loss's)."""
     want, seen, stack = _through(loss).name, set(), [target]
-    while stack:   # down the scaled side of each Mul or Div (seen once: a product may share its inputs)
+    # down the scaled side of each Mul or Div (seen once: a product may share its inputs)
+    while stack:
         t = _through(stack.pop())
         if t.name == want:
             return True
@@ -215,7 +227,8 @@ def _scaled(target: tf.Tensor, loss: tf.Tensor, handles: set[str]) -> bool:
 
 
 def _through(t: tf.Tensor) -> tf.Tensor:
-    """``t`` seen through what leaves a scalar as it is: Identity, Cast, a mean or sum of it alone."""
+    """``t`` seen through what leaves a scalar as it is: Identity, Cast, a mean or sum of it
+    alone."""
     while t.op.inputs and (t.op.type in ("Identity", "Cast")
                            or t.op.type in ("Mean", "Sum") and t.op.inputs[0].shape.rank == 0):
         t = t.op.inputs[0]
@@ -273,7 +286,8 @@ class StepGraph(ProbeGraph):
         self._plain: tuple[Any, Any] | None = None
         self._saved_step: Any = None
         self._installed = False
-        self._own: tuple[Any, Any] = (None, None)   # the model's own train function(s), put back after fit
+        # the model's own train function(s), put back after fit
+        self._own: tuple[Any, Any] = (None, None)
         self._kept: _Kept | None = None              # ours, from the last fit
         self._warned_no_loss = False
         self.told_own_loss = False   # the step's loss is its own, not compute_loss's (logged once)
@@ -318,11 +332,13 @@ class StepGraph(ProbeGraph):
     def _reusable(self, kept: "_Kept") -> bool:
         """Whether the functions kept from the last fit still hold: the same compile, and the
         model's own train function untouched since."""
-        return kept.own is self.model.train_function and identical(kept.compiled, _compiled(self.model))
+        return kept.own is self.model.train_function \
+            and identical(kept.compiled, _compiled(self.model))
 
     def reuses_kept(self) -> bool:
         """Whether the next ``install`` reuses the last fit's functions, and so this catalog;
-        if not (compile() ran since), fit traces the step anew: a new StepGraph names its catalog."""
+        if not (compile() ran since), fit traces the step anew: a new StepGraph names its
+        catalog."""
         return self._kept is not None and self._reusable(self._kept)
 
     def abandon(self) -> None:
@@ -337,10 +353,12 @@ class StepGraph(ProbeGraph):
         else:
             object.__setattr__(self.model, "train_step", self._saved_step)
         self.model.train_function = None   # rebuilt by fit from the model's own step
-        self.current, self._plain, self._kept, self._fns, self._installed = None, None, None, {}, False
+        self.current, self._plain, self._kept, self._fns, self._installed = \
+            None, None, None, {}, False
 
     def uninstall(self) -> None:
-        """The model's own ``train_step`` and train function back; ours are kept for its next fit."""
+        """The model's own ``train_step`` and train function back; ours are kept for its next
+        fit."""
         if not self._installed:
             return
         model = self.model
@@ -364,14 +382,17 @@ class StepGraph(ProbeGraph):
             return
         if self._plain is None:
             if self._fns and self._fns_with is not model.train_function:
-                # fit's function was rebuilt since ours were traced (make_train_function(force=True),
-                # e.g. by a callback that froze a layer): ours would still train what the old one
-                # did. Fit trains with its own from here; the catalog cannot follow a new step.
+                # fit's function was rebuilt since ours were traced
+                # (make_train_function(force=True), e.g. by a callback that froze a layer): ours
+                # would still train what the old one did. Fit trains with its own from here; the
+                # catalog cannot follow a new step.
                 self._fns = {}
-                raise RuntimeError("fit's train function was rebuilt during this fit (make_train_function(force=True), "
-                                   "e.g. after changing layer.trainable): source='train_batch' captures the step it "
-                                   "traced first and cannot follow it; fit goes on with the new function unrecorded. "
-                                   "Rebuild it between fits (compile() again), or use source='probe'")
+                raise RuntimeError("fit's train function was rebuilt during this fit "
+                                   "(make_train_function(force=True), e.g. after changing "
+                                   "layer.trainable): source='train_batch' captures the step it "
+                                   "traced first and cannot follow it; fit goes on with the new "
+                                   "function unrecorded. Rebuild it between fits (compile() "
+                                   "again), or use source='probe'")
             self._plain = (model.train_function, getattr(model, "train_tf_function", None))
             self._fns_with = model.train_function
         if key not in self._fns:
@@ -392,7 +413,8 @@ class StepGraph(ProbeGraph):
                     lambda: self._capture_step(g, (x, y, sw), calls, box, key, extra))):
             logs = original(data)
         out = box.get("out")
-        if out is None and not self.mismatch:   # the step's gradients were not the loss's (a scaled loss): its own pass
+        # the step's gradients were not the loss's (a scaled loss): its own pass
+        if out is None and not self.mismatch:
             out = self._refusing(lambda: self._capture_step(g, (x, y, sw), calls, box, key, ()))
         if not self.mismatch:
             self._refusing(lambda: self._finish(key, out))
@@ -406,22 +428,26 @@ class StepGraph(ProbeGraph):
     def _refusing(self, build):
         """``build()``, or None where it raised: an error raised here would end fit's trace of its
         train function, and so the fit (a custom step that never calls the model must not crash
-        fit, and with strict=False must not raise at all). It is kept in ``mismatch`` instead, the step
-        trains as it is, and the callback refuses at the step's end (logged, or raised if strict)."""
+        fit, and with strict=False must not raise at all). It is kept in ``mismatch`` instead, the
+        step trains as it is, and the callback refuses at the step's end (logged, or raised if
+        strict)."""
         try:
             return build()
         except GroupsError as e:   # a setting to change: the probe would refuse it too
             self.mismatch, self.fatal = self.mismatch or str(e), True
             return None
-        except Exception as e:   # noqa: BLE001 - any failure of the capture, never the step's own code
-            self.mismatch = self.mismatch or f"the step capture failed while fit traced its train step: {e}"
+        except Exception as e:   # noqa: BLE001 - any failure of the capture, never the step's
+            # own code
+            self.mismatch = self.mismatch \
+                or f"the step capture failed while fit traced its train step: {e}"
             return None
 
     def _finish(self, key: Key, out: dict) -> None:
         """The updates after the step, and every result into its variable (``_store``)."""
         with tf.name_scope("tf_inspector"):
             out.update(self._updates(key))
-            if "update_stats" in out:   # the layout's order, one matrix each: 3 reads after the step, not 6
+            # the layout's order, one matrix each: 3 reads after the step, not 6
+            if "update_stats" in out:
                 rows = out.pop("update_stats")
                 out["stats"] = concat_stats([out["stats"], rows]) if out.get("stats") else rows
             self._store(key, out)
@@ -433,27 +459,32 @@ class StepGraph(ProbeGraph):
         name = layer_paths(self.model)[id(self.model)]
         call = next((c for c in calls if c.path == name and c.call == 0 and c.end >= 0), None)
         if call is None:
-            raise RuntimeError(f"the train step of {name} did not call the model: a custom train_step? "
-                               f"use source='probe'")
+            raise RuntimeError(f"the train step of {name} did not call the model: a custom "
+                               f"train_step? use source='probe'")
         again = sum(c.path == name and c.end >= 0 for c in calls) - 1
         if again and not self._warned_calls:
             self._warned_calls = True   # a custom train_step with two views of the batch, say
-            log.warning("the train step of %s calls the model %d times: the capture records the ops of its first "
-                        "call (their values and d loss / d output), not those of the other %d", name, again + 1, again)
+            log.warning("the train step of %s calls the model %d times: the capture records the "
+                        "ops of its first call (their values and d loss / d output), not those of "
+                        "the other %d", name, again + 1, again)
         # the loss the step computed, targets or none (fit(x) with add_loss terms only): the one
         # it differentiates, so the step's own gradients come from it (shared_backward)
         loss = box.get("loss")
         if loss is None and self.options.gradients and not self._warned_no_loss:
-            self._warned_no_loss = True   # a custom train_step whose update is not a tape's gradient of a loss
-            log.warning("the train step of %s neither called model.compute_loss nor differentiated a loss w.r.t. the "
-                        "model's weights with tf.GradientTape: no loss tensor, so no gradients are captured (forward "
-                        "values only); compute the loss with self.compute_loss(...) in train_step, or differentiate "
-                        "it with tape.gradient(loss, self.trainable_variables)", name)
+            # a custom train_step whose update is not a tape's gradient of a loss
+            self._warned_no_loss = True
+            log.warning("the train step of %s neither called model.compute_loss nor differentiated "
+                        "a loss w.r.t. the model's weights with tf.GradientTape: no loss tensor, "
+                        "so no gradients are captured (forward values only); compute the loss with "
+                        "self.compute_loss(...) in train_step, or differentiate it with "
+                        "tape.gradient(loss, self.trainable_variables)", name)
         lo, hi = box.get("ops", (0, 0))
-        lo = call.end if lo is None else lo   # a loss of the step's own: built after the model's call
+        # a loss of the step's own: built after the model's call
+        lo = call.end if lo is None else lo
         with tf.name_scope("tf_inspector"):
             outputs = box.get("y_pred")
-            return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls, *key, extra=extra,
+            return self._capture(g, (x, y, sw), ops[call.start:call.end], ops[lo:hi], loss, calls,
+                                 *key, extra=extra,
                                  outputs=call.output if outputs is None else outputs)
 
     def _updates(self, key: Key) -> dict:
@@ -464,8 +495,8 @@ class StepGraph(ProbeGraph):
         stats, dump = key
         with tf.name_scope("updates"):
             g = tf.compat.v1.get_default_graph()
-            delta = {r.variable: tf.subtract(tf.raw_ops.ReadVariableOp(resource=g.capture(_tf_var(v).handle),
-                                                                        dtype=r.tensor.dtype), r.tensor)
+            delta = {r.variable: tf.subtract(tf.raw_ops.ReadVariableOp(
+                         resource=g.capture(_tf_var(v).handle), dtype=r.tensor.dtype), r.tensor)
                      for r, v in self.traced_variables}
             out: dict = {}
             if stats and delta:
@@ -486,9 +517,9 @@ class StepGraph(ProbeGraph):
             return
         if types != self._types:
             # not raised here: this runs inside fit's trace, and training must go on without us
-            self.mismatch = (f"tracing fit's train step again captured other ops ({len(types)} tensors, "
-                             f"{len(self._types)} the first time): this model's step is not deterministic; "
-                             f"use source='probe'")
+            self.mismatch = (f"tracing fit's train step again captured other ops ({len(types)} "
+                             f"tensors, {len(self._types)} the first time): this model's step is "
+                             f"not deterministic; use source='probe'")
             return
         self._rename = {c.name: first for c, first in zip(everything, self._names)}
 
@@ -506,12 +537,14 @@ class StepGraph(ProbeGraph):
         known = self._outputs.get(key)
         if known is None:
             with tf.init_scope():
-                known = [(path, tf.Variable(tf.zeros([0] * max(t.shape.rank or 0, 0), t.dtype), trainable=False,
-                                            shape=tf.TensorShape(None), name="tf_inspector_out"))
+                known = [(path, tf.Variable(tf.zeros([0] * max(t.shape.rank or 0, 0), t.dtype),
+                                            trainable=False, shape=tf.TensorShape(None),
+                                            name="tf_inspector_out"))
                          for path, t in leaves]
             self._outputs[key] = known
         if [p for p, _ in known] != [p for p, _ in leaves]:
-            raise RuntimeError("tracing the train step again gave other captured tensors than its first trace")
+            raise RuntimeError("tracing the train step again gave other captured tensors than its "
+                               "first trace")
         for (_, var), (_, t) in zip(known, leaves):
             var.assign(t)
 
@@ -566,7 +599,8 @@ def compile_state(model) -> tuple:
 
 
 #: Keras 3 (tf.keras 2.15 is 2.x)
-KERAS3 = int(str(getattr(tf.keras, "__version__", None) or __import__("keras").__version__).split(".")[0]) >= 3
+KERAS3 = int(str(getattr(tf.keras, "__version__", None)
+                 or __import__("keras").__version__).split(".")[0]) >= 3
 
 #: fit's train functions (by weak reference) -> the variables trainable when one was traced,
 #: held (so no id compared is reused by another variable). For every callback: a new callback
@@ -622,11 +656,12 @@ def mismatch_message(still: list[str], idle: list[str]) -> str:
     """What fit trains against what ``trainable`` says, and what to do."""
     parts = ([f"still updates {', '.join(still)} (trainable=False now)"] if still else []) + \
         ([f"does not update {', '.join(idle)} (trainable=True now)"] if idle else [])
-    return (f"model.trainable_variables changed since fit's train function was built: it {' and '.join(parts)}. "
-            f"Keras builds the train step once and reuses it until compile(), so setting layer.trainable without "
-            f"compile() does not change what fit trains, and InspectCallback would record other variables than "
-            f"those trained. Call model.compile(...) again after changing trainable (or "
-            f"model.make_train_function(force=True)), then fit")
+    return ("model.trainable_variables changed since fit's train function was built: it "
+            f"{' and '.join(parts)}. Keras builds the train step once and reuses it until "
+            "compile(), so setting layer.trainable without compile() does not change what fit "
+            "trains, and InspectCallback would record other variables than those trained. Call "
+            "model.compile(...) again after changing trainable (or "
+            "model.make_train_function(force=True)), then fit")
 
 
 def identical(a: tuple, b: tuple) -> bool:
@@ -645,7 +680,8 @@ def _set_train_function(model, fns: tuple[Any, Any]) -> None:
 
 
 def _paths(out: dict, prefix: tuple = ()) -> list[tuple[tuple, tf.Tensor]]:
-    """Flatten ``{"stats": (a, b, c), "dump": {name: t}, ...}`` into (path, tensor) pairs, in order."""
+    """Flatten ``{"stats": (a, b, c), "dump": {name: t}, ...}`` into (path, tensor) pairs, in
+    order."""
     items: list[tuple[tuple, tf.Tensor]] = []
     for k in sorted(out) if isinstance(out, dict) else range(len(out)):
         v = out[k]

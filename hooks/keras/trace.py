@@ -9,7 +9,8 @@ Example::
 
     probe = ProbeGraph(model, x, y, options)            # options: ProbeOptions
     fn = probe.function(stats=True, dump=False)         # a concrete function (traced once)
-    out = fn(*probe.args)                               # {"stats": (values, hist splits, index, count)}
+    out = fn(*probe.args)                               # {"stats": (values, hist splits, index,
+                                                        # count)}
     probe.captured                                      # catalog, in statistics row order
 """
 from __future__ import annotations
@@ -52,7 +53,8 @@ class ProbeOptions:
 def layer_paths(model) -> dict[int, str]:
     """id(layer) -> its path below ``model`` ('encoder/dense_1'), every nested layer once (a
     layer reachable along two paths keeps the first). Uses the private ``_flatten_layers``
-    (tf.keras 2.15 and Keras 3 both have it): public ``layers`` misses a custom layer's sublayers."""
+    (tf.keras 2.15 and Keras 3 both have it): public ``layers`` misses a custom layer's
+    sublayers."""
     out: dict[int, str] = {}
 
     def walk(layer, prefix: str) -> None:
@@ -84,7 +86,8 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
     class's method is put back after): Keras has no public per-call hook, and name scopes are
     ambiguous for a shared layer ('dense_1' is the second call of 'dense' or a layer 'dense_1')."""
     paths = layer_paths(model)
-    layers = {id(layer): layer for layer in model._flatten_layers(include_self=True, recursive=True)}
+    layers = {id(layer): layer
+              for layer in model._flatten_layers(include_self=True, recursive=True)}
     calls: list[_Call] = []
     counts: dict[int, int] = {}
     saved = {}
@@ -95,7 +98,8 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
                 # Keras 3 runs an unbuilt layer's call once in a scratch graph to infer shapes:
                 # not a call of this trace
                 return original(*args, **kwargs)
-            c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0), len(graph.get_operations()))
+            c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0),
+                      len(graph.get_operations()))
             counts[id(layer)] = c.call + 1
             calls.append(c)
             try:
@@ -185,10 +189,13 @@ def variable_names(model) -> dict[int, str]:
     one (tf.keras 2.15: two sub-models' ``proj/kernel``), ``#2``, ``#3`` in the order of the
     layers that own them. Not in ``trainable_variables``' order: freezing or unfreezing a layer
     changes that, and a record would change which variable it holds between fits."""
-    owner: dict[int, tuple[int, int]] = {}   # id(variable) -> (its deepest layer's order, its index there)
+    # id(variable) -> (its deepest layer's order, its index there)
+    owner: dict[int, tuple[int, int]] = {}
     variables: dict[int, Any] = {}
-    layers = {id(model): model, **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
-    for i, lid in enumerate(layer_paths(model)):   # depth first: a nested layer after the one holding it
+    layers = {id(model): model,
+              **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
+    # depth first: a nested layer after the one holding it
+    for i, lid in enumerate(layer_paths(model)):
         for k, v in enumerate(getattr(layers.get(lid), "weights", None) or []):
             owner[id(v)], variables[id(v)] = (i, k), v
     names: dict[int, str] = {}
@@ -204,7 +211,8 @@ def variable_names(model) -> dict[int, str]:
 class ProbeGraph:
     """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
 
-    def __init__(self, model, x, y, sample_weight, options: ProbeOptions, any_batch: bool = False) -> None:
+    def __init__(self, model, x, y, sample_weight, options: ProbeOptions,
+                 any_batch: bool = False) -> None:
         self.model, self.options, self.any_batch = model, options, any_batch
         self.args = tuple(a for a in (x, y, sample_weight) if a is not None)
         self._has_y, self._has_sw = y is not None, sample_weight is not None
@@ -223,7 +231,8 @@ class ProbeGraph:
         self._names: list[str] | None = None
         self._functions: dict[tuple[bool, bool], Any] = {}
         self.extra_gradients: list = []   # the last _capture's gradients of its ``extra``
-        self.traced_variables: list = []  # the last _capture's (VariableRecord, Keras variable) pairs
+        # the last _capture's (VariableRecord, Keras variable) pairs
+        self.traced_variables: list = []
         self._warned_groups = False   # the batch axis was lost before the output (warned once)
         self._warned_loss = False     # compile() without a loss: forward values only (warned once)
         self.groups_entry: dict | None = None   # the manifest's ``groups`` (rule, names, codes)
@@ -242,7 +251,8 @@ class ProbeGraph:
 
     def _specs(self) -> list:
         """Argument specs named probe_x, probe_y, probe_sample_weight (the placeholders' names);
-        the batch axis is left free when ``any_batch`` (training batches: the last one is smaller)."""
+        the batch axis is left free when ``any_batch`` (training batches: the last one is
+        smaller)."""
         names = ["probe_x"] + ["probe_y"] * self._has_y + ["probe_sample_weight"] * self._has_sw
 
         def spec(t, n):
@@ -250,7 +260,8 @@ class ProbeGraph:
             if self.any_batch and shape.rank:
                 shape = tf.TensorShape([None]).concatenate(shape[1:])
             return tf.TensorSpec(shape, t.dtype, name=n)
-        return [tf.nest.map_structure(lambda t, n=n: spec(t, n), a) for a, n in zip(self.args, names)]
+        return [tf.nest.map_structure(lambda t, n=n: spec(t, n), a)
+                for a, n in zip(self.args, names)]
 
     def _unpack(self, args):
         args = list(args)
@@ -270,8 +281,8 @@ class ProbeGraph:
             loss = self._probe_loss(x, y, y_pred, sw)
             end = len(g.get_operations())
         ops = g.get_operations()
-        return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls, want_stats, want_dump,
-                             outputs=y_pred)
+        return self._capture(g, (x, y, sw), ops[start:middle], ops[middle:end], loss, calls,
+                             want_stats, want_dump, outputs=y_pred)
 
     def _probe_loss(self, x, y, y_pred, sw) -> tf.Tensor | None:
         """The compiled loss on the probe (``compute_loss``: loss_weights, several outputs and
@@ -283,10 +294,10 @@ class ProbeGraph:
         if not has_compiled_loss(self.model) and not self.model.losses:
             if not self._warned_loss:
                 self._warned_loss = True
-                log.warning("%s was compiled without loss= and adds no loss of its own (add_loss): the probe runs "
-                            "the compiled loss, so it records forward values only, no gradients; the loss a "
-                            "train_step of its own computes is recorded by source='train_batch' (the default "
-                            "without probe=)", self.model.name)
+                log.warning("%s was compiled without loss= and adds no loss of its own (add_loss): "
+                            "the probe runs the compiled loss, so it records forward values only, "
+                            "no gradients; the loss a train_step of its own computes is recorded "
+                            "by source='train_batch' (the default without probe=)", self.model.name)
             return None
         return self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw)
 
@@ -302,13 +313,16 @@ class ProbeGraph:
         ops = g.get_operations()
         region = {op.name for op in forward}
         region |= {t.op.name for t in tf.nest.flatten((x, y, sw)) if t is not None}
-        of_loss = {name.rpartition(":")[0] for name in loss_and_labels.ancestors(loss)} if loss is not None else set()
+        of_loss = {name.rpartition(":")[0] for name in loss_and_labels.ancestors(loss)} \
+            if loss is not None else set()
         region |= {op.name for op in loss_ops if op.name in of_loss}
         roles = capture.icnn_roles(g)   # an ICNNMask layer's registrations (hooks/keras/icnn.py)
         sel = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles],
                                      **self.options.filters).within(region)
-        # a loop's body (an RNN's steps), a cond's branches: not ops of this graph, listed as skipped
-        inside = capture.function_body_tensors([op for op in ops if op.name in region], **self.options.filters)
+        # a loop's body (an RNN's steps), a cond's branches: not ops of this graph, listed as
+        # skipped
+        inside = capture.function_body_tensors([op for op in ops if op.name in region],
+                                               **self.options.filters)
         sel.skipped += inside
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
         tensors = [t for t in sel.tensors if t.op.name in region]
@@ -319,8 +333,10 @@ class ProbeGraph:
             self._warn_groups_lost(axis, x, outputs, tensors)
         handles, tf_vars = self._handles(g)
         wanted = tensors + handles if loss is not None and self.options.gradients else []
-        # with `extra` (fit's tape sources) this pass is the training step's own, side effects and all
-        raw = capture.raw_gradients(loss, wanted + list(extra), observer=not extra) if wanted or extra else []
+        # with `extra` (fit's tape sources) this pass is the training step's own, side effects and
+        # all
+        raw = capture.raw_gradients(loss, wanted + list(extra), observer=not extra) \
+            if wanted or extra else []
         grads = ([capture.dense_gradient(d) for d in raw[:len(wanted)]] if wanted
                  else [None] * (len(tensors) + len(handles)))
         # under a LossScaleOptimizer whatever tensors are captured: the variables' gradients
@@ -337,11 +353,13 @@ class ProbeGraph:
             c = capture.Captured(t, axis.is_batched(t), grad, *roles.get(t.name, (None, None)),
                                  extra=dict(fields.get(t.name, {})))
             owner = by_owner.get(t.op.name)
-            c.extra.update(keras_layer=owner.path if owner else None, keras_call=owner.call if owner else None)
+            c.extra.update(keras_layer=owner.path if owner else None,
+                           keras_call=owner.call if owner else None)
             captured.append(c)
         feeds.annotate(captured, g, set())
         records = self._variable_records(tf_vars, handles, grads[len(tensors):], region)
-        self.traced_variables = list(zip(records, tf_vars))   # this trace's (a retrace has its own tensors)
+        # this trace's (a retrace has its own tensors)
+        self.traced_variables = list(zip(records, tf_vars))
         read_of = {read: r.variable for r in records for read in r.reads}
         for c in captured:  # a read of a variable names it (FORMAT.md, catalog field `variable`)
             if c.name in read_of:
@@ -359,7 +377,8 @@ class ProbeGraph:
             out.update(self._dump(everything, gid, labels, x))
         return out
 
-    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs, tensors: Sequence[tf.Tensor]) -> None:
+    def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs,
+                          tensors: Sequence[tf.Tensor]) -> None:
         """Warn (once) where the batch axis leaves axis 0: tensors from there have ``all`` rows only
         and are dumped whole (after an LSTM, and under tf.keras 2.15 after a LayerNormalization
         or a Dense on sequences, even the logits have no positive/negative rows: the user must
@@ -375,15 +394,18 @@ class ProbeGraph:
             return
         self._warned_groups = True
         if lost:
-            log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging the batch with "
-                        "another axis): the tensors after it, the model's output included, have group 'all' rows "
-                        "only and are dumped whole; where axis 0 of such tensors is the batch, name them with "
-                        "batched=", self.model.name, _listed(lost))
+            log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging "
+                        "the batch with another axis): the tensors after it, the model's output "
+                        "included, have group 'all' rows only and are dumped whole; where axis 0 "
+                        "of such tensors is the batch, name them with batched=", self.model.name,
+                        _listed(lost))
         else:
-            log.warning("the batch axis of %s leaves axis 0 at %s (a reshape merging the batch with time, a "
-                        "time-major transpose) and comes back before the output: the %d tensors in between have "
-                        "group 'all' rows only and are dumped whole; those after it have their groups",
-                        self.model.name, _listed(moved), sum(axis.moved_at([t]) != [] for t in tensors))
+            log.warning("the batch axis of %s leaves axis 0 at %s (a reshape merging the batch "
+                        "with time, a time-major transpose) and comes back before the output: the "
+                        "%d tensors in between have group 'all' rows only and are dumped whole; "
+                        "those after it have their groups",
+                        self.model.name, _listed(moved),
+                        sum(axis.moved_at([t]) != [] for t in tensors))
 
     def _groups(self, y, predictions) -> capture.Groups | None:
         """The sample groups of this batch (``groups=``, ``positive=``), built in the graph, and
@@ -395,36 +417,39 @@ class ProbeGraph:
             try:
                 spec = class_count(spec, y, predictions)
                 if spec.needs_predictions and predictions is None:
-                    raise ValueError(f"groups={spec.fn!r} takes (y, y_pred), but the model's output in this step "
-                                     f"is not known; pass a function of y alone")
+                    raise ValueError(f"groups={spec.fn!r} takes (y, y_pred), but the model's "
+                                     "output in this step is not known; pass a function of y "
+                                     "alone")
                 built = spec.build(y, predictions)
             except ValueError as e:
                 raise GroupsError(str(e)) from e
-            self.groups_entry = {"rule": spec.describe(y) if isinstance(y, tf.Tensor) else spec.kind,
+            self.groups_entry = {"rule": spec.describe(y) if isinstance(y, tf.Tensor)
+                                         else spec.kind,
                                  "names": list(built.names), "codes": list(built.codes)}
             return built
         if positive is not None and not callable(positive):  # a fixed bool [N] for the fixed probe
             pos = tf.convert_to_tensor(positive)
             n = tf.nest.flatten(y)[0].shape[0]
             if pos.shape.rank != 1 or pos.shape[0] != n:
-                raise ValueError(f"positive= as an array must be [N] = [{n}] (one flag per probe sample), "
-                                 f"got shape {pos.shape}")
+                raise ValueError(f"positive= as an array must be [N] = [{n}] (one flag per probe "
+                                 f"sample), got shape {pos.shape}")
             return capture.positive_groups(pos, pos)
         if not isinstance(y, tf.Tensor):
             if callable(positive):
                 return capture.positive_groups(y, positive)
-            log.info("the probe's targets are nested (several outputs): no positive/negative groups unless "
-                     "positive= or groups= is given (a callable on the targets)")
+            log.info("the probe's targets are nested (several outputs): no positive/negative "
+                     "groups unless positive= or groups= is given (a callable on the targets)")
             return None
         # count_bad: a step's samples in no group (float targets) make its dump keep the
         # budget's first samples, ungrouped (capture.kept_samples), not none of them
         built = capture.positive_groups(y, positive, count_bad=True)
-        rule = "positive/negative by the positive= argument" if positive is not None else spec.describe(y)
+        rule = "positive/negative by the positive= argument" if positive is not None \
+            else spec.describe(y)
         if self.groups_entry is None:   # once per capture, not per trace
             classes = output_width(predictions) or 0
             log.info("sample groups %s%s", rule,
-                     f"; the model has {classes} outputs: groups='per_class' gives one group per class"
-                     if positive is None and classes > 2 else "")
+                     f"; the model has {classes} outputs: groups='per_class' gives one group "
+                     "per class" if positive is None and classes > 2 else "")
         self.groups_entry = {"rule": rule, "names": list(built.names), "codes": list(built.codes)}
         return built
 
@@ -457,24 +482,27 @@ class ProbeGraph:
             # the model's own read where there is one: its statistics and dump are then shared
             # (fast_stats and build_dump compute a tensor once under every name)
             with tf.name_scope("tf_inspector/variables"):
-                value = found[0] if found else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
-            records.append(VariableRecord(value, False, grad, variable=name, handle_op=handle.op.name, reads=reads,
-                                          after=value, extra={"keras_layer": None, "keras_call": None}))
+                value = found[0] if found \
+                    else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
+            records.append(VariableRecord(value, False, grad, variable=name,
+                                          handle_op=handle.op.name, reads=reads, after=value,
+                                          extra={"keras_layer": None, "keras_call": None}))
         return records
 
     def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
         names = [c.name for c in everything]
         if self._names is None:
-            self._names, self.captured, self.variables, self.tf_vars = names, everything, records, tf_vars
+            self._names, self.captured, self.variables, self.tf_vars = \
+                names, everything, records, tf_vars
             self.skipped = [n for n in sel.skipped]
             self._selection = sel
             capture.log_unfetchable(sel)
             self.loss_name = loss.name if loss is not None else None
             self.labels_name = labels.name if labels is not None else None
         elif names != self._names:
-            raise RuntimeError("tracing the probe again (for dumps) gave other tensor names than the first "
-                               "trace: this model's forward pass is not deterministic; capture statistics only "
-                               "(dump_every_n_steps=0) or report the model")
+            raise RuntimeError("tracing the probe again (for dumps) gave other tensor names than "
+                               "the first trace: this model's forward pass is not deterministic; "
+                               "capture statistics only (dump_every_n_steps=0) or report the model")
 
     def account(self, g) -> None:
         """The accounting of ``g``'s ops, the graph saved with the run, from the first trace's
@@ -482,7 +510,8 @@ class ProbeGraph:
         ``accounting.OUTSIDE`` unless a default rule says it (the inspector's own ops)."""
         if self._selection is not None:
             self.accounting = capture.accounting(g.get_operations(), self._selection,
-                                                 [c.name for c in self.captured], self.options.filters, OUTSIDE)
+                                                 [c.name for c in self.captured],
+                                                 self.options.filters, OUTSIDE)
 
     def _dump(self, captured, gid, labels, x) -> dict:
         first = tf.nest.flatten(x)[0]
@@ -495,8 +524,11 @@ class ProbeGraph:
         samples = {"samples/index": keep}
         if kept_groups is not None:
             samples["samples/group"] = kept_groups
-        if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
-            samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
+        if labels is not None \
+                and (labels.dtype.is_floating or labels.dtype.is_integer
+                     or labels.dtype == tf.bool):
+            samples["samples/label"] = tf.gather(labels,
+                                                 tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         return {"dump": dump, "samples": samples}
 
 
@@ -513,11 +545,13 @@ def reaching(loss: tf.Tensor | None, tensors: Sequence[tf.Tensor], grads: list) 
     if loss is None:
         return grads
     reach = loss_and_labels.ancestors(loss)
-    return [None if i < len(tensors) and tensors[i].name not in reach else g for i, g in enumerate(grads)]
+    return [None if i < len(tensors) and tensors[i].name not in reach else g
+            for i, g in enumerate(grads)]
 
 
 class GroupsError(ValueError):
-    """``groups=`` does not fit the model's targets or output (a setting to change, not the batch)."""
+    """``groups=`` does not fit the model's targets or output (a setting to change, not the
+    batch)."""
 
 
 def has_compiled_loss(model) -> bool:
@@ -544,15 +578,16 @@ def class_count(spec: GroupSpec, y, predictions) -> GroupSpec:
     if spec.kind != "per_class" or spec.num_classes is not None:
         return spec
     if not isinstance(y, tf.Tensor):
-        raise ValueError("groups='per_class' needs the targets as one tensor; this model's are nested (several "
-                         "outputs): pass groups=<function y -> {name: bool [N]}>")
+        raise ValueError("groups='per_class' needs the targets as one tensor; this model's are "
+                         "nested (several outputs): pass groups=<function y -> {name: bool [N]}>")
     if y.shape.rank == 2 and y.shape[1] not in (None, 1):
         return spec   # one-hot: the class count is its last axis
     c = output_width(predictions)
     if c is None or c < 2:
         shapes = [tuple(t.shape) for t in tf.nest.flatten(predictions) if isinstance(t, tf.Tensor)]
-        raise ValueError(f"groups='per_class' with class-id targets {tuple(y.shape)}: the class count is neither "
-                         f"given (num_classes=) nor the last axis of the model's output {shapes}; pass num_classes=")
+        raise ValueError(f"groups='per_class' with class-id targets {tuple(y.shape)}: the class "
+                         "count is neither given (num_classes=) nor the last axis of the model's "
+                         f"output {shapes}; pass num_classes=")
     return dataclasses.replace(spec, num_classes=int(c))
 
 
@@ -566,11 +601,14 @@ def loss_scale(model) -> tf.Tensor | None:
     scale = getattr(optimizer, "loss_scale", None) if scale is None else scale
     if scale is None or callable(scale):
         return None
-    held = getattr(scale, "value", None)   # a Keras 3 variable's tf.Variable (tf.Variable.value is a method)
-    return tf.cast(tf.convert_to_tensor(scale if held is None or callable(held) else held), tf.float32)
+    # a Keras 3 variable's tf.Variable (tf.Variable.value is a method)
+    held = getattr(scale, "value", None)
+    return tf.cast(tf.convert_to_tensor(scale if held is None or callable(held) else held),
+                   tf.float32)
 
 
-def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list, scale: tf.Tensor) -> list:
+def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list,
+                     scale: tf.Tensor) -> list:
     """d loss / d t as mixed-precision training computes it (``capture.unscale``): the unscaled
     loss's float16 backward pass underflows (a ReLU layer's gradients 87% zeros where the
     applied ones have none). One more

@@ -1,4 +1,5 @@
-"""The fused statistics kernel (``stats_ops.cc``): built once per machine and TF version, then loaded.
+"""The fused statistics kernel (``stats_ops.cc``): built once per machine and TF version, then
+loaded.
 
 ``python -m hooks.native build`` compiles ``stats_ops.cc`` against the installed TensorFlow's
 headers ahead of time (about 15 s; CI and Docker image builds run it); the shared object is
@@ -17,7 +18,8 @@ Example::
     from hooks import native
     lib = native.library()          # None -> stock-op statistics
     if lib is not None:
-        stats, splits, index, count = lib.inspector_log_stats(   # [4, 8], [5], [N], [N]: all, 2 groups, none
+        # [4, 8], [5], [N], [N]: all, 2 groups, none
+        stats, splits, index, count = lib.inspector_log_stats(
             [x], groups, batched=[True], base=[0], leaves=4, max_elements=16384, block=64)
 """
 from __future__ import annotations
@@ -73,8 +75,8 @@ def check_private(path: Path, kind: str) -> None:
     owned by this user and not writable by group or others."""
     why = _why_unsafe(os.stat(path), kind)
     if why:
-        raise UnsafeCacheError(f"the kernel cache {kind} {path} {why}; not loading from it (chmod go-w / chown it, "
-                               f"or set TF_INSPECTOR_CACHE to a private folder)")
+        raise UnsafeCacheError(f"the kernel cache {kind} {path} {why}; not loading from it (chmod "
+                               f"go-w / chown it, or set TF_INSPECTOR_CACHE to a private folder)")
 
 
 def private_cache_dir() -> Path:
@@ -90,12 +92,14 @@ def private_cache_dir() -> Path:
 
 
 def _compiler() -> str | None:
-    found = (shutil.which(name) for name in (os.environ.get("CXX"), "g++", "c++", "clang++") if name)
+    found = (shutil.which(name)
+             for name in (os.environ.get("CXX"), "g++", "c++", "clang++") if name)
     return next((path for path in found if path), None)
 
 
 def _command(cxx: str, out: Path) -> list[str]:
-    include = [f"-isystem{f[2:]}" if f.startswith("-I") else f for f in tf.sysconfig.get_compile_flags()]
+    include = [f"-isystem{f[2:]}" if f.startswith("-I") else f
+               for f in tf.sysconfig.get_compile_flags()]
     return [cxx, *CXXFLAGS, *include, str(SOURCE), "-o", str(out), *tf.sysconfig.get_link_flags()]
 
 
@@ -118,14 +122,17 @@ def build(cxx: str) -> Path:
         return target
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
-    log.info("building the fused statistics kernels (once per machine and TF version, ~15 s; `python -m "
-             "hooks.native build` does it ahead of time) into %s", target)
+    log.info("building the fused statistics kernels (once per machine and TF version, ~15 s; "
+             "`python -m hooks.native build` does it ahead of time) into %s", target)
     try:
-        proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        proc = subprocess.run(_command(cxx, Path(tmp)), capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
         if proc.returncode != 0:
-            raise RuntimeError(f"{cxx} exited with {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"{cxx} exited with {proc.returncode}: "
+                               f"{proc.stderr.strip()[-2000:]}")
         if proc.stderr.strip():  # built, with warnings: shown, not hidden
-            log.warning("compiler output while building %s:\n%s", SOURCE.name, proc.stderr.strip()[-4000:])
+            log.warning("compiler output while building %s:\n%s", SOURCE.name,
+                        proc.stderr.strip()[-4000:])
         os.chmod(tmp, 0o700)
         os.replace(tmp, target)
     finally:
@@ -155,12 +162,12 @@ def library() -> Any | None:
         return None
     cxx = _compiler()
     if cxx is None:
-        log.warning("no C++ compiler found (set CXX or install g++); statistics use stock TensorFlow ops, "
-                    "several times slower")
+        log.warning("no C++ compiler found (set CXX or install g++); statistics use stock "
+                    "TensorFlow ops, several times slower")
         return None
     try:
         return tf.load_op_library(str(build(cxx)))
     except Exception as e:  # noqa: BLE001 - any failure means: use the stock-op statistics
-        log.warning("the fused statistics kernels are unavailable (%s: %s); statistics use stock TensorFlow "
-                    "ops, several times slower", type(e).__name__, e)
+        log.warning("the fused statistics kernels are unavailable (%s: %s); statistics use stock "
+                    "TensorFlow ops, several times slower", type(e).__name__, e)
         return None

@@ -22,8 +22,10 @@ from . import UnsafeCacheError, build, compiler
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hooks.native", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["build"], help="compile (or reuse) the kernel in the private cache")
+    parser = argparse.ArgumentParser(prog="python -m hooks.native",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["build"],
+                        help="compile (or reuse) the kernel in the private cache")
     parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     try:

@@ -90,7 +90,8 @@ def _wrap(call_model_fn):
     return wrapper
 
 
-_patch = MethodPatch("model_fn recorder", _estimator_class, {"_call_model_fn": _wrap}, env_var=ENV_VAR,
+_patch = MethodPatch("model_fn recorder", _estimator_class, {"_call_model_fn": _wrap},
+                     env_var=ENV_VAR,
                      detail="Estimator model_fn calls record their labels and loss "
                             f"({ENV_VAR}=0 or hooks.recorders.estimator.uninstall() to opt out)",
                      replaced="something replaced Estimator._call_model_fn after it; leaving it")

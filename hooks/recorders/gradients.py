@@ -48,7 +48,8 @@ INDEXED = "<IndexedSlices>"
 _local = threading.local()
 _lock = threading.Lock()
 # graph -> loss tensor name -> {op output name: gradient tensor name | None (no gradient) | INDEXED}
-_recordings: "weakref.WeakKeyDictionary[tf.Graph, dict[str, dict[str, str | None]]]" = weakref.WeakKeyDictionary()
+_recordings: "weakref.WeakKeyDictionary[tf.Graph, dict[str, dict[str, str | None]]]" = \
+    weakref.WeakKeyDictionary()
 
 
 #: ``TF_INSPECTOR_RECORD_GRADIENTS=0`` (or false, no, off): :func:`install` wraps nothing.
@@ -126,7 +127,8 @@ def _wrap_aggregated(aggregated):
 
 
 _patch = MethodPatch("gradient recorder", _gradients_util,
-                     {"_GradientsHelper": _wrap_helper, "_AggregatedGrads": _wrap_aggregated}, env_var=ENV_VAR,
+                     {"_GradientsHelper": _wrap_helper, "_AggregatedGrads": _wrap_aggregated},
+                     env_var=ENV_VAR,
                      missing="this TensorFlow has no gradients_util._GradientsHelper",
                      detail="tf.gradients built from now on record their per-op gradients "
                             f"({ENV_VAR}=0 or hooks.recorders.gradients.uninstall() to opt out)",
@@ -154,7 +156,8 @@ def lookup(graph: tf.Graph, loss: tf.Tensor) -> dict[str, str | None]:
 
 
 def recorded_losses(graph: tf.Graph) -> dict[str, dict[str, str | None]]:
-    """{loss name: its recording} for every loss some ``tf.gradients`` in ``graph`` differentiated."""
+    """{loss name: its recording} for every loss some ``tf.gradients`` in ``graph``
+    differentiated."""
     with _lock:
         return {name: dict(table) for name, table in _recordings.get(graph, {}).items()}
 
@@ -179,13 +182,16 @@ def complete(graph: tf.Graph, loss: tf.Tensor, tensors: Sequence[tf.Tensor],
     edges: dict[str, tf.Tensor] = {}
     with tf.name_scope("tf_inspector/gradients_from_recorded"):
         for p in _entry_ops(upstream, processed):
-            ins = [u for u in p.inputs if u.op.name not in processed and u.op in upstream and u.dtype.is_floating]
+            ins = [u for u in p.inputs
+                   if u.op.name not in processed and u.op in upstream and u.dtype.is_floating]
             ys = [y for y in p.outputs if recorded.get(y.name) not in (None, INDEXED)]
             if not ins or not ys:
                 continue
             # stop at every input of P: its local term only, not paths between its inputs
-            parts = tf.gradients(ys, ins, grad_ys=[graph.get_tensor_by_name(recorded[y.name]) for y in ys],
-                                 stop_gradients=list(p.inputs), unconnected_gradients=tf.UnconnectedGradients.NONE)
+            parts = tf.gradients(ys, ins,
+                                 grad_ys=[graph.get_tensor_by_name(recorded[y.name]) for y in ys],
+                                 stop_gradients=list(p.inputs),
+                                 unconnected_gradients=tf.UnconnectedGradients.NONE)
             for u, g in zip(ins, parts):
                 if g is not None:
                     local.setdefault(u.name, []).append(tf.convert_to_tensor(g))
@@ -193,10 +199,12 @@ def complete(graph: tf.Graph, loss: tf.Tensor, tensors: Sequence[tf.Tensor],
         if not local:
             return {t.name: None for t in wanted}
         us = list(edges.values())
-        grad_us = [tf.add_n(local[u.name]) if len(local[u.name]) > 1 else local[u.name][0] for u in us]
+        grad_us = [tf.add_n(local[u.name]) if len(local[u.name]) > 1 else local[u.name][0]
+                   for u in us]
         grads = tf.gradients(us, wanted, grad_ys=grad_us, stop_gradients=gradient_stops(wanted),
                              unconnected_gradients=tf.UnconnectedGradients.NONE)
-    return {t.name: (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g) for t, g in zip(wanted, grads)}
+    return {t.name: (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g)
+            for t, g in zip(wanted, grads)}
 
 
 def _descendants(ops: set, processed: set[str]) -> set:

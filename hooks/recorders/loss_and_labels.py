@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
 #: op types whose outputs in a recorded pass show that it differentiated a variable
-VARIABLE_OP_TYPES = frozenset({"ReadVariableOp", "ResourceGather", "VarHandleOp", "VariableV2", "Variable"})
+VARIABLE_OP_TYPES = frozenset({"ReadVariableOp", "ResourceGather", "VarHandleOp", "VariableV2",
+                               "Variable"})
 HOOK_SCOPE = "tf_inspector/"
 
 
@@ -73,8 +74,9 @@ def resolve_loss(graph: tf.Graph, explicit: tf.Tensor | None, *, strict: bool) -
         log.error("%s Capturing forward values only, without gradients.", e)
         return None
     if choice is None:
-        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use tf.compat.v1.losses)%s; "
-                    "capturing forward values only, without gradients", _v1_loop_hint(graph))
+        log.warning("no loss found (pass loss=, call hooks.mark(loss=...) in model_fn, or use "
+                    "tf.compat.v1.losses)%s; capturing forward values only, without gradients",
+                    _v1_loop_hint(graph))
         return None
     log.info("loss: %s (%s)", choice.tensor.name, choice.reason)
     return choice.tensor
@@ -85,7 +87,8 @@ def _v1_loop_hint(graph: tf.Graph) -> str:
     (v1 control flow) while loops, whose gradients need the loop's own state."""
     if any(op.type == "LoopCond" for op in graph.get_operations()):
         return (": the graph has a TF1 while loop (v1 control flow, e.g. dynamic_rnn under "
-                "disable_v2_behavior), whose backward pass the optimizer's loss cannot be read from")
+                "disable_v2_behavior), whose backward pass the optimizer's loss cannot be "
+                "read from")
     return ""
 
 
@@ -112,10 +115,11 @@ def _not_scaled(graph: tf.Graph, t: tf.Tensor, how: str) -> tf.Tensor:
     the records to say so. Refused (``AmbiguousError``), naming the loss to give instead."""
     loss = loss_scale.unscaled(graph, t)
     if loss is not t:
-        raise AmbiguousError(f"{how} names {t.name!r}, the loss x scale a loss-scale optimizer differentiates: its "
-                             f"gradients would be the scale times those training applies. Name the loss it scales, "
-                             f"{loss.name!r} (its gradients are then taken through the scale, as the optimizer "
-                             f"takes them).")
+        raise AmbiguousError(f"{how} names {t.name!r}, the loss x scale a loss-scale optimizer "
+                             "differentiates: its gradients would be the scale times those "
+                             f"training applies. Name the loss it scales, {loss.name!r} (its "
+                             "gradients are then taken through the scale, as the optimizer takes "
+                             "them).")
     return t
 
 
@@ -143,9 +147,11 @@ def optimizer_losses(graph: tf.Graph) -> list[tf.Tensor]:
         t = _by_name(graph, name)
         if t is None or t.shape.rank != 0:
             continue
-        ops = {graph.get_operation_by_name(k.rsplit(":", 1)[0]).type for k in table if _has_op(graph, k)}
+        ops = {graph.get_operation_by_name(k.rsplit(":", 1)[0]).type for k in table
+               if _has_op(graph, k)}
         if ops & VARIABLE_OP_TYPES:
-            out.append(loss_scale.unscaled(graph, t))   # a loss-scale optimizer's loss x scale: the loss
+            # a loss-scale optimizer's loss x scale: the loss
+            out.append(loss_scale.unscaled(graph, t))
     return _unique(out)
 
 
@@ -161,11 +167,13 @@ def _from_recorded(graph: tf.Graph, recorded: list[tf.Tensor], spec: tf.Tensor |
     why = "the loss the optimizer's tf.gradients differentiated"
     if len(recorded) == 1:
         t = recorded[0]
-        differs = f"; the EstimatorSpec's loss is {spec.name}" if spec is not None and spec.name != t.name else ""
+        differs = f"; the EstimatorSpec's loss is {spec.name}" \
+            if spec is not None and spec.name != t.name else ""
         return Choice(t, why + differs)
     names = {t.name for t in recorded}
     if spec is not None and spec.name in names:
-        return Choice(spec, f"{why}, and the EstimatorSpec's loss (other passes: {_names(recorded, spec)})")
+        return Choice(spec, f"{why}, and the EstimatorSpec's loss (other passes: "
+                            f"{_names(recorded, spec)})")
     try:
         listed = collection_loss(graph, build=False)
     except AmbiguousError:
@@ -173,9 +181,9 @@ def _from_recorded(graph: tf.Graph, recorded: list[tf.Tensor], spec: tf.Tensor |
     if listed is not None and listed.tensor.name in names:
         others = _names(recorded, listed.tensor)
         return Choice(listed.tensor, f"{why}, and the LOSSES collection's (other passes: {others})")
-    raise AmbiguousError(f"cannot tell the loss: tf.gradients differentiated several scalars with respect to "
-                         f"variables ({', '.join(sorted(names))}). Pass DumpHook(loss=...) or call "
-                         f"hooks.mark(loss=...).")
+    raise AmbiguousError("cannot tell the loss: tf.gradients differentiated several scalars with "
+                         f"respect to variables ({', '.join(sorted(names))}). Pass "
+                         f"DumpHook(loss=...) or call hooks.mark(loss=...).")
 
 
 def _names(tensors: Iterable[tf.Tensor], chosen: tf.Tensor) -> str:
@@ -201,13 +209,15 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
     scalars = [t for t in entries if t.shape.rank == 0]
     dropped = [t.name for t in entries if t.shape.rank != 0]
     contains = {t.name: ancestors(t) for t in scalars}
-    kept = [t for t in scalars if not any(t.name in contains[u.name] for u in scalars if u is not t)]
+    kept = [t for t in scalars
+            if not any(t.name in contains[u.name] for u in scalars if u is not t)]
     if not kept:
         return None
     if len(kept) > 1:
-        raise AmbiguousError(f"cannot tell the loss: the LOSSES collection holds several scalars, none computed from "
-                             f"the others ({', '.join(t.name for t in kept)}), and no optimizer pass was recorded. "
-                             f"Pass DumpHook(loss=...), e.g. loss=tf.compat.v1.losses.get_total_loss().")
+        raise AmbiguousError("cannot tell the loss: the LOSSES collection holds several scalars, "
+                             f"none computed from the others ({', '.join(t.name for t in kept)}), "
+                             "and no optimizer pass was recorded. Pass DumpHook(loss=...), e.g. "
+                             "loss=tf.compat.v1.losses.get_total_loss().")
     loss = kept[0]
     notes = [f"{len(entries)} distinct entries"]
     if len(scalars) > 1:
@@ -217,7 +227,8 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
     reg = [r for r in _unique(graph.get_collection(v1.GraphKeys.REGULARIZATION_LOSSES))
            if r.shape.rank == 0 and r.name not in contains[loss.name]]
     if reg and build:
-        with graph.name_scope(HOOK_SCOPE):  # absolute: tf_inspector/total_loss wherever begin() runs
+        # absolute: tf_inspector/total_loss wherever begin() runs
+        with graph.name_scope(HOOK_SCOPE):
             loss = tf.add_n([loss] + [tf.cast(r, loss.dtype) for r in reg], name="total_loss")
         notes.append(f"plus REGULARIZATION_LOSSES {', '.join(r.name for r in reg)}")
     return Choice(loss, "the LOSSES collection: " + "; ".join(notes))
@@ -227,8 +238,8 @@ def collection_loss(graph: tf.Graph, build: bool = True) -> Choice | None:
 #: the group rule of samples split by ``hooks.mark(positive=...)``
 MARKED_RULE = "positive/negative by hooks.mark(positive=...)"
 
-def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None, *,
-                   strict: bool, loss: tf.Tensor | None = None
+def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None,
+                   *, strict: bool, loss: tf.Tensor | None = None
                    ) -> tuple[tf.Tensor | None, capture.Groups | None, str | None]:
     """(labels, their :class:`capture.Groups` per ``spec``, the rule in words), each None when
     unknown or refused (logged). ``loss``: labels it is computed from as regression targets
@@ -239,35 +250,41 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
         _refuse(e, strict)
         return None, None, None
     if labels is None:
-        log.info("no labels (%s): statistics for group 'all' only (pass labels= or hooks.mark(labels=...))", reason)
+        log.info("no labels (%s): statistics for group 'all' only (pass labels= or "
+                 "hooks.mark(labels=...))", reason)
         return None, None, None
     whole = towers.whole_batch(labels)
     if whole is not labels:
         # one tower's labels: their groups are that tower's samples only, and grouping the other
         # towers (and the whole batch) by them left those with no sample in any group
-        if marked is not None or isinstance(spec.positive, (tf.Tensor, tf.Variable)) or spec.needs_predictions:
-            log.warning("labels %s are one tower's part of the batch (a tf.split of %s), and their groups were given "
-                        "for that part only (%s): the other towers' samples have none, so statistics are for group "
-                        "'all' only. Pass the whole batch's labels, labels=%r, with positive= a function of them, or "
+        if marked is not None or isinstance(spec.positive, (tf.Tensor, tf.Variable)) \
+                or spec.needs_predictions:
+            log.warning("labels %s are one tower's part of the batch (a tf.split of %s), and their "
+                        "groups were given for that part only (%s): the other towers' samples have "
+                        "none, so statistics are for group 'all' only. Pass the whole batch's "
+                        "labels, labels=%r, with positive= a function of them, or "
                         "labels={scope: labels} per tower", labels.name, whole.name,
                         "hooks.mark(positive=...)" if marked is not None else
-                        "positive= a tensor" if spec.kind == "positive_negative" else "a groups function of "
-                        "predictions", whole.name)
+                        "positive= a tensor" if spec.kind == "positive_negative"
+                        else "a groups function of predictions", whole.name)
             return labels, None, None
-        log.info("labels %s are one tower's part of the batch: grouping by %s, the labels they were split from, so "
-                 "every tower's samples are grouped by their own labels", labels.name, whole.name)
+        log.info("labels %s are one tower's part of the batch: grouping by %s, the labels they "
+                 "were split from, so every tower's samples are grouped by their own labels",
+                 labels.name, whole.name)
         labels, marked = whole, None
     if spec.kind == "positive_negative" and spec.positive is None and marked is not None:
         log.info("labels: %s (%s), positive samples as marked with hooks.mark", labels.name, reason)
         # mark(positive=): 0 or 1 each; the rule is the mark's, not the default rule of labels
         return labels, capture.from_positive(marked, complete=True), MARKED_RULE
-    targets = regression_targets(graph, labels, loss) if spec.kind == "positive_negative" and spec.positive is None \
+    targets = regression_targets(graph, labels, loss) \
+        if spec.kind == "positive_negative" and spec.positive is None \
         else None
     if targets:
-        _refuse(capture.LabelsError(f"labels {labels.name} are regression targets ({targets}): the default rule "
-                                    f"(label != 0) would split them into zero and non-zero targets, not classes. "
-                                    f"Pass positive=lambda y: y > threshold for the split you mean, or "
-                                    f"groups=<function>."), strict)
+        _refuse(capture.LabelsError(f"labels {labels.name} are regression targets ({targets}): the "
+                                    "default rule (label != 0) would split them into zero and "
+                                    "non-zero targets, not classes. Pass positive=lambda y: y > "
+                                    f"threshold for the split you mean, or groups=<function>."),
+                strict)
         return labels, None, None
     if predictions is None and spec.needs_predictions:
         predictions = estimator_predictions(graph)
@@ -341,13 +358,14 @@ def choose_labels(graph: tf.Graph, explicit: tf.Tensor | None
         return explicit, "the labels= argument", None
     if graph.get_collection(LABELS_COLLECTION):
         marked = graph.get_collection(POSITIVE_COLLECTION)
-        return graph.get_collection(LABELS_COLLECTION)[-1], "marked with hooks.mark", (marked[-1] if marked else None)
+        return graph.get_collection(LABELS_COLLECTION)[-1], "marked with hooks.mark", \
+            (marked[-1] if marked else None)
     call = estimator_recorder.lookup(graph)
     if call is None:
         return None, "none given, and no Estimator model_fn was recorded", None
     if call.labels_note:
-        raise AmbiguousError(f"cannot tell the labels: {call.labels_note}. Pass DumpHook(labels=...) or call "
-                             f"hooks.mark(labels=...).")
+        raise AmbiguousError(f"cannot tell the labels: {call.labels_note}. Pass "
+                             f"DumpHook(labels=...) or call hooks.mark(labels=...).")
     labels = _by_name(graph, call.labels) if call.labels else None
     if labels is None:
         return None, "the Estimator's model_fn received none", None

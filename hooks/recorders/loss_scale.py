@@ -34,7 +34,8 @@ from hooks.recorders.patching import MethodPatch
 
 _lock = threading.Lock()
 # graph -> scaled loss name -> (loss name, scale tensor name)
-_scaled: "weakref.WeakKeyDictionary[tf.Graph, dict[str, tuple[str, str]]]" = weakref.WeakKeyDictionary()
+_scaled: "weakref.WeakKeyDictionary[tf.Graph, dict[str, tuple[str, str]]]" = \
+    weakref.WeakKeyDictionary()
 
 
 class Scaling(NamedTuple):
@@ -77,12 +78,14 @@ def _wrap(method):
     return wrapper
 
 
-_patch = MethodPatch("loss-scale recorder", _optimizer_class, {"_scale_loss": _wrap}, log_uninstall=False)
+_patch = MethodPatch("loss-scale recorder", _optimizer_class, {"_scale_loss": _wrap},
+                     log_uninstall=False)
 
 
 def _record(loss, scaled) -> None:
     """``scaled`` is ``Mul(loss, Cast?(scale))`` (TF 2.15, 2.21); anything else is not recorded."""
-    if not isinstance(loss, tf.Tensor) or not isinstance(scaled, tf.Tensor) or tf.executing_eagerly():
+    if not isinstance(loss, tf.Tensor) or not isinstance(scaled, tf.Tensor) \
+            or tf.executing_eagerly():
         return   # a callable loss (eager minimize): no graph to record in
     op = scaled.op
     if op.type != "Mul" or op.inputs[0].name != loss.name:
@@ -100,7 +103,8 @@ def lookup(graph: tf.Graph, loss: tf.Tensor) -> Scaling | None:
         table = dict(_scaled.get(graph, {}))
     for scaled, (name, scale) in table.items():
         if name == loss.name:
-            return Scaling(graph.get_tensor_by_name(scaled), tf.cast(graph.get_tensor_by_name(scale), tf.float32))
+            return Scaling(graph.get_tensor_by_name(scaled),
+                           tf.cast(graph.get_tensor_by_name(scale), tf.float32))
     return None
 
 

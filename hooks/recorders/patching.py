@@ -44,8 +44,9 @@ class MethodPatch:
     ``log_uninstall``, the uninstall. ``replaced`` is warned where something replaced a wrapper
     since the install; without it that uninstall fails silently."""
 
-    def __init__(self, label: str, owner: Callable[[], Any], wrappers: Mapping[str, Callable[[Function], Function]],
-                 *, env_var: str | None = None, missing: str | None = None, detail: str | None = None,
+    def __init__(self, label: str, owner: Callable[[], Any],
+                 wrappers: Mapping[str, Callable[[Function], Function]], *,
+                 env_var: str | None = None, missing: str | None = None, detail: str | None = None,
                  replaced: str | None = None, log_uninstall: bool = True) -> None:
         self._label, self._owner, self._wrappers = label, owner, dict(wrappers)
         self._env_var, self._missing, self._detail = env_var, missing, detail
@@ -64,7 +65,8 @@ class MethodPatch:
         if self._opted_out():
             return False
         owner = self._owner()
-        found = {name: f for name in self._wrappers if (f := getattr(owner, name, None)) is not None}
+        found = {name: f for name in self._wrappers
+                 if (f := getattr(owner, name, None)) is not None}
         if len(found) < len(self._wrappers):
             if self._missing:
                 log.debug("%s not installed: %s", self._label, self._missing)

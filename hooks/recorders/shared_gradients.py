@@ -1,4 +1,5 @@
-"""One backward pass for the optimizer and ``DumpHook``: ``hooks.minimize`` / ``hooks.compute_gradients``.
+"""One backward pass for the optimizer and ``DumpHook``: ``hooks.minimize`` /
+``hooks.compute_gradients``.
 
 Without this, ``DumpHook`` builds its own ``tf.gradients(loss, captured)`` in ``begin()``.
 Grappler does not merge that second backward pass with the optimizer's, so on every
@@ -38,8 +39,11 @@ GradsAndVars = list[tuple[Any, Any]]
 
 def _target(v: Any) -> Any:
     """What ``tf.gradients`` differentiates for ``v``, as the v1 optimizer does it."""
-    if isinstance(v, tf.Variable) and getattr(v, "op", None) is not None and v.op.type in ("VariableV2", "Variable"):
-        return v._ref()  # ref variables: the variable itself, not its read (private, as v1 optimizers; TF 2.15, 2.21)
+    if isinstance(v, tf.Variable) and getattr(v, "op", None) is not None \
+            and v.op.type in ("VariableV2", "Variable"):
+        # ref variables: the variable itself, not its read (private, as v1 optimizers; TF 2.15,
+        # 2.21)
+        return v._ref()
     return v  # resource variables (tf.gradients takes their handle), plain tensors
 
 
@@ -47,9 +51,11 @@ def _overrides_compute_gradients(optimizer: Any) -> bool:
     return type(optimizer).compute_gradients is not v1.train.Optimizer.compute_gradients
 
 
-def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: Sequence | None = None,
+def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor,
+                      var_list: Sequence | None = None,
                       gate_gradients: int = v1.train.Optimizer.GATE_OP, aggregation_method=None,
-                      colocate_gradients_with_ops: bool = False, grad_loss: tf.Tensor | None = None) -> GradsAndVars:
+                      colocate_gradients_with_ops: bool = False,
+                      grad_loss: tf.Tensor | None = None) -> GradsAndVars:
     """``optimizer.compute_gradients(loss, ...)``, sharing its backward pass with ``DumpHook``.
 
     Returns the same ``[(gradient, variable)]`` list; also records d loss / d t for every
@@ -61,25 +67,31 @@ def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: 
         grads_and_vars = [(tf.clip_by_norm(g, 5.0), v) for g, v in grads_and_vars]
         train_op = opt.apply_gradients(grads_and_vars, global_step=gs)
     """
-    kw = dict(var_list=var_list, gate_gradients=gate_gradients, aggregation_method=aggregation_method,
+    kw = dict(var_list=var_list, gate_gradients=gate_gradients,
+              aggregation_method=aggregation_method,
               colocate_gradients_with_ops=colocate_gradients_with_ops, grad_loss=grad_loss)
     if callable(loss) or tf.executing_eagerly():
-        raise ValueError("hooks.compute_gradients needs a graph-mode loss tensor (tf.compat.v1 training)")
+        raise ValueError("hooks.compute_gradients needs a graph-mode loss tensor (tf.compat.v1 "
+                         "training)")
     if _overrides_compute_gradients(optimizer):
         # DumpHook may still reuse the pass through hooks.recorders.gradients (a loss-scale
         # optimizer's, unscaled: hooks.recorders.loss_scale); hooks.minimize adds nothing to it
-        log.warning("%s overrides compute_gradients: hooks.minimize passes it through unchanged (DumpHook "
-                    "reuses its backward pass only where hooks.recorders.gradients recorded it)",
+        log.warning("%s overrides compute_gradients: hooks.minimize passes it through unchanged "
+                    "(DumpHook reuses its backward pass only where hooks.recorders.gradients "
+                    "recorded it)",
                     type(optimizer).__name__)
         return optimizer.compute_gradients(loss, **kw)
     if gate_gradients not in (optimizer.GATE_NONE, optimizer.GATE_OP, optimizer.GATE_GRAPH):
-        raise ValueError(f"gate_gradients={gate_gradients} must be GATE_NONE, GATE_OP or GATE_GRAPH")
+        raise ValueError(f"gate_gradients={gate_gradients} must be GATE_NONE, GATE_OP or "
+                         "GATE_GRAPH")
     g = v1.get_default_graph()
-    # private Optimizer._scale_loss, as compute_gradients calls it: 1/replicas under a MEAN strategy (TF 2.15, 2.21)
+    # private Optimizer._scale_loss, as compute_gradients calls it: 1/replicas under a MEAN strategy
+    # (TF 2.15, 2.21)
     scale = getattr(optimizer, "_scale_loss", None)
     scaled = scale(loss) if scale is not None else loss
     if var_list is None:
-        var_list = v1.trainable_variables() + g.get_collection(v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
+        var_list = v1.trainable_variables() \
+            + g.get_collection(v1.GraphKeys.TRAINABLE_RESOURCE_VARIABLES)
     else:
         var_list = tf.nest.flatten(var_list)
     # private GraphKeys._STREAMING_MODEL_PORTS: compute_gradients adds these too (TF 2.15, 2.21)
@@ -90,7 +102,8 @@ def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: 
     roles = capture.icnn_roles(g)
     tensors = capture.select_tensors(g, forced=[g.get_tensor_by_name(n) for n in roles]).tensors
     grads = v1.gradients(scaled, tensors + [_target(v) for v in var_list], grad_ys=grad_loss,
-                         gate_gradients=gate_gradients == optimizer.GATE_OP, aggregation_method=aggregation_method,
+                         gate_gradients=gate_gradients == optimizer.GATE_OP,
+                         aggregation_method=aggregation_method,
                          colocate_gradients_with_ops=colocate_gradients_with_ops,
                          unconnected_gradients=tf.UnconnectedGradients.NONE)
     if gate_gradients == optimizer.GATE_GRAPH:
@@ -98,7 +111,8 @@ def compute_gradients(optimizer: v1.train.Optimizer, loss: tf.Tensor, var_list: 
     t_grads, v_grads = grads[:len(tensors)], grads[len(tensors):]
     _record(g, loss, tensors, t_grads)
     if not g.get_collection(LOSS_COLLECTION):
-        g.add_to_collection(LOSS_COLLECTION, loss)  # DumpHook's default loss: the one we differentiated
+        # DumpHook's default loss: the one we differentiated
+        g.add_to_collection(LOSS_COLLECTION, loss)
     return list(zip(v_grads, var_list))
 
 
@@ -111,7 +125,8 @@ def _record(g: tf.Graph, loss: tf.Tensor, tensors: Sequence[tf.Tensor], grads: S
             if grad is not None and not grad.dtype.is_floating:
                 grad = None
             g.add_to_collection(SHARED_GRADIENTS_COLLECTION,
-                                shared_gradient_entry(loss.name, t.name, None if grad is None else grad.name))
+                                shared_gradient_entry(loss.name, t.name,
+                                                      None if grad is None else grad.name))
 
 
 def minimize(optimizer: v1.train.Optimizer, loss: tf.Tensor, global_step: tf.Variable | None = None,
@@ -123,11 +138,13 @@ def minimize(optimizer: v1.train.Optimizer, loss: tf.Tensor, global_step: tf.Var
 
     Example::
 
-        with tf.control_dependencies(tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
+        with tf.control_dependencies(
+                tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.UPDATE_OPS)):
             train_op = hooks.minimize(tf.compat.v1.train.AdamOptimizer(1e-3), loss, global_step=gs)
     """
     grads_and_vars = compute_gradients(optimizer, loss, var_list=var_list, **kw)
     if not [v for grad, v in grads_and_vars if grad is not None]:
-        raise ValueError(f"No gradients provided for any variable, check your graph for ops that do not support "
-                         f"gradients, between variables {[str(v) for _, v in grads_and_vars]} and loss {loss}.")
+        raise ValueError("No gradients provided for any variable, check your graph for ops that "
+                         "do not support gradients, between variables "
+                         f"{[str(v) for _, v in grads_and_vars]} and loss {loss}.")
     return optimizer.apply_gradients(grads_and_vars, global_step=global_step, name=name)

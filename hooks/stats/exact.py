@@ -5,8 +5,8 @@ histograms per group, masked for NaN/Inf with centered second moments; ``build_s
 them for every captured tensor into one ``StatsFetch`` (tests compare ``fast_stats`` against
 it), and ``fast_stats`` falls back to ``tensor_stats`` when a big tensor holds NaN/Inf.
 ``segments`` (the group of each sample), ``hist_sample`` (what a histogram counts, FORMAT.md),
-``bucket_slots`` (each value's bucket, inspector/format/loghist.py) and the sparse-row helpers are the
-pieces both paths share, so the two agree by construction.
+``bucket_slots`` (each value's bucket, inspector/format/loghist.py) and the sparse-row helpers are
+the pieces both paths share, so the two agree by construction.
 
 A histogram leaves the graph sparse, as statistics parts store it: ``Sparse(splits, index,
 count)``, row r's non-empty buckets ascending in ``index/count[splits[r]:splits[r + 1]]``.
@@ -57,8 +57,8 @@ class Sparse(NamedTuple):
 
 
 def bucket_slots(x: tf.Tensor) -> tf.Tensor:
-    """Each value's histogram slot (int32, same shape): its bucket (inspector/format/loghist.py: sign,
-    exponent and three leading mantissa bits of the magnitude) + MAX_INDEX, or SLOTS for
+    """Each value's histogram slot (int32, same shape): its bucket (inspector/format/loghist.py:
+    sign, exponent and three leading mantissa bits of the magnitude) + MAX_INDEX, or SLOTS for
     NaN/Inf. Bit operations only, so it runs on any device and matches numpy exactly. A
     float16/bfloat16 value is taken as its exact float32 value."""
     if x.dtype == tf.float64:
@@ -80,9 +80,10 @@ def dense_hist(slots: tf.Tensor, rows: tf.Tensor, n_rows: int) -> tf.Tensor:
     """[n_rows, SLOTS] int32 counts of ``slots`` (any shape) into row ``rows`` (broadcast to it);
     NaN/Inf slots dropped."""
     rows = tf.broadcast_to(rows, tf.shape(slots))
-    key = tf.where(tf.equal(slots, SLOTS), tf.fill(tf.shape(slots), n_rows * SLOTS), rows * SLOTS + slots)
-    counts = tf.math.bincount(tf.reshape(key, [-1]), minlength=n_rows * SLOTS + 1, maxlength=n_rows * SLOTS + 1,
-                              dtype=tf.int32)
+    key = tf.where(tf.equal(slots, SLOTS), tf.fill(tf.shape(slots), n_rows * SLOTS),
+                   rows * SLOTS + slots)
+    counts = tf.math.bincount(tf.reshape(key, [-1]), minlength=n_rows * SLOTS + 1,
+                              maxlength=n_rows * SLOTS + 1, dtype=tf.int32)
     return tf.reshape(counts[: n_rows * SLOTS], [n_rows, SLOTS])
 
 
@@ -102,8 +103,10 @@ def to_sparse(dense: tf.Tensor, rows: np.ndarray | None = None) -> Sparse:
         kept = row >= 0
         row, count, index = (tf.boolean_mask(v, kept) for v in (row, count, index))
         n_rows = len(rows)
-    sizes = tf.math.bincount(row, minlength=n_rows, maxlength=n_rows, dtype=tf.int64) if n_rows is not None \
-        else tf.math.bincount(row, minlength=tf.shape(dense)[0], maxlength=tf.shape(dense)[0], dtype=tf.int64)
+    sizes = tf.math.bincount(row, minlength=n_rows, maxlength=n_rows, dtype=tf.int64) \
+        if n_rows is not None \
+        else tf.math.bincount(row, minlength=tf.shape(dense)[0], maxlength=tf.shape(dense)[0],
+                              dtype=tf.int64)
     return Sparse(tf.concat([tf.zeros([1], tf.int64), tf.cumsum(sizes)], 0), index, count)
 
 
@@ -115,7 +118,8 @@ def concat_sparse(parts: Sequence[Sparse]) -> Sparse:
     for i, p in enumerate(parts):
         splits.append((p.splits if i == 0 else p.splits[1:]) + offsets)
         offsets = offsets + p.splits[-1]
-    return Sparse(tf.concat(splits, 0), tf.concat([p.index for p in parts], 0), tf.concat([p.count for p in parts], 0))
+    return Sparse(tf.concat(splits, 0), tf.concat([p.index for p in parts], 0),
+                  tf.concat([p.count for p in parts], 0))
 
 
 def concat_stats(parts: Sequence[Sequence[tf.Tensor]]) -> tuple[tf.Tensor, ...]:
@@ -165,7 +169,8 @@ def tensor_stats(x: tf.Tensor, groups: Groups | tf.Tensor | None) -> tuple[tf.Te
     samples, cs, ss = ssum(tf.ones_like(c)), ssum(c), ssum(s)
     mean_seg = ss / tf.maximum(cs, 1.0)
     # Two passes (deviation from the segment mean) keep std exact when |mean| >> std.
-    centered = tf.where(finite, xr - tf.cast(tf.gather(mean_seg, seg), xr.dtype)[:, None], tf.zeros_like(xr))
+    centered = tf.where(finite, xr - tf.cast(tf.gather(mean_seg, seg), xr.dtype)[:, None],
+                        tf.zeros_like(xr))
     m2s = ssum(tf.cast(tf.reduce_sum(tf.square(centered), 1), f64))
     mins = tf.math.unsorted_segment_min(mn, seg, nseg)
     maxs = tf.math.unsorted_segment_max(mx, seg, nseg)
@@ -187,8 +192,9 @@ def tensor_stats(x: tf.Tensor, groups: Groups | tf.Tensor | None) -> tuple[tf.Te
     count = samples * per_elems
     std = tf.where(has, tf.sqrt(m2 / tf.maximum(cs, 1.0)), nanv)
     l2 = tf.sqrt(m2 + cs * tf.square(mean))
-    values = tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mins, nanv), tf.where(has, maxs, nanv),
-                       l2, zs / tf.maximum(count, 1.0), nans, nonfinite - nans], axis=1)
+    values = tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mins, nanv),
+                       tf.where(has, maxs, nanv), l2, zs / tf.maximum(count, 1.0), nans,
+                       nonfinite - nans], axis=1)
     # large tensors: every k-th block of each sample (FORMAT.md); each segment's own rows
     dense = dense_hist(bucket_slots(hist_sample(xr)), seg[:, None], nseg)
     if nseg > 1:
@@ -208,7 +214,8 @@ class StatsFetch:
         return (self.values, *self.hist)
 
 
-def build_stats(captured: Sequence[Captured], groups: Groups | tf.Tensor | None) -> StatsFetch | None:
+def build_stats(captured: Sequence[Captured],
+                groups: Groups | tf.Tensor | None) -> StatsFetch | None:
     """One [R, 9] matrix and R histograms for every tensor, kind and group (tensors with their
     own ``Captured.grouping``, a tower's, by it)."""
     parts, rows = [], []
@@ -220,7 +227,8 @@ def build_stats(captured: Sequence[Captured], groups: Groups | tf.Tensor | None)
                     continue
                 g = grouping_of(cap, groups)
                 parts.append(tensor_stats(t, g))
-                rows += [(cap.name, kind, grp) for grp in ("all", *(g.names if g is not None else ()))]
+                rows += [(cap.name, kind, grp)
+                         for grp in ("all", *(g.names if g is not None else ()))]
         if not parts:
             return None
         values = tf.concat([p[0] for p in parts], 0)
@@ -237,7 +245,8 @@ def hist_sample(rows: tf.Tensor) -> tf.Tensor:
     k = tf.maximum((tf.size(rows) + fmt.HIST_MAX_ELEMENTS - 1) // fmt.HIST_MAX_ELEMENTS, 1)
     n, b = tf.shape(rows)[0], fmt.HIST_BLOCK
 
-    def blocks():  # a gather of whole blocks: memcpy per block (a strided slice copies element-wise)
+    # a gather of whole blocks: memcpy per block (a strided slice copies element-wise)
+    def blocks():
         r3 = tf.reshape(rows, tf.stack([n, -1, b]))
         return tf.reshape(tf.gather(r3, tf.range(0, tf.shape(r3)[1], k), axis=1), tf.stack([n, -1]))
 

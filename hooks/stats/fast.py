@@ -36,8 +36,8 @@ from hooks import native
 from hooks.capture.feeds import accelerator, value_source
 from hooks.capture.groups import Groups, as_groups
 from hooks.capture.select import grouping_of
-from hooks.stats.exact import (Sparse, StatsFetch, bucket_slots, concat_sparse, dense_hist, hist_sample, segments,
-                               take_sparse, tensor_stats, to_sparse)
+from hooks.stats.exact import (Sparse, StatsFetch, bucket_slots, concat_sparse, dense_hist,
+                               hist_sample, segments, take_sparse, tensor_stats, to_sparse)
 from inspector.format import layout as fmt
 
 #: Tensors with at most this many elements go through the fused (concatenated) path.
@@ -71,14 +71,16 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
     own per grouping. ``use_native=False`` forces the stock-op paths (tests compare the two)."""
     groups = as_groups(groups)
     items = [_Item(t, grouping_of(cap, groups), cap.name, kind)
-             for cap in captured for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)) if t is not None]
+             for cap in captured
+             for kind, t in (("forward", cap.tensor), ("gradient", cap.gradient)) if t is not None]
     if not items:
         return None
     rows = [(it.name, it.kind, g) for it in items for g in it.groups]
     # One tensor under several names (a gradient passed through an add, gate_gradients'
     # Identity ops): computed once, its rows repeated.
     first: dict[tuple[str, int], _Item] = {}
-    source = {id(it): first.setdefault((value_source(it.x).name, id(it.grouping)), it) for it in items}
+    source = {id(it): first.setdefault((value_source(it.x).name, id(it.grouping)), it)
+              for it in items}
     unique = list(first.values())
     lib = native.library() if use_native else None
     # Tensors on an accelerator (or anywhere, unpinned, on a machine with a GPU) never go
@@ -92,12 +94,14 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
         for it in unique:
             by_grouping.setdefault(id(it.grouping) if it.batched else 0, []).append(it)
         batches = list(by_grouping.values())
-        if 0 in by_grouping and len(by_grouping) > 1:  # unsplit tensors ride along with one grouping
+        # unsplit tensors ride along with one grouping
+        if 0 in by_grouping and len(by_grouping) > 1:
             batches = [by_grouping[0] + by_grouping[k] if i == 0 else by_grouping[k]
                        for i, k in enumerate(k for k in by_grouping if k != 0)]
         for batch in batches:
             g = next((it.grouping for it in batch if it.batched), None)
-            on_host = [it for it in batch if accelerator(it.x) is None and not (gpu and not it.x.device)]
+            on_host = [it for it in batch
+                       if accelerator(it.x) is None and not (gpu and not it.x.device)]
             devices: dict[str, list[_Item]] = {}
             for it in batch:
                 if it not in on_host:
@@ -110,7 +114,8 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
             for dev, items_here in [("", rest), *devices.items()]:
                 with tf.device(dev) if dev else contextlib.nullcontext():
                     parts += _stock_stats(items_here, g, order)
-        # the rows' assembly runs on the host: only rows cross from a device, and ragged gathers are host ops
+        # the rows' assembly runs on the host: only rows cross from a device, and ragged gathers are
+        # host ops
         with tf.device("/cpu:0"):
             values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
             hist = concat_sparse([p[1] for p in parts])
@@ -137,7 +142,8 @@ def _stock_stats(items: list[_Item], groups: Groups | None, order: list[_Item]) 
     small = [it for it in items if it.small]
     big = [it for it in items if not it.small]
     order += small + big
-    return ([_small_stats(small, groups)] if small else []) + ([_big_stats(big, groups)] if big else [])
+    return ([_small_stats(small, groups)] if small else []) \
+        + ([_big_stats(big, groups)] if big else [])
 
 
 # ---- shared finishing: per-leaf partials -> the statistics matrix ---------------------------
@@ -148,8 +154,9 @@ def _finish(count, c, s, m2, mn, mx, zeros, nans, nonfinite):
     mean = s / tf.maximum(c, 1.0)
     std = tf.where(has, tf.sqrt(tf.maximum(m2, 0.0) / tf.maximum(c, 1.0)), nanv)
     l2 = tf.sqrt(tf.maximum(m2, 0.0) + c * tf.square(mean))
-    return tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mn, nanv), tf.where(has, mx, nanv), l2,
-                     zeros / tf.maximum(count, 1.0), nans, nonfinite - nans], axis=1)
+    return tf.stack([count, tf.where(has, mean, nanv), std, tf.where(has, mn, nanv),
+                     tf.where(has, mx, nanv), l2, zeros / tf.maximum(count, 1.0), nans,
+                     nonfinite - nans], axis=1)
 
 
 # ---- output rows: leaves (one group of one item) combine into each batched item's all row --
@@ -188,12 +195,16 @@ def _combine_leaves(lay: _Layout, c, s, m2, mn, mx, zeros, nans, elems):
     leaf_mean = s / tf.maximum(c, 1.0)
     c_all, s_all = lay.up(c), lay.up(s)
     mean_all = s_all / tf.maximum(c_all, 1.0)
-    spread = c * tf.square(leaf_mean - tf.gather(mean_all, parent))  # Chan et al.'s parallel variance
-    m2_all = tf.where(tf.constant(lay.combine), tf.math.unsorted_segment_sum(m2 + spread, parent, lay.n_out), m2)
-    mn_all, mx_all = lay.up(mn, tf.math.unsorted_segment_min), lay.up(mx, tf.math.unsorted_segment_max)
+    # Chan et al.'s parallel variance
+    spread = c * tf.square(leaf_mean - tf.gather(mean_all, parent))
+    m2_all = tf.where(tf.constant(lay.combine),
+                      tf.math.unsorted_segment_sum(m2 + spread, parent, lay.n_out), m2)
+    mn_all, mx_all = lay.up(mn, tf.math.unsorted_segment_min), \
+        lay.up(mx, tf.math.unsorted_segment_max)
     nans_all, zeros_all, elems_all = lay.up(nans), lay.up(zeros), lay.up(elems)
     # count: samples x per-sample elements (what exact_stats.tensor_stats reports, padding included)
-    return _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all, elems_all - c_all)
+    return _finish(elems_all, c_all, s_all, m2_all, mn_all, mx_all, zeros_all, nans_all,
+                   elems_all - c_all)
 
 
 def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.Tensor,
@@ -205,7 +216,8 @@ def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.T
     if groups is None or not batched.any():
         return base
     gid = groups.ids
-    seg = tf.gather(tf.concat([gid, [groups.count]], 0), tf.minimum(sample, tf.size(gid)))  # past the labels: none
+    # past the labels: none
+    seg = tf.gather(tf.concat([gid, [groups.count]], 0), tf.minimum(sample, tf.size(gid)))
     return base + tf.where(tf.gather(tf.constant(batched), item), 1 + seg, tf.zeros_like(seg))
 
 
@@ -229,7 +241,8 @@ def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Te
     ends = [*lay.base[1:], lay.n_out]
     parts = [lib.inspector_log_stats(
         xs[i:j], ids, batched=batched[i:j], base=[b - lay.base[i] for b in lay.base[i:j]],
-        leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS, block=fmt.HIST_BLOCK)
+        leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS,
+        block=fmt.HIST_BLOCK)
         for i, j in spans]
     stats = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
     hist = concat_sparse([Sparse(*p[1:]) for p in parts])
@@ -301,7 +314,8 @@ def _small_stats(items: list[_Item], groups: Groups | None) -> tuple[tf.Tensor, 
 def _big_stats(items: list[_Item], groups: Groups | None) -> tuple[tf.Tensor, Sparse]:
     firsts = [_first_pass(it) for it in items]
     # NaN/Inf anywhere makes a row's sums non-finite: then the exact (masked) path for all.
-    sums = tf.add_n([tf.reduce_sum(tf.cast(f["s1"], F64)) + tf.reduce_sum(tf.cast(f["s2"], F64)) for f in firsts])
+    sums = tf.add_n([tf.reduce_sum(tf.cast(f["s1"], F64)) + tf.reduce_sum(tf.cast(f["s2"], F64))
+                     for f in firsts])
     ok = tf.math.is_finite(sums)
 
     def joined(outs: list[tuple[tf.Tensor, Sparse]]) -> tuple[tf.Tensor, ...]:
@@ -356,7 +370,8 @@ def _fast_tail(it: _Item, f: dict, groups: Groups | None) -> tuple[tf.Tensor, Sp
     c, s = ssum(e * ones), ssum(e * mean_r)
     mean = s / tf.maximum(c, 1.0)
     m2 = ssum(m2_r + e * tf.square(mean_r - tf.gather(mean, seg)))
-    mn, mx = tf.math.unsorted_segment_min(mn_r, seg, nseg), tf.math.unsorted_segment_max(mx_r, seg, nseg)
+    mn, mx = tf.math.unsorted_segment_min(mn_r, seg, nseg), \
+        tf.math.unsorted_segment_max(mx_r, seg, nseg)
     z = ssum(z_r)
     if nseg > 1:  # [group 0 .. K-1, none] -> [all, group 0 .. K-1]
         c_all = tf.reduce_sum(c)

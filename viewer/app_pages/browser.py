@@ -70,12 +70,12 @@ def icnn_gradient_note(cat: pd.DataFrame, tensor: str) -> str | None:
                                  and str(row["variable"]).rsplit("/", 1)[-1] == "beta")
     if is_beta:
         return ("ICNN beta: its stored gradient is the release's pseudo-gradient "
-                "(beta - target) * 1e4 * beta_lr_mult (/ N with a mean loss), not d loss / d beta; with "
-                "beta_update='stable' it is 0 and the layer moves beta itself.")
+                "(beta - target) * 1e4 * beta_lr_mult (/ N with a mean loss), not d loss / d beta; "
+                "with beta_update='stable' it is 0 and the layer moves beta itself.")
     layers = ", ".join(sorted(cat["icnn_layer"].dropna().astype(str).unique()))
-    return (f"This run has ICNN layer(s) {layers}: the gradient stored at each pre-mask map, and at every "
-            "tensor below it (the layers before the mask), includes the ICNN filter-loss term: it is not a "
-            "pure d loss / d tensor. Gradients above the mask are pure.")
+    return (f"This run has ICNN layer(s) {layers}: the gradient stored at each pre-mask map, and "
+            "at every tensor below it (the layers before the mask), includes the ICNN filter-loss "
+            "term: it is not a pure d loss / d tensor. Gradients above the mask are pure.")
 
 
 def show_source(cat: pd.DataFrame, tensor: str) -> None:
@@ -83,8 +83,9 @@ def show_source(cat: pd.DataFrame, tensor: str) -> None:
     above it; the paths are shown, never opened."""
     made = source_text(cat, tensor)
     if made is None:
-        st.caption("Created at: unknown (no frame of your code built this op: made by a library, e.g. a "
-                   "built-in Keras layer, or a run written before source locations were recorded)")
+        st.caption("Created at: unknown (no frame of your code built this op: made by a library, "
+                   "e.g. a built-in Keras layer, or a run written before source locations were "
+                   "recorded)")
         return
     st.markdown(f"Created at **{plain(made)}**")
     stack = cat.loc[tensor].get("source_stack")
@@ -105,21 +106,27 @@ def render(ctx: Ctx) -> None:
     ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
     found = search(cat, text, ops)
     st.caption(f"{len(found)} of {len(cat)} tensors")
-    listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]  # lists: shown as text
-    st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch", height=260)
+    # lists: shown as text
+    listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]
+    st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch",
+                 height=260)
     if text:
         show_uncaptured(run, text, expanded=found.empty)
     if not need(len(found) > 0, "No tensor matches the search."):
         return
     tensor = st.selectbox("Tensor", list(found["name"]), key="tb_tensor", bind="query-params")
     row = cat.loc[tensor]
-    st.markdown(f"**{plain(tensor)}**: op {plain(row['op'])} ({plain(row['op_type'])}), dtype {plain(row['dtype'])}, "
-                f"static shape {plain(row['shape'])}, scope {plain(row['scope']) if row['scope'] else '(top level)'}, "
-                f"gradient: {'yes' if row['has_gradient'] else 'no'}, batched: {'yes' if row['batched'] else 'no'}"
+    st.markdown(f"**{plain(tensor)}**: op {plain(row['op'])} ({plain(row['op_type'])}), dtype "
+                f"{plain(row['dtype'])}, static shape {plain(row['shape'])}, scope "
+                f"{plain(row['scope']) if row['scope'] else '(top level)'}, gradient: "
+                f"{'yes' if row['has_gradient'] else 'no'}, batched: "
+                f"{'yes' if row['batched'] else 'no'}"
                 + (f", ICNN {plain(row['icnn_role'])} of {plain(row['icnn_layer'])}"
                    if isinstance(row["icnn_role"], str) else "")
-                + (f", variable {plain(row['variable'])}" if isinstance(row.get("variable"), str) else "")
-                + (f", read by {plain(', '.join(row['reads']))}" if isinstance(row.get("reads"), list) else ""))
+                + (f", variable {plain(row['variable'])}" if isinstance(row.get("variable"), str)
+                   else "")
+                + (f", read by {plain(', '.join(row['reads']))}"
+                   if isinstance(row.get("reads"), list) else ""))
     show_source(cat, tensor)
 
     if not need(len(run.steps) > 0, "No full dumps in this run: raw values need a dump step."):
@@ -136,20 +143,23 @@ def render(ctx: Ctx) -> None:
     note = icnn_gradient_note(cat, tensor) if kind == "gradient" else None
     if note:
         st.info(note)
-    probe = gradient_meaning(cat.loc[tensor, "captured_on"]) if kind in ("gradient", "update") else None
+    probe = gradient_meaning(cat.loc[tensor, "captured_on"]) if kind in ("gradient", "update") \
+        else None
     if probe:   # a Keras probe's: not the gradient the step's update came from
         st.info(probe)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_sample",
-                               bind="query-params")
-    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0, key="tb_channel",
-                                bind="query-params")
+    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0,
+                               key="tb_sample", bind="query-params")
+    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0,
+                                key="tb_channel", bind="query-params")
     finite = x[np.isfinite(x)] if x.size else x
     st.markdown(f"Values: shape **{plain(list(x.shape))}**, dtype {x.dtype}; "
                 + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "
                    f"{x.size - finite.size} non-finite" if finite.size else "no finite values"))
-    st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch", height=240)
-    st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × last axis")
+    st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch",
+                 height=240)
+    st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × last "
+               "axis")
 
     def bundle() -> bytes:
         arrays = {f"{k}/{tensor}": data.dumped(ctx.path, ctx.sig, tensor, step, k) for k in kinds}
@@ -160,7 +170,8 @@ def render(ctx: Ctx) -> None:
         return npz_bytes(arrays)
 
     st.download_button("Download .npz (forward, gradient, update, samples)", bundle,
-                       file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream", key="tb_npz")
+                       file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream",
+                       key="tb_npz")
     bins = value_bins(x, scale=bins_choice("tb_bins"))
     fig = plots.histograms({kind: {"all": plots.hist_from_values(x, bins.edges)}}, density=False,
                            title=f"{tensor} {kind} @ step {step}: every dumped value",

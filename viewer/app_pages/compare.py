@@ -35,8 +35,8 @@ def tensor_stats(path: str, sig: tuple, tensor: str, kind: str) -> pd.DataFrame:
 
 def render(ctx: Ctx) -> None:
     st.header("Compare")
-    mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"], horizontal=True, key="cmp_mode",
-                    bind="query-params")
+    mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"],
+                    horizontal=True, key="cmp_mode", bind="query-params")
     if mode == "Two steps of this run":
         two_steps(ctx)
     else:
@@ -52,32 +52,35 @@ def two_steps(ctx: Ctx) -> None:
     c = st.columns([3, 1])
     tensor = c[0].selectbox("Tensor", names, index=default_tensor(names),
                             key="cmp_tensor", bind="query-params")
-    kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", bind="query-params", horizontal=True)
+    kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", bind="query-params",
+                      horizontal=True)
     cols = st.columns(2)
-    picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default, key=f"cmp_step_{side}",
-                                    bind="query-params")
+    picked = [cols[i].select_slider(f"Step {side}", options=steps, value=default,
+                                    key=f"cmp_step_{side}", bind="query-params")
               for i, (side, default) in enumerate((("A", steps[0]), ("B", steps[-1])))]
     sides = {f"{side}: step {s}": (ctx.path, ctx.sig, s) for side, s in zip("AB", picked)}
     overlay(sides, tensor, kind, f"{tensor} {kind}: step {picked[0]} (A) and {picked[1]} (B)",
             f"cmp_{tensor}_{picked[0]}_{picked[1]}", "cmp_hist", "cmp_xaxis")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
-    table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index for s, frame in zip(picked, (a, b))
+    table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index
+                          for s, frame in zip(picked, (a, b))
                           if g in frame.index})
     st.dataframe(table, width="stretch")
-    st.caption(f"{kind} statistics of {plain(tensor)} at step {picked[0]} (A) and {picked[1]} (B), per group")
+    st.caption(f"{kind} statistics of {plain(tensor)} at step {picked[0]} (A) and {picked[1]} (B), "
+               "per group")
 
 
 def two_runs(ctx: Ctx) -> None:
     others = list(ctx.runs)
-    if not need(len(others) >= 2, f"Comparing runs needs two runs: the runs folder (or the folder given in the "
-                f"sidebar) holds {len(others)}. Give a folder holding several runs."):
+    if not need(len(others) >= 2, "Comparing runs needs two runs: the runs folder (or the folder "
+                f"given in the sidebar) holds {len(others)}. Give a folder holding several runs."):
         return
     run_a = data.get_run(ctx.path, ctx.sig)
     c = st.columns(2)
     c[0].markdown(f"**Run A**: {plain(Path(ctx.path).name)} (chosen in the sidebar)")
     others = [r for r in others if r != ctx.path]  # B is another run than A
-    path_b = c[1].selectbox("Run B", others, index=0, format_func=lambda p: Path(p).name, key="cmp_run_b",
-                            bind="query-params")
+    path_b = c[1].selectbox("Run B", others, index=0, format_func=lambda p: Path(p).name,
+                            key="cmp_run_b", bind="query-params")
     sig_b = data.same_view(data.signature(path_b), ctx.sig)   # B in A's mode, eval batch and worker
     try:
         run_b = data.get_run(path_b, sig_b)
@@ -88,11 +91,12 @@ def two_runs(ctx: Ctx) -> None:
     if not need(bool(common), "The two runs share no tensor name."):
         return
     c = st.columns([3, 1, 1, 1])
-    tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor", bind="query-params",
-                            index=default_tensor(common))
-    kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", bind="query-params", horizontal=True)
-    stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1, key="cmp_run_stat",
-                          bind="query-params")
+    tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor",
+                            bind="query-params", index=default_tensor(common))
+    kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", bind="query-params",
+                      horizontal=True)
+    stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1,
+                          key="cmp_run_stat", bind="query-params")
     groups = list(dict.fromkeys([*run_a.groups, *run_b.groups]))
     group = c[3].selectbox("Group", groups, key="cmp_run_group", bind="query-params")
     sa = data.series(ctx.path, ctx.sig, tensor, kind, stat)
@@ -107,34 +111,39 @@ def two_runs(ctx: Ctx) -> None:
     steps = sorted(set(sa.index) & set(sb.index))
     if not need(bool(steps), "The runs have no statistics step in common."):
         return
-    step = st.select_slider("Step (common to both runs)", options=[int(s) for s in steps], value=int(steps[-1]),
-                            key="cmp_run_step", bind="query-params")
+    step = st.select_slider("Step (common to both runs)", options=[int(s) for s in steps],
+                            value=int(steps[-1]), key="cmp_run_step", bind="query-params")
     overlay({la: (ctx.path, ctx.sig, step), lb: (path_b, sig_b, step)}, tensor, kind,
-            f"{tensor} {kind} @ step {step}: {la} and {lb}", f"cmp_runs_{tensor}_{step}", "cmp_run_hist",
-            "cmp_run_xaxis")
+            f"{tensor} {kind} @ step {step}: {la} and {lb}", f"cmp_runs_{tensor}_{step}",
+            "cmp_run_hist", "cmp_run_xaxis")
 
 
-def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, title: str, name: str, key: str,
-            axis_key: str) -> None:
+def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, title: str, name: str,
+            key: str, axis_key: str) -> None:
     """The histograms of ``tensor`` / ``kind`` of each side (``{label: (run path, signature,
-    step)}``) on one axis (:func:`inspector.analysis.hist_view.choose_axis` over both), A solid and B
-    dashed, a colour per group; its PNG on download, and per group B's median non-zero |value|
+    step)}``) on one axis (:func:`inspector.analysis.hist_view.choose_axis` over both), A solid and
+    B dashed, a colour per group; its PNG on download, and per group B's median non-zero |value|
     over A's."""
     scale = axis_choice(axis_key)
     hists = {label: pick_groups(data.histograms(p, sig, tensor, (s,), kind).get(s, {}))
              for label, (p, sig, s) in sides.items()}
     every = [h for g in hists.values() for h in g.values()]
-    extents = [data.extent(p, sig, tensor, (s,), kind, hists[label]) for label, (p, sig, s) in sides.items()]
+    extents = [data.extent(p, sig, tensor, (s,), kind, hists[label])
+               for label, (p, sig, s) in sides.items()]
     known = [e for e in extents if e is not None]
-    axis = hist_view.choose_axis(every, kind, scale, (min(e[0] for e in known), max(e[1] for e in known))
+    axis = hist_view.choose_axis(every, kind, scale,
+                                 (min(e[0] for e in known), max(e[1] for e in known))
                                  if known else None)
     frame = hist_view.panel_frame(hists, axis)
-    st.altair_chart(hist_charts.histogram_chart({kind: (frame, axis)}, title=title, width=720), width="stretch")
+    st.altair_chart(hist_charts.histogram_chart({kind: (frame, axis)}, title=title, width=720),
+                    width="stretch")
     download_figure(lambda: plots.overlay(hists, axis, title=title), name, key=key)
     text = side_ratios(hists, NOUNS.get(kind, kind))
-    empty = [label for label, g in hists.items() if not any(hist_view.counted(h) for h in g.values())]
+    empty = [label for label, g in hists.items()
+             if not any(hist_view.counted(h) for h in g.values())]
     note = "".join(f". {label}: no histogram (no finite value counted)" for label in empty)
-    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)) + (f". {text}" if text else "") + note)
+    st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every))
+               + (f". {text}" if text else "") + note)
 
 
 def side_ratios(hists: dict[str, dict], noun: str) -> str:
@@ -142,7 +151,8 @@ def side_ratios(hists: dict[str, dict], noun: str) -> str:
     two sides (each median within 5.9%); "" without log-magnitude histograms on both."""
     if len(hists) < 2:
         return ""
-    sa, sb = (hist_view.magnitude_summary(h).set_index("group")["median_abs"] for h in list(hists.values())[:2])
+    sa, sb = (hist_view.magnitude_summary(h).set_index("group")["median_abs"]
+              for h in list(hists.values())[:2])
     common = [g for g in sa.index if g in sb.index and sa[g] > 0 and sb[g] > 0]
     if not common:
         return ""

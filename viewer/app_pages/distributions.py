@@ -1,8 +1,8 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
 groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
 bands, drawn as interactive Vega-Lite charts (:mod:`viewer.charts.hist_charts`; the Matplotlib
-figure is drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a signed
-log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
+figure is drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a
+signed log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
 axis" choice)."""
 from __future__ import annotations
 
@@ -26,13 +26,16 @@ def evenly(values: np.ndarray, n: int) -> list[int]:
     """``n`` values spread evenly over sorted ``values`` (first and last included)."""
     if len(values) <= n:
         return [int(v) for v in values]
-    return [int(values[i]) for i in np.unique(np.linspace(0, len(values) - 1, n).round().astype(int))]
+    return [int(values[i])
+            for i in np.unique(np.linspace(0, len(values) - 1, n).round().astype(int))]
 
 
-def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str], column: str = "count") -> dict:
+def totals_of(path: str, sig: tuple, tensor: str, step: int, kinds: list[str],
+              column: str = "count") -> dict:
     """{kind: {group: real element count}} at ``step`` (legends state it beside the histogram's);
     ``column="mean"``: the exact means."""
-    return {k: data.histogram_totals(path, sig, tensor, (step,), k, column).get(step, {}) for k in kinds}
+    return {k: data.histogram_totals(path, sig, tensor, (step,), k, column).get(step, {})
+            for k in kinds}
 
 
 def sample_of_step(ctx: Ctx, run, tensor: str, step: int, kinds: list[str]) -> int:
@@ -58,29 +61,34 @@ def render(ctx: Ctx) -> None:
     c1, c2 = st.columns([2, 3])
     tensor = c1.selectbox("Tensor", names, index=default_tensor(names),
                           key="di_tensor", bind="query-params")
-    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]), key="di_step",
-                            bind="query-params")
+    step = c2.select_slider("Step", options=[int(s) for s in steps], value=int(steps[-1]),
+                            key="di_step", bind="query-params")
     kinds = kinds_of(run, tensor)
     c1, c2 = st.columns([2, 3])
     scale = axis_choice("di_xaxis", c1)
-    log = c2.toggle("Log y", key="di_log", help="a log y axis (empty bins at its floor); the ridge plot: log10 "
-                    "fraction per row")
+    log = c2.toggle("Log y", key="di_log",
+                    help="a log y axis (empty bins at its floor); the ridge plot: log10 "
+                         "fraction per row")
 
     st.subheader(f"In-graph histograms at step {step}")
-    panels = {kind: pick_groups(data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
+    panels = {kind: pick_groups(
+                  data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
               for kind in kinds}
     axes = {kind: hist_view.choose_axis(groups.values(), kind, scale,
-                                        data.extent(ctx.path, ctx.sig, tensor, (step,), kind, groups))
+                                        data.extent(ctx.path, ctx.sig, tensor, (step,), kind,
+                                                    groups))
             for kind, groups in panels.items()}
     totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
     title = f"{tensor} @ step {step}"
     draw_panels(panels, axes, title, log, totals, f"hist_{tensor}_{step}", "di_hist")
-    st.caption(hist_caption(panels, totals, totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
+    st.caption(hist_caption(panels, totals,
+                            totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
                             sample_of_step(ctx, run, tensor, step, kinds)))
 
     st.subheader("From dumped samples")
     if len(run.steps) > 0:
-        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step, container=st.columns([2, 3])[0],
+        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step,
+                                 container=st.columns([2, 3])[0],
                                  help="defaults to the readable dump nearest the chosen step")
         # auto: the in-graph panels' kind of axis, so a tensor's histograms read alike
         scales = {k: scale if scale != "auto" else axes[k].scale for k in kinds}
@@ -93,7 +101,8 @@ def render(ctx: Ctx) -> None:
     rkind = c1.radio("Kind", kinds, key="di_ridge_kind", bind="query-params", horizontal=True)
     n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
     chosen = tuple(evenly(steps, n))
-    rows = {s: pick_groups(g) for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
+    rows = {s: pick_groups(g)
+            for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
     # the step panel's kind of axis (auto decided there), over every row shown
     every = [h for g in rows.values() for h in g.values()]
     groups = {g for r in rows.values() for g in r}
@@ -101,27 +110,32 @@ def render(ctx: Ctx) -> None:
                                  data.extent(ctx.path, ctx.sig, tensor, chosen, rkind, groups))
     title = f"{tensor} {rkind}: histograms over steps"
     frame = hist_view.ridge_frame(rows, axis, log=log)
-    st.altair_chart(hist_charts.ridge_chart(frame, axis, list(rows), title=title, log=log), width="stretch",
+    st.altair_chart(hist_charts.ridge_chart(frame, axis, list(rows), title=title, log=log),
+                    width="stretch",
                     height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
-    download_figure(lambda: plots.ridge(rows, title=title, log=log, axis=axis), f"ridge_{tensor}_{rkind}",
-                    key="di_ridge")
+    download_figure(lambda: plots.ridge(rows, title=title, log=log, axis=axis),
+                    f"ridge_{tensor}_{rkind}", key="di_ridge")
     st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)))
     percentile_bands(ctx, tensor, rkind, steps)
 
 
-def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, totals: dict | None, name: str,
-                key: str) -> None:
+def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, totals: dict | None,
+                name: str, key: str) -> None:
     """The panels (one per kind) as one interactive chart, its PNG on download, and a caption
     saying what the bars are and reading off the groups' sizes (:func:`readoff`)."""
-    frames = {kind: (hist_view.panel_frame({"": groups}, axes[kind], {"": (totals or {}).get(kind, {})}), axes[kind])
+    frames = {kind: (hist_view.panel_frame({"": groups}, axes[kind],
+                                           {"": (totals or {}).get(kind, {})}), axes[kind])
               for kind, groups in panels.items()}
     st.altair_chart(hist_charts.histogram_chart(frames, title=title, log=log), width="stretch")
-    download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals, axes=axes), name, key=key)
-    st.caption("; ".join(f"{kind}: {hist_view.axis_caption(axes[kind], rebinned=rebinned(groups.values()))}"
-                         for kind, groups in panels.items()))
+    download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals,
+                                             axes=axes), name, key=key)
+    st.caption("; ".join(
+        f"{kind}: {hist_view.axis_caption(axes[kind], rebinned=rebinned(groups.values()))}"
+        for kind, groups in panels.items()))
     lines = {kind: readoff(kind, groups) for kind, groups in panels.items()}
     if any(lines.values()):
-        st.markdown("  \n".join(f"**{kind}**: {plain(text)}" for kind, text in lines.items() if text))
+        st.markdown("  \n".join(f"**{kind}**: {plain(text)}"
+                                for kind, text in lines.items() if text))
 
 
 def readoff(kind: str, groups: dict) -> str:
@@ -136,26 +150,30 @@ def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> Non
     st.subheader("Percentile bands over steps")
     chosen = tuple(int(s) for s in steps)
     hists = data.histograms(ctx.path, ctx.sig, tensor, chosen, kind)
-    low, high = (data.histogram_totals(ctx.path, ctx.sig, tensor, chosen, kind, c) for c in ("min", "max"))
+    low, high = (data.histogram_totals(ctx.path, ctx.sig, tensor, chosen, kind, c)
+                 for c in ("min", "max"))
     extremes = {s: {g: (low[s][g], high.get(s, {}).get(g, np.nan)) for g in low[s]} for s in low}
     frame = bands.percentile_frame({s: pick_groups(g) for s, g in hists.items()}, extremes=extremes)
     if not need(not frame.empty, f"No {kind} histograms of {plain(tensor)}."):
         return
     symlog = st.toggle("Symmetric-log y", key="di_bands_symlog", value=False,
-                       help="a symmetric-log value axis over every band (linear near 0): for gradients whose "
-                       "steps span decades")
+                       help="a symmetric-log value axis over every band (linear near 0): for "
+                            "gradients whose steps span decades")
     st.altair_chart(bands.bands_chart(frame, f"{tensor} {kind}", symlog=symlog), width="stretch")
     buckets = rebinned(h for g in hists.values() for h in g.values())
     _, _, clipped = bands.y_range(frame)
-    how = (f"the stored log-magnitude histograms' quantiles (each within {hist_view.RELATIVE_ERROR:.1%} of the "
-           "exact percentile of the values a histogram counts)" if buckets else
-           "the stored equal-width histograms (a run before format version 4), linear within a bin (exact to one "
-           "bin width)")
-    note = (" The y range is the 7th-93rd percentiles' (padded): the 0-100 band runs past it, clipped at the "
-            "chart's edges (hover for its values, or switch on symmetric-log y)." if clipped and not symlog else "")
-    st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside), the median as a line, per group. 0 and "
-               f"100 are the statistics' exact min and max of the finite values; the others are from {how} (for "
-               "a tensor over the histogram's sample size, of the values it sampled). Scroll to zoom the steps."
+    how = ("the stored log-magnitude histograms' quantiles (each within "
+           f"{hist_view.RELATIVE_ERROR:.1%} of the exact percentile of the values a histogram "
+           "counts)" if buckets else
+           "the stored equal-width histograms (a run before format version 4), linear within a bin "
+           "(exact to one bin width)")
+    note = (" The y range is the 7th-93rd percentiles' (padded): the 0-100 band runs past it, "
+            "clipped at the chart's edges (hover for its values, or switch on symmetric-log y)."
+            if clipped and not symlog else "")
+    st.caption("bands: percentiles 0-100, 7-93, 16-84 (lighter outside), the median as a line, per "
+               "group. 0 and 100 are the statistics' exact min and max of the finite values; the "
+               f"others are from {how} (for a tensor over the histogram's sample size, of the "
+               "values it sampled). Scroll to zoom the steps."
                + note)
 
 
@@ -177,7 +195,8 @@ def hist_caption(panels: dict, totals: dict, means: dict, sample: int) -> str:
     return "; ".join(desc) + note
 
 
-def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool, scales: dict[str, str]) -> None:
+def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bool,
+                scales: dict[str, str]) -> None:
     """The dumped values of ``step`` per group, counted in the statistics' log-magnitude buckets
     and drawn on ``scales[kind]`` axes (the in-graph histograms' kind of axis)."""
     if not bool(run.tensors.loc[tensor, "batched"]):
@@ -189,7 +208,8 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
         if f"{kind}/{tensor}" not in keys:
             continue
         x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-        if groups is not None and bool(run.tensors.loc[tensor, "batched"]) and len(x) == len(groups):
+        if groups is not None and bool(run.tensors.loc[tensor, "batched"]) \
+                and len(x) == len(groups):
             split = analysis.split_by_group(x, groups, run.groups)
         else:
             split = {"all": x}

@@ -24,7 +24,8 @@ from inspector import analysis
 from inspector.analysis import plots
 
 from .. import data
-from ..dumped_maps import CONV_OP_TYPES, is_input, map_tensors, model_input, sample_label, why_no_input
+from ..dumped_maps import (CONV_OP_TYPES, is_input, map_tensors, model_input, sample_label,
+                           why_no_input)
 from ..dumps import dump_step_picker
 from ..ui import Ctx, need, plain, show_cached_figure
 
@@ -88,7 +89,8 @@ def top_samples(x: np.ndarray, stat: str) -> tuple[np.ndarray, np.ndarray]:
 
 def group_order(groups: list[str], present: list[str]) -> list[str]:
     """The run's groups (``run.groups`` without ``all``) that hold samples, then any others."""
-    return [g for g in groups if g in present and g != "all"] + [g for g in present if g not in groups]
+    return [g for g in groups if g in present and g != "all"] \
+        + [g for g in present if g not in groups]
 
 
 def render(ctx: Ctx) -> None:
@@ -103,38 +105,43 @@ def render(ctx: Ctx) -> None:
     cat = run.tensors
     maps = map_tensors(cat, keys)
     if need(bool(maps), f"The dump of step {step} holds no 4-D (N, H, W, C) tensors."):
-        tensor = c[1].selectbox("Layer", maps, index=default_map(cat, maps), key="fm_tensor", bind="query-params",
-                                help="opens on the first convolution's output (op type Conv2D, depthwise or "
-                                     "transposed conv: the first in graph order)")
-        kind = c[2].radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys], horizontal=True,
-                          key="fm_kind", bind="query-params")
-        channel_views(ctx, run, cat, maps, data.samples(ctx.path, ctx.sig, step, tensor), step, tensor, kind)
+        tensor = c[1].selectbox("Layer", maps, index=default_map(cat, maps), key="fm_tensor",
+                                bind="query-params",
+                                help="opens on the first convolution's output (op type Conv2D, "
+                                     "depthwise or transposed conv: the first in graph order)")
+        kind = c[2].radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys],
+                          horizontal=True, key="fm_kind", bind="query-params")
+        channel_views(ctx, run, cat, maps, data.samples(ctx.path, ctx.sig, step, tensor), step,
+                      tensor, kind)
     icnn_section(ctx, step)
 
 
-def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd.DataFrame, step: int,
-                  tensor: str, kind: str) -> None:
+def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd.DataFrame,
+                  step: int, tensor: str, kind: str) -> None:
     """Every channel of one sample, then one channel: over the input, per group, top samples."""
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     if not need(len(samples) > 0 and len(x) == len(samples),
-                f"The dump of step {step} keeps {len(samples)} samples for {plain(tensor)}, which has {len(x)} "
-                f"rows: they do not match, so no sample is labelled; choose another layer."):
+                f"The dump of step {step} keeps {len(samples)} samples for {plain(tensor)}, which "
+                f"has {len(x)} rows: they do not match, so no sample is labelled; choose another "
+                "layer."):
         return
     n_ch, sym = x.shape[-1], kind == "gradient"
     st.subheader("Every channel of one sample")
     c = st.columns(2)
-    sample = c[0].selectbox("Sample", range(len(samples)), format_func=lambda i: sample_label(samples, i),
-                            key="fm_sample", bind="query-params")
+    sample = c[0].selectbox("Sample", range(len(samples)),
+                            format_func=lambda i: sample_label(samples, i), key="fm_sample",
+                            bind="query-params")
     pages = list(range(int(np.ceil(n_ch / PAGE_CHANNELS))))
     page = c[1].selectbox(f"Channels ({n_ch} in all)", pages, key="fm_page", bind="query-params",
-                          format_func=lambda p: f"{p * PAGE_CHANNELS}-{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
+                          format_func=lambda p: f"{p * PAGE_CHANNELS}-"
+                                                f"{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
     first = (page if page in pages else 0) * PAGE_CHANNELS
     ident = (ctx.path, ctx.sig, tensor, kind, step)  # what every figure below is drawn from
     show_cached_figure(lambda: plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, "
-                                                  f"{sample_label(samples, sample)}", symmetric=sym, first=first,
-                                                  max_channels=PAGE_CHANNELS),
-                       ("grid", *ident, sample, first), f"channels_{tensor}_{kind}_{step}_{sample}_{first}",
-                       key="fm_grid")
+                                                  f"{sample_label(samples, sample)}", symmetric=sym,
+                                                  first=first, max_channels=PAGE_CHANNELS),
+                       ("grid", *ident, sample, first),
+                       f"channels_{tensor}_{kind}_{step}_{sample}_{first}", key="fm_grid")
     st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
                f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
 
@@ -143,11 +150,12 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
     marks = channel_marks(ctx, tensor, step, x)
     ch = c[0].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params",
                         format_func=lambda k: f"{k} ({marks[k]})" if k in marks else str(k),
-                        help="(dead): an ICNN filter zero in every dumped sample; (all zero): a channel zero in "
-                             "every kept sample of this dump")
+                        help="(dead): an ICNN filter zero in every dumped sample; (all zero): a "
+                             "channel zero in every kept sample of this dump")
     ch = ch if ch is not None and ch < n_ch else 0
-    stat = c[1].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True, key="fm_rank",
-                      bind="query-params", format_func=lambda s: f"{s} ({RANK_STATS[s]})")
+    stat = c[1].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True,
+                      key="fm_rank", bind="query-params",
+                      format_func=lambda s: f"{s} ({RANK_STATS[s]})")
     xc = x[..., ch]
     overlay(ctx, cat, maps, step, tensor, kind, samples, sample, ch, xc[sample])
     by_group(samples, xc, f"{tensor} {kind}, channel {ch}, step {step}: every kept sample", sym,
@@ -165,7 +173,8 @@ def channel_marks(ctx: Ctx, tensor: str, step: int, x: np.ndarray) -> dict[int, 
     for layer, roles in layers.iterrows():
         if tensor in {roles.get(r) for r in ("pre_mask", "mask", "post_mask")}:
             dead = data.dead_filters(ctx.path, ctx.sig, step).get(str(layer), [])
-    zero = np.flatnonzero(~(np.asarray(x) != 0).any(axis=(0, 1, 2))) if np.ndim(x) == 4 and len(x) else []
+    zero = np.flatnonzero(~(np.asarray(x) != 0).any(axis=(0, 1, 2))) if np.ndim(x) == 4 and len(x) \
+        else []
     return {**{int(k): "all zero" for k in zero}, **{int(k): "dead" for k in dead}}
 
 
@@ -177,27 +186,31 @@ def overlay(ctx: Ctx, cat: pd.DataFrame, maps: list[str], step: int, tensor: str
     if not need(name is not None, why_no_input(cat, step)):
         return
     image = data.dumped(ctx.path, ctx.sig, name, step)
-    if not need(len(image) == len(samples), f"The model input {plain(name)} has {len(image)} rows in the dump "
-                                            f"of step {step}, not the {len(samples)} kept samples: no overlay."):
+    if not need(len(image) == len(samples), f"The model input {plain(name)} has {len(image)} rows "
+                                            f"in the dump of step {step}, not the {len(samples)} "
+                                            "kept samples: no overlay."):
         return
-    show_cached_figure(lambda: plots.channel_overlay(image[sample], heat, f"{tensor} {kind} channel {ch} over "
+    show_cached_figure(lambda: plots.channel_overlay(image[sample], heat,
+                                                     f"{tensor} {kind} channel {ch} over "
                                                      f"{name}, {sample_label(samples, sample)}",
                                                      symmetric=kind == "gradient"),
                        ("overlay", ctx.path, ctx.sig, tensor, kind, step, sample, ch, name),
                        f"overlay_{tensor}_{kind}_{step}_{sample}_ch{ch}", key="fm_overlay")
     st.caption(f"The channel ({heat.shape[0]}x{heat.shape[1]}) is enlarged to the input's "
-               f"{image.shape[1]}x{image.shape[2]} by bilinear interpolation (pixel centres aligned) and drawn "
-               f"over the input {plain(name)} of the same sample with alpha 0.5; the input is min-max scaled.")
+               f"{image.shape[1]}x{image.shape[2]} by bilinear interpolation (pixel centres "
+               f"aligned) and drawn over the input {plain(name)} of the same sample with alpha "
+               "0.5; the input is min-max scaled.")
 
 
-def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name: str, groups: list[str],
-             ident: tuple) -> None:
+def by_group(samples: pd.DataFrame, xc: np.ndarray, title: str, sym: bool, name: str,
+             groups: list[str], ident: tuple) -> None:
     """Channel maps of every kept sample, one block per group (positive | negative ...)."""
     st.markdown("**Every kept sample, by group**")
     labels = data.sample_groups(samples, "kept").astype(str)
     order = group_order(list(groups), list(dict.fromkeys(labels)))
     panels = {g: [(f"#{i}", xc[i]) for i in np.flatnonzero(labels == g)] for g in order}
-    show_cached_figure(lambda: plots.sample_grid(panels, title, symmetric=sym), ident, name, key="fm_groups")
+    show_cached_figure(lambda: plots.sample_grid(panels, title, symmetric=sym), ident, name,
+                       key="fm_groups")
     st.caption("Groups from the dump's samples/group; one colour scale for every sample.")
 
 
@@ -210,28 +223,33 @@ def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: b
     k = min(TOP_K, len(order))
     panels = {f"top {k} by {stat}": [(f"#{i} {groups[i]}\n{stat} {v:.3g}", xc[i])
                                      for i, v in zip(order[:k], scores[:k])]}
-    show_cached_figure(lambda: plots.sample_grid(panels, title, cols=k, symmetric=sym, lines=2), ident, name,
-                       key="fm_top")
+    show_cached_figure(lambda: plots.sample_grid(panels, title, cols=k, symmetric=sym, lines=2),
+                       ident, name, key="fm_top")
     table = pd.DataFrame({"rank": np.arange(1, len(order) + 1), "sample": order,
-                          "batch index": samples["index"].to_numpy()[order] if "index" in samples else order,
+                          "batch index": samples["index"].to_numpy()[order] if "index" in samples
+                                         else order,
                           "group": groups[order], stat: scores})
     st.dataframe(table, hide_index=True, key="fm_top_table")
 
 
 def icnn_section(ctx: Ctx, step: int) -> None:
-    """ICNN mask layers: pre-mask | mask | post-mask of one filter, a positive and a negative sample."""
+    """ICNN mask layers: pre-mask | mask | post-mask of one filter, a positive and a negative
+    sample."""
     layers = data.icnn_layers(ctx.path, ctx.sig)
     st.subheader("ICNN mask layers")
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor has an ICNN role)."):
         return
     c = st.columns(4)
-    layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer", bind="query-params")
+    layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer",
+                           bind="query-params")
     m = icnn_maps(ctx, layers.loc[layer], step)
     if not need({"pre_mask", "post_mask", "mask", "mu"} <= set(m),
-                f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: {plain(sorted(m))})."):
+                f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: "
+                f"{plain(sorted(m))})."):
         return
     samples = data.samples(ctx.path, ctx.sig, step, layers.loc[layer, "pre_mask"])
-    if not need(len(samples) > 0 and "group" in samples, f"The dump of step {step} holds no samples with groups."):
+    if not need(len(samples) > 0 and "group" in samples,
+                f"The dump of step {step} holds no samples with groups."):
         return
     n_filters = m["pre_mask"].shape[-1]
     dead = set(data.dead_filters(ctx.path, ctx.sig, step).get(str(layer), []))
@@ -242,21 +260,26 @@ def icnn_section(ctx: Ctx, step: int) -> None:
     pos = [i for i in range(len(samples)) if groups[i] == "positive"]
     neg = [i for i in range(len(samples)) if groups[i] == "negative"]
     label = functools.partial(sample_label, samples)
-    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos", bind="query-params") if pos else None
-    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg", bind="query-params") if neg else None
+    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos",
+                        bind="query-params") if pos else None
+    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg",
+                          bind="query-params") if neg else None
     h, w = m["pre_mask"].shape[1:3]
     rows = []
     for label, i in (("positive", ip), ("negative", ineg)):
         if i is None:
             continue
         mu = m["mu"][i, filt]
-        rows.append({"label": f"{label} #{i}", "pre": m["pre_mask"][i, ..., filt], "mask": m["mask"][i, ..., filt],
-                     "post": m["post_mask"][i, ..., filt], "mu_cell": analysis.mu_to_cell(mu, h, w)})
+        rows.append({"label": f"{label} #{i}", "pre": m["pre_mask"][i, ..., filt],
+                     "mask": m["mask"][i, ..., filt], "post": m["post_mask"][i, ..., filt],
+                     "mu_cell": analysis.mu_to_cell(mu, h, w)})
         st.caption(f"{label} sample #{i}: mu = ({mu[0]:+.3f}, {mu[1]:+.3f}) (row, col in [-1, 1]), "
                    f"pre-mask sum {float(m['pre_mask'][i, ..., filt].sum()):.4g}, "
                    f"post-mask sum {float(m['post_mask'][i, ..., filt].sum()):.4g}")
-    show_cached_figure(lambda: plots.icnn_filter(rows, f"{layer}, filter {filt}, step {step} (+ = mu)"),
-                       ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg), f"icnn_{layer}_f{filt}_{step}",
-                       key="fm_icnn")
-    st.caption("Masks & templates shows this filter's map over the input image of every kept positive and "
-               "negative sample, side by side, with mu marked: whether it fires on the same part in each.")
+    show_cached_figure(lambda: plots.icnn_filter(rows,
+                                                 f"{layer}, filter {filt}, step {step} (+ = mu)"),
+                       ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg),
+                       f"icnn_{layer}_f{filt}_{step}", key="fm_icnn")
+    st.caption("Masks & templates shows this filter's map over the input image of every kept "
+               "positive and negative sample, side by side, with mu marked: whether it fires on "
+               "the same part in each.")

@@ -36,14 +36,14 @@ from inspector.graph.graphdef import OpGraph
 
 from .. import data, page_links
 from ..charts import graph_model
-from ..charts.graph_colours import (DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES, UNCAPTURED, Look, Scale,
-                                    palette)
+from ..charts.graph_colours import (DEAD, FORWARD_ONLY, NO_STATS, NONFINITE, PALETTE, STATES,
+                                    UNCAPTURED, Look, Scale, palette)
 from ..charts.graph_dot import dot, escape
 from ..ui import Ctx, default_tensor, need, plain
 from ..uncaptured import show_uncaptured
 
-__all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look", "Scale", "dot", "escape",
-           "palette", "render"]
+__all__ = ["DEAD", "FORWARD_ONLY", "NO_STATS", "NONFINITE", "PALETTE", "UNCAPTURED", "Look",
+           "Scale", "dot", "escape", "palette", "render"]
 
 #: the statistics a node can be coloured by; rms (derived: sqrt(mean^2 + std^2)) first
 STATS = ("rms", "mean", "std", "min", "max", "l2", "zero_fraction")
@@ -84,7 +84,8 @@ def session_picker(path: str, sig: tuple) -> tuple[str | None, int | None]:
     modes = {s: run.manifests[(worker, s)]["mode"] for s in sessions}
     session = st.selectbox("Session", sessions, key="gr_session", bind="query-params",
                            format_func=lambda s: f"{s} ({modes[s]})",
-                           help="each train/evaluate call or resume wrote its own graph; the newest first")
+                           help="each train/evaluate call or resume wrote its own graph; the "
+                                "newest first")
     return worker, int(session)
 
 
@@ -173,14 +174,17 @@ def render(ctx: Ctx) -> None:
     c = st.columns([3, 2, 2])
     tensor = c[0].selectbox("Tensor", names, index=names.index(nan_tensor) if nan_tensor in names
                             else default_tensor(names), key="gr_tensor", bind="query-params")
-    find = c[1].text_input("Search ops", key="gr_find", bind="query-params", placeholder="part of an op name",
-                           help="every op of the graph whose name holds this text (case-insensitive); "
-                                "the chosen match becomes the centre")
+    find = c[1].text_input("Search ops", key="gr_find", bind="query-params",
+                           placeholder="part of an op name",
+                           help="every op of the graph whose name holds this text "
+                                "(case-insensitive); the chosen match becomes the centre")
     view = c[2].radio("View", VIEWS, key="gr_view", bind="query-params", horizontal=True,
-                      help="the ops around the centre, or the whole model with name scopes collapsed")
+                      help="the ops around the centre, or the whole model with name scopes "
+                           "collapsed")
     step, kind, stat, show_all = value_choices(ctx, first)
     keep = (lambda n: True) if show_all else (lambda n: not HIDDEN.search(n))
-    centre, matches = search_centre(graph, keep, find.strip(), run.tensors.loc[tensor, "op"], show_all)
+    centre, matches = search_centre(graph, keep, find.strip(), run.tensors.loc[tensor, "op"],
+                                    show_all)
     say_why(run, find.strip(), centre, centre in by_op, matches, worker, session)
     looks = op_looks(by_op, step_looks(ctx.path, ctx.sig, step, kind, stat))
     scale = Scale.robust([lk.value for lk in looks.values() if lk.state == "value"], stat)
@@ -218,22 +222,25 @@ def value_choices(ctx: Ctx, first: dict | None) -> tuple[int | None, str, str, b
     NaN/Inf's where the run has one."""
     steps = [int(s) for s in data.stats_steps(ctx.path, ctx.sig)]
     c = st.columns([2, 1, 1, 1])
-    step = (c[0].select_slider("Step", options=steps, value=steps[default_step(steps, first)], key="gr_step",
-                               bind="query-params", help="opens at the first NaN/Inf's step where the run has one")
+    step = (c[0].select_slider("Step", options=steps, value=steps[default_step(steps, first)],
+                               key="gr_step", bind="query-params",
+                               help="opens at the first NaN/Inf's step where the run has one")
             if steps else None)
     kinds = ["forward", "gradient"]
-    kind = c[1].radio("Kind", kinds, index=kinds.index(first["kind"]) if first and first.get("kind") in kinds
+    kind = c[1].radio("Kind", kinds,
+                      index=kinds.index(first["kind"]) if first and first.get("kind") in kinds
                       else 0, key="gr_kind", bind="query-params", horizontal=True)
     stat = c[2].selectbox("Colour by", STATS, key="gr_stat", bind="query-params",
-                          help="rms = sqrt(mean² + std²): the typical magnitude, whatever the tensor's size "
-                               "(l2 grows with it)")
-    show_all = c[3].toggle("Backward ops", key="gr_all", help="also show the backward pass (gradients/...) and the "
-                           "inspector's own ops")
+                          help="rms = sqrt(mean² + std²): the typical magnitude, whatever the "
+                               "tensor's size (l2 grows with it)")
+    show_all = c[3].toggle("Backward ops", key="gr_all",
+                           help="also show the backward pass (gradients/...) and the inspector's "
+                                "own ops")
     return step, str(kind), str(stat), bool(show_all)
 
 
-def search_centre(graph: OpGraph, keep: Callable[[str], bool], text: str, centre: str, show_all: bool
-                  ) -> tuple[str, list[str]]:
+def search_centre(graph: OpGraph, keep: Callable[[str], bool], text: str, centre: str,
+                  show_all: bool) -> tuple[str, list[str]]:
     """(the centre, the search's matches): with a search that matches, a picker of the matches
     chooses the centre; else it stays ``centre`` (the Tensor picker's op)."""
     if not text:
@@ -242,15 +249,16 @@ def search_centre(graph: OpGraph, keep: Callable[[str], bool], text: str, centre
     if not matches:
         st.info(f"No op{'' if show_all else ' outside the backward pass'} holds {plain(text)}.")
         return centre, []
-    label = f"Matches: {len(matches)} op{'s hold' if len(matches) != 1 else ' holds'} {plain(repr(text))}"
+    label = (f"Matches: {len(matches)} op{'s hold' if len(matches) != 1 else ' holds'} "
+             f"{plain(repr(text))}")
     pick = st.selectbox(label, matches[:MAX_MATCHES], key="gr_match",
-                        help="the chosen op is the centre (the Tensor picker's is used again once the search is "
-                             "cleared)")
+                        help="the chosen op is the centre (the Tensor picker's is used again once "
+                             "the search is cleared)")
     return str(pick), matches
 
 
-def neighbourhood(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str, keep: Callable[[str], bool],
-                  centre: str, where: str) -> list[str]:
+def neighbourhood(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str,
+                  keep: Callable[[str], bool], centre: str, where: str) -> list[str]:
     """The ops within some hops of ``centre``, drawn with the page's colours; returns them."""
     c = st.columns(2)
     hops = int(c[0].number_input("Hops", 1, 10, 2, key="gr_hops", bind="query-params",
@@ -258,12 +266,14 @@ def neighbourhood(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: st
     cap = int(c[1].number_input("Max nodes", 5, 500, MAX_NODES, key="gr_max", bind="query-params"))
     near = graph.neighbourhood(centre, hops, cap, keep=lambda n: n == centre or keep(n))
     if near.capped:
-        st.warning(f"{near.total} ops lie within {hops} hops of {plain(centre)}: showing the {len(near.nodes)} "
-                   f"closest. Lower the hops or raise the node limit.")
-    st.graphviz_chart(dot(near, graph, {op: looks[op] for op in near.nodes if op in looks}, scale, stat),
+        st.warning(f"{near.total} ops lie within {hops} hops of {plain(centre)}: showing the "
+                   f"{len(near.nodes)} closest. Lower the hops or raise the node limit.")
+    st.graphviz_chart(dot(near, graph, {op: looks[op] for op in near.nodes if op in looks},
+                          scale, stat),
                       width="stretch")
-    st.caption(f"{len(near.nodes)} ops within {hops} hops of {plain(centre)} (thick border); fill: {where}, "
-               f"{scale.describe() if scale.n else 'no op has a value'}. {legend_caption()} Dashed: control edges.")
+    st.caption(f"{len(near.nodes)} ops within {hops} hops of {plain(centre)} (thick border); fill: "
+               f"{where}, {scale.describe() if scale.n else 'no op has a value'}. "
+               f"{legend_caption()} Dashed: control edges.")
     return list(near.nodes)
 
 

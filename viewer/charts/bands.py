@@ -61,7 +61,8 @@ def hist_percentiles(edges: np.ndarray, counts: np.ndarray, qs=PERCENTILES) -> n
     return np.asarray(out, np.float64)
 
 
-def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]], groups: tuple[str, ...] | None = None,
+def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]],
+                     groups: tuple[str, ...] | None = None,
                      extremes: dict | None = None) -> pd.DataFrame:
     """One row per (step, group) with a ``p<q>`` column per percentile, from ``{step: {group:
     histogram}}`` (``viewer.data.histograms``): a log-magnitude histogram's quantiles
@@ -71,11 +72,13 @@ def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]], groups
     min and max): p0 and p100 are those, and the other percentiles are clipped into them. A
     histogram of a tensor over the subsample size counts a subsample, whose extremes lie inside
     the tensor's: the band labelled 0-100 would miss the max."""
-    keys = [(int(step), str(g), h) for step, by_group in sorted(hists.items()) for g, h in by_group.items()
+    keys = [(int(step), str(g), h) for step, by_group in sorted(hists.items())
+            for g, h in by_group.items()
             if groups is None or g in groups]
     is_log = np.array([isinstance(h, LogHistogram) for _, _, h in keys], bool)
     p = np.full((len(keys), len(PERCENTILES)), np.nan)
-    p[is_log] = hist_view.row_quantiles([h for (_, _, h), b in zip(keys, is_log) if b], [q / 100 for q in PERCENTILES])
+    p[is_log] = hist_view.row_quantiles([h for (_, _, h), b in zip(keys, is_log) if b],
+                                        [q / 100 for q in PERCENTILES])
     for k in np.flatnonzero(~is_log):
         p[k] = hist_percentiles(np.asarray(keys[k][2][0]), np.asarray(keys[k][2][1]))
     lo, hi = np.array([(extremes or {}).get(s, {}).get(g, (np.nan, np.nan)) for s, g, _ in keys],
@@ -83,7 +86,8 @@ def percentile_frame(hists: Mapping[int, Mapping[str, hist_view.Source]], groups
     exact = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(p).all(1)
     p[exact] = np.clip(p[exact], lo[exact, None], hi[exact, None])
     p[exact, 0], p[exact, -1] = lo[exact], hi[exact]
-    edge = np.flatnonzero(~exact & is_log & np.isfinite(p).all(1))   # no exact extremes: the outer bucket edges
+    # no exact extremes: the outer bucket edges
+    edge = np.flatnonzero(~exact & is_log & np.isfinite(p).all(1))
     if edge.size:
         first, _ = bucket_edges(np.array([keys[k][2].index[0] for k in edge]))
         _, last = bucket_edges(np.array([keys[k][2].index[-1] for k in edge]))
@@ -125,9 +129,11 @@ def bands_chart(frame: pd.DataFrame, title: str = "", symlog: bool = False) -> a
     over every band (:func:`symlog_constant`)."""
     groups = list(dict.fromkeys(frame["group"]))
     colors = hist_view.group_colors(groups)
-    long = pd.concat([frame.assign(band=f"{lo}-{hi}", lo=frame[f"p{lo}"], hi=frame[f"p{hi}"]) for lo, hi in BANDS],
+    long = pd.concat([frame.assign(band=f"{lo}-{hi}", lo=frame[f"p{lo}"], hi=frame[f"p{hi}"])
+                      for lo, hi in BANDS],
                      ignore_index=True)
-    long = long[["step", "group", "band", "lo", "hi", "p50"]].astype({"group": object, "band": object})
+    long = long[["step", "group", "band", "lo", "hi", "p50"]].astype(
+        {"group": object, "band": object})
     if symlog:
         yscale = alt.Scale(type="symlog", constant=symlog_constant(frame))
     else:
@@ -136,13 +142,17 @@ def bands_chart(frame: pd.DataFrame, title: str = "", symlog: bool = False) -> a
     color = alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors[g] for g in groups]))
     x = alt.X("step:Q", scale=alt.Scale(zero=False, nice=False))
     area = alt.Chart(long).mark_area(clip=True).encode(
-        x=x, y=alt.Y("lo:Q", title="value", scale=yscale, axis=alt.Axis(format=".3~g")), y2="hi:Q", color=color,
-        opacity=alt.Opacity("band:N", scale=alt.Scale(domain=[f"{a}-{b}" for a, b in BANDS], range=[0.08, 0.2, 0.36])),
+        x=x, y=alt.Y("lo:Q", title="value", scale=yscale, axis=alt.Axis(format=".3~g")),
+        y2="hi:Q", color=color,
+        opacity=alt.Opacity("band:N", scale=alt.Scale(domain=[f"{a}-{b}" for a, b in BANDS],
+                                                      range=[0.08, 0.2, 0.36])),
         detail=["group:N", "band:N"],
-        tooltip=["step:Q", "group:N", "band:N", alt.Tooltip("lo:Q", format=".4g"), alt.Tooltip("hi:Q", format=".4g"),
+        tooltip=["step:Q", "group:N", "band:N", alt.Tooltip("lo:Q", format=".4g"),
+                 alt.Tooltip("hi:Q", format=".4g"),
                  alt.Tooltip("p50:Q", title="median", format=".4g")],
     ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name="zoom_bands"))
-    median = alt.Chart(frame[["step", "group", "p50"]]).mark_line(strokeWidth=1.8, clip=True).encode(
-        x=x, y=alt.Y("p50:Q", scale=yscale), color=color, tooltip=["step:Q", "group:N", alt.Tooltip(
-            "p50:Q", title="median", format=".4g")])
+    median = alt.Chart(frame[["step", "group", "p50"]]).mark_line(
+        strokeWidth=1.8, clip=True).encode(
+            x=x, y=alt.Y("p50:Q", scale=yscale), color=color,
+            tooltip=["step:Q", "group:N", alt.Tooltip("p50:Q", title="median", format=".4g")])
     return alt.layer(area, median, title=title).properties(height=320)

@@ -2,11 +2,11 @@
 
 The value scale spans the 2nd to 98th percentile of the chosen statistic over **every captured
 op of the model** at the step (not only the ops on screen), so one op's colour means the same in
-every view, and values beyond it are clipped (the legend marks its ends ``≤`` / ``≥``). Sizes and spreads
-(rms, l2, std) use a log scale of at least one decade: ops that differ by a few percent (147.4 and
-150.5) get nearly the same colour instead of the palette's two ends. Signed statistics (mean,
-min, max) use a linear scale at least a tenth of their magnitude wide; ``zero_fraction`` spans
-[0, 1]. NaN/Inf, dead (every element zero) and the capture states have colours of their own
+every view, and values beyond it are clipped (the legend marks its ends ``≤`` / ``≥``). Sizes
+and spreads (rms, l2, std) use a log scale of at least one decade: ops that differ by a few percent
+(147.4 and 150.5) get nearly the same colour instead of the palette's two ends. Signed statistics
+(mean, min, max) use a linear scale at least a tenth of their magnitude wide; ``zero_fraction``
+spans [0, 1]. NaN/Inf, dead (every element zero) and the capture states have colours of their own
 (:data:`STATES`).
 
 Example::
@@ -24,7 +24,8 @@ import numpy as np
 
 #: viridis at 5 stops: dark (low) to yellow (high)
 PALETTE = ("#440154", "#3b528b", "#21918c", "#5ec962", "#fde725")
-NONFINITE, DEAD, UNCAPTURED, FORWARD_ONLY, NO_STATS = "#d62728", "#9e9e9e", "#ffffff", "#f3e3c3", "#e4e4e4"
+NONFINITE, DEAD, UNCAPTURED, FORWARD_ONLY, NO_STATS = \
+    "#d62728", "#9e9e9e", "#ffffff", "#f3e3c3", "#e4e4e4"
 #: an op's state -> (fill, legend text); "value" ops are filled from the scale
 STATES = {"nonfinite": (NONFINITE, "NaN/Inf"), "dead": (DEAD, "dead (every element zero)"),
           "forward_only": (FORWARD_ONLY, "captured, forward only (no gradient)"),
@@ -67,7 +68,8 @@ class Scale:
 
     @classmethod
     def robust(cls, values, stat: str) -> "Scale":
-        """The scale of ``stat`` over ``values`` (see the module docstring; non-finite ones are left out).
+        """The scale of ``stat`` over ``values`` (see the module docstring; non-finite ones are left
+        out).
 
         >>> s = Scale.robust([147.4, 150.5], "rms")
         >>> round(s.hi / s.lo, 6), s.log
@@ -85,7 +87,8 @@ class Scale:
             mid, half = (a + b) / 2, max((b - a) / 2, 0.5)             # at least one decade
             return cls(10 ** (mid - half), 10 ** (mid + half), True, stat, int(v.size))
         lo, hi = (float(x) for x in np.percentile(v, PERCENTILES))
-        width = max(hi - lo, 0.1 * max(abs(lo), abs(hi)), 1e-12)       # at least a tenth of the magnitude
+        # at least a tenth of the magnitude
+        width = max(hi - lo, 0.1 * max(abs(lo), abs(hi)), 1e-12)
         mid = (lo + hi) / 2
         return cls(mid - width / 2, mid + width / 2, False, stat, int(v.size))
 
@@ -107,7 +110,8 @@ class Scale:
         out = []
         for i in range(k):
             t = i / (k - 1)
-            v = 10 ** (math.log10(self.lo) + t * (math.log10(self.hi) - math.log10(self.lo))) if self.log \
+            v = 10 ** (math.log10(self.lo) + t * (math.log10(self.hi) - math.log10(self.lo))) \
+                if self.log \
                 else self.lo + t * (self.hi - self.lo)
             out.append((v, palette(t)))
         return out
@@ -118,8 +122,8 @@ class Scale:
             return "zero_fraction from 0 to 1"
         how = "log scale" if self.log else "linear scale"
         wide = " (at least one decade)" if self.log else " (at least a tenth of their magnitude)"
-        return (f"{how} from percentile {PERCENTILES[0]:g} to {PERCENTILES[1]:g} of {self.n} captured ops' "
-                f"{self.stat}{wide}")
+        return (f"{how} from percentile {PERCENTILES[0]:g} to {PERCENTILES[1]:g} of {self.n} "
+                f"captured ops' {self.stat}{wide}")
 
 
 @dataclass(frozen=True)
@@ -170,4 +174,5 @@ def legend_items(scale: Scale, states: set[str] | None = None) -> list[tuple[str
             mark = "≤ " if i == 0 and scale.stat != "zero_fraction" else \
                 "≥ " if i == len(ticks) - 1 and scale.stat != "zero_fraction" else ""
             items.append((f"{mark}{scale.stat} {v:.3g}", c))
-    return items + [(text, fill) for key, (fill, text) in STATES.items() if states is None or key in states]
+    return items \
+        + [(text, fill) for key, (fill, text) in STATES.items() if states is None or key in states]

@@ -1,11 +1,13 @@
 """DOT text of the op graph page's two views (``st.graphviz_chart`` draws it): the neighbourhood of
 one op and the whole model with name scopes collapsed, with their colour legend. Every name is
-escaped (:func:`escape`); nodes are ``n0``, ``n1``... (neighbourhood) or ``u0``, ``u1``... (whole model).
+escaped (:func:`escape`); nodes are ``n0``, ``n1``... (neighbourhood) or ``u0``, ``u1``... (whole
+model).
 
 Example::
 
     dot(graph.neighbourhood("conv2/Relu", 2), graph, looks, scale, "rms")
-    model_dot(collapse(graph, {"conv2"}), graph, looks, scale, "rms", matches=set(), centre="conv2/Relu")
+    model_dot(collapse(graph, {"conv2"}), graph, looks, scale, "rms", matches=set(),
+              centre="conv2/Relu")
 """
 from __future__ import annotations
 
@@ -36,10 +38,12 @@ def escape(text: str) -> str:
 
 def node_line(nid: str, label: str, fill: str, extra: str = "") -> str:
     """One DOT node statement, its label escaped."""
-    return f'  {nid} [label="{escape(label)}", fillcolor="{fill}", fontcolor="{text_colour(fill)}"{extra}];'
+    return (f'  {nid} [label="{escape(label)}", fillcolor="{fill}", '
+            f'fontcolor="{text_colour(fill)}"{extra}];')
 
 
-def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str = "rms") -> str:
+def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], scale: Scale,
+        stat: str = "rms") -> str:
     """DOT text of ``near``: one box per op (name, op type, the statistic or the op's state), data
     edges solid, control edges dashed, the centre drawn thick, and a legend of the colours."""
     ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
@@ -62,12 +66,14 @@ def legend(scale: Scale, states: set[str] | None = None) -> list[str]:
     a title saying which scale it is."""
     items = legend_items(scale, states)
     title = scale.describe() if scale.n else "colours"
-    cells = "".join(f'<TD BGCOLOR="{fill}"><FONT COLOR="{text_colour(fill)}">{html(text)}</FONT></TD>'
+    cells = "".join(f'<TD BGCOLOR="{fill}"><FONT COLOR="{text_colour(fill)}">'
+                    f'{html(text)}</FONT></TD>'
                     for text, fill in items)
-    table = (f'<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4"><TR><TD COLSPAN="{len(items)}">'
-             f'{html(title)}</TD></TR><TR>{cells}</TR></TABLE>')
+    table = ('<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4"><TR>'
+             f'<TD COLSPAN="{len(items)}">{html(title)}</TD></TR><TR>{cells}</TR></TABLE>')
     return ['  subgraph cluster_legend {', '    peripheries=0;',
-            f'    legend [shape=plaintext, margin=0, fontname="Helvetica", fontsize=10, label=<{table}>];', '  }']
+            '    legend [shape=plaintext, margin=0, fontname="Helvetica", fontsize=10, '
+            f'label=<{table}>];', '  }']
 
 
 def html(text: str) -> str:
@@ -76,14 +82,16 @@ def html(text: str) -> str:
     >>> html("<= a & b")
     '&lt;= a &amp; b'
     """
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
 
 
 def scope_look(ops: Iterable[str], looks: dict[str, Look], stat: str = "rms") -> tuple[Look, str]:
     """(the look a closed scope is filled with, its summary line) from its ops' looks: NaN/Inf if
     any op has one, else the median of the values, else dead if every captured op is, else no value.
 
-    >>> look, line = scope_look(["a", "b", "c"], {"a": Look("a:0", 1.0, "value"), "b": Look("b:0", 3.0, "value")})
+    >>> look, line = scope_look(["a", "b", "c"], {"a": Look("a:0", 1.0, "value"),
+    ...                                           "b": Look("b:0", 3.0, "value")})
     >>> look.value, line
     (2.0, '2 of 3 ops captured; median rms 2')
     """
@@ -103,7 +111,8 @@ def scope_look(ops: Iterable[str], looks: dict[str, Look], stat: str = "rms") ->
 
 
 def _label(unit: Unit, graph: OpGraph, looks: dict[str, Look], stat: str) -> tuple[str, Look]:
-    short = unit.name[len(unit.cluster) + 1:] if unit.cluster and unit.name.startswith(unit.cluster + "/") \
+    short = unit.name[len(unit.cluster) + 1:] \
+        if unit.cluster and unit.name.startswith(unit.cluster + "/") \
         else unit.name
     if unit.kind == "scope":
         look, line = scope_look(unit.ops, looks, stat)
@@ -132,7 +141,8 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
         extra = BORDERS.get(unit.kind, "")
         if uid in marked:
             extra += f', penwidth=3, color="{marked[uid]}"'
-        lines.setdefault(unit.cluster, []).append(node_line(ids[uid], label, fill_of(look, scale), extra))
+        lines.setdefault(unit.cluster, []).append(node_line(ids[uid], label, fill_of(look, scale),
+                                                            extra))
     out = ['digraph G {', '  rankdir=TB; compound=true;',
            '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
     children: dict[str, list[str]] = {}
@@ -143,8 +153,9 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
         for i, c in enumerate(children.get(cluster, [])):
             name = c[len(cluster) + 1:] if cluster else c
             out.append(f'  subgraph "cluster_{escape(c)}" {{')
-            out.append(f'    label="{escape(name)}/"; fontname="Helvetica"; fontsize=11; style="rounded"; '
-                       f'color="#888888"; bgcolor="{"#f7f7f7" if depth % 2 == 0 else "#ffffff"}";')
+            out.append(f'    label="{escape(name)}/"; fontname="Helvetica"; fontsize=11; '
+                       'style="rounded"; color="#888888"; '
+                       f'bgcolor="{"#f7f7f7" if depth % 2 == 0 else "#ffffff"}";')
             emit(c, depth + 1)
             out.append("  }")
         out.extend(lines.get(cluster, []))

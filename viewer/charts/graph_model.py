@@ -11,7 +11,8 @@ the search's matches are always open, so a search shows where its matches lie. O
 
 Example::
 
-    drawn = render(graph, looks, scale, "rms", keep, centre="conv2/Relu", matches=[], where="forward rms at step 9")
+    drawn = render(graph, looks, scale, "rms", keep, centre="conv2/Relu", matches=[],
+                   where="forward rms at step 9")
 """
 from __future__ import annotations
 
@@ -38,27 +39,33 @@ def revealed(centre: str | None, matches: list[str]) -> set[str]:
     return {s for op in [centre, *matches[:MAX_REVEALED]] if op for s in [*scopes_of(op), op]}
 
 
-def render(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str, keep: Callable[[str], bool],
-           centre: str, matches: list[str], where: str) -> list[str]:
+def render(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str,
+           keep: Callable[[str], bool], centre: str, matches: list[str], where: str) -> list[str]:
     """The whole-model view's widget and chart; returns the ops drawn as boxes of their own."""
     kept = [n for n in graph.nodes if keep(n) or n == centre]
     scopes = sorted(all_scopes(kept))
     opened = st.multiselect("Open scopes", scopes, key="gr_open_scopes", bind="query-params",
                             placeholder="every scope closed",
-                            help="name scopes drawn open (their ops and sub-scopes inside a frame); the scopes "
-                                 "holding the centre op and the search matches are open anyway")
-    view = collapse(graph, set(opened) | revealed(centre, matches), lambda n: n == centre or keep(n), MAX_UNITS)
+                            help="name scopes drawn open (their ops and sub-scopes inside a "
+                                 "frame); the scopes holding the centre op and the search matches "
+                                 "are open anyway")
+    view = collapse(graph, set(opened) | revealed(centre, matches),
+                    lambda n: n == centre or keep(n), MAX_UNITS)
     if view.closed:
-        st.warning(f"Opening every chosen scope would draw over {MAX_UNITS} boxes: {len(view.closed)} of the "
-                   f"deepest were left closed ({plain(', '.join(view.closed[:5]))}{', ...' * (len(view.closed) > 5)}).")
-    st.graphviz_chart(model_dot(view, graph, looks, scale, stat, set(matches[:MAX_REVEALED]), centre),
+        st.warning(f"Opening every chosen scope would draw over {MAX_UNITS} boxes: "
+                   f"{len(view.closed)} of the deepest were left closed "
+                   f"({plain(', '.join(view.closed[:5]))}{', ...' * (len(view.closed) > 5)}).")
+    st.graphviz_chart(model_dot(view, graph, looks, scale, stat,
+                                set(matches[:MAX_REVEALED]), centre),
                       width="stretch")
     kinds = [u.kind for u in view.units.values()]
-    st.caption(f"{len(kept)} ops in {len(view.units)} boxes: {kinds.count('scope')} closed scopes (double border; "
-               f"red if an op inside has a NaN/Inf, else the median of its captured ops), {kinds.count('series')} "
-               f"series of alike-named scopes or ops (dashed) and {kinds.count('op')} ops; "
-               f"{len(view.clusters)} open scopes as frames. Fill: {where}, "
-               f"{scale.describe() if scale.n else 'no op has a value'}. Blue border: the centre "
-               f"{plain(centre)}" + (f"; orange: the search's matches (the first {MAX_REVEALED})" if matches else "")
-               + ". Edge labels: how many op-to-op data edges an edge stands for; control edges are left out.")
+    st.caption(f"{len(kept)} ops in {len(view.units)} boxes: {kinds.count('scope')} closed scopes "
+               "(double border; red if an op inside has a NaN/Inf, else the median of its "
+               f"captured ops), {kinds.count('series')} series of alike-named scopes or ops "
+               f"(dashed) and {kinds.count('op')} ops; {len(view.clusters)} open scopes as frames. "
+               f"Fill: {where}, {scale.describe() if scale.n else 'no op has a value'}. Blue "
+               f"border: the centre {plain(centre)}"
+               + (f"; orange: the search's matches (the first {MAX_REVEALED})" if matches else "")
+               + ". Edge labels: how many op-to-op data edges an edge stands for; control edges "
+                 "are left out.")
     return [u.name for u in view.units.values() if u.kind == "op"]

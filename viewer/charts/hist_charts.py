@@ -1,7 +1,7 @@
 """Histograms and ridge plots as interactive Vega-Lite (Altair) charts, drawn from the bars of
-:mod:`inspector.analysis.hist_view` (the same bars as the PNG downloads of :mod:`inspector.analysis.plots`), in
-the browser, so changing the tensor costs no Matplotlib drawing. No Streamlit here (tested
-without a page).
+:mod:`inspector.analysis.hist_view` (the same bars as the PNG downloads of
+:mod:`inspector.analysis.plots`), in the browser, so changing the tensor costs no Matplotlib
+drawing. No Streamlit here (tested without a page).
 
 Each group is an outline (a step line) over a light fill in its colour, so overlaid groups all
 stay visible; hovering a bar gives the values it holds, its count and fraction. On the signed
@@ -47,7 +47,8 @@ def outline_frame(frame: pd.DataFrame, y: str = "fraction", base: float | str = 
                                    "x": np.r_[edges[0], edges], "y": np.r_[b, values, b]}))
     if not parts:
         return pd.DataFrame(columns=[*by, "label", "x", "y"])
-    return pd.concat(parts, ignore_index=True).astype({c: object for c in (*by, "label") if c != "step"})
+    return pd.concat(parts, ignore_index=True).astype(
+        {c: object for c in (*by, "label") if c != "step"})
 
 
 def x_encoding(axis: Axis, frame: pd.DataFrame, field: str = "x0") -> alt.X:
@@ -64,14 +65,17 @@ def x_encoding(axis: Axis, frame: pd.DataFrame, field: str = "x0") -> alt.X:
         return alt.X(f"{field}:Q", title=axis.title(), scale=scale)
     lookup = json.dumps({str(round(x * 1000)): lb for x, lb in zip(xs, labels)}).replace('"', "'")
     return alt.X(f"{field}:Q", title=axis.title(), scale=scale,
-                 axis=alt.Axis(values=xs, labelExpr=f"{lookup}[round(datum.value * 1000) + ''] || ''"))
+                 axis=alt.Axis(values=xs,
+                               labelExpr=f"{lookup}[round(datum.value * 1000) + ''] || ''"))
 
 
-def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False, width: int = 340) -> alt.LayerChart:
-    """One panel: every (side, group) of ``frame`` (:func:`inspector.analysis.hist_view.panel_frame`)
-    on ``axis``, y the fraction per bar on one scale for all (a real log scale if ``log``,
-    empty bins at its floor; else topped by :func:`inspector.analysis.hist_view.y_top` where a zeros'
-    bar would flatten the others). A second side is dashed. Scroll to zoom the values."""
+def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False,
+                width: int = 340) -> alt.LayerChart:
+    """One panel: every (side, group) of ``frame``
+    (:func:`inspector.analysis.hist_view.panel_frame`) on ``axis``, y the fraction per bar on one
+    scale for all (a real log scale if ``log``, empty bins at its floor; else topped by
+    :func:`inspector.analysis.hist_view.y_top` where a zeros' bar would flatten the others). A
+    second side is dashed. Scroll to zoom the values."""
     sides = list(dict.fromkeys(frame["side"]))
     overlay = len(sides) > 1 or sides not in ([], [""])
     floor = hist_view.log_floor_of(frame["fraction"]) if log else 0.0
@@ -80,14 +84,17 @@ def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False, w
     names = list(dict.fromkeys(frame[key]))
     colors = hist_view.group_colors(frame["group"])
     by_key = dict(zip(frame[key], frame["group"]))
-    color = alt.Color(f"{key}:N", title=None, scale=alt.Scale(domain=names, range=[colors[by_key[n]] for n in names]),
+    color = alt.Color(f"{key}:N", title=None,
+                      scale=alt.Scale(domain=names, range=[colors[by_key[n]] for n in names]),
                       legend=alt.Legend(orient="top", direction="vertical", labelLimit=340))
     top = None if log else hist_view.y_top(frame["fraction"], frame["zero"])
-    yscale = alt.Scale(type="log", domainMin=floor) if log else alt.Scale(domain=[0, top]) if top else alt.Scale()
+    yscale = alt.Scale(type="log", domainMin=floor) if log \
+        else alt.Scale(domain=[0, top]) if top else alt.Scale()
     ytitle = "fraction of values per " + ("bucket" if axis.scale == "log" else "bin")
     y = alt.Y("y:Q", title=ytitle, scale=yscale)
     tips = [*([alt.Tooltip("side:N")] if overlay else []), alt.Tooltip("group:N"),
-            alt.Tooltip("lo:Q", title="values from", format=".4g"), alt.Tooltip("hi:Q", title="to", format=".4g"),
+            alt.Tooltip("lo:Q", title="values from", format=".4g"),
+            alt.Tooltip("hi:Q", title="to", format=".4g"),
             alt.Tooltip("count:Q", title="values counted", format=",.0f"),
             alt.Tooltip("fraction:Q", title="fraction", format=".3%")]
     x = x_encoding(axis, frame)
@@ -95,17 +102,19 @@ def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False, w
         x=x, x2="x1:Q", y=y, y2="floor:Q", fill=color, tooltip=tips,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.5),
     ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name=f"zoom_{_safe(name)}"))
-    line_enc: dict = {"x": alt.X("x:Q"), "y": alt.Y("y:Q"), "stroke": color, "detail": ["side:N", "group:N"]}
+    line_enc: dict = {"x": alt.X("x:Q"), "y": alt.Y("y:Q"), "stroke": color,
+                      "detail": ["side:N", "group:N"]}
     if overlay:
         line_enc["strokeDash"] = alt.StrokeDash(
             "side:N", title=None, scale=alt.Scale(domain=sides, range=DASHES[:len(sides)]),
             legend=alt.Legend(orient="top", direction="vertical", labelLimit=340))
-    line = alt.Chart(outline_frame(frame, "y", floor)).mark_line(interpolate="step-after", strokeWidth=1.5,
-                                                                 clip=True).encode(**line_enc)
+    line = alt.Chart(outline_frame(frame, "y", floor)).mark_line(
+        interpolate="step-after", strokeWidth=1.5, clip=True).encode(**line_enc)
     layers = [fill, line]
     if top:
         note = pd.DataFrame({"x": [0.0], "y": [top], "text": ["zeros (clipped: see the tooltip)"]})
-        layers.append(alt.Chart(note).mark_text(align="left", baseline="top", dx=4, dy=2, fontSize=10).encode(
+        layers.append(alt.Chart(note).mark_text(align="left", baseline="top", dx=4, dy=2,
+                                                fontSize=10).encode(
             x="x:Q", y="y:Q", text="text:N"))
     return alt.layer(*layers, title=name).properties(width=width, height=220)
 
@@ -116,13 +125,14 @@ def histogram_chart(panels: Mapping[str, tuple[pd.DataFrame, Axis]], title: str 
     each on its own axes; every legend names its groups with their element counts."""
     charts = [panel_chart(name, frame, axis, log, width) for name, (frame, axis) in panels.items()]
     return alt.hconcat(*charts, title=title).resolve_scale(
-        fill="independent", stroke="independent", strokeDash="independent", x="independent", y="independent")
+        fill="independent", stroke="independent", strokeDash="independent", x="independent",
+        y="independent")
 
 
-def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = "", log: bool = False,
-                decades: float = 4.0) -> alt.LayerChart:
-    """A ridge plot (:func:`inspector.analysis.hist_view.ridge_frame`) as a Vega-Lite chart: one row per
-    step labelled with its step, groups outlined over a light fill in their colours, tooltips
+def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = "",
+                log: bool = False, decades: float = 4.0) -> alt.LayerChart:
+    """A ridge plot (:func:`inspector.analysis.hist_view.ridge_frame`) as a Vega-Lite chart: one row
+    per step labelled with its step, groups outlined over a light fill in their colours, tooltips
     with step, group, the values a bar holds and its fraction."""
     groups = list(dict.fromkeys(frame["group"]))
     colors = hist_view.group_colors(groups)
@@ -137,11 +147,14 @@ def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = 
     fill = alt.Chart(frame).mark_rect(fillOpacity=0.2).encode(
         x=x_encoding(axis, frame), x2="x1:Q", y=y, y2="top:Q", fill=color,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.2),
-        tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"), alt.Tooltip("lo:Q", title="values from", format=".4g"),
-                 alt.Tooltip("hi:Q", title="to", format=".4g"), alt.Tooltip("fraction:Q", format=".3%")],
+        tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"),
+                 alt.Tooltip("lo:Q", title="values from", format=".4g"),
+                 alt.Tooltip("hi:Q", title="to", format=".4g"),
+                 alt.Tooltip("fraction:Q", format=".3%")],
     ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name="zoom_ridge"))
     line = alt.Chart(outline_frame(frame, "top", "base", ("step", "group"))).mark_line(
-        interpolate="step-after", strokeWidth=1.2).encode(x="x:Q", y="y:Q", stroke=color, detail=["step:Q", "group:N"])
+        interpolate="step-after", strokeWidth=1.2).encode(x="x:Q", y="y:Q", stroke=color,
+                                                          detail=["step:Q", "group:N"])
     return alt.layer(fill, line, title=title + suffix).properties(height=ridge_height(n))
 
 

@@ -20,9 +20,9 @@ import numpy as np
 import pandas as pd
 
 #: Tableau's 20 colours, the 10 strong ones first (Vega's ``tableau20`` reordered)
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6", "#9d755d",
-           "#bab0ac", "#9ecae9", "#ffbf79", "#88d27a", "#ff9d98", "#b7d6d3", "#f2cf5b", "#d6a5c9", "#fcbfd2",
-           "#d8b5a5", "#79706e")
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b279a2", "#ff9da6",
+           "#9d755d", "#bab0ac", "#9ecae9", "#ffbf79", "#88d27a", "#ff9d98", "#b7d6d3", "#f2cf5b",
+           "#d6a5c9", "#fcbfd2", "#d8b5a5", "#79706e")
 #: The sample groups' colours (inspector.analysis.plots.GROUP_COLORS in CSS form)
 GROUPS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
 #: Steps drawn per series at most (about a chart's width in pixels, as TensorBoard); a longer
@@ -50,9 +50,11 @@ def _hues() -> Iterator[str]:
     seen = set(PALETTE)
     k = 0
     while True:
-        h = (k * 0.618033988749895) % 1.0            # golden-ratio steps: consecutive hues far apart
+        # golden-ratio steps: consecutive hues far apart
+        h = (k * 0.618033988749895) % 1.0
         light, sat = (0.42, 0.65) if k % 2 else (0.55, 0.75)
-        c = "#{:02x}{:02x}{:02x}".format(*(round(x * 255) for x in colorsys.hls_to_rgb(h, light, sat)))
+        c = "#{:02x}{:02x}{:02x}".format(
+            *(round(x * 255) for x in colorsys.hls_to_rgb(h, light, sat)))
         if c not in seen:
             seen.add(c)
             yield c
@@ -104,7 +106,8 @@ def thinned(values: np.ndarray, most: int) -> np.ndarray:
     [0, 2, 4, 8]
     """
     bad = ~np.isfinite(np.asarray(values, np.float64))
-    edges = np.flatnonzero(bad & ~np.r_[False, bad[:-1]]), np.flatnonzero(bad & ~np.r_[bad[1:], False])
+    edges = np.flatnonzero(bad & ~np.r_[False, bad[:-1]]), \
+        np.flatnonzero(bad & ~np.r_[bad[1:], False])
     even = np.linspace(0, len(values) - 1, most).round().astype(int)
     return np.unique(np.concatenate([even, *edges]))
 
@@ -125,11 +128,13 @@ def long_frame(df: pd.DataFrame, log: bool, weight: float) -> pd.DataFrame:
                                    "segment": segments(steps, v)}))
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         {"step": [], "series": [], "value": [], "smoothed": [], "segment": []})
-    return out.astype({"series": object})  # not pandas 3's Arrow strings: Vega-Lite cannot read large_string
+    # not pandas 3's Arrow strings: Vega-Lite cannot read large_string
+    return out.astype({"series": object})
 
 
-def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None = None, log: bool = False,
-               smoothing: float = 0.0, height: int = 300, title: str = "", legend_title: str = "series"
+def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None = None,
+               log: bool = False, smoothing: float = 0.0, height: int = 300, title: str = "",
+               legend_title: str = "series"
                ) -> alt.LayerChart:
     """The chart of ``df`` (index: step; one column per series) with ``colors`` (one per
     column; default :func:`distinct_colors`), a log y axis if ``log`` (values <= 0 left out),
@@ -151,9 +156,10 @@ def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None =
         layers.append(base.mark_line(opacity=0.25, strokeWidth=1).encode(
             y=alt.Y("value:Q", scale=scale), color=color, detail="segment:N"))
     layers.append(base.mark_line(strokeWidth=1.6).encode(y=y, color=color, detail="segment:N"))
-    hover = alt.selection_point(name="near", nearest=True, on="pointermove", fields=["step"], empty=False,
-                                clear="pointerout")
-    layers.append(base.mark_point(filled=True, size=45).encode(y=y, color=color).transform_filter(hover))
+    hover = alt.selection_point(name="near", nearest=True, on="pointermove", fields=["step"],
+                                empty=False, clear="pointerout")
+    layers.append(
+        base.mark_point(filled=True, size=45).encode(y=y, color=color).transform_filter(hover))
     layers.append(_rules(long, names, shown, x, hover))
     return alt.layer(*layers).properties(height=height, title=title)
 
@@ -161,9 +167,12 @@ def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None =
 def _rules(long: pd.DataFrame, names: list[str], shown: str, x: alt.X, hover) -> alt.Chart:
     """One invisible rule per step carrying the pointer's nearest-step selection and a tooltip
     with every series' value there (fields ``s0``, ``s1``...: series names are not field names)."""
-    wide = long.pivot_table(index="step", columns="series", values=shown, aggfunc="last", dropna=False)
-    wide = wide.reindex(columns=names).rename(columns={n: f"s{i}" for i, n in enumerate(names)}).reset_index()
+    wide = long.pivot_table(index="step", columns="series", values=shown, aggfunc="last",
+                            dropna=False)
+    wide = wide.reindex(columns=names).rename(
+        columns={n: f"s{i}" for i, n in enumerate(names)}).reset_index()
     tips = [alt.Tooltip("step:Q", title="step")] + [alt.Tooltip(f"s{i}:Q", title=n, format=".4~g")
                                                     for i, n in enumerate(names)]
     return alt.Chart(wide).mark_rule(color="#888888").encode(
-        x=x, opacity=alt.condition(hover, alt.value(0.7), alt.value(0)), tooltip=tips).add_params(hover)
+        x=x, opacity=alt.condition(hover, alt.value(0.7), alt.value(0)),
+        tooltip=tips).add_params(hover)
