@@ -1,6 +1,6 @@
 """``inspector.options.WriterOptions``: the writer's settings, checked once (before the lock is
 taken), taken by ``RunWriter`` as ``options=`` or as keywords (never both), with the keywords'
-defaults the options' own."""
+defaults the options' own; and ``hooks.CaptureOptions`` hands its writing options over in one."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import inspector
+from hooks.options import OPTION_NAMES, CaptureOptions
 from inspector.format import lock_name
 from inspector.options import WriterOptions
 from inspector.writer import RunWriter
@@ -112,3 +113,16 @@ def test_keyword_defaults_are_the_options_defaults():
         assert params[name].kind is inspect.Parameter.KEYWORD_ONLY, name
         assert params[name].default == default, name
 
+
+def test_the_hooks_writing_options_are_the_writers():
+    """Options that CaptureOptions and WriterOptions share mean the same, with the same default,
+    except the byte budget (a hook's run is bounded by default; a bare writer is not)."""
+    shared = set(OPTION_NAMES) & {f.name for f in dataclasses.fields(WriterOptions)}
+    assert shared == {"max_bytes", "queue_size", "stats_flush_secs", "fsync", "strict",
+                      "storage_options"}
+    assert CaptureOptions().writer_options == WriterOptions(max_bytes=CaptureOptions().max_bytes)
+    some = dict(max_bytes=5, queue_size=2, stats_flush_secs=0, fsync=True, strict=True,
+                storage_options={"a": 1})
+    assert CaptureOptions(**some).writer_options == WriterOptions(**some)
+    with pytest.raises(ValueError, match="queue_size=-1 must be an int >= 1"):
+        CaptureOptions(queue_size=-1)   # refused with the other options, not when a session opens

@@ -559,7 +559,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._estimated = graph
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
                                  stats_layout=layout, graph_def=graph.graph_def, mode="train",
-                                 owner_gone=self._fit_watch, **self.options.writer_args())
+                                 owner_gone=self._fit_watch, options=self.options.writer_options)
         # the writer holds the check (and with it fit's frame and locals: its data) until the
         # session ends; kept here too, they outlived a fit that raised until the next fit
         self._fit_watch = None
