@@ -144,14 +144,17 @@ class Tally:
         return first
 
     def records(self) -> list[dict]:
+        """The records as the manifest keeps them (copies)."""
         return [dict(r, steps=list(r["steps"])) for r in self._records.values()]
 
     def count(self) -> int:
+        """The events counted, over every record."""
         return sum(r["count"] for r in self._records.values())
 
 
 @dataclass
 class WriterState:
+    """What a session has written and lost so far: the manifest's totals and records."""
     bytes_before: int = 0   # the run's bytes when this session began: the byte budget counts them
     bytes_written: int = 0
     dumps: int = 0
@@ -163,6 +166,7 @@ class WriterState:
     written: list[tuple[int, int | None]] = field(default_factory=list)   # (step, batch) of each dump written
 
     def saw(self, step: int) -> None:
+        """Widen the session's step range to ``step``."""
         self.first_step = step if self.first_step is None else min(self.first_step, step)
         self.last_step = step if self.last_step is None else max(self.last_step, step)
 
@@ -403,11 +407,21 @@ class RunWriter:
     # ---- called from the training loop -------------------------------------------------
     def add_stats(self, step: int, values: np.ndarray, hist: tuple[np.ndarray, np.ndarray, np.ndarray],
                   batch: int = 0, keep: np.ndarray | None = None) -> None:
-        """Queue one step's statistics (never blocks: see ``_Inbox``): ``values`` [R, 9] in
-        STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as (splits [R + 1],
-        bucket index [N], count [N]) (``inspector.format.loghist``). ``batch``: the batch index within
-        an evaluation or prediction (0 in training). ``keep``: bool [R], the layout's rows to
-        write (None: all)."""
+        """Queue one step's statistics; never blocks (see ``_Inbox``).
+
+        Args:
+            step: the global step.
+            values: [R, 9] in STAT_COLUMNS order, one row per row of the ``stats_layout``.
+            hist: the R rows' log-magnitude histograms as (splits [R + 1], bucket index [N],
+                count [N]) (``inspector.format.loghist``).
+            batch: the batch index within an evaluation or prediction (0 in training).
+            keep: bool [R], the layout's rows to write (None: all).
+
+        Raises:
+            ValueError: the writer has no ``stats_layout``, or the arrays do not fit it
+                (naming what does not).
+            RuntimeError: ``strict`` is set and an earlier write failed.
+        """
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
@@ -455,8 +469,21 @@ class RunWriter:
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
-        """Queue a full dump; returns False (and records why) if it was dropped. ``batch``: the
-        batch index within an evaluation or prediction (None in training)."""
+        """Queue a full dump, unless a full queue, the byte budget or a back-off drops it.
+
+        Args:
+            step: the global step.
+            arrays: the dump's arrays by key (``forward/<tensor>``, ``gradient/<tensor>``,
+                ``samples/...``: FORMAT.md).
+            metadata: strings added to the file's metadata.
+            batch: the batch index within an evaluation or prediction (None in training).
+
+        Returns:
+            False if it was dropped (the reason is recorded in the manifest's ``dropped``).
+
+        Raises:
+            RuntimeError: ``strict`` is set and an earlier write failed.
+        """
         self._raise_if_strict()
         if (int(step), batch) in self._dumped:
             self.state.saw(int(step))
@@ -505,9 +532,18 @@ class RunWriter:
             self._queue.put(("manifest", fields))
 
     def close(self, status: str = "finished", timeout: float | None = None, error: str | None = None) -> None:
-        """Flush everything, write the final manifest with ``status`` (and ``error``), stop the
-        threads, release the lock. Safe to call twice and from two threads: the first call's
-        status wins, and every call returns once the session has ended (or ``timeout``)."""
+        """Flush everything, write the final manifest, stop the threads, release the lock. Safe
+        to call twice and from two threads: the first call's status wins, and every call
+        returns once the session has ended (or ``timeout``).
+
+        Args:
+            status: the session's final status, ``finished`` or ``failed``.
+            timeout: seconds to wait for the writer thread (None: until it ends).
+            error: why the session failed (the manifest's ``error``).
+
+        Raises:
+            RuntimeError: ``strict`` is set and a write failed.
+        """
         with self._close_lock:
             first, self.closed = not self.closed, True
         if first:
@@ -713,11 +749,14 @@ class RunWriter:
                 self._dumps.task_done()  # drain() counts on it
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every dump queued so far is written (or dropped); False if ``timeout``
-        seconds pass first. For tests and tools that read a live run at a known point.
+        """Wait until every dump queued so far is written (or dropped). For tests and tools
+        that read a live run at a known point.
 
         >>> w.add_dump(5, {"forward/x:0": x}); w.drain(30)   # doctest: +SKIP
         True
+
+        Returns:
+            False if ``timeout`` seconds passed first.
         """
         done = self._dumps.all_tasks_done
         with done:
