@@ -860,7 +860,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:
         """``session.run(reads)`` through a callable made once per session and set of reads:
-        a plain ``run`` builds its fetch handler anew each call (~1 ms a sampled step here)."""
+        a plain ``run`` builds its fetch handler anew each call, on every sampled step."""
         key = (id(session), tuple(reads))
         fn = self._callables.get(key)
         if fn is None:

@@ -112,9 +112,9 @@ class CaptureOptions:
     """Ignored, with a warning: the in-graph histograms have fixed log-magnitude buckets, 8 per
     power of two (FORMAT.md, "Histograms")."""
     native_stats: bool = True
-    """Compute statistics with the fused kernel (``hooks/native``, compiled once per machine,
-    ~15 s, where a C++ compiler exists). False, or no compiler: stock TensorFlow ops, the same
-    values, ~8x more op time."""
+    """Compute statistics with the fused kernel (``hooks/native``, compiled once per machine
+    where a C++ compiler exists). False, or no compiler: stock TensorFlow ops, the same values,
+    several times the op time (bench/README.md)."""
 
     # ---- writing -----------------------------------------------------------------------------------
     worker: str | None = None
@@ -130,8 +130,8 @@ class CaptureOptions:
     rename is atomic and the page cache survives a crash of the training process (even SIGKILL),
     so completed files stay readable; only a power loss or a kernel crash can leave a recent file
     short (the reader then reports it as damaged). The manifest is always fsynced. On: one disk
-    flush per file (full dumps: ~60 MB each), which made the writer the bottleneck of dump-heavy
-    runs."""
+    flush per file (a full dump is tens of MB), which makes the writer the bottleneck of
+    dump-heavy runs."""
     storage_options: dict[str, Any] | None = None
     """For a URL run directory (``s3://bucket/runs/exp1``, needs ``pip install
     'tf-inspector[s3]'``): its fsspec filesystem's options (endpoint, credentials; default: the

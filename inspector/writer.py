@@ -843,7 +843,7 @@ class RunWriter:
         steps, batches = per_step(lambda s: s.step), per_step(lambda s: s.batch)
         # A group no sample of its step's batch is in has no row (count 0, mean NaN: the overview
         # took it for a NaN/Inf); `all` rows always have one. Here, on the writer thread, for
-        # all steps at once: each numpy call on the training thread costs ~10-20 us after a step.
+        # all steps at once: on the training thread it would cost numpy calls after every step.
         written = ~((values[:, STAT_COLUMNS.index("count")] == 0) & self._group_rows[layout_rows])
         if not written.all():
             keep = np.flatnonzero(written)
