@@ -46,8 +46,8 @@ class WriterOptions:
     block training. Memory held is at most ``queue_size + dump_threads`` dumps."""
     dump_threads: int = 2
     """Threads writing dumps, each its own file. More than one because the kernel's page-cache
-    and writeback work of one write overlaps another's: one thread drops dumps of a dump-heavy
-    run where two keep up (bench/README.md, "Two dump threads")."""
+    and writeback work of one write overlaps another's: two threads drop far fewer dumps of a
+    dump-heavy run than one (bench/README.md, "Two dump threads")."""
 
     # ---- when --------------------------------------------------------------------------------
     stats_flush_secs: float = 10.0
