@@ -379,7 +379,8 @@ class DumpHook(v1.train.SessionRunHook):
         # The writer (a new session of this worker) opens with the session, in after_create_session.
         accounting = capture.accounting(saved, sel, [t.name for t in sel.tensors], self.filters)
         self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped, accounting),
-                                 stats_layout=layout, graph_def=graph_def, mode=self.mode, **self.options.writer_args())
+                                 stats_layout=layout, graph_def=graph_def, mode=self.mode,
+                                 options=self.options.writer_options)
 
     def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
                             groups: capture.Groups | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
@@ -859,7 +860,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _run_reads(self, session, reads: dict[str, Any]) -> dict[str, Any]:
         """``session.run(reads)`` through a callable made once per session and set of reads:
-        a plain ``run`` builds its fetch handler anew each call (~1 ms a sampled step here)."""
+        a plain ``run`` builds its fetch handler anew each call, on every sampled step."""
         key = (id(session), tuple(reads))
         fn = self._callables.get(key)
         if fn is None:

@@ -19,13 +19,13 @@ before anything is traced.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence
 
 from inspector.format import HIST_MAX_ELEMENTS
+from inspector.options import WriterOptions, options_keywords
 
 from .schedule import Schedule, StepSpec
 
@@ -112,9 +112,9 @@ class CaptureOptions:
     """Ignored, with a warning: the in-graph histograms have fixed log-magnitude buckets, 8 per
     power of two (FORMAT.md, "Histograms")."""
     native_stats: bool = True
-    """Compute statistics with the fused kernel (``hooks/native``, compiled once per machine,
-    ~15 s, where a C++ compiler exists). False, or no compiler: stock TensorFlow ops, the same
-    values, ~8x more op time."""
+    """Compute statistics with the fused kernel (``hooks/native``, compiled once per machine
+    where a C++ compiler exists). False, or no compiler: stock TensorFlow ops, the same values,
+    several times the op time (bench/README.md)."""
 
     # ---- writing ---------------------------------------------------------------------------------
     worker: str | None = None
@@ -130,8 +130,8 @@ class CaptureOptions:
     rename is atomic and the page cache survives a crash of the training process (even SIGKILL),
     so completed files stay readable; only a power loss or a kernel crash can leave a recent file
     short (the reader then reports it as damaged). The manifest is always fsynced. On: one disk
-    flush per file (full dumps: ~60 MB each), which made the writer the bottleneck of dump-heavy
-    runs."""
+    flush per file (a full dump is tens of MB), which makes the writer the bottleneck of
+    dump-heavy runs."""
     storage_options: dict[str, Any] | None = None
     """For a URL run directory (``s3://bucket/runs/exp1``, needs ``pip install
     'tf-inspector[s3]'``): its fsspec filesystem's options (endpoint, credentials; default: the
@@ -160,6 +160,7 @@ class CaptureOptions:
             compile_patterns(patterns)
         self.schedule   # built here so that a bad schedule is refused now, not at the first step
         group_kind(self.groups, self.positive, self.num_classes)
+        self.writer_options   # the writer's settings too (queue_size...), not at the first session
 
     @property
     def schedule(self) -> Schedule:
@@ -184,43 +185,22 @@ class CaptureOptions:
                    for k in ("include", "exclude", "op_types", "exclude_op_types")},
                 "dtypes": [d.name for d in dtypes]}
 
-    def writer_args(self) -> dict[str, Any]:
-        """The keyword arguments of ``inspector.writer.RunWriter`` these options set."""
-        return dict(max_bytes=self.max_bytes, queue_size=self.queue_size,
-                    stats_flush_secs=self.stats_flush_secs, strict=self.strict, fsync=self.fsync,
-                    storage_options=self.storage_options)
+    @property
+    def writer_options(self) -> WriterOptions:
+        """The settings of ``inspector.writer.RunWriter`` these options set (checked with them)."""
+        return WriterOptions(max_bytes=self.max_bytes, queue_size=self.queue_size,
+                             stats_flush_secs=self.stats_flush_secs, strict=self.strict,
+                             fsync=self.fsync, storage_options=self.storage_options)
 
 
 #: the names of the options, each also a keyword argument of DumpHook and InspectCallback
 OPTION_NAMES = tuple(f.name for f in dataclasses.fields(CaptureOptions))
 
 
-def resolve(owner: str, options: CaptureOptions | None, given: Mapping[str, Any]) -> CaptureOptions:
-    """The options of ``owner`` (a class name): ``options=`` or the keywords ``given``, not both."""
-    if options is None:
-        return CaptureOptions(**given)
-    if not isinstance(options, CaptureOptions):
-        raise TypeError(f"{owner}(options={options!r}): options= takes a hooks.CaptureOptions(...)")
-    if given:
-        raise TypeError(f"{owner} got {', '.join(given)} and options=: give each option one way, "
-                        "as a keyword or in options=, not both (to change an options object: "
-                        f"options=dataclasses.replace(options, {'=..., '.join(given)}=...))")
-    return options
-
-
-Init = TypeVar("Init", bound=Callable[..., None])
-
-
-def takes_options(init: Init) -> Init:
-    """Decorator of ``__init__``: the shared options come as keywords (each listed in ``init``'s
-    signature with this module's default, for ``help()`` and editors) or as ``options=``;
-    ``init`` receives them resolved in ``options`` and reads them there, not in its keywords."""
-    @functools.wraps(init)
-    def wrapper(self, *args: Any, options: CaptureOptions | None = None, **kwargs: Any) -> None:
-        # in the caller's order
-        given = {k: kwargs.pop(k) for k in list(kwargs) if k in OPTION_NAMES}
-        init(self, *args, options=resolve(type(self).__name__, options, given), **kwargs)
-    return wrapper  # type: ignore[return-value]
+#: Decorator of ``__init__``: the shared options come as keywords (each listed in ``init``'s
+#: signature with this module's default, for ``help()`` and editors) or as ``options=``;
+#: ``init`` receives them resolved in ``options`` and reads them there, not in its keywords.
+takes_options = options_keywords(CaptureOptions, "a hooks.CaptureOptions")
 
 
 def compile_patterns(patterns: str | Iterable[str] | None) -> list[re.Pattern]:

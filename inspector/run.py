@@ -65,15 +65,29 @@ def _is_run(store: Storage) -> bool:
 
 
 def is_run(path: str | Path | Storage, storage_options: dict | None = None) -> bool:
-    """True if ``path`` (a folder, or a URL: ``s3://bucket/runs/exp1``) is a run directory
-    (holds at least one worker manifest)."""
+    """Whether ``path`` is a run directory: it holds at least one worker manifest.
+
+    Args:
+        path: a folder, or a URL (``s3://bucket/runs/exp1``).
+        storage_options: for a URL, its fsspec filesystem's options (as in :func:`open_run`).
+    """
     store = open_storage(path, storage_options)
     return store.exists() and _is_run(store)
 
 
 def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
-    """``path`` itself if it is a run, else the runs directly inside it (sorted): Paths for a
-    local folder, URLs for a folder in an object store."""
+    """The runs at ``path``: ``path`` itself if it is a run, else the runs directly inside it.
+
+    Args:
+        path: a folder, or a URL of a folder in an object store.
+        storage_options: for a URL, its fsspec filesystem's options (as in :func:`open_run`).
+
+    Returns:
+        The runs, sorted: Paths for a local folder, URLs for a folder in an object store.
+
+    Raises:
+        NotARunError: ``path`` does not exist.
+    """
     store = open_storage(path, storage_options)
     if not store.exists():
         raise NotARunError(f"{store.display()} does not exist; give a run directory or a folder of runs")
@@ -90,14 +104,26 @@ def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
 
 def open_run(path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
              filesystem: Any = None, timeout: float | None = None) -> "Run":
-    """Open the run at ``path`` (reads its manifests only): a folder, ``file://``, or an fsspec
-    URL (``s3://bucket/runs/exp1``, ``gs://...``; ``storage_options`` as fsspec documents them,
-    or credentials from the environment; ``filesystem``: an fsspec filesystem to use). Remote
-    files are read by byte ranges: a statistics query reads Parquet footers and the columns it
-    needs, a tensor its dump's header and its own bytes. ``verify=False`` skips the checksums
-    of dumped arrays and statistics pages (faster; see FORMAT.md). ``timeout``: seconds a
-    request to an object store may take (``inspector.storage.storage_timeout``); a store that
-    does not answer is a StorageError naming the URL and the cause."""
+    """Open the run at ``path``, reading its manifests only. Remote files are read by byte
+    ranges: a statistics query reads Parquet footers and the columns it needs, a tensor its
+    dump's header and its own bytes.
+
+    Args:
+        path: a folder, ``file://``, or an fsspec URL (``s3://bucket/runs/exp1``, ``gs://...``).
+        verify: check the checksums of dumped arrays and statistics pages as they are read;
+            False skips them (faster; see FORMAT.md).
+        storage_options: for a URL, its fsspec filesystem's options, as fsspec documents them
+            (default: ``$TF_INSPECTOR_STORAGE_OPTIONS``, else credentials from the environment).
+        filesystem: an fsspec filesystem instance to use instead of ``storage_options``.
+        timeout: seconds a request to an object store may take
+            (``inspector.storage.storage_timeout``).
+
+    Raises:
+        NotARunError: ``path`` does not exist, or holds no manifest.
+        DamagedFileError: every manifest of the run is damaged.
+        FormatVersionError: a manifest is of a newer format version than this reader's.
+        StorageError: the object store did not answer (naming the URL and the cause).
+    """
     return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem, timeout=timeout)
 
 
@@ -243,14 +269,22 @@ class Run:
         return next(iter(names)) if len(names) == 1 else None
 
     def view(self, mode: str = "train", worker: str | None = None, batch: int | None = None) -> "Run":
-        """This run with other defaults for every query: ``mode`` (train, eval, predict, 'all'),
-        ``worker`` (a name, 'all', None: the default worker) and ``batch`` (an eval/predict
-        batch index; None: every batch). Shares the file caches; statistics are re-read.
+        """This run with other defaults for every query. Shares the file caches; statistics
+        are re-read.
 
         Example::
 
             ev = run.view(mode="eval", batch=0)
             ev.stats, ev.steps, ev.tensor("conv1/Relu:0", 200)
+
+        Args:
+            mode: train, eval, predict, or 'all'.
+            worker: a worker name, 'all', or None (:attr:`default_worker`).
+            batch: an eval/predict batch index; None: every batch.
+
+        Raises:
+            ValueError: an unknown mode.
+            InspectorError: a worker that wrote nothing in this run.
         """
         self._check_mode(mode)
         if worker not in (None, ALL):
@@ -340,6 +374,7 @@ class Run:
 
     @property
     def config(self) -> dict:
+        """The hook's settings, as :attr:`manifest` records them (``config``: FORMAT.md)."""
         return self.manifest.get("config", {})
 
     @property
@@ -397,8 +432,12 @@ class Run:
         return self.tensors[self.tensors["kind"] == "variable"]
 
     def check_tensor(self, name: str) -> str:
-        """Return ``name`` if the catalog holds it, else raise UnknownTensorError with close names and,
-        where the run records it, why it was not captured (:meth:`why`)."""
+        """``name``, checked against the catalog.
+
+        Raises:
+            UnknownTensorError: the catalog does not hold ``name`` (naming close names and,
+                where the run records it, why it was not captured: :meth:`why`).
+        """
         if name not in self.tensors.index:
             why = self.why(name)
             said = f" Not captured: {why.reason}." if why.status in ("skipped", "excluded") else ""
@@ -409,10 +448,20 @@ class Run:
 
     def graph_def_bytes(self, worker: str | None = None, session: int | None = None,
                         limit: int | None = None) -> bytes:
-        """The serialized GraphDef of a session (default: that of :attr:`manifest`); parse with
-        tf.compat.v1.GraphDef.FromString or ``inspector.graph.graphdef.parse_graph_def``.
-        DamagedFileError (naming the file and its size) for a file over ``limit`` bytes
-        (default ``graphdef.MAX_GRAPH_BYTES``), checked before reading."""
+        """The serialized GraphDef of a session; parse it with tf.compat.v1.GraphDef.FromString
+        or ``inspector.graph.graphdef.parse_graph_def``.
+
+        Args:
+            worker: the session's worker (None: that of :attr:`manifest`).
+            session: its number (None: the worker's latest; both None: :attr:`manifest`'s).
+            limit: the largest file read, in bytes (default ``graphdef.MAX_GRAPH_BYTES``),
+                checked before reading.
+
+        Raises:
+            DamagedFileError: the file is over ``limit`` bytes (naming it and its size).
+            InspectorError: no such worker or session.
+            OSError: the session wrote no graph file.
+        """
         m = self._session_manifest(worker, session)
         w, s = m["worker"], m["session"]
         name = graph_name(w, s) if s else f"graph.{w}.pb"
@@ -431,28 +480,45 @@ class Run:
 
     # ---- accounting (inspector.format.accounting) -----------------------------------------------------
     def why(self, name: str, worker: str | None = None, session: int | None = None) -> Why:
-        """Whether ``name``, a tensor or op name of a session's graph (default: that of
-        :attr:`manifest`), was captured, skipped (and why) or excluded (by which rule): a
-        :class:`inspector.format.accounting.Why` with ``status``, ``reason`` and ``rule``.
+        """Whether ``name`` was captured, skipped (and why) or excluded (by which rule).
 
         Example::
 
             run.why("loss/Const:0").status     # 'excluded'; .rule 'constant'
+
+        Args:
+            name: a tensor or op name of the session's graph.
+            worker: the session's worker (None: that of :attr:`manifest`).
+            session: its number (None: the worker's latest; both None: :attr:`manifest`'s).
+
+        Returns:
+            An ``inspector.format.accounting.Why`` with ``status``, ``reason`` and ``rule``.
         """
         return self._ledger(worker, session).why(name)
 
     def accounting(self, worker: str | None = None, session: int | None = None) -> pd.DataFrame:
-        """Where a session's float op outputs went: one row for the captured ones, one per skip
-        reason and one per exclusion rule with outputs (columns status, rule, source, what,
-        count, examples); empty for a run written before the accounting."""
+        """Where a session's float op outputs went (``worker``, ``session``: as in :meth:`why`).
+
+        Returns:
+            One row for the captured outputs, one per skip reason and one per exclusion rule
+                with outputs: columns status, rule, source, what, count, examples; empty for a run
+                written before the accounting.
+        """
         return pd.DataFrame(self._ledger(worker, session).table(),
                             columns=["status", "rule", "source", "what", "count", "examples"])
 
     def uncaptured(self, text: str = "", worker: str | None = None, session: int | None = None,
                    limit: int = 200) -> pd.DataFrame:
-        """The graph's ops and skipped tensors not captured whose name or op type contains
-        ``text`` (case-insensitive), at most ``limit``: columns name, op_type, status, rule,
-        reason."""
+        """The graph's ops and skipped tensors that were not captured (``worker``, ``session``:
+        as in :meth:`why`).
+
+        Args:
+            text: only those whose name or op type contains it (case-insensitive).
+            limit: at most this many rows.
+
+        Returns:
+            Columns name, op_type, status, rule, reason.
+        """
         rows = [(w.name, w.op_type, w.status, w.rule, w.reason)
                 for w in self._ledger(worker, session).search(text, limit)]
         return pd.DataFrame(rows, columns=["name", "op_type", "status", "rule", "reason"])
@@ -661,7 +727,11 @@ class Run:
         return list(names)
 
     def check_group(self, group: str) -> str:
-        """``group`` if the run has it, else UnknownGroupError naming the groups it has."""
+        """``group``, checked against :attr:`groups`.
+
+        Raises:
+            UnknownGroupError: the run has no such group (naming the groups it has).
+        """
         if group not in self.groups:
             raise UnknownGroupError(f"no group {group!r} in {self.path}; its groups are: "
                                     f"{', '.join(self.groups)}{suggest(str(group), self.groups)}")
@@ -675,23 +745,40 @@ class Run:
                     at_steps: Iterable[int] | None = None, finite_part: bool = False) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
-        ``mode``: 'train' (default), 'eval', 'predict' or 'all'. ``worker``: a worker name, 'all',
-        or None for the default worker (:attr:`default_worker`). ``session``: None merges
-        sessions (the later session wins a step recorded twice), an int reads that session
-        only, 'all' keeps every session's rows. ``batch``: only that eval/predict batch.
-        Defaults come from :meth:`view` (train, the default worker, every batch). ``group``:
-        one group (the same as ``groups=[group]``); :attr:`groups` lists them, and an unknown
-        one raises UnknownGroupError naming them. ``at_steps``: only these steps (a list; with
-        ``steps`` too, those of them in its range): each part is read once for all of them.
-        A row that counts a NaN or Inf shows mean, std, min, max and l2 as NaN (l2 Inf where it
-        counts an Inf and no NaN), never the finite part's numbers, which can read as healthy
-        (:mod:`inspector.stats.nonfinite`); ``finite_part=True``: the stored finite part's.
-
         Example::
 
             run.query_stats(["conv1/Relu:0"], steps=(100, 500), kinds=["gradient"], groups=["all"])
             run.query_stats(["logits:0"], group="class_3", columns=["mean", "std"])
             run.query_stats(mode="eval", columns=["mean"])      # one row per eval batch
+
+        Args:
+            tensors: only these tensors (None: every one).
+            steps: only the steps from ``steps[0]`` to ``steps[1]``, both included.
+            kinds: only these kinds (``forward``, ``gradient``, ``update``...).
+            groups: only these sample groups (:attr:`groups` lists them).
+            columns: the statistics columns to read (the identity columns and tensor, kind and
+                group always come); None: every column.
+            mode: 'train', 'eval', 'predict' or 'all'.
+            worker: a worker name, 'all', or None: :attr:`default_worker`.
+            session: None merges sessions (the later session wins a step recorded twice); an
+                int reads that session only; 'all' keeps every session's rows.
+            batch: only that eval/predict batch.
+            group: one group more (the same as ``groups=[group]``).
+            at_steps: only these steps (with ``steps`` too, those of them in its range): each
+                part is read once for all of them.
+            finite_part: the stored values of a row that counts a NaN or Inf. By default its
+                mean, std, min, max and l2 show as NaN (l2 as Inf where it counts an Inf and no
+                NaN), never the finite part's numbers, which can read as healthy
+                (:mod:`inspector.stats.nonfinite`).
+
+        The defaults of ``mode``, ``worker`` and ``batch`` come from :meth:`view` (train, the
+        default worker, every batch).
+
+        Raises:
+            UnknownTensorError: a tensor the catalog does not hold.
+            UnknownGroupError: a group the run does not have.
+            ValueError: an unknown mode.
+            InspectorError: a worker or session that wrote nothing in this run.
         """
         if group is not None:
             groups = [*(groups or []), group]
@@ -730,13 +817,16 @@ class Run:
         return nonfinite.mark(self._read_stats(read, filters or None, mode, worker, session, batch), extra)
 
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
-        """The sorted steps with statistics rows of (``kind``, ``group``) in this view: the steps
-        of ``query_stats(kinds=[kind], groups=[group])``: a summarised part's from its summary's
-        step lists, other parts' from four columns (FORMAT.md "Summaries"). Where a worker has
-        several sessions of a mode, a later session wins each step it recorded (its ``forward``
-        / ``all`` steps, which every recorded step has), also where it has no row of this group.
+        """The steps with statistics rows of (``kind``, ``group``) in this view: the steps of
+        ``query_stats(kinds=[kind], groups=[group])``, read from a summarised part's summary,
+        from four columns of other parts (FORMAT.md "Summaries"). Where a worker has several
+        sessions of a mode, a later session wins each step it recorded (its ``forward`` /
+        ``all`` steps, which every recorded step has), also where it has no row of this group.
 
         >>> run.stats_steps()[-1]   # the last statistics step  # doctest: +SKIP
+
+        Returns:
+            The steps, sorted (int64).
         """
         batch = self._where(None, None)[2]
         files = self._selected(self._stats_files, None, None, None)
@@ -829,21 +919,37 @@ class Run:
     def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                   mode: str | None = None, worker: str | None = None, session: int | None = None,
                   batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """numpy-style bin edges and counts of the in-graph histogram of ``tensor`` at ``step``
-        (``np.histogram``'s form, for plotting): equal-width bins in runs before format version
-        4; else the log-magnitude buckets and the gaps between them
-        (:func:`inspector.stats.histograms.edges_and_counts`; :meth:`log_histogram` gives the buckets
-        themselves). Raises InspectorError when the choice is ambiguous (rows of several
-        workers: pass ``worker=``)."""
+        """The in-graph histogram of ``tensor`` at ``step``, in ``np.histogram``'s form (for
+        plotting): equal-width bins in runs before format version 4; else the log-magnitude
+        buckets and the gaps between them (:func:`inspector.stats.histograms.edges_and_counts`;
+        :meth:`log_histogram` gives the buckets themselves). ``mode``, ``worker``, ``session``,
+        ``batch``: as in :meth:`query_stats`.
+
+        Returns:
+            ``(edges, counts)``: numpy arrays, ``len(edges) == len(counts) + 1``.
+
+        Raises:
+            NoDumpError: no statistics of ``tensor`` at ``step`` (naming the nearest steps).
+            InspectorError: rows of several workers or sessions: pass ``worker=`` (or
+                ``session=``).
+        """
         h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
         return histograms.edges_and_counts(h) if h is not None else (np.array([0.0, 1.0]), np.zeros(1, np.int64))
 
     def log_histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                       mode: str | None = None, worker: str | None = None, session: int | None = None,
                       batch: int | None = None) -> LogHistogram:
-        """The log-magnitude histogram of ``tensor`` at ``step`` (:class:`~inspector.format.loghist.LogHistogram`:
-        its non-empty buckets and their counts; ``.quantiles(q)``, ``.edges()``). InspectorError
-        for a row written before format version 4 (equal-width bins: :meth:`histogram`)."""
+        """The log-magnitude histogram of ``tensor`` at ``step``: its non-empty buckets and their
+        counts (``.quantiles(q)``, ``.edges()``). Arguments as in :meth:`histogram`.
+
+        Returns:
+            An ``inspector.format.loghist.LogHistogram``.
+
+        Raises:
+            InspectorError: the row was written before format version 4 (equal-width bins:
+                :meth:`histogram`), or as :meth:`histogram` raises.
+            NoDumpError: as :meth:`histogram` raises.
+        """
         h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
         if not isinstance(h, LogHistogram):
             raise InspectorError(f"the statistics of {tensor!r} at step {step} were written before format version 4: "
@@ -855,17 +961,25 @@ class Run:
                   group: str = "all", q: Sequence[float] = (0.0, 0.07, 0.16, 0.5, 0.84, 0.93, 1.0), *,
                   mode: str | None = None, worker: str | None = None, session: int | str | None = None
                   ) -> pd.DataFrame:
-        """Quantiles ``q`` (each in [0, 1]) of ``tensor`` per statistics step: one row per step
-        (and batch, worker or session where the view holds several), columns ``q0.5`` etc.,
-        from the log-magnitude histograms. Each is within ``RELATIVE_ERROR`` (1/17, 5.9%) of
-        the exact quantile (rank ``floor(q * (n - 1))``) of the values the histogram counts:
-        every finite element, or for a tensor over the histogram's sample size its subsample
-        (FORMAT.md, "Histograms"); ``attrs["relative_error"]`` states the bound. ``q`` defaults
-        to TensorBoard's distribution bands (0, 7, 16, 50, 84, 93, 100 %).
+        """Quantiles of ``tensor`` per statistics step, from the log-magnitude histograms.
+        Each is within ``RELATIVE_ERROR`` (1/17, 5.9%) of the exact quantile (rank
+        ``floor(q * (n - 1))``) of the values the histogram counts: every finite element, or
+        for a tensor over the histogram's sample size its subsample (FORMAT.md, "Histograms").
 
         Example::
 
             run.quantiles("conv3/Relu:0", kind="gradient", group="negative", q=[0.5, 0.99])
+
+        Args:
+            steps: only the steps from ``steps[0]`` to ``steps[1]``, both included.
+            q: the quantiles, each in [0, 1]; the default: TensorBoard's distribution bands
+                (0, 7, 16, 50, 84, 93, 100 %).
+
+        ``kind``, ``group``, ``mode``, ``worker``, ``session``: as in :meth:`query_stats`.
+
+        Returns:
+            One row per step (and batch, worker or session where the view holds several),
+                columns ``q0.5`` etc.; ``attrs["relative_error"]`` states the bound.
         """
         df = self.query_stats([tensor], steps=steps, kinds=[kind], groups=[group], columns=list(histograms.COLUMNS),
                               mode=mode, worker=worker, session=session)
@@ -888,8 +1002,12 @@ class Run:
 
     def dump_index(self, *, mode: str | None = None, worker: str | None = None,
                    session: int | str | None = None) -> dict[tuple[int, int], list[DumpFile]]:
-        """{(step, batch): dump files} of the chosen mode, workers and sessions; a step two
-        sessions of one worker dumped keeps the later session's (unless ``session=``)."""
+        """The dump files of the chosen mode, workers and sessions (as in :meth:`query_stats`).
+
+        Returns:
+            ``{(step, batch): [DumpFile, ...]}``; a step two sessions of one worker dumped
+                keeps the later session's (unless ``session=``).
+        """
         key = (*self._where(mode, worker)[:2], session)
         if key not in self._indexes:
             self._indexes[key] = self._build_index(*key)
@@ -915,7 +1033,8 @@ class Run:
 
     def dump_steps(self, *, mode: str | None = None, worker: str | None = None,
                    session: int | str | None = None) -> list[int]:
-        """Steps with a full dump of the chosen mode, worker and session, sorted."""
+        """Steps with a full dump of the chosen mode, worker and session (as in
+        :meth:`query_stats`), sorted."""
         return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker, session=session)})
 
     def _dump(self, step: int, worker: str | None, mode: str | None = None, batch: int | None = None,
@@ -960,8 +1079,11 @@ class Run:
         return f"; the dump of that step by {names} holds it: pass session={found[-1].session}"
 
     def check_dumps(self) -> int:
-        """Read and check the header of every dump file (every session, worker and mode);
-        returns how many are damaged (each is named in :attr:`problems`)."""
+        """Read and check the header of every dump file (every session, worker and mode).
+
+        Returns:
+            How many are damaged (each is named in ``problems``).
+        """
         damaged = 0
         for f in self._dump_files:
             try:
@@ -1005,7 +1127,16 @@ class Run:
 
     def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None,
                    batch: int | None = None, session: int | None = None) -> np.ndarray:
-        """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped."""
+        """Any array of the dump of ``step`` by key (see :meth:`dump_keys`), memory-mapped.
+        ``worker``, ``mode``, ``batch``, ``session``: as in :meth:`query_stats`.
+
+        Raises:
+            NoDumpError: no dump at ``step`` (naming the nearest dumped steps), or it holds no
+                ``key``.
+            InspectorError: several writers dumped ``step``: pass ``worker=`` (and
+                ``session=``).
+            DamagedFileError: the dump file is damaged (also named in ``problems``).
+        """
         f = self._dump(step, worker, mode, batch, session)
         header, start = self._header(f)
         key = self._aliases(f).get(key, key)
@@ -1028,7 +1159,17 @@ class Run:
 
         For a batched tensor only the samples kept by the sample budget are there; see
         :meth:`samples` for which ones. ``mode="eval"`` with ``batch=`` reads an evaluation's
-        dumps (taken at global step ``step``)."""
+        dumps (taken at global step ``step``); ``worker``, ``session``: as in
+        :meth:`query_stats`.
+
+        Raises:
+            ValueError: ``kind`` is not one of ``KINDS``.
+            UnknownTensorError: the catalog does not hold ``name``.
+            NoDumpError: no dump at ``step``, or it does not hold ``name`` (naming the
+                sessions whose dump does), or ``name`` has no gradient.
+            InspectorError: several writers dumped ``step``: pass ``worker=``.
+            DamagedFileError: the dump file is damaged.
+        """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         self.check_tensor(name)
@@ -1046,14 +1187,26 @@ class Run:
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                 session: int | None = None, tower: str | None = None, tensor: str | None = None) -> pd.DataFrame:
-        """The samples kept in the dump of ``step``: batch index, label and group per row, and the
-        worker and session that wrote them. ``tower``: a tower's kept samples instead (the
-        catalog's ``tower`` column; ``index`` is then a row of the tower's part of the batch).
-        ``tensor``: the samples of that tensor's dumped rows (its tower's, if it has one); a
-        tensor that is not per-sample (catalog ``batched`` false) is dumped whole, its rows are
-        no samples, and asking for them is a ValueError.
+        """The samples kept in the dump of ``step``. ``worker``, ``mode``, ``batch``,
+        ``session``: as in :meth:`query_stats`.
 
-        >>> run.samples(40, tensor="tower_1/conv1/Relu:0")   # doctest: +SKIP"""
+        >>> run.samples(40, tensor="tower_1/conv1/Relu:0")   # doctest: +SKIP
+
+        Args:
+            tower: a tower's kept samples instead (the catalog's ``tower`` column; ``index`` is
+                then a row of the tower's part of the batch).
+            tensor: the samples of that tensor's dumped rows (its tower's, if it has one).
+
+        Returns:
+            One row per kept sample: worker, session (of the dump), index (in the batch),
+                label and group (where the dump has them).
+
+        Raises:
+            ValueError: ``tensor`` is not per-sample (catalog ``batched`` false: it is dumped
+                whole, its rows are no samples), or is not of ``tower``.
+            NoDumpError: no dump at ``step``, or it holds no samples of ``tower``.
+            DamagedFileError: the dump or its session's manifest is damaged.
+        """
         if tensor is not None:
             tensor = self.check_tensor(tensor)
             if "batched" in self.tensors and not bool(self.tensors.loc[tensor, "batched"]):
@@ -1092,6 +1245,8 @@ class Run:
 
     def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
                       session: int | None = None) -> dict:
+        """The metadata strings of the dump of ``step`` (step, worker, session, mode,
+        format_version, batch and what the hook adds); arguments as in :meth:`dump_array`."""
         return dict(self._header(self._dump(step, worker, mode, batch, session))[0].get("__metadata__", {}))
 
     # ---- sizes and anomalies -------------------------------------------------------------
@@ -1103,14 +1258,19 @@ class Run:
                    if not is_temporary(e.name))
 
     def nonfinite_evidence(self, mode: str | None = None, worker: str | None = None) -> list[dict]:
-        """Every first sighting of a NaN or Inf, ordered by step: the first (step, tensor, kind)
-        whose statistics count one (``source`` 'statistics'), and each session's own record
-        from the hook (its every-step loss check, or its statistics check), with its worker.
-        The two can disagree (the loss check sees step 5 in ``loss:0``, statistics every 2
-        steps see step 6 in a gradient): both are listed. Each names its ``session``; a
-        session's record at a step that a later session of its worker and mode ran again (a
-        resume from an earlier checkpoint) has ``rerun_by``: that session, whose rows and dump
-        the reader shows at that step."""
+        """Every first sighting of a NaN or Inf, ordered by step. The statistics and the hook's
+        own checks can disagree (the loss check sees step 5 in ``loss:0``, statistics every 2
+        steps see step 6 in a gradient): both are listed.
+
+        Returns:
+            Dicts, each with its ``step``, ``worker``, ``session`` and ``source``: the first
+                (step, tensor, kind) whose statistics count one (``source`` 'statistics', with
+                ``nan`` and ``inf``), and each session's own record from the hook (its every-step
+                loss check, or its statistics check: the manifest's ``first_nonfinite``). A
+                session's record at a step that a later session of its worker and mode ran again
+                (a resume from an earlier checkpoint) has ``rerun_by``: that session, whose rows
+                and dump the reader shows at that step.
+        """
         found = []
         df = self._nonfinite_rows(mode, worker)
         if df is None:

@@ -11,9 +11,12 @@ Each writer is one session: it takes its worker's lock (``inspector.sessions.lea
 session number, and writes only files named for that session, so a run directory accumulates
 over reruns, evaluations and resumes and no writer touches another's files.
 
+Its settings (budgets, queue, flushes, durability, storage, compaction) are ``WriterOptions``
+(``inspector.options``), given as keywords or as ``options=``.
+
 Example (TensorFlow-free; the hook does this for you)::
 
-    w = RunWriter("runs/x", manifest={"tensors": [...]}, stats_layout=layout)
+    w = RunWriter("runs/x", manifest={"tensors": [...]}, stats_layout=layout, fsync=True)
     w.add_stats(10, values, hist)   # hist: (splits, index, count), loghist's sparse rows
     w.add_dump(100, {"forward/conv1/Relu:0": array})
     w.close()
@@ -32,7 +35,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, cast
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +55,7 @@ from inspector.storage.atomic import json_bytes
 from inspector.storage.spill import SPILL_BYTES, Spill, spill_folder
 
 from .errors import StorageError
+from .options import WriterOptions, options_keywords
 from .storage import Storage, normalize, open_storage
 
 log = logging.getLogger("tf_inspector")
@@ -140,14 +144,17 @@ class Tally:
         return first
 
     def records(self) -> list[dict]:
+        """The records as the manifest keeps them (copies)."""
         return [dict(r, steps=list(r["steps"])) for r in self._records.values()]
 
     def count(self) -> int:
+        """The events counted, over every record."""
         return sum(r["count"] for r in self._records.values())
 
 
 @dataclass
 class WriterState:
+    """What a session has written and lost so far: the manifest's totals and records."""
     bytes_before: int = 0   # the run's bytes when this session began: the byte budget counts them
     bytes_written: int = 0
     dumps: int = 0
@@ -159,6 +166,7 @@ class WriterState:
     written: list[tuple[int, int | None]] = field(default_factory=list)   # (step, batch) of each dump written
 
     def saw(self, step: int) -> None:
+        """Widen the session's step range to ``step``."""
         self.first_step = step if self.first_step is None else min(self.first_step, step)
         self.last_step = step if self.last_step is None else max(self.last_step, step)
 
@@ -233,138 +241,187 @@ def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
             for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
 
 
+def _check_session(mode: str, manifest: Mapping[str, Any]) -> None:
+    """ValueError unless ``mode`` is one of MODES and ``manifest`` holds only the caller's keys."""
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r} must be one of {MODES}")
+    overridden = sorted(set(manifest) & set(WRITER_KEYS))
+    if overridden:
+        raise ValueError(f"manifest keys {overridden} are the writer's own "
+                         f"(manifest_schema.WRITER_KEYS): pass only the caller's "
+                         f"(manifest_schema.CALLER_DEFAULTS) and extra keys")
+
+
+#: ``RunWriter.__init__`` takes its settings as keywords or as ``options=``, not both
+_takes_options = options_keywords(WriterOptions, "an inspector.options.WriterOptions")
+
+
 class RunWriter:
     """One writer session's files in a run directory, written from background threads: one for
-    statistics and the manifest (in order), ``dump_threads`` for full dumps."""
+    statistics and the manifest (in order), ``dump_threads`` for full dumps. Its settings come
+    as keywords or as ``options=WriterOptions(...)`` (``inspector.options``), not both."""
 
-    def __init__(self, run_dir: str | Path | Storage, *, worker: str = "chief", manifest: Mapping[str, Any],
-                 stats_layout: StatsLayout | None = None, graph_def: bytes | None = None,
-                 max_bytes: int | None = None, queue_size: int = 8, stats_flush_secs: float = 10.0,
-                 strict: bool = False, fsync: bool = False, heartbeat_secs: float = HEARTBEAT_SECS,
-                 dump_threads: int = 2, mode: str = "train", storage_options: Mapping[str, Any] | None = None,
-                 filesystem: Any = None, compact_rows: int | None = COMPACT_ROWS,
-                 format_version: int = FORMAT_VERSION,
-                 owner_gone: Callable[[], str | None] | None = None, timeout: float | None = None,
-                 spill_bytes: int = SPILL_BYTES) -> None:
-        """``fsync``: fsync each dump and statistics part before its rename (the manifest and
-        graph always are). Without it, files survive a crash of the process but not a power
-        loss; see ``storage.atomic.atomic_write``. ``heartbeat_secs``: how often a live writer
-        rewrites its manifest (``updated``) and its lock, so readers can tell a crashed run
-        (FORMAT.md). ``queue_size``: dumps waiting to be written (more are dropped and
-        recorded); ``dump_threads``: threads writing dumps, each its own file. Two wrote a
-        ResNet-8 full dump every step with no drops where one dropped 30-50% (the kernel's
-        page-cache and writeback work per write overlaps); memory held is at most queue_size +
-        dump_threads dumps. ``max_bytes`` bounds the whole run directory: the files already
-        there (earlier sessions, other workers) count. ``mode``: train, eval or predict.
-        ``run_dir`` may be an fsspec URL (``s3://bucket/runs/exp1``; ``storage_options`` and
-        ``filesystem`` as in ``inspector.open_run``): each file is then one object, written
-        whole (``inspector.storage``).
-        ``compact_rows``: roll the session's small statistics parts into one part per this many
-        rows (``inspector.stats.parts``; None: never).
-        ``format_version``: what the manifest says (FORMAT.md, "Versioning").
-        ``owner_gone``: called on the writer thread every ``OWNER_CHECK_SECS``: None while what
-        writes this session is still running, else why not; the session then ends as failed
-        with that error (a Keras fit that raised: Keras skips ``on_train_end``, and the session
-        read "running", with a live heartbeat, until the process exited).
-        ``timeout``: seconds an object store's request may take (``storage.storage_timeout``).
-        ``spill_bytes``: on an object store, statistics parts it does not take (slow, down) wait
-        on local disk, at most this many bytes (``inspector.storage.spill``); the training thread never
-        waits for the store.
+    @_takes_options
+    def __init__(self, run_dir: str | Path | Storage, *, worker: str = "chief",
+                 manifest: Mapping[str, Any], stats_layout: StatsLayout | None = None,
+                 graph_def: bytes | None = None, mode: str = "train",
+                 owner_gone: Callable[[], str | None] | None = None,
+                 options: WriterOptions | None = None,
+                 # the settings as keywords (WriterOptions documents them): _takes_options
+                 # gathers them into options=, which is what the body reads
+                 max_bytes: int | float | None = None, queue_size: int = 8, dump_threads: int = 2,
+                 stats_flush_secs: float = 10.0, heartbeat_secs: float = HEARTBEAT_SECS,
+                 fsync: bool = False, strict: bool = False,
+                 storage_options: Mapping[str, Any] | None = None, filesystem: Any = None,
+                 timeout: float | None = None, spill_bytes: int = SPILL_BYTES,
+                 compact_rows: int | None = COMPACT_ROWS,
+                 format_version: int = FORMAT_VERSION) -> None:
+        """Open a new session of ``worker`` in ``run_dir``: take the worker's lock (the next
+        session number), write the graph and the first manifest, start the writer thread.
 
-        Raises ``claim.RunLockedError`` if a live writer already holds ``worker`` in ``run_dir``."""
-        if dump_threads < 1:
-            raise ValueError(f"dump_threads={dump_threads} must be >= 1")
-        if mode not in MODES:
-            raise ValueError(f"mode={mode!r} must be one of {MODES}")
-        overridden = sorted(set(manifest) & set(WRITER_KEYS))
-        if overridden:
-            raise ValueError(f"manifest keys {overridden} are the writer's own (manifest_schema.WRITER_KEYS): "
-                             f"pass only the caller's (manifest_schema.CALLER_DEFAULTS) and extra keys")
+        Args:
+            run_dir: a folder, or an fsspec URL (``s3://bucket/runs/exp1``; each file is then
+                one object, written whole: ``inspector.storage``).
+            worker: this writer's name in the run's file names.
+            manifest: the caller's manifest keys (``inspector.format.manifest.CALLER_DEFAULTS``)
+                and extra ones; the writer adds its own (``WRITER_KEYS``).
+            stats_layout: what each row of ``add_stats``' matrices holds; None: dumps only.
+            graph_def: a serialized GraphDef, written as the session's graph file.
+            mode: ``train``, ``eval`` or ``predict``.
+            owner_gone: called on the writer thread every ``OWNER_CHECK_SECS``: None while what
+                writes this session still runs, else why not; the session then ends as failed
+                with that error (Keras skips ``on_train_end`` after a fit that raised).
+            options: the settings; or give them as keywords (``WriterOptions`` documents each).
+
+        Raises:
+            ValueError: a bad ``mode`` or setting, or a manifest key the writer writes itself.
+            TypeError: a setting given both as a keyword and in ``options=``.
+            inspector.sessions.lease.RunLockedError: a live writer holds ``worker`` in
+                ``run_dir``.
+        """
+        self.options = opts = cast(WriterOptions, options)   # _takes_options resolved it
+        _check_session(mode, manifest)
         self.run_dir = normalize(run_dir)
-        self.store = open_storage(self.run_dir, storage_options, filesystem, timeout=timeout)
-        self.fsync = fsync
-        self.worker = check_worker(worker)
-        self.mode = mode
-        self.layout = stats_layout
-        self.max_bytes = max_bytes
-        self.strict = strict
-        self.stats_flush_secs = stats_flush_secs
-        self.heartbeat_secs = heartbeat_secs
+        self.store = open_storage(self.run_dir, opts.storage_options, opts.filesystem,
+                                  timeout=opts.timeout)
+        self.worker, self.mode, self.layout = check_worker(worker), mode, stats_layout
         self._owner_gone = owner_gone
-        self._last_owner_check = time.monotonic()
-        self.claim = Claim.take(self.store, self.worker, heartbeat_secs)
+        self._claim_session()
+        try:
+            self._make_queues()
+            self._make_stats_path()
+            self._manifest = self._first_manifest(manifest)
+            self._write_first_files(graph_def)
+            self._reserve = self._make_reserve()
+        except BaseException:
+            self.claim.release()
+            raise
+        self._start()
+
+    def _queue_dropped(self, item: _Stats) -> None:
+        """A step's statistics the full inbox dropped (``_Inbox``): recorded."""
+        self.record_drop(item.step, "statistics queue full while the writer waited on storage",
+                         what="stats")
+
+    def _claim_session(self) -> None:
+        """Take the worker's lock, and with it the session number and the run's bytes so far."""
+        self.claim = Claim.take(self.store, self.worker, self.options.heartbeat_secs)
         self.session = self.claim.session
-        self._last_manifest = time.monotonic()
         self.state = WriterState(bytes_before=self.claim.bytes_before)
         self.claim.on_event = self._lock_event
+        self._last_manifest = self._last_owner_check = time.monotonic()
+
+    def _make_queues(self) -> None:
+        """What the training thread hands work over with: queues that never block it."""
         self.error: BaseException | None = None  # the last write error (strict mode raises it)
         self.closed = False
         self._close_lock = threading.Lock()
         # statistics, manifest updates, close: put() never blocks the training thread
-        self._queue: queue.Queue = _Inbox(lambda: self._buffered_rows, lambda item: self.record_drop(
-            item.step, "statistics queue full while the writer waited on storage", what="stats"))
-        self._dumps: queue.Queue = queue.Queue(maxsize=queue_size)  # full dumps, for the dump threads
+        self._queue: queue.Queue = _Inbox(lambda: self._buffered_rows, self._queue_dropped)
+        # full dumps, for the dump threads
+        self._dumps: queue.Queue = queue.Queue(maxsize=self.options.queue_size)
         self._pending_bytes = 0
         # (step, batch) of every dump queued: a second of the same step would have replaced the
         # first file while the manifest counted both (a step that did not advance)
         self._dumped: set[tuple[int, int | None]] = set()
         self._lock = threading.Lock()
         self._manifest_lock = threading.Lock()
-        # one step's arrays each; turned into Arrow columns at the flush, all steps at once: per
-        # step that cost ~0.25 ms of the writer thread on a 4.8 ms step of a small CNN
+        self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
+
+    def _make_stats_path(self) -> None:
+        """Where statistics wait and go: the buffer, the spill, the parts and their compaction."""
+        opts = self.options
+        # one step's arrays each, turned into Arrow columns at the flush, all steps at once: the
+        # conversion's fixed cost per call is paid once per part, not once per step
         self._stats_buffer: list[_Stats] = []
         self._buffered_rows = 0
         self._spill = None if self.store.is_local else \
-            Spill(spill_folder(self.store.display(), self.worker, self.session), spill_bytes)
-        self._backoff: dict[str, tuple[int, float]] = {}  # what -> (consecutive failures, retry at)
+            Spill(spill_folder(self.store.display(), self.worker, self.session), opts.spill_bytes)
         self._last_flush = time.monotonic()
         self._seq = 0
         # on an object store too: the compacted part is one object written whole, then the small
         # parts are deleted (no rename needed; the reader skips parts a compacted one contains).
         # Levels and summaries (stats_merge) on local run directories only.
         local = Path(self.store.display()) if self.store.is_local else None
-        self._compactor = Compactor(self.store, self.worker, self.session, compact_rows, fsync,
-                                    on_error=lambda e: self._failed("compaction", e, drop=False),
-                                    guard=self.claim.ensure,
-                                    after=LevelMerger(local, self.worker, self.session, fsync) if local else None)
-        self._manifest = {
-            "format": FORMAT_NAME, "format_version": format_version, "tool_version": TOOL_VERSION,
-            "worker": self.worker, "session": self.session, "mode": mode, "created": now_iso(),
-            "updated": now_iso(), "status": "running", "host": socket.gethostname(), "pid": os.getpid(),
-            "heartbeat_secs": heartbeat_secs, "graph_bytes": None, **with_caller_defaults(manifest),
+        levels = LevelMerger(local, self.worker, self.session, opts.fsync) if local else None
+        self._compactor = Compactor(self.store, self.worker, self.session, opts.compact_rows,
+                                    opts.fsync, guard=self.claim.ensure, after=levels,
+                                    on_error=lambda e: self._failed("compaction", e, drop=False))
+        # the tensor/kind/group columns, the same for every statistics step (none without a layout)
+        lay = self.layout
+        self._static = _static_columns(lay) if lay else {}
+        self._group_rows = np.array([g != "all" for g in (lay.groups if lay else ())], bool)
+
+    def _first_manifest(self, caller: Mapping[str, Any]) -> dict[str, Any]:
+        """The manifest as the session begins: the writer's keys, then the caller's."""
+        return {
+            "format": FORMAT_NAME, "format_version": self.options.format_version,
+            "tool_version": TOOL_VERSION, "worker": self.worker, "session": self.session,
+            "mode": self.mode, "created": now_iso(), "updated": now_iso(), "status": "running",
+            "host": socket.gethostname(), "pid": os.getpid(),
+            "heartbeat_secs": self.options.heartbeat_secs, "graph_bytes": None,
+            **with_caller_defaults(caller),
         }
+
+    def _write_first_files(self, graph_def: bytes | None) -> None:
+        """The folders, the graph (if any) and the first manifest."""
         self.store.makedirs("stats")
         self.store.makedirs("dumps")
-        try:
-            if graph_def is not None:
-                self.state.bytes_written += self.store.write(graph_name(self.worker, self.session), [graph_def],
-                                                             fsync=True)
-                self._manifest["graph_bytes"] = len(graph_def)   # the reader checks it is there
-            self._write_manifest()
-        except BaseException:
-            self.claim.release()
-            raise
-        self._reserve = self._make_reserve()
-        # the tensor/kind/group columns, the same for every statistics step (none without a layout)
-        self._static = _static_columns(stats_layout) if stats_layout else {}
-        self._group_rows = np.array([g != "all" for g in (stats_layout.groups if stats_layout else ())], bool)
-        # started at the first dump: most sessions (a fit at the defaults) write none, and a
-        # thread's start waits for the busy training process to schedule it
-        self._dump_thread_count = dump_threads
+        if graph_def is not None:
+            name = graph_name(self.worker, self.session)
+            self.state.bytes_written += self.store.write(name, [graph_def], fsync=True)
+            self._manifest["graph_bytes"] = len(graph_def)   # the reader checks it is there
+        self._write_manifest()
+
+    def _start(self) -> None:
+        """Start the writer thread. The dump threads start at the first dump: most sessions (a
+        fit at the defaults) write none, and a thread's start waits for the busy training
+        process to schedule it."""
+        self._dump_thread_count = self.options.dump_threads
         self._dump_threads: list[threading.Thread] = []
-        self._thread = threading.Thread(target=self._loop, name=f"tf-inspector-writer-{worker}-s{self.session}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name=f"tf-inspector-writer-{self.worker}-s{self.session}")
         self._thread.start()
         _OPEN.add(self)
 
     # ---- called from the training loop -------------------------------------------------
     def add_stats(self, step: int, values: np.ndarray, hist: tuple[np.ndarray, np.ndarray, np.ndarray],
                   batch: int = 0, keep: np.ndarray | None = None) -> None:
-        """Queue one step's statistics (never blocks: see ``_Inbox``): ``values`` [R, 9] in
-        STAT_COLUMNS order, ``hist`` the R rows' log-magnitude histograms as (splits [R + 1],
-        bucket index [N], count [N]) (``inspector.format.loghist``). ``batch``: the batch index within
-        an evaluation or prediction (0 in training). ``keep``: bool [R], the layout's rows to
-        write (None: all)."""
+        """Queue one step's statistics; never blocks (see ``_Inbox``).
+
+        Args:
+            step: the global step.
+            values: [R, 9] in STAT_COLUMNS order, one row per row of the ``stats_layout``.
+            hist: the R rows' log-magnitude histograms as (splits [R + 1], bucket index [N],
+                count [N]) (``inspector.format.loghist``).
+            batch: the batch index within an evaluation or prediction (0 in training).
+            keep: bool [R], the layout's rows to write (None: all).
+
+        Raises:
+            ValueError: the writer has no ``stats_layout``, or the arrays do not fit it
+                (naming what does not).
+            RuntimeError: ``strict`` is set and an earlier write failed.
+        """
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
@@ -412,8 +469,21 @@ class RunWriter:
 
     def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
                  batch: int | None = None) -> bool:
-        """Queue a full dump; returns False (and records why) if it was dropped. ``batch``: the
-        batch index within an evaluation or prediction (None in training)."""
+        """Queue a full dump, unless a full queue, the byte budget or a back-off drops it.
+
+        Args:
+            step: the global step.
+            arrays: the dump's arrays by key (``forward/<tensor>``, ``gradient/<tensor>``,
+                ``samples/...``: FORMAT.md).
+            metadata: strings added to the file's metadata.
+            batch: the batch index within an evaluation or prediction (None in training).
+
+        Returns:
+            False if it was dropped (the reason is recorded in the manifest's ``dropped``).
+
+        Raises:
+            RuntimeError: ``strict`` is set and an earlier write failed.
+        """
         self._raise_if_strict()
         if (int(step), batch) in self._dumped:
             self.state.saw(int(step))
@@ -462,9 +532,18 @@ class RunWriter:
             self._queue.put(("manifest", fields))
 
     def close(self, status: str = "finished", timeout: float | None = None, error: str | None = None) -> None:
-        """Flush everything, write the final manifest with ``status`` (and ``error``), stop the
-        threads, release the lock. Safe to call twice and from two threads: the first call's
-        status wins, and every call returns once the session has ended (or ``timeout``)."""
+        """Flush everything, write the final manifest, stop the threads, release the lock. Safe
+        to call twice and from two threads: the first call's status wins, and every call
+        returns once the session has ended (or ``timeout``).
+
+        Args:
+            status: the session's final status, ``finished`` or ``failed``.
+            timeout: seconds to wait for the writer thread (None: until it ends).
+            error: why the session failed (the manifest's ``error``).
+
+        Raises:
+            RuntimeError: ``strict`` is set and a write failed.
+        """
         with self._close_lock:
             first, self.closed = not self.closed, True
         if first:
@@ -484,8 +563,8 @@ class RunWriter:
             return retry
         with self._lock:
             total = self.state.bytes_before + self.state.bytes_written + self._pending_bytes + nbytes
-        if self.max_bytes is not None and total > self.max_bytes:
-            return f"byte budget max_bytes={self.max_bytes} would be exceeded"
+        if self.options.max_bytes is not None and total > self.options.max_bytes:
+            return f"byte budget max_bytes={self.options.max_bytes} would be exceeded"
         return None
 
     def _backing_off(self, what: str) -> str | None:
@@ -670,11 +749,14 @@ class RunWriter:
                 self._dumps.task_done()  # drain() counts on it
 
     def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every dump queued so far is written (or dropped); False if ``timeout``
-        seconds pass first. For tests and tools that read a live run at a known point.
+        """Wait until every dump queued so far is written (or dropped). For tests and tools
+        that read a live run at a known point.
 
         >>> w.add_dump(5, {"forward/x:0": x}); w.drain(30)   # doctest: +SKIP
         True
+
+        Returns:
+            False if ``timeout`` seconds passed first.
         """
         done = self._dumps.all_tasks_done
         with done:
@@ -707,9 +789,9 @@ class RunWriter:
             self._manifest.update(item[1])
             self._write_manifest()
         if (self._stats_buffer or (self._spill is not None and self._spill.parts)) \
-                and time.monotonic() - self._last_flush >= self.stats_flush_secs:
+                and time.monotonic() - self._last_flush >= self.options.stats_flush_secs:
             self._flush_stats()
-        if time.monotonic() - self._last_manifest >= self.heartbeat_secs:
+        if time.monotonic() - self._last_manifest >= self.options.heartbeat_secs:
             self._write_manifest()  # the heartbeat: a live run's manifest is never older than this
             self.claim.refresh()
 
@@ -724,21 +806,21 @@ class RunWriter:
     def _wait(self) -> float:
         """Seconds until the next statistics flush, heartbeat or owner check is due."""
         now = time.monotonic()
-        due = self._last_manifest + self.heartbeat_secs
+        due = self._last_manifest + self.options.heartbeat_secs
         if self._stats_buffer or (self._spill is not None and self._spill.parts):
-            due = min(due, self._last_flush + self.stats_flush_secs)
+            due = min(due, self._last_flush + self.options.stats_flush_secs)
         if self._owner_gone is not None:
             due = min(due, self._last_owner_check + OWNER_CHECK_SECS)
         return max(due - now, 0.001)
 
     def _raise_if_strict(self) -> None:
-        if self.strict and self.error is not None:
+        if self.options.strict and self.error is not None:
             raise RuntimeError(f"tf_inspector writer failed: {self.error}") from self.error
 
     def _write_dump(self, d: _Dump) -> None:
         self.claim.ensure()
         size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch), d.data.chunks(),
-                                fsync=self.fsync, size=d.data.size)
+                                fsync=self.options.fsync, size=d.data.size)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
@@ -761,7 +843,7 @@ class RunWriter:
         steps, batches = per_step(lambda s: s.step), per_step(lambda s: s.batch)
         # A group no sample of its step's batch is in has no row (count 0, mean NaN: the overview
         # took it for a NaN/Inf); `all` rows always have one. Here, on the writer thread, for
-        # all steps at once: each numpy call on the training thread costs ~10-20 us after a step.
+        # all steps at once: on the training thread it would cost numpy calls after every step.
         written = ~((values[:, STAT_COLUMNS.index("count")] == 0) & self._group_rows[layout_rows])
         if not written.all():
             keep = np.flatnonzero(written)
@@ -827,7 +909,8 @@ class RunWriter:
         """Write one statistics part, the session's next sequence number; the error, or None."""
         try:
             self.claim.ensure()
-            size = self.store.write(stats_name(self.worker, self.session, self._seq + 1), [data], fsync=self.fsync)
+            name = stats_name(self.worker, self.session, self._seq + 1)
+            size = self.store.write(name, [data], fsync=self.options.fsync)
         except BaseException as e:
             self._failed("stats", e, drop=False)
             return e

@@ -144,7 +144,7 @@ WITHOUT_TENSORFLOW = textwrap.dedent("""
     print("schedule", s.wants_stats(20), s.wants_dump(505), s.wants_dump(511))
     from hooks import CaptureOptions
     o = CaptureOptions(stats_every_n_steps=10, exclude="/dropout/")
-    print("options", o.schedule.stats_every, o.writer_args()["max_bytes"])
+    print("options", o.schedule.stats_every, o.writer_options.max_bytes)
     try:
         from hooks import DumpHook
     except ImportError as e:

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from hooks.options import MAX_CLASS_GROUPS, OPTION_NAMES, CaptureOptions, takes_options
+from inspector.options import WriterOptions
 
 #: each class's own parameters: everything else in its signature is a shared option
 OWN = {"DumpHook": {"run_dir", "loss", "labels", "predictions", "share_gradients", "mode", "eval_stats_batches",
@@ -38,6 +39,8 @@ SOME = dict(include=["dense", "relu"], exclude="/dropout/", op_types=["MatMul"],
     (dict(num_classes=0), "num_classes=0 must be a positive int"),
     (dict(groups="per_class", num_classes=MAX_CLASS_GROUPS + 1), f"at most {MAX_CLASS_GROUPS} groups"),
     (dict(dtypes="float32"), r"dtypes='float32' must be a sequence of dtypes, e.g. \('float32',\)"),
+    (dict(queue_size=0), r"queue_size=0 must be an int >= 1"),   # the writer's settings, too
+    (dict(stats_flush_secs=-1), r"stats_flush_secs=-1 must be seconds >= 0"),
 ])
 def test_a_bad_value_is_refused_naming_it(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -49,8 +52,9 @@ def test_good_values_are_taken_and_the_derived_settings_follow():
     assert opts.schedule.to_json() == {"stats_every_n_steps": 5, "dump_every_n_steps": 0,
                                        "dump_steps": [[3, 3], [10, 12]]}
     assert opts.batch_overrides == {"batched": "x", "unbatched": "y"}
-    assert opts.writer_args() == dict(max_bytes=10 ** 6, queue_size=2, stats_flush_secs=0.5, strict=True, fsync=True,
-                                      storage_options={"anon": True})
+    assert opts.writer_options == WriterOptions(max_bytes=10 ** 6, queue_size=2,
+                                                stats_flush_secs=0.5, strict=True, fsync=True,
+                                                storage_options={"anon": True})
     config = opts.manifest_config(native_ran=False, dtypes=[type("D", (), {"name": "float32"})()])
     assert config["include"] == ["dense", "relu"] and config["exclude"] == "/dropout/"
     assert config["dtypes"] == ["float32"] and config["samples_per_group"] == 4 and config["native_stats"] is False

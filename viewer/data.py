@@ -123,7 +123,7 @@ def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_sum
     """The layer x step matrix of one statistic, at most ``raster.MAX_COLUMNS`` columns: one per
     statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
     values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
-    (see :func:`inspector.stats.summary.overview`): a 60M-row run in ~1 s, not 33 s."""
+    (see :func:`inspector.stats.summary.overview`), not from a long run's millions of rows."""
     return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS,
                                   coarsen=True)
 

@@ -40,8 +40,8 @@ def _or_empty(pred: tf.Tensor, x: tf.Tensor) -> tf.Tensor:
 def pack_when(pred: tf.Tensor, tensors: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """``tensors``, where ``pred`` holds, packed into one flat vector per dtype plus one int64
     vector of (rank, *shape) per tensor; each is empty on other steps. A few fetches instead of
-    one per key: fetching hundreds of (empty) arrays every step cost ~6 ms of Python on
-    ResNet-8. :func:`unpack` restores the arrays.
+    one per key: fetching hundreds of (empty) arrays every step costs Python time every step.
+    :func:`unpack` restores the arrays.
 
     Example::
 

@@ -370,7 +370,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             return
         if self._writer is None or self._writer.closed:
             # Every fit() that writes is a writer session of this worker (FORMAT.md, "Sessions"),
-            # opened at its first write: a fit that samples no step costs no session (~8 ms).
+            # opened at its first write: a fit that samples no step costs no session (a lock,
+            # a listing and manifest writes).
             self._open()
         if not (stats or dump):
             return
@@ -500,7 +501,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
 
     def _values(self, held: list) -> list[np.ndarray]:
         """The variables' values, read by one function call: a ``.numpy()`` each is an op
-        dispatch each (1.2 ms for a small CNN's 16 variables, on every sampled step)."""
+        dispatch each, on every sampled step."""
         if not held:
             return []
         key = tuple(map(id, held))
@@ -559,7 +560,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._estimated = graph
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
                                  stats_layout=layout, graph_def=graph.graph_def, mode="train",
-                                 owner_gone=self._fit_watch, **self.options.writer_args())
+                                 owner_gone=self._fit_watch, options=self.options.writer_options)
         # the writer holds the check (and with it fit's frame and locals: its data) until the
         # session ends; kept here too, they outlived a fit that raised until the next fit
         self._fit_watch = None

@@ -565,8 +565,8 @@ class StepGraph(ProbeGraph):
 
 
 def _value(var: tf.Variable):
-    """``var.numpy()`` by the bare read op: ``numpy()`` adds an Identity and Python around it
-    (~70 us a variable against ~25: 0.3 ms of a small CNN's statistics step, six reads)."""
+    """``var.numpy()`` by the bare read op: ``numpy()`` adds an Identity and Python around it,
+    several times the read's own cost, on every read of a statistics step."""
     try:
         handle = var.handle
     except ValueError:   # a distributed variable has no one handle outside a replica: its own read
@@ -672,7 +672,7 @@ def identical(a: tuple, b: tuple) -> bool:
 def _set_train_function(model, fns: tuple[Any, Any]) -> None:
     """Swap fit's train function by plain attribute writes. The model's own ``__setattr__``
     tracks a new value as a checkpoint dependency (tf.keras 2.15 walks every layer's weights
-    for it: ~0.1 ms a write in training, four writes a sampled step); the functions swapped
+    for it, and a sampled step makes four writes); the functions swapped
     in are fit's own, which Keras tracked when it made them."""
     object.__setattr__(model, "train_function", fns[0])
     if fns[1] is not None:

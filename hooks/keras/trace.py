@@ -610,8 +610,8 @@ def loss_scale(model) -> tf.Tensor | None:
 def scaled_gradients(loss: tf.Tensor, tensors: Sequence[tf.Tensor], plain: list,
                      scale: tf.Tensor) -> list:
     """d loss / d t as mixed-precision training computes it (``capture.unscale``): the unscaled
-    loss's float16 backward pass underflows (a ReLU layer's gradients 87% zeros where the
-    applied ones have none). One more
+    loss's float16 backward pass underflows (most of a ReLU layer's gradients read zero where
+    the applied ones have none). One more
     backward pass, on sampled steps of mixed-precision models only."""
     raw = capture.raw_gradients(loss * tf.cast(scale, loss.dtype), list(tensors))
     return capture.unscale(raw, plain, scale)

@@ -2,7 +2,7 @@
 loaded.
 
 ``python -m hooks.native build`` compiles ``stats_ops.cc`` against the installed TensorFlow's
-headers ahead of time (about 15 s; CI and Docker image builds run it); the shared object is
+headers ahead of time (CI and Docker image builds run it); the shared object is
 cached under ``$TF_INSPECTOR_CACHE``, else ``$XDG_CACHE_HOME/tf-inspector``, else
 ``~/.cache/tf-inspector``. ``library()`` loads that build, compiling it first if it is
 missing (the lazy fallback, in the first hook's ``begin()``), and returns the loaded

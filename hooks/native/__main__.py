@@ -1,8 +1,8 @@
 """``python -m hooks.native build``: compile the fused statistics kernel ahead of time.
 
 Builds into the same private cache folder that the hook's lazy build uses (see
-``hooks.native``), so the first ``DumpHook.begin()`` only loads it instead of spending ~15 s
-compiling in training's critical path. Run it after installing TensorFlow: in CI before
+``hooks.native``), so the first ``DumpHook.begin()`` only loads it instead of compiling it
+in training's critical path. Run it after installing TensorFlow: in CI before
 the tests, or in a Docker image build (``RUN python -m hooks.native build``; set
 ``TF_INSPECTOR_CACHE`` if the image runs as another user than the build). Prints the
 shared object's path; exits 1, saying why, if there is no compiler or the build fails.

@@ -8,8 +8,8 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
 - **fused kernel** (``hooks/native``, compiled once per machine): one op per tensor reads
   it once for per-sample moments (count, mean, squared deviations, min, max, zeros, NaNs;
   NaN/Inf masked), buckets its histogram subsample and returns its all / group rows whole; a
-  concat and ~15 ops on vectors of rows finish them. About 8x less op time than the
-  stock-op paths below, which are the fallback where no C++ compiler is available:
+  concat and ~15 ops on vectors of rows finish them. Several times less op time than the
+  stock-op paths below (bench/README.md), which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
   float64 vector and reduced with sorted segment ops: a fixed ~60 ops for all of them, exact
   (masked for NaN/Inf, centered second moments);

@@ -113,7 +113,7 @@ class Encoded:
 
     ``checksums``: the header holds CRC32s of every array and of itself (CRC_KEY,
     HEADER_CRC_KEY). They are computed by :meth:`write` (the writer's dump thread, not the
-    training loop: 10-30 ms for 60 MiB); the header reserves room for the widest values,
+    training loop); the header reserves room for the widest values,
     so ``size`` is exact beforehand."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,

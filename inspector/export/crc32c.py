@@ -2,8 +2,8 @@
 framing (TensorBoard's event files).
 
 Why not per record in Python: the ``tensorboard`` package's TF-free writer checksums each
-record in a pure-Python loop at about 1.5 MB/s, and an export of a long run writes hundreds of
-MB. CRC-32C is linear over GF(2), so here every record is cut into 64-byte chunks (left-padded
+record in a pure-Python loop, far too slow for the hundreds of MB an export of a long run
+writes. CRC-32C is linear over GF(2), so here every record is cut into 64-byte chunks (left-padded
 with zeros, which do not change a CRC started from 0), all chunks are checksummed together one
 byte column at a time, and each chunk's CRC is moved to its place in its record by the linear
 map "append n zero bytes" (tables per power of two of n), then XORed.

@@ -51,8 +51,7 @@ CHUNK_STEPS = 1000
 #: that doubles as a followed run grows).
 HISTOGRAMS = 100
 #: Histograms are read in this many batches of tensors (memory: a part's histogram columns
-#: over this; 1 held 2.9 GB for a 10,000-step x 50-tensor run, 8 0.9 GB, and the decoding
-#: work is the same: each row group is read by one batch).
+#: over this, for the same decoding work: each row group is read by one batch).
 HISTOGRAM_BATCHES = 8
 #: A run in one of these states writes no more.
 ENDED = ("finished", "failed", "crashed")
@@ -106,7 +105,7 @@ def _edges() -> tuple[np.ndarray, np.ndarray]:
     return np.where(idx == -CEIL, hi, lo), np.where(idx == CEIL, lo, hi)
 
 
-_EDGES = _edges()   # one lookup per bucket (computing the edges of millions took seconds)
+_EDGES = _edges()   # one lookup per bucket, not the edges computed again for each of millions
 
 
 def tensorboard_buckets(index: np.ndarray, count: np.ndarray,

@@ -4,7 +4,7 @@ An event file is a sequence of TFRecords (length, masked CRC-32C of the length, 
 protobuf, masked CRC-32C of it). The protobuf messages come from the ``tensorboard`` package's
 own classes (``tensorboard.compat.proto``, no TensorFlow); what is not taken from its writer
 (``tensorboard.summary.writer.EventFileWriter``) is the per-record work: its CRC runs in pure
-Python at about 1.5 MB/s, and an export of a long run is hundreds of MB. Here:
+Python, far too slow for the hundreds of MB of a long run's export. Here:
 
 * a step's scalars are one event whose bytes differ from the previous step's only at fixed
   offsets (the wall time, the step, each value's 4 bytes) when the same tags are present, so

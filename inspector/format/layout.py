@@ -115,9 +115,9 @@ STAT_COLUMNS = ("count", "mean", "std", "min", "max", "l2", "zero_fraction", "na
 #: Histograms of tensors with more elements than this (``count`` of the ``all`` row) count
 #: every k-th block of HIST_BLOCK elements of each sample, k = ceil(count / HIST_MAX_ELEMENTS);
 #: see FORMAT.md and :func:`hist_sample`. Why: the moments read every element once; binning
-#: costs ~0.3 ns a value beside, re-read from memory for a large tensor. 16,384 values (~550 a
-#: bin of 30) draw the same shape as 65,536 (written before, LEGACY_HIST_MAX_ELEMENTS) and cut a
-#: VGG statistics step by ~0.09x plain training (measured side by side with bench/bench_hook.py).
+#: each value beside them re-reads a large tensor from memory. 16,384 values (~550 a bin of 30)
+#: draw the same shape as 65,536 (LEGACY_HIST_MAX_ELEMENTS, older runs' sample) for a quarter
+#: of the binning (bench/README.md, "Measurements behind design choices").
 HIST_MAX_ELEMENTS = 1 << 14
 
 

@@ -30,6 +30,8 @@ from inspector.storage.safety import read_bytes
 
 #: the dumps a manifest's ``dump_runs`` may list in all (more is refused: decoding stays bounded)
 MAX_DUMPS_LISTED = 1 << 22
+#: the longest ``heartbeat_secs`` a manifest may say (a longer one is refused as damaged)
+MAX_HEARTBEAT_SECS = 10 ** 6
 
 # ---- the keys ---------------------------------------------------------------------------------
 #: Keys ``RunWriter`` writes itself: format, the session's identity, liveness and totals.
@@ -235,7 +237,7 @@ def _steps(value: Any, where: str) -> None:
 
 def _heartbeat(value: Any, where: str) -> None:
     _want(value, (float, type(None)), where)
-    if value is not None and not 0 < value <= 10 ** 6:
+    if value is not None and not 0 < value <= MAX_HEARTBEAT_SECS:
         raise TypeError(f"field {where} must be seconds above 0 and at most 10**6, not "
                         f"{_short(value)}")
 

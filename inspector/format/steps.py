@@ -39,9 +39,20 @@ def _int(text: str, spec: object) -> int:
 
 
 def parse_step_range(spec: str) -> tuple[int, int]:
-    """``'N'``, ``'A:B'``, ``'A:'`` or ``':B'`` (and the alias ``'A-B'``) -> inclusive ``(lo, hi)``.
+    """The inclusive range a step-range string names.
 
-    ValueError naming ``spec`` and the accepted forms for anything else (empty ranges included)."""
+    Args:
+        spec: ``'N'``, ``'A:B'``, ``'A:'`` or ``':B'`` (and the alias ``'A-B'``); spaces
+            around the parts are allowed.
+
+    Returns:
+        ``(lo, hi)``, both included: ``'N'`` is ``(N, N)``, ``':B'`` starts at 0, ``'A:'``
+            ends at ``MAX_STEP``.
+
+    Raises:
+        ValueError: anything else, empty ranges included (naming ``spec`` and the accepted
+            forms).
+    """
     if not isinstance(spec, str):
         raise _bad(spec, "is not a string")
     m = _RANGE.fullmatch(spec)

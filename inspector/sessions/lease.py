@@ -369,10 +369,10 @@ class Scan:
 
 
 def scan(run_dir: Path | str | Storage, worker: str) -> Scan:
-    """One pass over the run's folders (a session used to list them three times: at 1,900
-    files, 28 ms of every ``fit``'s start on local disk, and three times the requests on an
-    object store). Object stores have no temporary files (an unfinished multipart upload is no
-    object; :meth:`Claim.take` aborts the worker's own: ``Storage.abort_uploads``)."""
+    """One pass over the run's folders for everything a session's start asks of them (each
+    ``fit`` starts one, and on an object store each listing is requests). Object stores have
+    no temporary files (an unfinished multipart upload is no object; :meth:`Claim.take` aborts
+    the worker's own: ``Storage.abort_uploads``)."""
     store = open_storage(normalize(run_dir))
     found = Scan(1, [], 0)
     prefixes = (f".manifest.{worker}.", f".graph.{worker}.", f".{worker}.", f".lock.{worker}.")

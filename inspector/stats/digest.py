@@ -3,7 +3,7 @@
 ``Run.stats_steps`` (the steps of a (kind, group), and of any row) and
 ``Run.nonfinite_evidence`` (where a NaN/Inf may be) read each such part: a live session's
 small parts, or an object store's compacted ones (FORMAT.md, "Summaries"). Each question
-asked of the part itself cost a footer parse, a check and a read, ~1-2 ms, and `info` asks
+asked of the part itself costs a footer parse, a check and a read, and `info` asks
 three of them per part; a digest is read once per part version and answers all of them
 exactly, as the rows read through the reader's rules would.
 

@@ -2,7 +2,7 @@
 
 Compaction (:mod:`inspector.stats.parts`) leaves one part per ``compact_rows`` rows: 120 parts
 for a run of 10,000 statistics steps x 1,000 tensors, and every part holds every tensor, so the
-first query for one tensor opened all 120 (2.5 s). Here, as in a log-structured merge tree,
+first query for one tensor would open all 120. Here, as in a log-structured merge tree,
 every ``MERGE_PARTS`` consecutive parts of one level are merged into one part of the next
 level, named for the whole sequence range it replaces (``<first>-<last>``, FORMAT.md,
 "Compaction"): a run of N compacted parts keeps at most ``MERGE_PARTS - 1`` parts per level,
@@ -41,8 +41,8 @@ from inspector.stats.parts import INDEX_KEY, SORT_KEYS, _sort_keys, seq_range
 from inspector.stats.summary import remove_summary, summarize_part
 from inspector.storage.atomic import atomic_file
 
-#: compacted parts of one level merged into one part of the next: 10 measured a first
-#: one-tensor query of ~0.3 s on the 60M-row run (12 parts instead of 120)
+#: compacted parts of one level merged into one part of the next: with 10, the 60M-row run's
+#: 120 compacted parts become 12 (bench/README.md, "Measurements behind design choices")
 MERGE_PARTS = 10
 #: input row groups read per batch of tensors (all inputs together): ~16 x 32,768 rows,
 #: the memory of one ``compact_rows`` compaction

@@ -60,8 +60,8 @@ MIN_GROUP_ROWS = 2048
 COMPACT_ROWS = 500_000
 #: small parts per compaction at most, whatever their rows: a small model's parts (a few
 #: hundred rows each, one per ``stats_flush_secs``) would take 1,000s of them to reach
-#: COMPACT_ROWS, and a reader opens each small part separately (~2.5 ms each: `info` on 10,000
-#: of them takes 26 s), where a compacted part's summary answers for all of them
+#: COMPACT_ROWS, and a reader opens each small part separately (a footer parse and a read
+#: each), where a compacted part's summary answers for all of them
 COMPACT_PARTS = 256
 INDEX_KEY = b"tf_inspector.tensor_row_groups"
 SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
@@ -72,9 +72,8 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     zstd, page checksums (the reader verifies them), and dictionary pages only for the columns
     that repeat: strings and integers (not the floats, not the histogram's counts). Why: a float
     statistic rarely repeats, so Parquet tries a dictionary, gives it up after the first page
-    and writes plain; trying cost ~40% of a part's encoding (0.79 -> 0.49 ms per ResNet-8 step
-    of 606 rows, on the writer thread that shares the training machine's cores) and left parts
-    ~15% larger."""
+    and writes plain; the try is a large share of a part's encoding (on the writer thread,
+    which shares the training machine's cores) and leaves parts larger."""
     repeat = [f.name for f in schema if pa.types.is_integer(f.type)
               or pa.types.is_dictionary(f.type)
               or pa.types.is_string(f.type)]

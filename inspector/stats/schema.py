@@ -105,8 +105,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
     or not whatever columns a query reads; the verdict is cached per file version): those of
     ``columns`` it has (None: all), rows matching ``filters`` (``pq.read_table``'s form),
     checked by :func:`check_stats_table`; ``verify``: check the Parquet page checksums.
-    DamagedFileError otherwise. Filters apply after reading, in Arrow (as fast: 100-130 ms for
-    one tensor of 1,774,000 rows either way), and no row group's metadata is looked at: pyarrow
+    DamagedFileError otherwise. Filters apply after reading, in Arrow (as fast as pyarrow's
+    filters while reading), and no row group's metadata is looked at: pyarrow
     24 aborts the process (an uncaught C++ exception) on some damaged footers when filtering by
     row-group statistics or listing column chunks (``FileMetaData.row_group(i).column(j)``),
     where reading the data raises a Python exception or reads correctly."""
@@ -117,7 +117,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
         raise DamagedFileError(known)
     try:
         # one footer parse serves the schema check and the read (a separate read_schema would
-        # double a small part's cost); not pq.read_table: its datasets layer costs ~5 ms a part
+        # double a small part's cost); not pq.read_table: its datasets layer's fixed cost is
+        # paid again for every part
         with pa.OSFile(str(path)) as f:
             pf = pq.ParquetFile(f, page_checksum_verification=verify)
             if known is None:
@@ -159,8 +160,8 @@ _COMPARE = {">=": pc.greater_equal, "<=": pc.less_equal, "==": pc.equal,
 
 def apply_filters(table: pa.Table, filters: Any) -> pa.Table:
     """The rows of ``table`` that ``filters`` (``pq.read_table``'s list of (column, op, value)
-    triples, all of them to hold) keep: as one boolean mask (an Acero plan per part, which
-    ``Table.filter(expression)`` builds, cost twice as much); other forms as an expression."""
+    triples, all of them to hold) keep: as one boolean mask (``Table.filter(expression)``
+    builds an Acero plan per part, which costs more); other forms as an expression."""
     if not filters:
         return table
     mask = None

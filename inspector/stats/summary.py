@@ -1,7 +1,7 @@
 """Step-binned summaries of statistics parts, for overviews of long runs (FORMAT.md, "Summaries").
 
-The viewer's layer x step heatmap of a run of 10,000 statistics steps x 1,000 tensors needed
-every row of one (kind, group): 10 million of 60 million, 33 s. A compacted (or merged) part
+The viewer's layer x step heatmap of a run of 10,000 statistics steps x 1,000 tensors would
+need every row of one (kind, group): 10 million of 60 million. A compacted (or merged) part
 gets a summary beside it, ``summary/<part name>``: per (tensor, kind, group) and bin of
 ``width`` steps (a power of two, at most ~32 bins per part, bins aligned on multiples of the
 width: ``bin = step // width``), the number of rows, the first and last step, and per
@@ -500,7 +500,7 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
     while (hi // d) - (lo // d) + 1 > max_columns:  # bins are aligned on multiples: one more may straddle
         d *= 2
     col_of = t.column("bin").to_numpy() * width // d
-    enc = t.column("tensor").combine_chunks().dictionary_encode()  # hashing: sorting strings took 1 s
+    enc = t.column("tensor").combine_chunks().dictionary_encode()  # hashing, not sorting strings
     uniq, inverse = enc.dictionary.to_pylist(), enc.indices.to_numpy()
     present = set(uniq)
     order = [n for n in run.tensors["name"] if n in present]
@@ -509,7 +509,7 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
     keep = r >= 0
     cols, c = np.unique(col_of[keep], return_inverse=True)
     shape = (len(order), len(cols))
-    # bincount / reduceat, not np.add.at (10x slower here): the same sums, in the same order
+    # bincount / reduceat, not np.add.at (unbuffered, far slower): the same sums, in the same order
     cell, size = r[keep] * len(cols) + c, shape[0] * shape[1]
     s, fin, n = (np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64),
                              minlength=size).reshape(shape) for col in (f"{stat}_sum", f"{stat}_finite", "rows"))

@@ -48,8 +48,8 @@ def atomic_write(path: Path, chunks: Iterable[bytes | memoryview], fsync: bool =
     report it as damaged). The fsync costs a disk flush per file.
 
     ``size``: the total, when known: the file's blocks are allocated up front
-    (``posix_fallocate``), which on ext4 made a 67 MB dump's write 9 ms instead of 13 ms
-    typically and 14 ms instead of 124 ms at the 90th percentile, under sustained dumping.
+    (``posix_fallocate``), which on ext4 shortens a large dump's write under sustained
+    dumping, its slow tail most.
 
     Example::
 
@@ -104,9 +104,9 @@ def json_bytes(obj: Any) -> bytes:
     """``obj`` as JSON for a run file: one line per top-level key, and per element of a
     top-level list (the catalog: one tensor a line), each encoded by json's C encoder.
 
-    Why not ``indent=``: with it json uses its pure-Python encoder, ~3 ms for a small CNN's
-    manifest, paid at every writer session's start and close (each ``fit`` of the Keras
-    callback) and every heartbeat; this is ~10x faster and still reads line by line.
+    Why not ``indent=``: with it json uses its pure-Python encoder, many times slower, paid at
+    every writer session's start and close (each ``fit`` of the Keras callback) and every
+    heartbeat; this still reads line by line.
 
     >>> print(json_bytes({"a": 1, "tensors": [{"n": "x"}, {"n": "y"}]}).decode())
     {

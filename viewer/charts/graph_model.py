@@ -28,7 +28,7 @@ from .graph_dot import model_dot
 from ..ui import plain
 
 #: the most boxes drawn: beyond it the deepest open scopes are closed (Graphviz lays the chart out
-#: in the browser; bench/bench_graph.py: hundreds of boxes took tens of seconds on a loaded machine)
+#: in the browser, in a time that grows fast with the boxes: bench/README.md, "Op graph")
 MAX_UNITS = 200
 #: search matches whose scopes are opened and whose boxes are outlined
 MAX_REVEALED = 20

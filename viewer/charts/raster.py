@@ -1,8 +1,8 @@
 """A layer x step heatmap as one raster: a statistic's matrix aggregated on the server to the
 pixels a chart has (at most :data:`MAX_COLUMNS` step columns and :data:`MAX_ROWS` rows),
 coloured here, and drawn in the browser as one image with the aggregated values for hover
-(:mod:`viewer.charts.heatmap`). One mark per cell took the browser 49 s for 76,590 cells. No
-Streamlit here.
+(:mod:`viewer.charts.heatmap`): one mark per cell is far too slow for the browser at tens of
+thousands of cells. No Streamlit here.
 
 Each cell has a *state*: ``FINITE`` (coloured by its value, viridis), ``NONFINITE`` (a NaN/Inf
 among its values: :data:`NAN_RGBA`, never averaged away), ``NONPOSITIVE`` (on a log scale, a
