@@ -821,7 +821,7 @@ def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_pa
     assert "First NaN/Inf: conv2/Relu (Relu, layer conv2) made the first non-finite values: conv2/Relu:0 " \
         "(163 Inf of 16384 values) from finite conv2/BiasAdd:0 at step 25" in captions(at)
     errors = unescape(" ".join(e.value for e in at.error))
-    assert "Most likely culprit: nonfinite** (layer **conv2**, op `conv2/Relu`, step **25**)" in errors
+    assert "Most likely culprit: nonfinite** (layer **conv2**, op **conv2/Relu**, step **25**)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
     # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes, op-type bars
     assert len(at.get("vega_lite_chart")) == 4

@@ -101,7 +101,8 @@ EVIDENCE_SERIES = {"frozen": ("update", "l2", "update L2 (0: never changed)"),
                    "dead_units": ("forward", "zero_fraction", "share of zeros"),
                    "dead_relu": ("forward", "zero_fraction", "share of zeros"),
                    "saturated": ("forward", "max", "max"), "update_ratio_high": ("update", "l2", "update L2"),
-                   "nonfinite": ("forward", "nan", "NaN count"), "nonfinite_after": ("forward", "nan", "NaN count")}
+                   "nonfinite": ("forward", "nonfinite", "NaN/Inf values"),
+                   "nonfinite_after": ("forward", "nonfinite", "NaN/Inf values")}
 
 
 def show_diagnosis(ctx: Ctx) -> None:
@@ -115,7 +116,7 @@ def show_diagnosis(ctx: Ctx) -> None:
         return
     first = found[0]
     where = ", ".join(x for x in (f"layer **{plain(first['layer'])}**" if first["layer"] else "",
-                                  f"op `{plain(first['op'])}`" if first["op"] else "",
+                                  f"op **{plain(first['op'])}**" if first["op"] else "",
                                   f"step **{first['step']}**" if first["step"] is not None else "") if x)
     box = st.error if first["severity"] == "error" else st.warning
     with st.container(border=True):
@@ -144,18 +145,23 @@ def evidence_chart(ctx: Ctx, finding: dict) -> None:
     if spec is None or not tensor:
         return
     kind, column, title = spec
+    if (finding.get("numbers") or {}).get("where") == "backward":
+        kind = "gradient"   # the gradient turned non-finite, not the value
     names = [tensor]
     source = (finding.get("evidence") or "").split("d loss / d ", 1)
     if finding["kind"] == "gradient_jump" and len(source) > 1:
         names.insert(0, source[1].split(" ", 1)[0])
     run = data.get_run(ctx.path, ctx.sig)
+    counts = column == "nonfinite"   # NaN and Inf counted together: an Inf is as much a fault
     try:
         df = run.query_stats([n for n in names if n in set(run.tensors["name"])], kinds=[kind], groups=["all"],
-                             columns=[column], finite_part=column == "nan")
+                             columns=["nan", "inf"] if counts else [column], finite_part=counts)
     except InspectorError:
         return
     if df.empty:
         return
+    if counts:
+        df = df.assign(nonfinite=df["nan"] + df["inf"])
     wide = df.pivot_table(index="step", columns="tensor", values=column, observed=True, aggfunc="last")
     wide.columns = [str(c) for c in wide.columns]
     st.altair_chart(lines.line_chart(wide, title, height=180, legend_title="tensor",
