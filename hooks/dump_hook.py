@@ -35,7 +35,8 @@ from hooks.capture.groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from hooks.recorders import gradients as gradient_recorder
 from hooks.recorders import loss_scale
 from hooks.stats import fast as fast_stats
-from inspector.format import ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES, POSITIVE_COLLECTION, STAT_COLUMNS
+from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
+                              POSITIVE_COLLECTION, STAT_COLUMNS)
 from inspector.format.loghist import concat_rows
 from inspector.format.manifest import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
 from inspector.icnn.layer import observer_gradients
@@ -90,8 +91,9 @@ def guarded(noun: str):
         def wrapper(self, *args, **kwargs):
             if self._disabled:
                 if method.__name__ in _STARTS:
-                    log.warning("this %s was disabled by an earlier error (%s) and records nothing in this %s; "
-                                "create a new %s", noun, self._disabled, _STARTS[method.__name__], type(self).__name__)
+                    log.warning("this %s was disabled by an earlier error (%s) and records nothing "
+                                "in this %s; create a new %s", noun, self._disabled,
+                                _STARTS[method.__name__], type(self).__name__)
                 return None
             try:
                 return method(self, *args, **kwargs)
@@ -100,8 +102,8 @@ def guarded(noun: str):
                     raise
                 self._disabled = f"{type(self).__name__}.{method.__name__}: {type(e).__name__}: {e}"
                 log.error("%s.%s failed (%s: %s); the %s is disabled and training continues. "
-                          "Pass strict=True to raise instead.", type(self).__name__, method.__name__,
-                          type(e).__name__, e, noun)
+                          "Pass strict=True to raise instead.", type(self).__name__,
+                          method.__name__, type(e).__name__, e, noun)
                 if self._writer is not None and not self._writer.closed:
                     try:
                         error = f"{method.__name__}: {type(e).__name__}: {e}"
@@ -154,12 +156,13 @@ class DumpHook(v1.train.SessionRunHook):
       loss: loss tensor or name. Default: ``hooks.mark(loss=...)``, else the loss the
         optimizer's recorded ``tf.gradients`` differentiated, else the EstimatorSpec's loss,
         else the deduplicated scalar LOSSES (+ REGULARIZATION_LOSSES); ambiguous cases are
-        refused (``hooks.recorders.loss_and_labels``, docs/guide/loss-and-labels.md). The choice and why is logged.
+        refused (``hooks.recorders.loss_and_labels``, docs/guide/loss-and-labels.md). The choice and
+        why is logged.
       labels: labels tensor or name. Default: ``hooks.mark(labels=...)``, else the labels an
         Estimator passed to the model_fn. Without labels there are no groups. Multi-tower
         training: a dict ``{scope prefix: labels of that tower}`` groups each tower's
-        per-sample tensors by its own labels (``hooks/capture/towers.py``); towers cut from one batch
-        with ``tf.split`` need no dict (the split is traced).
+        per-sample tensors by its own labels (``hooks/capture/towers.py``); towers cut from one
+        batch with ``tf.split`` need no dict (the split is traced).
       predictions: tensor or name passed to a two-argument ``groups`` function. Default: the
         EstimatorSpec's predictions (a tensor, or its dict).
       share_gradients: reuse the optimizer's backward pass (below). False: always build
@@ -194,25 +197,29 @@ class DumpHook(v1.train.SessionRunHook):
     @takes_options
     def __init__(self, run_dir: str | os.PathLike, *, loss: tf.Tensor | str | None = None,
                  labels: tf.Tensor | str | Mapping[str, tf.Tensor | str] | None = None,
-                 predictions: tf.Tensor | str | None = None, share_gradients: bool = True, mode: str | None = None,
-                 eval_stats_batches: int | None = None, eval_dump_batches: int = 1,
-                 options: CaptureOptions | None = None,
+                 predictions: tf.Tensor | str | None = None, share_gradients: bool = True,
+                 mode: str | None = None, eval_stats_batches: int | None = None,
+                 eval_dump_batches: int = 1, options: CaptureOptions | None = None,
                  # the shared options as keywords (CaptureOptions documents them): takes_options
                  # gathers them into options=, which is what the body reads
-                 include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
-                 op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
-                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES, batched: str | Sequence[str] | None = None,
+                 include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None, op_types: Iterable[str] | None = None,
+                 exclude_op_types: Iterable[str] | None = None,
+                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES,
+                 batched: str | Sequence[str] | None = None,
                  unbatched: str | Sequence[str] | None = None, gradients: bool = True,
                  stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
                  dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
                  positive: Callable | None = None, groups: str | Callable | None = None,
-                 num_classes: int | None = None, samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3,
-                 histogram_bins: int | None = None, native_stats: bool = True, worker: str | None = None,
-                 queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
+                 num_classes: int | None = None, samples_per_group: int = 2,
+                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None,
+                 native_stats: bool = True, worker: str | None = None, queue_size: int = 8,
+                 stats_flush_secs: float = 10.0, fsync: bool = False,
                  storage_options: dict[str, Any] | None = None, strict: bool = False) -> None:
         if mode is not None and mode not in MODES:
             raise ValueError(f"mode={mode!r} must be one of {MODES} (or None: from the graph)")
-        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
+        # never None: takes_options resolved it
+        self.options = options = cast(CaptureOptions, options)
         self.run_dir = normalize(run_dir)
         self.schedule = options.schedule
         self.loss_arg, self.labels_arg = loss, labels
@@ -223,7 +230,8 @@ class DumpHook(v1.train.SessionRunHook):
         default_worker, self.is_chief = worker_from_env()
         self.worker = options.worker or default_worker
         self.share_gradients = share_gradients
-        self.mode_arg, self.eval_stats_batches, self.eval_dump_batches = mode, eval_stats_batches, eval_dump_batches
+        self.mode_arg, self.eval_stats_batches, self.eval_dump_batches = mode, eval_stats_batches, \
+            eval_dump_batches
         # Under asynchronous multi-worker training the global step moves between this worker's
         # runs: read it with every run (one scalar) so the schedule sees each crossing.
         self._track_step = cluster_tasks() > 1
@@ -258,8 +266,9 @@ class DumpHook(v1.train.SessionRunHook):
         self._batch = 0           # batch index within an eval/predict session
         self._pending: tuple[int, bool, bool] | None = None
         self._in_run = False   # between this session's before_run and after_run (see _watch)
-        self._runs = 0                                # training runs of this hook, its sessions together
-        self._sampled_at: tuple[int, int] | None = None   # (runs, global step) at the last sampled run
+        self._runs = 0   # training runs of this hook, its sessions together
+        # (runs, global step) at the last sampled run
+        self._sampled_at: tuple[int, int] | None = None
         self._warned_lag = False
         # A loss-scale optimizer in the graph: a training run may leave the global step where it
         # was (a step the dynamic scale skipped). Sampled runs then read the step before them.
@@ -288,12 +297,15 @@ class DumpHook(v1.train.SessionRunHook):
         except (KeyError, ValueError):
             ops = [op.name for op in g.get_operations()]
             from inspector.errors import suggest
-            raise ValueError(f"{what}={value!r} names no tensor in the graph.{suggest(value, ops)}") from None
+            raise ValueError(f"{what}={value!r} names no tensor in the "
+                             f"graph.{suggest(value, ops)}") from None
 
     def _resolve_loss(self, g: tf.Graph) -> tf.Tensor | None:
-        return loss_and_labels.resolve_loss(g, self._tensor(self.loss_arg, "loss"), strict=self.strict)
+        return loss_and_labels.resolve_loss(g, self._tensor(self.loss_arg, "loss"),
+                                            strict=self.strict)
 
-    def _resolve_groups(self, g: tf.Graph, loss: tf.Tensor | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
+    def _resolve_groups(self, g: tf.Graph,
+                        loss: tf.Tensor | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
         if isinstance(self.labels_arg, Mapping):
             return self._resolve_tower_labels(g)
         labels, groups, rule = loss_and_labels.resolve_groups(
@@ -317,8 +329,9 @@ class DumpHook(v1.train.SessionRunHook):
             log.info("labels of tower %s: %s; groups: %s", prefix, labels.name, rule)
         names = {tuple(gr.names) for gr in self._tower_groups.values()}
         if len(names) > 1:
-            loss_and_labels._refuse(ValueError(f"the towers' groups differ ({sorted(names)}); every tower needs the "
-                                               f"same group names"), self.strict)
+            loss_and_labels._refuse(ValueError(f"the towers' groups differ ({sorted(names)}); "
+                                               "every tower needs the same group names"),
+                                    self.strict)
             self._tower_groups.clear()
         elif self._tower_groups:
             self._groups_rule = f"per tower ({', '.join(self._tower_groups)}): {rule}"
@@ -327,7 +340,8 @@ class DumpHook(v1.train.SessionRunHook):
     @_guarded
     def begin(self) -> None:
         if self._writer is not None and not self._writer.closed and self._coord is not None \
-                and not self._coord.should_stop() and v1.get_default_graph().get_collection(v1.GraphKeys.EVAL_STEP):
+                and not self._coord.should_stop() \
+                and v1.get_default_graph().get_collection(v1.GraphKeys.EVAL_STEP):
             # An evaluation inside the live session (local train_and_evaluate evaluates inside
             # training, one hook in both specs): taking it over closed the live session and lost
             # it. Any other new session takes over, as before (a session never closed: failed).
@@ -335,11 +349,13 @@ class DumpHook(v1.train.SessionRunHook):
             if self._nested_logged:
                 return
             self._nested_logged = True
-            log.error("DumpHook(%s) is recording a live %s session, and another session began inside it (the same "
-                      "hook in train_and_evaluate's TrainSpec and EvalSpec?): it records the live one only. Give the "
-                      "evaluation its own DumpHook(run_dir, worker='evaluator-0')", self.run_dir, self.mode)
+            log.error("DumpHook(%s) is recording a live %s session, and another session began "
+                      "inside it (the same hook in train_and_evaluate's TrainSpec and EvalSpec?): "
+                      "it records the live one only. Give the evaluation its own DumpHook(run_dir, "
+                      "worker='evaluator-0')", self.run_dir, self.mode)
             return
-        self._close_writer("failed", "a new session began before this one ended (end() was not called)")
+        self._close_writer("failed",
+                           "a new session began before this one ended (end() was not called)")
         self._reset()
         g = v1.get_default_graph()
         _refuse_distributed(g)
@@ -353,9 +369,11 @@ class DumpHook(v1.train.SessionRunHook):
         self._list_function_bodies(g, loss, sel)
         capture.log_unfetchable(sel)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
-        # the labels of the batch's samples (the dump's sample labels): none where they are a part of it
+        # the labels of the batch's samples (the dump's sample labels): none where they are a part
+        # of it
         batch_labels, gid = self._whole_batch_groups(axis, labels, gid)
-        grads = (self._gradients(g, loss, sel.tensors) if loss is not None and self.options.gradients
+        grads = (self._gradients(g, loss, sel.tensors)
+                 if loss is not None and self.options.gradients
                  else [None] * len(sel.tensors))
         fields = capture.icnn_fields(g)
         for t, grad in zip(sel.tensors, grads):
@@ -368,24 +386,28 @@ class DumpHook(v1.train.SessionRunHook):
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)
         if self.mode == "train" and self._global_step is not None and self._counts_every_run:
             raise ValueError(_STILL_STEP.format(self._global_step.name))
-        self._skips = self.mode == "train" and self._global_step is not None and loss_scale.scales(g)
+        self._skips = self.mode == "train" and self._global_step is not None \
+            and loss_scale.scales(g)
         self._add_variable_records(g, loss)
         self._build_fetches(gid, batch_labels, loss)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
-        rows = self._stats.rows + (variables.stats_rows(self._updates.records) if self._updates else [])
+        rows = self._stats.rows \
+            + (variables.stats_rows(self._updates.records) if self._updates else [])
         layout = StatsLayout(*map(tuple, zip(*rows))) if self._stats else None
         # The writer (a new session of this worker) opens with the session, in after_create_session.
         accounting = capture.accounting(saved, sel, [t.name for t in sel.tensors], self.filters)
-        self._writer_args = dict(worker=self.worker, manifest=self._manifest(loss, labels, sel.skipped, accounting),
+        self._writer_args = dict(worker=self.worker,
+                                 manifest=self._manifest(loss, labels, sel.skipped, accounting),
                                  stats_layout=layout, graph_def=graph_def, mode=self.mode,
                                  options=self.options.writer_options)
 
     def _whole_batch_groups(self, axis: batch_axis.BatchAxis, labels: tf.Tensor | None,
-                            groups: capture.Groups | None) -> tuple[tf.Tensor | None, capture.Groups | None]:
-        """``(labels, groups)``, unless the labels are computed from part of the batch: one tower's (past
-        the tf.split that resolve traces back), or rows a slice or gather selects
+                            groups: capture.Groups | None
+                            ) -> tuple[tf.Tensor | None, capture.Groups | None]:
+        """``(labels, groups)``, unless the labels are computed from part of the batch: one tower's
+        (past the tf.split that resolve traces back), or rows a slice or gather selects
         (``labels[:16]``). Grouping the other samples' rows by them left those in no group, or
         with another tower's groups, and a dump's labels could be another sample's. Then no
         groups and no sample labels, ``(None, None)`` (warned), as without labels."""
@@ -394,11 +416,14 @@ class DumpHook(v1.train.SessionRunHook):
         if not where and cut is None:
             return labels, groups
         part = (f"{towers.tower_name(axis, where)}, one tower's part of the batch" if where else
-                f"part of the batch ({cut.name}, a {cut.type}, selects some rows of {cut.inputs[0].name})")
-        fix = f"computed before {axis.split_op(where[0][0]).name} splits it" if where else f"not cut by {cut.name}"
-        log.warning("labels %s are computed from %s: the batch's other samples have no labels there, so statistics are "
-                    "for group 'all' only and dumps keep no labels. Pass labels of the whole batch (%s), or "
-                    "labels={scope: labels} per tower", labels.name, part, fix)
+                f"part of the batch ({cut.name}, a {cut.type}, selects some rows of "
+                f"{cut.inputs[0].name})")
+        fix = f"computed before {axis.split_op(where[0][0]).name} splits it" if where \
+            else f"not cut by {cut.name}"
+        log.warning("labels %s are computed from %s: the batch's other samples have no labels "
+                    "there, so statistics are for group 'all' only and dumps keep no labels. Pass "
+                    "labels of the whole batch (%s), or labels={scope: labels} per tower",
+                    labels.name, part, fix)
         self._groups = self._groups_rule = None
         return None, None
 
@@ -408,13 +433,16 @@ class DumpHook(v1.train.SessionRunHook):
         unresolved = towers.assign(self.captured, axis, groups, self._tower_groups)
         if unresolved and (groups is not None or self._tower_groups):
             cuts = towers.cut_at(axis, unresolved, self.captured[0].tensor.graph)
-            where = "; ".join(f"at {cut}: {_listed(names, 5)}" for cut, names in list(cuts.items())[:10])
-            log.warning("%d tensors have rows that cannot be matched to the labels' samples, so their statistics "
-                        "are for group 'all' only and dumps store them whole. Where their rows stopped being the "
-                        "batch's: %s. If that input's axis 0 is not the batch (a SparseTensor's values or indices "
-                        "count entries), say so with unbatched=<its name>; towers cut with tf.split are traced, "
-                        "towers fed apart need labels={scope: labels}", len(unresolved), where)
-        bads = [gr.bad for gr in [groups, *self._tower_groups.values()] if gr is not None and gr.bad is not None]
+            where = "; ".join(f"at {cut}: {_listed(names, 5)}"
+                              for cut, names in list(cuts.items())[:10])
+            log.warning("%d tensors have rows that cannot be matched to the labels' samples, so "
+                        "their statistics are for group 'all' only and dumps store them whole. "
+                        "Where their rows stopped being the batch's: %s. If that input's axis 0 is "
+                        "not the batch (a SparseTensor's values or indices count entries), say so "
+                        "with unbatched=<its name>; towers cut with tf.split are traced, towers "
+                        "fed apart need labels={scope: labels}", len(unresolved), where)
+        bads = [gr.bad for gr in [groups, *self._tower_groups.values()]
+                if gr is not None and gr.bad is not None]
         size = towers.size_checks(self.captured, self._tower_groups)
         bads += [size] if size is not None else []
         self._bad = (bads[0] if len(bads) == 1 else tf.add_n(bads)) if bads else None
@@ -461,14 +489,16 @@ class DumpHook(v1.train.SessionRunHook):
                 if t.name in recorded:
                     name = recorded[t.name]
                     shared[t.name] = None if name is None else g.get_tensor_by_name(name)
-            with observer_gradients():   # completing from the optimizer's pass is an observer's pass too
-                shared.update(gradient_recorder.complete(g, loss, [t for t in usable if t.name not in recorded],
-                                                         recorded))
+            # completing from the optimizer's pass is an observer's pass too
+            with observer_gradients():
+                shared.update(gradient_recorder.complete(
+                    g, loss, [t for t in usable if t.name not in recorded], recorded))
         rest = [t for t in tensors if t.name not in shared]
         own = dict(zip((t.name for t in rest), capture.gradients(loss, rest)))
         if len(rest) < len(tensors):
-            log.info("reusing the optimizer's backward pass for %d of %d %s (%s)", len(tensors) - len(rest),
-                     len(tensors), what, "recorded" if recorded else "hooks.minimize")
+            log.info("reusing the optimizer's backward pass for %d of %d %s (%s)",
+                     len(tensors) - len(rest), len(tensors), what,
+                     "recorded" if recorded else "hooks.minimize")
         return [shared[t.name] if t.name in shared else own[t.name] for t in tensors]
 
     def _unscaled_gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
@@ -477,8 +507,9 @@ class DumpHook(v1.train.SessionRunHook):
         (reused, as any pass) / scale in float32, the unscaled pass where that overflowed
         (``capture.unscale``). Its scaled loss alone was 2^15 times too large; the unscaled pass
         alone, in float16, reads 0 below ~6e-8. One more backward pass on sampled steps."""
-        log.info("%s is scaled by a loss-scale optimizer (%s): gradients of %d tensors are d (%s) / d t / scale, in "
-                 "float32", loss.name, scaling.scale.name, len(tensors), scaling.scaled.name)
+        log.info("%s is scaled by a loss-scale optimizer (%s): gradients of %d tensors are "
+                 "d (%s) / d t / scale, in float32", loss.name, scaling.scale.name, len(tensors),
+                 scaling.scaled.name)
         through = self._gradients(g, scaling.scaled, tensors, what)
         return capture.unscale(through, capture.gradients(loss, tensors), scaling.scale)
 
@@ -490,7 +521,8 @@ class DumpHook(v1.train.SessionRunHook):
         keep, kept_groups = capture.kept_samples(gid, batch, self.options.samples_per_group)
         keeps, tower_samples = self._tower_keeps()
         static_batch = labels.shape.as_list()[0] if labels is not None and labels.shape.rank else (
-            batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank else None)
+            batched[0].tensor.shape.as_list()[0] if batched and batched[0].tensor.shape.rank
+            else None)
         keep_all_of = capture.keeps_whole_batch(gid, static_batch, self.options.samples_per_group)
         self._dump, aliases = capture.build_dump(self.captured, keep, keep_all_of, keeps=keeps)
         self._dump_metadata = {ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
@@ -498,8 +530,10 @@ class DumpHook(v1.train.SessionRunHook):
         if kept_groups is not None:
             self._samples["samples/group"] = kept_groups
         self._samples.update(tower_samples)
-        if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer or labels.dtype == tf.bool):
-            self._samples["samples/label"] = tf.gather(labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
+        if labels is not None and (labels.dtype.is_floating or labels.dtype.is_integer
+                                   or labels.dtype == tf.bool):
+            self._samples["samples/label"] = tf.gather(
+                labels, tf.boolean_mask(keep, keep < tf.shape(labels)[0]))
         if self.options.dump_on_nonfinite and loss is not None:
             self._loss_finite = tf.reduce_all(tf.math.is_finite(loss))
             self._loss_name = loss.name
@@ -508,13 +542,15 @@ class DumpHook(v1.train.SessionRunHook):
                 # follows may never come (the Estimator's NanTensorHook raises). Its tensors pass a
                 # Switch, and are packed into a few vectors that are empty on other steps.
                 bad = tf.logical_not(self._loss_finite)
-                gated, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad, keeps=keeps)
+                gated, _ = capture.build_dump(self.captured, keep, keep_all_of, gate=bad,
+                                              keeps=keeps)
                 gated.update(self._samples)
                 self._nan_dump = capture.pack_when(bad, gated)
                 self._nan_layout = (list(gated), [t.dtype.name for t in gated.values()])
         kept = max(1, 2 * self.options.samples_per_group)
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
-                                        for c in self.captured for t in (c.tensor, c.gradient) if t is not None)
+                                        for c in self.captured for t in (c.tensor, c.gradient)
+                                        if t is not None)
 
     def _tower_keeps(self) -> tuple[dict[int, tf.Tensor], dict[str, tf.Tensor]]:
         """Per tower grouping: the kept samples of its slice (indices into the tower's rows),
@@ -536,18 +572,22 @@ class DumpHook(v1.train.SessionRunHook):
         calls (a Keras LSTM's gates in a ``model_fn``): not ops of the graph, they cannot be
         fetched, and were neither captured nor listed (as the Keras capture's were)."""
         backward = capture.backward_ops(g, loss)
-        calls = [op for op in g.get_operations() if op.type in capture.CALL_OP_TYPES and op.name not in backward]
+        calls = [op for op in g.get_operations()
+                 if op.type in capture.CALL_OP_TYPES and op.name not in backward]
         inside = capture.function_body_tensors(calls, **self.filters)
         sel.skipped += inside
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
 
     def _manifest(self, loss, labels, skipped, accounting) -> dict[str, Any]:
-        config = self.options.manifest_config(native.used(self.options.native_stats), self.filters["dtypes"])
+        config = self.options.manifest_config(native.used(self.options.native_stats),
+                                              self.filters["dtypes"])
         return {
             "tensorflow_version": tf.__version__, "is_chief": self.is_chief,
-            "loss": loss.name if loss is not None else None, "labels": labels.name if labels is not None else None,
+            "loss": loss.name if loss is not None else None,
+            "labels": labels.name if labels is not None else None,
             "config": hook_config(**config, share_gradients=self.share_gradients, mode=self.mode,
-                                  eval_stats_batches=self.eval_stats_batches, eval_dump_batches=self.eval_dump_batches),
+                                  eval_stats_batches=self.eval_stats_batches,
+                                  eval_dump_batches=self.eval_dump_batches),
             "tensors": [c.catalog_entry() for c in self.captured],
             **self._groups_manifest(),
             "skipped": skipped, "first_nonfinite": None, "accounting": accounting,
@@ -556,7 +596,8 @@ class DumpHook(v1.train.SessionRunHook):
     def _groups_manifest(self) -> dict[str, Any]:
         """``groups`` (FORMAT.md, manifest)."""
         g = self._groups or next(iter(self._tower_groups.values()), None)
-        entry = None if g is None else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
+        entry = None if g is None \
+            else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
         return {"groups": entry}
 
     # ---- the session ----------------------------------------------------------------------
@@ -570,13 +611,14 @@ class DumpHook(v1.train.SessionRunHook):
             self._step = int(session.run(self._global_step))
         self._stats_since = self._dump_since = self._step
         self._batch = 0
-        self._sampled_at = None   # a recovered session restores an older checkpoint: its step goes back
+        # a recovered session restores an older checkpoint: its step goes back
+        self._sampled_at = None
         if self._writer is None or self._writer.closed:  # a new session (also after a recovery)
             self._writer_args["manifest"]["start_step"] = self._step
             self._writer = RunWriter(self.run_dir, **self._writer_args)
             self._opened_at = (self._runs, self._step)   # this writer session's first run and step
-            log.info("writing session %d of worker %s (mode %s) from global step %d", self._writer.session,
-                     self.worker, self.mode, self._step)
+            log.info("writing session %d of worker %s (mode %s) from global step %d",
+                     self._writer.session, self.worker, self.mode, self._step)
             if self.mode == "train":
                 self._warn_overlap()
         if coord is not None:
@@ -589,9 +631,9 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _warn_overlap(self) -> None:
         """Warn when this training session starts below the last step an earlier training session
-        of this worker recorded (``inspector.sessions.trainings``): at step 0 a new training, which readers
-        show alone from now on; past 0 a resume from an older checkpoint, whose rows replace the
-        earlier session's of the steps both record."""
+        of this worker recorded (``inspector.sessions.trainings``): at step 0 a new training, which
+        readers show alone from now on; past 0 a resume from an older checkpoint, whose rows replace
+        the earlier session's of the steps both record."""
         found = trainings.last_training(self._writer.store.read, self.worker, self._writer.session)
         if found is None or found[1] <= self._step:
             return
@@ -599,16 +641,18 @@ class DumpHook(v1.train.SessionRunHook):
         if self._step == 0:
             why = ("the graph has no global step, and the hook counts this session's runs from 0"
                    if self._global_step is None else "a fresh or warm-started model")
-            log.warning("%s already holds training steps up to %d (worker %s, session %d), and this session starts a "
-                        "new training at step 0 (%s): readers now show this training only, sessions before %d are "
-                        "hidden from merged views (run.sessions' hidden_by; read one with session=N). To keep both "
-                        "trainings in view, write this one to another run directory", self.run_dir, last, self.worker,
-                        before, why, self._writer.session)
+            log.warning("%s already holds training steps up to %d (worker %s, session %d), and "
+                        "this session starts a new training at step 0 (%s): readers now show this "
+                        "training only, sessions before %d are hidden from merged views "
+                        "(run.sessions' hidden_by; read one with session=N). To keep both "
+                        "trainings in view, write this one to another run directory", self.run_dir,
+                        last, self.worker, before, why, self._writer.session)
         else:
-            log.warning("%s: this session resumes at global step %d, before step %d that session %d recorded (a "
-                        "checkpoint older than the last recorded step): its rows of steps %d-%d replace session %d's "
-                        "(read those with session=%d)", self.run_dir, self._step, last, before, self._step + 1, last,
-                        before, before)
+            log.warning("%s: this session resumes at global step %d, before step %d that session "
+                        "%d recorded (a checkpoint older than the last recorded step): its rows of "
+                        "steps %d-%d replace session %d's (read those with session=%d)",
+                        self.run_dir, self._step, last, before, self._step + 1, last, before,
+                        before)
 
     def _recorded_nothing(self, session) -> str | None:
         """Why this writer session is closing without a recorded step (or None if it recorded
@@ -619,20 +663,25 @@ class DumpHook(v1.train.SessionRunHook):
             return None
         runs, batches, start = self._runs - self._opened_at[0], self._batch, self._opened_at[1]
         if st.dropped.count():
-            return "every statistics step and dump it sampled was dropped (see the manifest's dropped)"
+            return ("every statistics step and dump it sampled was dropped (see the "
+                    "manifest's dropped)")
         if self.mode != "train":
-            return (f"the {self.mode} session ran no batch (its input was empty)" if not batches else
-                    f"none of its {batches} batches was sampled (eval_stats_batches={self.eval_stats_batches}, "
-                    f"eval_dump_batches={self.eval_dump_batches}, stats_every_n_steps={self.schedule.stats_every})")
+            return (f"the {self.mode} session ran no batch (its input was empty)"
+                    if not batches else
+                    f"none of its {batches} batches was sampled "
+                    f"(eval_stats_batches={self.eval_stats_batches}, "
+                    f"eval_dump_batches={self.eval_dump_batches}, "
+                    f"stats_every_n_steps={self.schedule.stats_every})")
         now = self._read_step(session)
         if not runs:
-            return (f"no training step ran: the session began at global step {start} and ended there (the "
-                    f"training had already reached its last step: max_steps, a StopAtStepHook, or a chief that "
-                    f"finished before this worker started)")
+            return (f"no training step ran: the session began at global step {start} and ended "
+                    "there (the training had already reached its last step: max_steps, a "
+                    "StopAtStepHook, or a chief that finished before this worker started)")
         span = f"global steps {start + 1}..{now}" if now is not None else "its steps"
-        return (f"{runs} training runs ({span}) and none was a statistics or dump step (stats_every_n_steps="
-                f"{self.schedule.stats_every}, dump_every_n_steps={self.schedule.dump_every}): lower "
-                f"stats_every_n_steps (or list dump_steps) to record a training this short")
+        return (f"{runs} training runs ({span}) and none was a statistics or dump step "
+                f"(stats_every_n_steps={self.schedule.stats_every}, "
+                f"dump_every_n_steps={self.schedule.dump_every}): lower stats_every_n_steps (or "
+                "list dump_steps) to record a training this short")
 
     def _read_step(self, session) -> int | None:
         """The global step now (None without one, or where the session cannot run)."""
@@ -651,14 +700,15 @@ class DumpHook(v1.train.SessionRunHook):
             # Estimator.predict is a generator: its caller stopping early (a break, close(), a
             # generator collected) exits the session between batches, skipping end(). Every
             # batch it ran is complete; nothing failed.
-            log.info("predict() ended by its caller after %d batches; session %d finished", self._batch,
-                     writer.session)
+            log.info("predict() ended by its caller after %d batches; session %d finished",
+                     self._batch, writer.session)
             writer.close("finished")
             return
         writer.close("failed", error=self._abnormal_end())
 
     def _abnormal_end(self) -> str:
-        doing = {"train": "training", "eval": "evaluation", "predict": "prediction"}.get(self.mode, self.mode)
+        doing = {"train": "training", "eval": "evaluation",
+                 "predict": "prediction"}.get(self.mode, self.mode)
         why = f"the session ended with an error before DumpHook.end() ({doing} raised)"
         nf = self._first_nonfinite
         return why + (f"; NaN/Inf first seen at step {nf['step']} in {nf['tensor']}" if nf else "")
@@ -686,12 +736,15 @@ class DumpHook(v1.train.SessionRunHook):
             stats, dump = self._due(step)
             if (stats or dump) and self._skips:
                 # Runs the loss scale skipped unsampled left this count ahead of the global step:
-                # plan from the step before this run, read exactly (one scalar run, sampled runs only)
-                self._step = int(self._run_reads(run_context.session, {"step": self._global_step})["step"])
+                # plan from the step before this run, read exactly (one scalar run, sampled runs
+                # only)
+                self._step = int(self._run_reads(run_context.session,
+                                                 {"step": self._global_step})["step"])
                 step = self._step + 1
                 stats, dump = self._due(step)
             self._since_before = (self._stats_since, self._dump_since)
-            self._stats_since, self._dump_since = max(self._stats_since, step), max(self._dump_since, step)
+            self._stats_since, self._dump_since = max(self._stats_since, step), \
+                max(self._dump_since, step)
         else:  # eval / predict: batches of one evaluation, at one global step
             step, b = self._step, self._batch
             stats = self._stats is not None and bool(self.schedule.stats_every) and (
@@ -724,7 +777,8 @@ class DumpHook(v1.train.SessionRunHook):
     def _due(self, step: int) -> tuple[bool, bool]:
         """(statistics, dump) due at a training run that ends at global step ``step``."""
         stats = self._stats is not None and self.schedule.wants_stats(step, self._stats_since)
-        dump = bool(self._dump) and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
+        dump = bool(self._dump) \
+            and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
         return stats, dump
 
     def _run_trains(self, fetches) -> bool:
@@ -767,18 +821,20 @@ class DumpHook(v1.train.SessionRunHook):
         if "snapshots" in results and dump:
             reads["update"] = self._updates.delta
         finite = bool(results.get("loss_finite", True))
-        if self.mode == "train" and self._global_step is not None and (stats or dump or (self._skips and not finite)):
+        if self.mode == "train" and self._global_step is not None \
+                and (stats or dump or (self._skips and not finite)):
             reads["step"] = self._global_step   # under a loss scale also for the NaN dump's step
         after = self._run_reads(run_context.session, reads) if reads else {}
         if self.mode == "train":
             self._runs += 1
             if "step" in after and self._skips and int(after["step"]) < step and (stats or dump):
-                # planned at the step before (read in before_run) + 1: the global step did not advance
+                # planned at the step before (read in before_run) + 1: the global step did not
+                # advance
                 self._skipped(step, int(after["step"]), stats, dump, finite, results)
                 step, stats, dump = int(after["step"]), False, False
             elif "step" in after:
                 step = int(after["step"])
-                if not self._skips:   # under a loss scale no row carries a step its run did not make
+                if not self._skips:  # under a loss scale no row carries a step its run did not make
                     self._check_step_lag(step)
                 # This row stands for every multiple up to the step it carries: other workers may
                 # have crossed the next one during this run (FORMAT.md, "Schedule").
@@ -800,10 +856,12 @@ class DumpHook(v1.train.SessionRunHook):
         if stats:
             values, *hist = results["stats"]
             self._check_nonfinite(step, values)
-            if "update_stats" in after:  # the update rows follow the in-graph rows (the layout's order)
+            # the update rows follow the in-graph rows (the layout's order)
+            if "update_stats" in after:
                 values, *hist = concat_rows([(values, *hist), after["update_stats"]])
             self._writer.add_stats(step, values, hist, batch=batch or 0,
-                                   keep=self._group_rows_check(step, int(results.get("bad_groups", 0)), len(values)))
+                                   keep=self._group_rows_check(
+                                       step, int(results.get("bad_groups", 0)), len(values)))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
@@ -812,9 +870,11 @@ class DumpHook(v1.train.SessionRunHook):
             self._add_dump(step, {**results["dump"], **results["samples"],
                                   **{f"update/{k}": v for k, v in updates.items()}}, why, batch)
         elif not finite and "nan_dump" in results:
-            self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout), "NaN/Inf in the loss", batch)
+            self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout),
+                           "NaN/Inf in the loss", batch)
 
-    def _skipped(self, step: int, now: int, stats: bool, dump: bool, finite: bool, results: dict) -> None:
+    def _skipped(self, step: int, now: int, stats: bool, dump: bool, finite: bool,
+                 results: dict) -> None:
         """A run sampled for ``step`` that the loss scale skipped (its gradients overflowed): the
         global step stayed at ``now``, so the run has no step of its own. Its rows and dump are not
         written (each recorded in ``dropped``) and the schedules count as before it, so the next
@@ -823,38 +883,43 @@ class DumpHook(v1.train.SessionRunHook):
         kept as the dump of a NaN/Inf loss, at ``now`` as on unsampled runs."""
         self._stats_since, self._dump_since = self._since_before
         nan_dump = dump and not finite and bool(self._nan_dump) and self._first_nonfinite is None
-        why = ("a run the loss scale skipped (its gradients overflowed; the global step did not advance): it has no "
-               "step of its own, the next run that applies is sampled for this step")
+        why = ("a run the loss scale skipped (its gradients overflowed; the global step did not "
+               "advance): it has no step of its own, the next run that applies is sampled for "
+               "this step")
         if stats:
             self._writer.record_drop(step, why, what="stats")
             # not written, so said here: a NaN/Inf in a run the training skipped
-            self._check_nonfinite(now, results["stats"][0], "the statistics of a run the loss scale skipped (not "
-                                                            "written)")
+            self._check_nonfinite(now, results["stats"][0], "the statistics of a run the loss "
+                                                            "scale skipped (not written)")
         if dump and not nan_dump:
             self._writer.record_drop(step, why, self._dump_bytes_estimate)
         if not self._warned_skip:
             self._warned_skip = True
-            log.warning("the run sampled for step %d was skipped by the loss scale (its gradients overflowed; the "
-                        "global step stayed at %d): its statistics and dump are not written (manifest 'dropped'), and "
-                        "the next run that applies is sampled as step %d instead (logged once)", step, now, step)
+            log.warning("the run sampled for step %d was skipped by the loss scale (its gradients "
+                        "overflowed; the global step stayed at %d): its statistics and dump are "
+                        "not written (manifest 'dropped'), and the next run that applies is "
+                        "sampled as step %d instead (logged once)", step, now, step)
         if nan_dump:
-            self._add_dump(now, {**results["dump"], **results["samples"]}, "NaN/Inf in the loss", None)
+            self._add_dump(now, {**results["dump"], **results["samples"]}, "NaN/Inf in the loss",
+                           None)
 
     def _check_step_lag(self, step: int) -> None:
         """Warn once when the global step advanced less than this worker's training runs between
         two sampled runs: gradient accumulation (a train op that advances it every k-th run) or
         a step advanced by another run. Rows carry the global step after their run, which
-        may then be a micro-batch's; the schedule counts runs (docs/guide/distributed-and-storage.md)."""
+        may then be a micro-batch's; the schedule counts runs
+        (docs/guide/distributed-and-storage.md)."""
         last, self._sampled_at = self._sampled_at, (self._runs, step)
         if last is None or self._track_step or self._warned_lag:
             return
         runs, moved = self._runs - last[0], step - last[1]
         if 0 <= moved < runs:
             self._warned_lag = True
-            log.warning("the global step advanced %d over %d training runs (steps %d..%d): gradient accumulation, "
-                        "a loss-scale optimizer skipping steps whose gradients overflowed (mixed precision), or a "
-                        "step another run advances? Each row carries the global step after its run, which may be "
-                        "a micro-batch's or a skipped step's, and the schedule counts runs "
+            log.warning("the global step advanced %d over %d training runs (steps %d..%d): "
+                        "gradient accumulation, a loss-scale optimizer skipping steps whose "
+                        "gradients overflowed (mixed precision), or a step another run advances? "
+                        "Each row carries the global step after its run, which may be a "
+                        "micro-batch's or a skipped step's, and the schedule counts runs "
                         "(docs/guide/distributed-and-storage.md)",
                         moved, runs, last[1], step)
 
@@ -878,16 +943,17 @@ class DumpHook(v1.train.SessionRunHook):
             return None
         first = self._refusals.note(step, bad, bad_rule(self.group_spec))
         if first is not None:
-            log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics are written for "
-                      "group 'all' only, and so is every such step (logged once)", step, bad,
-                      bad_rule(self.group_spec), self._groups_rule)
+            log.error("step %d: %d samples break the group rule (%s; %s): that step's statistics "
+                      "are written for group 'all' only, and so is every such step (logged once)",
+                      step, bad, bad_rule(self.group_spec), self._groups_rule)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
         return all_rows_only(self._stats.rows, rows)
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())
         refused = {"groups": "refused"} if capture.ungrouped_dump(arrays) else {}
-        self._writer.add_dump(step, arrays, {**self._dump_metadata, **refused, "reason": why}, batch=batch)
+        self._writer.add_dump(step, arrays, {**self._dump_metadata, **refused, "reason": why},
+                              batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray, source: str = "statistics") -> None:
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
@@ -896,7 +962,8 @@ class DumpHook(v1.train.SessionRunHook):
             tensor, kind, _ = self._stats.rows[bad[0]]
             self._note_nonfinite(step, tensor, kind, source)
 
-    def _note_nonfinite(self, step: int, tensor: str, kind: str, source: str = "loss check") -> None:
+    def _note_nonfinite(self, step: int, tensor: str, kind: str,
+                        source: str = "loss check") -> None:
         if self._first_nonfinite is not None:
             return
         self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
@@ -913,23 +980,25 @@ class DumpHook(v1.train.SessionRunHook):
             self._refusals.close(self._writer)
             nothing = self._recorded_nothing(session)
             if nothing:
-                log.warning("session %d of worker %s in %s recorded nothing: %s", self._writer.session, self.worker,
-                            self.run_dir, nothing)
+                log.warning("session %d of worker %s in %s recorded nothing: %s",
+                            self._writer.session, self.worker, self.run_dir, nothing)
                 self._writer.update_manifest(**{RECORDED_NOTHING_KEY: nothing})
             self._writer.close("finished")
             st = self._writer.state
-            log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files dropped, "
-                     "%d write errors", self.run_dir, self._writer.session, st.dumps, st.stats_rows,
-                     human_bytes(st.bytes_written), st.dropped.count(), st.errors.count())
+            log.info("run %s session %d finished: %d dumps, %d statistics rows, %s, %d files "
+                     "dropped, %d write errors", self.run_dir, self._writer.session, st.dumps,
+                     st.stats_rows, human_bytes(st.bytes_written), st.dropped.count(),
+                     st.errors.count())
 
 
 #: a training graph with a global step that no op adds to is refused: every row would carry the
 #: step the session began at, the schedule would count runs, and dumps after the first would be
 #: dropped as a second dump of one step
-_STILL_STEP = ("the graph has a global step ({}) that no op adds to: training never advances it, and the hook "
-               "labels rows by it, so every row would carry one step. Pass global_step= to minimize() or "
-               "apply_gradients() (tf.compat.v1.train.get_or_create_global_step()), or build the graph without "
-               "a global step (the hook then counts its runs); for an evaluation, pass mode='eval'")
+_STILL_STEP = ("the graph has a global step ({}) that no op adds to: training never advances it, "
+               "and the hook labels rows by it, so every row would carry one step. Pass "
+               "global_step= to minimize() or apply_gradients() "
+               "(tf.compat.v1.train.get_or_create_global_step()), or build the graph without a "
+               "global step (the hook then counts its runs); for an evaluation, pass mode='eval'")
 
 
 def _refuse_distributed(g: tf.Graph) -> None:
@@ -940,10 +1009,12 @@ def _refuse_distributed(g: tf.Graph) -> None:
     mirrored = [v for v in g.get_collection(v1.GraphKeys.TRAINABLE_VARIABLES)
                 if isinstance(v, tf.distribute.DistributedValues)]
     if mirrored:
-        raise ValueError(f"the model's variables ({mirrored[0].name}, ...) are mirrored by a tf.distribute strategy "
-                         f"(an Estimator's RunConfig(train_distribute=...)?): DumpHook does not capture replicated "
-                         f"variables. Train on one device without train_distribute, or in a TF_CONFIG cluster with "
-                         f"parameter servers (each worker writes its own files; docs/guide/distributed-and-storage.md)")
+        raise ValueError(f"the model's variables ({mirrored[0].name}, ...) are mirrored by a "
+                         "tf.distribute strategy (an Estimator's "
+                         "RunConfig(train_distribute=...)?): DumpHook does not capture replicated "
+                         "variables. Train on one device without train_distribute, or in a "
+                         "TF_CONFIG cluster with parameter servers (each worker writes its own "
+                         "files; docs/guide/distributed-and-storage.md)")
 
 
 def detect_mode(g: tf.Graph, loss: tf.Tensor | None, global_step) -> str:
@@ -973,8 +1044,8 @@ def _advances(g: tf.Graph, global_step) -> bool:
     for op in g.get_operations():
         if op.type in capture.FUNCTIONAL and handle in capture.functional_writes(op):
             return True
-        if op.type not in ("AssignAddVariableOp", "AssignAdd", "AssignVariableOp", "Assign") or len(op.inputs) < 2 \
-                or capture.write_target(op.inputs[0]) != handle:
+        if op.type not in ("AssignAddVariableOp", "AssignAdd", "AssignVariableOp", "Assign") \
+                or len(op.inputs) < 2 or capture.write_target(op.inputs[0]) != handle:
             continue
         if op.type.startswith("AssignAdd") or handle in capture.upstream([op.inputs[1].op]):
             return True

@@ -50,12 +50,15 @@ def summary(run: Run) -> str:
     stats_steps = pd.Series(run.stats_steps())   # summaries' step lists where parts have them
     lines = [
         f"run        {run.path}",
-        f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow {m['tensorflow_version'] or '?'}",
+        f"status     {run.status}   workers: {', '.join(run.workers)}   tensorflow "
+        f"{m['tensorflow_version'] or '?'}",
         f"loss       {m.get('loss')}   labels: {m.get('labels')}",
-        f"groups     {', '.join(run.groups)}" + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
-        f"tensors    {len(t)} captured{_of_which(t)}, {int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
-        f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped (see the "
-        f"accounting's reasons)",
+        f"groups     {', '.join(run.groups)}"
+        + (f"   ({m['groups']['rule']})" if m.get("groups") else ""),
+        f"tensors    {len(t)} captured{_of_which(t)}, "
+        f"{int(t['has_gradient'].sum()) if len(t) else 0} with gradients, "
+        f"{int(t['batched'].sum()) if len(t) else 0} batched, {len(m.get('skipped', []))} skipped "
+        "(see the accounting's reasons)",
         f"statistics {stats_steps.nunique()} steps"
         + (f" ({stats_steps.min()}..{stats_steps.max()})" if len(stats_steps) else ""),
         f"dumps      {len(run.steps)} steps" + (f": {_short(run.steps)}" if run.steps else "")
@@ -70,30 +73,31 @@ def summary(run: Run) -> str:
                         f"read by {reads} captured tensors")
     notes = sorted(set(t["captured_on"].dropna())) if len(t) else []
     for note in notes:   # a Keras probe: its gradients are not the ones the updates came from
-        lines.insert(5, f"captured   {note} (Keras source='probe'): gradients are the probe's on the updated "
-                        f"weights, not the ones each step's update was computed from")
+        lines.insert(5, f"captured   {note} (Keras source='probe'): gradients are the probe's on "
+                        "the updated weights, not the ones each step's update was computed from")
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")
     evidence = run.nonfinite_evidence()
     first = run.first_nonfinite() if evidence else None
     if first is not None and first.get("text"):
-        lines.append(f"anomalies  first NaN/Inf: {first['text']} ({first['worker']})" + rerun_text(first))
+        lines.append(f"anomalies  first NaN/Inf: {first['text']} ({first['worker']})"
+                     + rerun_text(first))
         evidence = [e for e in evidence if e.get("source") != "statistics"]
     origin_shown = first is not None and bool(first.get("text"))
     lines += [f"anomalies  {'first' if i == 0 and not origin_shown else 'also'} NaN/Inf "
-              f"at step {nf['step']} in {nf.get('tensor')} ({nf.get('kind', '?')}, seen by the {nf['source']}, "
-              f"{nf['worker']})" + rerun_text(nf) for i, nf in enumerate(evidence)]
+              f"at step {nf['step']} in {nf.get('tensor')} ({nf.get('kind', '?')}, seen by the "
+              f"{nf['source']}, {nf['worker']})" + rerun_text(nf) for i, nf in enumerate(evidence)]
     if first is None:
         lines.append("anomalies  no NaN/Inf seen")
     text = diagnosis_text(diagnose(run))
-    lines += [("diagnosis  " if i == 0 else "           ") + line for i, line in enumerate(text.split("\n"))
-              if text]
+    lines += [("diagnosis  " if i == 0 else "           ") + line
+              for i, line in enumerate(text.split("\n")) if text]
     for r in run.groups_refused.itertuples():
         count = f"{int(r.steps)} " if r.steps == r.steps and r.steps is not None else ""
-        lines.insert(4, f"refused    groups on {count}statistics steps of {r.worker} session {r.session} from step "
-                        f"{r.first_step}: {r.why} (such steps write group 'all' only; their dumps keep "
-                        f"samples ungrouped)")
+        lines.insert(4, f"refused    groups on {count}statistics steps of {r.worker} session "
+                        f"{r.session} from step {r.first_step}: {r.why} (such steps write group "
+                        "'all' only; their dumps keep samples ungrouped)")
     lines += _sessions_lines(run)
     for r in run.errors.itertuples():
         span = _span(r.first_step, r.last_step)
@@ -114,10 +118,12 @@ def _updated(run: Run, variables: pd.DataFrame) -> str:
     if not len(recorded):
         return "0 with updates"
     upd = run.query_stats(list(recorded), kinds=["update"], groups=["all"], columns=["l2"])
-    moved = upd.groupby("tensor", observed=True)["l2"].apply(lambda v: bool((v.fillna(1) != 0).any()))
+    moved = upd.groupby("tensor", observed=True)["l2"].apply(
+        lambda v: bool((v.fillna(1) != 0).any()))
     frozen = sorted(str(n) for n, m in moved.items() if not m)
     return f"{len(recorded) - len(frozen)} with updates" + (
-        f", {len(frozen)} never changed: {', '.join(frozen[:4])}{' ...' if len(frozen) > 4 else ''}" if frozen else "")
+        f", {len(frozen)} never changed: {', '.join(frozen[:4])}{' ...' if len(frozen) > 4 else ''}"
+        if frozen else "")
 
 
 def _of_which(t: pd.DataFrame) -> str:
@@ -135,24 +141,26 @@ def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]
     rule and per skip reason (``run.accounting()``; ``run.why(name)`` for one name)."""
     table = run.accounting()
     if table.empty:
-        return ["accounting not recorded: the run predates it (run.why(name) answers from the catalog and the "
-                "skipped list only)"]
+        return ["accounting not recorded: the run predates it (run.why(name) answers from the "
+                "catalog and the skipped list only)"]
     count = table.groupby("status")["count"].sum()
     excluded = table[table["status"] == "excluded"]
     skipped = table[table["status"] == "skipped"]
     # one line per kind of reason (a racy read's names its variable: one reason per variable)
-    skipped = skipped.assign(what=skipped["what"].map(reason_kind)).groupby("what", sort=False, as_index=False)[
-        "count"].sum().sort_values("count", ascending=False, kind="stable")
-    lines = [f"accounting {int(count.sum())} float op outputs of the graph: {int(count.get('captured', 0))} captured, "
-             f"{int(count.get('skipped', 0))} skipped, {int(count.get('excluded', 0))} excluded "
-             f"(run.why(name) says why for one)"]
+    skipped = skipped.assign(what=skipped["what"].map(reason_kind)).groupby(
+        "what", sort=False, as_index=False)["count"].sum().sort_values("count", ascending=False,
+                                                                       kind="stable")
+    lines = [f"accounting {int(count.sum())} float op outputs of the graph: "
+             f"{int(count.get('captured', 0))} captured, {int(count.get('skipped', 0))} skipped, "
+             f"{int(count.get('excluded', 0))} excluded (run.why(name) says why for one)"]
     if len(excluded):
-        lines.append("excluded   " + ", ".join(f"{r.rule} {r.count}" + ("" if r.source == "default" else
-                                                                          f" ({r.source})")
+        lines.append("excluded   " + ", ".join(f"{r.rule} {r.count}"
+                                              + ("" if r.source == "default" else f" ({r.source})")
                                               for r in excluded.itertuples()))
     for r in list(skipped.itertuples())[:reasons]:
         # the head and the tail: kinds of one reason differ at its end (where the value is)
-        text = r.what if len(r.what) <= width else f"{r.what[:width // 2 - 3]} ... {r.what[-(width // 2 - 2):]}"
+        text = r.what if len(r.what) <= width \
+            else f"{r.what[:width // 2 - 3]} ... {r.what[-(width // 2 - 2):]}"
         lines.append(f"skipped    {r.count}: {text}")
     if len(skipped) > reasons:
         lines.append(f"skipped    ... {len(skipped) - reasons} more reasons (run.accounting())")
@@ -160,14 +168,16 @@ def _accounting_lines(run: Run, reasons: int = 3, width: int = 100) -> list[str]
 
 
 def _span(first, last) -> str | None:
-    """'3..9' for a step range, None where there is none (None or NaN: a column with gaps is float)."""
+    """'3..9' for a step range, None where there is none (None or NaN: a column with gaps is
+    float)."""
     if first is None or first != first:   # NaN
         return None
     return f"{int(first)}..{int(last)}"
 
 
 def _sessions_lines(run: Run) -> list[str]:
-    """One line per writer session: worker, number, mode, state, steps; failures with their error."""
+    """One line per writer session: worker, number, mode, state, steps; failures with their
+    error."""
     out = []
     for r in run.sessions.itertuples():
         span = _span(r.first_step, r.last_step)
@@ -176,8 +186,8 @@ def _sessions_lines(run: Run) -> list[str]:
         notes = [r.error] if isinstance(r.error, str) and r.error else []
         notes += [f"recorded nothing: {r.note}"] if isinstance(r.note, str) and r.note else []
         if not pd.isna(r.hidden_by):
-            notes.append(f"an earlier training, hidden by the new training of s{r.hidden_by} (--session {r.session} "
-                         f"reads it)")
+            notes.append(f"an earlier training, hidden by the new training of s{r.hidden_by} "
+                         f"(--session {r.session} reads it)")
         out.append(f"session    {flag}{r.worker} s{r.session} {r.mode:<7} {r.state:<8} {steps}"
                    + (f": {'; '.join(notes)}" if notes else ""))
     return out
@@ -195,10 +205,12 @@ def _select(run: Run, pattern: str | None) -> list[str]:
     try:
         rx = re.compile(pattern)
     except re.error as e:
-        raise InspectorError(f"--tensors {pattern!r} is not a valid regular expression: {e}") from None
+        raise InspectorError(f"--tensors {pattern!r} is not a valid regular expression: "
+                             f"{e}") from None
     chosen = [n for n in names if rx.search(n)]
     if not chosen:
-        raise InspectorError(f"--tensors {pattern!r} matches none of the {len(names)} tensors of {run.path}")
+        raise InspectorError(f"--tensors {pattern!r} matches none of the {len(names)} tensors of "
+                             f"{run.path}")
     return chosen
 
 
@@ -209,14 +221,16 @@ def output_path(run: Run, fmt: str, out: Path, force: bool = False) -> Path:
     the run being read, or an existing file without ``force``."""
     if os.path.islink(out):
         raise InspectorError(f"--out {out} is a symlink; refusing to write through it")
-    name = real(run.path).name if run.store.is_local else str(run.path).rstrip("/").rsplit("/", 1)[-1]
+    name = real(run.path).name if run.store.is_local \
+        else str(run.path).rstrip("/").rsplit("/", 1)[-1]
     target = out / f"{name}.{fmt}" if out.is_dir() else out
     target = Path(os.path.abspath(target))
     for p, what in ((target, "the output"), (target.parent, "the output's folder")):
         if os.path.islink(p):
             raise InspectorError(f"{what} {p} is a symlink; refusing to write through it")
     if run.store.is_local and inside(target, run.path):
-        raise InspectorError(f"{target} is inside the run {run.path} being read; write it elsewhere")
+        raise InspectorError(f"{target} is inside the run {run.path} being read; "
+                             "write it elsewhere")
     if os.path.isdir(target):
         raise InspectorError(f"{target} is a directory")
     if os.path.lexists(target) and not force:
@@ -262,19 +276,22 @@ def _session_arg(value: str | None) -> int | str | None:
     return int(value)
 
 
-def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None, where: dict) -> dict[str, np.ndarray]:
+def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None,
+                where: dict) -> dict[str, np.ndarray]:
     """The dumped arrays to export. Keys are ``step<N>/<key>``, with ``batch<B>/`` after the
     step in eval/predict, prefixed by ``<worker>/`` when several workers are exported and by
     ``s<session>/`` with ``session='all'``, so that no two writers' arrays share a key."""
     mode, worker, session = where["mode"], where["worker"], where["session"]
     index = run.dump_index(**where)
-    files = sorted((f for (step, _), fs in index.items() if not rng or rng[0] <= step <= rng[1] for f in fs),
+    files = sorted((f for (step, _), fs in index.items() if not rng or rng[0] <= step <= rng[1]
+                    for f in fs),
                    key=lambda f: (f.worker, f.session, f.step, f.batch))
     by_worker = worker == ALL or (worker is None and run.default_worker is None)  # several workers
     arrays = {}
     for f in tqdm(files, desc="export", unit="dump", disable=len(files) < 20):
         at = dict(mode=mode, batch=f.batch, session=f.session)
-        prefix = (f"{f.worker}/" if by_worker else "") + (f"s{f.session}/" if session == ALL else "") \
+        prefix = (f"{f.worker}/" if by_worker else "") \
+            + (f"s{f.session}/" if session == ALL else "") \
             + f"step{f.step}/" + (f"batch{f.batch}/" if mode != "train" else "")
         for key in sorted(run.dump_keys(f.step, f.worker, **at)):
             kind, _, name = key.partition("/")
@@ -282,7 +299,8 @@ def _npz_arrays(run: Run, names: list[str], rng: tuple[int, int] | None, where: 
                 arrays[prefix + key] = np.asarray(run.dump_array(f.step, key, f.worker, **at))
     if not arrays:
         dumped = run.dump_steps(**where)
-        raise InspectorError(f"no dumped tensors match (dumped {mode} steps: {_short(dumped) or 'none'})")
+        raise InspectorError(f"no dumped tensors match (dumped {mode} steps: "
+                             f"{_short(dumped) or 'none'})")
     return arrays
 
 
@@ -307,7 +325,8 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
         write_file(target, lambda f: pq.write_table(table, f), force)
     else:
         df = Run.to_pandas(table)
-        for column in ("histogram", "hist_bucket", "hist_count"):   # lists as space-separated numbers
+        # lists as space-separated numbers
+        for column in ("histogram", "hist_bucket", "hist_count"):
             if column in df:
                 df[column] = [" ".join(map(str, h)) if h is not None else "" for h in df[column]]
         write_file(target, lambda f: df.to_csv(f, index=False), force)
@@ -318,12 +337,13 @@ def export(run: Run, fmt: str, out: Path, tensors: str | None = None, steps: str
 TENSORBOARD_EXTRA = "pip install 'tf-inspector[tensorboard]'"
 
 
-def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None, tensors: str | None = None,
-                worker: str | None = None, per_layer: bool = False, histogram_every: int = 0, force: bool = False,
+def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None,
+                tensors: str | None = None, worker: str | None = None, per_layer: bool = False,
+                histogram_every: int = 0, force: bool = False,
                 follow_every: float | None = None) -> str:
     """Write the run's statistics as TensorBoard event files under ``logdir/<run name>``
-    (``inspector.export.tensorboard``); with ``follow_every`` (seconds), keep exporting new steps until
-    the run ends. Returns a line naming what was written and where."""
+    (``inspector.export.tensorboard``); with ``follow_every`` (seconds), keep exporting new steps
+    until the run ends. Returns a line naming what was written and where."""
     if not _importable("tensorboard"):
         raise InspectorError(f"--tensorboard needs the tensorboard package: {TENSORBOARD_EXTRA}")
     if follow_every is not None and not follow_every > 0:
@@ -332,13 +352,15 @@ def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None,
 
     run = _open_checked(path, storage_options)
     _select(run, tensors)   # a bad or unmatched pattern refused before anything is written
-    ex = Exporter(lambda: _open_checked(path, storage_options), Path(logdir), first=run, tensors=tensors,
-                  worker=worker, per_layer=per_layer, histogram_every=histogram_every, force=force)
+    ex = Exporter(lambda: _open_checked(path, storage_options), Path(logdir), first=run,
+                  tensors=tensors, worker=worker, per_layer=per_layer,
+                  histogram_every=histogram_every, force=force)
     try:
         if follow_every is None:
             ex.poll(run)
         else:
-            print(f"following {run.path} into {ex.root} every {follow_every:g} s (Ctrl-C stops)", flush=True)
+            print(f"following {run.path} into {ex.root} every {follow_every:g} s (Ctrl-C stops)",
+                  flush=True)
             follow(ex, follow_every, log=lambda line: print(line, flush=True))
     finally:
         ex.close()
@@ -351,7 +373,8 @@ def _given(args: argparse.Namespace, options: dict[str, str]) -> list[str]:
 
 
 def _tensorboard_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Which export options go together: --tensorboard with --logdir, the others with --format and --out."""
+    """Which export options go together: --tensorboard with --logdir, the others with --format and
+    --out."""
     if not args.tensorboard:
         extra = _given(args, {"--logdir": "logdir", "--follow": "follow", "--interval": "interval",
                               "--per-layer": "per_layer", "--histogram-every": "histogram_every"})
@@ -362,11 +385,12 @@ def _tensorboard_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> 
         return
     if not args.logdir:
         ap.error("--tensorboard needs --logdir DIR (the folder to write event files in)")
-    bad = _given(args, {"--format": "format", "--out": "out", "--steps": "steps", "--session": "session",
-                        "--group": "groups"}) + (["--mode"] if args.mode != "train" else [])
+    bad = _given(args, {"--format": "format", "--out": "out", "--steps": "steps",
+                        "--session": "session", "--group": "groups"}) \
+        + (["--mode"] if args.mode != "train" else [])
     if bad:
-        ap.error(f"{', '.join(bad)}: not with --tensorboard (it exports training and evaluation, every "
-                 f"step, every group)")
+        ap.error(f"{', '.join(bad)}: not with --tensorboard (it exports training and evaluation, "
+                 "every step, every group)")
     if args.interval is not None and not args.follow:
         ap.error("--interval only applies with --follow")
 
@@ -381,7 +405,8 @@ def _runs(path: str, storage_options: dict | None = None) -> list:
         with _remote(path):
             runs = find_runs(path, storage_options)
             if not runs:
-                open_run(path, storage_options=storage_options)  # raises a NotARunError that says what is there
+                # raises a NotARunError that says what is there
+                open_run(path, storage_options=storage_options)
         return runs
     p = Path(path)
     if not p.exists():
@@ -442,13 +467,15 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
     missing = [m for m in VIEWER_MODULES if not _importable(m)]
     if missing:
-        raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install 'tf-inspector[viewer]'")
+        raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install "
+                             "'tf-inspector[viewer]'")
     script = importlib.resources.files("viewer").joinpath("app_main.py")
     # the viewer process reads its storage options from the environment (storage.OPTIONS_ENV)
-    env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} if storage_options else {}
+    env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} \
+        if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
-        return serve([sys.executable, "-m", "streamlit", "run", str(path), "--server.port", str(port),
-                      "--server.address", address, "--client.toolbarMode", "viewer",
+        return serve([sys.executable, "-m", "streamlit", "run", str(path), "--server.port",
+                      str(port), "--server.address", address, "--client.toolbarMode", "viewer",
                       "--browser.gatherUsageStats", "false", "--", run],
                      **env)
 
@@ -490,19 +517,23 @@ def serve(cmd: list[str], **popen: Any) -> int:
                 proc.kill()
 
 
-RUN_HELP = "a run directory or a folder of runs: a path, file://, or an fsspec URL (s3://bucket/runs/exp1)"
-OPTIONS_HELP = ("for a URL: a JSON object of fsspec storage options, e.g. '{\"endpoint_url\": \"http://host:9000\"}' "
-                "(default: credentials and settings from the environment, as s3fs documents)")
-TIMEOUT_HELP = (f"for an s3:// URL: seconds a request may take to connect and each read may wait, tried 3 times "
-                f"(default ${TIMEOUT_ENV}, else 10)")
+RUN_HELP = ("a run directory or a folder of runs: a path, file://, or an fsspec URL "
+            "(s3://bucket/runs/exp1)")
+OPTIONS_HELP = ("for a URL: a JSON object of fsspec storage options, e.g. "
+                "'{\"endpoint_url\": \"http://host:9000\"}' (default: credentials and settings "
+                "from the environment, as s3fs documents)")
+TIMEOUT_HELP = ("for an s3:// URL: seconds a request may take to connect and each read may wait, "
+                f"tried 3 times (default ${TIMEOUT_ENV}, else 10)")
 
 
 def _timeout(text: str) -> float:
-    """``--timeout``: a positive number of seconds (argparse prints the ArgumentTypeError's text)."""
+    """``--timeout``: a positive number of seconds (argparse prints the ArgumentTypeError's
+    text)."""
     try:
         return storage_timeout(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}") from None
+        raise argparse.ArgumentTypeError("must be a positive number of seconds, not "
+                                         f"{text!r}") from None
 
 
 def _options(text: str) -> dict:
@@ -510,8 +541,9 @@ def _options(text: str) -> dict:
     try:
         value = json.loads(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"--storage-options is not JSON ({e}); give a JSON object, e.g. "
-                                         f"'{{\"endpoint_url\": \"http://minio:9000\"}}'") from None
+        raise argparse.ArgumentTypeError(f"--storage-options is not JSON ({e}); give a JSON "
+                                         "object, e.g. "
+                                         "'{\"endpoint_url\": \"http://minio:9000\"}'") from None
     if not isinstance(value, dict):
         raise argparse.ArgumentTypeError(f"--storage-options must be a JSON object, not {text!r}")
     return value
@@ -521,8 +553,8 @@ def _options(text: str) -> dict:
 def _remote(path: str | Path) -> Iterator[None]:
     """Errors of an object store's client (an unreachable endpoint, an option its filesystem
     does not take) as one InspectorError line that says what to check, not a traceback."""
-    hint = (f"(check the URL and the storage options: --storage-options or ${OPTIONS_ENV}, e.g. endpoint_url, "
-            f"key, secret)")
+    hint = (f"(check the URL and the storage options: --storage-options or ${OPTIONS_ENV}, e.g. "
+            "endpoint_url, key, secret)")
     try:
         yield
     except StorageError as e:   # the store's own error, without the URL it repeats
@@ -534,39 +566,49 @@ def _remote(path: str | Path) -> Iterator[None]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m inspector", description="Inspect TF Inspector runs.")
+    ap = argparse.ArgumentParser(prog="python -m inspector",
+                                 description="Inspect TF Inspector runs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every dump's header")
+    p = sub.add_parser("info", help="summary of a run (or of every run in a folder); checks every "
+                                    "dump's header")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--strict", action="store_true",
-                   help="exit 1 also when a session recorded losses (dropped data, write errors), not only for "
-                        "damaged or missing files")
+                   help="exit 1 also when a session recorded losses (dropped data, write errors), "
+                        "not only for damaged or missing files")
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
-    p = sub.add_parser("export", help="write dumped tensors (npz), statistics (csv, parquet) or TensorBoard events")
+    p = sub.add_parser("export", help="write dumped tensors (npz), statistics (csv, parquet) or "
+                                      "TensorBoard events")
     p.add_argument("run", help=RUN_HELP)
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p.add_argument("--format", choices=["npz", "csv", "parquet"])
     p.add_argument("--out", type=Path,
-                   help="output file, or an existing folder to write <folder>/<run name>.<format> in")
-    p.add_argument("--force", action="store_true", help="replace an existing output file (or TensorBoard export)")
+                   help="output file, or an existing folder to write "
+                        "<folder>/<run name>.<format> in")
+    p.add_argument("--force", action="store_true",
+                   help="replace an existing output file (or TensorBoard export)")
     p.add_argument("--tensorboard", action="store_true",
-                   help=f"write TensorBoard event files under --logdir/<run name>/<group>/train|validation "
-                        f"(docs/tensorboard.md; {TENSORBOARD_EXTRA})")
-    p.add_argument("--logdir", type=Path, help="with --tensorboard: the folder to give `tensorboard --logdir`")
+                   help="write TensorBoard event files under "
+                        "--logdir/<run name>/<group>/train|validation (docs/tensorboard.md; "
+                        f"{TENSORBOARD_EXTRA})")
+    p.add_argument("--logdir", type=Path,
+                   help="with --tensorboard: the folder to give `tensorboard --logdir`")
     p.add_argument("--follow", action="store_true",
                    help="with --tensorboard: keep exporting new steps until the run ends")
-    p.add_argument("--interval", type=float, help="with --follow: seconds between polls (default 5)")
+    p.add_argument("--interval", type=float,
+                   help="with --follow: seconds between polls (default 5)")
     p.add_argument("--per-layer", action="store_true",
-                   help="with --tensorboard: one tag per layer (its output tensor), as the Training overview folds")
+                   help="with --tensorboard: one tag per layer (its output tensor), as the "
+                        "Training overview folds")
     p.add_argument("--histogram-every", type=int,
                    help="with --tensorboard: histograms every N steps (default: about 100 per tag)")
     p.add_argument("--tensors", help="regex on tensor names")
     p.add_argument("--steps", help="inclusive steps: N, A:B, A: or :B")
     p.add_argument("--worker", help="a worker name, or 'all' (default: the chief)")
     p.add_argument("--mode", default="train", choices=["train", "eval", "predict"])
-    p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the later wins a step)")
+    p.add_argument("--session", help="a session number, or 'all' (default: sessions merged, the "
+                                     "later wins a step)")
     p.add_argument("--group", action="append", dest="groups",
                    help="statistics of this group only (repeatable; 'info' lists the run's groups)")
     p = sub.add_parser("app", help="open the Streamlit viewer on a run or a folder of runs")
@@ -575,7 +617,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p.add_argument("--port", type=int, default=8501)
     p.add_argument("--address", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: every interface)")
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0: "
+                        "every interface)")
     return ap
 
 
@@ -612,12 +655,13 @@ def _command(args: argparse.Namespace) -> int:
             return info(args.run, args.storage_options, args.strict)
         if args.cmd == "export" and args.tensorboard:
             every = (5.0 if args.interval is None else args.interval) if args.follow else None
-            print(tensorboard(args.run, args.logdir, storage_options=args.storage_options, tensors=args.tensors,
-                              worker=args.worker, per_layer=args.per_layer, histogram_every=args.histogram_every or 0,
-                              force=args.force, follow_every=every))
+            print(tensorboard(args.run, args.logdir, storage_options=args.storage_options,
+                              tensors=args.tensors, worker=args.worker, per_layer=args.per_layer,
+                              histogram_every=args.histogram_every or 0, force=args.force,
+                              follow_every=every))
         elif args.cmd == "export":
-            print(export(_open_checked(args.run, args.storage_options), args.format, args.out, args.tensors,
-                         args.steps, args.force, worker=args.worker, mode=args.mode,
+            print(export(_open_checked(args.run, args.storage_options), args.format, args.out,
+                         args.tensors, args.steps, args.force, worker=args.worker, mode=args.mode,
                          session=_session_arg(args.session), groups=args.groups))
         elif args.cmd == "app":
             return app(args.run, args.port, args.address, args.storage_options)

@@ -29,16 +29,17 @@ import pyarrow.compute as pc
 
 from inspector.dumps import files as safetensors_io
 from inspector.dumps.schema import check_samples
-from inspector.format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name, parse_manifest_name,
-                              parse_stats_name)
+from inspector.format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name,
+                              parse_manifest_name, parse_stats_name)
 from inspector.format import manifest as manifest_schema
 from inspector.format.accounting import Ledger, Why
 from inspector.format.loghist import LogHistogram
-from inspector.format.manifest import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
-                                       with_caller_defaults)
+from inspector.format.manifest import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY,
+                                       load_manifest, with_caller_defaults)
 from inspector.format.provenance import captured_on
 from inspector.graph import graphdef
-from inspector.sessions.crosscheck import dump_problems, folder_problems, graph_problems, stats_problems
+from inspector.sessions.crosscheck import (dump_problems, folder_problems, graph_problems,
+                                           stats_problems)
 from inspector.sessions.liveness import writer_state
 from inspector.sessions.trainings import hidden_sessions
 from inspector.stats import histograms, nonfinite
@@ -48,15 +49,17 @@ from inspector.stats.parts import live_parts, seq_range
 from inspector.stats.schema import read_part, read_ranged_part
 from inspector.storage.atomic import safe_join
 
-from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError, UnknownGroupError,
-                     UnknownTensorError, nearest, suggest)
+from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError,
+                     UnknownGroupError, UnknownTensorError, nearest, suggest)
 from .storage import Storage, normalize, open_storage
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
-                   "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected", "reads",
-                   "has_update", "gradient_note", "keras_layer", "keras_call", "tower", "source_file", "source_line",
-                   "source_function", "source_stack", "icnn_filter_class", "captured_on")
-#: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``, ...)
+                   "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected",
+                   "reads", "has_update", "gradient_note", "keras_layer", "keras_call", "tower",
+                   "source_file", "source_line", "source_function", "source_stack",
+                   "icnn_filter_class", "captured_on")
+#: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``,
+#: ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
 
 
@@ -90,7 +93,8 @@ def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
     """
     store = open_storage(path, storage_options)
     if not store.exists():
-        raise NotARunError(f"{store.display()} does not exist; give a run directory or a folder of runs")
+        raise NotARunError(f"{store.display()} does not exist; give a run directory or a "
+                           "folder of runs")
     if store.is_local:
         p = Path(store.display())
         if _is_run(store):
@@ -124,7 +128,8 @@ def open_run(path: str | Path | Storage, verify: bool = True, storage_options: d
         FormatVersionError: a manifest is of a newer format version than this reader's.
         StorageError: the object store did not answer (naming the URL and the cause).
     """
-    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem, timeout=timeout)
+    return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem,
+               timeout=timeout)
 
 
 #: States of a session whose manifest may lag what it wrote (no final rewrite): its process died.
@@ -135,7 +140,8 @@ def _session_steps(m: dict, files: list[DumpFile], stats: Sequence[int] = ()) ->
     """first_step, last_step and dumps of one session: its manifest's, widened by the dump files
     it left and ``stats`` (its statistics parts' first and last step): a process killed before
     its manifest's next heartbeat had still written them."""
-    steps = [x for x in (m.get("steps") or []) if x is not None] + [f.step for f in files] + list(stats)
+    steps = [x for x in (m.get("steps") or []) if x is not None] + [f.step for f in files] \
+        + list(stats)
     dumps = max(m.get("dumps_written") or 0, len({(f.step, f.batch) for f in files}))
     return {"first_step": min(steps) if steps else None, "last_step": max(steps) if steps else None,
             "dumps": dumps if files or m.get("dumps_written") is not None else None}
@@ -145,7 +151,8 @@ def _missing(store: Storage, path: Any) -> str:
     """What is wrong with a run path that cannot be opened: it does not exist (a local path, or
     a prefix in an object store holding no object), or it is a file."""
     if not store.is_local:
-        return "holds no object (the prefix does not exist in the bucket, or the credentials cannot list it)"
+        return ("holds no object (the prefix does not exist in the bucket, or the credentials "
+                "cannot list it)")
     return "is not a directory" if Path(path).exists() else "does not exist"
 
 
@@ -190,19 +197,22 @@ class Run:
     two sessions of one worker recorded, the later session (FORMAT.md, "Sessions"). Pass
     ``worker=``, ``mode=`` or ``session=`` to choose otherwise."""
 
-    def __init__(self, path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-                 filesystem: Any = None, timeout: float | None = None) -> None:
+    def __init__(self, path: str | Path | Storage, verify: bool = True,
+                 storage_options: dict | None = None, filesystem: Any = None,
+                 timeout: float | None = None) -> None:
         self.store = open_storage(normalize(path), storage_options, filesystem, timeout=timeout)
         #: the run directory: a Path on local disk, the URL in an object store
         self.path: Any = Path(self.store.display()) if self.store.is_local else self.store.display()
         self.verify = verify  # check CRC32s of dumped arrays and Parquet page checksums
         self._verified: set | None = set() if verify else None
         if not self.store.exists() or (self.store.is_local and not Path(self.path).is_dir()):
-            raise NotARunError(f"{self.path} {_missing(self.store, self.path)}; expected a run directory written by "
-                               f"DumpHook (it holds manifest.<worker>.s<session>.json files)")
+            raise NotARunError(f"{self.path} {_missing(self.store, self.path)}; expected a run "
+                               "directory written by DumpHook (it holds "
+                               "manifest.<worker>.s<session>.json files)")
         self._footers: dict[tuple, Any] = {}  # remote statistics parts: footer metadata, read once
-        self._digests: dict[tuple, Digest] = {}   # parts without a summary: what stats_steps and NaN scans need
-        self._origins: dict[tuple, Any] = {}   # nonfinite_origin per (mode, worker) of this snapshot
+        # parts without a summary: what stats_steps and NaN scans need
+        self._digests: dict[tuple, Digest] = {}
+        self._origins: dict[tuple, Any] = {}  # nonfinite_origin per (mode, worker) of this snapshot
         self.problems: list[str] = []
         self.manifests = self._read_manifests()
         self._view: dict[str, Any] = {"mode": "train", "worker": None, "batch": None}
@@ -227,15 +237,17 @@ class Run:
         found = sorted((ids, e.name) for e in entries if (ids := parse_manifest_name(e.name)))
         if not found:
             hint = ""
-            inner = [e.name for e in entries if e.size is None and _is_run(self.store.child(e.name))]
+            inner = [e.name for e in entries
+                     if e.size is None and _is_run(self.store.child(e.name))]
             if inner:
                 hint = f" It holds runs: {', '.join(sorted(inner)[:5])}; open one of those."
-            raise NotARunError(f"{self.path} is not a run directory: no manifest.<worker>.s<session>.json "
-                               f"inside.{hint}")
+            raise NotARunError(f"{self.path} is not a run directory: no "
+                               f"manifest.<worker>.s<session>.json inside.{hint}")
         out: dict[tuple[str, int], dict] = {}
         for ids, name in found:
             try:  # DamagedFileError skips this session; FormatVersionError stops
-                data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)  # the cap checked before reading
+                # the cap checked before reading
+                data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)
                 m = load_manifest(self.store.display(name), data=data)
                 _check_identity(m, *ids, self.store.display(name))
             except DamagedFileError as e:
@@ -243,10 +255,12 @@ class Run:
                 continue
             out[ids] = _upgrade_manifest(m, *ids)
         if not out:
-            raise DamagedFileError(f"every manifest of {self.path} is damaged: {'; '.join(self.problems)}")
+            raise DamagedFileError(f"every manifest of {self.path} is damaged: "
+                                   f"{'; '.join(self.problems)}")
         # what the manifests say was written, against this listing (no request more)
         sizes = {e.name: e.size for e in entries if not e.link}
-        self.problems += folder_problems(sizes, self.store.display) + graph_problems(out, sizes, self.store.display)
+        self.problems += folder_problems(sizes, self.store.display) \
+            + graph_problems(out, sizes, self.store.display)
         return out
 
     @property
@@ -268,7 +282,8 @@ class Run:
             return chiefs[0]
         return next(iter(names)) if len(names) == 1 else None
 
-    def view(self, mode: str = "train", worker: str | None = None, batch: int | None = None) -> "Run":
+    def view(self, mode: str = "train", worker: str | None = None,
+             batch: int | None = None) -> "Run":
         """This run with other defaults for every query. Shares the file caches; statistics
         are re-read.
 
@@ -304,7 +319,8 @@ class Run:
         """The default worker, or for a mode it never ran (a cluster's evaluator runs every
         evaluation, the chief none) the only worker that ran that mode."""
         chief = self.default_worker
-        if mode in (None, ALL) or any(w == chief and m["mode"] == mode for (w, _), m in self.manifests.items()):
+        if mode in (None, ALL) \
+                or any(w == chief and m["mode"] == mode for (w, _), m in self.manifests.items()):
             return chief
         ran = {w for (w, _), m in self.manifests.items() if m["mode"] == mode}
         return ran.pop() if len(ran) == 1 else chief
@@ -316,7 +332,8 @@ class Run:
 
     @property
     def manifest(self) -> dict:
-        """The manifest of the default worker's latest training session (else its latest, else any)."""
+        """The manifest of the default worker's latest training session (else its latest, else
+        any)."""
         w = self.default_worker
         m = self._latest(w, "train") or self._latest(w) or self._latest()
         if m is None:   # not reached: a Run is only made from a folder with a readable manifest
@@ -334,14 +351,17 @@ class Run:
         for f in self._dump_files:
             files.setdefault((f.worker, f.session), []).append(f)
         rows = [{"worker": w, "session": s, "mode": m["mode"], "state": (state := worker_status(m)),
-                 **_session_steps(m, files.get((w, s), []), self._stats_span(w, s) if state in LAGGING else ()),
+                 **_session_steps(m, files.get((w, s), []),
+                                  self._stats_span(w, s) if state in LAGGING else ()),
                  "bytes": m.get("bytes_written"),
                  "created": m.get("created"), "updated": m.get("updated"), "error": m.get("error"),
                  "start_step": m.get("start_step"), "hidden_by": self._hidden.get((w, s)),
                  "note": m.get(RECORDED_NOTHING_KEY)}
                 for (w, s), m in self.manifests.items()]
-        df = pd.DataFrame(rows, columns=["worker", "session", "mode", "state", "first_step", "last_step", "dumps",
-                                         "bytes", "created", "updated", "error", "start_step", "hidden_by", "note"])
+        df = pd.DataFrame(rows,
+                          columns=["worker", "session", "mode", "state", "first_step", "last_step",
+                                   "dumps", "bytes", "created", "updated", "error", "start_step",
+                                   "hidden_by", "note"])
         return df.astype({"start_step": "Int64", "hidden_by": "Int64"})
 
     def _stats_span(self, worker: str, session: int) -> tuple[int, ...]:
@@ -353,7 +373,8 @@ class Run:
             if (w, s) != (worker, session):
                 continue
             known = part_steps(self, p)
-            t = None if known else self._read_part(w, s, p, ["step", "tensor", "kind", "group"], None)
+            t = None if known \
+                else self._read_part(w, s, p, ["step", "tensor", "kind", "group"], None)
             if t is not None and t.num_rows:
                 known = (pc.min(t.column("step")).as_py(), pc.max(t.column("step")).as_py())
             steps += known or ()
@@ -396,12 +417,15 @@ class Run:
         and steps (how many; None where the session did not close, e.g. a crash or an older
         writer), samples (at the first; None: not counted), why."""
         cols = ["worker", "session", "mode", "first_step", "last_step", "steps", "samples", "why"]
-        rows = [{"worker": w, "session": s, "mode": m["mode"], **{c: m[GROUPS_REFUSED_KEY].get(c) for c in cols[3:]}}
-                for (w, s), m in self.manifests.items() if isinstance(m.get(GROUPS_REFUSED_KEY), dict)]
+        rows = [{"worker": w, "session": s, "mode": m["mode"],
+                 **{c: m[GROUPS_REFUSED_KEY].get(c) for c in cols[3:]}}
+                for (w, s), m in self.manifests.items()
+                if isinstance(m.get(GROUPS_REFUSED_KEY), dict)]
         return pd.DataFrame(rows, columns=cols)
 
     def _records(self, key: str) -> pd.DataFrame:
-        cols = ["worker", "session", "mode", "what", "reason", "count", "bytes", "first_step", "last_step"]
+        cols = ["worker", "session", "mode", "what", "reason", "count", "bytes", "first_step",
+                "last_step"]
         rows = [{"worker": w, "session": s, "mode": m["mode"], **{c: r.get(c) for c in cols[3:]}}
                 for (w, s), m in self.manifests.items() for r in m.get(key, [])]
         return pd.DataFrame(rows, columns=cols)
@@ -417,10 +441,12 @@ class Run:
         came from), else None (the training step's own; ``inspector.format.provenance``)."""
         rows: dict[str, dict] = {}
         for m in self.manifests.values():
-            # older Keras probe runs lack the entry's captured_on: their manifest says it (batch_note)
+            # older Keras probe runs lack the entry's captured_on: their manifest says it
+            # (batch_note)
             defaults = {**CATALOG_DEFAULTS, "captured_on": captured_on(m)}
             for t in m.get("tensors", []):
-                row = rows.setdefault(t["name"], {c: t.get(c, defaults.get(c)) for c in CATALOG_COLUMNS})
+                row = rows.setdefault(t["name"],
+                                      {c: t.get(c, defaults.get(c)) for c in CATALOG_COLUMNS})
                 for flag in ("has_gradient", "has_update"):
                     row[flag] = row[flag] or t.get(flag, CATALOG_DEFAULTS.get(flag))
         df = pd.DataFrame(list(rows.values()), columns=list(CATALOG_COLUMNS))
@@ -428,7 +454,8 @@ class Run:
 
     @property
     def variables(self) -> pd.DataFrame:
-        """The catalog's variable records (``kind == 'variable'``), named by variable: ``conv1/w``."""
+        """The catalog's variable records (``kind == 'variable'``), named by variable:
+        ``conv1/w``."""
         return self.tensors[self.tensors["kind"] == "variable"]
 
     def check_tensor(self, name: str) -> str:
@@ -442,8 +469,8 @@ class Run:
             why = self.why(name)
             said = f" Not captured: {why.reason}." if why.status in ("skipped", "excluded") else ""
             close = suggest(name, self.tensors.index)
-            raise UnknownTensorError(f"unknown tensor {name!r} in run {self.path}.{said}{close} ({len(self.tensors)} "
-                                     f"tensors; see run.tensors)")
+            raise UnknownTensorError(f"unknown tensor {name!r} in run {self.path}.{said}{close} "
+                                     f"({len(self.tensors)} tensors; see run.tensors)")
         return name
 
     def graph_def_bytes(self, worker: str | None = None, session: int | None = None,
@@ -468,17 +495,19 @@ class Run:
         return self.store.read(name, graphdef.MAX_GRAPH_BYTES if limit is None else limit)
 
     def _session_manifest(self, worker: str | None, session: int | None) -> dict:
-        """The manifest of ``worker``'s ``session`` (None: its latest; both None: :attr:`manifest`)."""
+        """The manifest of ``worker``'s ``session`` (None: its latest; both None:
+        :attr:`manifest`)."""
         m = self.manifest if worker is None and session is None else self._latest(worker)
         if m is None:
-            raise InspectorError(f"no worker {worker!r} in {self.path}; workers: {', '.join(self.workers)}")
+            raise InspectorError(f"no worker {worker!r} in {self.path}; workers: "
+                                 f"{', '.join(self.workers)}")
         if session is not None:
             m = self.manifests.get((worker or m["worker"], session))
             if m is None:
                 raise InspectorError(f"no session {session} of worker {worker!r} in {self.path}")
         return m
 
-    # ---- accounting (inspector.format.accounting) -----------------------------------------------------
+    # ---- accounting (inspector.format.accounting) ----------------------------------------
     def why(self, name: str, worker: str | None = None, session: int | None = None) -> Why:
         """Whether ``name`` was captured, skipped (and why) or excluded (by which rule).
 
@@ -528,9 +557,11 @@ class Run:
         key = (m["worker"], m["session"])
         if key not in self._ledgers:
             try:
-                nodes = graphdef.parse_graph_def(self.graph_def_bytes(*key), f"graph of {key[0]} session {key[1]}")
+                nodes = graphdef.parse_graph_def(self.graph_def_bytes(*key),
+                                                 f"graph of {key[0]} session {key[1]}")
                 op_types: dict[str, str] | None = {n.name: n.op for n in nodes}
-            except (OSError, InspectorError):   # no graph file (synthetic runs may have none), or damaged
+            # no graph file (synthetic runs may have none), or damaged
+            except (OSError, InspectorError):
                 op_types = None
             self._ledgers[key] = Ledger(m, op_types)
         return self._ledgers[key]
@@ -542,8 +573,8 @@ class Run:
             return names
         worker = worker or self._default_for(mode)
         if worker not in names:
-            raise InspectorError(f"worker {worker!r} wrote nothing in {self.path}; its workers: {sorted(names)} "
-                                 f"(or worker='all')")
+            raise InspectorError(f"worker {worker!r} wrote nothing in {self.path}; its workers: "
+                                 f"{sorted(names)} (or worker='all')")
         return {worker}
 
     @cached_property
@@ -555,7 +586,8 @@ class Run:
     def _mode_of(self, worker: str, session: int) -> str:
         """The session's mode; ``UNKNOWN_MODE`` for a session whose manifest is damaged: its files
         are in no mode's view (an evaluation's rows read as training's would be wrong numbers),
-        only in ``mode="all"`` and ``session=<it>`` queries (``run.problems`` names the manifest)."""
+        only in ``mode="all"`` and ``session=<it>`` queries (``run.problems`` names the
+        manifest)."""
         m = self.manifests.get((worker, session))
         return m["mode"] if m else UNKNOWN_MODE
 
@@ -570,12 +602,14 @@ class Run:
         mode, worker, _ = self._where(mode, worker)
         self._check_mode(mode)
         workers = self._workers_for(worker, mode)
-        hidden = self._hidden if session is None else {}   # merged: from each worker's latest new training
+        # merged: from each worker's latest new training
+        hidden = self._hidden if session is None else {}
         out = [(w, s, x) for w, s, x in items if w in workers
                and (mode == ALL or self._mode_of(w, s) == mode
                     or (isinstance(session, int) and self._mode_of(w, s) == UNKNOWN_MODE))
                and (session in (None, ALL) or s == session) and (w, s) not in hidden]
-        if isinstance(session, int) and not out and not any(s == session for _, s in self.manifests):
+        if isinstance(session, int) and not out \
+                and not any(s == session for _, s in self.manifests):
             sessions = sorted({s for _, s in self.manifests})
             raise InspectorError(f"no session {session} in {self.path}; sessions: {sessions}")
         return out
@@ -584,7 +618,8 @@ class Run:
     @cached_property
     def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]:
         """(worker, session, (name in the run, size, stamp)) of every statistics part."""
-        found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp)) for e in self.store.list("stats")
+        found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp))
+                       for e in self.store.list("stats")
                        if (ids := parse_stats_name(e.name)))
         live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
         ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
@@ -596,8 +631,9 @@ class Run:
         for w, s, _ in live:
             if (w, s) not in self.manifests:
                 orphans[(w, s)] = orphans.get((w, s), 0) + 1
-        problems += [f"{n} statistics part(s) of {w} session {s}, which has no readable manifest: its mode is unknown, "
-                     f"so its rows are in no mode's view (read them with mode='all' or session={s})"
+        problems += [f"{n} statistics part(s) of {w} session {s}, which has no readable manifest: "
+                     "its mode is unknown, so its rows are in no mode's view (read them with "
+                     f"mode='all' or session={s})"
                      for (w, s), n in sorted(orphans.items())]
         self.problems += [m for m in problems if m not in self.problems]
         kept = {p for _, _, p in live}   # digests of parts compacted away since: never asked again
@@ -606,7 +642,8 @@ class Run:
         return live
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
-                   columns: Sequence[str] | None, filters: Any, identity: bool = True) -> pa.Table | None:
+                   columns: Sequence[str] | None, filters: Any,
+                   identity: bool = True) -> pa.Table | None:
         """Rows of ``part`` (None, its problem recorded, if it cannot be read); ``identity``:
         with the identity columns a version 1 part lacks."""
         rel, size, stamp = part
@@ -616,29 +653,35 @@ class Run:
                 # read_part refuses all but a regular file inside the run with the writer's schema
                 # (session 0's parts have version 1's, without the identity columns: _with_identity
                 # adds them)
-                t = read_part(Path(path), self.path, columns, filters, self.verify, version1=session == 0)
+                t = read_part(Path(path), self.path, columns, filters, self.verify,
+                              version1=session == 0)
             else:
                 if size is None:
                     raise DamagedFileError(f"{path}: not a file (a folder); refused")
                 with self.store.ranged(rel, size) as r:
                     t, self._footers[(rel, size, stamp)] = read_ranged_part(
-                        r, columns, filters, self.verify, session == 0, self._footers.get((rel, size, stamp)))
+                        r, columns, filters, self.verify, session == 0,
+                        self._footers.get((rel, size, stamp)))
         except StorageError:
-            raise   # the store did not answer: not a damaged file, and the rows are not known to be gone
-        except MemoryError as e:   # pyarrow's "realloc failed" (ArrowMemoryError) too: the file is fine
-            raise MemoryError(f"reading {path} needs more memory than this process may use ({e}); the file is not "
-                              f"damaged: ask for fewer rows and columns (run.query_stats([tensor], steps=(first, "
-                              f"last), columns=[...])), or read it where more memory is free") from None
+            # the store did not answer: not a damaged file, and the rows are not known to be gone
+            raise
+        # pyarrow's "realloc failed" (ArrowMemoryError) too: the file is fine
+        except MemoryError as e:
+            raise MemoryError(f"reading {path} needs more memory than this process may use ({e}); "
+                              "the file is not damaged: ask for fewer rows and columns "
+                              "(run.query_stats([tensor], steps=(first, last), columns=[...])), "
+                              "or read it where more memory is free") from None
         except (OSError, pa.ArrowException, DamagedFileError) as e:
-            msg = str(e) if isinstance(e, DamagedFileError) else f"damaged statistics file {path}: {e}"
+            msg = str(e) if isinstance(e, DamagedFileError) \
+                else f"damaged statistics file {path}: {e}"
             if msg not in self.problems:
                 self.problems.append(msg)
             return None
         return _with_identity(t, worker, session, self._mode_of(worker, session)) if identity else t
 
-    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None, mode: str | None = None,
-                    worker: str | None = None, session: int | str | None = None,
-                    batch: int | None = None) -> pa.Table:
+    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None,
+                    mode: str | None = None, worker: str | None = None,
+                    session: int | str | None = None, batch: int | None = None) -> pa.Table:
         for _ in range(3):
             before = len(self.problems)
             table, failed = self._read_stats_once(columns, filters, mode, worker, session, batch)
@@ -648,7 +691,8 @@ class Run:
             # a writer compacted parts after we listed them (the compacted part holds their rows,
             # the small ones were deleted): read again from a new listing, not a stale snapshot
             self.__dict__.pop("_stats_files", None)
-            self.problems[before:] = [m for m in self.problems[before:] if not any(rel in m for rel in gone)]
+            self.problems[before:] = [m for m in self.problems[before:]
+                                      if not any(rel in m for rel in gone)]
         return table
 
     def _vanished(self, rels: list[str]) -> list[str]:
@@ -658,8 +702,9 @@ class Run:
         names = {f"stats/{e.name}" for e in self.store.list("stats")}
         return [rel for rel in rels if rel not in names]
 
-    def _read_stats_once(self, columns: Sequence[str] | None, filters: Any, mode: str | None, worker: str | None,
-                         session: int | str | None, batch: int | None) -> tuple[pa.Table, list[str]]:
+    def _read_stats_once(self, columns: Sequence[str] | None, filters: Any, mode: str | None,
+                         worker: str | None, session: int | str | None,
+                         batch: int | None) -> tuple[pa.Table, list[str]]:
         """The statistics from the current listing, and the parts that could not be read."""
         files = self._selected(self._stats_files, mode, worker, session)
         batch = self._where(mode, worker, batch)[2]
@@ -684,7 +729,8 @@ class Run:
         if not tables:
             return pa.table({}), failed
         table = pa.concat_tables(tables, promote_options="permissive")
-        return (table.select([c for c in columns if c in table.column_names]) if columns is not None else table), failed
+        return (table.select([c for c in columns if c in table.column_names]) if columns is not None
+                else table), failed
 
     def _claimed_steps(self, files: list) -> dict[tuple[str, int], tuple[str, set]]:
         """{(worker, session): (mode, every step it recorded)} for the sessions of ``files`` that
@@ -709,8 +755,8 @@ class Run:
         session: one row per (step, tensor, kind, group). Columns: worker, session, mode, step,
         batch, tensor, kind, group, count, mean, std, min, max, l2, zero_fraction, nan, inf,
         and the histogram: ``hist_bucket``, ``hist_count`` (Arrow-backed lists: the non-empty
-        log-magnitude buckets, :mod:`inspector.format.loghist`; see :meth:`log_histogram`), or in runs
-        written before format version 4 ``hist_lo``, ``hist_hi``, ``histogram`` (equal-width
+        log-magnitude buckets, :mod:`inspector.format.loghist`; see :meth:`log_histogram`), or in
+        runs written before format version 4 ``hist_lo``, ``hist_hi``, ``histogram`` (equal-width
         bins: edges ``np.linspace(hist_lo, hist_hi, bins + 1)``). Use :meth:`query_stats` for
         other modes, workers, sessions. A row that counts a NaN or Inf shows its mean, std, min,
         max and l2 as NaN or Inf (:meth:`query_stats`)."""
@@ -737,12 +783,13 @@ class Run:
                                     f"{', '.join(self.groups)}{suggest(str(group), self.groups)}")
         return group
 
-    def query_stats(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
-                    kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                    columns: Sequence[str] | None = None, *, mode: str | None = None,
-                    worker: str | None = None, session: int | str | None = None,
-                    batch: int | None = None, group: str | None = None,
-                    at_steps: Iterable[int] | None = None, finite_part: bool = False) -> pd.DataFrame:
+    def query_stats(self, tensors: Iterable[str] | None = None,
+                    steps: tuple[int, int] | None = None, kinds: Iterable[str] | None = None,
+                    groups: Iterable[str] | None = None, columns: Sequence[str] | None = None, *,
+                    mode: str | None = None, worker: str | None = None,
+                    session: int | str | None = None, batch: int | None = None,
+                    group: str | None = None, at_steps: Iterable[int] | None = None,
+                    finite_part: bool = False) -> pd.DataFrame:
         """Statistics filtered at read time (only the matching files, rows and columns are read).
 
         Example::
@@ -782,15 +829,17 @@ class Run:
         """
         if group is not None:
             groups = [*(groups or []), group]
-        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns, mode=mode,
-                                                      worker=worker, session=session, batch=batch,
-                                                      at_steps=at_steps, finite_part=finite_part))
+        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns,
+                                                      mode=mode, worker=worker, session=session,
+                                                      batch=batch, at_steps=at_steps,
+                                                      finite_part=finite_part))
 
-    def query_stats_table(self, tensors: Iterable[str] | None = None, steps: tuple[int, int] | None = None,
-                          kinds: Iterable[str] | None = None, groups: Iterable[str] | None = None,
-                          columns: Sequence[str] | None = None, *, mode: str | None = None,
-                          worker: str | None = None, session: int | str | None = None,
-                          batch: int | None = None, at_steps: Iterable[int] | None = None,
+    def query_stats_table(self, tensors: Iterable[str] | None = None,
+                          steps: tuple[int, int] | None = None, kinds: Iterable[str] | None = None,
+                          groups: Iterable[str] | None = None, columns: Sequence[str] | None = None,
+                          *, mode: str | None = None, worker: str | None = None,
+                          session: int | str | None = None, batch: int | None = None,
+                          at_steps: Iterable[int] | None = None,
                           finite_part: bool = False) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
         filters: list[tuple[str, str, Any]] = []   # pyarrow's (column, op, value) triples
@@ -814,7 +863,8 @@ class Run:
         if finite_part:
             return self._read_stats(columns, filters or None, mode, worker, session, batch)
         read, extra = nonfinite.columns_to_read(columns)
-        return nonfinite.mark(self._read_stats(read, filters or None, mode, worker, session, batch), extra)
+        return nonfinite.mark(self._read_stats(read, filters or None, mode, worker, session, batch),
+                              extra)
 
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
         """The steps with statistics rows of (``kind``, ``group``) in this view: the steps of
@@ -840,7 +890,8 @@ class Run:
             got = self._part_step_list(w, s, p, kind, group, batch)
             claim = (self._part_step_list(w, s, p, "forward", "all", None, every_row=True)
                      if len(sessions[(w, mode)]) > 1 else np.zeros(0, np.int64))
-            if got is None or claim is None:  # unreadable, or compacted away since listed: the full reader
+            # unreadable, or compacted away since listed: the full reader
+            if got is None or claim is None:
                 df = self.query_stats(kinds=[kind], groups=[group], columns=[])
                 return np.sort(df["step"].unique()).astype(np.int64)
             own.setdefault((w, mode, s), []).append(got)
@@ -851,11 +902,12 @@ class Run:
             for s in sorted(numbers, reverse=True):
                 steps = np.unique(np.concatenate(own.get((w, mode, s), [np.zeros(0, np.int64)])))
                 found.append(np.setdiff1d(steps, later))
-                later = np.union1d(later, np.concatenate(claims.get((w, mode, s), [np.zeros(0, np.int64)])))
+                later = np.union1d(later, np.concatenate(claims.get((w, mode, s),
+                                                                    [np.zeros(0, np.int64)])))
         return np.unique(np.concatenate(found))
 
-    def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str, batch: int | None,
-                        every_row: bool = False) -> np.ndarray | None:
+    def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str,
+                        batch: int | None, every_row: bool = False) -> np.ndarray | None:
         """The steps of ``part``'s (kind, group) rows (``every_row``: of any row; with ``batch``
         None only), from its summary where it has one, else from its digest (one read of the
         part for every (kind, group)); of one eval ``batch``, from its rows. None if it cannot
@@ -866,14 +918,17 @@ class Run:
                     and (len(got) or not every_row):
                 return got  # the part's summary lists its steps: no row read
             d = self._part_digest(worker, session, part)
-            return None if d is None else d.every if every_row else d.steps.get((kind, group), np.zeros(0, np.int64))
+            return None if d is None else d.every if every_row \
+                else d.steps.get((kind, group), np.zeros(0, np.int64))
         before = list(self.problems)
-        t = self._read_part(worker, session, part, ["step", "tensor", "kind", "group", "batch"],  # tensor: checked
+        # tensor: checked
+        t = self._read_part(worker, session, part, ["step", "tensor", "kind", "group", "batch"],
                             [("kind", "in", [kind]), ("group", "in", [group])])
         if t is None:
             self.problems[:] = before
             return None
-        return pc.unique(t.filter(pc.equal(t.column("batch"), batch)).column("step")).to_numpy().astype(np.int64)
+        return pc.unique(t.filter(
+            pc.equal(t.column("batch"), batch)).column("step")).to_numpy().astype(np.int64)
 
     def _part_digest(self, worker: str, session: int, part: tuple) -> Digest | None:
         """The digest of ``part`` (:mod:`inspector.stats.digest`), read once per version of it;
@@ -894,8 +949,8 @@ class Run:
         categories, histograms as Arrow lists."""
         if table.num_columns == 0:
             return pd.DataFrame(columns=[*_IDENTITY, "tensor", "kind", "group"])
-        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t) if pa.types.is_fixed_size_list(t)
-                             or pa.types.is_list(t) else None)
+        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t)
+                             if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) else None)
         for c in ("tensor", "kind", "group", "worker", "mode"):
             if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
                 df[c] = df[c].astype("category")
@@ -903,16 +958,17 @@ class Run:
 
     _to_pandas = to_pandas  # the name this module's callers used
 
-    def _histogram_row(self, tensor: str, step: int, kind: str, group: str, mode: str | None, worker: str | None,
-                       session: int | None, batch: int | None) -> pd.Series:
+    def _histogram_row(self, tensor: str, step: int, kind: str, group: str, mode: str | None,
+                       worker: str | None, session: int | None, batch: int | None) -> pd.Series:
         df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
-                              columns=list(histograms.COLUMNS), mode=mode, worker=worker, session=session)
+                              columns=list(histograms.COLUMNS), mode=mode, worker=worker,
+                              session=session)
         df = df[df["batch"] == (self._where(mode, worker, batch)[2] or 0)]
         if df.empty:
-            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode, worker=worker,
-                                    session=session)["step"].unique()
-            raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step {step}; "
-                              f"nearest steps with statistics: {nearest(step, have)}")
+            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode,
+                                    worker=worker, session=session)["step"].unique()
+            raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step "
+                              f"{step}; nearest steps with statistics: {nearest(step, have)}")
         _one_source(df, f"statistics of {tensor!r} at step {step}")
         return df.iloc[0]
 
@@ -933,12 +989,14 @@ class Run:
             InspectorError: rows of several workers or sessions: pass ``worker=`` (or
                 ``session=``).
         """
-        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
-        return histograms.edges_and_counts(h) if h is not None else (np.array([0.0, 1.0]), np.zeros(1, np.int64))
+        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session,
+                                                  batch))
+        return histograms.edges_and_counts(h) if h is not None \
+            else (np.array([0.0, 1.0]), np.zeros(1, np.int64))
 
     def log_histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
-                      mode: str | None = None, worker: str | None = None, session: int | None = None,
-                      batch: int | None = None) -> LogHistogram:
+                      mode: str | None = None, worker: str | None = None,
+                      session: int | None = None, batch: int | None = None) -> LogHistogram:
         """The log-magnitude histogram of ``tensor`` at ``step``: its non-empty buckets and their
         counts (``.quantiles(q)``, ``.edges()``). Arguments as in :meth:`histogram`.
 
@@ -950,16 +1008,18 @@ class Run:
                 :meth:`histogram`), or as :meth:`histogram` raises.
             NoDumpError: as :meth:`histogram` raises.
         """
-        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session, batch))
+        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session,
+                                                  batch))
         if not isinstance(h, LogHistogram):
-            raise InspectorError(f"the statistics of {tensor!r} at step {step} were written before format version 4: "
-                                 f"their histogram has equal-width bins, not log-magnitude buckets; read "
-                                 f"run.histogram() instead")
+            raise InspectorError(f"the statistics of {tensor!r} at step {step} were written before "
+                                 "format version 4: their histogram has equal-width bins, not "
+                                 "log-magnitude buckets; read run.histogram() instead")
         return h
 
     def quantiles(self, tensor: str, steps: tuple[int, int] | None = None, kind: str = "forward",
-                  group: str = "all", q: Sequence[float] = (0.0, 0.07, 0.16, 0.5, 0.84, 0.93, 1.0), *,
-                  mode: str | None = None, worker: str | None = None, session: int | str | None = None
+                  group: str = "all", q: Sequence[float] = (0.0, 0.07, 0.16, 0.5, 0.84, 0.93, 1.0),
+                  *, mode: str | None = None, worker: str | None = None,
+                  session: int | str | None = None
                   ) -> pd.DataFrame:
         """Quantiles of ``tensor`` per statistics step, from the log-magnitude histograms.
         Each is within ``RELATIVE_ERROR`` (1/17, 5.9%) of the exact quantile (rank
@@ -981,8 +1041,9 @@ class Run:
             One row per step (and batch, worker or session where the view holds several),
                 columns ``q0.5`` etc.; ``attrs["relative_error"]`` states the bound.
         """
-        df = self.query_stats([tensor], steps=steps, kinds=[kind], groups=[group], columns=list(histograms.COLUMNS),
-                              mode=mode, worker=worker, session=session)
+        df = self.query_stats([tensor], steps=steps, kinds=[kind], groups=[group],
+                              columns=list(histograms.COLUMNS), mode=mode, worker=worker,
+                              session=session)
         return histograms.quantile_frame(df.sort_values("step", kind="stable"), q)
 
     # ---- full dumps ----------------------------------------------------------------------
@@ -990,7 +1051,8 @@ class Run:
     def _dump_files(self) -> list[DumpFile]:
         out = []
         listed = self.store.list("dumps")
-        self.problems += [p for p in dump_problems(self.manifests, {e.name for e in listed}, self.store.display)
+        self.problems += [p for p in dump_problems(self.manifests, {e.name for e in listed},
+                                                   self.store.display)
                           if p not in self.problems]
         for e in sorted(listed, key=lambda e: e.name):
             ids = parse_dump_name(e.name)
@@ -1015,7 +1077,8 @@ class Run:
 
     def _build_index(self, mode: str, worker: str | None,
                      session: int | str | None) -> dict[tuple[int, int], list[DumpFile]]:
-        chosen = self._selected(((f.worker, f.session, f) for f in self._dump_files), mode, worker, session)
+        chosen = self._selected(((f.worker, f.session, f) for f in self._dump_files), mode, worker,
+                                session)
         latest: dict[tuple[str, str, int], int] = {}
         for w, s, f in chosen:
             key = (w, self._mode_of(w, s), f.step)
@@ -1035,26 +1098,30 @@ class Run:
                    session: int | str | None = None) -> list[int]:
         """Steps with a full dump of the chosen mode, worker and session (as in
         :meth:`query_stats`), sorted."""
-        return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker, session=session)})
+        return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker,
+                                                           session=session)})
 
-    def _dump(self, step: int, worker: str | None, mode: str | None = None, batch: int | None = None,
-              session: int | str | None = None) -> DumpFile:
+    def _dump(self, step: int, worker: str | None, mode: str | None = None,
+              batch: int | None = None, session: int | str | None = None) -> DumpFile:
         index = self.dump_index(mode=mode, worker=worker, session=session)
         mode, _, batch = self._where(mode, worker, batch)
         batch = batch or 0
         files = index.get((int(step), int(batch)))
         if not files:
-            others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get((int(step), int(batch)), [])})
+            others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get(
+                (int(step), int(batch)), [])})
             where = f" (workers {others} dumped it: pass worker=)" if others else ""
-            where += self._sessions_holding(step, None, worker, mode, batch) if session is None else ""
+            where += self._sessions_holding(step, None, worker, mode, batch) if session is None \
+                else ""
             have = sorted({s for s, _ in index})
-            raise NoDumpError(f"no {mode} dump at step {step}" + (f" batch {batch}" if batch else "") +
+            raise NoDumpError(f"no {mode} dump at step {step}" +
+                              (f" batch {batch}" if batch else "") +
                               f" in {self.path}{where}; nearest dumped steps: "
                               f"{nearest(int(step), have) or 'none (run.steps is empty)'}")
         if len(files) > 1:
-            raise InspectorError(f"step {step} was dumped by {len(files)} writers "
-                                 f"({', '.join(f'{f.worker} session {f.session}' for f in files)}): pass worker= "
-                                 f"(and session=) to choose one")
+            raise InspectorError(f"step {step} was dumped by {len(files)} writers ("
+                                 f"{', '.join(f'{f.worker} session {f.session}' for f in files)}): "
+                                 "pass worker= (and session=) to choose one")
         return files[0]
 
     def _sessions_holding(self, step: int, key: str | None, worker: str | None, mode: str | None,
@@ -1063,7 +1130,8 @@ class Run:
         sessions whose own dump of it does (a later session dumped the step without the tensor,
         or a new training hides the session that dumped it), as a hint naming ``session=``."""
         mode, _, batch = self._where(mode, worker, batch)
-        files = self.dump_index(mode=mode, worker=worker, session=ALL).get((int(step), int(batch or 0)), [])
+        files = self.dump_index(mode=mode, worker=worker, session=ALL).get(
+            (int(step), int(batch or 0)), [])
         found = []
         for f in files:
             try:
@@ -1073,7 +1141,8 @@ class Run:
                 continue
         if not found:
             return ""
-        hidden = [f" (hidden: an earlier training, before the new training of session {self._hidden[k]})"
+        hidden = [" (hidden: an earlier training, before the new training of session "
+                  f"{self._hidden[k]})"
                   if (k := (f.worker, f.session)) in self._hidden else "" for f in found]
         names = ", ".join(f"session {f.session}{h}" for f, h in zip(found, hidden))
         return f"; the dump of that step by {names} holds it: pass session={found[-1].session}"
@@ -1093,7 +1162,8 @@ class Run:
         return damaged
 
     def _ranged(self, f: DumpFile) -> Any:
-        """The dump file open for range reads (a listed size is trusted: objects are never rewritten)."""
+        """The dump file open for range reads (a listed size is trusted: objects are never
+        rewritten)."""
         if f.size is None and not self.store.is_local:  # (locally, opening it says what it is)
             raise DamagedFileError(f"{f.path}: not a file (a folder); refused")
         return self.store.ranged(f.rel, f.size)
@@ -1119,9 +1189,10 @@ class Run:
         self._header(f)
         return self._alias_maps[f.rel]
 
-    def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                  session: int | None = None) -> list[str]:
-        """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>', 'samples/...')."""
+    def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None,
+                  batch: int | None = None, session: int | None = None) -> list[str]:
+        """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>',
+        'samples/...')."""
         f = self._dump(step, worker, mode, batch, session)
         return [k for k in self._header(f)[0] if k != "__metadata__"] + list(self._aliases(f))
 
@@ -1154,8 +1225,10 @@ class Run:
             raise
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
-               mode: str | None = None, batch: int | None = None, session: int | None = None) -> np.ndarray:
-        """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step`` (memory-mapped).
+               mode: str | None = None, batch: int | None = None,
+               session: int | None = None) -> np.ndarray:
+        """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step``
+        (memory-mapped).
 
         For a batched tensor only the samples kept by the sample budget are there; see
         :meth:`samples` for which ones. ``mode="eval"`` with ``batch=`` reads an evaluation's
@@ -1180,13 +1253,15 @@ class Run:
         key = f"{kind}/{name}"
         if key not in self.dump_keys(step, worker, mode=mode, batch=batch, session=session):
             f = self._dump(step, worker, mode, batch, session)
-            later = self._sessions_holding(step, key, worker, mode, batch) if session is None else ""
-            raise NoDumpError(f"the dump of step {step} (session {f.session}) holds no {kind} of {name!r}{later}; "
-                              f"see run.dump_keys({step})")
+            later = self._sessions_holding(step, key, worker, mode, batch) if session is None \
+                else ""
+            raise NoDumpError(f"the dump of step {step} (session {f.session}) holds no {kind} of "
+                              f"{name!r}{later}; see run.dump_keys({step})")
         return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
 
-    def samples(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                session: int | None = None, tower: str | None = None, tensor: str | None = None) -> pd.DataFrame:
+    def samples(self, step: int, worker: str | None = None, *, mode: str | None = None,
+                batch: int | None = None, session: int | None = None, tower: str | None = None,
+                tensor: str | None = None) -> pd.DataFrame:
         """The samples kept in the dump of ``step``. ``worker``, ``mode``, ``batch``,
         ``session``: as in :meth:`query_stats`.
 
@@ -1210,31 +1285,35 @@ class Run:
         if tensor is not None:
             tensor = self.check_tensor(tensor)
             if "batched" in self.tensors and not bool(self.tensors.loc[tensor, "batched"]):
-                raise ValueError(f"{tensor} is not per-sample (catalog batched=False): its dumps hold the whole "
-                                 f"tensor, whose rows are not the kept samples; run.samples({step}) lists those")
+                raise ValueError(f"{tensor} is not per-sample (catalog batched=False): its dumps "
+                                 "hold the whole tensor, whose rows are not the kept samples; "
+                                 f"run.samples({step}) lists those")
             own = self.tensors.loc[tensor, "tower"]
             own = own if isinstance(own, str) else None
             if tower is not None and tower != own:
                 whose = f"tower {own!r}" if own else "the whole batch"
-                raise ValueError(f"tower={tower!r} with tensor={tensor!r}, whose rows are samples of {whose}")
+                raise ValueError(f"tower={tower!r} with tensor={tensor!r}, whose rows are samples "
+                                 f"of {whose}")
             tower = own
         f = self._dump(step, worker, mode, batch, session)
         keys = self.dump_keys(step, worker, mode=mode, batch=batch, session=session)
         prefix = "samples/" if tower is None else f"samples/{tower}/"
         if tower is not None and f"{prefix}index" not in keys:
-            towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys if k.count("/") > 1
-                             and k.startswith("samples/")})
-            raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its towers: "
-                              f"{', '.join(towers) or 'none'}")
-        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode, batch=batch,
-                                                  session=session))
+            towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys
+                             if k.count("/") > 1 and k.startswith("samples/")})
+            raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its "
+                              f"towers: {', '.join(towers) or 'none'}")
+        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode,
+                                                  batch=batch, session=session))
                   for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
         m = self.manifests.get((f.worker, f.session))
         if m is None and "group" in arrays:   # its codes' names are in the manifest alone
-            raise DamagedFileError(f"the manifest of {f.worker} session {f.session} is damaged (run.problems): the "
-                                   f"group names of its dump of step {step} are unknown")
+            raise DamagedFileError(f"the manifest of {f.worker} session {f.session} is damaged "
+                                   f"(run.problems): the group names of its dump of step {step} "
+                                   "are unknown")
         codes = _group_codes(m or {})
-        check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"), codes=codes)
+        check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"),
+                      codes=codes)
         cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
         df = pd.DataFrame(cols)
         if "group" in df:
@@ -1243,17 +1322,19 @@ class Run:
         df.insert(0, "worker", f.worker)
         return df
 
-    def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None, batch: int | None = None,
-                      session: int | None = None) -> dict:
+    def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None,
+                      batch: int | None = None, session: int | None = None) -> dict:
         """The metadata strings of the dump of ``step`` (step, worker, session, mode,
         format_version, batch and what the hook adds); arguments as in :meth:`dump_array`."""
-        return dict(self._header(self._dump(step, worker, mode, batch, session))[0].get("__metadata__", {}))
+        return dict(self._header(
+            self._dump(step, worker, mode, batch, session))[0].get("__metadata__", {}))
 
     # ---- sizes and anomalies -------------------------------------------------------------
     def size_bytes(self) -> int:
         """Bytes on disk of every file of the run (a writer's temporary files excluded)."""
         if self.store.is_local:
-            return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file() and not is_temporary(p.name))
+            return sum(p.stat().st_size for p in self.path.rglob("*")
+                       if p.is_file() and not is_temporary(p.name))
         return sum(e.size or 0 for sub in ("", "stats", "dumps") for e in self.store.list(sub)
                    if not is_temporary(e.name))
 
@@ -1279,29 +1360,35 @@ class Run:
         bad = df[(df["nan"] > 0) | (df["inf"] > 0)] if not df.empty else df
         if not bad.empty:
             row = bad.sort_values(["step"], kind="stable").iloc[0]
-            found.append({"step": int(row["step"]), "tensor": str(row["tensor"]), "kind": str(row["kind"]),
-                          "nan": int(row["nan"]), "inf": int(row["inf"]), "worker": str(row["worker"]),
+            found.append({"step": int(row["step"]), "tensor": str(row["tensor"]),
+                          "kind": str(row["kind"]), "nan": int(row["nan"]), "inf": int(row["inf"]),
+                          "worker": str(row["worker"]),
                           "session": int(row["session"]), "source": "statistics"})
         workers = self._workers_for(worker, mode)
         spans = self.sessions
         for (w, s), m in self.manifests.items():
             rec = m.get("first_nonfinite")
-            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) and (w, s) not in self._hidden \
-                    and isinstance(rec.get("step"), int) and not isinstance(rec.get("step"), bool):
-                rec = {**rec, "worker": w, "session": s, "source": str(rec.get("source", "loss check"))}
-                later = spans[(spans["worker"] == w) & (spans["mode"] == m["mode"]) & (spans["session"] > s)
-                              & (spans["first_step"] <= rec["step"]) & (spans["last_step"] >= rec["step"])]
-                if len(later):   # its step was run again: the reader's rows there are the later run's
+            if w in workers and mode in (ALL, m["mode"]) and isinstance(rec, dict) \
+                    and (w, s) not in self._hidden and isinstance(rec.get("step"), int) \
+                    and not isinstance(rec.get("step"), bool):
+                rec = {**rec, "worker": w, "session": s,
+                       "source": str(rec.get("source", "loss check"))}
+                later = spans[(spans["worker"] == w) & (spans["mode"] == m["mode"])
+                              & (spans["session"] > s) & (spans["first_step"] <= rec["step"])
+                              & (spans["last_step"] >= rec["step"])]
+                # its step was run again: the reader's rows there are the later run's
+                if len(later):
                     rec["rerun_by"] = int(later["session"].max())
                 found.append(rec)
         return sorted(found, key=lambda r: r["step"])
 
     def _nonfinite_rows(self, mode: str | None, worker: str | None) -> pd.DataFrame | None:
         """The rows (group ``all``, columns nan, inf) that :meth:`nonfinite_evidence` judges, read
-        only where the parts' summaries count a NaN/Inf (:func:`~inspector.stats.summary.nonfinite_bins`);
-        every row with a NaN/Inf is among them, in the reader's order. None where that cannot be
-        exact (read every row instead): one eval batch viewed, two sessions of one worker and
-        mode (a later session's clean row may replace a step), a part that does not read."""
+        only where the parts' summaries count a NaN/Inf
+        (:func:`~inspector.stats.summary.nonfinite_bins`); every row with a NaN/Inf is among them,
+        in the reader's order. None where that cannot be exact (read every row instead): one eval
+        batch viewed, two sessions of one worker and mode (a later session's clean row may replace a
+        step), a part that does not read."""
         from inspector.stats.summary import nonfinite_bins
         files = self._selected(self._stats_files, mode, worker, None)
         sessions = {(w, s) for w, s, _ in files}
@@ -1332,7 +1419,8 @@ class Run:
         tables = [t for ts in _latest_session_wins(parts).values() for t in ts]
         if not tables:
             return self._to_pandas(pa.table({}))
-        return self._to_pandas(pa.concat_tables(tables, promote_options="permissive").select(columns))
+        return self._to_pandas(
+            pa.concat_tables(tables, promote_options="permissive").select(columns))
 
     def first_nonfinite(self, mode: str | None = None, worker: str | None = None) -> dict | None:
         """Where the first NaN or Inf was born: the origin the statistics show
@@ -1354,10 +1442,11 @@ class Run:
         stats = next((e for e in found if e.get("source") == "statistics"), None)
         if origin is None or stats is None:
             return found[0]
-        return {**stats, "tensor": origin.tensor, "kind": "gradient" if origin.where == "backward" else "forward",
-                "op": origin.op, "op_type": origin.op_type, "layer": origin.layer, "where": origin.where,
-                "created_at": origin.source, "nan": origin.nan, "inf": origin.inf, "text": origin.text(),
-                "loss_check_step": origin.loss_check_step}
+        return {**stats, "tensor": origin.tensor,
+                "kind": "gradient" if origin.where == "backward" else "forward",
+                "op": origin.op, "op_type": origin.op_type, "layer": origin.layer,
+                "where": origin.where, "created_at": origin.source, "nan": origin.nan,
+                "inf": origin.inf, "text": origin.text(), "loss_check_step": origin.loss_check_step}
 
     def nonfinite_origin(self, mode: str | None = None, worker: str | None = None,
                          evidence: list[dict] | None = None) -> Any:
@@ -1383,9 +1472,11 @@ _IDENTITY = ("worker", "session", "mode", "step", "batch")
 def _with_identity(t: pa.Table, worker: str, session: int, mode: str) -> pa.Table:
     """Add the identity columns a version 1 part lacks (its file name and manifest give them)."""
     n = t.num_rows
-    const = {"worker": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [worker]),
+    const = {"worker": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                                              [worker]),
              "session": lambda: pa.array(np.full(n, session, np.int64)),
-             "mode": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), [mode]),
+             "mode": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
+                                                            [mode]),
              "batch": lambda: pa.array(np.zeros(n, np.int64))}
     for i, name in enumerate(("worker", "session", "mode")):
         if name not in t.column_names:
@@ -1434,7 +1525,8 @@ def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]],
         for t in parts.get((w, s), ()):
             steps.update(pc.unique(t.column("step")).to_pylist())
             if taken:
-                t = t.filter(pc.invert(pc.is_in(t.column("step"), value_set=pa.array(sorted(taken), pa.int64()))))
+                t = t.filter(pc.invert(pc.is_in(t.column("step"),
+                                                value_set=pa.array(sorted(taken), pa.int64()))))
             if t.num_rows:
                 kept.append(t)
         taken |= steps
@@ -1456,7 +1548,8 @@ def _one_source(df: pd.DataFrame, what: str) -> None:
     sources = df[["worker", "session"]].drop_duplicates()
     if len(sources) > 1:
         names = ", ".join(f"{w} session {s}" for w, s in sources.itertuples(index=False))
-        raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and session=)")
+        raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and "
+                             "session=)")
 
 
 def _check_dump_identity(f: DumpFile, header: dict) -> None:
@@ -1470,8 +1563,9 @@ def _check_dump_identity(f: DumpFile, header: dict) -> None:
         if got is None or want is None:
             continue
         if str(got) != str(want):
-            raise DamagedFileError(f"damaged dump file {f.path}: its header says {field} {got}, its file name "
-                                   f"{field} {want} (copied or renamed from another dump?); refused")
+            raise DamagedFileError(f"damaged dump file {f.path}: its header says {field} {got}, "
+                                   f"its file name {field} {want} (copied or renamed from another "
+                                   "dump?); refused")
 
 
 def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> None:
@@ -1479,8 +1573,8 @@ def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> Non
     name is what the reader trusts: other files of the session are located through it)."""
     for field, want in (("worker", worker), ("session", session if session else None)):
         if field in m and want is not None and m[field] != want:
-            raise DamagedFileError(f"damaged manifest {path}: its {field} {m[field]!r} is not the {want!r} "
-                                   f"its file name says")
+            raise DamagedFileError(f"damaged manifest {path}: its {field} {m[field]!r} is not the "
+                                   f"{want!r} its file name says")
 
 
 def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
@@ -1492,17 +1586,21 @@ def _upgrade_manifest(m: dict, worker: str, session: int) -> dict:
     if m.get("mode") not in MODES:
         m["mode"] = "train"
     if m.get("format_version", 1) < 2:
-        m["dropped"] = [{"what": "dump", "reason": d.get("reason"), "count": 1, "bytes": d.get("bytes", 0),
-                         "first_step": d.get("step"), "last_step": d.get("step")}
+        m["dropped"] = [{"what": "dump", "reason": d.get("reason"), "count": 1,
+                         "bytes": d.get("bytes", 0), "first_step": d.get("step"),
+                         "last_step": d.get("step")}
                         for d in m.get("dropped") or [] if isinstance(d, dict)]
-        m["errors"] = ([{"what": "writer", "reason": m["writer_error"], "count": 1}] if m.get("writer_error") else [])
+        m["errors"] = ([{"what": "writer", "reason": m["writer_error"], "count": 1}]
+                       if m.get("writer_error") else [])
     if m.get("hook_error"):
-        m["errors"] = [*m.get("errors", []), {"what": "hook", "reason": m["hook_error"], "count": 1}]
+        m["errors"] = [*m.get("errors", []),
+                       {"what": "hook", "reason": m["hook_error"], "count": 1}]
     return m
 
 
 def parse_steps(spec: str | None) -> tuple[int, int] | None:
-    """Alias of ``inspector.format.steps.parse_step_range`` (the one step grammar); None or '' -> None."""
+    """Alias of ``inspector.format.steps.parse_step_range`` (the one step grammar); None or '' ->
+    None."""
     from inspector.format.steps import parse_step_range
     return parse_step_range(spec) if spec else None
 

@@ -39,8 +39,10 @@ from hooks import capture, native
 from hooks import variables
 from hooks.capture.groups import GroupSpec, Refusals, all_rows_only, bad_rule
 from hooks.dump_hook import guarded, worker_from_env
-from hooks.keras.source import FitArguments, check_probe, first_batch, fit_arguments, fit_frame, resolve_source
-from hooks.keras.step import StepGraph, TrainedVariables, compile_state, identical, refuse_unsupported
+from hooks.keras.source import (FitArguments, check_probe, first_batch, fit_arguments, fit_frame,
+                                resolve_source)
+from hooks.keras.step import (StepGraph, TrainedVariables, compile_state, identical,
+                              refuse_unsupported)
 from hooks.keras.trace import GroupsError, ProbeGraph, ProbeOptions, _tf_var
 from hooks.options import FLOAT_DTYPE_NAMES, CaptureOptions, takes_options
 from hooks.schedule import StepSpec
@@ -95,28 +97,34 @@ class InspectCallback(tf.keras.callbacks.Callback):
     """
 
     @takes_options
-    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str | None = None, training: bool = False,
-                 options: CaptureOptions | None = None,
+    def __init__(self, run_dir: str | os.PathLike, probe=None, *, source: str | None = None,
+                 training: bool = False, options: CaptureOptions | None = None,
                  # the shared options as keywords (CaptureOptions documents them): takes_options
                  # gathers them into options=, which is what the body reads
-                 include: str | Sequence[str] | None = None, exclude: str | Sequence[str] | None = None,
-                 op_types: Iterable[str] | None = None, exclude_op_types: Iterable[str] | None = None,
-                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES, batched: str | Sequence[str] | None = None,
+                 include: str | Sequence[str] | None = None,
+                 exclude: str | Sequence[str] | None = None, op_types: Iterable[str] | None = None,
+                 exclude_op_types: Iterable[str] | None = None,
+                 dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES,
+                 batched: str | Sequence[str] | None = None,
                  unbatched: str | Sequence[str] | None = None, gradients: bool = True,
                  stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
                  dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
                  positive: Callable | Any = None, groups: str | Callable | None = None,
-                 num_classes: int | None = None, samples_per_group: int = 2, max_bytes: int | None = 2 * 1024 ** 3,
-                 histogram_bins: int | None = None, native_stats: bool = True, worker: str | None = None,
-                 queue_size: int = 8, stats_flush_secs: float = 10.0, fsync: bool = False,
+                 num_classes: int | None = None, samples_per_group: int = 2,
+                 max_bytes: int | None = 2 * 1024 ** 3, histogram_bins: int | None = None,
+                 native_stats: bool = True, worker: str | None = None, queue_size: int = 8,
+                 stats_flush_secs: float = 10.0, fsync: bool = False,
                  storage_options: dict[str, Any] | None = None, strict: bool = False) -> None:
         super().__init__()
         backend = tf.keras.backend.backend()
         if backend != "tensorflow":   # the capture traces the model into a TensorFlow graph
-            raise ValueError(f"InspectCallback needs Keras on the TensorFlow backend; this Keras runs on {backend!r}: "
-                             f"set KERAS_BACKEND=tensorflow before importing keras")
-        self.options = options = cast(CaptureOptions, options)   # never None: takes_options resolved it
-        self.run_dir = normalize(run_dir)   # a path, or an fsspec URL (object storage): never Path("s3://")
+            raise ValueError("InspectCallback needs Keras on the TensorFlow backend; this Keras "
+                             f"runs on {backend!r}: set KERAS_BACKEND=tensorflow before "
+                             "importing keras")
+        # never None: takes_options resolved it
+        self.options = options = cast(CaptureOptions, options)
+        # a path, or an fsspec URL (object storage): never Path("s3://")
+        self.run_dir = normalize(run_dir)
         self.source = resolve_source(source, probe)
         self.probe = check_probe(self.source, probe, options.positive)
         self.group_spec = GroupSpec.parse(options.groups, options.positive, options.num_classes)
@@ -127,7 +135,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._fallback_pending: str | None = None   # refused before fit: falls back at its start
         self._warned_fallback: set[str] = set()
         self._installed: StepGraph | None = None    # the step capture in the model's train_step
-        self._fit_args: FitArguments | None = None  # the fit's data (a fallback probe's), for its length
+        # the fit's data (a fallback probe's), for its length
+        self._fit_args: FitArguments | None = None
         self._probe_origin = "probe="               # where the probe came from, in words
         self._sampled = False   # this fit wrote a step (else its end says why not)
         self._fit_first: int | None = None   # the first step of the last fit
@@ -149,21 +158,23 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._disabled = ""   # why the callback was disabled (guarded); empty while it is not
         self._writer: RunWriter | None = None
         self._graph: ProbeGraph | None = None
-        self._traced_for: tuple = ()   # what the probe's trace depends on (keras_step.compile_state)
+        self._traced_for: tuple = ()  # what the probe's trace depends on (keras_step.compile_state)
         self._step = 0
         # steps = optimizer.iterations + this offset: 0 until a new compile() restarts the count
         self._step_offset = 0
         self._optimizer: weakref.ref | None = None
         self._iterations_left: int | None = None   # optimizer.iterations at the last fit's end
-        self._counter: Any = None   # the last fit's optimizer.iterations (held: see _continue_steps)
-        self._unended = False       # a batch began whose end this callback has not seen
-        self._starting = False      # a fit began whose steps are not read yet (on_train_batch_begin)
+        self._counter: Any = None  # the last fit's optimizer.iterations (held: see _continue_steps)
+        self._unended = False      # a batch began whose end this callback has not seen
+        self._starting = False     # a fit began whose steps are not read yet (on_train_batch_begin)
         self._model_name: str | None = None   # the model the last fit trained
         self._opened = 0   # writer sessions this callback opened
         self._before: dict[int, np.ndarray] | None = None
-        self._readers: dict[tuple[int, ...], Any] = {}   # variables' ids -> a function reading them all
+        # variables' ids -> a function reading them all
+        self._readers: dict[tuple[int, ...], Any] = {}
         self._estimated: ProbeGraph | None = None   # the graph _dump_estimate was computed for
-        self._trained = TrainedVariables()   # what fit's train function updates (refused if not what we record)
+        # what fit's train function updates (refused if not what we record)
+        self._trained = TrainedVariables()
         self._fit_watch: Callable[[], str | None] | None = None   # see fit_watch
         # tf.keras 2.15 converts the logs of every batch to numpy (a device sync) for callbacks
         # without this; the callback never reads the logs.
@@ -184,8 +195,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if self._installed is not None:
             self._installed.abandon()   # installed still: the last fit ended by an exception
             self._installed = None
-        if self._fallback is not None and identical((model, *compile_state(model)), self._fallback_for):
-            return   # refused for this model and compile(): the probe goes on, without a new try each fit
+        if self._fallback is not None \
+                and identical((model, *compile_state(model)), self._fallback_for):
+            # refused for this model and compile(): the probe goes on, without a new try each fit
+            return
         self._fallback = None
         try:
             refuse_unsupported(model)
@@ -206,18 +219,21 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if self.probe is None:
             found = first_batch(self._fit_args)
             if found is None:
-                data = type(self._fit_args.x).__name__ if self._fit_args is not None else "not known"
-                raise ValueError(f"{why}; and no probe batch to record instead (fit's data: {data}): pass "
-                                 f"probe=(x, y), a fixed batch recorded after each sampled step's update")
+                data = type(self._fit_args.x).__name__ if self._fit_args is not None \
+                    else "not known"
+                raise ValueError(f"{why}; and no probe batch to record instead (fit's data: "
+                                 f"{data}): pass probe=(x, y), a fixed batch recorded after each "
+                                 "sampled step's update")
             self.probe, self._probe_origin = found
         self._fallback, self._fallback_for = why, (self.model, *compile_state(self.model))
         self._graph = None   # the probe is traced at the end of the step
         level = logging.INFO if why in self._warned_fallback else logging.WARNING
         self._warned_fallback.add(why)
-        log.log(level, "InspectCallback cannot capture the training step of %s exactly (%s). It records a %d-sample "
-                "probe batch instead (%s), after each sampled step's update: its gradients are "
-                "the probe's on the updated weights, not those the update was computed from (the catalog says "
-                "captured_on: %r); pass source='probe' to choose that", self.model.name, why,
+        log.log(level, "InspectCallback cannot capture the training step of %s exactly (%s). It "
+                "records a %d-sample probe batch instead (%s), after each sampled step's update: "
+                "its gradients are the probe's on the updated weights, not those the update was "
+                "computed from (the catalog says captured_on: %r); pass source='probe' to "
+                "choose that", self.model.name, why,
                 _probe_size(self.probe[0]), self._probe_origin, PROBE_NOTE)
 
     @_guarded
@@ -228,32 +244,36 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if isinstance(spe, str) or getattr(self.model, "_autotune_steps_per_execution", False):
             # Keras 3 keeps "auto"; tf.keras 2.15 starts it at 1 and raises it during fit: batch
             # callbacks then run once per several steps, and the step numbers would be wrong
-            raise ValueError("steps_per_execution='auto': Keras raises it during fit and calls batch callbacks "
-                             "once per several steps, so InspectCallback could not number the steps; "
-                             "compile(..., steps_per_execution=1)")
+            raise ValueError("steps_per_execution='auto': Keras raises it during fit and calls "
+                             "batch callbacks once per several steps, so InspectCallback could not "
+                             "number the steps; compile(..., steps_per_execution=1)")
         if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
-            raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras calls batch "
-                             f"callbacks once per execution, so the step before an update is not observable)")
+            raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras "
+                             "calls batch callbacks once per execution, so the step before an "
+                             "update is not observable)")
         # the last fit ended by an exception (Keras skips on_train_end then): its session ends
         # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
         self._end_interrupted_session()
         if self._installed is not None:
-            self._installed.use(None)   # fit's own function: an interrupted step may have left ours in place
+            # fit's own function: an interrupted step may have left ours in place
+            self._installed.use(None)
         self._fit_args, self._sampled, self._fit_first = fit_arguments(self.model), False, None
         if self._fallback_pending is not None:
             why, self._fallback_pending = self._fallback_pending, None
             self._fall_back(why)
         if self._model_name not in (None, self.model.name):
-            log.warning("this InspectCallback was used with model %r on %s; this fit trains model %r, whose steps "
-                        "continue that run's as one training: give each model a callback and a run directory of "
-                        "its own", self._model_name, self.run_dir, self.model.name)
+            log.warning("this InspectCallback was used with model %r on %s; this fit trains model "
+                        "%r, whose steps continue that run's as one training: give each model a "
+                        "callback and a run directory of its own", self._model_name, self.run_dir,
+                        self.model.name)
         self._model_name = self.model.name
         # read at the fit's first batch: BackupAndRestore (or another callback listed after this
         # one) restores optimizer.iterations in its own on_train_begin
         self._starting = True
         if self._graph is not None and not isinstance(self._graph, StepGraph) and (
                 self._graph.model is not self.model or self._recompiled(self.model)):
-            self._graph = None  # traced at the first step's end: fit has built the loss and metrics by then
+            # traced at the first step's end: fit has built the loss and metrics by then
+            self._graph = None
 
     def _recompiled(self, model) -> bool:
         """Whether ``compile()`` ran (a new optimizer or loss) or other variables train since the
@@ -276,7 +296,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         of ``optimizer.iterations``: when the count is where the last fit left it, steps also
         continue from the last. A count set back since (a checkpoint restored) is a resume:
         its steps are recorded again, and the later session wins them."""
-        if self._unended and self._counter is not None and int(self._counter.numpy()) + self._step_offset > self._step:
+        if self._unended and self._counter is not None \
+                and int(self._counter.numpy()) + self._step_offset > self._step:
             # The last fit ended by an exception in a batch this callback saw begin, not end.
             # One raised in another callback's batch end comes after the step trained; the last
             # optimizer's count says whether it did (compile() since would else number this
@@ -289,7 +310,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         # a new optimizer, counting on its own: compile() under mixed precision wraps the same
         # inner optimizer, its count going on, in a new LossScaleOptimizer each time; taken for a
         # restored one, its steps would repeat those already written
-        new = self._optimizer is not None and self._optimizer() is not optimizer and counter is not self._counter
+        new = self._optimizer is not None and self._optimizer() is not optimizer \
+            and counter is not self._counter
         # only as the last fit left it at its end: after a fit ended by an exception (no
         # on_train_end), a restored checkpoint could match a stale count
         untouched = not new and iterations == self._iterations_left
@@ -297,16 +319,18 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if new and iterations and iterations + self._step_offset < self._step:
             # a restored count, not a new compile's: a model loaded from an earlier checkpoint
             # resumes at its steps (4-6), not after the run's last (7-9)
-            log.warning("model.optimizer is new and its count was restored to %d (a checkpoint loaded): a resume, "
-                        "steps follow it, and this fit's rows of steps %d-%d hide those %s already holds",
+            log.warning("model.optimizer is new and its count was restored to %d (a checkpoint "
+                        "loaded): a resume, steps follow it, and this fit's rows of steps %d-%d "
+                        "hide those %s already holds",
                         iterations, iterations + self._step_offset + 1, self._step, self.run_dir)
         elif (new or untouched) and iterations + self._step_offset < self._step:
             self._step_offset = self._step - iterations
             why = ("model.optimizer is new (compile() again) and counts" if new else
-                   "optimizer.iterations counted fewer steps than fit ran batches (a loss-scale optimizer does not "
-                   "count the steps it skips); it stands")
-            log.warning("%s from step %d: this run's steps continue from %d instead (step = optimizer.iterations + %d; "
-                        "manifest step_offset)", why, iterations, self._step, self._step_offset)
+                   "optimizer.iterations counted fewer steps than fit ran batches (a loss-scale "
+                   "optimizer does not count the steps it skips); it stands")
+            log.warning("%s from step %d: this run's steps continue from %d instead (step = "
+                        "optimizer.iterations + %d; manifest step_offset)", why, iterations,
+                        self._step, self._step_offset)
         self._optimizer, self._counter = weakref.ref(optimizer), counter
         return iterations + self._step_offset
 
@@ -349,7 +373,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         noted = (self.options.dump_on_nonfinite and self._first_nonfinite is None
                  and not _finite((logs or {}).get("loss")))
         if noted:
-            self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward", "loss check")
+            self._note_nonfinite(step, self._graph.loss_name if self._graph else None, "forward",
+                                 "loss check")
         out = None
         if isinstance(self._graph, StepGraph):
             key = self._graph.current
@@ -360,7 +385,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
                 raise RuntimeError(self._graph.mismatch)
             if self._graph.mismatch:   # nothing written from the step capture: the probe instead
                 self._fall_back(self._graph.mismatch)
-            elif key is None and not (noted and self._graph.captured):   # (no catalog before the first capture)
+            # (no catalog before the first capture)
+            elif key is None and not (noted and self._graph.captured):
                 return
             else:
                 out = self._graph.results(key) if key is not None else None
@@ -386,9 +412,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         updates = out.get("update", {}) if in_graph else self._updates()
         if stats:
             values, *hist = (np.asarray(a) for a in out["stats"])   # in_graph: the update rows too
-            if self._graph.variables and not in_graph:  # update rows follow (count 0: no "before" copy)
+            # update rows follow (count 0: no "before" copy)
+            if self._graph.variables and not in_graph:
                 rows = variables.numpy_stats(
-                    [updates.get(r.variable, np.zeros(0, np.float32)) for r in self._graph.variables])
+                    [updates.get(r.variable, np.zeros(0, np.float32))
+                     for r in self._graph.variables])
                 values, *hist = concat_rows([(values, *hist), rows])
             self._writer.add_stats(step, values, hist, keep=self._ungrouped_check(step, values))
             self._check_nonfinite(step, values)
@@ -408,7 +436,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._installed.use(None)
             self._installed.uninstall()
             self._installed = None
-        self._iterations_left = int(applied_batches(self.model.optimizer).numpy())   # see _continue_steps
+        # see _continue_steps
+        self._iterations_left = int(applied_batches(self.model.optimizer).numpy())
         self._dump_left_by_nonfinite()
         self._say_if_unsampled()
         self._close()
@@ -429,11 +458,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._told_unsampled = True
         every = max(1, steps // 10)
         log.log(logging.INFO if quiet else logging.WARNING,
-                "this fit trained steps %d-%d and InspectCallback sampled none of them (stats_every_n_steps=%d, "
-                "dump_every_n_steps=%d%s; the next sampled step is %s), so it wrote nothing to %s. For a fit this "
-                "short pass a smaller stats_every_n_steps (%d gives ~10 points over %d steps) or dump_steps=",
+                "this fit trained steps %d-%d and InspectCallback sampled none of them "
+                "(stats_every_n_steps=%d, dump_every_n_steps=%d%s; the next sampled step is %s), "
+                "so it wrote nothing to %s. For a fit this short pass a smaller "
+                "stats_every_n_steps (%d gives ~10 points over %d steps) or dump_steps=",
                 first, self._step, self.schedule.stats_every, self.schedule.dump_every,
-                f", dump_steps={self.schedule.to_json()['dump_steps']}" if self.schedule.ranges else "",
+                f", dump_steps={self.schedule.to_json()['dump_steps']}" if self.schedule.ranges
+                else "",
                 upcoming if upcoming is not None else "none", self.run_dir, every, steps)
 
     @_guarded
@@ -441,7 +472,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         """The probe dump a NaN/Inf asked for when the fit ended before its next step (Keras's
         TerminateOnNaN stops it right there): the probe on the weights training left, under
         the NaN step's number (a probe records the weights after its step)."""
-        if not (self._force_dump and self._graph is not None and not isinstance(self._graph, StepGraph)):
+        if not (self._force_dump and self._graph is not None
+                and not isinstance(self._graph, StepGraph)):
             return
         if self._writer is None or self._writer.closed:
             self._open()
@@ -461,8 +493,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         ...     cb.close()
         """
         if self.model is not None and _inside_fit(self.model):
-            log.warning("InspectCallback.close() called during the model's fit: ignored (the fit's end closes its "
-                        "session); call it after fit returned or raised")
+            log.warning("InspectCallback.close() called during the model's fit: ignored (the fit's "
+                        "end closes its session); call it after fit returned or raised")
             return
         self._end_interrupted_session()
         self._fit_watch = None   # a fit that raised before its first write: its frame
@@ -475,7 +507,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         where its writer ended it already (``fit_watch``), wait until it has: its worker's
         lock is released then."""
         if self._writer is not None:
-            self._writer.close("failed", error="the fit ended by an exception (on_train_end was not called)")
+            self._writer.close("failed",
+                               error="the fit ended by an exception (on_train_end was not called)")
 
     @_guarded
     def _close(self) -> None:
@@ -495,7 +528,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         before, self._before = self._before, None
         if before is None:
             return {}
-        pairs = [(r, v) for r, v in zip(self._graph.variables, self._graph.tf_vars) if id(v) in before]
+        pairs = [(r, v) for r, v in zip(self._graph.variables, self._graph.tf_vars)
+                 if id(v) in before]
         after = self._values([v for _, v in pairs])
         return {r.variable: a - before[id(v)] for (r, v), a in zip(pairs, after)}
 
@@ -509,8 +543,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
             if len(self._readers) > 4:   # another model or compile: forget the old ones
                 self._readers.clear()
             tf_vars = [_tf_var(v) for v in held]
-            # `held` is kept with the function, so no id in the key can be reused by another variable
-            self._readers[key] = (held, tf.function(lambda: [v.read_value() for v in tf_vars], autograph=False))
+            # `held` is kept with the function, so no id in the key can be reused by another
+            # variable
+            self._readers[key] = (held, tf.function(lambda: [v.read_value() for v in tf_vars],
+                                                    autograph=False))
         return [t.numpy() for t in self._readers[key][1]()]
 
     def _trace(self) -> None:
@@ -525,18 +561,25 @@ class InspectCallback(tf.keras.callbacks.Callback):
         except GroupsError:
             raise   # groups= does not fit: its own message, not the batch's
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-            if "outside the replica context" in str(e):   # Keras 3, fit called inside strategy.scope()
-                raise ValueError(f"the probe cannot read the model's {type(self.model.distribute_strategy).__name__} "
-                                 f"variables while fit runs inside `with strategy.scope():` ({e}); call fit "
-                                 f"outside that block (build and compile the model inside it)") from e
+            # Keras 3, fit called inside strategy.scope()
+            if "outside the replica context" in str(e):
+                raise ValueError("the probe cannot read the model's "
+                                 f"{type(self.model.distribute_strategy).__name__} variables "
+                                 f"while fit runs inside `with strategy.scope():` ({e}); call fit "
+                                 "outside that block (build and compile the model "
+                                 "inside it)") from e
             if "cross-replica context" in str(e):   # not the probe's shape: say what is wrong
-                raise ValueError(f"the probe cannot run under {type(self.model.distribute_strategy).__name__}: "
-                                 f"this Keras's compute_loss updates its loss tracker (a sync-on-read variable) "
-                                 f"outside a replica ({e}); under tf.keras 2.15 use source='train_batch' (one "
-                                 f"replica) or Keras 3, whose probe runs under a strategy") from e
-            shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t) for t in (x, y)]
-            raise ValueError(f"the model and its loss could not run on {self._probe_origin} (x, y shapes {shapes}): "
-                             f"{type(e).__name__}: {e}; give a batch like the training data's") from e
+                raise ValueError("the probe cannot run under "
+                                 f"{type(self.model.distribute_strategy).__name__}: this Keras's "
+                                 "compute_loss updates its loss tracker (a sync-on-read variable) "
+                                 f"outside a replica ({e}); under tf.keras 2.15 use "
+                                 "source='train_batch' (one replica) or Keras 3, whose probe runs "
+                                 "under a strategy") from e
+            shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t)
+                      for t in (x, y)]
+            raise ValueError(f"the model and its loss could not run on {self._probe_origin} (x, y "
+                             f"shapes {shapes}): {type(e).__name__}: {e}; give a batch like the "
+                             "training data's") from e
         if self.schedule.dump_every or self.schedule.ranges:   # traced now, not on a training step
             graph.function(stats=False, dump=True)
             if self.schedule.stats_every:
@@ -555,8 +598,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
         layout = StatsLayout(*map(tuple, zip(*rows))) if rows else None
         if self._estimated is not graph:   # once per graph, not per fit: later dumps measure it
             kept = max(1, 2 * self.options.samples_per_group)
-            self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1) // (_batch(t) if c.batched else 1)
-                                      for c in graph.captured for t in (c.tensor, c.gradient) if t is not None)
+            self._dump_estimate = sum(_nbytes(t) * (kept if c.batched else 1)
+                                      // (_batch(t) if c.batched else 1)
+                                      for c in graph.captured for t in (c.tensor, c.gradient)
+                                      if t is not None)
             self._estimated = graph
         self._writer = RunWriter(self.run_dir, worker=self.worker, manifest=self._manifest(graph),
                                  stats_layout=layout, graph_def=graph.graph_def, mode="train",
@@ -568,10 +613,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._opened_with = graph
         if self._opened == 1:
             self._warn_if_hiding(self._writer)
-        on = ("each sampled step's training batch, before its update" if isinstance(graph, StepGraph)
-              else f"a {_probe_size(self.probe[0])}-sample probe batch, after each sampled step's update")
-        log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s", len(graph.captured),
-                 sum(c.gradient is not None for c in graph.captured), self.model.name, on, self.run_dir)
+        on = ("each sampled step's training batch, before its update"
+              if isinstance(graph, StepGraph) else
+              f"a {_probe_size(self.probe[0])}-sample probe batch, after each sampled "
+              "step's update")
+        log.info("capturing %d tensors (%d with gradients) of Keras model %s on %s into %s",
+                 len(graph.captured), sum(c.gradient is not None for c in graph.captured),
+                 self.model.name, on, self.run_dir)
 
     def _warn_if_hiding(self, writer: RunWriter) -> None:
         """Warn when this callback's first session starts at or below the last step the
@@ -587,34 +635,39 @@ class InspectCallback(tf.keras.callbacks.Callback):
             return   # no readable manifest there: nothing to compare
         last = (before.get("steps") or [None, None])[1]
         if before.get("mode") == "train" and isinstance(last, int) and last >= self._step:
-            log.warning("%s already holds steps up to %d (session %d); this callback writes from step %d on, and its "
-                        "rows hide the earlier ones of the same steps. Meant for a resume from a checkpoint; for a "
-                        "new training, use another run directory", self.run_dir, last, writer.session - 1, self._step)
+            log.warning("%s already holds steps up to %d (session %d); this callback writes from "
+                        "step %d on, and its rows hide the earlier ones of the same steps. Meant "
+                        "for a resume from a checkpoint; for a new training, use another run "
+                        "directory", self.run_dir, last, writer.session - 1, self._step)
 
     def _manifest(self, graph: ProbeGraph) -> dict[str, Any]:
         note: dict[str, str] = {}
         if isinstance(graph, StepGraph):   # fit's own step: always in training mode
-            probe = {"source": "train_batch", "samples": None, "training": True, "targets": graph.has_targets,
-                     "sample_weight": graph.has_sample_weight}
+            probe = {"source": "train_batch", "samples": None, "training": True,
+                     "targets": graph.has_targets, "sample_weight": graph.has_sample_weight}
         else:
             x, y, sw = self.probe
-            probe = {"source": "probe", "samples": _probe_size(x), "training": self.trace_options.training,
-                     "targets": y is not None, "sample_weight": sw is not None, "origin": self._probe_origin,
+            probe = {"source": "probe", "samples": _probe_size(x),
+                     "training": self.trace_options.training, "targets": y is not None,
+                     "sample_weight": sw is not None, "origin": self._probe_origin,
                      "fallback": self._fallback}
-            note = {"captured_on": PROBE_NOTE}   # beside every entry: what its gradient and update mean
+            # beside every entry: what its gradient and update mean
+            note = {"captured_on": PROBE_NOTE}
         probe["inputs"] = graph.input_names
         if self._first_nonfinite is not None and self._first_nonfinite["tensor"] is None:
             # seen in fit's loss before the first capture named the loss tensor
             self._first_nonfinite["tensor"] = graph.loss_name or "loss"
         return {
-            "tensorflow_version": tf.__version__, "keras_version": _keras_version(), "is_chief": self.is_chief,
-            "source": "keras", "model": self.model.name,
+            "tensorflow_version": tf.__version__, "keras_version": _keras_version(),
+            "is_chief": self.is_chief, "source": "keras", "model": self.model.name,
             "probe": probe, "step_offset": self._step_offset,
             "loss": graph.loss_name, "labels": graph.labels_name,
-            "config": {**self.options.manifest_config(native.used(self.options.native_stats), self.filters["dtypes"]),
+            "config": {**self.options.manifest_config(native.used(self.options.native_stats),
+                                                      self.filters["dtypes"]),
                        "share_gradients": False, "mode": "train"},
-            "tensors": [{**c.catalog_entry(), **note} for c in graph.captured], **graph.groups_manifest(),
-            "skipped": graph.skipped, "first_nonfinite": self._first_nonfinite, "accounting": graph.accounting,
+            "tensors": [{**c.catalog_entry(), **note} for c in graph.captured],
+            **graph.groups_manifest(), "skipped": graph.skipped,
+            "first_nonfinite": self._first_nonfinite, "accounting": graph.accounting,
         }
 
     def _ungrouped_check(self, step: int, values: np.ndarray) -> np.ndarray | None:
@@ -634,8 +687,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
         why = bad_rule(self.group_spec)
         first = self._refusals.note(step, None, why)
         if first is not None:
-            log.error("step %d: some samples are in no group (%s): that step's statistics are written for group "
-                      "'all' only, and so is every such step (logged once a fit)", step, why)
+            log.error("step %d: some samples are in no group (%s): that step's statistics are "
+                      "written for group 'all' only, and so is every such step (logged once a fit)",
+                      step, why)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
         return all_rows_only(rows, len(values))
 
@@ -648,7 +702,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._note_nonfinite(step, tensor, kind, "statistics")
 
     def _note_nonfinite(self, step: int, tensor: str | None, kind: str, source: str) -> None:
-        """Record the first NaN/Inf (the manifest's first_nonfinite) and, if asked, dump the next step."""
+        """Record the first NaN/Inf (the manifest's first_nonfinite) and, if asked, dump the next
+        step."""
         if self._first_nonfinite is not None:
             return
         self._first_nonfinite = {"step": step, "tensor": tensor, "kind": kind, "source": source}
@@ -668,8 +723,8 @@ def applied_batches(optimizer):
     inner optimizer's ``iterations``: the inner one's count, accumulating or not, so the rule
     above holds under mixed precision too."""
     inner = optimizer
-    while getattr(inner, "inner_optimizer", None) is not None and not getattr(inner, "gradient_accumulation_steps",
-                                                                               None):
+    while getattr(inner, "inner_optimizer", None) is not None \
+            and not getattr(inner, "gradient_accumulation_steps", None):
         inner = inner.inner_optimizer
     batches = getattr(inner, "_iterations", None)
     if getattr(inner, "gradient_accumulation_steps", None) and hasattr(batches, "numpy"):
@@ -709,9 +764,10 @@ def _warn_custom_step(model) -> None:
     step = getattr(type(model), "train_step", None)
     where = getattr(step, "__module__", "") or ""
     if step is not None and not where.startswith(("keras", "tf_keras", "tensorflow")):
-        log.warning("%s has a train_step of its own (%s): the probe records the model's values and the gradients of "
-                    "compute_loss (the compiled loss), which may not be what that step trains on; "
-                    "source='train_batch' records the step's own", model.name, step.__qualname__)
+        log.warning("%s has a train_step of its own (%s): the probe records the model's values and "
+                    "the gradients of compute_loss (the compiled loss), which may not be what that "
+                    "step trains on; source='train_batch' records the step's own", model.name,
+                    step.__qualname__)
 
 
 def _finite(loss) -> bool:
@@ -722,7 +778,8 @@ def _finite(loss) -> bool:
 
 
 def _keras_version() -> str | None:
-    return getattr(tf.keras, "__version__", None) or getattr(__import__("keras"), "__version__", None)
+    return getattr(tf.keras, "__version__", None) \
+        or getattr(__import__("keras"), "__version__", None)
 
 
 def _probe_size(x) -> int:
@@ -731,7 +788,8 @@ def _probe_size(x) -> int:
 
 def _nbytes(t: tf.Tensor) -> int:
     dims = t.shape.as_list() if t.shape.rank is not None else [1]
-    return int(np.prod([d or 1 for d in dims], dtype=np.int64)) * (t.dtype.size if t.dtype != tf.bfloat16 else 4)
+    return int(np.prod([d or 1 for d in dims], dtype=np.int64)) \
+        * (t.dtype.size if t.dtype != tf.bfloat16 else 4)
 
 
 def _batch(t: tf.Tensor) -> int:

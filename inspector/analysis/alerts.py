@@ -1,4 +1,5 @@
-"""Offline analysis of a run with numpy/pandas: alerts, positive-vs-negative comparisons, ICNN maths.
+"""Offline analysis of a run with numpy/pandas: alerts, positive-vs-negative comparisons, ICNN
+maths.
 
 Everything here takes plain DataFrames / arrays (as returned by :class:`inspector.Run`), so it
 works in notebooks, in the viewer and in tests alike. No TensorFlow.
@@ -31,9 +32,10 @@ SEVERITIES = ("error", "warning", "info")
 #: vanishing/exploding alerts compare. Variable reads, biases, batch-norm statistics, losses
 #: and shape plumbing have gradients on other scales and are left out.
 LAYER_OP_TYPES = frozenset({
-    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "MatMul", "BatchMatMul", "BatchMatMulV2",
-    "BatchMatMulV3", "BiasAdd", "Add", "AddV2", "Relu", "Relu6", "Elu", "Selu", "LeakyRelu", "Softplus", "Tanh",
-    "Sigmoid", "Gelu", "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "MaxPool", "AvgPool",
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "Conv2DBackpropInput", "MatMul", "BatchMatMul",
+    "BatchMatMulV2", "BatchMatMulV3", "BiasAdd", "Add", "AddV2", "Relu", "Relu6", "Elu", "Selu",
+    "LeakyRelu", "Softplus", "Tanh", "Sigmoid", "Gelu", "FusedBatchNorm", "FusedBatchNormV2",
+    "FusedBatchNormV3", "MaxPool", "AvgPool",
 })
 
 
@@ -69,7 +71,8 @@ class Alert:
 
 def alerts_frame(alerts: Iterable[Alert]) -> pd.DataFrame:
     """Alerts as a DataFrame (columns severity, kind, message, step, tensor)."""
-    return pd.DataFrame([asdict(a) for a in alerts], columns=["severity", "kind", "message", "step", "tensor"])
+    return pd.DataFrame([asdict(a) for a in alerts],
+                        columns=["severity", "kind", "message", "step", "tensor"])
 
 
 def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
@@ -78,13 +81,15 @@ def _last_window(stats: pd.DataFrame, window: int) -> pd.DataFrame:
 
 
 #: ``Run.first_nonfinite()['source']`` in words.
-NONFINITE_SOURCES = {"statistics": "the statistics", "loss check": "the hook's every-step loss check"}
+NONFINITE_SOURCES = {"statistics": "the statistics",
+                     "loss check": "the hook's every-step loss check"}
 
 
 def source_text(catalog: pd.DataFrame, tensor: str | None) -> str | None:
     """Where the user's code created ``tensor``'s op (catalog ``source_*``, FORMAT.md), or None.
 
-    >>> cat = pd.DataFrame({"source_file": ["m.py"], "source_line": [57], "source_function": ["block"]}, index=["a:0"])
+    >>> cat = pd.DataFrame({"source_file": ["m.py"], "source_line": [57],
+    ...                     "source_function": ["block"]}, index=["a:0"])
     >>> source_text(cat, "a:0")
     'm.py:57 in block'
     """
@@ -107,14 +112,16 @@ def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> 
     if not first:
         return []
     if first.get("text"):   # the origin (Run.first_nonfinite walked the graph): its own sentence
-        return [Alert("error", "nonfinite", f"first non-finite value: {first['text']}" + rerun_text(first),
-                      first["step"], first.get("tensor"))]
+        return [Alert("error", "nonfinite", f"first non-finite value: {first['text']}"
+                      + rerun_text(first), first["step"], first.get("tensor"))]
     made = source_text(catalog, first.get("tensor")) if catalog is not None else None
-    what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf") if first.get(k))
+    what = ", ".join(f"{first[k]} {k.upper() if k == 'nan' else 'Inf'}" for k in ("nan", "inf")
+                     if first.get(k))
     source = str(first.get("source") or "the run")
     source = NONFINITE_SOURCES.get(source, source)
-    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (seen by {source}): "
-                  f"{first.get('kind')} of {first.get('tensor')}" + (f" ({what})" if what else "")
+    return [Alert("error", "nonfinite", f"first non-finite value at step {first['step']} (seen by "
+                  f"{source}): {first.get('kind')} of {first.get('tensor')}"
+                  + (f" ({what})" if what else "")
                   + (f", created at {made}" if made else "") + rerun_text(first),
                   first["step"], first.get("tensor"))]
 
@@ -129,11 +136,12 @@ def rerun_text(first: dict) -> str:
     """
     if first.get("rerun_by") is None:
         return ""
-    return (f"; seen by session {first.get('session')}, whose step session {first['rerun_by']} ran again "
-            f"(the rows shown at that step are session {first['rerun_by']}'s)")
+    return (f"; seen by session {first.get('session')}, whose step session {first['rerun_by']} ran "
+            f"again (the rows shown at that step are session {first['rerun_by']}'s)")
 
 
-def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thresholds()) -> list[Alert]:
+def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame,
+               th: Thresholds = Thresholds()) -> list[Alert]:
     """ReLU outputs whose zero fraction stays >= ``th.dead_zero_fraction`` over the last window.
 
     >>> # stats: columns step, tensor, kind, group, zero_fraction; catalog: name, op_type
@@ -144,7 +152,8 @@ def dead_relus(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds = Thre
     zf = _last_window(df, th.window).groupby("tensor", observed=True)["zero_fraction"].min()
     dead = zf[zf >= th.dead_zero_fraction]
     return [Alert("warning", "dead_relu", f"{t}: {zf[t]:.1%} of activations are zero over the last "
-                  f"{th.window} steps (dead ReLU)", int(df["step"].max()), str(t)) for t in dead.index]
+                  f"{th.window} steps (dead ReLU)", int(df["step"].max()), str(t))
+            for t in dead.index]
 
 
 def _relu_tensors(catalog: pd.DataFrame) -> set[str]:
@@ -154,11 +163,13 @@ def _relu_tensors(catalog: pd.DataFrame) -> set[str]:
 def _relu_rows(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
     """The rows :func:`dead_relus` judges: forward, group all, of ReLU outputs."""
     relu = _relu_tensors(catalog)
-    return stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(relu)]
+    return stats[(stats["kind"] == "forward") & (stats["group"] == "all")
+                 & stats["tensor"].isin(relu)]
 
 
 def _gradient_rows(stats: pd.DataFrame, catalog: pd.DataFrame | None) -> pd.DataFrame:
-    """The rows :func:`gradient_alerts` judges: gradient, group all, of layer outputs (with a catalog)."""
+    """The rows :func:`gradient_alerts` judges: gradient, group all, of layer outputs (with a
+    catalog)."""
     df = stats[(stats["kind"] == "gradient") & (stats["group"] == "all")]
     if catalog is not None and not catalog.empty:
         df = df[df["tensor"].isin(layer_outputs(catalog))]
@@ -180,8 +191,9 @@ def layer_outputs(catalog: pd.DataFrame) -> set[str]:
         return values.where(values.notna(), default)
 
     names = catalog["name"].astype(str)
-    keep = (col("op_type", "").isin(LAYER_OP_TYPES) & names.str.endswith(":0") & col("batched", True).astype(bool)
-            & (col("kind", "tensor") != "variable") & ~col("zero_gradient_expected", False).astype(bool))
+    keep = (col("op_type", "").isin(LAYER_OP_TYPES) & names.str.endswith(":0")
+            & col("batched", True).astype(bool) & (col("kind", "tensor") != "variable")
+            & ~col("zero_gradient_expected", False).astype(bool))
     return set(names[keep])
 
 
@@ -204,22 +216,26 @@ def gradient_alerts(stats: pd.DataFrame, th: Thresholds = Thresholds(),
     out: list[Alert] = []
     for t, v in med.items():
         if 0 < v < th.vanishing_l2:
-            out.append(Alert("warning", "vanishing_gradient", f"{t}: gradient L2 {v:.2e} < {th.vanishing_l2:g} "
+            out.append(Alert("warning", "vanishing_gradient",
+                             f"{t}: gradient L2 {v:.2e} < {th.vanishing_l2:g} "
                              f"(median of the last {th.window} steps)", last, str(t)))
         elif v > th.exploding_l2:
-            out.append(Alert("error", "exploding_gradient", f"{t}: gradient L2 {v:.2e} > {th.exploding_l2:g} "
+            out.append(Alert("error", "exploding_gradient",
+                             f"{t}: gradient L2 {v:.2e} > {th.exploding_l2:g} "
                              f"(median of the last {th.window} steps)", last, str(t)))
     pos = med[(med > 0) & np.isfinite(med)]
     if len(pos) >= 2 and pos.max() / pos.min() > th.layer_ratio:
         lo, hi = pos.idxmin(), pos.idxmax()
-        out.append(Alert("warning", "gradient_ratio", f"gradient L2 spans {pos.max() / pos.min():.1e}x across "
-                         f"tensors (> {th.layer_ratio:g}): smallest {lo} ({pos.min():.1e}), largest {hi} "
-                         f"({pos.max():.1e})", last, str(lo)))
+        out.append(Alert("warning", "gradient_ratio",
+                         f"gradient L2 spans {pos.max() / pos.min():.1e}x across "
+                         f"tensors (> {th.layer_ratio:g}): smallest {lo} ({pos.min():.1e}), "
+                         f"largest {hi} ({pos.max():.1e})", last, str(lo)))
     return out
 
 
 #: what a dropped record counts, and the alert's kind when only that was dropped
-DROPPED = {"dump": ("dump(s)", "dropped_dumps"), "stats": ("statistics step(s)", "dropped_statistics")}
+DROPPED = {"dump": ("dump(s)", "dropped_dumps"),
+           "stats": ("statistics step(s)", "dropped_statistics")}
 
 
 def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
@@ -227,18 +243,20 @@ def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
     kind ``dropped_dumps`` or ``dropped_statistics`` when only that was dropped, else
     ``dropped_data``.
 
-    >>> a = dropped_alerts(pd.DataFrame({"what": ["stats"], "reason": ["write error: disk full"], "count": [3],
-    ...                                  "first_step": [10], "last_step": [30]}))[0]
+    >>> a = dropped_alerts(pd.DataFrame({"what": ["stats"], "reason": ["write error: disk full"],
+    ...                                  "count": [3], "first_step": [10], "last_step": [30]}))[0]
     >>> a.kind, a.message
     ('dropped_statistics', '3 statistics step(s) dropped: write error: disk full (3 statistics step(s), steps 10..30)')
     """
     if dropped is None or dropped.empty:
         return []
-    reasons = "; ".join(f"{r.reason} ({int(r.count)} {DROPPED.get(r.what, (f'{r.what} record(s)',))[0]}, "
-                        f"steps {r.first_step}..{r.last_step})" for r in dropped.itertuples())
+    reasons = "; ".join(f"{r.reason} ({int(r.count)} "
+                        f"{DROPPED.get(r.what, (f'{r.what} record(s)',))[0]}, steps "
+                        f"{r.first_step}..{r.last_step})" for r in dropped.itertuples())
     first = dropped["first_step"].dropna()
     whats = set(dropped["what"])
-    kind = DROPPED[next(iter(whats))][1] if len(whats) == 1 and whats <= set(DROPPED) else "dropped_data"
+    kind = DROPPED[next(iter(whats))][1] if len(whats) == 1 and whats <= set(DROPPED) \
+        else "dropped_data"
     return [Alert("warning", kind, f"{dropped_text(dropped)} dropped: {reasons}",
                   int(first.min()) if len(first) else None)]
 
@@ -253,8 +271,10 @@ def dropped_text(dropped: pd.DataFrame) -> str:
     if dropped is None or dropped.empty:
         return "0 dump(s)"
     counts = dropped.groupby("what")["count"].sum()
-    order = [w for w in DROPPED if w in counts] + sorted(w for w in counts.index if w not in DROPPED)
-    return ", ".join(f"{int(counts[w])} {DROPPED[w][0] if w in DROPPED else f'{w} record(s)'}" for w in order)
+    order = [w for w in DROPPED if w in counts] \
+        + sorted(w for w in counts.index if w not in DROPPED)
+    return ", ".join(f"{int(counts[w])} {DROPPED[w][0] if w in DROPPED else f'{w} record(s)'}"
+                     for w in order)
 
 
 def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:
@@ -262,9 +282,11 @@ def groups_refused_alerts(refused: pd.DataFrame) -> list[Alert]:
     groups' rows are missing from those steps on purpose, not lost."""
     return [Alert("warning", "groups_refused",
                   f"{r.worker} session {r.session} ({r.mode}): " + (
-                      f"{int(r.steps)} statistics step(s), {r.first_step}..{int(r.last_step)}, " if pd.notna(r.steps)
-                      and pd.notna(r.last_step) else f"from step {r.first_step}, statistics steps ")
-                  + f"whose samples broke the group rule have group 'all' only ({r.why})", int(r.first_step))
+                      f"{int(r.steps)} statistics step(s), {r.first_step}..{int(r.last_step)}, "
+                      if pd.notna(r.steps) and pd.notna(r.last_step)
+                      else f"from step {r.first_step}, statistics steps ")
+                  + f"whose samples broke the group rule have group 'all' only ({r.why})",
+                  int(r.first_step))
             for r in refused.itertuples()]
 
 
@@ -276,7 +298,8 @@ def error_alerts(errors: pd.DataFrame, sessions: pd.DataFrame) -> list[Alert]:
            for r in errors.itertuples()]
     for r in sessions.itertuples():
         if r.state in ("failed", "crashed"):
-            out.append(Alert("error", f"session_{r.state}", f"{r.worker} session {r.session} ({r.mode}) {r.state}"
+            out.append(Alert("error", f"session_{r.state}",
+                             f"{r.worker} session {r.session} ({r.mode}) {r.state}"
                              + (f": {r.error}" if isinstance(r.error, str) and r.error else ""),
                              int(r.last_step) if pd.notna(r.last_step) else None))
     return out
@@ -296,15 +319,16 @@ def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
     sampled every few steps.
 
     >>> cat = pd.DataFrame({"name": ["m/beta_value:0"], "icnn_role": ["beta"], "icnn_layer": ["m"]})
-    >>> st = pd.DataFrame({"step": [0, 5], "tensor": "m/beta_value:0", "kind": "forward", "group": "all",
-    ...                    "min": [2.0, -3.3], "max": [2.0, 11.7]})
+    >>> st = pd.DataFrame({"step": [0, 5], "tensor": "m/beta_value:0", "kind": "forward",
+    ...                    "group": "all", "min": [2.0, -3.3], "max": [2.0, 11.7]})
     >>> [a.kind for a in icnn_beta_alerts(st, cat)]
     ['icnn_beta_diverged']
     """
     if "icnn_role" not in catalog or not {"min", "max"} <= set(stats.columns):
         return []
     names = set(catalog.loc[catalog["icnn_role"] == "beta", "name"])
-    df = stats[(stats["kind"] == "forward") & (stats["group"] == "all") & stats["tensor"].isin(names)]
+    df = stats[(stats["kind"] == "forward") & (stats["group"] == "all")
+               & stats["tensor"].isin(names)]
     out = []
     for tensor, rows in df.sort_values("step").groupby("tensor", observed=True):
         low = min(ICNN_BETA_RANGE[0], float(rows["min"].iloc[0]))
@@ -314,10 +338,11 @@ def icnn_beta_alerts(stats: pd.DataFrame, catalog: pd.DataFrame) -> list[Alert]:
             continue
         first = bad.iloc[0]
         out.append(Alert("error", "icnn_beta_diverged",
-                         f"{tensor}: ICNN beta left [{low:g}, {high:g}] (the range of its targets) at step "
-                         f"{int(first['step'])} (min {first['min']:.3g}, max {first['max']:.3g}): its update "
-                         "overshoots (with SGD, lr * 0.05 * 1e4 / batch > 1), so masks leave [-1, 1]. Lower "
-                         "the learning rate or use conv_mask(beta_update='stable').",
+                         f"{tensor}: ICNN beta left [{low:g}, {high:g}] (the range of its targets) "
+                         f"at step {int(first['step'])} (min {first['min']:.3g}, max "
+                         f"{first['max']:.3g}): its update overshoots (with SGD, lr * 0.05 * 1e4 / "
+                         "batch > 1), so masks leave [-1, 1]. Lower the learning rate or use "
+                         "conv_mask(beta_update='stable').",
                          int(first["step"]), str(tensor)))
     return out
 

@@ -25,13 +25,16 @@ def update_ratios(stats: pd.DataFrame, catalog: pd.DataFrame) -> pd.DataFrame:
     if "kind" not in catalog:
         return pd.DataFrame()
     names = set(catalog.loc[catalog["kind"] == "variable", "name"])
-    df = stats[stats["tensor"].isin(names) & (stats["group"] == "all") & stats["kind"].isin(["forward", "update"])]
+    df = stats[stats["tensor"].isin(names) & (stats["group"] == "all")
+               & stats["kind"].isin(["forward", "update"])]
     if df.empty:
         return pd.DataFrame()
-    wide = df.pivot_table(index="step", columns=["kind", "tensor"], values="l2", observed=True, aggfunc="last")
+    wide = df.pivot_table(index="step", columns=["kind", "tensor"], values="l2", observed=True,
+                          aggfunc="last")
     if "update" not in wide.columns.get_level_values(0):
         return pd.DataFrame()
-    ratio = wide["update"] / wide["forward"].reindex(columns=wide["update"].columns).replace(0, np.nan)
+    ratio = wide["update"] / wide["forward"].reindex(columns=wide["update"].columns).replace(
+        0, np.nan)
     return ratio.rename_axis(columns=None)
 
 
@@ -47,7 +50,8 @@ def rms(mean, std):
     return np.sqrt(np.square(mean) + np.square(std))
 
 
-def group_series(stats: pd.DataFrame, tensor: str, stat: str, kind: str = "forward") -> pd.DataFrame:
+def group_series(stats: pd.DataFrame, tensor: str, stat: str,
+                 kind: str = "forward") -> pd.DataFrame:
     """One statistic of one tensor over steps, one column per group (all/positive/negative).
 
     >>> group_series(run.stats, "conv1/Relu:0", "mean").plot()   # doctest: +SKIP
@@ -65,7 +69,8 @@ def group_contrast(stats: pd.DataFrame, stat: str = "mean", kind: str = "forward
     """
     df = stats[(stats["kind"] == kind) & stats["group"].isin(["positive", "negative"])]
     cols = [stat] + (["std"] if stat == "mean" and "std" in df else [])
-    wide = df.pivot_table(index=["step", "tensor"], columns="group", values=cols, observed=True, aggfunc="last")
+    wide = df.pivot_table(index=["step", "tensor"], columns="group", values=cols, observed=True,
+                          aggfunc="last")
     # a group with no row (no sample of it in any batch read): its columns NaN, not a KeyError
     wide = wide.reindex(columns=pd.MultiIndex.from_product([cols, ["positive", "negative"]]))
     out = pd.DataFrame({"positive": wide[(stat, "positive")], "negative": wide[(stat, "negative")]})
@@ -76,7 +81,8 @@ def group_contrast(stats: pd.DataFrame, stat: str = "mean", kind: str = "forward
     return out.reset_index()
 
 
-def top_separating(stats: pd.DataFrame, step: int | None = None, n: int = 10, kind: str = "forward") -> pd.DataFrame:
+def top_separating(stats: pd.DataFrame, step: int | None = None, n: int = 10,
+                   kind: str = "forward") -> pd.DataFrame:
     """The ``n`` tensors whose positive and negative means differ most (|effect|) at ``step``
     (default: the last step)."""
     c = group_contrast(stats, "mean", kind)
@@ -86,7 +92,8 @@ def top_separating(stats: pd.DataFrame, step: int | None = None, n: int = 10, ki
     return c.reindex(c["effect"].abs().sort_values(ascending=False).index).head(n)
 
 
-def split_by_group(values: np.ndarray, groups: np.ndarray, order: Sequence[str] = ()) -> dict[str, np.ndarray]:
+def split_by_group(values: np.ndarray, groups: np.ndarray,
+                   order: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """Split a dumped batched tensor by sample group: ``groups`` holds each sample's group name
     (``Run.samples``), or a dump's legacy codes (1 positive, 0 negative). Groups come in
     ``order`` (``Run.groups``), then as they first appear.

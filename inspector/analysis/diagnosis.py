@@ -39,20 +39,22 @@ if TYPE_CHECKING:
 
 #: what to try, by where the first NaN/Inf was born
 ORIGIN_ADVICE = {
-    "forward": "guard the op's input (a log or sqrt of a non-positive value, a division by zero, an overflow): "
-               "clip it, add an epsilon, or compute it in a stabler form",
-    "backward": "the op's gradient is infinite at its input (sqrt or norm at 0, log at 0, pow with a negative "
-                "exponent): add an epsilon inside it or use a safe form (tf.norm of x + eps, tf.math.xlogy)",
-    "input": "the training data holds NaN/Inf: check the input pipeline (a division by zero in preprocessing, a "
-             "missing value)",
-    "weights": "an update made the weights non-finite before this step: see the findings below for what grew "
-               "(gradients, update sizes); statistics on every step (stats_every_n_steps=1) show the step",
+    "forward": "guard the op's input (a log or sqrt of a non-positive value, a division by zero, "
+               "an overflow): clip it, add an epsilon, or compute it in a stabler form",
+    "backward": "the op's gradient is infinite at its input (sqrt or norm at 0, log at 0, pow with "
+                "a negative exponent): add an epsilon inside it or use a safe form (tf.norm of x + "
+                "eps, tf.math.xlogy)",
+    "input": "the training data holds NaN/Inf: check the input pipeline (a division by zero in "
+             "preprocessing, a missing value)",
+    "weights": "an update made the weights non-finite before this step: see the findings below for "
+               "what grew (gradients, update sizes); statistics on every step "
+               "(stats_every_n_steps=1) show the step",
 }
 #: ranks of finding kinds (lower first); the origin's rank depends on what preceded it
 RANK = {"nonfinite": 0, "gradient_jump": 1, "frozen": 2, "exploding_gradient": 3, "diverging": 4,
-        "loss_diverges": 5, "update_ratio_high": 13, "nonfinite_weights": 9, "nonfinite_after": 9, "saturated": 10,
-        "dead_units": 11, "dead_relu": 12, "vanishing_gradient": 13, "gradient_ratio": 14, "empty_group": 15,
-        "constant_group": 15, "loss_stalls": 20}
+        "loss_diverges": 5, "update_ratio_high": 13, "nonfinite_weights": 9, "nonfinite_after": 9,
+        "saturated": 10, "dead_units": 11, "dead_relu": 12, "vanishing_gradient": 13,
+        "gradient_ratio": 14, "empty_group": 15, "constant_group": 15, "loss_stalls": 20}
 SEVERITIES = ("error", "warning", "info")
 
 
@@ -96,7 +98,8 @@ def _loss_series(run: "Run", first: int | None, window: pd.DataFrame) -> pd.Seri
     rows = [window[(window["tensor"] == name) & (window["kind"] == "forward")][["step", "mean"]]] \
         if not window.empty and "mean" in window else []
     if first is not None and (window.empty or first not in set(window["step"])):
-        rows.append(run.query_stats([name], groups=["all"], kinds=["forward"], columns=["mean"], at_steps=[first]))
+        rows.append(run.query_stats([name], groups=["all"], kinds=["forward"], columns=["mean"],
+                                    at_steps=[first]))
     rows = [r[["step", "mean"]] for r in rows if not r.empty]
     if not rows:
         return pd.Series(dtype=float)
@@ -130,20 +133,25 @@ def _alert_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds) 
     out = []
     for a in gradient_alerts(stats, th, catalog) + dead_relus(stats, catalog, th):
         row = meta.get(str(a.tensor), {"name": a.tensor}) if a.tensor else None
-        advice = {"exploding_gradient": "lower the learning rate, clip gradients, or normalise this layer's input",
-                  "vanishing_gradient": "this layer barely learns: a saturated activation before it, or too deep "
-                                        "without residual connections or normalisation",
-                  "gradient_ratio": "gradients shrink or grow across depth: normalisation or residual connections",
-                  "dead_relu": "its pre-activations are negative for every sample: a large negative bias, too "
-                               "high a learning rate, or a bad initialisation"}.get(a.kind, "")
-        out.append(Finding(a.kind, a.severity, a.message, advice, layer_of(row) if row is not None else None,
-                           str(row["op"]) if row is not None and isinstance(row.get("op"), str) else None,
-                           a.tensor, a.step, "overview"))
+        advice = {"exploding_gradient": "lower the learning rate, clip gradients, or normalise "
+                                        "this layer's input",
+                  "vanishing_gradient": "this layer barely learns: a saturated activation before "
+                                        "it, or too deep without residual connections or "
+                                        "normalisation",
+                  "gradient_ratio": "gradients shrink or grow across depth: normalisation or "
+                                    "residual connections",
+                  "dead_relu": "its pre-activations are negative for every sample: a large "
+                               "negative bias, too high a learning rate, or a bad "
+                               "initialisation"}.get(a.kind, "")
+        out.append(Finding(a.kind, a.severity, a.message, advice,
+                           layer_of(row) if row is not None else None,
+                           str(row["op"]) if row is not None and isinstance(row.get("op"), str)
+                           else None, a.tensor, a.step, "overview"))
     return out
 
 
-def diagnose(run: "Run", th: SignalThresholds = SignalThresholds(), alerts: Thresholds = Thresholds()
-             ) -> list[Finding]:
+def diagnose(run: "Run", th: SignalThresholds = SignalThresholds(),
+             alerts: Thresholds = Thresholds()) -> list[Finding]:
     """The findings of ``run``'s view, most likely culprit first (see the module docstring).
     Reads the first non-finite step's rows, the last ``alerts.window`` finite statistics steps
     and the loss; never the whole run."""
@@ -162,7 +170,8 @@ def diagnose(run: "Run", th: SignalThresholds = SignalThresholds(), alerts: Thre
         found += signals.saturation_findings(stats, catalog, th, graph)
         found += signals.dead_unit_findings(stats, catalog, graph, th)
         found += _alert_findings(stats, catalog, alerts)
-    found += signals.loss_findings(_loss_series(run, int(steps[0]) if len(steps) else None, stats), th)
+    found += signals.loss_findings(
+        _loss_series(run, int(steps[0]) if len(steps) else None, stats), th)
     found += signals.group_findings(_group_counts(run, window), _declared_groups(run))
     return rank(found, origin)
 
@@ -172,7 +181,8 @@ def rank(found: list[Finding], origin: Origin | None) -> list[Finding]:
     out = list(found)
     if origin is not None:
         f = origin_finding(origin)
-        earlier = [x for x in found if x.severity == "error" and x.step is not None and x.step < origin.step
+        earlier = [x for x in found
+                   if x.severity == "error" and x.step is not None and x.step < origin.step
                    and x.kind != "frozen"]
         if f.kind == "nonfinite" and earlier:   # a consequence of what went wrong before it
             f.kind, f.numbers["after"] = "nonfinite_after", earlier[0].kind
@@ -181,7 +191,8 @@ def rank(found: list[Finding], origin: Origin | None) -> list[Finding]:
 
 
 #: what goes wrong before a NaN: among errors these come in the order they began
-PRECURSORS = frozenset({"gradient_jump", "exploding_gradient", "update_ratio_high", "diverging", "loss_diverges"})
+PRECURSORS = frozenset({"gradient_jump", "exploding_gradient", "update_ratio_high", "diverging",
+                        "loss_diverges"})
 
 
 def _order(f: Finding) -> tuple:
@@ -203,8 +214,9 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[alerts.Alert]:
     :func:`diagnose` (judged on the last ``th.window`` statistics steps before the first
     NaN/Inf), the ICNN betas, write errors, drops, damaged files."""
     out = alerts.nonfinite_alert(run.first_nonfinite(), run.tensors)
-    out += [alerts.Alert(f.severity, f.kind, f.evidence + (f"; try: {f.advice}" if f.advice and f.kind not in _OWN_TEXT
-                                                       else ""), f.step, f.tensor)
+    out += [alerts.Alert(f.severity, f.kind, f.evidence
+                         + (f"; try: {f.advice}" if f.advice and f.kind not in _OWN_TEXT else ""),
+                         f.step, f.tensor)
             for f in diagnose(run, alerts=th) if not f.kind.startswith("nonfinite")]
     beta = alerts._beta_stats(run)
     if not beta.empty:
@@ -213,7 +225,8 @@ def run_alerts(run: "Run", th: Thresholds = Thresholds()) -> list[alerts.Alert]:
     out += alerts.groups_refused_alerts(run.groups_refused)
     out += [alerts.Alert("warning", "damaged_file", p) for p in run.problems]
     if run.status == "running":
-        out.append(alerts.Alert("info", "running", "the run is still being written; press Refresh for new steps"))
+        out.append(alerts.Alert("info", "running",
+                                "the run is still being written; press Refresh for new steps"))
     return sorted(out, key=lambda a: alerts.SEVERITIES.index(a.severity))
 
 
@@ -224,12 +237,15 @@ def diagnosis_text(findings: list[Finding], most: int = 3) -> str:
     if not serious:
         return ""
     first = serious[0]
-    where = ", ".join(x for x in (f"layer {first.layer}" if first.layer else "", f"op {first.op}" if first.op
-                                  else "", f"step {first.step}" if first.step is not None else "") if x)
-    lines = [f"Most likely culprit ({first.kind}{': ' + where if where else ''}): {_sentence(first.evidence)}"
+    where = ", ".join(x for x in (f"layer {first.layer}" if first.layer else "",
+                                  f"op {first.op}" if first.op else "",
+                                  f"step {first.step}" if first.step is not None else "") if x)
+    lines = [f"Most likely culprit ({first.kind}{': ' + where if where else ''}): "
+             f"{_sentence(first.evidence)}"
              + (f" Try: {_sentence(first.advice)}" if first.advice else "")]
     for f in serious[1:most]:
-        lines.append(f"Also ({f.kind}{', layer ' + f.layer if f.layer else ''}): {_sentence(f.evidence)}")
+        lines.append(f"Also ({f.kind}{', layer ' + f.layer if f.layer else ''}): "
+                     f"{_sentence(f.evidence)}")
     if len(serious) > most:
         lines.append(f"... and {len(serious) - most} more finding(s).")
     return "\n".join(lines)

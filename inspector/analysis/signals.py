@@ -36,9 +36,10 @@ class SignalThresholds:
     - ``saturated_share``: a tanh/sigmoid output with at least this share of its values in the
       log histogram's buckets at |x| >= 0.9375 (the bucket holding 0.99; for a sigmoid also
       below 2**-7) is saturated: its gradient is ~0.
-    - ``dead_share`` / ``dead_rise``: an op output (not a ReLU: :func:`~inspector.analysis.alerts.dead_relus`
-      judges those) with at least ``dead_share`` zeros, ``dead_rise`` above its input's share:
-      the op kills units (a dropout given its keep probability as its rate).
+    - ``dead_share`` / ``dead_rise``: an op output (not a ReLU:
+      :func:`~inspector.analysis.alerts.dead_relus` judges those) with at least ``dead_share``
+      zeros, ``dead_rise`` above its input's share: the op kills units (a dropout given its keep
+      probability as its rate).
     """
     update_ratio_high: float = 0.1
     diverging_share: float = 0.8
@@ -69,8 +70,9 @@ class Finding:
 
 
 #: ops whose derivative is at most about 1 in magnitude (Selu: 1.05; Gelu: 1.13)
-UNIT_DERIVATIVE = frozenset({"Identity", "IdentityN", "Snapshot", "Relu", "Relu6", "LeakyRelu", "Elu", "Selu",
-                             "Tanh", "Sigmoid", "Softsign", "Softplus", "Gelu", "Neg", "StopGradient"})
+UNIT_DERIVATIVE = frozenset({"Identity", "IdentityN", "Snapshot", "Relu", "Relu6", "LeakyRelu",
+                             "Elu", "Selu", "Tanh", "Sigmoid", "Softsign", "Softplus", "Gelu",
+                             "Neg", "StopGradient"})
 RELU_TYPES = frozenset({"Relu", "Relu6", "LeakyRelu", "Elu", "Selu"})
 SATURATING = frozenset({"Tanh", "Sigmoid"})
 #: the bucket holding 0.99 starts at 0.9375 (8 buckets per power of two)
@@ -96,7 +98,8 @@ def _series(stats: pd.DataFrame, kind: str, column: str) -> pd.DataFrame:
     df = stats[stats["kind"] == kind]
     if df.empty or column not in df:
         return pd.DataFrame()
-    return df.pivot_table(index="step", columns="tensor", values=column, observed=True, aggfunc="last")
+    return df.pivot_table(index="step", columns="tensor", values=column, observed=True,
+                          aggfunc="last")
 
 
 #: variable names (their last part) that are offsets: they start at 0, so their update is a large
@@ -111,15 +114,17 @@ def weight_matrices(catalog: pd.DataFrame) -> list[str]:
         return []
     var = catalog[catalog["kind"] == "variable"]
     shapes = var["shape"] if "shape" in var else pd.Series([None] * len(var), index=var.index)
-    out = [str(n) for n, s in zip(var["name"], shapes) if isinstance(s, (list, tuple, np.ndarray)) and len(s) >= 2
+    out = [str(n) for n, s in zip(var["name"], shapes)
+           if isinstance(s, (list, tuple, np.ndarray)) and len(s) >= 2
            and str(n).rsplit("/", 1)[-1].split(":")[0] not in OFFSET_NAMES]
     return out or [str(n) for n in var["name"]]
 
 
 def weighted_ops(catalog: pd.DataFrame, graph: OpGraph) -> set[str]:
     """The ops that take a variable's value as an input (a layer's MatMul, Conv2D, BiasAdd...)."""
-    reads = {str(op) for op, v, k in zip(catalog["op"], catalog.get("variable", pd.Series(dtype=object)),
-                                         catalog.get("kind", pd.Series(dtype=object)))
+    reads = {str(op)
+             for op, v, k in zip(catalog["op"], catalog.get("variable", pd.Series(dtype=object)),
+                                 catalog.get("kind", pd.Series(dtype=object)))
              if isinstance(v, str) and k != "variable"}
     reads |= {n for n, node in graph.nodes.items() if node.op in ("ReadVariableOp", "VariableV2")}
     return {c for r in reads for c in graph.consumers.get(r, [])}
@@ -140,7 +145,8 @@ def feeds_a_layer(graph: OpGraph, op: str, weighted: set[str], limit: int = 400)
     return False
 
 
-def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalThresholds) -> list[Finding]:
+def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame,
+                    th: SignalThresholds) -> list[Finding]:
     """Frozen weights (update exactly 0 at every step, gradient not), and updates too large
     for one layer, or for most of them at once (diverging: the learning rate)."""
     meta = _rows(catalog)
@@ -153,12 +159,12 @@ def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalThresh
         g = grad[v].dropna() if v in grad else pd.Series(dtype=float)
         if len(u) >= 2 and (u == 0).all() and (g > 0).any():
             row = meta.get(str(v), {"name": v})
-            out.append(Finding("frozen", "error", f"{v}: its update is exactly 0 at all {len(u)} statistics steps "
-                               f"({int(u.index.min())}..{int(u.index.max())}) while its gradient is not (L2 "
-                               f"{float(g.median()):.3g})",
-                               "the optimizer does not apply this variable's gradient: is it left out of "
-                               "var_list, or its layer set trainable=False?", layer_of(row), tensor=str(v),
-                               step=int(u.index.min()), page="overview"))
+            out.append(Finding("frozen", "error", f"{v}: its update is exactly 0 at all {len(u)} "
+                               f"statistics steps ({int(u.index.min())}..{int(u.index.max())}) "
+                               f"while its gradient is not (L2 {float(g.median()):.3g})",
+                               "the optimizer does not apply this variable's gradient: is it left "
+                               "out of var_list, or its layer set trainable=False?", layer_of(row),
+                               tensor=str(v), step=int(u.index.min()), page="overview"))
     judged = [v for v in weight_matrices(catalog) if v in upd.columns and v in val.columns]
     if not judged:
         return out
@@ -169,12 +175,14 @@ def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalThresh
     if len(wide):
         step = int(wide.index[0])
         r = ratio.loc[step]
-        out.append(Finding("diverging", "error", f"at step {step} the update of {int(high.loc[step].sum())} of "
-                           f"{len(judged)} weight matrices is {float(r.min()):.2g}-{float(r.max()):.2g} of their "
-                           f"value (update/weight L2; at or above {th.update_ratio_high:g}, where healthy training "
-                           f"sits near 1e-3 to 1e-2)",
-                           "the learning rate is too high from this step on (a schedule's jump, a warm-up that "
-                           "ended): lower it, or clip gradients", None, step=step, page="overview",
+        out.append(Finding("diverging", "error", f"at step {step} the update of "
+                           f"{int(high.loc[step].sum())} of {len(judged)} weight matrices is "
+                           f"{float(r.min()):.2g}-{float(r.max()):.2g} of their value "
+                           f"(update/weight L2; at or above {th.update_ratio_high:g}, where "
+                           "healthy training sits near 1e-3 to 1e-2)",
+                           "the learning rate is too high from this step on (a schedule's jump, a "
+                           "warm-up that ended): lower it, or clip gradients", None, step=step,
+                           page="overview",
                            numbers={"ratios": {str(k): float(x) for k, x in r.items()}}))
         return out
     for v in judged:
@@ -182,12 +190,14 @@ def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalThresh
         if len(hits):
             row = meta.get(str(v), {"name": v})
             step = int(hits.index[0])
-            out.append(Finding("update_ratio_high", "warning", f"{v}: its update is {float(hits.iloc[0]):.2g} of "
-                               f"its value at step {step} (update/weight L2 >= {th.update_ratio_high:g}; the run's "
-                               f"other weight matrices: median {float(ratio.drop(columns=[v]).median().median()):.2g})",
-                               "this layer's weights move too far in one step: a larger gradient than its "
-                               "neighbours' (see its gradient), or a per-layer learning rate", layer_of(row),
-                               tensor=str(v), step=step, page="overview"))
+            out.append(Finding("update_ratio_high", "warning", f"{v}: its update is "
+                               f"{float(hits.iloc[0]):.2g} of its value at step {step} "
+                               f"(update/weight L2 >= {th.update_ratio_high:g}; the run's other "
+                               "weight matrices: median "
+                               f"{float(ratio.drop(columns=[v]).median().median()):.2g})",
+                               "this layer's weights move too far in one step: a larger gradient "
+                               "than its neighbours' (see its gradient), or a per-layer learning "
+                               "rate", layer_of(row), tensor=str(v), step=step, page="overview"))
     return out
 
 
@@ -201,25 +211,31 @@ def loss_findings(loss: pd.Series, th: SignalThresholds) -> list[Finding]:
     up = finite[finite > th.loss_rise * base]
     if len(up):
         step = int(up.index[0])
-        return [Finding("loss_diverges", "error", f"the loss rose from {first:.4g} (step {int(finite.index[0])}) "
-                        f"to {float(up.iloc[0]):.4g} at step {step}, over {th.loss_rise:g}x its first value",
-                        "training diverged: lower the learning rate, clip gradients, or look for the layer the "
-                        "other findings name", step=step, page="summary")]
-    if len(finite) >= th.stall_steps and abs(float(finite.iloc[-1]) - first) <= th.loss_stall * base:
+        return [Finding("loss_diverges", "error", f"the loss rose from {first:.4g} (step "
+                        f"{int(finite.index[0])}) to {float(up.iloc[0]):.4g} at step {step}, over "
+                        f"{th.loss_rise:g}x its first value",
+                        "training diverged: lower the learning rate, clip gradients, or look for "
+                        "the layer the other findings name", step=step, page="summary")]
+    if len(finite) >= th.stall_steps \
+            and abs(float(finite.iloc[-1]) - first) <= th.loss_stall * base:
         return [Finding("loss_stalls", "info", f"the loss is {float(finite.iloc[-1]):.4g} at step "
-                        f"{int(finite.index[-1])}, within {th.loss_stall:g} of its first value {first:.4g}",
-                        "nothing is learned: a learning rate of 0, frozen layers, or labels the model cannot "
-                        "see", step=int(finite.index[-1]), page="summary")]
+                        f"{int(finite.index[-1])}, within {th.loss_stall:g} of its first value "
+                        f"{first:.4g}",
+                        "nothing is learned: a learning rate of 0, frozen layers, or labels the "
+                        "model cannot see", step=int(finite.index[-1]), page="summary")]
     return []
 
 
-def _producer_tensors(graph: OpGraph, op: str, captured: set[str], tensor_of_op: dict[str, str]) -> list[str]:
-    return sorted(tensor_of_op[p] for p in nearest_captured(graph, op, captured, up=True) if p in tensor_of_op)
+def _producer_tensors(graph: OpGraph, op: str, captured: set[str],
+                      tensor_of_op: dict[str, str]) -> list[str]:
+    return sorted(tensor_of_op[p] for p in nearest_captured(graph, op, captured, up=True)
+                  if p in tensor_of_op)
 
 
 #: the name scope of the ops the hooks add to a graph
 HOOK_SCOPE = "tf_inspector/"
-#: ops that pass their input through unchanged (walked back to the tensor whose gradient is recorded)
+#: ops that pass their input through unchanged (walked back to the tensor whose gradient is
+#: recorded)
 PASS_THROUGH = frozenset({"Identity", "Snapshot", "IdentityN"})
 
 
@@ -232,14 +248,16 @@ def _gradient_source(graph: OpGraph, op: str, grad: set[str], tensor_of_op: dict
     chain = {op}
     src = graph.producers(op)[0] if graph.producers(op) else None
     while src is not None and tensor_of_op.get(src) not in grad:
-        if src not in graph.nodes or graph.nodes[src].op not in PASS_THROUGH or not graph.producers(src):
+        if src not in graph.nodes or graph.nodes[src].op not in PASS_THROUGH \
+                or not graph.producers(src):
             return None
         chain.add(src)
         src = graph.producers(src)[0]
     if src is None:
         return None
     for c in graph.consumers.get(src, []):
-        if c not in chain and not _hook_op(c) and (c not in captured or tensor_of_op.get(c) in grad):
+        if c not in chain and not _hook_op(c) \
+                and (c not in captured or tensor_of_op.get(c) in grad):
             return None
     return tensor_of_op[src]
 
@@ -267,8 +285,8 @@ def gradient_jump_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: Op
     out = []
     for _, row in catalog.iterrows():
         name, op = str(row["name"]), row["op"]
-        if not name.endswith(":0") or row.get("op_type") not in UNIT_DERIVATIVE or name not in recorded \
-                or op not in graph.nodes:
+        if not name.endswith(":0") or row.get("op_type") not in UNIT_DERIVATIVE \
+                or name not in recorded or op not in graph.nodes:
             continue
         source = _gradient_source(graph, op, recorded, tensor_of_op, captured)
         if source is None:
@@ -276,14 +294,16 @@ def gradient_jump_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: Op
         with np.errstate(divide="ignore", invalid="ignore"):
             r = (grad[source] / grad[name]).replace([np.inf, -np.inf], np.nan).dropna()
         if len(r) and float(r.median()) >= th.gradient_jump:
-            out.append(Finding("gradient_jump", "error", f"the gradient grows {float(r.median()):.3g}x across "
-                               f"{op} ({row['op_type']}, an op whose derivative is at most ~1): d loss / d "
-                               f"{source} has L2 {float(grad[source].median()):.3g}, d loss / d {name} "
-                               f"{float(grad[name].median()):.3g} (median over steps {int(r.index.min())}.."
-                               f"{int(r.index.max())})",
-                               "a custom gradient or gradient hook multiplies the gradient here; every layer "
-                               "before it trains on amplified gradients and diverges", layer_of(row), str(op),
-                               name, int(r.index.min()), "graph", {"factor": float(r.median())}))
+            out.append(Finding("gradient_jump", "error", "the gradient grows "
+                               f"{float(r.median()):.3g}x across {op} ({row['op_type']}, an op "
+                               "whose derivative is at most ~1): d loss / d "
+                               f"{source} has L2 {float(grad[source].median()):.3g}, d loss / d "
+                               f"{name} {float(grad[name].median()):.3g} (median over steps "
+                               f"{int(r.index.min())}..{int(r.index.max())})",
+                               "a custom gradient or gradient hook multiplies the gradient here; "
+                               "every layer before it trains on amplified gradients and diverges",
+                               layer_of(row), str(op), name, int(r.index.min()), "graph",
+                               {"factor": float(r.median())}))
     return sorted(out, key=lambda f: -f.numbers["factor"])
 
 
@@ -314,12 +334,13 @@ def saturation_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalTh
                 flat |= (b >= 0) & (lo < 2.0 ** -7)
             shares.append(float(c[flat].sum() / c.sum()))
         if shares and float(np.median(shares)) >= th.saturated_share:
-            out.append(Finding("saturated", "warning", f"{name}: {float(np.median(shares)):.0%} of its values are "
-                               f"at the flat ends of the {row['op_type'].lower()} (|x| >= 0.94; median over "
-                               f"{len(shares)} steps), where its derivative is ~0",
-                               "its inputs are too large: normalise the inputs, lower the initial weights, or add "
-                               "normalisation before it", layer_of(row), str(row["op"]), str(name),
-                               int(rows["step"].min()), "distributions"))
+            out.append(Finding("saturated", "warning",
+                               f"{name}: {float(np.median(shares)):.0%} of its values are "
+                               f"at the flat ends of the {row['op_type'].lower()} (|x| >= 0.94; "
+                               f"median over {len(shares)} steps), where its derivative is ~0",
+                               "its inputs are too large: normalise the inputs, lower the initial "
+                               "weights, or add normalisation before it", layer_of(row),
+                               str(row["op"]), str(name), int(rows["step"].min()), "distributions"))
     return out
 
 
@@ -345,16 +366,19 @@ def dead_unit_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: OpGrap
                 or not bool(row.get("batched", True)) or not bool(row.get("has_gradient", True)):
             continue
         ins = [t for t in _producer_tensors(graph, row["op"], captured, tensor_of_op) if t in med]
-        if not ins or not feeds_a_layer(graph, str(row["op"]), weighted):   # the loss's own ops: structural zeros
+        # the loss's own ops: structural zeros
+        if not ins or not feeds_a_layer(graph, str(row["op"]), weighted):
             continue
         before = float(max(med[t] for t in ins))
         if med[name] >= before + th.dead_rise:
-            out.append(Finding("dead_units", "warning", f"{name}: {float(med[name]):.0%} of its values are zero "
-                               f"(median over {int(zf[name].notna().sum())} steps), against {before:.0%} in its "
-                               f"input {max(ins, key=lambda t: med[t])}",
-                               "this op zeroes most units: a dropout given its keep probability as its rate "
-                               "(rate=0.9 drops 90%), or a mask that is almost all zeros", layer_of(row),
-                               str(row["op"]), name, int(zf.index.min()), "overview"))
+            out.append(Finding("dead_units", "warning",
+                               f"{name}: {float(med[name]):.0%} of its values are zero "
+                               f"(median over {int(zf[name].notna().sum())} steps), against "
+                               f"{before:.0%} in its input {max(ins, key=lambda t: med[t])}",
+                               "this op zeroes most units: a dropout given its keep probability as "
+                               "its rate (rate=0.9 drops 90%), or a mask that is almost all zeros",
+                               layer_of(row), str(row["op"]), name, int(zf.index.min()),
+                               "overview"))
     return out
 
 
@@ -371,11 +395,13 @@ def group_findings(counts: pd.DataFrame, groups: list[str]) -> list[Finding]:
         n = counts[g] if g in counts else pd.Series(0, index=counts.index)
         if (n.fillna(0) == 0).all():
             out.append(Finding("empty_group", "warning", f"group {g!r} has no sample at any of "
-                               f"{len(counts)} statistics steps", "the labels are all one class (or the group "
-                               "rule never matches): check the labels the hook reads, or pass positive= / groups=",
+                               f"{len(counts)} statistics steps",
+                               "the labels are all one class (or the group rule never matches): "
+                               "check the labels the hook reads, or pass positive= / groups=",
                                step=int(counts.index.min()), page="summary"))
         elif len(counts) >= 2 and (n.fillna(0) == counts["all"]).all():
-            out.append(Finding("constant_group", "warning", f"group {g!r} holds every sample at every statistics "
-                               "step: the other groups are empty", "the labels are all one class (or the group "
-                               "rule matches everything)", step=int(counts.index.min()), page="summary"))
+            out.append(Finding("constant_group", "warning", f"group {g!r} holds every sample at "
+                               "every statistics step: the other groups are empty",
+                               "the labels are all one class (or the group rule matches "
+                               "everything)", step=int(counts.index.min()), page="summary"))
     return out

@@ -32,7 +32,8 @@ from inspector.format import INPUT_OP_TYPES
 from inspector.graph.graphdef import OpGraph, parse_graph_def
 
 #: op types that read a variable's value: a non-finite one means the weights already were
-VARIABLE_READ_TYPES = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable", "Identity"})
+VARIABLE_READ_TYPES = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
+                                 "Identity"})
 
 
 @dataclass
@@ -61,24 +62,26 @@ class Origin:
 
     def text(self) -> str:
         """One sentence: what turned non-finite where, from what, and which step."""
-        what = ", ".join(f"{n} {w}" for n, w in ((self.nan, "NaN"), (self.inf, "Inf")) if n) or "non-finite"
+        what = ", ".join(f"{n} {w}" for n, w in ((self.nan, "NaN"), (self.inf, "Inf")) if n) \
+            or "non-finite"
         share = f" ({what} of {self.count} values)" if self.count else f" ({what})"
         src = f", created at {self.source}" if self.source else ""
         made = f" from finite {_listed(self.finite)}" if self.finite else ""
         head = {
-            "forward": f"{self.op} ({self.op_type}, layer {self.layer}) made the first non-finite values: "
-                       f"{self.tensor}{share}{made}",
-            "backward": f"the backward pass of {self.op} ({self.op_type}, layer {self.layer}) made the first "
-                        f"non-finite gradient: d loss / d {self.tensor}{share}, while the gradient it received "
-                        f"was finite",
+            "forward": f"{self.op} ({self.op_type}, layer {self.layer}) made the first non-finite "
+                       f"values: {self.tensor}{share}{made}",
+            "backward": f"the backward pass of {self.op} ({self.op_type}, layer {self.layer}) made "
+                        f"the first non-finite gradient: d loss / d {self.tensor}{share}, while "
+                        "the gradient it received was finite",
             "input": f"the input data {self.tensor} held non-finite values{share}",
-            "weights": f"the weights {self.tensor} (layer {self.layer}) were already non-finite{share}: an "
-                       f"earlier update made them so",
+            "weights": f"the weights {self.tensor} (layer {self.layer}) were already "
+                       f"non-finite{share}: an earlier update made them so",
         }[self.where]
         tail = f" at step {self.step}{src}"
         if self.loss_check_step is not None and self.loss_check_step < self.step:
-            tail += (f"; the loss was already non-finite at step {self.loss_check_step} (the hook's every-step "
-                     f"check), before this statistics step: stats_every_n_steps=1 finds the step it was born")
+            tail += (f"; the loss was already non-finite at step {self.loss_check_step} (the "
+                     "hook's every-step check), before this statistics step: "
+                     "stats_every_n_steps=1 finds the step it was born")
         return head + tail
 
 
@@ -108,7 +111,8 @@ def topological_order(graph: OpGraph) -> dict[str, int]:
     return order
 
 
-def nearest_captured(graph: OpGraph, op: str, captured: set[str], up: bool, limit: int = 10_000) -> set[str]:
+def nearest_captured(graph: OpGraph, op: str, captured: set[str], up: bool,
+                     limit: int = 10_000) -> set[str]:
     """The captured ops nearest ``op`` upstream (``up``) or downstream: each path walked through
     uncaptured ops stops at the first captured one."""
     step = graph.producers if up else (lambda n: graph.consumers.get(n, []))
@@ -140,7 +144,8 @@ def _source_of(row: pd.Series) -> str | None:
     file, line, fn = row.get("source_file"), row.get("source_line"), row.get("source_function")
     if not isinstance(file, str) or not file:
         return None
-    where = f"{file}:{int(line)}" if isinstance(line, (int, float, np.integer)) and pd.notna(line) else file
+    where = f"{file}:{int(line)}" if isinstance(line, (int, float, np.integer)) and pd.notna(line) \
+        else file
     return where + (f" in {fn}" if isinstance(fn, str) and fn else "")
 
 
@@ -156,7 +161,8 @@ def _bad_ops(rows: pd.DataFrame, catalog: pd.DataFrame, kind: str) -> dict[str, 
     return out
 
 
-def find_origin(rows: pd.DataFrame, catalog: pd.DataFrame, graph: OpGraph, step: int) -> Origin | None:
+def find_origin(rows: pd.DataFrame, catalog: pd.DataFrame, graph: OpGraph,
+                step: int) -> Origin | None:
     """The origin at ``step`` from its statistics ``rows`` (group all; columns tensor, kind,
     nan, inf, count) over ``graph``; None if no row counts a NaN/Inf."""
     cat = catalog.set_index("name", drop=False)
@@ -219,9 +225,11 @@ def _backward_origin(rows: pd.DataFrame, catalog: pd.DataFrame, cat: pd.DataFram
     meta = meta.iloc[0] if isinstance(meta, pd.DataFrame) else meta
     made = cat.loc[tensor_of_op[maker]] if maker in tensor_of_op else meta
     made = made.iloc[0] if isinstance(made, pd.DataFrame) else made
-    layer = _layer_of(made) if maker in tensor_of_op else (maker.rsplit("/", 1)[0] if "/" in maker else _layer_of(meta))
+    layer = _layer_of(made) if maker in tensor_of_op \
+        else (maker.rsplit("/", 1)[0] if "/" in maker else _layer_of(meta))
     return Origin(step, "backward", maker, str(graph.nodes[maker].op), str(r["tensor"]), layer,
-                  _source_of(made) or _source_of(meta), int(r["nan"]), int(r["inf"]), int(r.get("count", 0) or 0),
+                  _source_of(made) or _source_of(meta), int(r["nan"]), int(r["inf"]),
+                  int(r.get("count", 0) or 0),
                   sorted(tensor_of_op[d] for d in downs if d in tensor_of_op))
 
 
@@ -235,13 +243,14 @@ def nonfinite_origin(run: Any, mode: str | None = None, worker: str | None = Non
     if stats is None:
         return None
     step, w, s = int(stats["step"]), stats.get("worker"), stats.get("session")
-    checks = [int(e["step"]) for e in evidence if e.get("source") != "statistics" and e.get("worker") == w]
+    checks = [int(e["step"]) for e in evidence
+              if e.get("source") != "statistics" and e.get("worker") == w]
     try:
         graph = OpGraph(parse_graph_def(run.graph_def_bytes(w, s), f"graph of {w} session {s}"))
     except (OSError, InspectorError, KeyError):
         return None
-    rows = run.query_stats(at_steps=[step], groups=["all"], columns=["nan", "inf", "count"], mode=mode,
-                           worker=w, finite_part=True)
+    rows = run.query_stats(at_steps=[step], groups=["all"], columns=["nan", "inf", "count"],
+                           mode=mode, worker=w, finite_part=True)
     origin = find_origin(rows, run.tensors, graph, step)
     if origin is not None:
         origin.loss_check_step = min(checks) if checks else None

@@ -32,7 +32,8 @@ def mark(table: pa.Table, drop: Sequence[str] = ()) -> pa.Table:
     """``table`` with the VALUES of every row that counts a NaN or Inf shown as such (see the
     module docstring), then the columns ``drop`` removed.
 
-    >>> t = pa.table({"l2": [0.0, 2.0, 3.0], "mean": [1.0, 1.0, 1.0], "nan": [5, 0, 0], "inf": [0, 0, 1]})
+    >>> t = pa.table({"l2": [0.0, 2.0, 3.0], "mean": [1.0, 1.0, 1.0], "nan": [5, 0, 0],
+    ...               "inf": [0, 0, 1]})
     >>> mark(t).column("l2").to_pylist(), mark(t).column("mean").to_pylist()
     ([nan, 2.0, inf], [nan, 1.0, nan])
     """
@@ -46,8 +47,10 @@ def mark(table: pa.Table, drop: Sequence[str] = ()) -> pa.Table:
                 if c not in names:
                     continue
                 col = table.column(c)
-                shown = pc.if_else(nan, float("nan"), float("inf")) if c == "l2" else pa.scalar(float("nan"))
-                fixed = pc.if_else(bad, pc.cast(shown, col.type) if isinstance(shown, (pa.Array, pa.ChunkedArray))
+                shown = pc.if_else(nan, float("nan"), float("inf")) if c == "l2" \
+                    else pa.scalar(float("nan"))
+                fixed = pc.if_else(bad, pc.cast(shown, col.type)
+                                   if isinstance(shown, (pa.Array, pa.ChunkedArray))
                                    else pa.scalar(float("nan"), col.type), col)
                 table = table.set_column(names.index(c), c, fixed)
     return table.drop_columns([c for c in drop if c in table.column_names])

@@ -72,8 +72,9 @@ class Run(Protocol):
     def _where(self, mode: str | None, worker: str | None,
                batch: int | None = None) -> tuple[str, str | None, int | None]: ...
 
-    def query_stats_table(self, tensors: Any = None, steps: Any = None, kinds: Any = None, groups: Any = None,
-                          columns: Any = None, *, mode: Any = None, worker: Any = None, session: Any = None,
+    def query_stats_table(self, tensors: Any = None, steps: Any = None, kinds: Any = None,
+                          groups: Any = None, columns: Any = None, *, mode: Any = None,
+                          worker: Any = None, session: Any = None,
                           batch: Any = None) -> pa.Table: ...
 
 #: statistics a summary holds (the viewer overview's choices)
@@ -93,7 +94,8 @@ FOLDER = "summary"
 
 
 def summary_rel(part_rel: str) -> str:
-    """``stats/chief.s0001.000001-000040.parquet`` -> ``summary/chief.s0001.000001-000040.parquet``."""
+    """``stats/chief.s0001.000001-000040.parquet`` ->
+    ``summary/chief.s0001.000001-000040.parquet``."""
     return f"{FOLDER}/{part_rel.rsplit('/', 1)[-1]}"
 
 
@@ -114,8 +116,8 @@ def bin_rows(table: pa.Table, width: int, stats: tuple[str, ...] = STATS) -> pa.
     table = table.unify_dictionaries()
     cols: dict[str, Any] = {k: table.column(k) for k in KEYS}
     step = table.column("step")
-    cols["bin"] = pc.floor(pc.divide(pc.cast(step, pa.float64()), float(width))).cast(pa.int64()) if width > 1 \
-        else step
+    cols["bin"] = pc.floor(pc.divide(pc.cast(step, pa.float64()), float(width))).cast(pa.int64()) \
+        if width > 1 else step
     cols["step"] = step
     aggs: list[tuple[str, str]] = [("step", "count"), ("step", "min"), ("step", "max")]
     for s in stats:
@@ -156,18 +158,21 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
         t = pf.read_row_groups(range(start, min(start + 16, pf.num_row_groups)), columns=cols)
         chunks.append(bin_rows(t, width))
         distinct.append(_distinct_steps(t))
-    summary = _rebin(pa.concat_tables(chunks), STATS) if chunks else bin_rows(pf.schema_arrow.empty_table(), width)
+    summary = _rebin(pa.concat_tables(chunks), STATS) if chunks \
+        else bin_rows(pf.schema_arrow.empty_table(), width)
     order = pc.sort_indices(summary, [(k, "ascending") for k in ("kind", "group", "tensor", "bin")])
     summary = summary.take(order)
     index: dict[str, list[int]] = {}
-    kg = pc.binary_join_element_wise(summary.column("kind"), summary.column("group"), "/").to_pylist()
+    kg = pc.binary_join_element_wise(summary.column("kind"), summary.column("group"),
+                                     "/").to_pylist()
     for i, key in enumerate(kg):
         g = i // ROW_GROUP_ROWS
         index.setdefault(key, [g, g])[1] = g
     of = json.dumps({"part": part.name, "rows": pf.metadata.num_rows, "bytes": part.stat().st_size,
                      "first_step": lo, "last_step": hi, "width": width})
     runs = json.dumps(_step_runs_by_kind_group(distinct), separators=(",", ":"))
-    meta = {SUMMARY_OF.decode(): of, KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":")),
+    meta = {SUMMARY_OF.decode(): of,
+            KIND_GROUP_INDEX.decode(): json.dumps(index, separators=(",", ":")),
             STEP_RUNS.decode(): runs, META_CRC.decode(): str(_meta_crc(of.encode(), runs.encode()))}
     sink = pa.BufferOutputStream()
     with pq.ParquetWriter(sink, summary.schema, **parquet_options(summary.schema)) as w:
@@ -180,16 +185,20 @@ def summarize_part(run_dir: Path, part: Path, fsync: bool = False) -> Path:
 
 def _distinct_steps(t: pa.Table) -> pa.Table:
     """The distinct (kind, group, step) of statistics rows ``t``, names as plain strings."""
-    d = t.select(["kind", "group", "step"]).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
-    return pa.table({k: d.column(k).cast(pa.string()) if k != "step" else d.column(k) for k in d.column_names})
+    d = t.select(["kind", "group", "step"]).group_by(["kind", "group", "step"],
+                                                     use_threads=False).aggregate([])
+    return pa.table({k: d.column(k).cast(pa.string()) if k != "step" else d.column(k)
+                     for k in d.column_names})
 
 
 def _step_runs_by_kind_group(distinct: list[pa.Table]) -> dict[str, list[list[int]]]:
     """{"<kind>/<group>": step runs} of the chunks' distinct steps."""
     if not distinct:
         return {}
-    t = pa.concat_tables(distinct).group_by(["kind", "group", "step"], use_threads=False).aggregate([])
-    kg = np.array(pc.binary_join_element_wise(t.column("kind"), t.column("group"), "/").to_pylist(), dtype=object)
+    t = pa.concat_tables(distinct).group_by(["kind", "group", "step"],
+                                            use_threads=False).aggregate([])
+    kg = np.array(pc.binary_join_element_wise(t.column("kind"), t.column("group"), "/").to_pylist(),
+                  dtype=object)
     steps = t.column("step").to_numpy()
     return {key: step_runs(np.unique(steps[kg == key])) for key in sorted(set(kg.tolist()))}
 
@@ -246,7 +255,8 @@ class Overview:
     present: np.ndarray | None = None
 
 
-def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300, coarsen: bool = False) -> Overview:
+def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300,
+             coarsen: bool = False) -> Overview:
     """The (kind, group, stat) matrix of ``run``'s view, at most ``max_columns`` step bins.
 
     A part whose summary is coarser than the bins is read row by row (exact, but a merged part
@@ -258,37 +268,48 @@ def overview(run: Run, kind: str, group: str, stat: str, max_columns: int = 300,
     mode, worker, batch = run._where(None, None)
     pieces: list[pa.Table] = []
     notes: list[str] = []
-    files = run._selected(run._stats_files, mode, worker, None) if batch is None and run.store.is_local else None
+    files = run._selected(run._stats_files, mode, worker, None) \
+        if batch is None and run.store.is_local else None
     summarized = 0
     if files is not None:
-        have = set(os.listdir(Path(run.path) / FOLDER)) if (Path(run.path) / FOLDER).is_dir() else set()
+        have = set(os.listdir(Path(run.path) / FOLDER)) if (Path(run.path) / FOLDER).is_dir() \
+            else set()
         opened = {p: o for _, _, p in files if p[0].rsplit("/", 1)[-1] in have
                   and (o := _open_summary(run, p)) is not None}
         todo = [(w, s, p) for w, s, p in files if p not in opened]
         pieces = [_binned_part(run, w, s, p, kind, group, stat) for w, s, p in todo]
         # the columns' width: summaries coarser than it are not used (their parts are read)
-        ends = [(int(pc.min(t.column("first_step")).as_py()), int(pc.max(t.column("last_step")).as_py()))
-                for t in pieces if t.num_rows] + [(m["first_step"], m["last_step"]) for _, m in opened.values()]
-        width = pow2_at_least((max(b for _, b in ends) - min(a for a, _ in ends) + 1) / max_columns) if ends else 1
+        ends = [(int(pc.min(t.column("first_step")).as_py()),
+                 int(pc.max(t.column("last_step")).as_py()))
+                for t in pieces if t.num_rows] \
+            + [(m["first_step"], m["last_step"]) for _, m in opened.values()]
+        width = pow2_at_least((max(b for _, b in ends) - min(a for a, _ in ends) + 1)
+                              / max_columns) if ends else 1
         if coarsen:
             width = max([width, *(m["width"] for _, m in opened.values())])
         for (w, s, p) in files:
             if p in opened:
-                got = _read_summary(run, p, *opened[p], kind, group, stat) if opened[p][1]["width"] <= width else None
+                got = _read_summary(run, p, *opened[p], kind, group, stat) \
+                    if opened[p][1]["width"] <= width else None
                 summarized += got is not None
-                pieces.append(got if got is not None else _binned_part(run, w, s, p, kind, group, stat))
+                pieces.append(got if got is not None
+                              else _binned_part(run, w, s, p, kind, group, stat))
         if _sessions_overlap(run, files, pieces):
-            notes.append("sessions recorded overlapping steps: every row read (the later session wins a step)")
+            notes.append("sessions recorded overlapping steps: every row read (the later session "
+                         "wins a step)")
             files = None
     if files is None:
         t = run.query_stats_table(kinds=[kind], groups=[group], columns=[stat])
         pieces, summarized = ([bin_rows(t, 1, (stat,))] if t.num_columns else []), 0
-    return _matrix(run, pieces, stat, max_columns, summarized, len(run._stats_files) - summarized, notes)
+    return _matrix(run, pieces, stat, max_columns, summarized, len(run._stats_files) - summarized,
+                   notes)
 
 
-def _binned_part(run: Run, worker: str, session: int, part: tuple, kind: str, group: str, stat: str) -> pa.Table:
+def _binned_part(run: Run, worker: str, session: int, part: tuple, kind: str, group: str,
+                 stat: str) -> pa.Table:
     """A part's rows of (kind, group), binned one step per bin (exact)."""
-    stats = (stat, *(c for c in nonfinite.COUNTS if c != stat)) if stat in nonfinite.VALUES else (stat,)
+    stats = (stat, *(c for c in nonfinite.COUNTS if c != stat)) if stat in nonfinite.VALUES \
+        else (stat,)
     t = run._read_part(worker, session, part, [*KEYS, "step", "batch", *stats],
                        [("kind", "in", [kind]), ("group", "in", [group])])
     return bin_rows(t, 1, stats) if t is not None and t.num_rows else pa.table({})
@@ -301,7 +322,8 @@ def _count_sums(stat: str) -> list[str]:
 
 
 def _usable_summary(run: Run, part: tuple) -> tuple[pq.ParquetFile, dict] | None:
-    """:func:`_open_summary` of a part whose summary the reader uses (:func:`part_steps`), else None."""
+    """:func:`_open_summary` of a part whose summary the reader uses (:func:`part_steps`), else
+    None."""
     return None if part_steps(run, part) is None else _open_summary(run, part)
 
 
@@ -323,12 +345,14 @@ def _open_summary(run: Run, part: tuple) -> tuple[pq.ParquetFile, dict] | None:
         pf = pq.ParquetFile(path, page_checksum_verification=run.verify)
         meta = pf.metadata.metadata or {}
         of = json.loads(meta[SUMMARY_OF])
-        if META_CRC in meta and meta[META_CRC] != str(_meta_crc(meta[SUMMARY_OF], meta.get(STEP_RUNS, b""))).encode():
+        if META_CRC in meta and meta[META_CRC] != str(
+                _meta_crc(meta[SUMMARY_OF], meta.get(STEP_RUNS, b""))).encode():
             raise ValueError("its step range or step lists do not match their checksum")
         if not isinstance(of, dict) or {k: of.get(k) for k in ("part", "rows", "bytes")} != {
                 "part": rel.rsplit("/", 1)[-1], "rows": rows, "bytes": size}:
-            run.problems.append(f"stale statistics summary {path}: it describes {of}, not the part as it is "
-                                f"({rows} rows, {size} bytes); the part's rows were read instead")
+            run.problems.append(f"stale statistics summary {path}: it describes {of}, not the part "
+                                f"as it is ({rows} rows, {size} bytes); the part's rows were read "
+                                "instead")
             return None
         for k in ("first_step", "last_step", "width"):
             if not isinstance(of.get(k), int) or isinstance(of.get(k), bool):
@@ -380,7 +404,8 @@ def nonfinite_bins(run: Run, part: tuple) -> list[tuple[int, int]] | None:
         _damaged(run, Path(run.path) / summary_rel(part[0]), e)
         return None
     c = {k: t.column(k).to_numpy() for k in cols[3:]}
-    flag = (c["nan_sum"] > 0) | (c["inf_sum"] > 0) | (c["nan_finite"] < c["rows"]) | (c["inf_finite"] < c["rows"])
+    flag = (c["nan_sum"] > 0) | (c["inf_sum"] > 0) | (c["nan_finite"] < c["rows"]) \
+        | (c["inf_finite"] < c["rows"])
     return sorted(zip(c["first_step"][flag].tolist(), c["last_step"][flag].tolist()))
 
 
@@ -413,7 +438,8 @@ def _steps_of(runs: Any, of: dict) -> np.ndarray:
             raise ValueError(f"step run {str(r)[:40]} is not three integers")
         a, b, k = r
         if not (of["first_step"] <= a <= b <= of["last_step"] and k >= 1 and (b - a) % k == 0):
-            raise ValueError(f"step run {r} is outside steps {of['first_step']}..{of['last_step']} or uneven")
+            raise ValueError(f"step run {r} is outside steps {of['first_step']}..{of['last_step']} "
+                             "or uneven")
         total += (b - a) // k + 1
         if total > of["rows"]:
             raise ValueError(f"more steps than the part's {of['rows']} rows")
@@ -427,8 +453,8 @@ def _steps_of(runs: Any, of: dict) -> np.ndarray:
 def _read_summary(run: Run, part: tuple, pf: pq.ParquetFile, of: dict, kind: str, group: str,
                   stat: str) -> pa.Table | None:
     """The summary rows of ``part`` for (kind, group); None (reported) if they are damaged."""
-    cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite",
-            *_count_sums(stat)]
+    cols = [*KEYS, "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum",
+            f"{stat}_finite", *_count_sums(stat)]
     try:
         span = json.loads(pf.metadata.metadata[KIND_GROUP_INDEX]).get(f"{kind}/{group}")
         if span is None:
@@ -443,7 +469,8 @@ def _read_summary(run: Run, part: tuple, pf: pq.ParquetFile, of: dict, kind: str
 
 
 def _damaged(run: Run, path: Path, e: BaseException) -> None:
-    msg = f"damaged statistics summary {path}: {type(e).__name__}: {e}; the part's rows were read instead"
+    msg = (f"damaged statistics summary {path}: {type(e).__name__}: {e}; the part's rows were read "
+           "instead")
     if msg not in run.problems:
         run.problems.append(msg)
 
@@ -467,14 +494,16 @@ def _sessions_overlap(run: Run, files: list, pieces: list[pa.Table]) -> bool:
     widened by the rows read (a writer killed before its manifest's last update)."""
     spans: dict[tuple[str, str, int], list[int]] = {}
     for w, s, _ in files:
-        steps = [x for x in (run.manifests.get((w, s), {}).get("steps") or []) if isinstance(x, int)]
+        steps = [x for x in (run.manifests.get((w, s), {}).get("steps") or [])
+                 if isinstance(x, int)]
         if steps:
             spans[(w, run._mode_of(w, s), s)] = [min(steps), max(steps)]
     for p in pieces:
         if not p.num_rows:
             continue
         t = p.select(["worker", "mode", "session", "first_step", "last_step"]).group_by(
-            ["worker", "mode", "session"], use_threads=False).aggregate([("first_step", "min"), ("last_step", "max")])
+            ["worker", "mode", "session"], use_threads=False).aggregate([("first_step", "min"),
+                                                                        ("last_step", "max")])
         for w, m, s, a, b in zip(*(t.column(c).to_pylist() for c in (
                 "worker", "mode", "session", "first_step_min", "last_step_max"))):
             span = spans.setdefault((w, m, s), [a, b])
@@ -483,21 +512,22 @@ def _sessions_overlap(run: Run, files: list, pieces: list[pa.Table]) -> bool:
     return any(x[:2] == y[:2] and y[2] <= x[3] for x, y in zip(rows, rows[1:]))
 
 
-def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int, scanned: int,
-            notes: list[str]) -> Overview:
+def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summarized: int,
+            scanned: int, notes: list[str]) -> Overview:
     pieces = [p for p in pieces if p.num_rows]
     counts = [c for c in _count_sums(stat) if all(c in p.column_names for p in pieces)]
-    pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum", f"{stat}_finite",
-                        *counts]) for p in pieces]
+    pieces = [p.select(["tensor", "bin", "width", "rows", "first_step", "last_step", f"{stat}_sum",
+                        f"{stat}_finite", *counts]) for p in pieces]
     if not pieces:
-        return Overview([], np.array([], np.int64), np.array([], np.int64), np.zeros((0, 0)), 1, summarized, scanned,
-                        notes, np.zeros((0, 0), bool))
+        return Overview([], np.array([], np.int64), np.array([], np.int64), np.zeros((0, 0)), 1,
+                        summarized, scanned, notes, np.zeros((0, 0), bool))
     t = pa.concat_tables(pieces)
     width = t.column("width").to_numpy()
     first = t.column("first_step").to_numpy()
     lo, hi = int(first.min()), int(t.column("last_step").to_numpy().max())
     d = max(int(width.max()), pow2_at_least((hi - lo + 1) / max_columns))
-    while (hi // d) - (lo // d) + 1 > max_columns:  # bins are aligned on multiples: one more may straddle
+    # bins are aligned on multiples: one more may straddle
+    while (hi // d) - (lo // d) + 1 > max_columns:
         d *= 2
     col_of = t.column("bin").to_numpy() * width // d
     enc = t.column("tensor").combine_chunks().dictionary_encode()  # hashing, not sorting strings
@@ -512,16 +542,19 @@ def _matrix(run: Run, pieces: list[pa.Table], stat: str, max_columns: int, summa
     # bincount / reduceat, not np.add.at (unbuffered, far slower): the same sums, in the same order
     cell, size = r[keep] * len(cols) + c, shape[0] * shape[1]
     s, fin, n = (np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64),
-                             minlength=size).reshape(shape) for col in (f"{stat}_sum", f"{stat}_finite", "rows"))
+                             minlength=size).reshape(shape)
+                 for col in (f"{stat}_sum", f"{stat}_finite", "rows"))
     by_col = np.argsort(c, kind="stable")
-    starts = np.flatnonzero(np.r_[True, c[by_col][1:] != c[by_col][:-1]]) if len(c) else np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, c[by_col][1:] != c[by_col][:-1]]) if len(c) \
+        else np.zeros(0, np.int64)
     first_m = np.minimum.reduceat(first[keep][by_col], starts) if len(c) else np.zeros(0, np.int64)
     last_m = (np.maximum.reduceat(t.column("last_step").to_numpy()[keep][by_col], starts) if len(c)
               else np.zeros(0, np.int64))
     bad = np.zeros(size).reshape(shape)
-    for col in counts:   # a bin holding a row that counts a NaN/Inf is NaN, not its finite part's mean
-        bad += np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64), minlength=size
-                           ).reshape(shape)
+    # a bin holding a row that counts a NaN/Inf is NaN, not its finite part's mean
+    for col in counts:
+        bad += np.bincount(cell, weights=t.column(col).to_numpy()[keep].astype(np.float64),
+                           minlength=size).reshape(shape)
     with np.errstate(invalid="ignore", divide="ignore"):
         m = np.where((fin == n) & (n > 0) & (bad == 0), s / np.where(fin > 0, fin, 1), np.nan)
     return Overview(order, last_m, first_m, m, d, summarized, scanned, notes, n > 0)

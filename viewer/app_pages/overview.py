@@ -35,9 +35,12 @@ def filter_tensors(names: list[str], pattern: str) -> list[str]:
         return [n for n in names if pattern.lower() in n.lower()]
 
 
-def heatmap_rows(ctx: Ctx, ov: Overview, pattern: str, unfold: list[str], all_ops: bool) -> pd.DataFrame:
-    """The rows to draw of ``ov``: its tensors with statistics, filtered, in network order, folded."""
-    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size else np.zeros(len(ov.tensors), bool)
+def heatmap_rows(ctx: Ctx, ov: Overview, pattern: str, unfold: list[str],
+                 all_ops: bool) -> pd.DataFrame:
+    """The rows to draw of ``ov``: its tensors with statistics, filtered, in network order,
+    folded."""
+    have = ov.present.any(axis=1) if ov.present is not None and ov.present.size \
+        else np.zeros(len(ov.tensors), bool)
     keep = filter_tensors([t for t, h in zip(ov.tensors, have) if h], pattern)
     return layers.shown_rows(data.layer_table(ctx.path, ctx.sig, tuple(keep)), unfold, all_ops)
 
@@ -56,8 +59,8 @@ def binned_note(width: int) -> str:
     """
     if width <= 1:
         return ""
-    return (f"; each column aggregates a bin of {width} steps: the mean of its statistics steps' values "
-            f"(NaN/Inf if any is), drawn across the bin")
+    return (f"; each column aggregates a bin of {width} steps: the mean of its statistics steps' "
+            "values (NaN/Inf if any is), drawn across the bin")
 
 
 def row_texts(shown: pd.DataFrame, groups: list[range], constant: np.ndarray | None = None
@@ -65,7 +68,8 @@ def row_texts(shown: pd.DataFrame, groups: list[range], constant: np.ndarray | N
     """(label, tooltip head) of each drawn row: a shown row, or a run of them drawn as one;
     ``constant``: rows that never change (said in their tooltip).
 
-    >>> shown = pd.DataFrame({"tensor": ["a:0", "b:0"], "label": ["a:0", "b:0"], "layer": ["a", "b"]})
+    >>> shown = pd.DataFrame({"tensor": ["a:0", "b:0"], "label": ["a:0", "b:0"],
+    ...                       "layer": ["a", "b"]})
     >>> row_texts(shown, [range(0, 2)])
     (['a:0 (+1 rows)'], ['rows 1-2 of 2, each cell their mean: a:0 ... b:0'])
     """
@@ -77,29 +81,31 @@ def row_texts(shown: pd.DataFrame, groups: list[range], constant: np.ndarray | N
         if a == b:
             labels.append(label[a])
             tips.append(f"{label[a]}\nlayer: {layer[a]}"
-                        + ("\nthe same at every step: drawn on the colour scale, not setting it" if same[a] else ""))
+                        + ("\nthe same at every step: drawn on the colour scale, not setting it"
+                           if same[a] else ""))
         else:
             labels.append(f"{label[a]} (+{b - a} rows)")
-            tips.append(f"rows {a + 1}-{b + 1} of {len(tensor)}, each cell their mean: {tensor[a]} ... {tensor[b]}")
+            tips.append(f"rows {a + 1}-{b + 1} of {len(tensor)}, each cell their mean: {tensor[a]} "
+                        f"... {tensor[b]}")
     return labels, tips
 
 
-def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str, group: str,
-                  unfold: list[str], all_ops: bool, own_default: bool) -> None:
+def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, pattern: str,
+                  group: str, unfold: list[str], all_ops: bool, own_default: bool) -> None:
     """The layer x step heatmap of one statistic (PNG of the same rows on demand)."""
     c1, c2 = st.columns([3, 1])
-    stat = c1.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat), key=f"{key}_stat",
-                        bind="query-params")
+    stat = c1.selectbox(f"{title}: statistic", STATS, index=STATS.index(default_stat),
+                        key=f"{key}_stat", bind="query-params")
     own_scale = c2.toggle("Scale each row on its own", value=own_default, key=f"{key}_rows",
-                          help="colour each row from its own min to its max (hover for the values): one wide row "
-                          "no longer turns every other row one flat colour")
+                          help="colour each row from its own min to its max (hover for the "
+                          "values): one wide row no longer turns every other row one flat colour")
     ov = data.overview(ctx.path, ctx.sig, kind, group, stat)
     shown = heatmap_rows(ctx, ov, pattern, unfold, all_ops)
     if not need(len(shown) > 0 and len(ov.steps) > 0, f"No {kind} statistics match this filter."):
         return
     name = f"{kind} {stat} (group {group})"
-    drawn, caption = heatmap_view(ctx.path, ctx.sig, kind, group, stat, tuple(shown["tensor"]), tuple(shown["label"]),
-                                  tuple(shown["layer"]), own_scale)
+    drawn, caption = heatmap_view(ctx.path, ctx.sig, kind, group, stat, tuple(shown["tensor"]),
+                                  tuple(shown["label"]), tuple(shown["layer"]), own_scale)
     heatmap.show(drawn, key=f"{key}_map")
     st.caption(caption)
     index = {t: i for i, t in enumerate(ov.tensors)}
@@ -115,7 +121,8 @@ def heatmap_block(ctx: Ctx, title: str, kind: str, default_stat: str, key: str, 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensors: tuple[str, ...],
-                 labels: tuple[str, ...], layer_names: tuple[str, ...], own_scale: bool) -> tuple[dict, str]:
+                 labels: tuple[str, ...], layer_names: tuple[str, ...],
+                 own_scale: bool) -> tuple[dict, str]:
     """(what the heatmap component draws, the caption) of the rows ``tensors``: computed once per
     choice, so a rerun for another widget sends the same image without drawing it again."""
     ov = data.overview(path, sig, kind, group, stat)
@@ -128,7 +135,8 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
     # adds terms; a weight-decay term's coefficient) would set an end of the shared scale: it is
     # drawn on it, clipped, without setting it
     constant = constant_rows(m, present)
-    r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log, np.full(len(idx), own_scale), constant)
+    r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log,
+                      np.full(len(idx), own_scale), constant)
     texts = row_texts(shown, r.rows, constant)
     drawn = heatmap.payload(r, *texts, stat, f"{kind} {stat} (group {group})")
     ordered = data.network_order(path, sig) is not None
@@ -138,7 +146,8 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
 def constant_rows(m: np.ndarray, present: np.ndarray) -> np.ndarray:
     """Rows whose finite values are all one value (to 1e-9 relative).
 
-    >>> constant_rows(np.array([[1.0, 1.0, np.nan], [1.0, 2.0, 3.0]]), np.ones((2, 3), bool)).tolist()
+    >>> constant_rows(np.array([[1.0, 1.0, np.nan], [1.0, 2.0, 3.0]]),
+    ...               np.ones((2, 3), bool)).tolist()
     [True, False]
     """
     fin = present & np.isfinite(m)
@@ -153,17 +162,21 @@ def heatmap_caption(shown: pd.DataFrame, ov: Overview, r: raster.Raster, log: bo
     folded = int(sum(1 for lb in shown["label"] if "(+" in lb))
     drawn = r.values.shape
     merged = len(shown) > drawn[0]
-    out = (f"{len(shown)} rows x {len(ov.steps)} steps (statistics steps {int(ov.first_steps[0])} to "
-           f"{int(ov.steps[-1])}), rows in "
+    out = (f"{len(shown)} rows x {len(ov.steps)} steps (statistics steps {int(ov.first_steps[0])} "
+           f"to {int(ov.steps[-1])}), rows in "
            + ("network order" if ordered else "the catalog's order (the run has no readable graph)")
-           + (f"; drawn as {drawn[0]} rows of {len(r.rows[0])} (each cell their mean, NaN/Inf or <= 0 if any is)"
+           + (f"; drawn as {drawn[0]} rows of {len(r.rows[0])} (each cell their mean, NaN/Inf or "
+              "<= 0 if any is)"
               if merged else "")
            + binned_note(column_width(ov))
-           + (f"; {folded} layers folded into their output row (unfold them above)" if folded else ""))
+           + (f"; {folded} layers folded into their output row (unfold them above)" if folded
+              else ""))
     scale = "each row on its own scale" if own_scale else "one colour scale" + (
-        f" ({constant} row(s) the same at every step, such as the loss's gradient, drawn on it without setting it)"
+        f" ({constant} row(s) the same at every step, such as the loss's gradient, drawn on it "
+        "without setting it)"
         if constant else "")
-    return (out + f"; {scale}; red = NaN/Inf" + ("; grey = <= 0, which a log scale cannot place" if log else "")
+    return (out + f"; {scale}; red = NaN/Inf"
+            + ("; grey = <= 0, which a log scale cannot place" if log else "")
             + "; blank = no statistics at those steps; hover for values")
 
 
@@ -174,18 +187,20 @@ def render(ctx: Ctx) -> None:
                 "This run has no statistics yet; nothing to plot. Press Refresh while it trains."):
         return
     c1, c2 = st.columns([3, 1])
-    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter", bind="query-params",
-                            placeholder="e.g. Relu|icnn")
+    pattern = c1.text_input("Filter tensors (regex or substring on the name)", key="ov_filter",
+                            bind="query-params", placeholder="e.g. Relu|icnn")
     group = c2.selectbox("Group", run.groups, key="ov_group", bind="query-params")
     unfold, all_ops = fold_controls(ctx, pattern)
     # only the open tab is drawn (each reads its own matrix)
     tab_g, tab_a = st.tabs(["Gradients", "Activations"], key="ov_tab", on_change="rerun")
     if tab_g.open:
         with tab_g:
-            heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold, all_ops, False)
+            heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold,
+                          all_ops, False)
     if tab_a.open:
         with tab_a:
-            heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold, all_ops, True)
+            heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold,
+                          all_ops, True)
     series_block(ctx, pattern)
     update_ratio_block(ctx, pattern)
 
@@ -196,19 +211,22 @@ def series_block(ctx: Ctx, pattern: str) -> None:
     st.subheader("One tensor over steps, positive vs negative")
     names = filter_tensors(list(run.tensors["name"]), pattern) or list(run.tensors["name"])
     c = st.columns([3, 1, 1, 1, 1])
-    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor", bind="query-params")
+    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names), key="ov_tensor",
+                            bind="query-params")
     row = run.tensors.loc[tensor]
     kinds = ["forward"] + (["gradient"] if bool(row["has_gradient"]) else []) + (
         ["update"] if bool(row["has_update"]) else [])
     kind = c[1].radio("Kind", kinds, key="ov_kind", bind="query-params", horizontal=True)
-    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat", bind="query-params")
+    stat = c[2].selectbox("Statistic", STATS, index=STATS.index("mean"), key="ov_series_stat",
+                          bind="query-params")
     logy = c[3].toggle("Log y", value=stat in LOG_STATS, key="ov_logy")
     smoothing = smoothing_slider(c[4], "ov_smooth")
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
-    st.altair_chart(lines.line_chart(df, stat, colors=lines.group_colors(list(df.columns)), log=logy,
-                                     smoothing=smoothing, legend_title="group"), width="stretch")
+    st.altair_chart(lines.line_chart(df, stat, colors=lines.group_colors(list(df.columns)),
+                                     log=logy, smoothing=smoothing, legend_title="group"),
+                    width="stretch")
     if logy and (df <= 0).any().any():
         st.caption("log axis: zero and negative values are not drawn")
     last = df.iloc[-1]
@@ -221,20 +239,24 @@ def series_block(ctx: Ctx, pattern: str) -> None:
 def smoothing_slider(where, key: str) -> float:
     """TensorBoard's smoothing weight (0: none): an exponential moving average of each line."""
     return float(where.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key=key,
-                              help="exponential moving average, debiased (as TensorBoard); the raw line stays faint"))
+                              help="exponential moving average, debiased (as TensorBoard); the raw "
+                                   "line stays faint"))
 
 
 def fold_controls(ctx: Ctx, pattern: str) -> tuple[list[str], bool]:
     """Which layers to unfold (every op of them drawn), or every op of every layer."""
     catalog = data.get_run(ctx.path, ctx.sig).tensors
-    rows = data.layer_table(ctx.path, ctx.sig, tuple(filter_tensors(list(catalog["name"]), pattern)))
+    rows = data.layer_table(ctx.path, ctx.sig,
+                            tuple(filter_tensors(list(catalog["name"]), pattern)))
     sizes = rows.groupby("layer", sort=False).size()
     multi = [str(ly) for ly, n in sizes.items() if n > 1]
     c1, c2 = st.columns([3, 1])
-    unfold = c1.multiselect("Unfold layers (folded: one row, the layer's output)", multi, key="ov_unfold",
-                            bind="query-params", help="a layer's internal ops (e.g. an ICNN layer's helper ops) "
+    unfold = c1.multiselect("Unfold layers (folded: one row, the layer's output)", multi,
+                            key="ov_unfold", bind="query-params",
+                            help="a layer's internal ops (e.g. an ICNN layer's helper ops) "
                             "are folded into its output row by default")
-    all_ops = c2.toggle("Every op", key="ov_all_ops", bind="query-params", help="unfold every layer")
+    all_ops = c2.toggle("Every op", key="ov_all_ops", bind="query-params",
+                        help="unfold every layer")
     return unfold, all_ops
 
 
@@ -248,8 +270,9 @@ def update_ratio_block(ctx: Ctx, pattern: str) -> None:
     smoothing = smoothing_slider(st, "ov_ratio_smooth")
     st.altair_chart(lines.line_chart(shown, "L2 update / L2 weights", log=True, smoothing=smoothing,
                                      legend_title="variable"), width="stretch")
-    st.caption(f"L2 of the step's update over L2 of the variable {weights_when(data.get_run(ctx.path, ctx.sig))} "
-               "(around 1e-3 is typical for SGD); the tensor filter above applies")
+    st.caption("L2 of the step's update over L2 of the variable "
+               f"{weights_when(data.get_run(ctx.path, ctx.sig))} (around 1e-3 is typical for SGD); "
+               "the tensor filter above applies")
 
 
 def weights_when(run) -> str:

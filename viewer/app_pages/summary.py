@@ -23,10 +23,11 @@ ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
 
 STATUS_NOTES = {
-    "crashed": "The training process that wrote this run is gone without closing it (crashed or killed). "
-               "Every completed statistics part and dump is readable; the last steps may be missing.",
-    "stalled": "This run's writer has not written for over 5 heartbeats: its process crashed on another "
-               "machine, or hangs. Every completed file is readable.",
+    "crashed": "The training process that wrote this run is gone without closing it (crashed or "
+               "killed). Every completed statistics part and dump is readable; the last steps may "
+               "be missing.",
+    "stalled": "This run's writer has not written for over 5 heartbeats: its process crashed on "
+               "another machine, or hangs. Every completed file is readable.",
 }
 
 
@@ -44,7 +45,8 @@ def render(ctx: Ctx) -> None:
     c[4].metric("Size on disk", human_bytes(run.size_bytes()))
     c = st.columns(5)
     c[0].metric("Dump steps", f"{len(run.steps)}")
-    c[1].metric("Dropped", dropped_text(run.dropped), help="dumps and statistics steps the writers could not write")
+    c[1].metric("Dropped", dropped_text(run.dropped),
+                help="dumps and statistics steps the writers could not write")
     c[2].metric("Workers", plain(", ".join(run.workers)))
     c[3].metric("Format", f"v{plain(m.get('format_version'))}")
     c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
@@ -57,7 +59,8 @@ def render(ctx: Ctx) -> None:
     if run.tensors.empty:
         st.warning("This run's catalog is empty: the hook has not recorded any tensor yet.")
     elif not len(steps):
-        st.warning("This run has no statistics yet (the hook writes them every few seconds while training).")
+        st.warning("This run has no statistics yet (the hook writes them every few seconds while "
+                   "training).")
 
     left, right = st.columns([3, 2])
     with left:
@@ -71,27 +74,30 @@ def render(ctx: Ctx) -> None:
         st.subheader("Hook settings")
         cfg = run.config
         if cfg:
-            st.dataframe(pd.DataFrame({"setting": list(cfg), "value": [str(v) for v in cfg.values()]}),
+            st.dataframe(pd.DataFrame({"setting": list(cfg),
+                                       "value": [str(v) for v in cfg.values()]}),
                          hide_index=True, width="stretch")
         else:
             st.caption("no hook settings recorded")
     with right:
         st.subheader("Tensors by op type")
         if not run.tensors.empty:
-            counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(name="tensors")
+            counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(
+                name="tensors")
             st.bar_chart(counts, x="op type", y="tensors", height=260)
     if not run.dropped.empty:
         st.subheader("Dropped writes")
         st.dataframe(run.dropped, hide_index=True, width="stretch")
     st.subheader("Sessions")
-    st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded is "
-               "shown from the later one.")
+    st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded "
+               "is shown from the later one.")
     st.dataframe(run.sessions, hide_index=True, width="stretch")
 
 
 #: the page that shows a finding's evidence, by the finding's ``page``: its title and the query
 #: parameter of its tensor picker
-EVIDENCE_PAGES = {"graph": ("Op graph", "gr_tensor"), "overview": ("Training overview", "ov_tensor"),
+EVIDENCE_PAGES = {"graph": ("Op graph", "gr_tensor"),
+                  "overview": ("Training overview", "ov_tensor"),
                   "distributions": ("Distributions", "di_tensor")}
 #: the statistic a finding's evidence chart draws, by kind: (kind of rows, column, title)
 EVIDENCE_SERIES = {"frozen": ("update", "l2", "update L2 (0: never changed)"),
@@ -100,7 +106,8 @@ EVIDENCE_SERIES = {"frozen": ("update", "l2", "update L2 (0: never changed)"),
                    "vanishing_gradient": ("gradient", "l2", "gradient L2"),
                    "dead_units": ("forward", "zero_fraction", "share of zeros"),
                    "dead_relu": ("forward", "zero_fraction", "share of zeros"),
-                   "saturated": ("forward", "max", "max"), "update_ratio_high": ("update", "l2", "update L2"),
+                   "saturated": ("forward", "max", "max"),
+                   "update_ratio_high": ("update", "l2", "update L2"),
                    "nonfinite": ("forward", "nonfinite", "NaN/Inf values"),
                    "nonfinite_after": ("forward", "nonfinite", "NaN/Inf values")}
 
@@ -111,28 +118,33 @@ def show_diagnosis(ctx: Ctx) -> None:
     shows more; the other findings ranked below it."""
     found = [f for f in data.diagnosis(ctx.path, ctx.sig) if f["severity"] in ("error", "warning")]
     if not found:
-        st.success("**Diagnosis**: nothing went wrong that the statistics show: no NaN/Inf, no frozen, saturated "
-                   "or dead layer, gradients and update sizes within bounds (thresholds: docs/guide/diagnose.md).")
+        st.success("**Diagnosis**: nothing went wrong that the statistics show: no NaN/Inf, no "
+                   "frozen, saturated or dead layer, gradients and update sizes within bounds "
+                   "(thresholds: docs/guide/diagnose.md).")
         return
     first = found[0]
     where = ", ".join(x for x in (f"layer **{plain(first['layer'])}**" if first["layer"] else "",
                                   f"op **{plain(first['op'])}**" if first["op"] else "",
-                                  f"step **{first['step']}**" if first["step"] is not None else "") if x)
+                                  f"step **{first['step']}**" if first["step"] is not None else "")
+                      if x)
     box = st.error if first["severity"] == "error" else st.warning
     with st.container(border=True):
-        box(f"{ICONS[first['severity']]} **Most likely culprit: {plain(first['kind'].replace('_', ' '))}**"
+        box(f"{ICONS[first['severity']]} **Most likely culprit: "
+            f"{plain(first['kind'].replace('_', ' '))}**"
             + (f" ({where})" if where else "") + f"\n\n{plain(first['evidence'])}"
             + (f"\n\n**Try**: {plain(first['advice'])}" if first["advice"] else ""))
         evidence_chart(ctx, first)
         if (page := EVIDENCE_PAGES.get(first.get("page") or "")) is not None:
             title, key = page
             tensor = first.get("tensor")
-            page_links.link(title, f"Open the {title}", {key: tensor} if tensor and ":" in tensor else {})
+            page_links.link(title, f"Open the {title}",
+                            {key: tensor} if tensor and ":" in tensor else {})
     if len(found) > 1:
         with st.expander(f"{len(found) - 1} more finding(s), ranked"):
             for f in found[1:]:
                 loc = ", ".join(x for x in (f"layer {f['layer']}" if f["layer"] else "",
-                                            f"step {f['step']}" if f["step"] is not None else "") if x)
+                                            f"step {f['step']}" if f["step"] is not None else "")
+                                if x)
                 st.markdown(f"{ICONS[f['severity']]} **{plain(f['kind'].replace('_', ' '))}**"
                             + (f" ({plain(loc)})" if loc else "") + f": {plain(f['evidence'])}")
 
@@ -154,18 +166,21 @@ def evidence_chart(ctx: Ctx, finding: dict) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     counts = column == "nonfinite"   # NaN and Inf counted together: an Inf is as much a fault
     try:
-        df = run.query_stats([n for n in names if n in set(run.tensors["name"])], kinds=[kind], groups=["all"],
-                             columns=["nan", "inf"] if counts else [column], finite_part=counts)
+        df = run.query_stats([n for n in names if n in set(run.tensors["name"])], kinds=[kind],
+                             groups=["all"], columns=["nan", "inf"] if counts else [column],
+                             finite_part=counts)
     except InspectorError:
         return
     if df.empty:
         return
     if counts:
         df = df.assign(nonfinite=df["nan"] + df["inf"])
-    wide = df.pivot_table(index="step", columns="tensor", values=column, observed=True, aggfunc="last")
+    wide = df.pivot_table(index="step", columns="tensor", values=column, observed=True,
+                          aggfunc="last")
     wide.columns = [str(c) for c in wide.columns]
     st.altair_chart(lines.line_chart(wide, title, height=180, legend_title="tensor",
-                                     log=column == "l2" and bool((wide > 0).all().all())), width="stretch")
+                                     log=column == "l2" and bool((wide > 0).all().all())),
+                    width="stretch")
 
 
 def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> str:
@@ -196,8 +211,8 @@ def dead_filter_alerts(ctx: Ctx) -> list[str]:
     # the count says how little a dump's verdict rests on: a filter silent in a few dumped
     # samples may fire on a held-out set (the demo's own count is over 1,000 test images)
     n = len(data.samples(ctx.path, ctx.sig, steps[-1]))
-    return [f"{plain(layer)}: filter(s) {', '.join(map(str, dead))} zero in all {n} dumped samples at step "
-            f"{steps[-1]} (mu pinned at (-1, -1)): dead there, not tight part filters"
+    return [f"{plain(layer)}: filter(s) {', '.join(map(str, dead))} zero in all {n} dumped samples "
+            f"at step {steps[-1]} (mu pinned at (-1, -1)): dead there, not tight part filters"
             for layer, dead in found.items() if dead]
 
 
@@ -209,7 +224,8 @@ def show_alerts(ctx: Ctx) -> None:
     if alerts.empty and not dead:
         st.success("No alerts: no NaN/Inf, no dead ReLU, gradients within bounds, nothing dropped.")
     for a in alerts.itertuples():
-        text = f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: {plain(a.message)}"
+        text = (f"{ICONS.get(a.severity, '')} **{plain(a.kind.replace('_', ' '))}**: "
+                f"{plain(a.message)}")
         {"error": st.error, "warning": st.warning}.get(a.severity, st.info)(text)
     for text in dead:
         st.warning(f"{ICONS['warning']} **dead filter**: {text}")
@@ -220,14 +236,18 @@ def loss_curve(ctx: Ctx) -> None:
     st.subheader("Loss")
     name, loss = data.loss_series(ctx.path, ctx.sig)
     if loss.empty:
-        st.caption("No loss statistics: " + (f"the loss tensor {plain(name)} has no forward statistics in this view."
-                                             if name else "the manifest names no loss tensor."))
+        st.caption("No loss statistics: "
+                   + (f"the loss tensor {plain(name)} has no forward statistics in this view."
+                      if name else "the manifest names no loss tensor."))
         return
     smoothing = float(st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="sm_smooth",
-                                help="exponential moving average, debiased (as TensorBoard); the raw line stays faint"))
-    st.altair_chart(lines.line_chart(loss.rename("loss").to_frame(), "loss (mean)", smoothing=smoothing, height=260,
-                                     legend_title="tensor"), width="stretch")
-    st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf or steps without statistics")
+                                help="exponential moving average, debiased (as TensorBoard); the "
+                                     "raw line stays faint"))
+    st.altair_chart(lines.line_chart(loss.rename("loss").to_frame(), "loss (mean)",
+                                     smoothing=smoothing, height=260, legend_title="tensor"),
+                    width="stretch")
+    st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf or steps without "
+               "statistics")
 
 
 def gradient_sizes(ov: Overview, rows: pd.DataFrame) -> pd.DataFrame:
@@ -247,14 +267,17 @@ def gradient_sizes(ov: Overview, rows: pd.DataFrame) -> pd.DataFrame:
         state = "NaN/Inf" if not np.isfinite(end) else "zero" if end <= 0 else "finite"
         good = np.flatnonzero(ov.present[i] & np.isfinite(ov.matrix[i]) & (ov.matrix[i] > 0))
         a, b = (good[0], good[-1]) if len(good) else (None, None)
-        first, last = (float(ov.matrix[i, a]), float(ov.matrix[i, b])) if len(good) else (np.nan, np.nan)
+        first, last = (float(ov.matrix[i, a]), float(ov.matrix[i, b])) if len(good) \
+            else (np.nan, np.nan)
         out.append({"layer": str(layer), "tensor": str(tensor), "label": str(label), "state": state,
                     "end_step": int(ov.steps[present[-1]]), "first": first, "last": last,
                     "first_step": int(ov.steps[a]) if a is not None else -1,
                     "last_step": int(ov.steps[b]) if b is not None else -1, "change": last / first})
-    cols = ["layer", "tensor", "label", "state", "end_step", "first", "last", "first_step", "last_step", "change"]
+    cols = ["layer", "tensor", "label", "state", "end_step", "first", "last", "first_step",
+            "last_step", "change"]
     # object, not pandas 3's Arrow strings: Vega-Lite cannot read large_string
-    return pd.DataFrame(out, columns=cols).astype({c: object for c in ("layer", "tensor", "label", "state")})
+    return pd.DataFrame(out, columns=cols).astype({c: object
+                                                   for c in ("layer", "tensor", "label", "state")})
 
 
 def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
@@ -265,21 +288,29 @@ def gradient_chart(sizes: pd.DataFrame) -> alt.LayerChart:
     order = list(sizes["label"])
     # every layer named: Vega's default drops every other label of a crowded band axis, and
     # the ones dropped were the layers a user looks for
-    y = alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=320, labelOverlap=False, labelFontSize=11))
-    tips = [alt.Tooltip("tensor:N"), alt.Tooltip("layer:N"), alt.Tooltip("state:N", title="at the end"),
-            alt.Tooltip("last:Q", title="last L2", format=".4~g"), alt.Tooltip("last_step:Q", title="at step"),
-            alt.Tooltip("first:Q", title="first L2", format=".4~g"), alt.Tooltip("first_step:Q", title="at step"),
+    y = alt.Y("label:N", sort=order, title=None,
+              axis=alt.Axis(labelLimit=320, labelOverlap=False, labelFontSize=11))
+    tips = [alt.Tooltip("tensor:N"), alt.Tooltip("layer:N"),
+            alt.Tooltip("state:N", title="at the end"),
+            alt.Tooltip("last:Q", title="last L2", format=".4~g"),
+            alt.Tooltip("last_step:Q", title="at step"),
+            alt.Tooltip("first:Q", title="first L2", format=".4~g"),
+            alt.Tooltip("first_step:Q", title="at step"),
             alt.Tooltip("change:Q", title="last / first", format=".3~g")]
-    data = sizes.assign(note=[f"{s} at step {e}" if s != "finite" else "" for s, e in zip(sizes["state"],
-                                                                                       sizes["end_step"])])
+    data = sizes.assign(note=[f"{s} at step {e}" if s != "finite" else ""
+                              for s, e in zip(sizes["state"], sizes["end_step"])])
     chart = alt.Chart(data).encode(y=y, tooltip=tips)
     base = chart.transform_filter("datum.last > 0")
-    x = alt.X("last:Q", scale=alt.Scale(type="log"), title="gradient L2 (log scale): ● last step, ○ first step")
+    x = alt.X("last:Q", scale=alt.Scale(type="log"),
+              title="gradient L2 (log scale): ● last step, ○ first step")
     span = base.mark_rule(color="#9e9e9e").encode(x=x, x2="first:Q")
-    first = base.mark_point(shape="circle", filled=False, color="#7f7f7f", size=40).encode(x=alt.X("first:Q"))
-    last = base.mark_point(shape="circle", filled=True, size=60, opacity=1, color="#1f4e9a").encode(x=x)
+    first = base.mark_point(shape="circle", filled=False, color="#7f7f7f",
+                            size=40).encode(x=alt.X("first:Q"))
+    last = base.mark_point(shape="circle", filled=True, size=60, opacity=1,
+                           color="#1f4e9a").encode(x=x)
     bad = chart.transform_filter("datum.state != 'finite'").mark_text(
-        align="left", dx=4, color="#e41a1c", fontWeight="bold").encode(x=alt.value(0), text="note:N")
+        align="left", dx=4, color="#e41a1c", fontWeight="bold").encode(x=alt.value(0),
+                                                                       text="note:N")
     # the height is the whole chart's (Streamlit fits the chart to it): 20 pixels a layer plus the
     # axis, its title and the legend; a very deep network's rows get closer, never unnamed
     return alt.layer(span, first, last, bad).properties(height=min(20 * len(order), 1200) + 90)
@@ -298,8 +329,10 @@ def gradient_health(ctx: Ctx) -> None:
     sizes = gradient_sizes(ov, rows)
     st.altair_chart(gradient_chart(sizes), width="stretch")
     bad = sizes[sizes["state"] != "finite"]
-    st.caption(f"L2 of each layer's output gradient (group all; rows in network order, a layer folded into its "
-               f"output as on the Training overview) at its last statistics step ({int(sizes['end_step'].max())}) "
-               f"and at its first (the line between: its change over the run; hover for last / first)"
-               + (f"; {len(bad)} layer(s) end zero or NaN/Inf (in red; the dot: the last value before)"
+    st.caption("L2 of each layer's output gradient (group all; rows in network order, a layer "
+               "folded into its output as on the Training overview) at its last statistics step "
+               f"({int(sizes['end_step'].max())}) and at its first (the line between: its change "
+               "over the run; hover for last / first)"
+               + (f"; {len(bad)} layer(s) end zero or NaN/Inf (in red; the dot: the last value "
+                  "before)"
                   if len(bad) else ""))

@@ -58,16 +58,19 @@ def swatches(log: bool) -> list[tuple[str | None, str]]:
     """The legend's entries besides the colour scale: (CSS colour, or None for a gap; text)."""
     out: list[tuple[str | None, str]] = [(_css(NAN_RGBA), "NaN/Inf")]
     if log:
-        out.append((_css(ZERO_RGBA), "<= 0 (a log scale cannot place it; e.g. a dead ReLU's zero gradient)"))
+        out.append((_css(ZERO_RGBA), "<= 0 (a log scale cannot place it; e.g. a dead ReLU's zero "
+                                     "gradient)"))
     return out + [(None, "no statistics at these steps")]
 
 
 def payload(r: Raster, labels: list[str], tips: list[str], stat: str, title: str) -> dict:
-    """What ``heatmap.js`` draws: the image, the values and states it hovers, the axis and legend."""
+    """What ``heatmap.js`` draws: the image, the values and states it hovers, the axis and
+    legend."""
     return {"png": "data:image/png;base64," + base64.b64encode(png(r.rgba)).decode("ascii"),
             "values": _b64(r.values.astype(np.float32)), "state": _b64(r.state.astype(np.uint8)),
-            "first": r.first.tolist(), "last": r.last.tolist(), "x0": float(r.x0), "step_px": float(r.step_px),
-            "labels": list(labels), "tips": list(tips), "own": r.own.tolist(), "domain": r.domain.tolist(),
+            "first": r.first.tolist(), "last": r.last.tolist(), "x0": float(r.x0),
+            "step_px": float(r.step_px), "labels": list(labels), "tips": list(tips),
+            "own": r.own.tolist(), "domain": r.domain.tolist(),
             "log": bool(r.log), "stat": stat, "title": title, "row_px": row_px(len(labels)),
             "stops": viridis_stops(), "swatches": swatches(r.log)}
 
@@ -77,8 +80,9 @@ def show(drawn: dict, key: str) -> None:
     same name, same code)."""
     # in the page's DOM, not a shadow root: its CSS is scoped by the .tfi-heatmap class, and the
     # browser tests read its image and labels like any element's
-    component = st.components.v2.component("tf_inspector_heatmap", html=HTML, css=_read("heatmap.css"),
-                                           js=_read("heatmap.js"), isolate_styles=False)
+    component = st.components.v2.component("tf_inspector_heatmap", html=HTML,
+                                           css=_read("heatmap.css"), js=_read("heatmap.js"),
+                                           isolate_styles=False)
     component(data=drawn, key=key, height="content")
 
 

@@ -62,7 +62,8 @@ class Raster:
         return self.x0 + self.step_px * self.values.shape[1]
 
 
-def column_extents(first: np.ndarray, last: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+def column_extents(first: np.ndarray, last: np.ndarray,
+                   width: int) -> tuple[np.ndarray, np.ndarray]:
     """(start, end) steps each column spans: from its statistics step where each column holds
     one (bins of 4 steps over statistics every 5 would otherwise alternate 4 and 8 apart), else
     from its bin's start (``width`` steps, aligned on multiples of it); to the local stride (the
@@ -102,10 +103,13 @@ def pixel_columns(start: np.ndarray, end: np.ndarray, most: int = MAX_COLUMNS
     px = int(np.ceil(span / unit))
     w = unit if px <= most else span / most
     px = min(px, most)
-    at = np.minimum(((start - x0) / w).astype(np.int64), px - 1)         # the pixel each column starts in
+    # the pixel each column starts in
+    at = np.minimum(((start - x0) / w).astype(np.int64), px - 1)
     count = np.bincount(at, minlength=px)
-    col = np.searchsorted(at, np.arange(px), side="left")                # first column starting at or after
-    prev = np.searchsorted(at, np.arange(px), side="right") - 1          # last column starting at or before
+    # first column starting at or after
+    col = np.searchsorted(at, np.arange(px), side="left")
+    # last column starting at or before
+    prev = np.searchsorted(at, np.arange(px), side="right") - 1
     held = count > 0
     covers = (prev >= 0) & (end[np.maximum(prev, 0)] > x0 + np.arange(px) * w + 1e-9)
     col = np.where(held, col, np.maximum(prev, 0))
@@ -135,7 +139,8 @@ def _cells(parts: dict[str, np.ndarray], log: bool) -> tuple[np.ndarray, np.ndar
     """(value, state) of aggregated cells: NaN/Inf first, then <= 0, then the mean (a single
     value as it is: the hover shows the statistic itself)."""
     state = np.where(parts["bad"] > 0, NONFINITE, np.where(parts["zero"] > 0, NONPOSITIVE,
-                                                          np.where(parts["n"] > 0, FINITE, MISSING)))
+                                                          np.where(parts["n"] > 0, FINITE,
+                                                                   MISSING)))
     n = parts["n"]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         value = parts["sum"] / np.where(n > 0, n, 1)
@@ -144,9 +149,9 @@ def _cells(parts: dict[str, np.ndarray], log: bool) -> tuple[np.ndarray, np.ndar
     return np.where(state == FINITE, value, np.nan), state.astype(np.uint8)
 
 
-def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarray, width: int, log: bool,
-           own: np.ndarray | None = None, apart: np.ndarray | None = None, max_columns: int = MAX_COLUMNS,
-           max_rows: int = MAX_ROWS) -> Raster:
+def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarray, width: int,
+           log: bool, own: np.ndarray | None = None, apart: np.ndarray | None = None,
+           max_columns: int = MAX_COLUMNS, max_rows: int = MAX_ROWS) -> Raster:
     """The raster of ``m`` [rows, columns] (``present``: cells with statistics; ``first``/``last``:
     each column's statistics steps; ``width``: its bin). ``own``: rows coloured on their own
     scale (their min to max), the others on one scale shared by them; ``apart``: rows drawn on
@@ -165,12 +170,15 @@ def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarr
     start, end = column_extents(first, last, width)
     x0, w, col, n = pixel_columns(start, end, max_columns)
     held = n > 0
-    reduced = _reduce(parts, col[held], 1) if held.any() else {key: v[:, :0] for key, v in parts.items()}
+    reduced = _reduce(parts, col[held], 1) if held.any() \
+        else {key: v[:, :0] for key, v in parts.items()}
     values, state = _cells(reduced, log)
     # each pixel: its own columns' cells, the column it repeats, or a gap
     src = np.cumsum(held) - 1
-    values = values[:, np.maximum(src, 0)] if held.any() else np.full((len(row_starts), len(n)), np.nan)
-    state = state[:, np.maximum(src, 0)] if held.any() else np.full((len(row_starts), len(n)), MISSING, np.uint8)
+    values = values[:, np.maximum(src, 0)] if held.any() \
+        else np.full((len(row_starts), len(n)), np.nan)
+    state = state[:, np.maximum(src, 0)] if held.any() \
+        else np.full((len(row_starts), len(n)), MISSING, np.uint8)
     gap = n == 0
     values[:, gap] = np.nan
     state[:, gap] = MISSING
@@ -179,7 +187,8 @@ def raster(m: np.ndarray, present: np.ndarray, first: np.ndarray, last: np.ndarr
     lasts = np.where(gap, -1, np.asarray(last, np.int64)[last_col])
     domain = domains(values, state, own, log, apart)
     rows = [range(s, min(s + k, n_rows)) for s in row_starts]
-    return Raster(values, state, firsts, lasts, x0, w, rows, domain, own, log, colours(values, state, domain, log))
+    return Raster(values, state, firsts, lasts, x0, w, rows, domain, own, log,
+                  colours(values, state, domain, log))
 
 
 def domains(values: np.ndarray, state: np.ndarray, own: np.ndarray, log: bool,
@@ -189,8 +198,10 @@ def domains(values: np.ndarray, state: np.ndarray, own: np.ndarray, log: bool,
     are none."""
     fin = state == FINITE
     with np.errstate(invalid="ignore"):
-        lo = np.where(fin, values, np.inf).min(axis=1) if values.size else np.full(len(values), np.inf)
-        hi = np.where(fin, values, -np.inf).max(axis=1) if values.size else np.full(len(values), -np.inf)
+        lo = np.where(fin, values, np.inf).min(axis=1) if values.size \
+            else np.full(len(values), np.inf)
+        hi = np.where(fin, values, -np.inf).max(axis=1) if values.size \
+            else np.full(len(values), -np.inf)
     shared = ~own & np.isfinite(lo) & (True if apart is None else ~apart)
     out = np.stack([lo, hi], axis=1)
     if shared.any():
