@@ -53,9 +53,9 @@ class CaptureOptions:
     exclude: str | Sequence[str] | None = None
     """Regexes on tensor names never captured, in addition to the defaults, which leave out the
     backward pass, optimizer, saver, summaries and init ops, constants and variables
-    (``inspector.format.accounting.DEFAULT_RULES``). What a filter or a default leaves out is recorded by
-    rule in the manifest's ``accounting``: ``run.why(name)`` says it (Keras: ``outside`` for an op
-    that is neither the model's call nor its loss)."""
+    (``inspector.format.accounting.DEFAULT_RULES``). What a filter or a default leaves out is
+    recorded by rule in the manifest's ``accounting``: ``run.why(name)`` says it (Keras:
+    ``outside`` for an op that is neither the model's call nor its loss)."""
     op_types: Iterable[str] | None = None
     """Capture only the outputs of these op types (``"MatMul"``, ``"Relu"``); None: every type."""
     exclude_op_types: Iterable[str] | None = None
@@ -64,7 +64,8 @@ class CaptureOptions:
     """Tensor dtypes to capture: TensorFlow dtypes or their names (default: the float types)."""
     batched: str | Sequence[str] | None = None
     """Regexes on tensor names forcing a tensor per-sample (axis 0 is the batch), overriding the
-    data-flow trace from the inputs (``hooks.capture.batch_axis``); what is computed from it follows it."""
+    data-flow trace from the inputs (``hooks.capture.batch_axis``); what is computed from it
+    follows it."""
     unbatched: str | Sequence[str] | None = None
     """Regexes on tensor names forcing a tensor not per-sample (no groups, no sample budget);
     ``unbatched`` wins over ``batched``."""

@@ -3,9 +3,10 @@
 Examples::
 
     python -m inspector info runs/exp1
-    python -m inspector export runs/exp1 --format npz --out exp1.npz --tensors 'conv' --steps 100:500
+    python -m inspector export runs/exp1 --format npz --out exp1.npz --tensors conv --steps 100:500
     python -m inspector export runs/exp1 --format parquet --out stats.parquet
-    python -m inspector export --tensorboard runs/exp1 --logdir tb/ --follow   # then: tensorboard --logdir tb/
+    python -m inspector export --tensorboard runs/exp1 --logdir tb/ --follow
+    tensorboard --logdir tb/
     python -m inspector app runs/
 
 Exit status: 0 when everything was read, 1 when ``info`` found damaged or missing files

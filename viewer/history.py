@@ -46,10 +46,12 @@ SCRIPT = """<script>
   // back) replace that entry instead of adding one that Back would stop at.
   let leaving = 0, arrived = 0;
   w.document.addEventListener("click", (event) => {
-    const link = event.target instanceof Element && event.target.closest('[data-testid="stSidebarNav"] a');
+    const link = event.target instanceof Element
+      && event.target.closest('[data-testid="stSidebarNav"] a');
     if (link) leaving = Date.now();
   }, true);
-  const push = w.history.pushState.bind(w.history), replace = w.history.replaceState.bind(w.history);
+  const push = w.history.pushState.bind(w.history);
+  const replace = w.history.replaceState.bind(w.history);
   w.history.pushState = (state, title, url) => {
     const same = new URL(url, w.location.href).pathname === w.location.pathname, now = Date.now();
     if (same && now - leaving < 5000) return;

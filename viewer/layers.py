@@ -32,8 +32,10 @@ from inspector.graph.graphdef import OpGraph
 def layer_of(scope: str, icnn_layer: object, icnn_layers: Collection[str], owner: str = "") -> str:
     """The layer of a tensor whose op (or the op whose scope it lies in) is ``owner``, in ``scope``.
 
-    >>> layer_of("icnn/helper", None, ["icnn"]), layer_of("conv1", None, ["icnn"]), layer_of("", None, [], "pool1")
-    ('icnn', 'conv1', 'pool1')
+    >>> layer_of("icnn/helper", None, ["icnn"]), layer_of("conv1", None, ["icnn"])
+    ('icnn', 'conv1')
+    >>> layer_of("", None, [], "pool1")
+    'pool1'
     """
     if isinstance(icnn_layer, str) and icnn_layer:
         return icnn_layer
@@ -46,8 +48,10 @@ def op_scope(op: str, scope: str, ops: Mapping[str, str]) -> tuple[str, str]:
     op's scope, and the op they lead to; ``ops``: op name -> scope.
 
     >>> ops = {"conv1/Conv2D": "conv1", "L2Loss": ""}
-    >>> op_scope("conv1/Conv2D/ReadVariableOp", "conv1/Conv2D", ops), op_scope("L2Loss/Read", "L2Loss", ops)
-    (('conv1', 'conv1/Conv2D'), ('', 'L2Loss'))
+    >>> op_scope("conv1/Conv2D/ReadVariableOp", "conv1/Conv2D", ops)
+    ('conv1', 'conv1/Conv2D')
+    >>> op_scope("L2Loss/Read", "L2Loss", ops)
+    ('', 'L2Loss')
     """
     seen = set()
     while scope in ops and scope not in seen:

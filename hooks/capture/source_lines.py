@@ -47,8 +47,10 @@ def _library_dirs() -> tuple[str, ...]:
 def is_library(filename: str) -> bool:
     """True for frames that are not the user's code (see the module docstring).
 
-    >>> is_library("/usr/lib/python3/dist-packages/tensorflow/python/ops/nn_ops.py"), is_library("train.py")
-    (True, False)
+    >>> is_library("/usr/lib/python3/dist-packages/tensorflow/python/ops/nn_ops.py")
+    True
+    >>> is_library("train.py")
+    False
     """
     if filename.startswith("<frozen") or filename.startswith("<__array_function__"):
         return True
@@ -67,8 +69,10 @@ def _in_hooks(filename: str) -> bool:
 def shown_path(filename: str, cwd: str) -> str:
     """``filename`` relative to ``cwd`` when it lies under it, else unchanged.
 
-    >>> shown_path("/home/u/proj/models.py", "/home/u/proj"), shown_path("/opt/x.py", "/home/u/proj")
-    ('models.py', '/opt/x.py')
+    >>> shown_path("/home/u/proj/models.py", "/home/u/proj")
+    'models.py'
+    >>> shown_path("/opt/x.py", "/home/u/proj")
+    '/opt/x.py'
     """
     if not os.path.isabs(filename):
         return filename

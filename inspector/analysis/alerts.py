@@ -131,8 +131,11 @@ def rerun_text(first: dict) -> str:
     session re-ran (``Run.nonfinite_evidence``'s ``rerun_by``): the rows the reader shows at that
     step are the later session's, which may well be finite. '' otherwise.
 
-    >>> print(rerun_text({"session": 1, "rerun_by": 2}))
-    ; seen by session 1, whose step session 2 ran again (the rows shown at that step are session 2's)
+    >>> text = rerun_text({"session": 1, "rerun_by": 2})
+    >>> text.startswith("; seen by session 1, whose step session 2 ran again (the rows shown at")
+    True
+    >>> text.endswith("that step are session 2's)")
+    True
     """
     if first.get("rerun_by") is None:
         return ""
@@ -245,8 +248,10 @@ def dropped_alerts(dropped: pd.DataFrame) -> list[Alert]:
 
     >>> a = dropped_alerts(pd.DataFrame({"what": ["stats"], "reason": ["write error: disk full"],
     ...                                  "count": [3], "first_step": [10], "last_step": [30]}))[0]
-    >>> a.kind, a.message
-    ('dropped_statistics', '3 statistics step(s) dropped: write error: disk full (3 statistics step(s), steps 10..30)')
+    >>> a.kind
+    'dropped_statistics'
+    >>> a.message.startswith("3 statistics step(s) dropped: write error: disk full (3 statistics")
+    True
     """
     if dropped is None or dropped.empty:
         return []

@@ -95,8 +95,9 @@ def view_note(sessions: pd.DataFrame, mode: str, worker: str | None) -> str | No
     the steps each recorded (a later one wins the steps both recorded), and those hidden by a
     new training, with how to read them. None where one session (or none) has steps.
 
-    >>> view_note(run.sessions, "train", "chief")   # doctest: +SKIP
-    'Curves join sessions s1 (steps 1..60), s3 (steps 51..120, resumed at step 50: wins steps 51..60).'"""
+    >>> print(view_note(run.sessions, "train", "chief"))   # doctest: +SKIP
+    Curves join sessions s1 (steps 1..60), s3 (steps 51..120, resumed at step 50: wins steps
+    51..60)."""
     rows = sessions[(sessions["worker"] == worker) & (sessions["mode"] == mode)
                     & sessions["first_step"].notna()]
     shown = rows[rows["hidden_by"].isna()].sort_values("session")
