@@ -42,8 +42,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from inspector.dumps import files as safetensors_io
-from inspector.format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS, TOOL_VERSION,
-                              check_worker, dump_name, graph_name, manifest_name, stats_name)
+from inspector.format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS,
+                              TOOL_VERSION, check_worker, dump_name, graph_name, manifest_name,
+                              stats_name)
 from inspector.format.loghist import MAX_INDEX, rows_of
 from inspector.format.manifest import WRITER_KEYS, with_caller_defaults
 from inspector.sessions.crosscheck import encode_dumps
@@ -99,7 +100,8 @@ class _Stats:
     batch: int
     rows: np.ndarray        # int [K]: the layout's rows written (``keep``)
     values: np.ndarray      # float64 [K, len(STAT_COLUMNS)]
-    splits: np.ndarray      # int64 [K + 1]: row k's buckets are index/count[splits[k]:splits[k + 1]]
+    # int64 [K + 1]: row k's buckets are index/count[splits[k]:splits[k + 1]]
+    splits: np.ndarray
     index: np.ndarray       # int16 [N]: log-magnitude bucket indices (inspector/format/loghist.py)
     count: np.ndarray       # int32 [N]
 
@@ -131,7 +133,8 @@ class Tally:
         r = self._records.get(key)
         first = r is None
         if r is None:
-            r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0, "first_step": step,
+            r = self._records[key] = {"what": what, "reason": key[1], "count": 0, "bytes": 0,
+                                      "first_step": step,
                                       "last_step": step, "steps": [], "first_time": now_iso()}
         r["count"] += 1
         r["bytes"] += int(nbytes)
@@ -163,7 +166,8 @@ class WriterState:
     last_step: int | None = None
     dropped: Tally = field(default_factory=Tally)
     errors: Tally = field(default_factory=Tally)
-    written: list[tuple[int, int | None]] = field(default_factory=list)   # (step, batch) of each dump written
+    # (step, batch) of each dump written
+    written: list[tuple[int, int | None]] = field(default_factory=list)
 
     def saw(self, step: int) -> None:
         """Widen the session's step range to ``step``."""
@@ -176,7 +180,8 @@ def describe_error(e: BaseException) -> str:
     if isinstance(e, StorageError) and e.cause:
         return f"StorageError: {e.cause}"  # without the file's URL: one outage is one record
     if isinstance(e, OSError) and e.errno is not None:
-        return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror or _errno.errorcode.get(e.errno, '')}"
+        return (f"{type(e).__name__}: [Errno {e.errno}] "
+                f"{e.strerror or _errno.errorcode.get(e.errno, '')}")
     return f"{type(e).__name__}: {e}"
 
 
@@ -200,7 +205,8 @@ class _Inbox(queue.Queue):
             return
         self.rows += len(rows)
         while self.rows + self._held() > MAX_BUFFERED_ROWS:
-            old = next((x for x in self.queue if getattr(x, "rows", None) is not None and x is not item), None)
+            old = next((x for x in self.queue
+                        if getattr(x, "rows", None) is not None and x is not item), None)
             if old is None:
                 break
             self.queue.remove(old)
@@ -228,9 +234,9 @@ _OPEN: "weakref.WeakSet[RunWriter]" = weakref.WeakSet()
 @atexit.register
 def _close_open_writers() -> None:
     for w in list(_OPEN):
-        w.close("failed", error="the process exited before the session ended (DumpHook.end() or the Keras "
-                                "callback's on_train_end was not called: an exception in training or in "
-                                "another callback)", timeout=30)
+        w.close("failed", error="the process exited before the session ended (DumpHook.end() or "
+                                "the Keras callback's on_train_end was not called: an exception in "
+                                "training or in another callback)", timeout=30)
 
 
 @functools.lru_cache(maxsize=4)
@@ -238,7 +244,8 @@ def _static_columns(lay: StatsLayout) -> dict[str, pa.Array]:
     """The tensor, kind and group columns of every statistics part (dictionary-encoded; arrow
     arrays are immutable, so sessions with the same layout, e.g. each ``fit``, share them)."""
     return {name: pa.array(list(values)).dictionary_encode()
-            for name, values in (("tensor", lay.tensors), ("kind", lay.kinds), ("group", lay.groups))}
+            for name, values in (("tensor", lay.tensors), ("kind", lay.kinds),
+                                 ("group", lay.groups))}
 
 
 def _check_session(mode: str, manifest: Mapping[str, Any]) -> None:
@@ -405,8 +412,9 @@ class RunWriter:
         _OPEN.add(self)
 
     # ---- called from the training loop -------------------------------------------------
-    def add_stats(self, step: int, values: np.ndarray, hist: tuple[np.ndarray, np.ndarray, np.ndarray],
-                  batch: int = 0, keep: np.ndarray | None = None) -> None:
+    def add_stats(self, step: int, values: np.ndarray,
+                  hist: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int = 0,
+                  keep: np.ndarray | None = None) -> None:
         """Queue one step's statistics; never blocks (see ``_Inbox``).
 
         Args:
@@ -424,7 +432,8 @@ class RunWriter:
         """
         self._raise_if_strict()
         if self.layout is None:
-            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write statistics")
+            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write "
+                             "statistics")
         item = self._checked_stats(int(step), int(batch), values, hist, keep)
         if not self.closed:
             self.state.saw(int(step))
@@ -441,10 +450,11 @@ class RunWriter:
             try:
                 a = np.asarray(given, dtype)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"statistics of step {step}: {name} is not {np.dtype(dtype).name} ({e})") from None
+                raise ValueError(f"statistics of step {step}: {name} is not {np.dtype(dtype).name} "
+                                 f"({e})") from None
             if (shape is not None and a.shape != shape) or (shape is None and a.ndim != 1):
-                raise ValueError(f"statistics of step {step}: {name} has shape {a.shape}, the layout needs "
-                                 f"{shape or '(N,)'}")
+                raise ValueError(f"statistics of step {step}: {name} has shape {a.shape}, the "
+                                 f"layout needs {shape or '(N,)'}")
             return a
 
         try:
@@ -455,20 +465,25 @@ class RunWriter:
         got = array("values", values, np.float64, (n, len(STAT_COLUMNS)))
         splits = array("hist splits", splits, np.int64, (n + 1,))
         index, count = array("hist index", index, np.int64), array("hist count", count, np.int64)
-        if splits[0] != 0 or np.any(np.diff(splits) < 0) or splits[-1] != len(index) or len(count) != len(index):
-            raise ValueError(f"statistics of step {step}: hist splits must rise from 0 to the {len(index)} buckets "
-                             f"(with as many counts, got {len(count)}), got {splits[:3].tolist()}...{splits[-1:]}")
-        if len(index) and (np.abs(index).max() > MAX_INDEX or count.min() < 0 or count.max() > np.iinfo(np.int32).max):
-            raise ValueError(f"statistics of step {step}: hist buckets must lie in -{MAX_INDEX}..{MAX_INDEX} with "
-                             f"counts in 0..2**31-1 (inspector/format/loghist.py)")
+        if splits[0] != 0 or np.any(np.diff(splits) < 0) or splits[-1] != len(index) \
+                or len(count) != len(index):
+            raise ValueError(f"statistics of step {step}: hist splits must rise from 0 to the "
+                             f"{len(index)} buckets (with as many counts, got {len(count)}), got "
+                             f"{splits[:3].tolist()}...{splits[-1:]}")
+        if len(index) and (np.abs(index).max() > MAX_INDEX or count.min() < 0
+                           or count.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"statistics of step {step}: hist buckets must lie in "
+                             f"-{MAX_INDEX}..{MAX_INDEX} with counts in 0..2**31-1 "
+                             "(inspector/format/loghist.py)")
         rows = np.arange(n) if keep is None else np.flatnonzero(array("keep", keep, np.bool_, (n,)))
         if keep is not None:
             splits, index, count = rows_of(splits, index, count, rows=rows)
             got = got[rows]
-        return _Stats(step, batch, rows, got, splits, index.astype(np.int16), count.astype(np.int32))
+        return _Stats(step, batch, rows, got, splits, index.astype(np.int16),
+                      count.astype(np.int32))
 
-    def add_dump(self, step: int, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None,
-                 batch: int | None = None) -> bool:
+    def add_dump(self, step: int, arrays: Mapping[str, np.ndarray],
+                 metadata: Mapping[str, str] | None = None, batch: int | None = None) -> bool:
         """Queue a full dump, unless a full queue, the byte budget or a back-off drops it.
 
         Args:
@@ -487,12 +502,13 @@ class RunWriter:
         self._raise_if_strict()
         if (int(step), batch) in self._dumped:
             self.state.saw(int(step))
-            self.record_drop(step, "a dump of this step is already in this session (the step did not advance between "
-                                   "the two: gradient accumulation, a loss-scale optimizer's skipped step)")
+            self.record_drop(step, "a dump of this step is already in this session (the step did "
+                                   "not advance between the two: gradient accumulation, a "
+                                   "loss-scale optimizer's skipped step)")
             return False
         # Encoded here, once: the file's exact size, so the budget bounds what lands on disk.
-        meta = {"step": str(step), "worker": self.worker, "session": str(self.session), "mode": self.mode,
-                "format_version": str(self._manifest["format_version"]),
+        meta = {"step": str(step), "worker": self.worker, "session": str(self.session),
+                "mode": self.mode, "format_version": str(self._manifest["format_version"]),
                 **({"batch": str(batch)} if batch is not None else {}),
                 **(metadata or {})}
         data = safetensors_io.Encoded(arrays, meta)
@@ -521,7 +537,8 @@ class RunWriter:
             return "writer queue full (disk slower than dumps)"
         return self._drop_reason(nbytes)
 
-    def record_drop(self, step: int | None, reason: str, nbytes: int = 0, what: str = "dump") -> None:
+    def record_drop(self, step: int | None, reason: str, nbytes: int = 0,
+                    what: str = "dump") -> None:
         """Record that a ``what`` (dump or stats) of ``step`` was not written, and why."""
         with self._lock:
             self.state.dropped.add(what, reason, None if step is None else int(step), nbytes)
@@ -531,7 +548,8 @@ class RunWriter:
         if not self.closed:
             self._queue.put(("manifest", fields))
 
-    def close(self, status: str = "finished", timeout: float | None = None, error: str | None = None) -> None:
+    def close(self, status: str = "finished", timeout: float | None = None,
+              error: str | None = None) -> None:
         """Flush everything, write the final manifest, stop the threads, release the lock. Safe
         to call twice and from two threads: the first call's status wins, and every call
         returns once the session has ended (or ``timeout``).
@@ -562,7 +580,8 @@ class RunWriter:
         if retry:
             return retry
         with self._lock:
-            total = self.state.bytes_before + self.state.bytes_written + self._pending_bytes + nbytes
+            total = (self.state.bytes_before + self.state.bytes_written + self._pending_bytes
+                     + nbytes)
         if self.options.max_bytes is not None and total > self.options.max_bytes:
             return f"byte budget max_bytes={self.options.max_bytes} would be exceeded"
         return None
@@ -581,7 +600,8 @@ class RunWriter:
         """One file failed: record it (dropped, errors), back off, training goes on."""
         reason = describe_error(e)
         failures = self._backoff.get(what, (0, 0.0))[0] + 1
-        self._backoff[what] = failures, time.monotonic() + min(MAX_BACKOFF_SECS, BACKOFF_SECS * 2 ** (failures - 1))
+        self._backoff[what] = failures, time.monotonic() + min(MAX_BACKOFF_SECS,
+                                                               BACKOFF_SECS * 2 ** (failures - 1))
         with self._lock:
             first = self.state.errors.add(what, reason, step, nbytes)
             if drop:
@@ -590,8 +610,9 @@ class RunWriter:
         if isinstance(e, LeaseLostError) and threading.current_thread() is not self._thread:
             self._queue.put(("wake",))  # the writer thread ends the session (_ended_by_lease)
         if first:
-            log.error("tf_inspector: writing a %s of %s failed (%s); recorded in the manifest, later files are "
-                      "still tried. Training continues.", what, self.run_dir, reason)
+            log.error("tf_inspector: writing a %s of %s failed (%s); recorded in the manifest, "
+                      "later files are still tried. Training continues.", what, self.run_dir,
+                      reason)
 
     def _loop(self) -> None:
         while True:
@@ -623,7 +644,8 @@ class RunWriter:
             if self.closed:   # a close() is queued: it ends the session, as failed (_finish)
                 return False
             self.closed = True
-        log.error("tf_inspector: session %d of %s ended: %s", self.session, self.run_dir, self.claim.lost)
+        log.error("tf_inspector: session %d of %s ended: %s", self.session, self.run_dir,
+                  self.claim.lost)
         try:
             self._finish("failed", None)
         finally:
@@ -646,7 +668,8 @@ class RunWriter:
             if self.closed:   # a close() is queued: it ends the session with its own status
                 return False
             self.closed = True
-        log.warning("tf_inspector: session %d of %s ended as failed: %s", self.session, self.run_dir, why)
+        log.warning("tf_inspector: session %d of %s ended as failed: %s", self.session,
+                    self.run_dir, why)
         try:
             self._drain()   # what the owner queued before it went: its rows are written too
             self._finish("failed", why)
@@ -689,7 +712,8 @@ class RunWriter:
                 self._write_manifest()   # in the space the reserve held
         except BaseException as e:
             self._failed("manifest", e, drop=False)
-            log.error("tf_inspector: could not write the final manifest of %s: %s", self.run_dir, describe_error(e))
+            log.error("tf_inspector: could not write the final manifest of %s: %s", self.run_dir,
+                      describe_error(e))
         finally:
             self._free_reserve()
             self.claim.release()
@@ -704,7 +728,8 @@ class RunWriter:
         after a crash. None where it cannot be made (an object store, a disk already full)."""
         if not self.store.is_local:
             return None
-        path = Path(self.store.display()) / f".{manifest_name(self.worker, self.session)}.reserve.tmp"
+        path = (Path(self.store.display())
+                / f".{manifest_name(self.worker, self.session)}.reserve.tmp")
         size = 2 * self._manifest_bytes + RESERVE_BYTES
         try:
             with open(path, "wb") as f:
@@ -767,7 +792,8 @@ class RunWriter:
         if self._dump_threads:
             return
         self._dump_threads = [threading.Thread(target=self._dump_loop, daemon=True,
-                                               name=f"tf-inspector-dumps-{self.worker}-s{self.session}-{i}")
+                                               name=f"tf-inspector-dumps-{self.worker}-s"
+                                                    f"{self.session}-{i}")
                               for i in range(self._dump_thread_count)]
         for t in self._dump_threads:
             t.start()
@@ -801,7 +827,8 @@ class RunWriter:
         while self._buffered_rows > MAX_BUFFERED_ROWS and len(self._stats_buffer) > 1:
             old = self._stats_buffer.pop(0)  # parts keep failing: bound the memory, record the loss
             self._buffered_rows -= len(old.rows)
-            self.record_drop(old.step, "statistics buffer full while their parts could not be written", what="stats")
+            self.record_drop(old.step, "statistics buffer full while their parts could not be "
+                                       "written", what="stats")
 
     def _wait(self) -> float:
         """Seconds until the next statistics flush, heartbeat or owner check is due."""
@@ -819,8 +846,8 @@ class RunWriter:
 
     def _write_dump(self, d: _Dump) -> None:
         self.claim.ensure()
-        size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch), d.data.chunks(),
-                                fsync=self.options.fsync, size=d.data.size)
+        size = self.store.write(dump_name(self.worker, self.session, d.step, d.batch),
+                                d.data.chunks(), fsync=self.options.fsync, size=d.data.size)
         with self._lock:
             self.state.bytes_written += size
             self.state.dumps += 1
@@ -847,7 +874,8 @@ class RunWriter:
         written = ~((values[:, STAT_COLUMNS.index("count")] == 0) & self._group_rows[layout_rows])
         if not written.all():
             keep = np.flatnonzero(written)
-            layout_rows, values, steps, batches = (a[keep] for a in (layout_rows, values, steps, batches))
+            layout_rows, values, steps, batches = (a[keep]
+                                                   for a in (layout_rows, values, steps, batches))
             splits, index, count = rows_of(splits, index, count, rows=keep)
         rows = len(layout_rows)
         cols: dict[str, pa.Array] = {
@@ -857,12 +885,14 @@ class RunWriter:
             "step": pa.array(steps),
             "batch": pa.array(batches),
         }
-        for name, column in self._static.items():   # the layout's rows, by index into its dictionary
+        # the layout's rows, by index into its dictionary
+        for name, column in self._static.items():
             indices = np.asarray(column.indices)[layout_rows].astype(np.int32)
             cols[name] = pa.DictionaryArray.from_arrays(indices, column.dictionary)
         for i, name in enumerate(STAT_COLUMNS):
             v = values[:, i]
-            cols[name] = pa.array(v.astype(np.int64) if name in ("count", "nan", "inf") else np.ascontiguousarray(v))
+            cols[name] = pa.array(v.astype(np.int64) if name in ("count", "nan", "inf")
+                                  else np.ascontiguousarray(v))
         offsets = pa.array(splits.astype(np.int32))
         cols["hist_bucket"] = pa.ListArray.from_arrays(offsets, pa.array(index, pa.int16()))
         cols["hist_count"] = pa.ListArray.from_arrays(offsets, pa.array(count, pa.int32()))
@@ -871,8 +901,8 @@ class RunWriter:
     def _flush_stats(self, final: bool = False) -> None:
         """Write the buffered statistics as one part. On failure, on local disk keep them for a
         retry (at the final flush, record them as dropped); on an object store move the part to
-        the spill on local disk (``inspector.storage.spill``), where later parts queue behind it until
-        the store takes them, oldest first."""
+        the spill on local disk (``inspector.storage.spill``), where later parts queue behind it
+        until the store takes them, oldest first."""
         self._last_flush = time.monotonic()
         spill = self._spill
         if self._stats_buffer and (final or spill is not None or not self._backing_off("stats")):
@@ -886,15 +916,18 @@ class RunWriter:
                 if final:
                     self._drop_buffered(f"write error: {describe_error(e)}")
                 return
-            queued = spill is not None and bool(spill.parts or (not final and self._backing_off("stats")))
+            queued = spill is not None and bool(spill.parts
+                                                or (not final and self._backing_off("stats")))
             error = None if queued else self._upload_stats(data, table.num_rows)
             if queued or error is not None:
                 if spill is None:   # local disk: the rows stay in memory for the next try
                     if final and error is not None:
                         self._drop_buffered(f"write error: {describe_error(error)}")
                     return
-                self._to_spill(data, table.num_rows, sorted({item.step for item in self._stats_buffer}))
-            empty = sum(len(item.rows) for item in self._stats_buffer) - table.num_rows   # empty groups' rows
+                self._to_spill(data, table.num_rows,
+                               sorted({item.step for item in self._stats_buffer}))
+            # empty groups' rows
+            empty = sum(len(item.rows) for item in self._stats_buffer) - table.num_rows
             self._stats_buffer, self._buffered_rows = [], 0
             with self._lock:
                 self.state.stats_rows -= empty
@@ -922,13 +955,16 @@ class RunWriter:
         return None
 
     def _to_spill(self, data: bytes, rows: int, steps: list[int]) -> None:
-        """Keep a part the store did not take on local disk; what the spill cannot keep is dropped."""
+        """Keep a part the store did not take on local disk; what the spill cannot keep is
+        dropped."""
         assert self._spill is not None
         try:
-            lost = [(part.steps, f"statistics spill full ({self._spill.max_bytes:,} bytes, spill_bytes=) while the "
-                                 f"store did not answer") for part in self._spill.add(data, rows, steps)]
+            lost = [(part.steps, f"statistics spill full ({self._spill.max_bytes:,} bytes, "
+                                 f"spill_bytes=) while the store did not answer")
+                    for part in self._spill.add(data, rows, steps)]
         except OSError as e:
-            lost = [(tuple(steps), f"the store did not answer and the spill could not keep them: {describe_error(e)}")]
+            lost = [(tuple(steps), "the store did not answer and the spill could not keep them: "
+                                   f"{describe_error(e)}")]
         for part_steps, reason in lost:
             for step in part_steps:
                 self.record_drop(step, reason, what="stats")
@@ -945,7 +981,8 @@ class RunWriter:
             except OSError as e:
                 spill.remove(part)
                 for step in part.steps:
-                    self.record_drop(step, f"spilled statistics could not be read back: {describe_error(e)}",
+                    self.record_drop(step, "spilled statistics could not be read back: "
+                                           f"{describe_error(e)}",
                                      what="stats")
                 continue
             if self._upload_stats(data, part.rows) is not None:
@@ -954,25 +991,30 @@ class RunWriter:
         if final and spill.parts:
             for part in spill.parts:
                 for step in part.steps:
-                    self.record_drop(step, f"the store did not take them before the session ended; kept in "
-                                           f"{spill.folder}", what="stats")
-            log.error("tf_inspector: %d statistics part(s) of %s session %d could not be uploaded before the session "
-                      "ended; they are kept in %s (copy them into %s/stats/ as %s.s%04d.<seq>.parquet to read them)",
-                      len(spill.parts), self.run_dir, self.session, spill.folder, self.run_dir, self.worker,
-                      self.session)
+                    self.record_drop(step, "the store did not take them before the session ended; "
+                                           f"kept in {spill.folder}", what="stats")
+            log.error("tf_inspector: %d statistics part(s) of %s session %d could not be uploaded "
+                      "before the session ended; they are kept in %s (copy them into %s/stats/ as "
+                      "%s.s%04d.<seq>.parquet to read them)",
+                      len(spill.parts), self.run_dir, self.session, spill.folder, self.run_dir,
+                      self.worker, self.session)
 
     def _write_manifest(self) -> None:
         self._last_manifest = time.monotonic()
         with self._manifest_lock:  # the main thread and a failing dump thread may both write it
             with self._lock:
                 st = self.state
-                self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written, dumps_written=st.dumps,
-                                      steps=[st.first_step, st.last_step] if st.first_step is not None else None,
+                self._manifest.update(updated=now_iso(), bytes_written=st.bytes_written,
+                                      dumps_written=st.dumps,
+                                      steps=([st.first_step, st.last_step]
+                                             if st.first_step is not None else None),
                                       dropped=st.dropped.records(), errors=st.errors.records(),
-                                      # what the reader checks it finds (inspector.sessions.crosscheck)
+                                      # what the reader checks it finds
+                                      # (inspector.sessions.crosscheck)
                                       stats_parts=self._seq, dump_runs=encode_dumps(st.written))
             data = json_bytes(self._manifest)
             self._manifest_bytes = len(data)
             if self.claim.lost is None:   # a session that lost its lock still ends its own manifest
                 self.claim.ensure()
-            self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)  # replaced whole
+            # replaced whole
+            self.store.write(manifest_name(self.worker, self.session), [data], fsync=True)
