@@ -20,10 +20,7 @@ steps, the first is 1): graph mode feeds it, Keras mode reads a variable a callb
 before each batch.
 
 Then the parent (no TensorFlow) opens the run and asks the tool: ``inspector.analysis.diagnose
-(run)`` (findings, most likely culprit first) where it exists (else ``inspector.diagnosis``'s),
-else the BASELINE adapter, which builds the same findings from today's API:
-``run.first_nonfinite()`` first, then ``analysis.run_alerts(run)``. The output says which one
-answered.
+(run)`` (findings, most likely culprit first; docs/guide/diagnose.md).
 
 Scoring. A case expects a ``layer`` (a scope substring such as ``fc2``), a ``step`` (or None
 where the fault has no single step) and a ``kind``. The first finding of severity error or
@@ -37,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import shutil
@@ -47,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
 
@@ -450,63 +446,8 @@ def child(key: str, run_dir: str) -> None:
 
 # ---- asking the tool ------------------------------------------------------------------------
 
-@dataclass
-class Finding:
-    """What ``inspector.analysis.diagnose`` returns (its fields, for the baseline adapter)."""
-    kind: str
-    severity: str
-    layer: str | None
-    op: str | None
-    tensor: str | None
-    step: int | None
-    evidence: str
-    advice: str
-
-
-#: Where ``diagnose`` may live (the package is being reorganised), in the order tried.
-DIAGNOSE_MODULES = ("inspector.analysis", "inspector.diagnosis")
-BASELINE = "BASELINE adapter (run.first_nonfinite(), then analysis.run_alerts())"
-
-
-def tool_diagnose() -> tuple[str, Callable[[Any], list]]:
-    """("<module>.diagnose", it) for the first module that has it, else (BASELINE, the adapter)."""
-    for name in DIAGNOSE_MODULES:
-        try:
-            return f"{name}.diagnose", getattr(importlib.import_module(name), "diagnose")
-        except (ImportError, AttributeError):
-            continue
-    return BASELINE, baseline_diagnose
-
-
-def _where(catalog, tensor: str | None) -> tuple[str | None, str | None]:
-    """(layer, op) of a catalog tensor: its Keras layer path, else its name scope."""
-    if tensor is None or tensor not in catalog.index:
-        return None, None
-    row = catalog.loc[tensor]
-    layer = row.get("keras_layer")
-    if not isinstance(layer, str) or not layer:
-        layer = row.get("scope") if isinstance(row.get("scope"), str) and row.get("scope") else None
-    op = row.get("op")
-    return layer, op if isinstance(op, str) else None
-
-
-def baseline_diagnose(run) -> list[Finding]:
-    """Today's answers as findings: the first NaN/Inf, then every alert (errors first)."""
-    from inspector import analysis
-    cat = run.tensors
-    out: list[Finding] = []
-    first = run.first_nonfinite()
-    if first:
-        layer, op = _where(cat, first.get("tensor"))
-        out.append(Finding("nonfinite", "error", layer, op, first.get("tensor"), first.get("step"),
-                           f"first non-finite value: {first.get('kind')} of {first.get('tensor')} "
-                           f"(seen by {first.get('source')})", ""))
-    for a in analysis.run_alerts(run):
-        if a.kind == "nonfinite":   # run_alerts repeats first_nonfinite's
-            continue
-        layer, op = _where(cat, a.tensor)
-        out.append(Finding(a.kind, a.severity, layer, op, a.tensor, a.step, a.message, ""))
-    return out
+#: what answers (printed with the results)
+SOURCE = "inspector.analysis.diagnose"
 
 
 #: Words a finding's kind may use for a fault that has no layer (the detector's names are its own).
@@ -567,10 +508,11 @@ def run_case(case: Case, root: Path, python: str) -> dict:
     row.update(next((json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")), {}))
     if proc.returncode:
         return {**row, **_failed(" | ".join(proc.stderr.strip().splitlines()[-3:]))}
-    source, diagnose = tool_diagnose()
+    from inspector.analysis import diagnose
+    source = SOURCE
     try:
         findings = diagnose(inspector.open_run(run_dir))
-    except Exception as e:  # noqa: BLE001 - a detector under development: its error is the case's verdict
+    except Exception as e:  # noqa: BLE001 - a detector's error is the case's verdict, not the bench's end
         return {**row, **_failed(f"{source}: {type(e).__name__}: {e}")}
     return {**row, "answered_by": source, **score(case, findings),
             "findings": [dataclasses.asdict(f) if dataclasses.is_dataclass(f) else vars(f) for f in findings]}
@@ -629,7 +571,7 @@ def main() -> None:
     cases = select(args)
     if not cases:
         p.error(f"no case matches {args.only}; cases: {', '.join(c.key for c in all_cases())}")
-    source = tool_diagnose()[0]
+    source = SOURCE
     print(f"answered by: {source}", flush=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="bench_diagnosis_") as tmp:
