@@ -217,6 +217,21 @@ def test_an_op_that_zeroes_most_units_is_found():
     assert not signals.dead_unit_findings(zf, cat, OpGraph(nodes), th)   # not far above its input's share
 
 
+def test_a_softmax_whose_rows_peak_at_1_is_saturated():
+    """Attention weights one-hot: a softmax over 8 values whose every row's top value is ~1."""
+    th = SignalThresholds()
+    cat = pd.DataFrame({"name": ["att/Softmax:0"], "op": ["att/Softmax"], "op_type": ["Softmax"],
+                        "scope": ["att"], "shape": [[None, 4, 8]]})
+    rows = 100
+    peaked = np.concatenate([np.full(rows, 0.999), np.full(rows * 7, 1e-4)])
+    assert [f.kind for f in signals.saturation_findings(hist_rows(peaked, "att/Softmax:0"), cat, th)] == \
+        ["saturated"]
+    spread = np.full(rows * 8, 1 / 8)   # every value 0.125: no row peaks
+    assert not signals.saturation_findings(hist_rows(spread, "att/Softmax:0"), cat, th)
+    # without its class count a softmax is not judged: a share of values alone says nothing
+    assert not signals.saturation_findings(hist_rows(peaked, "att/Softmax:0"), cat.assign(shape=[[None]]), th)
+
+
 def test_a_models_output_probabilities_are_not_saturation():
     """A confident classifier's sigmoid sits at 0 and 1: it feeds no layer, so it is not judged."""
     th = SignalThresholds()

@@ -35,7 +35,8 @@ class SignalThresholds:
       larger (median over the window) means a custom gradient or a bug multiplies it there.
     - ``saturated_share``: a tanh/sigmoid output with at least this share of its values in the
       log histogram's buckets at |x| >= 0.9375 (the bucket holding 0.99; for a sigmoid also
-      below 2**-7) is saturated: its gradient is ~0.
+      below 2**-7), or a softmax with this share of its rows peaking there, is saturated: its
+      gradient is ~0.
     - ``dead_share`` / ``dead_rise``: an op output (not a ReLU:
       :func:`~inspector.analysis.alerts.dead_relus` judges those) with at least ``dead_share``
       zeros, ``dead_rise`` above its input's share: the op kills units (a dropout given its keep
@@ -74,7 +75,7 @@ UNIT_DERIVATIVE = frozenset({"Identity", "IdentityN", "Snapshot", "Relu", "Relu6
                              "Elu", "Selu", "Tanh", "Sigmoid", "Softsign", "Softplus", "Gelu",
                              "Neg", "StopGradient"})
 RELU_TYPES = frozenset({"Relu", "Relu6", "LeakyRelu", "Elu", "Selu"})
-SATURATING = frozenset({"Tanh", "Sigmoid"})
+SATURATING = frozenset({"Tanh", "Sigmoid", "Softmax"})
 #: the bucket holding 0.99 starts at 0.9375 (8 buckets per power of two)
 SATURATION_BUCKET = ONE - 1
 
@@ -307,11 +308,36 @@ def gradient_jump_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: Op
     return sorted(out, key=lambda f: -f.numbers["factor"])
 
 
+def _last_dim(row: pd.Series | dict) -> int | None:
+    shape = row.get("shape")
+    if isinstance(shape, (list, tuple, np.ndarray)) and len(shape) \
+            and isinstance(shape[-1], (int, np.integer)):
+        return int(shape[-1])
+    return None
+
+
+def _flat_share(op_type: str, buckets, counts, classes: int | None) -> float | None:
+    """The share of a saturating op's outputs at its flat ends, from one histogram row: values
+    in the bucket holding 0.99 or above (tanh: either sign; sigmoid: also below 2**-7); for a
+    softmax over ``classes`` values, the share of its rows whose top value is there (the values
+    there times ``classes``; None without a known ``classes``)."""
+    b, c = np.asarray(buckets, np.int64), np.asarray(counts, np.float64)
+    flat = np.abs(b) >= SATURATION_BUCKET
+    if op_type == "Sigmoid":
+        lo, _ = bucket_edges(np.abs(b))
+        flat |= (b >= 0) & (lo < 2.0 ** -7)
+    share = float(c[flat].sum() / c.sum())
+    if op_type == "Softmax":
+        return min(1.0, share * classes) if classes else None
+    return share
+
+
 def saturation_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalThresholds,
                         graph: OpGraph | None = None) -> list[Finding]:
-    """Hidden tanh/sigmoid outputs (on the loss's path, feeding a layer with weights where the
-    graph says) whose values sit at the flat ends (from the log histograms). A confident
-    model's output probabilities sit there by design."""
+    """Hidden tanh/sigmoid/softmax outputs (on the loss's path, feeding a layer with weights
+    where the graph says) whose values sit at the flat ends (from the log histograms): for a
+    softmax, rows whose top value is ~1 (one-hot attention). A confident model's output
+    probabilities sit there by design."""
     if "hist_bucket" not in stats:
         return []
     weighted = weighted_ops(catalog, graph) if graph is not None else set()
@@ -323,19 +349,14 @@ def saturation_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalTh
         if row is None or row.get("op_type") not in SATURATING or row.get("has_gradient") is False \
                 or graph is not None and not feeds_a_layer(graph, str(row["op"]), weighted):
             continue
-        shares = []
-        for b, c in zip(rows["hist_bucket"], rows["hist_count"]):
-            if b is None or c is None or len(c) == 0:
-                continue
-            b, c = np.asarray(b, np.int64), np.asarray(c, np.float64)
-            flat = np.abs(b) >= SATURATION_BUCKET
-            if row.get("op_type") == "Sigmoid":
-                lo, _ = bucket_edges(np.abs(b))
-                flat |= (b >= 0) & (lo < 2.0 ** -7)
-            shares.append(float(c[flat].sum() / c.sum()))
+        shares = [_flat_share(str(row["op_type"]), b, c, _last_dim(row))
+                  for b, c in zip(rows["hist_bucket"], rows["hist_count"])
+                  if b is not None and c is not None and len(c)]
+        shares = [x for x in shares if x is not None]
         if shares and float(np.median(shares)) >= th.saturated_share:
             out.append(Finding("saturated", "warning",
-                               f"{name}: {float(np.median(shares)):.0%} of its values are "
+                               f"{name}: {float(np.median(shares)):.0%} of its "
+                               f"{'rows peak' if row['op_type'] == 'Softmax' else 'values are'} "
                                f"at the flat ends of the {row['op_type'].lower()} (|x| >= 0.94; "
                                f"median over {len(shares)} steps), where its derivative is ~0",
                                "its inputs are too large: normalise the inputs, lower the initial "
