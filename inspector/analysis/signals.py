@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from inspector.graph.origin import nearest_captured
+from inspector.graph.origin import layer_of, nearest_captured
 from inspector.format.loghist import ONE, bucket_edges
 from inspector.graph.graphdef import OpGraph
 
@@ -78,16 +78,6 @@ RELU_TYPES = frozenset({"Relu", "Relu6", "LeakyRelu", "Elu", "Selu"})
 SATURATING = frozenset({"Tanh", "Sigmoid", "Softmax"})
 #: the bucket holding 0.99 starts at 0.9375 (8 buckets per power of two)
 SATURATION_BUCKET = ONE - 1
-
-
-def layer_of(catalog_row: pd.Series | dict) -> str:
-    """The layer a catalog row belongs to: its Keras layer, else its name scope."""
-    for key in ("keras_layer", "scope"):
-        v = catalog_row.get(key)
-        if isinstance(v, str) and v:
-            return v
-    name = str(catalog_row.get("name", ""))
-    return name.rsplit("/", 1)[0] if "/" in name else name
 
 
 def _rows(catalog: pd.DataFrame) -> dict[str, pd.Series]:

@@ -131,7 +131,8 @@ def nearest_captured(graph: OpGraph, op: str, captured: set[str], up: bool,
     return found
 
 
-def _layer_of(row: pd.Series) -> str:
+def layer_of(row: pd.Series | dict) -> str:
+    """The layer a catalog row belongs to: its Keras layer, else its name scope."""
     for key in ("keras_layer", "scope"):
         v = row.get(key)
         if isinstance(v, str) and v:
@@ -189,7 +190,7 @@ def find_origin(rows: pd.DataFrame, catalog: pd.DataFrame, graph: OpGraph,
                                                       and isinstance(meta.get("variable"), str))
         # a variable first: a function graph passes a variable's handle in as a Placeholder
         where = "weights" if weights else "input" if op_type in INPUT_OP_TYPES else "forward"
-        return Origin(step, where, op, op_type, str(r["tensor"]), _layer_of(meta), _source_of(meta),
+        return Origin(step, where, op, op_type, str(r["tensor"]), layer_of(meta), _source_of(meta),
                       int(r["nan"]), int(r["inf"]), int(r.get("count", 0) or 0),
                       [u for u in inputs if _op(cat, u) in finite_fwd])
     return _backward_origin(rows, catalog, cat, graph, order, captured_ops, tensor_of_op, step)
@@ -225,8 +226,8 @@ def _backward_origin(rows: pd.DataFrame, catalog: pd.DataFrame, cat: pd.DataFram
     meta = meta.iloc[0] if isinstance(meta, pd.DataFrame) else meta
     made = cat.loc[tensor_of_op[maker]] if maker in tensor_of_op else meta
     made = made.iloc[0] if isinstance(made, pd.DataFrame) else made
-    layer = _layer_of(made) if maker in tensor_of_op \
-        else (maker.rsplit("/", 1)[0] if "/" in maker else _layer_of(meta))
+    layer = layer_of(made) if maker in tensor_of_op \
+        else (maker.rsplit("/", 1)[0] if "/" in maker else layer_of(meta))
     return Origin(step, "backward", maker, str(graph.nodes[maker].op), str(r["tensor"]), layer,
                   _source_of(made) or _source_of(meta), int(r["nan"]), int(r["inf"]),
                   int(r.get("count", 0) or 0),
