@@ -17,7 +17,6 @@ Example::
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -27,30 +26,24 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inspector.dumps import files as safetensors_io
-from inspector.dumps.schema import check_samples
-from inspector.format import (GROUPS, KINDS, MODES, graph_name, is_temporary, parse_dump_name,
-                              parse_manifest_name, parse_stats_name)
+from inspector.dumps import read
+from inspector.dumps.read import DumpFile
+from inspector.format import GROUPS, MODES, graph_name, is_temporary, parse_manifest_name
 from inspector.format import manifest as manifest_schema
 from inspector.format.accounting import Ledger, Why
 from inspector.format.loghist import LogHistogram
-from inspector.format.manifest import (CALLER_DEFAULTS, GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY,
-                                       load_manifest, with_caller_defaults)
+from inspector.format.manifest import (GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, load_manifest,
+                                       with_caller_defaults)
 from inspector.format.provenance import captured_on
 from inspector.graph import graphdef
-from inspector.sessions.crosscheck import (dump_problems, folder_problems, graph_problems,
-                                           stats_problems)
+from inspector.sessions.crosscheck import folder_problems, graph_problems
 from inspector.sessions.liveness import writer_state
 from inspector.sessions.trainings import hidden_sessions
-from inspector.stats import histograms, nonfinite
-from inspector.stats.digest import COLUMNS as DIGEST_COLUMNS
-from inspector.stats.digest import Digest, digest
-from inspector.stats.parts import live_parts, seq_range
-from inspector.stats.schema import read_part, read_ranged_part
+from inspector.stats import query
+from inspector.stats.digest import Digest
 from inspector.storage.atomic import safe_join
 
-from .errors import (DamagedFileError, InspectorError, NoDumpError, NotARunError, StorageError,
-                     UnknownGroupError, UnknownTensorError, nearest, suggest)
+from .errors import DamagedFileError, InspectorError, NotARunError, UnknownTensorError, suggest
 from .storage import Storage, normalize, open_storage
 
 CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_gradient", "batched",
@@ -160,25 +153,6 @@ def worker_status(manifest: dict, now: float | None = None) -> str:
     """One writer session's state from its manifest: its ``status``, or for a 'running' one
     whose writer is gone, 'crashed' (same host, process not alive) or 'stalled' (heartbeat late)."""
     return writer_state(manifest, now)
-
-
-def _aliases(path: Path | str, header: dict) -> dict[str, str]:
-    """{alias key: stored key} from a dump header's metadata; DamagedFileError if they dangle."""
-    try:
-        return safetensors_io.aliases(header)  # checked by read_header already
-    except ValueError as e:
-        raise DamagedFileError(f"damaged dump file {path}: {e}") from None
-
-
-@dataclass(frozen=True)
-class DumpFile:
-    worker: str
-    session: int
-    step: int
-    batch: int
-    path: Path | str  # for messages: the local path, or the URL of the object
-    rel: str = ""     # its name inside the run directory (``dumps/...``)
-    size: int | None = None  # from the listing (objects in a store are never rewritten)
 
 
 #: Selects every worker (``worker="all"``) or every session, unmerged (``session="all"``).
@@ -617,137 +591,16 @@ class Run:
     # ---- statistics ----------------------------------------------------------------------
     @cached_property
     def _stats_files(self) -> list[tuple[str, int, tuple[str, int | None, str]]]:
-        """(worker, session, (name in the run, size, stamp)) of every statistics part."""
-        found = sorted((*ids, (f"stats/{e.name}", e.size, e.stamp))
-                       for e in self.store.list("stats")
-                       if (ids := parse_stats_name(e.name)))
-        live, problems = live_parts(found)  # a compacted part hides the small parts it replaced
-        ranges: dict[tuple[str, int], list[tuple[int, int]]] = {}
-        for w, s, p in found:
-            if (r := seq_range(p[0].rsplit("/", 1)[-1])) is not None:
-                ranges.setdefault((w, s), []).append(r)
-        problems += stats_problems(self.manifests, ranges, self.store.display)
-        orphans: dict[tuple[str, int], int] = {}
-        for w, s, _ in live:
-            if (w, s) not in self.manifests:
-                orphans[(w, s)] = orphans.get((w, s), 0) + 1
-        problems += [f"{n} statistics part(s) of {w} session {s}, which has no readable manifest: "
-                     "its mode is unknown, so its rows are in no mode's view (read them with "
-                     f"mode='all' or session={s})"
-                     for (w, s), n in sorted(orphans.items())]
-        self.problems += [m for m in problems if m not in self.problems]
-        kept = {p for _, _, p in live}   # digests of parts compacted away since: never asked again
-        self._digests = {p: d for p, d in self._digests.items() if p in kept}
-        self._origins.clear()   # the listing changed: so may the first NaN/Inf
-        return live
+        """(worker, session, (name in the run, size, stamp)) of every statistics part,
+        listed once per snapshot."""
+        return query.stats_files(self)
 
     def _read_part(self, worker: str, session: int, part: tuple[str, int | None, str],
                    columns: Sequence[str] | None, filters: Any,
                    identity: bool = True) -> pa.Table | None:
-        """Rows of ``part`` (None, its problem recorded, if it cannot be read); ``identity``:
-        with the identity columns a version 1 part lacks."""
-        rel, size, stamp = part
-        path = self.path / rel if self.store.is_local else self.store.display(rel)
-        try:
-            if self.store.is_local:
-                # read_part refuses all but a regular file inside the run with the writer's schema
-                # (session 0's parts have version 1's, without the identity columns: _with_identity
-                # adds them)
-                t = read_part(Path(path), self.path, columns, filters, self.verify,
-                              version1=session == 0)
-            else:
-                if size is None:
-                    raise DamagedFileError(f"{path}: not a file (a folder); refused")
-                with self.store.ranged(rel, size) as r:
-                    t, self._footers[(rel, size, stamp)] = read_ranged_part(
-                        r, columns, filters, self.verify, session == 0,
-                        self._footers.get((rel, size, stamp)))
-        except StorageError:
-            # the store did not answer: not a damaged file, and the rows are not known to be gone
-            raise
-        # pyarrow's "realloc failed" (ArrowMemoryError) too: the file is fine
-        except MemoryError as e:
-            raise MemoryError(f"reading {path} needs more memory than this process may use ({e}); "
-                              "the file is not damaged: ask for fewer rows and columns "
-                              "(run.query_stats([tensor], steps=(first, last), columns=[...])), "
-                              "or read it where more memory is free") from None
-        except (OSError, pa.ArrowException, DamagedFileError) as e:
-            msg = str(e) if isinstance(e, DamagedFileError) \
-                else f"damaged statistics file {path}: {e}"
-            if msg not in self.problems:
-                self.problems.append(msg)
-            return None
-        return _with_identity(t, worker, session, self._mode_of(worker, session)) if identity else t
-
-    def _read_stats(self, columns: Sequence[str] | None = None, filters: Any = None,
-                    mode: str | None = None, worker: str | None = None,
-                    session: int | str | None = None, batch: int | None = None) -> pa.Table:
-        for _ in range(3):
-            before = len(self.problems)
-            table, failed = self._read_stats_once(columns, filters, mode, worker, session, batch)
-            gone = self._vanished(failed)
-            if not gone:
-                return table
-            # a writer compacted parts after we listed them (the compacted part holds their rows,
-            # the small ones were deleted): read again from a new listing, not a stale snapshot
-            self.__dict__.pop("_stats_files", None)
-            self.problems[before:] = [m for m in self.problems[before:]
-                                      if not any(rel in m for rel in gone)]
-        return table
-
-    def _vanished(self, rels: list[str]) -> list[str]:
-        """Those of the parts ``rels`` (that failed to read) no longer listed in ``stats/``."""
-        if not rels:
-            return []
-        names = {f"stats/{e.name}" for e in self.store.list("stats")}
-        return [rel for rel in rels if rel not in names]
-
-    def _read_stats_once(self, columns: Sequence[str] | None, filters: Any, mode: str | None,
-                         worker: str | None, session: int | str | None,
-                         batch: int | None) -> tuple[pa.Table, list[str]]:
-        """The statistics from the current listing, and the parts that could not be read."""
-        files = self._selected(self._stats_files, mode, worker, session)
-        batch = self._where(mode, worker, batch)[2]
-        parts: dict[tuple[str, int], list[pa.Table]] = {}
-        failed = []
-        lo, hi = _step_bounds(filters)
-        if lo is not None or hi is not None:  # skip parts whose summary puts every step outside
-            from inspector.stats.summary import part_steps
-            files = [(w, s, p) for w, s, p in files if (r := part_steps(self, p)) is None
-                     or not ((lo is not None and r[1] < lo) or (hi is not None and r[0] > hi))]
-        for w, s, p in files:
-            t = self._read_part(w, s, p, columns, filters)
-            if t is None:
-                failed.append(p[0])
-            if t is not None and t.num_rows:
-                parts.setdefault((w, s), []).append(t)
-        if session is None:   # a filtered query's rows do not show every step a session recorded
-            parts = _latest_session_wins(parts, self._claimed_steps(files) if filters else None)
-        tables = [t for ts in parts.values() for t in ts]
-        if batch is not None:  # after the rule: a later evaluation at a step wins all its batches
-            tables = [t.filter(pc.equal(t.column("batch"), batch)) for t in tables]
-        if not tables:
-            return pa.table({}), failed
-        table = pa.concat_tables(tables, promote_options="permissive")
-        return (table.select([c for c in columns if c in table.column_names]) if columns is not None
-                else table), failed
-
-    def _claimed_steps(self, files: list) -> dict[tuple[str, int], tuple[str, set]]:
-        """{(worker, session): (mode, every step it recorded)} for the sessions of ``files`` that
-        share a worker and mode with another: read from each part's whole ``step`` column, not
-        from the rows a query's filters let through, so the later session wins a step whichever
-        tensors, kinds, groups or batch are asked for (one session per worker and mode: none)."""
-        by_mode: dict[tuple[str, str], set[int]] = {}
-        for w, s, _ in files:
-            by_mode.setdefault((w, self._mode_of(w, s)), set()).add(s)
-        out: dict[tuple[str, int], tuple[str, set]] = {}
-        for w, s, p in files:
-            mode = self._mode_of(w, s)
-            if len(by_mode[(w, mode)]) > 1:
-                t = self._read_part(w, s, p, ["tensor", "kind", "group", "step"], None)
-                steps = out.setdefault((w, s), (mode, set()))[1]
-                steps.update(() if t is None else pc.unique(t.column("step")).to_pylist())
-        return out
+        """Rows of ``part``, or None (:func:`inspector.stats.query.read_stats_part`): every
+        statistics read goes through this method."""
+        return query.read_stats_part(self, worker, session, part, columns, filters, identity)
 
     @cached_property
     def stats(self) -> pd.DataFrame:
@@ -760,17 +613,14 @@ class Run:
         bins: edges ``np.linspace(hist_lo, hist_hi, bins + 1)``). Use :meth:`query_stats` for
         other modes, workers, sessions. A row that counts a NaN or Inf shows its mean, std, min,
         max and l2 as NaN or Inf (:meth:`query_stats`)."""
-        return self._to_pandas(nonfinite.mark(self._read_stats()))
+        return query.stats(self)
 
     @property
     def groups(self) -> list[str]:
         """The sample groups of the run's statistics: ``all``, then each session's named groups
         in their order (manifest ``groups``; runs without it: positive and negative).
         Example: ``['all', 'class_0', 'class_1']``."""
-        names: dict[str, None] = {"all": None}
-        for m in self.manifests.values():
-            names.update(dict.fromkeys(_group_codes(m).values()))
-        return list(names)
+        return query.groups(self)
 
     def check_group(self, group: str) -> str:
         """``group``, checked against :attr:`groups`.
@@ -778,10 +628,7 @@ class Run:
         Raises:
             UnknownGroupError: the run has no such group (naming the groups it has).
         """
-        if group not in self.groups:
-            raise UnknownGroupError(f"no group {group!r} in {self.path}; its groups are: "
-                                    f"{', '.join(self.groups)}{suggest(str(group), self.groups)}")
-        return group
+        return query.check_group(self, group)
 
     def query_stats(self, tensors: Iterable[str] | None = None,
                     steps: tuple[int, int] | None = None, kinds: Iterable[str] | None = None,
@@ -827,12 +674,9 @@ class Run:
             ValueError: an unknown mode.
             InspectorError: a worker or session that wrote nothing in this run.
         """
-        if group is not None:
-            groups = [*(groups or []), group]
-        return self._to_pandas(self.query_stats_table(tensors, steps, kinds, groups, columns,
-                                                      mode=mode, worker=worker, session=session,
-                                                      batch=batch, at_steps=at_steps,
-                                                      finite_part=finite_part))
+        return query.query_stats(self, tensors, steps, kinds, groups, columns, mode=mode,
+                                 worker=worker, session=session, batch=batch, group=group,
+                                 at_steps=at_steps, finite_part=finite_part)
 
     def query_stats_table(self, tensors: Iterable[str] | None = None,
                           steps: tuple[int, int] | None = None, kinds: Iterable[str] | None = None,
@@ -842,29 +686,9 @@ class Run:
                           at_steps: Iterable[int] | None = None,
                           finite_part: bool = False) -> pa.Table:
         """Like :meth:`query_stats`, as an Arrow table."""
-        filters: list[tuple[str, str, Any]] = []   # pyarrow's (column, op, value) triples
-        if tensors is not None:
-            tensors = [self.check_tensor(t) for t in tensors]
-            filters.append(("tensor", "in", tensors))
-        if steps is not None:
-            filters += [("step", ">=", int(steps[0])), ("step", "<=", int(steps[1]))]
-        if at_steps is not None:
-            wanted = sorted({int(s) for s in at_steps})
-            # the bounds too: parts whose summary puts every step outside them are not opened
-            filters += [("step", "in", wanted), ("step", ">=", wanted[0] if wanted else 0),
-                        ("step", "<=", wanted[-1] if wanted else -1)]
-        if kinds is not None:
-            filters.append(("kind", "in", list(kinds)))
-        if groups is not None:
-            groups = [groups] if isinstance(groups, str) else list(groups)
-            filters.append(("group", "in", [self.check_group(g) for g in groups]))
-        if columns is not None:
-            columns = list(dict.fromkeys([*_IDENTITY, "tensor", "kind", "group", *columns]))
-        if finite_part:
-            return self._read_stats(columns, filters or None, mode, worker, session, batch)
-        read, extra = nonfinite.columns_to_read(columns)
-        return nonfinite.mark(self._read_stats(read, filters or None, mode, worker, session, batch),
-                              extra)
+        return query.query_stats_table(self, tensors, steps, kinds, groups, columns, mode=mode,
+                                       worker=worker, session=session, batch=batch,
+                                       at_steps=at_steps, finite_part=finite_part)
 
     def stats_steps(self, kind: str = "forward", group: str = "all") -> np.ndarray:
         """The steps with statistics rows of (``kind``, ``group``) in this view: the steps of
@@ -878,99 +702,20 @@ class Run:
         Returns:
             The steps, sorted (int64).
         """
-        batch = self._where(None, None)[2]
-        files = self._selected(self._stats_files, None, None, None)
-        sessions: dict[tuple[str, str], set[int]] = {}
-        for w, s, _ in files:
-            sessions.setdefault((w, self._mode_of(w, s)), set()).add(s)
-        own: dict[tuple[str, str, int], list[np.ndarray]] = {}
-        claims: dict[tuple[str, str, int], list[np.ndarray]] = {}
-        for w, s, p in files:
-            mode = self._mode_of(w, s)
-            got = self._part_step_list(w, s, p, kind, group, batch)
-            claim = (self._part_step_list(w, s, p, "forward", "all", None, every_row=True)
-                     if len(sessions[(w, mode)]) > 1 else np.zeros(0, np.int64))
-            # unreadable, or compacted away since listed: the full reader
-            if got is None or claim is None:
-                df = self.query_stats(kinds=[kind], groups=[group], columns=[])
-                return np.sort(df["step"].unique()).astype(np.int64)
-            own.setdefault((w, mode, s), []).append(got)
-            claims.setdefault((w, mode, s), []).append(claim)
-        found = [np.array([], np.int64)]
-        for (w, mode), numbers in sessions.items():
-            later = np.zeros(0, np.int64)   # steps a later session of this worker and mode recorded
-            for s in sorted(numbers, reverse=True):
-                steps = np.unique(np.concatenate(own.get((w, mode, s), [np.zeros(0, np.int64)])))
-                found.append(np.setdiff1d(steps, later))
-                later = np.union1d(later, np.concatenate(claims.get((w, mode, s),
-                                                                    [np.zeros(0, np.int64)])))
-        return np.unique(np.concatenate(found))
-
-    def _part_step_list(self, worker: str, session: int, part: tuple, kind: str, group: str,
-                        batch: int | None, every_row: bool = False) -> np.ndarray | None:
-        """The steps of ``part``'s (kind, group) rows (``every_row``: of any row; with ``batch``
-        None only), from its summary where it has one, else from its digest (one read of the
-        part for every (kind, group)); of one eval ``batch``, from its rows. None if it cannot
-        be read."""
-        from inspector.stats.summary import part_step_set
-        if batch is None:
-            if self.store.is_local and (got := part_step_set(self, part, kind, group)) is not None \
-                    and (len(got) or not every_row):
-                return got  # the part's summary lists its steps: no row read
-            d = self._part_digest(worker, session, part)
-            return None if d is None else d.every if every_row \
-                else d.steps.get((kind, group), np.zeros(0, np.int64))
-        before = list(self.problems)
-        # tensor: checked
-        t = self._read_part(worker, session, part, ["step", "tensor", "kind", "group", "batch"],
-                            [("kind", "in", [kind]), ("group", "in", [group])])
-        if t is None:
-            self.problems[:] = before
-            return None
-        return pc.unique(t.filter(
-            pc.equal(t.column("batch"), batch)).column("step")).to_numpy().astype(np.int64)
+        return query.stats_steps(self, kind, group)
 
     def _part_digest(self, worker: str, session: int, part: tuple) -> Digest | None:
         """The digest of ``part`` (:mod:`inspector.stats.digest`), read once per version of it;
         None if it cannot be read (its problem left for the full reader to report)."""
-        if (d := self._digests.get(part)) is not None:
-            return d
-        before = list(self.problems)
-        t = self._read_part(worker, session, part, DIGEST_COLUMNS, None, identity=False)
-        if t is None:
-            self.problems[:] = before
-            return None
-        self._digests[part] = d = digest(t)
-        return d
+        return query.part_digest(self, worker, session, part)
 
     @staticmethod
     def to_pandas(table: pa.Table) -> pd.DataFrame:
         """A statistics table (:meth:`query_stats_table`) as :attr:`stats` shows it: names as
         categories, histograms as Arrow lists."""
-        if table.num_columns == 0:
-            return pd.DataFrame(columns=[*_IDENTITY, "tensor", "kind", "group"])
-        df = table.to_pandas(types_mapper=lambda t: pd.ArrowDtype(t)
-                             if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) else None)
-        for c in ("tensor", "kind", "group", "worker", "mode"):
-            if c in df and not isinstance(df[c].dtype, pd.CategoricalDtype):
-                df[c] = df[c].astype("category")
-        return df
+        return query.to_pandas(table)
 
     _to_pandas = to_pandas  # the name this module's callers used
-
-    def _histogram_row(self, tensor: str, step: int, kind: str, group: str, mode: str | None,
-                       worker: str | None, session: int | None, batch: int | None) -> pd.Series:
-        df = self.query_stats([tensor], steps=(step, step), kinds=[kind], groups=[group],
-                              columns=list(histograms.COLUMNS), mode=mode, worker=worker,
-                              session=session)
-        df = df[df["batch"] == (self._where(mode, worker, batch)[2] or 0)]
-        if df.empty:
-            have = self.query_stats([tensor], kinds=[kind], groups=[group], columns=[], mode=mode,
-                                    worker=worker, session=session)["step"].unique()
-            raise NoDumpError(f"no statistics for {tensor!r} kind={kind!r} group={group!r} at step "
-                              f"{step}; nearest steps with statistics: {nearest(step, have)}")
-        _one_source(df, f"statistics of {tensor!r} at step {step}")
-        return df.iloc[0]
 
     def histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                   mode: str | None = None, worker: str | None = None, session: int | None = None,
@@ -989,10 +734,8 @@ class Run:
             InspectorError: rows of several workers or sessions: pass ``worker=`` (or
                 ``session=``).
         """
-        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session,
-                                                  batch))
-        return histograms.edges_and_counts(h) if h is not None \
-            else (np.array([0.0, 1.0]), np.zeros(1, np.int64))
+        return query.histogram(self, tensor, step, kind, group, mode=mode, worker=worker,
+                               session=session, batch=batch)
 
     def log_histogram(self, tensor: str, step: int, kind: str = "forward", group: str = "all", *,
                       mode: str | None = None, worker: str | None = None,
@@ -1008,13 +751,8 @@ class Run:
                 :meth:`histogram`), or as :meth:`histogram` raises.
             NoDumpError: as :meth:`histogram` raises.
         """
-        h = histograms.of_row(self._histogram_row(tensor, step, kind, group, mode, worker, session,
-                                                  batch))
-        if not isinstance(h, LogHistogram):
-            raise InspectorError(f"the statistics of {tensor!r} at step {step} were written before "
-                                 "format version 4: their histogram has equal-width bins, not "
-                                 "log-magnitude buckets; read run.histogram() instead")
-        return h
+        return query.log_histogram(self, tensor, step, kind, group, mode=mode, worker=worker,
+                                   session=session, batch=batch)
 
     def quantiles(self, tensor: str, steps: tuple[int, int] | None = None, kind: str = "forward",
                   group: str = "all", q: Sequence[float] = (0.0, 0.07, 0.16, 0.5, 0.84, 0.93, 1.0),
@@ -1041,26 +779,14 @@ class Run:
             One row per step (and batch, worker or session where the view holds several),
                 columns ``q0.5`` etc.; ``attrs["relative_error"]`` states the bound.
         """
-        df = self.query_stats([tensor], steps=steps, kinds=[kind], groups=[group],
-                              columns=list(histograms.COLUMNS), mode=mode, worker=worker,
-                              session=session)
-        return histograms.quantile_frame(df.sort_values("step", kind="stable"), q)
+        return query.quantiles(self, tensor, steps, kind, group, q, mode=mode, worker=worker,
+                               session=session)
 
     # ---- full dumps ----------------------------------------------------------------------
     @cached_property
     def _dump_files(self) -> list[DumpFile]:
-        out = []
-        listed = self.store.list("dumps")
-        self.problems += [p for p in dump_problems(self.manifests, {e.name for e in listed},
-                                                   self.store.display)
-                          if p not in self.problems]
-        for e in sorted(listed, key=lambda e: e.name):
-            ids = parse_dump_name(e.name)
-            if ids and any(w == ids[0] for w, _ in self.manifests):
-                rel = f"dumps/{e.name}"
-                path = self.path / rel if self.store.is_local else self.store.display(rel)
-                out.append(DumpFile(*ids, path, rel, e.size))
-        return out
+        """Every dump file of the run, listed once per snapshot."""
+        return read.dump_files(self)
 
     def dump_index(self, *, mode: str | None = None, worker: str | None = None,
                    session: int | str | None = None) -> dict[tuple[int, int], list[DumpFile]]:
@@ -1070,24 +796,7 @@ class Run:
             ``{(step, batch): [DumpFile, ...]}``; a step two sessions of one worker dumped
                 keeps the later session's (unless ``session=``).
         """
-        key = (*self._where(mode, worker)[:2], session)
-        if key not in self._indexes:
-            self._indexes[key] = self._build_index(*key)
-        return self._indexes[key]
-
-    def _build_index(self, mode: str, worker: str | None,
-                     session: int | str | None) -> dict[tuple[int, int], list[DumpFile]]:
-        chosen = self._selected(((f.worker, f.session, f) for f in self._dump_files), mode, worker,
-                                session)
-        latest: dict[tuple[str, str, int], int] = {}
-        for w, s, f in chosen:
-            key = (w, self._mode_of(w, s), f.step)
-            latest[key] = max(latest.get(key, -1), s)
-        out: dict[tuple[int, int], list[DumpFile]] = {}
-        for w, s, f in chosen:
-            if session is not None or latest[(w, self._mode_of(w, s), f.step)] == s:
-                out.setdefault((f.step, f.batch), []).append(f)
-        return out
+        return read.dump_index(self, mode=mode, worker=worker, session=session)
 
     @property
     def steps(self) -> list[int]:
@@ -1098,54 +807,12 @@ class Run:
                    session: int | str | None = None) -> list[int]:
         """Steps with a full dump of the chosen mode, worker and session (as in
         :meth:`query_stats`), sorted."""
-        return sorted({step for step, _ in self.dump_index(mode=mode, worker=worker,
-                                                           session=session)})
+        return read.dump_steps(self, mode=mode, worker=worker, session=session)
 
     def _dump(self, step: int, worker: str | None, mode: str | None = None,
               batch: int | None = None, session: int | str | None = None) -> DumpFile:
-        index = self.dump_index(mode=mode, worker=worker, session=session)
-        mode, _, batch = self._where(mode, worker, batch)
-        batch = batch or 0
-        files = index.get((int(step), int(batch)))
-        if not files:
-            others = sorted({f.worker for f in self.dump_index(mode=mode, worker=ALL).get(
-                (int(step), int(batch)), [])})
-            where = f" (workers {others} dumped it: pass worker=)" if others else ""
-            where += self._sessions_holding(step, None, worker, mode, batch) if session is None \
-                else ""
-            have = sorted({s for s, _ in index})
-            raise NoDumpError(f"no {mode} dump at step {step}" +
-                              (f" batch {batch}" if batch else "") +
-                              f" in {self.path}{where}; nearest dumped steps: "
-                              f"{nearest(int(step), have) or 'none (run.steps is empty)'}")
-        if len(files) > 1:
-            raise InspectorError(f"step {step} was dumped by {len(files)} writers ("
-                                 f"{', '.join(f'{f.worker} session {f.session}' for f in files)}): "
-                                 "pass worker= (and session=) to choose one")
-        return files[0]
-
-    def _sessions_holding(self, step: int, key: str | None, worker: str | None, mode: str | None,
-                          batch: int | None) -> str:
-        """Where the merged view has no dump of ``step`` holding ``key`` (None: any dump), the
-        sessions whose own dump of it does (a later session dumped the step without the tensor,
-        or a new training hides the session that dumped it), as a hint naming ``session=``."""
-        mode, _, batch = self._where(mode, worker, batch)
-        files = self.dump_index(mode=mode, worker=worker, session=ALL).get(
-            (int(step), int(batch or 0)), [])
-        found = []
-        for f in files:
-            try:
-                if key is None or key in self._header(f)[0] or key in self._aliases(f):
-                    found.append(f)
-            except DamagedFileError:
-                continue
-        if not found:
-            return ""
-        hidden = [" (hidden: an earlier training, before the new training of session "
-                  f"{self._hidden[k]})"
-                  if (k := (f.worker, f.session)) in self._hidden else "" for f in found]
-        names = ", ".join(f"session {f.session}{h}" for f, h in zip(found, hidden))
-        return f"; the dump of that step by {names} holds it: pass session={found[-1].session}"
+        """The one dump file of ``step`` in this view (:func:`inspector.dumps.read.dump_of`)."""
+        return read.dump_of(self, step, worker, mode, batch, session)
 
     def check_dumps(self) -> int:
         """Read and check the header of every dump file (every session, worker and mode).
@@ -1153,48 +820,17 @@ class Run:
         Returns:
             How many are damaged (each is named in ``problems``).
         """
-        damaged = 0
-        for f in self._dump_files:
-            try:
-                self._header(f)
-            except DamagedFileError:
-                damaged += 1
-        return damaged
-
-    def _ranged(self, f: DumpFile) -> Any:
-        """The dump file open for range reads (a listed size is trusted: objects are never
-        rewritten)."""
-        if f.size is None and not self.store.is_local:  # (locally, opening it says what it is)
-            raise DamagedFileError(f"{f.path}: not a file (a folder); refused")
-        return self.store.ranged(f.rel, f.size)
+        return read.check_dumps(self)
 
     def _header(self, f: DumpFile) -> tuple[dict, int]:
         """(header, data start) of a dump file, read and checked once; aliases parsed with it."""
-        path = f.rel
-        if path not in self._headers:
-            try:
-                with self._ranged(f) as r:  # locally a regular file inside the run (safe_files)
-                    header, start = safetensors_io.header_of(r)
-                _check_dump_identity(f, header)
-                self._alias_maps[path] = _aliases(f.path, header)
-                self._headers[path] = header, start
-            except DamagedFileError as e:
-                if str(e) not in self.problems:
-                    self.problems.append(str(e))
-                raise
-        return self._headers[path]
-
-    def _aliases(self, f: DumpFile) -> dict[str, str]:
-        """{alias key: stored key} of a dump file (format.ALIASES_KEY)."""
-        self._header(f)
-        return self._alias_maps[f.rel]
+        return read.dump_header(self, f)
 
     def dump_keys(self, step: int, worker: str | None = None, *, mode: str | None = None,
                   batch: int | None = None, session: int | None = None) -> list[str]:
         """Keys held by the dump of ``step`` ('forward/<tensor>', 'gradient/<tensor>',
         'samples/...')."""
-        f = self._dump(step, worker, mode, batch, session)
-        return [k for k in self._header(f)[0] if k != "__metadata__"] + list(self._aliases(f))
+        return read.dump_keys(self, step, worker, mode=mode, batch=batch, session=session)
 
     def dump_array(self, step: int, key: str, worker: str | None = None, *, mode: str | None = None,
                    batch: int | None = None, session: int | None = None) -> np.ndarray:
@@ -1208,21 +844,7 @@ class Run:
                 ``session=``).
             DamagedFileError: the dump file is damaged (also named in ``problems``).
         """
-        f = self._dump(step, worker, mode, batch, session)
-        header, start = self._header(f)
-        key = self._aliases(f).get(key, key)
-        if key not in header or key == "__metadata__":
-            raise NoDumpError(f"the dump of step {step} holds no {key!r}.{suggest(key, header)}")
-        try:
-            if self.store.is_local:
-                return safetensors_io.load(self.path / f.rel, key, header, start, root=self.path,
-                                           verified=self._verified)
-            with self._ranged(f) as r:
-                return safetensors_io.load_ranged(r, key, header, start, verified=self._verified)
-        except DamagedFileError as e:
-            if str(e) not in self.problems:
-                self.problems.append(str(e))
-            raise
+        return read.dump_array(self, step, key, worker, mode=mode, batch=batch, session=session)
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
                mode: str | None = None, batch: int | None = None,
@@ -1243,21 +865,7 @@ class Run:
             InspectorError: several writers dumped ``step``: pass ``worker=``.
             DamagedFileError: the dump file is damaged.
         """
-        if kind not in KINDS:
-            raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
-        self.check_tensor(name)
-        if kind == "gradient" and not bool(self.tensors.loc[name, "has_gradient"]):
-            note = self.tensors.loc[name, "gradient_note"]
-            why = note if isinstance(note, str) and note else "does not reach the loss"
-            raise NoDumpError(f"{name!r} {why}, so it has no gradient (has_gradient=False)")
-        key = f"{kind}/{name}"
-        if key not in self.dump_keys(step, worker, mode=mode, batch=batch, session=session):
-            f = self._dump(step, worker, mode, batch, session)
-            later = self._sessions_holding(step, key, worker, mode, batch) if session is None \
-                else ""
-            raise NoDumpError(f"the dump of step {step} (session {f.session}) holds no {kind} of "
-                              f"{name!r}{later}; see run.dump_keys({step})")
-        return self.dump_array(step, key, worker, mode=mode, batch=batch, session=session)
+        return read.tensor(self, name, step, kind, worker, mode=mode, batch=batch, session=session)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None,
                 batch: int | None = None, session: int | None = None, tower: str | None = None,
@@ -1282,52 +890,14 @@ class Run:
             NoDumpError: no dump at ``step``, or it holds no samples of ``tower``.
             DamagedFileError: the dump or its session's manifest is damaged.
         """
-        if tensor is not None:
-            tensor = self.check_tensor(tensor)
-            if "batched" in self.tensors and not bool(self.tensors.loc[tensor, "batched"]):
-                raise ValueError(f"{tensor} is not per-sample (catalog batched=False): its dumps "
-                                 "hold the whole tensor, whose rows are not the kept samples; "
-                                 f"run.samples({step}) lists those")
-            own = self.tensors.loc[tensor, "tower"]
-            own = own if isinstance(own, str) else None
-            if tower is not None and tower != own:
-                whose = f"tower {own!r}" if own else "the whole batch"
-                raise ValueError(f"tower={tower!r} with tensor={tensor!r}, whose rows are samples "
-                                 f"of {whose}")
-            tower = own
-        f = self._dump(step, worker, mode, batch, session)
-        keys = self.dump_keys(step, worker, mode=mode, batch=batch, session=session)
-        prefix = "samples/" if tower is None else f"samples/{tower}/"
-        if tower is not None and f"{prefix}index" not in keys:
-            towers = sorted({k[len("samples/"):].rpartition("/")[0] for k in keys
-                             if k.count("/") > 1 and k.startswith("samples/")})
-            raise NoDumpError(f"the dump of step {step} holds no samples of tower {tower!r}; its "
-                              f"towers: {', '.join(towers) or 'none'}")
-        arrays = {col: np.asarray(self.dump_array(step, f"{prefix}{col}", worker, mode=mode,
-                                                  batch=batch, session=session))
-                  for col in ("index", "label", "group") if f"{prefix}{col}" in keys}
-        m = self.manifests.get((f.worker, f.session))
-        if m is None and "group" in arrays:   # its codes' names are in the manifest alone
-            raise DamagedFileError(f"the manifest of {f.worker} session {f.session} is damaged "
-                                   f"(run.problems): the group names of its dump of step {step} "
-                                   "are unknown")
-        codes = _group_codes(m or {})
-        check_samples(f.path, arrays.get("index"), arrays.get("group"), arrays.get("label"),
-                      codes=codes)
-        cols = {col: (list(arr) if arr.ndim > 1 else arr) for col, arr in arrays.items()}
-        df = pd.DataFrame(cols)
-        if "group" in df:
-            df["group"] = [codes[int(c)] for c in df["group"]]
-        df.insert(0, "session", f.session)
-        df.insert(0, "worker", f.worker)
-        return df
+        return read.samples(self, step, worker, mode=mode, batch=batch, session=session,
+                            tower=tower, tensor=tensor)
 
     def dump_metadata(self, step: int, worker: str | None = None, *, mode: str | None = None,
                       batch: int | None = None, session: int | None = None) -> dict:
         """The metadata strings of the dump of ``step`` (step, worker, session, mode,
         format_version, batch and what the hook adds); arguments as in :meth:`dump_array`."""
-        return dict(self._header(
-            self._dump(step, worker, mode, batch, session))[0].get("__metadata__", {}))
+        return read.dump_metadata(self, step, worker, mode=mode, batch=batch, session=session)
 
     # ---- sizes and anomalies -------------------------------------------------------------
     def size_bytes(self) -> int:
@@ -1395,7 +965,7 @@ class Run:
         if self._where(mode, worker)[2] is not None or \
                 len({(w, self._mode_of(w, s)) for w, s in sessions}) < len(sessions):
             return None
-        columns = [*_IDENTITY, "tensor", "kind", "group", "nan", "inf"]
+        columns = [*query.IDENTITY, "tensor", "kind", "group", "nan", "inf"]
         parts: dict[tuple[str, int], list[pa.Table]] = {}
         for w, s, p in files:
             bins = nonfinite_bins(self, p)
@@ -1416,7 +986,7 @@ class Run:
                 return None
             if t.num_rows:
                 parts.setdefault((w, s), []).append(t)
-        tables = [t for ts in _latest_session_wins(parts).values() for t in ts]
+        tables = [t for ts in query.latest_session_wins(parts).values() for t in ts]
         if not tables:
             return self._to_pandas(pa.table({}))
         return self._to_pandas(
@@ -1463,109 +1033,6 @@ class Run:
         """ICNN mask layers of the run, one row per layer, one column per role (tensor names)."""
         from .icnn.templates import icnn_layers  # numpy-only module
         return icnn_layers(self.tensors)
-
-
-#: Columns naming where a statistics row comes from (added to version 1 parts on read).
-_IDENTITY = ("worker", "session", "mode", "step", "batch")
-
-
-def _with_identity(t: pa.Table, worker: str, session: int, mode: str) -> pa.Table:
-    """Add the identity columns a version 1 part lacks (its file name and manifest give them)."""
-    n = t.num_rows
-    const = {"worker": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
-                                                              [worker]),
-             "session": lambda: pa.array(np.full(n, session, np.int64)),
-             "mode": lambda: pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)),
-                                                            [mode]),
-             "batch": lambda: pa.array(np.zeros(n, np.int64))}
-    for i, name in enumerate(("worker", "session", "mode")):
-        if name not in t.column_names:
-            t = t.add_column(i, name, const[name]())
-    if "batch" not in t.column_names and "step" in t.column_names:
-        t = t.add_column(t.column_names.index("step") + 1, "batch", const["batch"]())
-    return t
-
-
-def _step_bounds(filters: Any) -> tuple[int | None, int | None]:
-    """The (lowest, highest) step that ``filters`` (:meth:`Run.query_stats_table`'s triples) let
-    through; None where unbounded.
-
-    >>> _step_bounds([("step", ">=", 5), ("kind", "in", ["forward"])])
-    (5, None)
-    """
-    lo = hi = None
-    for f in filters or ():
-        if not (isinstance(f, tuple) and len(f) == 3):
-            continue  # a conjunction of triples is all this reads; other forms prune nothing
-        c, op, v = f
-        if c == "step" and op == ">=":
-            lo = int(v) if lo is None else max(lo, int(v))
-        elif c == "step" and op == "<=":
-            hi = int(v) if hi is None else min(hi, int(v))
-    return lo, hi
-
-
-def _latest_session_wins(parts: dict[tuple[str, int], list[pa.Table]],
-                         recorded: dict[tuple[str, int], tuple[str, set]] | None = None,
-                         ) -> dict[tuple[str, int], list[pa.Table]]:
-    """Drop the rows of a step that a later session of the same worker and mode also recorded.
-    ``recorded``: {(worker, session): (mode, every step it recorded)}, for a query whose
-    ``parts`` hold only some of a session's rows, or none; else a session's steps are those of
-    its rows in ``parts``."""
-    sessions: dict[tuple[str, int], tuple[str, set]] = {
-        k: (ts[0].column("mode")[0].as_py(), set()) for k, ts in parts.items()}
-    sessions.update(recorded or {})
-    out: dict[tuple[str, int], list[pa.Table]] = {}
-    claimed: dict[tuple[str, str], set[int]] = {}
-    for (w, s) in sorted(sessions, key=lambda k: (k[0], -k[1])):
-        mode, steps = sessions[(w, s)]
-        taken = claimed.setdefault((w, mode), set())
-        steps = set(steps)
-        kept = []
-        for t in parts.get((w, s), ()):
-            steps.update(pc.unique(t.column("step")).to_pylist())
-            if taken:
-                t = t.filter(pc.invert(pc.is_in(t.column("step"),
-                                                value_set=pa.array(sorted(taken), pa.int64()))))
-            if t.num_rows:
-                kept.append(t)
-        taken |= steps
-        if kept:
-            out[(w, s)] = kept
-    return out
-
-
-def _group_codes(m: dict) -> dict[int, str]:
-    """A session's dump codes of ``samples/group`` -> group name (FORMAT.md, "Groups"): its
-    manifest's ``groups`` (null: no groups); runs before it read with the default
-    (``manifest_schema.CALLER_DEFAULTS``): 1 positive, 0 negative."""
-    g = m.get("groups", CALLER_DEFAULTS["groups"])
-    return dict(zip(g["codes"], g["names"])) if g else {}
-
-
-def _one_source(df: pd.DataFrame, what: str) -> None:
-    """Refuse to pick one of several workers' or sessions' rows arbitrarily."""
-    sources = df[["worker", "session"]].drop_duplicates()
-    if len(sources) > 1:
-        names = ", ".join(f"{w} session {s}" for w, s in sources.itertuples(index=False))
-        raise InspectorError(f"{what} was recorded by several writers ({names}): pass worker= (and "
-                             "session=)")
-
-
-def _check_dump_identity(f: DumpFile, header: dict) -> None:
-    """DamagedFileError if the dump's own metadata names another step, batch, worker or session
-    than its file name (a dump copied or renamed to another step's name would be read as that
-    step). Fields its writer did not record (older runs) are not compared."""
-    meta = header.get("__metadata__") or {}
-    name = {"step": f.step, "worker": f.worker, "session": f.session or None, "batch": f.batch}
-    for field, want in name.items():
-        got = meta.get(field)
-        if got is None or want is None:
-            continue
-        if str(got) != str(want):
-            raise DamagedFileError(f"damaged dump file {f.path}: its header says {field} {got}, "
-                                   f"its file name {field} {want} (copied or renamed from another "
-                                   "dump?); refused")
 
 
 def _check_identity(m: dict, worker: str, session: int, path: Path | str) -> None:
