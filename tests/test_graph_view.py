@@ -296,8 +296,9 @@ def test_source_location_in_summary_alert_and_tensor_browser(runs, tmp_path):
     nan_tensor = inspector.open_run(runs / "nan").first_nonfinite()["tensor"]
     path = with_source(runs / "nan", tmp_path / "src", nan_tensor)
     at = ok(start(path))
-    assert f"First NaN/Inf: step {NAN_AT}, seen by the statistics (forward of {nan_tensor}), created at " \
-           "examples/models.py:57 in conv_block." in captions(at)
+    caption = next(c for c in captions(at).split("\n") if c.startswith("First NaN/Inf: "))
+    assert f"made the first non-finite values: {nan_tensor}" in caption and f"at step {NAN_AT}" in caption
+    assert caption.endswith("created at examples/models.py:57 in conv_block.")
     errors = unescape(" ".join(e.value for e in at.error))
     assert "created at examples/models.py:57 in conv_block" in errors
     at = ok(start(path, "Tensor browser", query={"tb_tensor": nan_tensor}))
