@@ -74,7 +74,8 @@ def test_cli_info_and_console_script(runs):
     for cmd in ([sys.executable, "-m", "inspector"], [str(Path(sys.executable).with_name("tf-inspector"))]):
         p = subprocess.run([*cmd, "info", str(runs / "exp1")], capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
-        assert "run        " in p.stdout and "first NaN/Inf at step" in p.stdout
+        assert "run        " in p.stdout and "anomalies  first NaN/Inf: " in p.stdout
+        assert "diagnosis  Most likely culprit (nonfinite" in p.stdout
 
 
 def test_viewer_entry_ships_in_the_package_and_draws(runs, monkeypatch):
