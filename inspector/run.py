@@ -196,6 +196,7 @@ class Run:
         self._indexes: dict[tuple, dict[tuple[int, int], list[DumpFile]]] = {}
         self._alias_maps: dict[str, dict[str, str]] = {}
         self._ledgers: dict[tuple[str, int], Ledger] = {}   # per session: its accounting and graph
+        self._graphs: dict[tuple[str, int], graphdef.OpGraph] = {}   # per session: op_graph()
 
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r}, status={self.status!r}, workers={self.workers})"
@@ -468,6 +469,22 @@ class Run:
         name = graph_name(w, s) if s else f"graph.{w}.pb"
         return self.store.read(name, graphdef.MAX_GRAPH_BYTES if limit is None else limit)
 
+    def op_graph(self, worker: str | None = None, session: int | None = None) -> graphdef.OpGraph:
+        """The graph of a session (``worker`` and ``session`` as in :meth:`graph_def_bytes`):
+        each op's producers and consumers, parsed once per session (a graph file never changes).
+
+        Raises:
+            DamagedFileError: the graph file is over ``graphdef.MAX_GRAPH_BYTES`` or damaged.
+            InspectorError: no such worker or session.
+            OSError: the session wrote no graph file.
+        """
+        m = self._session_manifest(worker, session)
+        key = (m["worker"], m["session"])
+        if key not in self._graphs:
+            self._graphs[key] = graphdef.OpGraph(graphdef.parse_graph_def(
+                self.graph_def_bytes(*key), f"graph of {key[0]} session {key[1]}"))
+        return self._graphs[key]
+
     def _session_manifest(self, worker: str | None, session: int | None) -> dict:
         """The manifest of ``worker``'s ``session`` (None: its latest; both None:
         :attr:`manifest`)."""
@@ -531,9 +548,8 @@ class Run:
         key = (m["worker"], m["session"])
         if key not in self._ledgers:
             try:
-                nodes = graphdef.parse_graph_def(self.graph_def_bytes(*key),
-                                                 f"graph of {key[0]} session {key[1]}")
-                op_types: dict[str, str] | None = {n.name: n.op for n in nodes}
+                op_types: dict[str, str] | None = {
+                    name: node.op for name, node in self.op_graph(*key).nodes.items()}
             # no graph file (synthetic runs may have none), or damaged
             except (OSError, InspectorError):
                 op_types = None

@@ -32,7 +32,7 @@ from inspector.analysis.alerts import Thresholds, dead_relus, gradient_alerts
 from inspector.graph.origin import Origin
 from inspector.analysis.signals import Finding, SignalThresholds, layer_of
 from inspector.errors import InspectorError
-from inspector.graph.graphdef import OpGraph, parse_graph_def
+from inspector.graph.graphdef import OpGraph
 
 if TYPE_CHECKING:
     from inspector.run import Run
@@ -66,8 +66,9 @@ def origin_finding(o: Origin) -> Finding:
 
 
 def _graph(run: "Run", worker: str | None = None, session: int | None = None) -> OpGraph | None:
+    """``run.op_graph`` (the origin's, parsed once), or None where the session has none."""
     try:
-        return OpGraph(parse_graph_def(run.graph_def_bytes(worker, session), "graph"))
+        return run.op_graph(worker, session)
     except (OSError, InspectorError, KeyError):
         return None
 

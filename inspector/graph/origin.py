@@ -29,7 +29,7 @@ import pandas as pd
 
 from inspector.errors import InspectorError
 from inspector.format import INPUT_OP_TYPES
-from inspector.graph.graphdef import OpGraph, parse_graph_def
+from inspector.graph.graphdef import OpGraph
 
 #: op types that read a variable's value: a non-finite one means the weights already were
 VARIABLE_READ_TYPES = frozenset({"ReadVariableOp", "VarHandleOp", "VariableV2", "Variable",
@@ -247,7 +247,7 @@ def nonfinite_origin(run: Any, mode: str | None = None, worker: str | None = Non
     checks = [int(e["step"]) for e in evidence
               if e.get("source") != "statistics" and e.get("worker") == w]
     try:
-        graph = OpGraph(parse_graph_def(run.graph_def_bytes(w, s), f"graph of {w} session {s}"))
+        graph = run.op_graph(w, s)
     except (OSError, InspectorError, KeyError):
         return None
     rows = run.query_stats(at_steps=[step], groups=["all"], columns=["nan", "inf", "count"],
