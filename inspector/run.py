@@ -282,6 +282,7 @@ class Run:
         out = copy.copy(self)
         out.__dict__.pop("stats", None)
         out._view = {"mode": mode, "worker": worker, "batch": batch}
+        out._origins = {}   # keyed by the explicit arguments: None means this view's defaults
         return out
 
     def _where(self, mode: str | None, worker: str | None,

@@ -46,14 +46,14 @@ def catalog() -> list[dict]:
 
 
 def write(path: Path, bad: dict[int, dict[tuple[str, str], tuple[int, int]]], steps=(5, 10, 15, 20),
-          l2: float = 1.0) -> Path:
+          l2: float = 1.0, mode: str = "train") -> Path:
     """A run of TENSORS (forward and gradient rows, group all) at ``steps``; ``bad[step][(tensor,
     kind)] = (nan, inf)`` makes that row non-finite as the hook stores it: mean/std/min/max NaN
     over no finite value, l2 0, zero_fraction 0."""
     lay = StatsLayout(tuple(t for t in TENSORS for _ in range(2)), ("forward", "gradient") * len(TENSORS),
                       ("all",) * (2 * len(TENSORS)))
     w = RunWriter(path, manifest={"tensors": catalog(), "loss": "loss/Mean:0", "groups": None}, stats_layout=lay,
-                  graph_def=encode_graph_def(NODES))
+                  graph_def=encode_graph_def(NODES), mode=mode)
     for s in steps:
         values = np.zeros((len(lay.tensors), len(STAT_COLUMNS)))
         values[:, COL["count"]], values[:, COL["mean"]], values[:, COL["l2"]] = 8, 0.5, l2
@@ -292,3 +292,14 @@ def test_info_counts_only_variables_that_changed_as_updated(tmp_path, frozen):
     w.close()
     text = cli.summary(inspector.open_run(tmp_path / "r"))
     assert ("(0 with updates, 1 never changed: w)" if frozen else "(1 with updates)") in text
+
+
+def test_a_view_has_its_own_origin(tmp_path):
+    """The origin is remembered per (mode, worker) as asked, None meaning the view's defaults: a
+    view with other defaults must not answer from its parent's memory."""
+    path = write(tmp_path / "r", {20: downstream("fc2/Log:0")})
+    write(path, {10: downstream("fc1/Relu:0")}, mode="eval")
+    run = inspector.open_run(path)
+    assert run.first_nonfinite()["op"] == "fc2/Log"
+    assert run.view(mode="eval").first_nonfinite()["op"] == "fc1/Relu"
+    assert run.first_nonfinite()["op"] == "fc2/Log"
