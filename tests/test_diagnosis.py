@@ -172,6 +172,7 @@ def test_a_gradient_that_grows_across_an_identity_is_found():
     grad = frame({"a:0": [th.gradient_jump] * 3, "fc1/scale:0": [1.0] * 3, "b:0": [1.0] * 3}, "gradient")
     found = signals.gradient_jump_findings(grad, cat, OpGraph(nodes), th)
     assert [(f.kind, f.op, f.layer) for f in found] == [("gradient_jump", "fc1/scale", "fc1")]
+    assert found[0].numbers["input"] == "a:0"   # the Summary charts both sides of the op
     grad = frame({"a:0": [th.gradient_jump * 0.99] * 3, "fc1/scale:0": [1.0] * 3, "b:0": [1.0] * 3}, "gradient")
     assert not signals.gradient_jump_findings(grad, cat, OpGraph(nodes), th)
     # a second consumer of a on the loss's path: a's gradient sums both, no verdict

@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # the reader is only needed for run_alerts; keep the import light
+from inspector.format.manifest import source_where
+
+if TYPE_CHECKING:  # a Run is only read (by _beta_stats): no import of the reader here
     from inspector.run import Run
 
 
@@ -95,15 +97,7 @@ def source_text(catalog: pd.DataFrame, tensor: str | None) -> str | None:
     """
     if tensor is None or "source_file" not in catalog or tensor not in catalog.index:
         return None
-    row = catalog.loc[tensor]
-    file, line, fn = row["source_file"], row.get("source_line"), row.get("source_function")
-    if not isinstance(file, str):
-        return None
-    try:
-        where = f"{file}:{int(line)}"
-    except (TypeError, ValueError, OverflowError):  # no line (NaN)
-        where = file
-    return where + (f" in {fn}" if isinstance(fn, str) else "")
+    return source_where(catalog.loc[tensor])
 
 
 def nonfinite_alert(first: dict | None, catalog: pd.DataFrame | None = None) -> list[Alert]:

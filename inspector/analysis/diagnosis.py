@@ -130,7 +130,7 @@ def _declared_groups(run: "Run") -> list[str]:
 
 def _alert_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: Thresholds) -> list[Finding]:
     """The gradient and dead-ReLU alerts (judged on the rows given) as findings with a layer."""
-    meta = {str(r["name"]): r for _, r in catalog.iterrows()}
+    meta = signals.rows_by_name(catalog)
     out = []
     for a in gradient_alerts(stats, th, catalog) + dead_relus(stats, catalog, th):
         row = meta.get(str(a.tensor), {"name": a.tensor}) if a.tensor else None

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from inspector.graph.origin import layer_of, nearest_captured
+from inspector.analysis.compare import update_ratios
+from inspector.graph.origin import captured_ops, layer_of, nearest_captured
 from inspector.format.loghist import ONE, bucket_edges
 from inspector.graph.graphdef import OpGraph
 
@@ -80,7 +81,8 @@ SATURATING = frozenset({"Tanh", "Sigmoid", "Softmax"})
 SATURATION_BUCKET = ONE - 1
 
 
-def _rows(catalog: pd.DataFrame) -> dict[str, pd.Series]:
+def rows_by_name(catalog: pd.DataFrame) -> dict[str, pd.Series]:
+    """The catalog's rows by tensor name."""
     return {str(r["name"]): r for _, r in catalog.iterrows()}
 
 
@@ -140,8 +142,8 @@ def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame,
                     th: SignalThresholds) -> list[Finding]:
     """Frozen weights (update exactly 0 at every step, gradient not), and updates too large
     for one layer, or for most of them at once (diverging: the learning rate)."""
-    meta = _rows(catalog)
-    upd, val, grad = (_series(stats, k, "l2") for k in ("update", "forward", "gradient"))
+    meta = rows_by_name(catalog)
+    upd, grad = _series(stats, "update", "l2"), _series(stats, "gradient", "l2")
     if upd.empty:
         return []
     out: list[Finding] = []
@@ -156,10 +158,11 @@ def update_findings(stats: pd.DataFrame, catalog: pd.DataFrame,
                                "the optimizer does not apply this variable's gradient: is it left "
                                "out of var_list, or its layer set trainable=False?", layer_of(row),
                                tensor=str(v), step=int(u.index.min()), page="overview"))
-    judged = [v for v in weight_matrices(catalog) if v in upd.columns and v in val.columns]
+    ratios = update_ratios(stats, catalog)
+    judged = [v for v in weight_matrices(catalog) if v in ratios.columns]
     if not judged:
         return out
-    ratio = (upd[judged] / val[judged].replace(0, np.nan)).replace([np.inf, -np.inf], np.nan)
+    ratio = ratios[judged].replace([np.inf, -np.inf], np.nan)
     high = ratio >= th.update_ratio_high
     share = high.sum(axis=1) / max(len(judged), 1)
     wide = share[share >= th.diverging_share]
@@ -268,10 +271,7 @@ def gradient_jump_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: Op
     grad = _series(stats, "gradient", "l2")
     if grad.empty:
         return []
-    captured = {op for op in catalog["op"] if isinstance(op, str) and op in graph.nodes}
-    tensor_of_op: dict[str, str] = {}
-    for name, op in zip(catalog["name"], catalog["op"]):
-        tensor_of_op.setdefault(op, str(name))
+    captured, tensor_of_op = captured_ops(catalog, graph)
     recorded = set(map(str, grad.columns))
     out = []
     for _, row in catalog.iterrows():
@@ -294,7 +294,7 @@ def gradient_jump_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: Op
                                "a custom gradient or gradient hook multiplies the gradient here; "
                                "every layer before it trains on amplified gradients and diverges",
                                layer_of(row), str(op), name, int(r.index.min()), "graph",
-                               {"factor": float(r.median())}))
+                               {"factor": float(r.median()), "input": source}))
     return sorted(out, key=lambda f: -f.numbers["factor"])
 
 
@@ -331,7 +331,7 @@ def saturation_findings(stats: pd.DataFrame, catalog: pd.DataFrame, th: SignalTh
     if "hist_bucket" not in stats:
         return []
     weighted = weighted_ops(catalog, graph) if graph is not None else set()
-    meta = _rows(catalog)
+    meta = rows_by_name(catalog)
     out = []
     fwd = stats[(stats["kind"] == "forward")]
     for name, rows in fwd.groupby("tensor", observed=True):
@@ -366,10 +366,7 @@ def dead_unit_findings(stats: pd.DataFrame, catalog: pd.DataFrame, graph: OpGrap
         return []
     med = zf.median()
     weighted = weighted_ops(catalog, graph)
-    captured = {op for op in catalog["op"] if isinstance(op, str) and op in graph.nodes}
-    tensor_of_op: dict[str, str] = {}
-    for name, op in zip(catalog["name"], catalog["op"]):
-        tensor_of_op.setdefault(op, str(name))
+    captured, tensor_of_op = captured_ops(catalog, graph)
     out = []
     for _, row in catalog.iterrows():
         name = str(row["name"])

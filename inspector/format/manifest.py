@@ -384,3 +384,21 @@ def load_manifest(path: Path | str, root: Path | None = None, data: bytes | None
             f"{path} has format version {version!r}, newer than this reader "
             f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
     return check_manifest(m, path)
+
+
+def source_where(entry: Mapping[str, Any]) -> str | None:
+    """A catalog entry's ``source_*`` fields as ``'file:line in function'`` (where the user's
+    code created the tensor's op), or None without a file.
+
+    >>> source_where({"source_file": "m.py", "source_line": 57, "source_function": "block"})
+    'm.py:57 in block'
+    """
+    file, line = entry.get("source_file"), entry.get("source_line")
+    fn = entry.get("source_function")
+    if not isinstance(file, str):
+        return None
+    try:
+        where = f"{file}:{int(line)}"   # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):  # no line (NaN)
+        where = file
+    return where + (f" in {fn}" if isinstance(fn, str) else "")

@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from inspector.errors import InspectorError
 from inspector.format import INPUT_OP_TYPES
+from inspector.format.manifest import source_where
 from inspector.graph.graphdef import OpGraph
 
 #: op types that read a variable's value: a non-finite one means the weights already were
@@ -131,6 +131,14 @@ def nearest_captured(graph: OpGraph, op: str, captured: set[str], up: bool,
     return found
 
 
+def captured_ops(catalog: pd.DataFrame, graph: OpGraph) -> tuple[set[str], dict[str, str]]:
+    """(the catalog's ops that ``graph`` holds, {op: its first captured tensor})."""
+    tensor_of_op: dict[str, str] = {}
+    for name, op in zip(catalog["name"], catalog["op"]):
+        tensor_of_op.setdefault(op, str(name))
+    return {op for op in tensor_of_op if isinstance(op, str) and op in graph.nodes}, tensor_of_op
+
+
 def layer_of(row: pd.Series | dict) -> str:
     """The layer a catalog row belongs to: its Keras layer, else its name scope."""
     for key in ("keras_layer", "scope"):
@@ -139,15 +147,6 @@ def layer_of(row: pd.Series | dict) -> str:
             return v
     name = str(row.get("name", ""))
     return name.rsplit("/", 1)[0] if "/" in name else name
-
-
-def _source_of(row: pd.Series) -> str | None:
-    file, line, fn = row.get("source_file"), row.get("source_line"), row.get("source_function")
-    if not isinstance(file, str) or not file:
-        return None
-    where = f"{file}:{int(line)}" if isinstance(line, (int, float, np.integer)) and pd.notna(line) \
-        else file
-    return where + (f" in {fn}" if isinstance(fn, str) and fn else "")
 
 
 def _bad_ops(rows: pd.DataFrame, catalog: pd.DataFrame, kind: str) -> dict[str, pd.Series]:
@@ -167,18 +166,15 @@ def find_origin(rows: pd.DataFrame, catalog: pd.DataFrame, graph: OpGraph,
     """The origin at ``step`` from its statistics ``rows`` (group all; columns tensor, kind,
     nan, inf, count) over ``graph``; None if no row counts a NaN/Inf."""
     cat = catalog.set_index("name", drop=False)
-    captured_ops = {op for op in catalog["op"] if isinstance(op, str) and op in graph.nodes}
+    captured, tensor_of_op = captured_ops(catalog, graph)
     order = topological_order(graph)
     forward = _bad_ops(rows, catalog, "forward")
-    finite_fwd = set(captured_ops) - set(forward)
-    tensor_of_op: dict[str, str] = {}
-    for name, op in zip(catalog["name"], catalog["op"]):
-        tensor_of_op.setdefault(op, name)
+    finite_fwd = captured - set(forward)
     candidates = []
     for op, r in forward.items():
         if op not in graph.nodes:
             continue
-        ups = nearest_captured(graph, op, captured_ops, up=True)
+        ups = nearest_captured(graph, op, captured, up=True)
         if not ups & set(forward):
             candidates.append((order.get(op, 1 << 60), op, r, sorted(tensor_of_op[u] for u in ups)))
     if candidates:
@@ -190,10 +186,10 @@ def find_origin(rows: pd.DataFrame, catalog: pd.DataFrame, graph: OpGraph,
                                                       and isinstance(meta.get("variable"), str))
         # a variable first: a function graph passes a variable's handle in as a Placeholder
         where = "weights" if weights else "input" if op_type in INPUT_OP_TYPES else "forward"
-        return Origin(step, where, op, op_type, str(r["tensor"]), layer_of(meta), _source_of(meta),
-                      int(r["nan"]), int(r["inf"]), int(r.get("count", 0) or 0),
+        return Origin(step, where, op, op_type, str(r["tensor"]), layer_of(meta),
+                      source_where(meta), int(r["nan"]), int(r["inf"]), int(r.get("count", 0) or 0),
                       [u for u in inputs if _op(cat, u) in finite_fwd])
-    return _backward_origin(rows, catalog, cat, graph, order, captured_ops, tensor_of_op, step)
+    return _backward_origin(rows, catalog, cat, graph, order, captured, tensor_of_op, step)
 
 
 def _op(cat: pd.DataFrame, tensor: str) -> str | None:
@@ -205,11 +201,11 @@ def _op(cat: pd.DataFrame, tensor: str) -> str | None:
 
 
 def _backward_origin(rows: pd.DataFrame, catalog: pd.DataFrame, cat: pd.DataFrame, graph: OpGraph,
-                     order: dict[str, int], captured_ops: set[str], tensor_of_op: dict[str, str],
+                     order: dict[str, int], captured: set[str], tensor_of_op: dict[str, str],
                      step: int) -> Origin | None:
     gradient = _bad_ops(rows, catalog, "gradient")
     with_gradient = set(catalog.loc[catalog["has_gradient"].fillna(False).astype(bool), "op"])
-    judged = {op for op in captured_ops if op in with_gradient}
+    judged = {op for op in captured if op in with_gradient}
     candidates = []
     for op, r in gradient.items():
         if op not in graph.nodes:
@@ -229,7 +225,7 @@ def _backward_origin(rows: pd.DataFrame, catalog: pd.DataFrame, cat: pd.DataFram
     layer = layer_of(made) if maker in tensor_of_op \
         else (maker.rsplit("/", 1)[0] if "/" in maker else layer_of(meta))
     return Origin(step, "backward", maker, str(graph.nodes[maker].op), str(r["tensor"]), layer,
-                  _source_of(made) or _source_of(meta), int(r["nan"]), int(r["inf"]),
+                  source_where(made) or source_where(meta), int(r["nan"]), int(r["inf"]),
                   int(r.get("count", 0) or 0),
                   sorted(tensor_of_op[d] for d in downs if d in tensor_of_op))
 

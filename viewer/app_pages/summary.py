@@ -160,9 +160,9 @@ def evidence_chart(ctx: Ctx, finding: dict) -> None:
     if (finding.get("numbers") or {}).get("where") == "backward":
         kind = "gradient"   # the gradient turned non-finite, not the value
     names = [tensor]
-    source = (finding.get("evidence") or "").split("d loss / d ", 1)
-    if finding["kind"] == "gradient_jump" and len(source) > 1:
-        names.insert(0, source[1].split(" ", 1)[0])
+    source = (finding.get("numbers") or {}).get("input")   # a gradient jump's input, beside it
+    if isinstance(source, str):
+        names.insert(0, source)
     run = data.get_run(ctx.path, ctx.sig)
     counts = column == "nonfinite"   # NaN and Inf counted together: an Inf is as much a fault
     try:
