@@ -49,8 +49,6 @@ def mark(table: pa.Table, drop: Sequence[str] = ()) -> pa.Table:
                 col = table.column(c)
                 shown = pc.if_else(nan, float("nan"), float("inf")) if c == "l2" \
                     else pa.scalar(float("nan"))
-                fixed = pc.if_else(bad, pc.cast(shown, col.type)
-                                   if isinstance(shown, (pa.Array, pa.ChunkedArray))
-                                   else pa.scalar(float("nan"), col.type), col)
-                table = table.set_column(names.index(c), c, fixed)
+                table = table.set_column(names.index(c), c,
+                                         pc.if_else(bad, pc.cast(shown, col.type), col))
     return table.drop_columns([c for c in drop if c in table.column_names])
