@@ -25,7 +25,7 @@ from inspector.stats import summary as stats_summary
 from inspector.stats import histograms as inspector_histograms
 from inspector.icnn import templates
 from inspector.errors import InspectorError
-from inspector.graph.graphdef import OpGraph, parse_graph_def
+from inspector.graph.graphdef import OpGraph
 from inspector.storage import is_url, open_storage
 
 from . import paths
@@ -162,14 +162,11 @@ def op_graph(path: str, sig: tuple, worker: str | None = None,
 @st.cache_resource(max_entries=8, show_spinner=False)
 def _op_graph(path: str, key: tuple, _sig: tuple, worker: str | None,
               session: int | None) -> OpGraph:
-    run = get_run(path, _sig)
-    what = f"graph of {run.name}" + (f", session {session}" if session else "")
     try:
-        raw = run.graph_def_bytes(worker, session)   # bounded by graphdef.MAX_GRAPH_BYTES
+        return get_run(path, _sig).op_graph(worker, session)   # bounded by MAX_GRAPH_BYTES
     except OSError as e:
         raise InspectorError("this run's session has no readable graph file "
                              f"({type(e).__name__})") from None
-    return OpGraph(parse_graph_def(raw, what))
 
 
 def network_order(path: str, sig: Sig) -> dict[str, int] | None:
