@@ -37,7 +37,6 @@ from hooks.recorders import loss_scale
 from hooks.stats import fast as fast_stats
 from inspector.format import (ALIASES_KEY, LABELS_COLLECTION, LOSS_COLLECTION, MODES,
                               POSITIVE_COLLECTION, STAT_COLUMNS)
-from inspector.format.loghist import concat_rows
 from inspector.format.manifest import GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY, hook_config
 from inspector.icnn.layer import observer_gradients
 from inspector.sessions import trainings
@@ -282,6 +281,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._nan_layout: tuple[list[str], list[str]] = ([], [])
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
+        self._same_run: variables.SameRun | None = None
         self._callables: dict[tuple, Any] = {}   # _run_reads's callables
         self._opened_at = (0, 0)   # (training runs, global step) when the writer session opened
         self.mode = self.mode_arg or "train"
@@ -388,8 +388,9 @@ class DumpHook(v1.train.SessionRunHook):
             raise ValueError(_STILL_STEP.format(self._global_step.name))
         self._skips = self.mode == "train" and self._global_step is not None \
             and loss_scale.scales(g)
-        self._add_variable_records(g, loss)
+        backward = self._add_variable_records(g, loss)
         self._build_fetches(gid, batch_labels, loss)
+        self._same_run = self._same_run_reads(g, backward)
         log.info("capturing %d tensors (%d with gradients) into %s, mode %s%s", len(self.captured),
                  sum(c.gradient is not None for c in self.captured), self.run_dir, self.mode,
                  "" if self.mode_arg else " (from the graph; pass mode= to set it)")
@@ -447,9 +448,10 @@ class DumpHook(v1.train.SessionRunHook):
         bads += [size] if size is not None else []
         self._bad = (bads[0] if len(bads) == 1 else tf.add_n(bads)) if bads else None
 
-    def _add_variable_records(self, g: tf.Graph, loss: tf.Tensor | None) -> None:
+    def _add_variable_records(self, g: tf.Graph, loss: tf.Tensor | None) -> set[str]:
         """Catalog extras (what each tensor feeds, which variable a read reads) and one record per
-        trainable variable (hooks/variables.py); its update is measured in training only."""
+        trainable variable (hooks/variables.py); its update is measured in training only. Returns
+        the backward ops (``capture.backward_ops``)."""
         backward = capture.backward_ops(g)
         for c in self.captured:
             name = variables.variable_of(c.tensor)
@@ -463,6 +465,17 @@ class DumpHook(v1.train.SessionRunHook):
         source_lines.annotate(self.captured, g)
         self._updates = (variables.Updates(records, self.options.native_stats, owner=self.worker)
                          if records and self.mode == "train" else None)
+        return backward
+
+    def _same_run_reads(self, g: tf.Graph, backward: set[str]) -> variables.SameRun | None:
+        """The global step and the updates read in a sampled training run itself, where it makes
+        their writes (``variables.SameRun``). Not under a loss scale (a run may skip its update)
+        nor with other workers moving the global step (the step is read after the whole run)."""
+        if self.mode != "train" or self._skips or self._track_step \
+                or (self._updates is None and self._global_step is None):
+            return None
+        return variables.SameRun(g, self._updates.records if self._updates else [],
+                                 self._global_step, backward, self.options.native_stats)
 
     def _gradients(self, g: tf.Graph, loss: tf.Tensor, tensors: list[tf.Tensor],
                    what: str = "captured tensors") -> list[tf.Tensor | None]:
@@ -762,7 +775,13 @@ class DumpHook(v1.train.SessionRunHook):
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
-        if (stats or dump) and self._updates is not None:
+        same = self._same_run_for(run_context.original_args.fetches) \
+            if (stats or dump) and self.mode == "train" else None
+        if same is not None:
+            fetches["after"] = {k: v for k, v in same.items()
+                                if k == "step" or (k == "update_stats" and stats)
+                                or (k == "update" and dump)}
+        elif (stats or dump) and self._updates is not None:
             fetches["snapshots"] = self._updates.save
         if self._loss_finite is not None:
             fetches["loss_finite"] = self._loss_finite
@@ -780,6 +799,17 @@ class DumpHook(v1.train.SessionRunHook):
         dump = bool(self._dump) \
             and (self.schedule.wants_dump(step, self._dump_since) or self._force_dump)
         return stats, dump
+
+    def _same_run_for(self, fetches) -> dict[str, Any] | None:
+        """The same-run reads for a run of ``fetches``, or None: the extra run after it."""
+        if self._same_run is None:
+            return None
+        try:
+            flat = tf.nest.flatten(fetches, expand_composites=True)
+            key = tuple(f if isinstance(f, str) else f.name for f in flat)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        return self._same_run.reads_for(key, flat)
 
     def _run_trains(self, fetches) -> bool:
         """Whether a run of ``fetches`` trains: they reach an op that changes state (an assignment,
@@ -812,19 +842,12 @@ class DumpHook(v1.train.SessionRunHook):
         step, stats, dump = self._pending
         results = run_values.results or {}
         batch = None if self.mode == "train" else self._batch
-        # One extra run on sampled steps: the exact global step and the variables' updates and
-        # their statistics, all read after this step's update (the values before: snapshots
-        # taken in the step's run).
-        reads: dict[str, Any] = {}
-        if "snapshots" in results and stats:
-            reads["update_stats"] = self._updates.stats
-        if "snapshots" in results and dump:
-            reads["update"] = self._updates.delta
         finite = bool(results.get("loss_finite", True))
-        if self.mode == "train" and self._global_step is not None \
-                and (stats or dump or (self._skips and not finite)):
-            reads["step"] = self._global_step   # under a loss scale also for the NaN dump's step
-        after = self._run_reads(run_context.session, reads) if reads else {}
+        # the exact global step and the variables' updates and their statistics, all read after
+        # this step's update: in the step's own run where it could (variables.SameRun), else in
+        # one extra run
+        after = results["after"] if "after" in results \
+            else self._extra_run(run_context.session, results, stats, dump, finite)
         if self.mode == "train":
             self._runs += 1
             if "step" in after and self._skips and int(after["step"]) < step and (stats or dump):
@@ -854,14 +877,15 @@ class DumpHook(v1.train.SessionRunHook):
             self._batch += 1
         updates = after.get("update", {})
         if stats:
-            values, *hist = results["stats"]
+            values = results["stats"][0]
             self._check_nonfinite(step, values)
-            # the update rows follow the in-graph rows (the layout's order)
-            if "update_stats" in after:
-                values, *hist = concat_rows([(values, *hist), after["update_stats"]])
-            self._writer.add_stats(step, values, hist, batch=batch or 0,
-                                   keep=self._group_rows_check(
-                                       step, int(results.get("bad_groups", 0)), len(values)))
+            # handed over as fetched, the update rows after the in-graph rows (the layout's
+            # order): the writer thread joins and checks them, not the training step
+            parts = [results["stats"]] + ([after["update_stats"]] if "update_stats" in after else [])
+            self._writer.add_fetched_stats(step, parts, batch=batch or 0,
+                                           keep=self._group_rows_check(
+                                               step, int(results.get("bad_groups", 0)),
+                                               sum(len(p[0]) for p in parts)))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
@@ -872,6 +896,20 @@ class DumpHook(v1.train.SessionRunHook):
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout),
                            "NaN/Inf in the loss", batch)
+
+    def _extra_run(self, session, results: dict, stats: bool, dump: bool,
+                   finite: bool) -> dict[str, Any]:
+        """The reads after a sampled step, in one more run (the values before the update:
+        snapshots taken in the step's run); {} where nothing is to read."""
+        reads: dict[str, Any] = {}
+        if "snapshots" in results and stats:
+            reads["update_stats"] = self._updates.stats
+        if "snapshots" in results and dump:
+            reads["update"] = self._updates.delta
+        if self.mode == "train" and self._global_step is not None \
+                and (stats or dump or (self._skips and not finite)):
+            reads["step"] = self._global_step   # under a loss scale also for the NaN dump's step
+        return self._run_reads(session, reads) if reads else {}
 
     def _skipped(self, step: int, now: int, stats: bool, dump: bool, finite: bool,
                  results: dict) -> None:
@@ -956,9 +994,11 @@ class DumpHook(v1.train.SessionRunHook):
                               batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray, source: str = "statistics") -> None:
+        if self._first_nonfinite is not None:   # only the first is noted
+            return
         nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
         bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
-        if bad.size and self._first_nonfinite is None:
+        if bad.size:
             tensor, kind, _ = self._stats.rows[bad[0]]
             self._note_nonfinite(step, tensor, kind, source)
 

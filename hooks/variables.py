@@ -13,7 +13,10 @@ kind ``variable`` named by the variable (``conv1/w``) with:
 - ``update``: value after the step's update minus value before. The training run copies
   the "before" read into a snapshot variable beside it; in ``after_run``'s one extra run the
   graph subtracts the snapshot from a second read and computes the statistics (the fused
-  kernel: one pass, off the Python thread). Only on statistics and dump steps.
+  kernel: one pass, off the Python thread). Only on statistics and dump steps. Where the
+  training run itself makes every write of the variables and of the global step (a plain
+  optimizer step, checked per set of fetches), :class:`SameRun` reads them in that run, after
+  those writes, instead, and no extra run is needed.
 
 Example::
 
@@ -33,7 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks.capture.feeds import feeds, zero_gradient_expected
-from hooks.capture.fetchable import ancestors
+from hooks.capture.fetchable import FUNCTIONAL, ancestors, upstream, written
 from hooks.capture.select import DEFAULT_EXCLUDE, Captured
 from hooks.stats.fast import build_stats
 from inspector.format import STAT_COLUMNS, hist_sample
@@ -262,6 +265,89 @@ class Updates:
             self.save = tf.group(*saves, name="save_before")
             #: rows for :func:`stats_rows`, in record order: (values, hist splits, index, count)
             self.stats = update_stats([self.delta[r.variable] for r in self.records], use_native)
+
+
+class SameRun:
+    """The reads ``Updates`` and the global step need after a step, made in the training run
+    itself: each variable read again with control dependencies on the optimizer's writes of it,
+    the global step after its increment. Fetched only with a run whose ops make exactly those
+    writes (:meth:`reads_for`): that run's reads then see what an extra run after it would (no
+    other write comes between), and the extra ``session.run`` after a sampled step (about half a
+    millisecond of the training thread's time) is not needed. Values identical: the update is
+    the same read after minus the same forward read before, through the same statistics.
+
+    ``records``: the variable records (those with ``after``); ``global_step``: the variable, or
+    None; ``backward``: ``capture.backward_ops``: the optimizer's writes are among them."""
+
+    def __init__(self, graph: tf.Graph, records: Sequence[VariableRecord], global_step,
+                 backward: set[str], use_native: bool = True) -> None:
+        self.graph = graph
+        writes = written(graph, {op.name for op in graph.get_operations()})
+        #: variable op name -> the writes a run must make, all of them and no other
+        self.expected: dict[str, frozenset[str]] = {}
+        self.records = [r for r in records if r.after is not None]
+        self.delta: dict[str, tf.Tensor] = {}
+        self.step: dict[str, tf.Tensor] = {}   # the increment's op name -> the step after it
+        self._plans: dict[tuple, dict[str, tf.Tensor] | None] = {}
+        self._needs_step = global_step is not None   # and without a resource handle, never read
+        with tf.name_scope("tf_inspector/same_run"):
+            for r in self.records:
+                ops = self._writes(writes, r.handle_op, backward)
+                with tf.control_dependencies(ops), graph.colocate_with(r.after.op):
+                    after = tf.raw_ops.ReadVariableOp(resource=r.after.op.inputs[0],
+                                                      dtype=r.after.dtype)
+                self.delta[r.variable] = tf.subtract(_host(after), _host(r.tensor), name="update")
+            self.stats = update_stats([self.delta[r.variable] for r in self.records],
+                                      use_native) if self.records else None
+            handle = getattr(global_step, "handle", None)
+            self._step_op = ""
+            if handle is not None:
+                for op in self._writes(writes, handle.op.name, backward, expect=False):
+                    with tf.control_dependencies([op]), graph.colocate_with(handle.op):
+                        self.step[op.name] = tf.raw_ops.ReadVariableOp(
+                            resource=handle, dtype=global_step.dtype.base_dtype)
+                self._step_op = handle.op.name
+
+    def _writes(self, writes: dict[str, set[str]], var: str, backward: set[str],
+                expect: bool = True) -> list[tf.Operation]:
+        """The optimizer's writes of ``var`` (``expect``: those a run must make, all of them)."""
+        names = sorted(w for w in writes.get(var, ()) if w in backward)
+        if expect:
+            self.expected[var] = frozenset(names)
+        return [self.graph.get_operation_by_name(w) for w in names]
+
+    def reads_for(self, key: tuple, fetches: list) -> dict[str, tf.Tensor] | None:
+        """``{"step", "update", "update_stats"}`` to fetch with a run of ``fetches`` (graph
+        elements; ``key`` names them), or None where that run does not make exactly the writes
+        the reads wait for: another write, a missing one, a TF2 cond or loop that may write (a
+        loss scale's), or a global step advanced by none or by several writes."""
+        if key not in self._plans:
+            if len(self._plans) > 256:
+                self._plans.clear()
+            self._plans[key] = self._plan(fetches)
+        return self._plans[key]
+
+    def _plan(self, fetches: list) -> dict[str, tf.Tensor] | None:
+        try:
+            roots = [f if isinstance(f, tf.Operation) else f.op for f in
+                     (self.graph.as_graph_element(f) if isinstance(f, str) else f for f in fetches)]
+        except (KeyError, ValueError, TypeError, AttributeError):
+            return None
+        reached = written(self.graph, upstream(roots))
+        if any(reached.get(var, set()) != set(ops) for var, ops in self.expected.items()):
+            return None
+        if any(self.graph.get_operation_by_name(w).type in FUNCTIONAL
+               for ops in self.expected.values() for w in ops):
+            return None
+        reads: dict[str, tf.Tensor] = {}
+        if self._needs_step:
+            made = reached.get(self._step_op, set())
+            if len(made) != 1 or next(iter(made)) not in self.step:
+                return None
+            reads["step"] = self.step[next(iter(made))]
+        if self.stats is not None:
+            reads["update"], reads["update_stats"] = self.delta, self.stats
+        return reads
 
 
 def update_stats(deltas: Sequence[tf.Tensor], use_native: bool = True) -> tuple:

@@ -45,7 +45,7 @@ from inspector.dumps import files as safetensors_io
 from inspector.format import (FORMAT_NAME, FORMAT_VERSION, HEARTBEAT_SECS, MODES, STAT_COLUMNS,
                               TOOL_VERSION, check_worker, dump_name, graph_name, manifest_name,
                               stats_name)
-from inspector.format.loghist import MAX_INDEX, rows_of
+from inspector.format.loghist import MAX_INDEX, concat_rows, rows_of
 from inspector.format.manifest import WRITER_KEYS, with_caller_defaults
 from inspector.sessions.crosscheck import encode_dumps
 from inspector.sessions.lease import Claim, LeaseLostError
@@ -104,6 +104,18 @@ class _Stats:
     splits: np.ndarray
     index: np.ndarray       # int16 [N]: log-magnitude bucket indices (inspector/format/loghist.py)
     count: np.ndarray       # int32 [N]
+
+
+@dataclass
+class _Fetched:
+    """One step's statistics as the hook's graph returned them: ``parts``, each (values, splits,
+    index, count), whose rows follow one another in the layout's order. Joined and checked on the
+    writer thread (``_Stats``), so the training thread pays no numpy call per part."""
+    step: int
+    batch: int
+    parts: tuple
+    keep: np.ndarray | None
+    rows: range             # the layout's rows: what the inbox's bound counts
 
 
 @dataclass
@@ -325,7 +337,7 @@ class RunWriter:
             raise
         self._start()
 
-    def _queue_dropped(self, item: _Stats) -> None:
+    def _queue_dropped(self, item: _Stats | _Fetched) -> None:
         """A step's statistics the full inbox dropped (``_Inbox``): recorded."""
         self.record_drop(item.step, "statistics queue full while the writer waited on storage",
                          what="stats")
@@ -438,6 +450,41 @@ class RunWriter:
         if not self.closed:
             self.state.saw(int(step))
             self._queue.put(item)
+
+    def add_fetched_stats(self, step: int, parts, batch: int = 0,
+                          keep: np.ndarray | None = None) -> None:
+        """Queue one step's statistics as a graph returned them, for the writer thread to join
+        and check: ``parts`` is a sequence of (values, splits, index, count), each as ``add_stats``
+        takes them, whose rows follow one another in the layout's order. Never blocks, and costs
+        the training thread no numpy call: a step that does not fit the layout is recorded as a
+        write error of that step (``manifest.errors``, ``dropped``) on the writer thread instead of
+        raised here (``add_stats`` checks on the caller's thread)."""
+        self._raise_if_strict()
+        if self.layout is None:
+            raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write "
+                             "statistics")
+        if not self.closed:
+            self.state.saw(int(step))
+            rows = range(len(self.layout.tensors)) if keep is None else range(int(keep.sum()))
+            self._queue.put(_Fetched(int(step), int(batch), tuple(parts), keep, rows))
+
+    def _joined(self, item: _Fetched) -> _Stats | None:
+        """The fetched parts as one checked step (None: recorded as a write error)."""
+        try:
+            parts = item.parts
+            values, *hist = concat_rows(parts) if len(parts) > 1 else parts[0]
+            return self._checked_stats(item.step, item.batch, values, hist, item.keep)
+        except (ValueError, TypeError, IndexError) as e:
+            # recorded as a failed file is, without the storage back-off: no write failed
+            reason = describe_error(e)
+            with self._lock:
+                first = self.state.errors.add("stats", reason, item.step)
+                self.state.dropped.add("stats", f"write error: {reason}", item.step)
+            self.error = e   # strict=True raises it from the next call
+            if first:
+                log.error("tf_inspector: the statistics of step %d do not fit the run's layout "
+                          "(%s); recorded in the manifest", item.step, reason)
+            return None
 
     def _checked_stats(self, step: int, batch: int, values, hist, keep) -> _Stats:
         """The step as a part will hold it; ValueError naming what does not fit the layout's
@@ -808,6 +855,8 @@ class RunWriter:
             t.join()
 
     def _handle(self, item: Any) -> None:
+        if isinstance(item, _Fetched):
+            item = self._joined(item)
         if isinstance(item, _Stats):
             self._buffer_stats(item)
             self.state.stats_rows += len(item.rows)
