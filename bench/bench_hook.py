@@ -17,7 +17,10 @@ captured tensor and gradient at the static batch), the statistics step's extra t
 captured MiB (flat across sizes = cost linear in the captured bytes), the physical floor
 (one read of those bytes at the memory bandwidth measured here with numpy on one core,
 and the ratio plain + floor would give), and the hook's Python time per step
-(``before_run`` + ``after_run``, which includes the global-step read after a sampled step).
+(``before_run`` + ``after_run``, wall and the training thread's CPU time, ``time.thread_time``:
+the CPU time moves less with the machine's load than step ratios do; both include the extra
+``session.run`` a sampled step makes where the training run cannot read the global step and the
+variables' updates itself, ``hooks.variables.SameRun``).
 
 Method. Every configuration gets its own graph (the same model, batch 32, random 32x32x3
 images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSession``,
@@ -213,7 +216,8 @@ class Trainer:
     raw_dump_bytes: int = 0
     tensors_per_dump: int = 0
     dumps: int = 0
-    hook_seconds: float = 0.0  # DumpHook's before_run + after_run, recorded blocks only
+    hook_seconds: float = 0.0  # DumpHook's before_run + after_run (wall), recorded blocks only
+    hook_cpu_seconds: float = 0.0  # the same calls' CPU time on the training thread
     recording: bool = False
 
     def __post_init__(self) -> None:
@@ -241,13 +245,20 @@ class Trainer:
 
     def _timed(self, fn: Callable) -> Callable:
         def wrapper(*a, **k):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             try:
                 return fn(*a, **k)
             finally:
                 if self.recording:
                     self.hook_seconds += time.perf_counter() - t
+                    self.hook_cpu_seconds += time.thread_time() - c
         return wrapper
+
+    @property
+    def hook_ms(self) -> tuple[float, float]:
+        """(wall, CPU) ms of the hook's own Python per step: before_run + after_run."""
+        steps = max(len(self.step_times), 1)
+        return 1e3 * self.hook_seconds / steps, 1e3 * self.hook_cpu_seconds / steps
 
     @property
     def combo(self) -> tuple[str, int, int]:
@@ -381,15 +392,15 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         mib = stats.captured_bytes / 2 ** 20
         floor_ms = 1e3 * stats.captured_bytes / bandwidth
         ratio = s_ms / p_ms
-        hook_ms = 1e3 * stats.hook_seconds / max(len(stats.step_times), 1)
+        hook_ms, hook_cpu = stats.hook_ms
         others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f}" for k in extra]
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
                      "yes" if ratio <= 1.5 else "NO", f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
-                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", *others])
+                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}", *others])
     head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
             f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
     return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
-                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms",
+                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms", "hook cpu ms",
                                              *(f"{k} ratio" for k in extra)])
 
 
@@ -420,14 +431,15 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
         met = "" if on is None else ("yes" if (p50_ratio if on == "p50" else ratio) <= limit else "NO")
         if k.startswith("dump-full") and dbg:
             target, met = "tfdbg/x >= 4", "yes" if dbg / per_dump[k] >= 4 else "NO"
+        wall, cpu = t.hook_ms
         rows.append([t.cfg.label, f"{1e3 * p50:.1f}", f"{p50_ratio:.3f}", f"{1e3 * per_step[k]:.1f}",
-                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), target, met])
+                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), f"{wall:.3f} / {cpu:.3f}", target, met])
     out = [f"TensorFlow {tf.__version__}, {args.model[0]} {6 * args.n[0] + 2} layers (n={args.n[0]}), "
            f"batch {args.batch[0]}, "
            f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
            f"stats every {stats_every}, dump every {dump_every}",
            format_table(rows, ["config", "p50 step ms", "p50 ratio", "mean ms/step", "mean ratio", "disk/step",
-                               "target", "met"])]
+                               "hook py ms wall/cpu", "target", "met"])]
     dumpers = [k for k in ("dump-full", "dump-full-shared", "dump-full-fsync", "tfdbg") if k in by]
     if dumpers:
         lines = []
