@@ -49,6 +49,9 @@ Configurations:
    land in a block, so its cost is measured by ``dump-2/grp`` (a default dump on every step)
    and added with its frequency: ``t3 = block(defaults) + (t(dump-2/grp) - t(hook-idle)) / 1000``.
 4. ``stats-every``: statistics on every step.
+7. ``layers-every``: the always-on mode, ``layer_stats_every_n_steps=1`` (the layers' outputs
+   as Grappler's fused ops produce them, and their gradients, every step) with the default
+   statistics and dumps on their steps.
 5. ``dump-full``: every captured op's forward value and gradient for the whole batch
    (``samples_per_group`` >= batch) on every step, no statistics.
 6. ``tfdbg``: tfdbg v1's ``DumpingDebugHook`` (every tensor of the graph, every step).
@@ -168,6 +171,8 @@ def configs(batch: int) -> list[Config]:
         Config("dump-2/grp", "    default dump (2/grp), every step",
                dump_hook(stats_every_n_steps=0, dump_every_n_steps=1)),
         Config("stats-every", "(4) statistics every step", dump_hook(stats_every_n_steps=1, dump_every_n_steps=0)),
+        Config("layers-every", "(7) always-on: layer statistics every step, defaults otherwise",
+               dump_hook(layer_stats_every_n_steps=1)),
         Config("dump-full", "(5) full dump every step", dump_hook(stats_every_n_steps=0, dump_every_n_steps=1,
                                                                samples_per_group=batch, max_bytes=None)),
         Config("nan-watch", "(3c) defaults + dump_on_nonfinite", dump_hook(dump_on_nonfinite=True), optional=True),
@@ -336,7 +341,7 @@ def run(args: argparse.Namespace) -> list[Trainer]:
     root = Path(tempfile.mkdtemp(prefix="bench_hook_", dir=args.dir))
     stats_every, dump_every = _hook_defaults()
     sweep = len(combos(args)) > 1
-    wanted = args.configs or (["plain", "stats-every"] if sweep else None)
+    wanted = args.configs or (["plain", "stats-every", "layers-every"] if sweep else None)
     chosen = [(family, n, batch, c) for family, n, batch in combos(args) for c in configs(batch)
               if (c.key in wanted if wanted else not c.optional)]
     if args.block % max(stats_every, 1) and not args.quick and any(c.key.startswith("defaults") for *_, c in chosen):
@@ -395,12 +400,13 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         hook_ms, hook_cpu = stats.hook_ms
         others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f}" for k in extra]
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
-                     "yes" if ratio <= 1.5 else "NO", f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
+                     "yes" if ratio <= max(1.25, (p_ms + floor_ms) / p_ms + 0.05) else "NO",
+                     f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
                      f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}", *others])
     head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
             f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
     return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
-                                             "<=1.5", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms", "hook cpu ms",
+                                             "<=max(1.25,floor+.05)", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms", "hook cpu ms",
                                              *(f"{k} ratio" for k in extra)])
 
 
@@ -420,7 +426,7 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     # slow step of the shared machine does not move it); of the defaults, on the mean
     # (amortised: one statistics step in 100); of full dumps, per written dump (vs tfdbg).
     targets = {"hook-idle": ("p50 <= 1.02", "p50", 1.02), "defaults": ("mean <= 1.05", "mean", 1.05),
-               "stats-every": ("p50 <= 1.5", "p50", 1.5)}
+               "stats-every": ("p50 <= 1.25", "p50", 1.25), "layers-every": ("p50 <= 1.10", "p50", 1.10)}
     p50_plain = statistics.median(by["plain"].step_times) if "plain" in by else None
     rows = []
     for k, t in by.items():

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from hooks import capture, native
 from hooks import variables
-from hooks.capture import batch_axis, towers
+from hooks.capture import batch_axis, layers, towers
 from hooks.capture import feeds
 from hooks.recorders import loss_and_labels
 from hooks.capture import source_lines
@@ -207,7 +207,9 @@ class DumpHook(v1.train.SessionRunHook):
                  dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES,
                  batched: str | Sequence[str] | None = None,
                  unbatched: str | Sequence[str] | None = None, gradients: bool = True,
-                 stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
+                 stats_every_n_steps: int | None = 100,
+                 layer_stats_every_n_steps: int | None = None,
+                 dump_every_n_steps: int | None = 1000,
                  dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
                  positive: Callable | None = None, groups: str | Callable | None = None,
                  num_classes: int | None = None, samples_per_group: int = 2,
@@ -282,6 +284,10 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self._same_run: variables.SameRun | None = None
+        # the always-on statistics (layer_stats_every_n_steps): their fetch and the layout's rows
+        # it computes, in order
+        self._layers: tuple[Any, np.ndarray] | None = None
+        self._model_ops: list[tf.Operation] = []
         self._callables: dict[tuple, Any] = {}   # _run_reads's callables
         self._opened_at = (0, 0)   # (training runs, global step) when the writer session opened
         self.mode = self.mode_arg or "train"
@@ -361,6 +367,7 @@ class DumpHook(v1.train.SessionRunHook):
         _refuse_distributed(g)
         graph_def = g.as_graph_def(add_shapes=True).SerializeToString()
         saved = g.get_operations()   # the ops of graph_def: what the accounting accounts for
+        self._model_ops = saved      # and the model's graph, before the hook adds to it
         loss = self._resolve_loss(g)
         labels, gid = self._resolve_groups(g, loss)
         roles = capture.icnn_roles(g)
@@ -528,6 +535,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.options.native_stats)
+        self._layers = self._layer_fetch(gid)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
@@ -564,6 +572,26 @@ class DumpHook(v1.train.SessionRunHook):
         self._dump_bytes_estimate = sum(_static_bytes(t, c.batched) * (kept if c.batched else 1)
                                         for c in self.captured for t in (c.tensor, c.gradient)
                                         if t is not None)
+
+    def _layer_fetch(self, gid: capture.Groups | None) -> tuple[Any, np.ndarray] | None:
+        """The always-on statistics (``layer_stats_every_n_steps``, training only): the fetch of
+        the layers' outputs and gradients (``capture.layers``) and the layout's rows it fills."""
+        if not self.options.layer_stats_every_n_steps or self.mode != "train" \
+                or self._stats is None:
+            return None
+        chosen = layers.layer_outputs([c for c in self.captured
+                                       if not isinstance(c, variables.VariableRecord)],
+                                      self._model_ops)
+        fetch = fast_stats.build_stats(chosen, gid, self.options.native_stats) if chosen else None
+        if fetch is None:
+            log.warning("layer_stats_every_n_steps: no captured tensor is a layer's output (a "
+                        "tensor computed from a variable); only the statistics steps record")
+            return None
+        where = {row: i for i, row in enumerate(self._stats.rows)}
+        log.info("always-on statistics every %d steps: %d layer outputs, %d with gradients",
+                 self.options.layer_stats_every_n_steps, len(chosen),
+                 sum(c.gradient is not None for c in chosen))
+        return fetch, np.asarray([where[row] for row in fetch.rows], np.int64)
 
     def _tower_keeps(self) -> tuple[dict[int, tf.Tensor], dict[str, tf.Tensor]]:
         """Per tower grouping: the kept samples of its slice (indices into the tower's rows),
@@ -768,15 +796,18 @@ class DumpHook(v1.train.SessionRunHook):
             if reason:
                 self._writer.record_drop(step, reason, self._dump_bytes_estimate)
                 dump = False
-        if stats:
-            fetches["stats"] = self._stats.tensors()
+        layer = not stats and self._layers is not None and self.mode == "train" \
+            and step % self.options.layer_stats_every_n_steps == 0
+        if stats or layer:
+            fetches["stats" if stats else "layer_stats"] = (self._stats if stats
+                                                            else self._layers[0]).tensors()
             if self._bad is not None:
                 fetches["bad_groups"] = self._bad
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
         same = self._same_run_for(run_context.original_args.fetches) \
-            if (stats or dump) and self.mode == "train" else None
+            if (stats or dump or layer) and self.mode == "train" else None
         if same is not None:
             fetches["after"] = {k: v for k, v in same.items()
                                 if k == "step" or (k == "update_stats" and stats)
@@ -881,11 +912,18 @@ class DumpHook(v1.train.SessionRunHook):
             self._check_nonfinite(step, values)
             # handed over as fetched, the update rows after the in-graph rows (the layout's
             # order): the writer thread joins and checks them, not the training step
-            parts = [results["stats"]] + ([after["update_stats"]] if "update_stats" in after else [])
+            parts = [results["stats"], *([after["update_stats"]] if "update_stats" in after
+                                         else [])]
             self._writer.add_fetched_stats(step, parts, batch=batch or 0,
                                            keep=self._group_rows_check(
                                                step, int(results.get("bad_groups", 0)),
                                                sum(len(p[0]) for p in parts)))
+        elif "layer_stats" in results:   # the always-on rows: no NaN check, as documented
+            fetch, rows = self._layers
+            self._writer.add_fetched_stats(step, [results["layer_stats"]], rows=rows,
+                                           keep=self._group_rows_check(
+                                               step, int(results.get("bad_groups", 0)), len(rows),
+                                               fetch.rows))
         if not finite:
             self._note_nonfinite(step, self._loss_name, "forward")
         if dump:
@@ -974,7 +1012,8 @@ class DumpHook(v1.train.SessionRunHook):
             fn = self._callables[key] = session.make_callable(reads)
         return fn()
 
-    def _group_rows_check(self, step: int, bad: int, rows: int) -> np.ndarray | None:
+    def _group_rows_check(self, step: int, bad: int, rows: int,
+                          layout: list | None = None) -> np.ndarray | None:
         """None (write every row), or, on a step where ``bad`` samples break the group rule, a
         mask keeping only the ``all`` rows: a group's numbers never cover the wrong samples."""
         if not bad:
@@ -985,7 +1024,7 @@ class DumpHook(v1.train.SessionRunHook):
                       "are written for group 'all' only, and so is every such step (logged once)",
                       step, bad, bad_rule(self.group_spec), self._groups_rule)
             self._writer.update_manifest(**{GROUPS_REFUSED_KEY: first})
-        return all_rows_only(self._stats.rows, rows)
+        return all_rows_only(self._stats.rows if layout is None else layout, rows)
 
     def _add_dump(self, step: int, arrays: dict, why: str, batch: int | None) -> None:
         self._dump_bytes_estimate = sum(a.nbytes for a in arrays.values())

@@ -76,6 +76,13 @@ class CaptureOptions:
     stats_every_n_steps: int | None = 100
     """In-graph statistics every N steps (0 or None: never). Steps are global steps (Keras:
     ``optimizer.iterations``) after the step's update; the first training step is 1."""
+    layer_stats_every_n_steps: int | None = None
+    """Always-on statistics (``DumpHook`` only): every N steps, statistics of each layer's output
+    as Grappler's fused ops produce it and of its gradient (``hooks/capture/layers.py``: no
+    intermediate output of a fused Conv2D/MatMul + bias/batch norm + activation, no
+    ``d loss / d input``), cheap enough for every step of a long run. On the steps
+    ``stats_every_n_steps`` samples every op is recorded as without it (the layers' rows are
+    among those); dumps, groups and the NaN check of statistics are theirs. 0 or None: off."""
     dump_every_n_steps: int | None = 1000
     """Full dumps (every captured value) every M steps (0 or None: never)."""
     dump_steps: Iterable[StepSpec] = ()
@@ -159,6 +166,11 @@ class CaptureOptions:
                              f"({self.dtypes!r},)")
         for patterns in (self.include, self.exclude, self.batched, self.unbatched):
             compile_patterns(patterns)
+        every = self.layer_stats_every_n_steps
+        if every is not None and (isinstance(every, bool) or not isinstance(every, int)
+                                  or every < 0):
+            raise ValueError(f"layer_stats_every_n_steps={every!r} must be a non-negative int or "
+                             "None")
         self.schedule   # built here so that a bad schedule is refused now, not at the first step
         group_kind(self.groups, self.positive, self.num_classes)
         self.writer_options   # the writer's settings too (queue_size...), not at the first session
@@ -177,7 +189,9 @@ class CaptureOptions:
         """The manifest's ``config`` keys these options set (``manifest_schema.CONFIG_DEFAULTS``);
         ``native_ran``: whether the fused kernel computes the statistics; ``dtypes``: the
         TensorFlow dtypes captured (``self.dtypes`` read by ``capture.as_dtypes``)."""
-        return {**self.schedule.to_json(), "samples_per_group": self.samples_per_group,
+        return {**self.schedule.to_json(),
+                "layer_stats_every_n_steps": self.layer_stats_every_n_steps or None,
+                "samples_per_group": self.samples_per_group,
                 "max_bytes": self.max_bytes,
                 "histogram_sample": HIST_MAX_ELEMENTS, "gradients": self.gradients,
                 "dump_on_nonfinite": self.dump_on_nonfinite, "strict": self.strict,

@@ -115,7 +115,8 @@ class _Fetched:
     batch: int
     parts: tuple
     keep: np.ndarray | None
-    rows: range             # the layout's rows: what the inbox's bound counts
+    rows: range             # as many as the rows written: what the inbox's bound counts
+    layout_rows: np.ndarray | None   # the layout's rows the parts hold (None: all, in order)
 
 
 @dataclass
@@ -451,29 +452,32 @@ class RunWriter:
             self.state.saw(int(step))
             self._queue.put(item)
 
-    def add_fetched_stats(self, step: int, parts, batch: int = 0,
-                          keep: np.ndarray | None = None) -> None:
+    def add_fetched_stats(self, step: int, parts, batch: int = 0, keep: np.ndarray | None = None,
+                          rows: np.ndarray | None = None) -> None:
         """Queue one step's statistics as a graph returned them, for the writer thread to join
         and check: ``parts`` is a sequence of (values, splits, index, count), each as ``add_stats``
         takes them, whose rows follow one another in the layout's order. Never blocks, and costs
         the training thread no numpy call: a step that does not fit the layout is recorded as a
         write error of that step (``manifest.errors``, ``dropped``) on the writer thread instead of
-        raised here (``add_stats`` checks on the caller's thread)."""
+        raised here (``add_stats`` checks on the caller's thread). ``rows``: the layout's rows
+        the parts hold, in order (None: every row); ``keep`` then masks those."""
         self._raise_if_strict()
         if self.layout is None:
             raise ValueError("this RunWriter has no stats_layout: pass stats_layout= to write "
                              "statistics")
         if not self.closed:
             self.state.saw(int(step))
-            rows = range(len(self.layout.tensors)) if keep is None else range(int(keep.sum()))
-            self._queue.put(_Fetched(int(step), int(batch), tuple(parts), keep, rows))
+            n = len(self.layout.tensors) if rows is None else len(rows)
+            held = range(n) if keep is None else range(int(keep.sum()))
+            self._queue.put(_Fetched(int(step), int(batch), tuple(parts), keep, held, rows))
 
     def _joined(self, item: _Fetched) -> _Stats | None:
         """The fetched parts as one checked step (None: recorded as a write error)."""
         try:
             parts = item.parts
             values, *hist = concat_rows(parts) if len(parts) > 1 else parts[0]
-            return self._checked_stats(item.step, item.batch, values, hist, item.keep)
+            return self._checked_stats(item.step, item.batch, values, hist, item.keep,
+                                       item.layout_rows)
         except (ValueError, TypeError, IndexError) as e:
             # recorded as a failed file is, without the storage back-off: no write failed
             reason = describe_error(e)
@@ -486,12 +490,13 @@ class RunWriter:
                           "(%s); recorded in the manifest", item.step, reason)
             return None
 
-    def _checked_stats(self, step: int, batch: int, values, hist, keep) -> _Stats:
+    def _checked_stats(self, step: int, batch: int, values, hist, keep,
+                       layout_rows: np.ndarray | None = None) -> _Stats:
         """The step as a part will hold it; ValueError naming what does not fit the layout's
         rows and the columns' types. Why here: the writer builds a part from many steps at
         once, and one malformed step must not lose the others."""
         assert self.layout is not None   # add_stats refused a writer without one
-        n = len(self.layout.tensors)
+        n = len(self.layout.tensors) if layout_rows is None else len(layout_rows)
 
         def array(name: str, given: Any, dtype: Any, shape: tuple | None = None) -> np.ndarray:
             try:
@@ -526,6 +531,8 @@ class RunWriter:
         if keep is not None:
             splits, index, count = rows_of(splits, index, count, rows=rows)
             got = got[rows]
+        if layout_rows is not None:
+            rows = np.asarray(layout_rows, np.int64)[rows]
         return _Stats(step, batch, rows, got, splits, index.astype(np.int16),
                       count.astype(np.int32))
 

@@ -107,7 +107,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
                  dtypes: Sequence[tf.DType | str] = FLOAT_DTYPE_NAMES,
                  batched: str | Sequence[str] | None = None,
                  unbatched: str | Sequence[str] | None = None, gradients: bool = True,
-                 stats_every_n_steps: int | None = 100, dump_every_n_steps: int | None = 1000,
+                 stats_every_n_steps: int | None = 100,
+                 layer_stats_every_n_steps: int | None = None,
+                 dump_every_n_steps: int | None = 1000,
                  dump_steps: Iterable[StepSpec] = (), dump_on_nonfinite: bool = False,
                  positive: Callable | Any = None, groups: str | Callable | None = None,
                  num_classes: int | None = None, samples_per_group: int = 2,
@@ -123,6 +125,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
                              "importing keras")
         # never None: takes_options resolved it
         self.options = options = cast(CaptureOptions, options)
+        if options.layer_stats_every_n_steps:
+            raise ValueError(f"layer_stats_every_n_steps={options.layer_stats_every_n_steps!r}: "
+                             "the always-on layer statistics are DumpHook's only; InspectCallback "
+                             "takes stats_every_n_steps (leave layer_stats_every_n_steps None)")
         # a path, or an fsspec URL (object storage): never Path("s3://")
         self.run_dir = normalize(run_dir)
         self.source = resolve_source(source, probe)

@@ -57,7 +57,8 @@ RECORDED_NOTHING_KEY = "recorded_nothing"
 #: form (tests check them against its signature); ``native_stats`` records whether the fused
 #: kernels ran, ``mode`` the mode the hook wrote.
 CONFIG_DEFAULTS: dict[str, Any] = {
-    "stats_every_n_steps": 100, "dump_every_n_steps": 1000, "dump_steps": [],
+    "stats_every_n_steps": 100, "layer_stats_every_n_steps": None, "dump_every_n_steps": 1000,
+    "dump_steps": [],
     "samples_per_group": 2, "max_bytes": 2 * 1024 ** 3,
     "histogram_sample": HIST_MAX_ELEMENTS, "gradients": True, "dump_on_nonfinite": False,
     "strict": False, "fsync": False, "share_gradients": True, "native_stats": True, "mode": "train",
