@@ -6,6 +6,8 @@ Example::
     hook = DumpHook("runs/exp1", labels="labels:0", positive=lambda y: tf.equal(y, 1),
                     stats_every_n_steps=10, dump_every_n_steps=100)
     estimator.train(input_fn, hooks=[hook], steps=1000)
+    # statistics of the layers' outputs on every step, of every op every 500:
+    hook = DumpHook("runs/long", layer_stats_every_n_steps=1, stats_every_n_steps=500)
     # or: with tf.compat.v1.train.MonitoredTrainingSession(hooks=[hook]) as sess: ...
 
 Steps are global steps, counted after the step's update (the first training step is 1),
@@ -535,7 +537,7 @@ class DumpHook(v1.train.SessionRunHook):
 
     def _build_fetches(self, gid: capture.Groups | None, labels, loss) -> None:
         self._stats = fast_stats.build_stats(self.captured, gid, self.options.native_stats)
-        self._layers = self._layer_fetch(gid)
+        self._layers = self._layer_fetch(gid, loss)
         batched = [c for c in self.captured if c.batched]
         batch = tf.shape(labels)[0] if labels is not None else (
             tf.shape(batched[0].tensor)[0] if batched else tf.constant(0))
@@ -573,7 +575,8 @@ class DumpHook(v1.train.SessionRunHook):
                                         for c in self.captured for t in (c.tensor, c.gradient)
                                         if t is not None)
 
-    def _layer_fetch(self, gid: capture.Groups | None) -> tuple[Any, np.ndarray] | None:
+    def _layer_fetch(self, gid: capture.Groups | None,
+                     loss: tf.Tensor | None) -> tuple[Any, np.ndarray] | None:
         """The always-on statistics (``layer_stats_every_n_steps``, training only): the fetch of
         the layers' outputs and gradients (``capture.layers``) and the layout's rows it fills."""
         if not self.options.layer_stats_every_n_steps or self.mode != "train" \
@@ -581,7 +584,7 @@ class DumpHook(v1.train.SessionRunHook):
             return None
         chosen = layers.layer_outputs([c for c in self.captured
                                        if not isinstance(c, variables.VariableRecord)],
-                                      self._model_ops)
+                                      self._model_ops, loss)
         fetch = fast_stats.build_stats(chosen, gid, self.options.native_stats) if chosen else None
         if fetch is None:
             log.warning("layer_stats_every_n_steps: no captured tensor is a layer's output (a "

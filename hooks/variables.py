@@ -290,23 +290,33 @@ class SameRun:
         self.step: dict[str, tf.Tensor] = {}   # the increment's op name -> the step after it
         self._plans: dict[tuple, dict[str, tf.Tensor] | None] = {}
         self._needs_step = global_step is not None   # and without a resource handle, never read
+        handle = getattr(global_step, "handle", None)
+        self._step_op = handle.op.name if handle is not None else ""
+        waits = {r.variable: self._writes(writes, r.handle_op, backward) for r in self.records}
+        incs = self._writes(writes, self._step_op, backward, expect=False) if handle is not None \
+            else []
+        #: whether reads can wait on the writes: not on a write inside a v1 cond or loop (a read
+        #: after an update its cond did not take would have no value, and fail the training run),
+        #: nor on a TF2 cond or loop that may write (a loss scale's: it may skip the update)
+        self.usable = not any(op.type in FUNCTIONAL
+                              or getattr(op, "_control_flow_context", None) is not None
+                              for ops in [*waits.values(), incs] for op in ops)
+        self.stats = None
+        if not self.usable:
+            return
         with tf.name_scope("tf_inspector/same_run"):
             for r in self.records:
-                ops = self._writes(writes, r.handle_op, backward)
-                with tf.control_dependencies(ops), graph.colocate_with(r.after.op):
+                with tf.control_dependencies(waits[r.variable]), graph.colocate_with(r.after.op):
                     after = tf.raw_ops.ReadVariableOp(resource=r.after.op.inputs[0],
                                                       dtype=r.after.dtype)
                 self.delta[r.variable] = tf.subtract(_host(after), _host(r.tensor), name="update")
             self.stats = update_stats([self.delta[r.variable] for r in self.records],
                                       use_native) if self.records else None
-            handle = getattr(global_step, "handle", None)
-            self._step_op = ""
             if handle is not None:
-                for op in self._writes(writes, handle.op.name, backward, expect=False):
+                for op in incs:
                     with tf.control_dependencies([op]), graph.colocate_with(handle.op):
                         self.step[op.name] = tf.raw_ops.ReadVariableOp(
                             resource=handle, dtype=global_step.dtype.base_dtype)
-                self._step_op = handle.op.name
 
     def _writes(self, writes: dict[str, set[str]], var: str, backward: set[str],
                 expect: bool = True) -> list[tf.Operation]:
@@ -321,6 +331,8 @@ class SameRun:
         elements; ``key`` names them), or None where that run does not make exactly the writes
         the reads wait for: another write, a missing one, a TF2 cond or loop that may write (a
         loss scale's), or a global step advanced by none or by several writes."""
+        if not self.usable:
+            return None
         if key not in self._plans:
             if len(self._plans) > 256:
                 self._plans.clear()
@@ -335,9 +347,6 @@ class SameRun:
             return None
         reached = written(self.graph, upstream(roots))
         if any(reached.get(var, set()) != set(ops) for var, ops in self.expected.items()):
-            return None
-        if any(self.graph.get_operation_by_name(w).type in FUNCTIONAL
-               for ops in self.expected.values() for w in ops):
             return None
         reads: dict[str, tf.Tensor] = {}
         if self._needs_step:

@@ -28,8 +28,8 @@ def _net(x, y):
     w = v1.get_variable("fc/w", [int(flat.shape[-1]), 2], initializer=init)
     b = v1.get_variable("fc/b", [2], initializer=v1.zeros_initializer())
     logits = tf.nn.bias_add(tf.matmul(flat, w, name="fc/matmul"), b, name="fc/logits")
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits),
-                          name="loss")
+    xent = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+    return tf.add(xent, 1e-4 * tf.nn.l2_loss(w, name="decay"), name="loss")
 
 
 class _Graphs(v1.train.SessionRunHook):
@@ -66,14 +66,14 @@ def test_layer_statistics_record_the_fused_ops_outputs_and_their_gradients(tmp_p
     rows = runs["layers"].query_stats()
     layer_step = set(zip(*rows[rows["step"] == 1][["tensor", "kind"]].to_numpy().T))
     every_op = set(zip(*rows[rows["step"] == 3][["tensor", "kind"]].to_numpy().T))
-    for name in ("conv1/relu:0", "conv2/relu:0", "fc/logits:0"):
+    for name in ("conv1/relu:0", "conv2/relu:0", "fc/logits:0", "loss:0"):
         assert {(name, "forward"), (name, "gradient")} <= layer_step, name
     # the fused chains' intermediate outputs, the input (and d loss / d input), the weights'
     # reads and the variables' rows: on the statistics step only
     left_out = {("conv1/conv:0", "forward"), ("conv1/bias:0", "forward"), ("conv1/bias:0", "gradient"),
                 ("conv2/conv:0", "forward"), ("fc/matmul:0", "forward"), ("x:0", "forward"),
                 ("x:0", "gradient"), ("conv1/w", "forward"), ("conv1/w", "gradient"),
-                ("conv1/w", "update")}
+                ("conv1/w", "update"), ("decay:0", "forward")}
     assert left_out <= every_op and not left_out & layer_step
     assert layer_step < every_op
     assert sorted(rows["step"].unique()) == [1, 2, 3]

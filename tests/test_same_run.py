@@ -68,3 +68,35 @@ def test_a_run_with_another_write_of_a_variable_takes_the_extra_run(tmp_path, mo
     last = run.tensor("fc/w", STEPS) + run.tensor("fc/w", STEPS, "update")
     # the update is the step's whole change, the extra write's halving included
     np.testing.assert_allclose(last, after["fc/w"], rtol=1e-6, atol=1e-7)
+
+
+def test_updates_a_cond_applies_take_the_extra_run(tmp_path):
+    """An update inside a TF2 cond (applied every other step, as gradient accumulation does): no
+    read waits on it, so no training run can fail on it; each row's update is the step's own."""
+    extra = []
+    with tf.Graph().as_default():
+        gs = v1.train.get_or_create_global_step()
+        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
+        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        loss = conv_net(x, y)
+        opt = v1.train.GradientDescentOptimizer(0.1)
+        grads = opt.compute_gradients(loss)
+        apply = tf.cond(tf.equal(gs % 2, 0), lambda: opt.apply_gradients(grads, global_step=gs),
+                        lambda: tf.group(gs.assign_add(1)))
+        values = {w.op.name: w.read_value() for w in v1.trainable_variables()}
+        hook = DumpHook(tmp_path / "run", loss=loss, labels=y, stats_every_n_steps=1,
+                        dump_every_n_steps=1, strict=True)
+        reads = hook._run_reads
+        hook._run_reads = lambda session, r: extra.append(sorted(r)) or reads(session, r)
+        seen = []
+        with v1.train.MonitoredSession(hooks=[hook]) as sess:
+            for step in range(1, STEPS + 1):
+                seen.append(sess.run_step_fn(lambda step_context: step_context.session.run(values)))
+                sess.run(apply, {x: batch_images(step), y: batch_labels(step)})
+            seen.append(sess.run_step_fn(lambda step_context: step_context.session.run(values)))
+    assert hook._same_run is not None and not hook._same_run.usable and len(extra) == STEPS
+    run = inspector.open_run(tmp_path / "run")
+    for step in range(1, STEPS + 1):
+        np.testing.assert_allclose(run.tensor("fc/w", step, "update"),
+                                   seen[step]["fc/w"] - seen[step - 1]["fc/w"], rtol=1e-6, atol=1e-7)
+    assert np.any(run.tensor("fc/w", 1, "update")) and not np.any(run.tensor("fc/w", 2, "update"))

@@ -9,11 +9,13 @@ outputs. A statistics step that reads every op's output splits each of them apar
 captured tensor is left out where its op's output has one consumer in the model's graph and
 that consumer is one the op fuses into (:data:`FUSES_INTO`), and so are tensors computed from
 no variable (the input images, the labels: their gradient, ``d loss / d input``, is one more
-backward convolution that training never runs) and the variables' own reads.
+backward convolution that training never runs), the variables' own reads, and tensors that
+are not per sample (weight-decay terms and their sums: one small op each, whose fixed cost
+adds up), the loss excepted.
 
 Example::
 
-    chosen = layer_outputs(captured, {op.name for op in graph_ops_before_the_hook})
+    chosen = layer_outputs(captured, graph_ops_before_the_hook, loss)
 """
 from __future__ import annotations
 
@@ -59,15 +61,16 @@ def from_variables(ops: Iterable[tf.Operation]) -> set[str]:
     return out
 
 
-def layer_outputs(captured: Sequence[Captured],
-                  model_ops: Sequence[tf.Operation]) -> list[Captured]:
+def layer_outputs(captured: Sequence[Captured], model_ops: Sequence[tf.Operation],
+                  loss: tf.Tensor | None = None) -> list[Captured]:
     """The entries of ``captured`` whose tensors the always-on statistics read (module doc), in
     their order; ``model_ops``: the graph's ops before the hook built any, in creation order."""
     names = {op.name for op in model_ops}
     computed = from_variables(model_ops)
+    loss_name = loss.name if loss is not None else None
     return [c for c in captured
-            if c.tensor.op.name in computed and not _weights(c.tensor.op)
-            and not fused_away(c.tensor, names)]
+            if (c.batched or c.name == loss_name) and c.tensor.op.name in computed
+            and not _weights(c.tensor.op) and not fused_away(c.tensor, names)]
 
 
 def _weights(op: tf.Operation) -> bool:
