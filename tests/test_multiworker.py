@@ -49,10 +49,14 @@ class _Jump(v1.train.SessionRunHook):
             run_context.session.run(self.op)
 
 
-def test_a_row_stands_for_every_multiple_up_to_its_step(tmp_path):
+def test_a_row_stands_for_every_multiple_up_to_its_step(tmp_path, monkeypatch):
     """Run 15 fires statistics; during it the global step moves past 20 (to 21): the row says 21
     and stands for 15 and 20, so the next row is at 25, not at 22 (two rows between 20 and 25).
-    Dumps have their own schedule: 20 was crossed without a dump, so the next run dumps."""
+    Dumps have their own schedule: 20 was crossed without a dump, so the next run dumps. Other
+    workers move the step only in a cluster: TF_CONFIG says there is one (a worker alone reads
+    the step in its own run, hooks.variables.SameRun)."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost:1", "localhost:2"]},
+                                                "task": {"type": "worker", "index": 0}}))
     with tf.Graph().as_default():
         m = build_cnn()
         hook = DumpHook(tmp_path / "run", labels=m.y, stats_every_n_steps=STATS_EVERY, dump_every_n_steps=DUMP_EVERY,
