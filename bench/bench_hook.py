@@ -10,7 +10,7 @@ Run::
         --configs plain stats-every --block 10 --reps 5
 
 Sweep. With several ``--model`` / ``--n`` / ``--batch`` values every combination gets its
-own trainers (default configurations: ``plain`` and ``stats-every``), and all their blocks
+own trainers (default configurations: ``plain``, ``stats-every`` and ``layers-every``), and all their blocks
 are interleaved in one shuffled order, so each ratio compares blocks timed in the same
 minutes. Per combination it prints the captured bytes a statistics step reads (every
 captured tensor and gradient at the static batch), the statistics step's extra time per

@@ -811,6 +811,10 @@ class DumpHook(v1.train.SessionRunHook):
             fetches["samples"] = self._samples
         same = self._same_run_for(run_context.original_args.fetches) \
             if (stats or dump or layer) and self.mode == "train" else None
+        if self.mode == "train" and self._same_run is not None and not self._same_run.planned:
+            # the first training run plans its fetches (a walk of the graph, milliseconds), which
+            # the sampled runs' fetches usually are: not the first sampled step's time
+            self._same_run_for(run_context.original_args.fetches)
         if same is not None:
             fetches["after"] = {k: v for k, v in same.items()
                                 if k == "step" or (k == "update_stats" and stats)

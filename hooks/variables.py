@@ -326,6 +326,11 @@ class SameRun:
             self.expected[var] = frozenset(names)
         return [self.graph.get_operation_by_name(w) for w in names]
 
+    @property
+    def planned(self) -> bool:
+        """Whether some run's plan is known (a plan walks the graph once per set of fetches)."""
+        return bool(self._plans)
+
     def reads_for(self, key: tuple, fetches: list) -> dict[str, tf.Tensor] | None:
         """``{"step", "update", "update_stats"}`` to fetch with a run of ``fetches`` (graph
         elements; ``key`` names them), or None where that run does not make exactly the writes

@@ -27,6 +27,7 @@ def test_bench_hook_quick():
     out = _run("bench_hook.py")
     assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
     assert "(4b) statistics every step, hooks.minimize" in out and "(5b) full dump, hooks.minimize" in out
+    assert "(7) always-on: layer statistics every step" in out and "hook py ms" in out
 
 
 def test_bench_storage_quick():
