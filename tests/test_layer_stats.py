@@ -99,3 +99,17 @@ def test_layer_statistics_leave_grapplers_fused_convolution_in_the_executed_grap
     # steps 1-3 record the layers, the fused op runs; step 4 reads every op's output, which
     # splits it (the check can fail)
     assert fused == [True, True, True, False]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "1"])
+def test_a_bad_layer_schedule_is_refused_naming_it(bad):
+    from hooks import CaptureOptions
+    with pytest.raises(ValueError, match=f"layer_stats_every_n_steps={bad!r} must be a non-negative int"):
+        CaptureOptions(layer_stats_every_n_steps=bad)
+
+
+def test_the_keras_callback_refuses_the_layer_schedule(tmp_path):
+    from hooks.keras import InspectCallback
+    with pytest.raises(ValueError, match="layer_stats_every_n_steps=1: the always-on layer statistics are DumpHook's"):
+        InspectCallback(tmp_path / "run", layer_stats_every_n_steps=1)
+    InspectCallback(tmp_path / "run", layer_stats_every_n_steps=None)
