@@ -56,6 +56,8 @@ from .schedule import StepSpec
 # logging.getLogger("tf_inspector").setLevel(logging.INFO) shows it.
 log = logging.getLogger("tf_inspector")
 v1 = tf.compat.v1
+_NAN, _INF = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
+assert _INF == _NAN + 1, "the NaN and Inf columns are read as one slice"
 
 
 def mark(loss: tf.Tensor | None = None, labels: tf.Tensor | None = None,
@@ -1040,10 +1042,13 @@ class DumpHook(v1.train.SessionRunHook):
                               batch=batch)
 
     def _check_nonfinite(self, step: int, values: np.ndarray, source: str = "statistics") -> None:
-        if self._first_nonfinite is not None:   # only the first is noted
+        # only the first is noted; the NaN and Inf count columns are adjacent: one test of both
+        if self._first_nonfinite is not None:
             return
-        nan, inf = STAT_COLUMNS.index("nan"), STAT_COLUMNS.index("inf")
-        bad = np.flatnonzero((values[:, nan] > 0) | (values[:, inf] > 0))
+        counted = values[:, _NAN:_INF + 1] > 0
+        if not counted.any():
+            return
+        bad = np.flatnonzero(counted.any(axis=1))
         if bad.size:
             tensor, kind, _ = self._stats.rows[bad[0]]
             self._note_nonfinite(step, tensor, kind, source)
