@@ -207,6 +207,18 @@ def variable_names(model) -> dict[int, str]:
     return names
 
 
+def variable_layers(model) -> dict[int, str]:
+    """id(variable) -> the path of the deepest layer holding it (:func:`layer_paths`): its
+    record's ``keras_layer``, so that a per-layer view puts it with its layer's ops."""
+    layers = {id(model): model,
+              **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
+    out: dict[int, str] = {}
+    for lid, path in layer_paths(model).items():   # depth first: a sublayer after its parent
+        for v in getattr(layers.get(lid), "weights", None) or []:
+            out[id(v)] = path
+    return out
+
+
 # ---- the probe graph -------------------------------------------------------------------------
 class ProbeGraph:
     """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
@@ -485,7 +497,7 @@ class ProbeGraph:
         return handles, out
 
     def _variable_records(self, tf_vars, handles, grads, region: set[str]) -> list[VariableRecord]:
-        records, stable = [], variable_names(self.model)
+        records, stable, owner = [], variable_names(self.model), variable_layers(self.model)
         for v, handle, grad in zip(tf_vars, handles, grads):
             var = _tf_var(v)
             name = stable.get(id(v)) or variable_name(v)
@@ -500,7 +512,8 @@ class ProbeGraph:
                     else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
             records.append(VariableRecord(value, False, grad, variable=name,
                                           handle_op=handle.op.name, reads=reads, after=value,
-                                          extra={"keras_layer": None, "keras_call": None}))
+                                          extra={"keras_layer": owner.get(id(v)),
+                                                 "keras_call": None}))
         return records
 
     def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:
