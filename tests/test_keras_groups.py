@@ -106,7 +106,7 @@ def test_the_batch_folded_by_a_layer_norm_is_named_per_tensor(tmp_path):
     after it), its per-row means are not; each says so. Keras 3 normalizes in place."""
     _, _, run = _fit(tmp_path, "ln")
     notes = run.tensors["batch_note"].dropna()
-    if int(keras.__version__.split(".")[0]) >= 3:
+    if int(str(getattr(keras, "__version__", "2")).split(".")[0]) >= 3:
         assert notes.empty, notes.to_dict()
         return
     assert any("folded into another shape" in n for n in notes), notes.to_dict()
