@@ -281,6 +281,46 @@ def debugger_segment(reps: int, block: int, kind: str) -> dict[str, list[float]]
         shutil.rmtree(root, ignore_errors=True)
 
 
+def mlp(seed: int = 0):
+    """A 2-layer MLP (Dense 64 relu, Dense 10) on 32 features: the fixed-cost mode's small model."""
+    keras.utils.set_random_seed(seed)
+    return _compiled(keras.Sequential([keras.Input((32,)),
+                                       keras.layers.Dense(64, activation="relu", name="hidden"),
+                                       keras.layers.Dense(10, name="logits")], name="mlp"))
+
+
+def fixed_cost(reps: int, kind: str, root: Path) -> list[tuple]:
+    """Per-fit fixed cost of the callback (tracing its functions, opening its run): a short fit
+    (8 steps; statistics on steps 4 and 8, a dump on 8) of a fresh model with the callback, then
+    a second fit of the same model and callback, each beside the same fits of a fresh plain model
+    (which trace fit's own function the same way); wall and process CPU seconds, medians over
+    ``reps`` in a shuffled order. CPU time is the steadier measure on a loaded machine."""
+    rng = np.random.default_rng(0)
+    shape = (32,) if kind == "mlp" else (32, 32, 3)
+    x = rng.normal(size=(8 * BATCH, *shape)).astype("float32")
+    y = rng.integers(0, 10, size=8 * BATCH).astype("int32")
+    build = (lambda: mlp()) if kind == "mlp" else (lambda: build_model(kind=kind))
+    sources = {"plain": None, "train-batch": {"source": "train_batch"},
+               "probe": {"probe": (x[:BATCH], y[:BATCH])}}
+    times: dict[tuple[str, int], list[float]] = {(n, i): [] for n in sources for i in (1, 2)}
+    cpu: dict[tuple[str, int], list[float]] = {(n, i): [] for n in sources for i in (1, 2)}
+    for rep in range(reps):
+        for name in random.sample(list(sources), len(sources)):
+            model = build()
+            cbs = [] if sources[name] is None else [InspectCallback(
+                root / f"{name}-{rep}", stats_every_n_steps=4, dump_steps=[8], **sources[name])]
+            for i in (1, 2):
+                start, used = time.perf_counter(), time.process_time()
+                model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=cbs)
+                times[(name, i)].append(time.perf_counter() - start)
+                cpu[(name, i)].append(time.process_time() - used)
+            shutil.rmtree(root / f"{name}-{rep}", ignore_errors=True)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    mc = {k: float(np.median(v)) for k, v in cpu.items()}
+    return [(kind, n, *(f"{m[(n, i)]:.2f} ({m[(n, i)] - m[('plain', i)]:+.2f})"
+                        for i in (1, 2) for m in (med, mc))) for n in sources]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=5)
@@ -296,9 +336,23 @@ def main(argv=None) -> None:
     ap.add_argument("--configs", nargs="+", metavar="NAME",
                     help="only these configurations (plain always; 'defaults' brings 'idle' and 'dump-2/grp', "
                          "'defaults/probe' their '/probe' rows)")
+    ap.add_argument("--fixed-cost", action="store_true",
+                    help="instead: each fit's fixed cost (tracing) with the callback, first fit and later "
+                         "fits, on a 2-layer MLP and the small CNN")
     args = ap.parse_args(argv)
     if args.quick:
         args.reps, args.block = 1, 4
+    if args.fixed_cost:
+        root = Path(tempfile.mkdtemp(prefix="bench_keras_"))
+        try:
+            rows = [r for kind in ("mlp", "small") for r in fixed_cost(args.reps, kind, root)]
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        print(f"TensorFlow {tf.__version__}, Keras {getattr(keras, '__version__', '?')}; 8-step fits, batch "
+              f"{BATCH}, statistics on steps 4 and 8, a dump on 8; median seconds over {args.reps} reps (in "
+              "parentheses: minus plain's); CPU: the process's, all threads")
+        print(format_table(rows, ["model", "config", "fit 1 wall", "fit 1 CPU", "fit 2 wall", "fit 2 CPU"]))
+        return
     if args.segment == "debugger":
         print(json.dumps(debugger_segment(args.reps, args.block, args.model)))
         return

@@ -392,6 +392,8 @@ class DumpHook(v1.train.SessionRunHook):
             self.captured.append(capture.Captured(t, axis.is_batched(t), grad, layer, role,
                                                   extra=dict(fields.get(t.name, {}))))
         self._assign_towers(axis, gid)
+        for c in self.captured:   # after the towers: a tower's tensors are per-sample of its part
+            c.extra["batch_note"] = None if c.batched else axis.note(c.tensor)
         self._global_step = v1.train.get_global_step(g)
         self._counts_every_run = not _advances(g, self._global_step)
         self.mode = self.mode_arg or detect_mode(g, loss, self._global_step)

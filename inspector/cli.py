@@ -44,6 +44,19 @@ from .run import ALL, Run, find_runs, open_run, parse_steps
 from .storage import OPTIONS_ENV, TIMEOUT_ENV, is_url, local_path, storage_timeout
 
 
+def _batch_note_lines(t: pd.DataFrame) -> list[str]:
+    """Where tensors computed from the batch are not per-sample: how many, and the catalog's
+    reasons (``batch_note``), the most common first."""
+    notes = t["batch_note"].dropna() if len(t) and "batch_note" in t else pd.Series([], dtype=str)
+    if not len(notes):
+        return []
+    counts = notes.value_counts()
+    head = (f"per-sample {len(notes)} tensors computed from the batch are not per-sample "
+            "(group 'all' only, dumped whole; catalog batch_note):")
+    return [head] + [f"           {n}: {why}" for why, n in counts.head(3).items()] \
+        + ([f"           ... {len(counts) - 3} more reasons"] if len(counts) > 3 else [])
+
+
 def summary(run: Run) -> str:
     """A readable summary: status, steps, tensors, bytes, anomalies, damaged files."""
     damaged = run.check_dumps()
@@ -76,6 +89,7 @@ def summary(run: Run) -> str:
     for note in notes:   # a Keras probe: its gradients are not the ones the updates came from
         lines.insert(5, f"captured   {note} (Keras source='probe'): gradients are the probe's on "
                         "the updated weights, not the ones each step's update was computed from")
+    lines += _batch_note_lines(t)
     roles = t[t["icnn_role"].notna()] if len(t) else t
     if len(roles):
         lines.append(f"icnn       layers: {', '.join(sorted(set(roles['icnn_layer'])))}")

@@ -50,7 +50,7 @@ CATALOG_COLUMNS = ("name", "op", "op_type", "dtype", "shape", "scope", "has_grad
                    "icnn_layer", "icnn_role", "kind", "variable", "feeds", "zero_gradient_expected",
                    "reads", "has_update", "gradient_note", "keras_layer", "keras_call", "tower",
                    "source_file", "source_line", "source_function", "source_stack",
-                   "icnn_filter_class", "captured_on")
+                   "icnn_filter_class", "captured_on", "batch_note")
 #: values of catalog fields that older runs lack (FORMAT.md: ``kind``, ``zero_gradient_expected``,
 #: ...)
 CATALOG_DEFAULTS = {"kind": "tensor", "has_update": False, "zero_gradient_expected": False}
@@ -639,6 +639,13 @@ class Run:
         Example: ``['all', 'class_0', 'class_1']``."""
         return query.groups(self)
 
+    @property
+    def groups_note(self) -> str | None:
+        """Why the run has no groups but ``all`` where a session's labels gave none (its
+        manifest's ``groups`` names no group: a Keras model with several outputs and no
+        ``positive=``/``groups=``, a fit without targets), else None."""
+        return query.groups_note(self)
+
     def check_group(self, group: str) -> str:
         """``group``, checked against :attr:`groups`.
 
@@ -865,24 +872,28 @@ class Run:
 
     def tensor(self, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
                mode: str | None = None, batch: int | None = None,
-               session: int | None = None) -> np.ndarray:
+               session: int | None = None, sample: int | None = None) -> np.ndarray:
         """The dumped value (``kind="forward"``) or gradient of ``name`` at ``step``
         (memory-mapped).
 
-        For a batched tensor only the samples kept by the sample budget are there; see
-        :meth:`samples` for which ones. ``mode="eval"`` with ``batch=`` reads an evaluation's
-        dumps (taken at global step ``step``); ``worker``, ``session``: as in
+        For a batched tensor only the samples kept by the sample budget are there, row ``i``
+        being sample ``run.samples(step)["index"][i]``; ``sample=`` picks the row of one batch
+        index. A tensor computed from the batch whose axis 0 is not it (catalog ``batched``
+        false, ``batch_note`` says why) is stored whole. ``mode="eval"`` with ``batch=`` reads an
+        evaluation's dumps (taken at global step ``step``); ``worker``, ``session``: as in
         :meth:`query_stats`.
 
         Raises:
-            ValueError: ``kind`` is not one of ``KINDS``.
+            ValueError: ``kind`` is not one of ``KINDS``; ``sample=`` on a tensor stored whole
+                (naming why), or not an int.
             UnknownTensorError: the catalog does not hold ``name``.
             NoDumpError: no dump at ``step``, or it does not hold ``name`` (naming the
-                sessions whose dump does), or ``name`` has no gradient.
+                sessions whose dump does), or ``name`` has no gradient, or ``sample`` was not kept.
             InspectorError: several writers dumped ``step``: pass ``worker=``.
             DamagedFileError: the dump file is damaged.
         """
-        return read.tensor(self, name, step, kind, worker, mode=mode, batch=batch, session=session)
+        return read.tensor(self, name, step, kind, worker, mode=mode, batch=batch, session=session,
+                           sample=sample)
 
     def samples(self, step: int, worker: str | None = None, *, mode: str | None = None,
                 batch: int | None = None, session: int | None = None, tower: str | None = None,

@@ -640,7 +640,7 @@ def test_trainable_changed_without_compile_is_refused_for_a_new_callback_too(tmp
 
 @pytest.mark.parametrize("source", ["probe", "train_batch"])
 def test_where_the_batch_axis_is_lost_before_the_output_is_said(tmp_path, caplog, source):
-    """After an LSTM (its time-major loop) the logits were not per-sample,
+    """After a layer reversing the batch's order the logits are not per-sample,
     so they had group 'all' rows only and were dumped whole, with no word; a plain model's
     output keeps its groups and nothing is said."""
     keras.utils.set_random_seed(9)
@@ -648,7 +648,8 @@ def test_where_the_batch_axis_is_lost_before_the_output_is_said(tmp_path, caplog
     x = rng.normal(size=(16, 5, 3)).astype("float32")
     y = (x[:, 0, 0] > 0).astype("int32")
     inp = keras.Input((5, 3))
-    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(keras.layers.LSTM(3, name="rnn")(inp)), name="rnnm")
+    rev = keras.layers.Lambda(lambda t: tf.reverse(t, axis=[0]), name="rnn")   # rows no longer samples
+    model = keras.Model(inp, keras.layers.Dense(2, name="logits")(keras.layers.Flatten()(rev(inp))), name="rnnm")
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     kw = {"probe": (x[:N], y[:N])} if source == "probe" else {"source": "train_batch"}

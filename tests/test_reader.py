@@ -492,3 +492,24 @@ def test_samples_of_a_tensor_that_is_not_per_sample_are_refused(tmp_path):
         run.samples(10, tensor=whole)
     per_sample = run.tensors.index[run.tensors["batched"].astype(bool)][0]
     assert len(run.samples(10, tensor=per_sample)) == len(run.samples(10)) == len(run.tensor(per_sample, 10))
+
+
+def test_a_sample_index_picks_its_row_and_is_refused_on_a_tensor_stored_whole(tmp_path):
+    """run.tensor(..., sample=i) picks batch sample i's row of a per-sample dump (row k is
+    run.samples' k-th index, not sample k); a tensor stored whole has no such row."""
+    make_synthetic_run(tmp_path / "r", steps=20, tensors=10, dump_every=10)
+    run = inspector.open_run(tmp_path / "r")
+    per_sample = run.tensors.index[run.tensors["batched"].astype(bool)][0]
+    kept = run.samples(10)["index"].tolist()
+    whole_value = run.tensor(per_sample, 10)
+    for k, i in enumerate(kept):
+        np.testing.assert_array_equal(run.tensor(per_sample, 10, sample=i), whole_value[k])
+    missing = next(i for i in range(1000) if i not in kept)
+    with pytest.raises(inspector.errors.NoDumpError, match=f"sample {missing} was not kept"):
+        run.tensor(per_sample, 10, sample=missing)
+    with pytest.raises(ValueError, match="sample must be a batch index"):
+        run.tensor(per_sample, 10, sample="0")
+    whole = next(n for n in run.tensors.index[~run.tensors["batched"].astype(bool)]
+                 if f"forward/{n}" in run.dump_keys(10))
+    with pytest.raises(ValueError, match=rf"{re.escape(whole)} is stored whole.*catalog batched=False"):
+        run.tensor(whole, 10, sample=kept[0])

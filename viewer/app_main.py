@@ -191,6 +191,8 @@ def view_picker(path: str, sig: tuple) -> tuple:
     note = first_note(run.tensors["captured_on"])
     if note:   # every page's gradients and updates: not the ones the steps' updates came from
         sb.caption(f"**Gradients and updates: {plain(note)}** ({plain(gradient_meaning(note))})")
+    if run.groups_note:   # every page lists group 'all' alone: say why
+        sb.caption(f"**Groups: all only.** {plain(run.groups_note)}")
     modes = [m for m in MODES if m in set(sessions["mode"])] or ["train"]
     mode = sb.selectbox("Mode", modes, key="mode", bind="query-params") if len(modes) > 1 \
         else modes[0]

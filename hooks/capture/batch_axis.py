@@ -37,8 +37,16 @@ names the ops), but the trace carries them: row-keeping ops (the rules above, el
 only for time-major tensors) keep the state, and the batch is back on axis 0 after a reshape
 of a merged tensor to ``k`` times its per-row size (or to a shape starting with a batched
 tensor's ``tf.shape(x)[0]``), a transpose of a time-major one putting axis 1 first, and a
-time step taken from it (``x[t]``, an unstack along axis 0). Only whole-batch tensors are
-carried (a tower's slice is not).
+time step taken from it (``x[t]``, an unstack along axis 0). A reshape of a batched tensor to
+any other static shape makes a *flat* one (``[B, T, D] -> [1, B*T, D, 1]``: tf.keras 2.15's
+LayerNormalization): its buffer is still sample after sample, kept by same-shaped elementwise
+ops and batch norm's ``y``, and a reshape back to the per-sample size restores the batch. A
+TF2 while loop taking the batch (a whole-batch input, or a tensor list unstacked from a
+time-major tensor: an RNN) has batched outputs where the loop variable came in batched or has
+the batch's static size, and the list it stacks is time-major where its axis 1 does; a
+function call (tf.keras 2.15's LSTM) has batched outputs whose axis 0 has the batch's size.
+Only whole-batch tensors are carried (a tower's slice is not). :meth:`BatchAxis.note` says
+why a tensor computed from the batch is not batched (moved, lost at an op, a part).
 
 **Towers.** ``tf.split`` on axis 0 of a batched tensor (multi-tower training) makes each
 output batched over *its slice* of the batch: the trace keeps, per batched tensor, the chain
@@ -79,6 +87,17 @@ NEVER = frozenset({
     "DynamicPartition",
 })
 REDUCTIONS = frozenset({"Sum", "Mean", "Max", "Min", "Prod", "All", "Any", "EuclideanNorm"})
+#: ops whose outputs computed from the batch are meant to be over it (statistics, weight
+#: gradients): their non-batched outputs have no :meth:`BatchAxis.note`
+AGGREGATES = REDUCTIONS | frozenset({
+    "ArgMax", "ArgMin", "MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum",
+    "FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "Split", "SplitV", "Unpack",
+    "Slice", "StridedSlice", "GatherV2", "Gather", "ResourceGather", "Cumsum", "Cumprod",
+    "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits"})
+#: TF2 while loops: output i is loop variable i
+LOOPS = frozenset({"While", "StatelessWhile"})
+#: function calls (a tf.keras 2.15 LSTM's or GRU's implementation)
+CALLS = frozenset({"PartitionedCall", "StatefulPartitionedCall"})
 #: Selections of part of axis 0 (``x[:16]``, ``tf.gather(x, idx)``): per-sample over samples
 #: the trace cannot map to the labels.
 PARTS = frozenset({"Slice", "StridedSlice", "GatherV2", "Gather"})
@@ -103,6 +122,9 @@ class BatchAxis:
         #: tensors whose batch is off axis 0: ("merged", rows per sample, op) or ("time_major", 1,
         #: op), op the one that moved it (module docstring)
         self._moved: dict[str, tuple[str, int, str]] = {}
+        #: tensors derived from the batch whose axis 0 is no longer it, no rule carrying it back:
+        #: tensor -> the op where it was lost (:meth:`note`)
+        self._lost: dict[str, str] = {}
         self._graph = graph
         #: the op that cut the labels from part of a batched tensor (``labels[:16]`` of a batch of
         #: 32), None if they are a whole batch: taken as the batch, they would group the other
@@ -134,6 +156,25 @@ class BatchAxis:
         stack) for those of ``tensors`` whose batch is off axis 0, in first-seen order."""
         ops = [self._moved[t.name][2] for t in tensors if t.name in self._moved]
         return list(dict.fromkeys(ops))
+
+    def note(self, t: tf.Tensor) -> str | None:
+        """Why ``t``, computed from the batch, is not per-sample (its dump holds the whole
+        tensor, its statistics group ``all`` only): None for a batched tensor and for one the
+        batch does not reach (a weight) or only reaches through a reduction over it."""
+        if self.is_batched(t):
+            return None
+        if self.unresolved(t):
+            return "per-sample over a part of the batch the trace cannot map to the labels"
+        if t.name in self._moved:
+            kind, _, op = self._moved[t.name]
+            how = {"merged": "merged with the axes after it", "time_major": "on axis 1 "
+                   "(time-major)", "flat": "folded into another shape"}[kind]
+            return f"the batch is {how} since {op}: its rows are not samples"
+        if t.name in self._lost:
+            op = self._graph.get_operation_by_name(self._lost[t.name])
+            return f"axis 0 stops being the batch at {op.name} ({op.type}): no rule carries " \
+                   "the batch through it"
+        return None
 
     def lost_at(self, outputs: Iterable[tf.Tensor]) -> list[str]:
         """The ops where axis 0 stopped being the batch on the way to ``outputs`` that are not
@@ -173,6 +214,8 @@ class BatchAxis:
                 elif moved[i] is not None \
                         and not (self._cut and any(p.search(t.name) for p in self._cut)):
                     self._moved[t.name] = moved[i]
+                elif (origin := self._lost_origin(op, t)) is not None:
+                    self._lost[t.name] = origin
                 continue
             slices = {self._slice.get(x.name, ()) for x in op.inputs if self.is_batched(x)}
             slices |= _shape_slices(op, self)
@@ -182,6 +225,23 @@ class BatchAxis:
             self._batched.add(t.name)
             if slices and (s := slices.pop()):
                 self._slice[t.name] = s
+
+    def _lost_origin(self, op: tf.Operation, t: tf.Tensor) -> str | None:
+        """The op where the batch was lost on the way to ``t`` (not batched, not moved), or None:
+        ``op`` itself when a batched or moved input enters an op that is no aggregate over the
+        batch, the origin of a lost input otherwise."""
+        if not t.shape.rank or op.type in NEVER:
+            return None
+        for x in op.inputs:
+            if x.name in self._lost:
+                return self._lost[x.name]
+        if self._cut and any(p.search(t.name) for p in self._cut):
+            return None
+        if any(self.is_batched(x) and not self.slice_of(x) for x in op.inputs):
+            return None if op.type in AGGREGATES else op.name
+        if any(x.name in self._moved for x in op.inputs):
+            return None if op.type in REDUCTIONS else op.name
+        return None
 
     def _split_axis0(self, op: tf.Operation) -> "Slice | None":
         """A ``Split``/``SplitV`` along axis 0 of a batched tensor: that tensor's slice."""
@@ -223,9 +283,42 @@ class BatchAxis:
             return [True] * len(op.outputs)
         if op.type in SHAPED:  # the batch may come from the shape operand alone
             return SHAPED[op.type](op, self.is_batched)
+        if op.type in LOOPS | CALLS:
+            return self._carried(op)
         if op.type in NEVER or not any(self.is_batched(x) for x in op.inputs):
             return self._restored(op) or self._reshaped_to_batch(op) or [False] * len(op.outputs)
         return RULES.get(op.type, same_leading)(op, self.is_batched)
+
+    def _loop_batch(self, op: tf.Operation) -> tuple[bool, int | None]:
+        """(whether a while loop or function call takes the batch, its static size): a
+        whole-batch input, or (loops) a tensor list unstacked from a time-major tensor (an RNN's
+        inputs, one time step per iteration)."""
+        for x in op.inputs:
+            if self.is_batched(x) and not self.slice_of(x):
+                return True, _dim0(x)
+            src = x.op.inputs[0] if x.op.type == "TensorListFromTensor" else None
+            if op.type in LOOPS and src is not None \
+                    and self._moved.get(src.name, ("",))[0] == "time_major":
+                return True, src.shape[1] if (src.shape.rank or 0) > 1 else None
+        return False, None
+
+    def _carried(self, op: tf.Operation) -> list[bool]:
+        """A while loop's or function call's outputs: batched where the loop variable came in
+        batched, or where the op takes the batch and the output's axis 0 is the batch's size
+        (an RNN's state, zeros of a static batch size on the way in; a tf.keras LSTM's
+        function-call outputs). The body is not traced: a loop variable of exactly the batch's
+        static size that is no per-sample state would be taken as one (``unbatched=``)."""
+        takes, n = self._loop_batch(op)
+        outs = []
+        for i, out in enumerate(op.outputs):
+            x = op.inputs[i] if op.type in LOOPS and i < len(op.inputs) else None
+            if x is not None and self.is_batched(x) and _keeps_axis0(out, x):
+                outs.append(True)
+                continue
+            d = _dim0(out)
+            outs.append(takes and bool(out.shape.rank) and (d == n if n is not None and
+                                                            d is not None else d is None))
+        return outs
 
     def _reshaped_to_batch(self, op: tf.Operation) -> list[bool] | None:
         """A reshape of a tensor with no batch axis to a shape that starts with a batched tensor's
@@ -249,6 +342,10 @@ class BatchAxis:
             return None
         kind, rows, _ = state
         out = op.outputs[0]
+        if kind == "flat":   # back to a shape of per-sample size: the buffer is sample-major
+            if op.type != "Reshape":
+                return None
+            return [bool(out.shape.rank) and _per_sample(out) == rows]
         if kind == "merged" and op.type == "Reshape":
             a, c = _per_sample(x), _per_sample(out)
             back = (a is not None and c is not None and c == rows * a) or \
@@ -273,13 +370,19 @@ class BatchAxis:
         if op.type in NEVER or not op.outputs:
             return none
         whole = [x for x in op.inputs if self.is_batched(x) and not self.slice_of(x)]
-        made = _moving(op, whole)
+        made = _moving(op, whole) or self._stacked(op)
         if made is not None:
             return [(made[0], made[1], op.name)] + none[1:]
         states = {self._moved[x.name] for x in op.inputs if x.name in self._moved}
         if len(states) != 1 or any(self.is_batched(x) for x in op.inputs) or op.type in SHAPED:
             return none
         state = states.pop()
+        if state[0] == "flat":   # the same buffer layout: same shape, elementwise or batch norm
+            x = next(x for x in op.inputs if self._moved.get(x.name) == state)
+            same_shape = op.outputs[0].shape.is_fully_defined() \
+                and op.outputs[0].shape == x.shape
+            keeps = same_shape and (op.type not in RULES or RULES[op.type] is _first_input)
+            return [state if keeps else None] + none[1:]
 
         def same(x: tf.Tensor) -> bool:
             return self._moved.get(x.name) == state
@@ -291,6 +394,17 @@ class BatchAxis:
         else:
             rule = same_leading
         return [state if keep else None for keep in rule(op, same)]
+
+    def _stacked(self, op: tf.Operation) -> tuple[str, int] | None:
+        """A ``TensorListStack`` of a list a batch-taking while loop wrote (an RNN's outputs,
+        one step per iteration): time-major when its axis 1 is the batch's size."""
+        if op.type != "TensorListStack" or op.inputs[0].op.type not in LOOPS:
+            return None
+        takes, n = self._loop_batch(op.inputs[0].op)
+        out = op.outputs[0]
+        if not takes or (out.shape.rank or 0) < 2 or not _compatible(out.shape[1], n):
+            return None
+        return "time_major", 1
 
     def _override(self, t: tf.Tensor, batched: bool) -> bool:
         batched = batched or t.name in self._sources
@@ -341,6 +455,8 @@ def _moving(op: tf.Operation, whole: list[tf.Tensor]) -> tuple[str, int] | None:
         a, c = _per_sample(x), _per_sample(out)
         if a is not None and c and c < a and a % c == 0:
             return "merged", a // c
+        if a is not None and out.shape.is_fully_defined():
+            return "flat", a   # [B, T, D] -> [1, B*T, D, 1] (tf.keras LayerNormalization)
     if op.type in ("Transpose", "ConjugateTranspose") and x.name in names:
         perm = _const(op.inputs[1])
         if perm is not None and perm.size > 1 and int(perm[0]) == 1 and int(perm[1]) == 0:

@@ -130,6 +130,9 @@ def _kept(t: tf.Tensor, batched: bool, keep: tf.Tensor, keep_all_of: int | None)
         if t.dtype == tf.bfloat16:  # numpy and safetensors readers lack bfloat16
             t = tf.cast(t, tf.float32)
         if batched and not (keep_all_of and t.shape.rank and t.shape.as_list()[0] == keep_all_of):
-            mine = tf.boolean_mask(keep, keep < tf.shape(t)[0])  # robust to a different batch
+            # the kept samples below t's batch size (robust to a different batch): keep is
+            # ascending, so a prefix; a slice builds far fewer ops than a boolean mask, and a
+            # dump gathers from every captured tensor
+            mine = keep[:tf.reduce_sum(tf.cast(keep < tf.shape(t)[0], tf.int32))]
             t = tf.gather(t, mine)
     return t

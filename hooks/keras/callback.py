@@ -173,6 +173,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._counter: Any = None  # the last fit's optimizer.iterations (held: see _continue_steps)
         self._unended = False      # a batch began whose end this callback has not seen
         self._starting = False     # a fit began whose steps are not read yet (on_train_batch_begin)
+        self._per_execution = 1    # the fit's steps_per_execution
+        self._applied_before = 0   # the optimizer's count before the execution (_per_execution > 1)
         self._model_name: str | None = None   # the model the last fit trained
         self._opened = 0   # writer sessions this callback opened
         self._before: dict[int, np.ndarray] | None = None
@@ -208,6 +210,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         self._fallback = None
         try:
             refuse_unsupported(model)
+            if _per_execution(model) > 1:
+                raise ValueError(f"steps_per_execution={_per_execution(model)}: fit runs that many "
+                                 "steps in one call of its train function, and the step capture "
+                                 "records one step's own batch; compile(..., "
+                                 "steps_per_execution=1) for that")
         except ValueError as e:
             self._fallback_pending = str(e)
             return
@@ -245,18 +252,8 @@ class InspectCallback(tf.keras.callbacks.Callback):
     @_guarded
     def on_train_begin(self, logs=None) -> None:
         self._fit_watch = fit_watch(self.model)   # its session ends as failed if the fit raises
-        spe = getattr(self.model, "steps_per_execution", None)
-        spe = getattr(self.model, "_steps_per_execution", None) if spe is None else spe
-        if isinstance(spe, str) or getattr(self.model, "_autotune_steps_per_execution", False):
-            # Keras 3 keeps "auto"; tf.keras 2.15 starts it at 1 and raises it during fit: batch
-            # callbacks then run once per several steps, and the step numbers would be wrong
-            raise ValueError("steps_per_execution='auto': Keras raises it during fit and calls "
-                             "batch callbacks once per several steps, so InspectCallback could not "
-                             "number the steps; compile(..., steps_per_execution=1)")
-        if spe is not None and int(spe.numpy() if hasattr(spe, "numpy") else spe) != 1:
-            raise ValueError(f"steps_per_execution={int(spe)}: InspectCallback needs 1 (Keras "
-                             "calls batch callbacks once per execution, so the step before an "
-                             "update is not observable)")
+        # steps_per_execution > 1: batch callbacks run once per execution of that many steps
+        self._per_execution = _per_execution(self.model)
         # the last fit ended by an exception (Keras skips on_train_end then): its session ends
         # here, failed, and this fit gets its own (FORMAT.md, "Sessions")
         self._end_interrupted_session()
@@ -347,7 +344,9 @@ class InspectCallback(tf.keras.callbacks.Callback):
             self._step = self._continue_steps(self.model.optimizer)
             self._fit_first = self._step + 1
         self._unended = True
-        stats, dump = self._wants(self._step + 1)
+        if self._per_execution > 1:
+            self._applied_before = int(applied_batches(self.model.optimizer).numpy())
+        stats, dump = self._wants_execution(self._step)
         dump = dump or self._force_dump
         if first or stats or dump:   # before the step capture traces a function for this step
             self._trained.check(self.model)
@@ -373,7 +372,10 @@ class InspectCallback(tf.keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None) -> None:
         self._unended = False
         self._trained.traced(self.model)
-        self._step += 1
+        # one step, or the execution's: counted by the optimizer (Keras 3 reports an execution
+        # cut short by the epoch's end as a whole one)
+        self._step += 1 if self._per_execution == 1 else \
+            max(1, int(applied_batches(self.model.optimizer).numpy()) - self._applied_before)
         step = self._step
         (stats, dump), self._pending = self._pending, (False, False)
         noted = (self.options.dump_on_nonfinite and self._first_nonfinite is None
@@ -528,6 +530,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
     # ---- helpers -------------------------------------------------------------------------------
     def _wants(self, step: int) -> tuple[bool, bool]:
         return self.schedule.wants_stats(step), self.schedule.wants_dump(step)
+
+    def _wants_execution(self, before: int) -> tuple[bool, bool]:
+        """:meth:`_wants` of the steps the next execution runs after step ``before`` (one, or
+        ``steps_per_execution``): an execution is sampled where any of its steps is, and recorded
+        at its last step."""
+        wants = [self._wants(before + i) for i in range(1, self._per_execution + 1)]
+        return any(w[0] for w in wants), any(w[1] for w in wants)
 
     def _updates(self) -> dict[str, np.ndarray]:
         """{variable: value after this step - value before} for the variables copied before it."""
@@ -718,6 +727,18 @@ class InspectCallback(tf.keras.callbacks.Callback):
         if self._writer is not None and not self._writer.closed:
             self._writer.update_manifest(first_nonfinite=self._first_nonfinite)
         self._force_dump = self.options.dump_on_nonfinite
+
+
+def _per_execution(model) -> int:
+    """The model's ``steps_per_execution`` (1 where unset). ValueError for ``"auto"``: tf.keras
+    2.15 starts it at 1 and raises it during fit, so the steps' numbers would be wrong."""
+    spe = getattr(model, "steps_per_execution", None)
+    spe = getattr(model, "_steps_per_execution", None) if spe is None else spe
+    if isinstance(spe, str) or getattr(model, "_autotune_steps_per_execution", False):
+        raise ValueError("steps_per_execution='auto': Keras changes it during fit, so "
+                         "InspectCallback could not number the steps; compile(..., "
+                         "steps_per_execution=<an int>)")
+    return 1 if spe is None else int(spe.numpy() if hasattr(spe, "numpy") else spe)
 
 
 def applied_batches(optimizer):

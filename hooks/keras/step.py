@@ -276,6 +276,8 @@ def _is_variable(v) -> bool:
 class StepGraph(ProbeGraph):
     """The hook's capture built into ``fit``'s train function (see the module docstring)."""
 
+    batch_words = "the training step's batch"
+
     def __init__(self, model, options: ProbeOptions) -> None:
         super().__init__(model, None, None, None, options, any_batch=True)   # no probe: no args
         self.has_targets = self.has_sample_weight = False

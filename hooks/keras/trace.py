@@ -207,9 +207,24 @@ def variable_names(model) -> dict[int, str]:
     return names
 
 
+def variable_layers(model) -> dict[int, str]:
+    """id(variable) -> the path of the deepest layer holding it (:func:`layer_paths`): its
+    record's ``keras_layer``, so that a per-layer view puts it with its layer's ops."""
+    layers = {id(model): model,
+              **{id(x): x for x in model._flatten_layers(include_self=False, recursive=True)}}
+    out: dict[int, str] = {}
+    for lid, path in layer_paths(model).items():   # depth first: a sublayer after its parent
+        for v in getattr(layers.get(lid), "weights", None) or []:
+            out[id(v)] = path
+    return out
+
+
 # ---- the probe graph -------------------------------------------------------------------------
 class ProbeGraph:
     """The model's forward pass and compiled loss on a fixed batch, with every op's capture."""
+
+    #: the batch the capture records, in messages (the training step's capture says its own)
+    batch_words = "the probe batch"
 
     def __init__(self, model, x, y, sample_weight, options: ProbeOptions,
                  any_batch: bool = False) -> None:
@@ -354,7 +369,8 @@ class ProbeGraph:
                                  extra=dict(fields.get(t.name, {})))
             owner = by_owner.get(t.op.name)
             c.extra.update(keras_layer=owner.path if owner else None,
-                           keras_call=owner.call if owner else None)
+                           keras_call=owner.call if owner else None,
+                           batch_note=axis.note(t))
             captured.append(c)
         feeds.annotate(captured, g, set())
         records = self._variable_records(tf_vars, handles, grads[len(tensors):], region)
@@ -394,11 +410,11 @@ class ProbeGraph:
             return
         self._warned_groups = True
         if lost:
-            log.warning("the batch axis of %s is lost at %s (a time-major RNN, a reshape merging "
-                        "the batch with another axis): the tensors after it, the model's output "
-                        "included, have group 'all' rows only and are dumped whole; where axis 0 "
-                        "of such tensors is the batch, name them with batched=", self.model.name,
-                        _listed(lost))
+            log.warning("the batch axis of %s is lost at %s (an op no rule carries the batch "
+                        "through: the catalog's batch_note says so per tensor): the tensors after "
+                        "it, the model's output included, have group 'all' rows only and are "
+                        "dumped whole; where axis 0 of such tensors is the batch, name them with "
+                        "batched=", self.model.name, _listed(lost))
         else:
             log.warning("the batch axis of %s leaves axis 0 at %s (a reshape merging the batch "
                         "with time, a time-major transpose) and comes back before the output: the "
@@ -412,6 +428,7 @@ class ProbeGraph:
         the manifest's ``groups`` entry for them. GroupsError where ``groups=`` does not fit."""
         spec, positive = self.options.groups, self.options.positive
         if y is None:
+            self._no_groups(f"{self.batch_words} has no targets (y)")
             return None
         if spec.kind != "positive_negative":
             try:
@@ -437,8 +454,9 @@ class ProbeGraph:
         if not isinstance(y, tf.Tensor):
             if callable(positive):
                 return capture.positive_groups(y, positive)
-            log.info("the probe's targets are nested (several outputs): no positive/negative "
-                     "groups unless positive= or groups= is given (a callable on the targets)")
+            self._no_groups(f"{self.batch_words}'s targets are nested "
+                            f"({len(tf.nest.flatten(y))} outputs): pass positive= or groups= (a "
+                            "callable on the targets) for groups")
             return None
         # count_bad: a step's samples in no group (float targets) make its dump keep the
         # budget's first samples, ungrouped (capture.kept_samples), not none of them
@@ -452,6 +470,14 @@ class ProbeGraph:
                      "per class" if positive is None and classes > 2 else "")
         self.groups_entry = {"rule": rule, "names": list(built.names), "codes": list(built.codes)}
         return built
+
+    def _no_groups(self, why: str) -> None:
+        """No labels give groups: the manifest's ``groups`` names none and says why (statistics
+        and dumps are group ``all`` only); warned once per capture."""
+        if self.groups_entry is None or self.groups_entry["names"]:
+            log.warning("no sample groups for %s: %s; statistics have group 'all' only",
+                        self.model.name, why)
+        self.groups_entry = {"rule": f"none: {why}", "names": [], "codes": []}
 
     def groups_manifest(self) -> dict:
         """``{"groups": ...}`` for the manifest: the rule that grouped the samples, with the
@@ -471,7 +497,7 @@ class ProbeGraph:
         return handles, out
 
     def _variable_records(self, tf_vars, handles, grads, region: set[str]) -> list[VariableRecord]:
-        records, stable = [], variable_names(self.model)
+        records, stable, owner = [], variable_names(self.model), variable_layers(self.model)
         for v, handle, grad in zip(tf_vars, handles, grads):
             var = _tf_var(v)
             name = stable.get(id(v)) or variable_name(v)
@@ -486,7 +512,8 @@ class ProbeGraph:
                     else tf.raw_ops.ReadVariableOp(resource=handle, dtype=var.dtype.base_dtype)
             records.append(VariableRecord(value, False, grad, variable=name,
                                           handle_op=handle.op.name, reads=reads, after=value,
-                                          extra={"keras_layer": None, "keras_call": None}))
+                                          extra={"keras_layer": owner.get(id(v)),
+                                                 "keras_call": None}))
         return records
 
     def _remember(self, everything, records, sel, loss, labels, tf_vars) -> None:

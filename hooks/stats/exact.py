@@ -114,11 +114,34 @@ def concat_sparse(parts: Sequence[Sparse]) -> Sparse:
     """The rows of ``parts`` one after another."""
     if len(parts) == 1:
         return parts[0]
-    offsets, splits = tf.constant(0, tf.int64), []
-    for i, p in enumerate(parts):
-        splits.append((p.splits if i == 0 else p.splits[1:]) + offsets)
-        offsets = offsets + p.splits[-1]
-    return Sparse(tf.concat(splits, 0), tf.concat([p.index for p in parts], 0),
+    lengths = [p.splits.shape[0] for p in parts]
+    if None not in lengths:
+        return _concat_static(parts, lengths)
+    # the same with the lengths known at run time: one Size op per part, the rest a fixed few
+    sizes = tf.stack([tf.size(p.splits, out_type=tf.int64) for p in parts])
+    ends = tf.cumsum(sizes)
+    joined = tf.concat([p.splits for p in parts], 0)
+    lasts = tf.gather(joined, ends - 1)
+    offsets = tf.cumsum(lasts, exclusive=True)
+    shifted = joined + tf.repeat(offsets, sizes)
+    starts = ends[:-1]   # where parts after the first begin: their leading 0 is dropped
+    drop = tf.scatter_nd(starts[:, None], tf.ones_like(starts, tf.bool), ends[-1:])
+    return Sparse(tf.boolean_mask(shifted, tf.logical_not(drop)),
+                  tf.concat([p.index for p in parts], 0), tf.concat([p.count for p in parts], 0))
+
+
+def _concat_static(parts: Sequence[Sparse], lengths: Sequence[int]) -> Sparse:
+    """:func:`concat_sparse` of parts whose row counts are static: a fixed handful of ops
+    whatever the number of parts (ops per part made tracing a model's capture cost seconds)."""
+    ends = np.cumsum(lengths)
+    joined = tf.concat([p.splits for p in parts], 0)
+    lasts = tf.gather(joined, tf.constant(ends - 1))
+    offsets = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(lasts)[:-1]], 0)
+    shifted = joined + tf.repeat(offsets, tf.constant(np.asarray(lengths, np.int64)))
+    # every part's splits start with 0, the end of the part before: kept for the first only
+    firsts = np.concatenate([[0], ends[:-1]])
+    keep = np.setdiff1d(np.arange(ends[-1]), firsts[1:])
+    return Sparse(tf.gather(shifted, tf.constant(keep)), tf.concat([p.index for p in parts], 0),
                   tf.concat([p.count for p in parts], 0))
 
 

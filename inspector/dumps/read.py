@@ -208,11 +208,13 @@ def dump_array(run: Any, step: int, key: str, worker: str | None = None, *, mode
 
 def tensor(run: Any, name: str, step: int, kind: str = "forward", worker: str | None = None, *,
            mode: str | None = None, batch: int | None = None,
-           session: int | None = None) -> np.ndarray:
+           session: int | None = None, sample: int | None = None) -> np.ndarray:
     """:meth:`inspector.Run.tensor` (documented there)."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
     run.check_tensor(name)
+    if sample is not None:
+        return _sample_row(run, name, step, kind, worker, mode, batch, session, sample)
     if kind == "gradient" and not bool(run.tensors.loc[name, "has_gradient"]):
         note = run.tensors.loc[name, "gradient_note"]
         why = note if isinstance(note, str) and note else "does not reach the loss"
@@ -227,15 +229,46 @@ def tensor(run: Any, name: str, step: int, kind: str = "forward", worker: str | 
     return dump_array(run, step, key, worker, mode=mode, batch=batch, session=session)
 
 
+def whole_reason(run: Any, name: str) -> str | None:
+    """Why ``name``'s dumps hold the whole tensor rather than one row per kept sample (catalog
+    ``batched`` false), or None for a per-sample tensor."""
+    cat = run.tensors
+    if "batched" not in cat or bool(cat.loc[name, "batched"]):
+        return None
+    note = cat.loc[name, "batch_note"] if "batch_note" in cat else None
+    return note if isinstance(note, str) and note else "catalog batched=False"
+
+
+def _sample_row(run: Any, name: str, step: int, kind: str, worker: str | None, mode: str | None,
+                batch: int | None, session: int | None, sample: int) -> np.ndarray:
+    """Row of batch sample ``sample`` (an ``index`` of :func:`samples`) in ``name``'s dump."""
+    if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)):
+        raise ValueError(f"sample must be a batch index (an int of run.samples({step})['index']), "
+                         f"not {sample!r}")
+    why = whole_reason(run, name)
+    if why is not None:
+        raise ValueError(f"{name} is stored whole, not one row per kept sample ({why}): its "
+                         f"rows are not the samples of run.samples({step}), so sample={sample} "
+                         "cannot pick one (read it without sample=)")
+    kept = samples(run, step, worker, mode=mode, batch=batch, session=session, tensor=name)
+    rows = np.flatnonzero(np.asarray(kept["index"]) == sample)
+    if not len(rows):
+        raise NoDumpError(f"sample {sample} was not kept in the dump of step {step}; kept: "
+                          f"{kept['index'].tolist()}")
+    arr = tensor(run, name, step, kind, worker, mode=mode, batch=batch, session=session)
+    return arr[int(rows[0])]
+
+
 def samples(run: Any, step: int, worker: str | None = None, *, mode: str | None = None,
             batch: int | None = None, session: int | None = None, tower: str | None = None,
             tensor: str | None = None) -> pd.DataFrame:
     """:meth:`inspector.Run.samples` (documented there)."""
     if tensor is not None:
         tensor = run.check_tensor(tensor)
-        if "batched" in run.tensors and not bool(run.tensors.loc[tensor, "batched"]):
-            raise ValueError(f"{tensor} is not per-sample (catalog batched=False): its dumps "
-                             "hold the whole tensor, whose rows are not the kept samples; "
+        why = whole_reason(run, tensor)
+        if why is not None:
+            raise ValueError(f"{tensor} is not per-sample ({why}): its dumps hold the whole "
+                             "tensor, whose rows are not the kept samples; "
                              f"run.samples({step}) lists those")
         own = run.tensors.loc[tensor, "tower"]
         own = own if isinstance(own, str) else None

@@ -62,7 +62,9 @@ _EVENTS_RE = re.compile(r"^events\.out\.tfevents\.")
 
 def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
     """{output tensor: layer} for the layers of ``names``: a tensor's layer is its ICNN layer,
-    else its name scope, a scope TF opened under an op's own name counting as that op's
+    else its Keras layer (``keras_layer``: Keras 3's op scopes carry call suffixes, ``net_1/d1_1``,
+    and a variable read's scope is its own, ``d1_1/Cast``), else its name scope, a scope TF
+    opened under an op's own name counting as that op's
     (``conv1/Conv2D/ReadVariableOp`` is ``conv1``'s); a layer's output is its ICNN
     ``post_mask``, else its last op output in graph order (variables are no outputs). The
     rule the Training overview folds by (viewer/layers.py), kept here so the core package
@@ -79,9 +81,15 @@ def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
     out: dict[str, str] = {}
     by_layer: dict[str, list[tuple[str, bool, bool]]] = {}
-    for name, scope, op, layer, role, kind in zip(cat.index, cat["scope"].fillna(""), cat["op"],
-                                                  cat["icnn_layer"], cat["icnn_role"],
-                                                  cat["kind"].fillna("tensor")):
+    keras = cat["keras_layer"] if "keras_layer" in cat \
+        else pd.Series(None, index=cat.index, dtype=object)
+    for name, scope, op, layer, role, kind, k in zip(cat.index, cat["scope"].fillna(""),
+                                                     cat["op"], cat["icnn_layer"],
+                                                     cat["icnn_role"], cat["kind"].fillna("tensor"),
+                                                     keras):
+        if isinstance(k, str) and k and not (isinstance(layer, str) and layer):
+            by_layer.setdefault(k, []).append((name, role == "post_mask", kind != "variable"))
+            continue
         seen = set()
         while scope in ops and scope not in seen:   # a scope under an op's name is that op's
             seen.add(scope)

@@ -180,6 +180,15 @@ def groups(run: Any) -> list[str]:
     return list(names)
 
 
+def groups_note(run: Any) -> str | None:
+    """:attr:`inspector.Run.groups_note` (documented there)."""
+    for m in run.manifests.values():
+        g = m.get("groups")   # absent: the default groups (positive, negative)
+        if isinstance(g, dict) and not g.get("names") and g.get("rule"):
+            return str(g["rule"])
+    return None
+
+
 def check_group(run: Any, group: str) -> str:
     """:meth:`inspector.Run.check_group` (documented there)."""
     if group not in run.groups:
