@@ -18,9 +18,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from inspector.errors import InspectorError
-from inspector.format.loghist import RELATIVE_ERROR, TINY, LogHistogram, bucket_edges
+from inspector.format.loghist import CEIL, RELATIVE_ERROR, TINY, LogHistogram, bucket_edges
 
 #: Every histogram column of either scheme: ask a query for these to read any run's.
 COLUMNS = ("hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram")
@@ -110,3 +112,72 @@ def quantile_frame(df: pd.DataFrame, q: Sequence[float]) -> pd.DataFrame:
 def qname(q: float) -> str:
     """The column of quantile ``q``: ``qname(0.5) == "q0.5"``."""
     return f"q{float(q):g}"
+
+
+def invalid_rows(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    """Which rows of a statistics table hold a histogram no writer writes (a bool mask), and
+    why (one reason per such row, in row order): a log-magnitude bucket outside
+    [-CEIL, CEIL], buckets not strictly ascending, bucket and count lists of different
+    lengths, a negative count; an equal-width histogram with a negative count or
+    ``hist_lo > hist_hi``. The reader's queries clear these histograms
+    (:func:`clear_invalid`), so the viewer, the export and notebooks never draw them."""
+    bad = np.zeros(table.num_rows, bool)
+    why = np.full(table.num_rows, "", object)
+    if "hist_bucket" in table.column_names and "hist_count" in table.column_names:
+        b = table.column("hist_bucket").combine_chunks()
+        c = table.column("hist_count").combine_chunks()
+        sizes_b = np.asarray(pc.fill_null(pc.list_value_length(b), 0), np.int64)
+        sizes_c = np.asarray(pc.fill_null(pc.list_value_length(c), 0), np.int64)
+        _mark(bad, why, sizes_b != sizes_c, "bucket and count lists of different lengths")
+        idx = np.asarray(pc.list_flatten(b).to_numpy(zero_copy_only=False), np.int64)
+        cnt = np.asarray(pc.list_flatten(c).to_numpy(zero_copy_only=False), np.int64)
+        row_b = np.repeat(np.arange(len(sizes_b)), sizes_b)
+        row_c = np.repeat(np.arange(len(sizes_c)), sizes_c)
+        out = np.abs(idx) > CEIL
+        _mark(bad, why, _any_per_row(row_b[out], len(bad)), f"a bucket outside [-{CEIL}, {CEIL}]")
+        same = row_b[1:] == row_b[:-1]
+        down = same & (idx[1:] <= idx[:-1])
+        _mark(bad, why, _any_per_row(row_b[1:][down], len(bad)), "buckets not ascending")
+        _mark(bad, why, _any_per_row(row_c[cnt < 0], len(bad)), "a negative count")
+    if "histogram" in table.column_names:
+        h = table.column("histogram").combine_chunks()
+        sizes = np.asarray(pc.fill_null(pc.list_value_length(h), 0), np.int64)
+        cnt = np.asarray(pc.list_flatten(h).to_numpy(zero_copy_only=False), np.int64)
+        rows = np.repeat(np.arange(len(sizes)), sizes)
+        _mark(bad, why, _any_per_row(rows[cnt < 0], len(bad)), "a negative count")
+        if "hist_lo" in table.column_names and "hist_hi" in table.column_names:
+            lo = np.asarray(table.column("hist_lo").to_numpy(), np.float64)
+            hi = np.asarray(table.column("hist_hi").to_numpy(), np.float64)
+            _mark(bad, why, ~h.is_null().to_numpy(zero_copy_only=False) & ~(lo <= hi),
+                  "hist_lo above hist_hi")
+    return bad, list(why[bad])
+
+
+def _any_per_row(rows: np.ndarray, n: int) -> np.ndarray:
+    return np.bincount(rows, minlength=n).astype(bool) if len(rows) else np.zeros(n, bool)
+
+
+def _mark(bad: np.ndarray, why: np.ndarray, rows: np.ndarray, reason: str) -> None:
+    why[rows & ~bad] = reason
+    bad |= rows
+
+
+def clear_invalid(table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """``table`` with the histograms of :func:`invalid_rows` cleared (no buckets; an
+    equal-width one null), and one problem line describing them (none if every row is valid)."""
+    bad, why = invalid_rows(table)
+    if not bad.any():
+        return table, []
+    mask = pa.array(bad)
+    for name in ("hist_bucket", "hist_count", "histogram"):
+        if name in table.column_names:
+            col = table.column(name)
+            empty = pa.scalar(None if name == "histogram" else [], col.type)
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pc.if_else(mask, empty, col))
+    first = int(np.flatnonzero(bad)[0])
+    row = {c: table.column(c)[first].as_py() for c in ("tensor", "kind", "group", "step")
+           if c in table.column_names}
+    where = " ".join(f"{k}={v!r}" for k, v in row.items())
+    return table, [f"{int(bad.sum()):,} statistics row(s) hold a histogram no writer writes "
+                   f"(first: {where}: {why[0]}); their histograms are left out"]

@@ -173,7 +173,7 @@ def _claimed_steps(run: Any, files: list) -> dict[tuple[str, int], tuple[str, se
 
 def stats(run: Any) -> pd.DataFrame:
     """:attr:`inspector.Run.stats` (documented there)."""
-    return to_pandas(nonfinite.mark(_read_stats(run)))
+    return to_pandas(nonfinite.mark(_valid(run, _read_stats(run))))
 
 
 def groups(run: Any) -> list[str]:
@@ -235,10 +235,19 @@ def query_stats_table(run: Any, tensors: Iterable[str] | None = None,
     if columns is not None:
         columns = list(dict.fromkeys([*IDENTITY, "tensor", "kind", "group", *columns]))
     if finite_part:
-        return _read_stats(run, columns, filters or None, mode, worker, session, batch)
+        return _valid(run, _read_stats(run, columns, filters or None, mode, worker, session,
+                                       batch))
     read, extra = nonfinite.columns_to_read(columns)
-    return nonfinite.mark(_read_stats(run, read, filters or None, mode, worker, session, batch),
-                          extra)
+    return nonfinite.mark(_valid(run, _read_stats(run, read, filters or None, mode, worker,
+                                                  session, batch)), extra)
+
+
+def _valid(run: Any, table: pa.Table) -> pa.Table:
+    """``table`` with histograms no writer writes cleared, each such read named in
+    ``run.problems`` (the viewer, the export and notebooks all read through here)."""
+    table, problems = histograms.clear_invalid(table)
+    run.problems += [m for m in problems if m not in run.problems]
+    return table
 
 
 def stats_steps(run: Any, kind: str = "forward", group: str = "all") -> np.ndarray:
