@@ -236,7 +236,9 @@ class Run:
             try:  # DamagedFileError skips this session; FormatVersionError stops
                 # the cap checked before reading
                 data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)
-                m = load_manifest(self.store.display(name), data=data)
+                dropped: list[str] = []   # auxiliary fields that failed their checks
+                m = load_manifest(self.store.display(name), data=data, dropped=dropped)
+                self.problems += dropped
                 _check_identity(m, *ids, self.store.display(name))
             except DamagedFileError as e:
                 self.problems.append(str(e))
