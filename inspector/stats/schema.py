@@ -147,9 +147,10 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
     return within_budget(apply_filters(check_stats_table(raw, path), filters), path, budget)
 
 
-#: rows decoded at a time from a part without a row-group index (~1 KB a row with a
-#: log-magnitude histogram: ~64 MB of Arrow memory a batch)
-BATCH_ROWS = 65536
+#: rows decoded at a time from a part without a row-group index: ~1 KB a row with a
+#: log-magnitude histogram, several times that while its pages are decompressed and decoded
+#: (~100 MB a batch at the peak; 65,536 rows peaked near 1 GB)
+BATCH_ROWS = 16384
 #: bytes a column chunk is read through at a time (pages stream; a row group is never whole)
 READ_BUFFER = 1 << 20
 #: bytes of rows one statistics read may hold (the reader's default ``memory_budget``)
