@@ -165,15 +165,19 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
     batch checked (:func:`check_stats_table`) and filtered before the next is read. Memory:
     one batch plus the rows kept; MemoryBudgetError once those pass ``budget``."""
     tensors = _tensors(filters)
-    rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
-    _check_rows(sum(n for n, _ in rows), pf.metadata.num_rows, path)
+    total = pf.metadata.num_rows
+    if tensors is None:   # no row group's metadata read (see read_part): the total is checked
+        plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
+    else:
+        rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
+        _check_rows(sum(n for n, _ in rows), total, path)
+        plan = [(g, n) for g, (n, holds) in enumerate(rows) if holds]
     kept: list[pa.Table] = []
-    size = 0
-    for g, (n, holds) in enumerate(rows):
-        if not holds:
-            continue
+    size = seen = 0
+    for g, n in plan:
         decoded = 0
-        for chunk in _batches(pf, g, n, columns):
+        whole = total <= BATCH_ROWS or (n is not None and n <= BATCH_ROWS)
+        for chunk in _batches(pf, g, whole, columns):
             decoded += chunk.num_rows
             chunk = apply_filters(check_stats_table(chunk, path), filters)
             if chunk.num_rows:
@@ -181,20 +185,24 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
                 size += chunk.nbytes
                 within_budget(size, path, budget)
         # a damaged page can end a column's batches early without an error
-        _check_rows(decoded, n, path)
+        if n is not None:
+            _check_rows(decoded, n, path)
+        seen += decoded
+    if tensors is None:
+        _check_rows(seen, total, path)
     if not kept:
         empty = pf.schema_arrow.empty_table()
         return check_stats_table(empty.select(columns) if columns is not None else empty, path)
     return pa.concat_tables(kept)
 
 
-def _batches(pf: pq.ParquetFile, group: int, rows: int,
+def _batches(pf: pq.ParquetFile, group: int, whole: bool,
              columns: Sequence[str] | None) -> Iterator[pa.Table]:
-    """Row group ``group`` (``rows`` rows) as tables of BATCH_ROWS rows at most. A group that
-    small is read whole: ``read_row_group`` checks the footer's size statistics of its column
-    chunks (damage it refuses, as a whole-part read does, whichever columns are asked for);
-    a larger one streams (``iter_batches``, which does not check them)."""
-    if rows <= BATCH_ROWS:
+    """Row group ``group`` as tables of BATCH_ROWS rows at most, or ``whole`` (it holds no more
+    than that): ``read_row_group`` checks the footer's size statistics of its column chunks
+    (damage it refuses, as a whole-part read does, whichever columns are asked for); a larger
+    group streams (``iter_batches``, which does not check them)."""
+    if whole:
         yield pf.read_row_group(group, columns=columns, use_threads=True)
         return
     for batch in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns,
