@@ -164,8 +164,9 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
     after reading that column alone; the others are decoded BATCH_ROWS rows at a time, each
     batch checked (:func:`check_stats_table`) and filtered before the next is read. Memory:
     one batch plus the rows kept; MemoryBudgetError once those pass ``budget``."""
-    tensors = _tensors(filters)
     total = pf.metadata.num_rows
+    # a part of one batch is read in one go: looking for its tensors first would read it twice
+    tensors = _tensors(filters) if total > BATCH_ROWS else None
     if tensors is None:   # no row group's metadata read (see read_part): the total is checked
         plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
     else:
