@@ -105,6 +105,18 @@ def test_invalid_histogram_rows_are_found(case):
                   "hist_count": pa.array(good["hist_count"], pa.list_(pa.int32()))})
     bad, reasons = invalid_rows(t)
     assert bad.tolist() == [False, True] and why in reasons[0]
+    assert invalid_rows(t.slice(1))[0].tolist() == [True]      # a slice's own rows
+    assert invalid_rows(pa.concat_tables([t, t]))[0].tolist() == [False, True, False, True]
+
+
+def test_invalid_equal_width_histograms_are_found():
+    hist = pa.FixedSizeListArray.from_arrays(pa.array([1, 2, 3, -1, 0, 0, 5, 5, 5], pa.int32()), 3)
+    t = pa.table({"hist_lo": [0.0, 0.0, 2.0], "hist_hi": [1.0, 1.0, 1.0], "histogram": hist})
+    bad, reasons = invalid_rows(t)
+    assert bad.tolist() == [False, True, True]
+    assert reasons == ["a negative count", "hist_lo above hist_hi"]
+    sliced, _ = invalid_rows(t.slice(1))
+    assert sliced.tolist() == [True, True]
 
 
 def test_bad_histogram_rows_are_skipped_and_reported_by_export_and_reader(tmp_path, run_path):

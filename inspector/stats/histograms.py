@@ -120,41 +120,61 @@ def invalid_rows(table: pa.Table) -> tuple[np.ndarray, list[str]]:
     [-CEIL, CEIL], buckets not strictly ascending, bucket and count lists of different
     lengths, a negative count; an equal-width histogram with a negative count or
     ``hist_lo > hist_hi``. The reader's queries clear these histograms
-    (:func:`clear_invalid`), so the viewer, the export and notebooks never draw them."""
-    bad = np.zeros(table.num_rows, bool)
-    why = np.full(table.num_rows, "", object)
+    (:func:`clear_invalid`), so the viewer, the export and notebooks never draw them. Checked
+    in Arrow (bitmaps; only the offending values' places come to numpy): a query's memory
+    stays that of its rows."""
+    n = table.num_rows
+    bad = np.zeros(n, bool)
+    why = np.full(n, "", object)
     if "hist_bucket" in table.column_names and "hist_count" in table.column_names:
         b = table.column("hist_bucket").combine_chunks()
         c = table.column("hist_count").combine_chunks()
-        sizes_b = np.asarray(pc.fill_null(pc.list_value_length(b), 0), np.int64)
-        sizes_c = np.asarray(pc.fill_null(pc.list_value_length(c), 0), np.int64)
-        _mark(bad, why, sizes_b != sizes_c, "bucket and count lists of different lengths")
-        idx = np.asarray(pc.list_flatten(b).to_numpy(zero_copy_only=False), np.int64)
-        cnt = np.asarray(pc.list_flatten(c).to_numpy(zero_copy_only=False), np.int64)
-        row_b = np.repeat(np.arange(len(sizes_b)), sizes_b)
-        row_c = np.repeat(np.arange(len(sizes_c)), sizes_c)
-        out = np.abs(idx) > CEIL
-        _mark(bad, why, _any_per_row(row_b[out], len(bad)), f"a bucket outside [-{CEIL}, {CEIL}]")
-        same = row_b[1:] == row_b[:-1]
-        down = same & (idx[1:] <= idx[:-1])
-        _mark(bad, why, _any_per_row(row_b[1:][down], len(bad)), "buckets not ascending")
-        _mark(bad, why, _any_per_row(row_c[cnt < 0], len(bad)), "a negative count")
+        lengths = pc.not_equal(pc.fill_null(pc.list_value_length(b), 0),
+                               pc.fill_null(pc.list_value_length(c), 0))
+        _mark(bad, why, np.asarray(lengths, bool), "bucket and count lists of different lengths")
+        idx, starts = _values(b)
+        _mark(bad, why, _rows_of(b, pc.indices_nonzero(pc.greater(pc.abs(idx), CEIL))),
+              f"a bucket outside [-{CEIL}, {CEIL}]")
+        if len(idx) > 1:
+            down = pc.indices_nonzero(pc.less_equal(idx.slice(1), idx.slice(0, len(idx) - 1)))
+            at = np.asarray(down, np.int64) + 1   # the later of the two, if in the same row
+            _mark(bad, why, _rows_of(b, pa.array(at[~np.isin(at, starts)])),
+                  "buckets not ascending")
+        counts, _ = _values(c)
+        _mark(bad, why, _rows_of(c, pc.indices_nonzero(pc.less(counts, 0))), "a negative count")
     if "histogram" in table.column_names:
         h = table.column("histogram").combine_chunks()
-        sizes = np.asarray(pc.fill_null(pc.list_value_length(h), 0), np.int64)
-        cnt = np.asarray(pc.list_flatten(h).to_numpy(zero_copy_only=False), np.int64)
-        rows = np.repeat(np.arange(len(sizes)), sizes)
-        _mark(bad, why, _any_per_row(rows[cnt < 0], len(bad)), "a negative count")
+        size = max(h.type.list_size, 1)
+        values = h.values.slice(h.offset * size, len(h) * size)   # null rows' too: places match
+        hits = np.asarray(pc.indices_nonzero(pc.less(values, 0)), np.int64)
+        rows = np.zeros(n, bool)
+        rows[hits // size] = True
+        _mark(bad, why, rows & ~np.asarray(h.is_null(), bool), "a negative count")
         if "hist_lo" in table.column_names and "hist_hi" in table.column_names:
             lo = np.asarray(table.column("hist_lo").to_numpy(), np.float64)
             hi = np.asarray(table.column("hist_hi").to_numpy(), np.float64)
-            _mark(bad, why, ~h.is_null().to_numpy(zero_copy_only=False) & ~(lo <= hi),
+            _mark(bad, why, ~np.asarray(h.is_null(), bool) & ~(lo <= hi),
                   "hist_lo above hist_hi")
     return bad, list(why[bad])
 
 
-def _any_per_row(rows: np.ndarray, n: int) -> np.ndarray:
-    return np.bincount(rows, minlength=n).astype(bool) if len(rows) else np.zeros(n, bool)
+def _values(lists: pa.ListArray) -> tuple[pa.Array, np.ndarray]:
+    """The values of ``lists`` (those its offsets span, null rows' too: positions match the
+    offsets) and where each row but the first starts among them."""
+    off = np.asarray(lists.offsets, np.int64)
+    first = int(off[0]) if len(off) else 0
+    values = lists.values.slice(first, int(off[-1]) - first if len(off) else 0)
+    return values, off[1:-1] - first
+
+
+def _rows_of(lists: pa.ListArray, at: pa.Array) -> np.ndarray:
+    """A row mask of ``lists``: the rows holding the values at positions ``at``."""
+    rows = np.zeros(len(lists), bool)
+    at = np.asarray(at, np.int64)
+    if len(at):
+        off = np.asarray(lists.offsets, np.int64)
+        rows[np.searchsorted(off - off[0], at, "right") - 1] = True
+    return rows
 
 
 def _mark(bad: np.ndarray, why: np.ndarray, rows: np.ndarray, reason: str) -> None:
