@@ -184,6 +184,19 @@ def test_a_compaction_that_failed_on_a_full_disk_is_retried_at_the_next_flush(tm
     assert [(e["what"], e["count"]) for e in run.manifest["errors"]] == [("compaction", 1)]
 
 
+def test_failed_parts_are_retried_only_with_consecutive_ones(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(stats_parts, "compact",
+                        lambda run_dir, w, s, parts, *a: calls.append([q for q, _ in parts]) or ("x", 0))
+    c = stats_parts.Compactor(tmp_path, "chief", 1, rows=1, max_parts=2)
+    c._failed = [(1, 1), (2, 1)]   # a compaction of 1-2 failed while one of 3-4 went through
+    c.added(5, 1)
+    c.added(6, 1)
+    c.finish()
+    assert all(seqs == list(range(seqs[0], seqs[0] + len(seqs))) for seqs in calls), calls
+    assert sorted(q for seqs in calls for q in seqs) == [1, 2, 5, 6]
+
+
 # ---- object stores: no rename; the compacted part is one object written whole ----------------
 def _remote_parts(url: str, options: dict | None) -> list[str]:
     return sorted(e.name for e in open_storage(url, options).list("stats"))

@@ -322,7 +322,7 @@ class Compactor:
         """Small part ``seq`` of ``rows`` rows was written."""
         if self.rows is None:
             return
-        retry = self._take_failed()
+        retry = self._take_failed(next_seq=seq)
         self._parts.append((seq, rows))
         if retry or sum(r for _, r in self._parts) >= self.rows \
                 or len(self._parts) >= self.max_parts:
@@ -336,10 +336,11 @@ class Compactor:
         self._start()
         self.join()
 
-    def _take_failed(self, now: bool = False) -> bool:
-        """Put a failed compaction's parts back before the new ones once its back-off has
-        passed (``now``: whatever it is); whether it did. Failed parts that do not precede the
-        new ones (a later compaction succeeded meanwhile) are compacted on their own."""
+    def _take_failed(self, now: bool = False, next_seq: int | None = None) -> bool:
+        """Put a failed compaction's parts back before the new ones (the waiting ones, else
+        part ``next_seq``) once its back-off has passed (``now``: whatever it is); whether it
+        did. Failed parts that do not precede them (a later compaction took the parts between)
+        are compacted on their own."""
         with self._lock:
             if not self._failed:
                 return False
@@ -348,7 +349,8 @@ class Compactor:
                 return False
             failed, self._failed = self._failed, []
         *alone, last = _consecutive(failed)
-        if self._parts and last[-1][0] + 1 != self._parts[0][0]:
+        following = self._parts[0][0] if self._parts else next_seq
+        if following is not None and last[-1][0] + 1 != following:
             alone.append(last)
             last = []
         for run in alone:   # a later compaction succeeded between them: each on its own
