@@ -285,6 +285,13 @@ def big_part_run(path: Path, rows: int, tensors: int = 1000) -> None:
     write_sorted(table, path / stats_range_name("chief", 1, 1, 1000))
 
 
+def _unindexed(path: str, linear: bool) -> dict:
+    """A run of one part without a row-group index (``inspector.testing.make_unindexed_run``)."""
+    from inspector.testing import make_unindexed_run
+    make_unindexed_run(path, int(Path(path).name.rsplit("_", 1)[1]), linear=linear)
+    return {}
+
+
 def _child_info(path: str) -> dict:
     t0 = time.perf_counter()
     from inspector import cli
@@ -340,15 +347,23 @@ def scale_runs(args: argparse.Namespace) -> None:
                          f"{human_bytes(du_bytes(path))}, made in {made:.0f} s"])
             print("  |  ".join(rows[-1]), flush=True)
             shutil.rmtree(path)
-        if "big" in args.scale_cases:
-            n = int(10_000_000 * f)
-            path = root / f"big_{n}"
-            child("make_big", path)   # in its own process: a child inherits its parent's peak RSS
+        n = int(10_000_000 * f)
+        bigs = [("big", "make_big", "one compacted part (row-group index)", "<= 1 s, <= 1 GB"),
+                ("unindexed", "make_unindexed", "one part without an index, log histograms", "<= 1 GB"),
+                ("unindexed", "make_unindexed_linear", "one part without an index, before version 4",
+                 "<= 1 GB")]
+        for case, make, what, target in bigs:
+            if case not in args.scale_cases:
+                continue
+            path = root / f"{make}_{n}"
+            child(make, path)   # in its own process: a child inherits its parent's peak RSS
             got = child("one_tensor", path)
-            rows.append([f"query_stats(one tensor): one part of {n:,} rows ({got['rows']:,} rows read)",
+            rows.append([f"query_stats(one tensor): {what}, {n:,} rows ({got['rows']:,} rows read)",
                          f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
-                         human_bytes(1024 * got["rss_import_kib"]), "-", "<= 1 s, <= 1 GB",
+                         human_bytes(1024 * got["rss_import_kib"]), "-", target,
                          human_bytes(du_bytes(path))])
+            print("  |  ".join(rows[-1]), flush=True)
+            shutil.rmtree(path)
         print(format_table(rows, headers))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -356,7 +371,9 @@ def scale_runs(args: argparse.Namespace) -> None:
 
 CHILDREN = {"stats": _child_stats, "long": _child_long, "make_long": _child_make_long, "dump": _child_dump,
             "mem": _child_mem, "info": _child_info, "one_tensor": _child_one_tensor,
-            "make_big": lambda p: big_part_run(Path(p), int(Path(p).name.split("_")[1])) or {},
+            "make_big": lambda p: big_part_run(Path(p), int(Path(p).name.rsplit("_", 1)[1])) or {},
+            "make_unindexed": lambda p: _unindexed(p, linear=False),
+            "make_unindexed_linear": lambda p: _unindexed(p, linear=True),
             "make_live": lambda p: live_run(Path(p).parent, int(Path(p).name)),
             "verify": lambda p: _child_verify(p, True), "noverify": lambda p: _child_verify(p, False)}
 
@@ -425,9 +442,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--measure", nargs="+", metavar="DIR", help="only the long-run columns, for these existing runs")
     p.add_argument("--scale", action="store_true",
                    help="only info on runs of many files (10,000 parts; 100,000 dumps; 20,000 sessions) and one "
-                        "tensor of a 10M-row part (--quick: a tenth)")
-    p.add_argument("--scale-cases", nargs="+", default=["live", "parts", "dumps", "sessions", "big"],
-                   choices=["live", "parts", "dumps", "sessions", "big"], help="which --scale measures to make")
+                        "tensor of a 10M-row part, compacted and without an index in both formats (--quick: a tenth)")
+    cases = ["live", "parts", "dumps", "sessions", "big", "unindexed"]
+    p.add_argument("--scale-cases", nargs="+", default=cases, choices=cases,
+                   help="which --scale measures to make")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:

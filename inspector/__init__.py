@@ -9,8 +9,8 @@ Example::
 """
 from ._moved import INSPECTOR as _MOVED
 from ._moved import install as _install_moved
-from .errors import (DamagedFileError, FormatVersionError, InspectorError, NoDumpError,
-                     NotARunError, StorageError, UnknownGroupError, UnknownTensorError)
+from .errors import (DamagedFileError, FormatVersionError, InspectorError, MemoryBudgetError,
+                     NoDumpError, NotARunError, StorageError, UnknownGroupError, UnknownTensorError)
 from .format import FORMAT_VERSION
 from .format import TOOL_VERSION as __version__
 from .run import Run, find_runs, is_run, open_run
@@ -19,4 +19,4 @@ _install_moved(_MOVED)   # the modules the layout moved, importable under their 
 
 __all__ = ["open_run", "find_runs", "is_run", "Run", "InspectorError", "NotARunError",
            "FormatVersionError", "DamagedFileError", "StorageError", "UnknownTensorError",
-           "UnknownGroupError", "NoDumpError", "FORMAT_VERSION", "__version__"]
+           "UnknownGroupError", "NoDumpError", "MemoryBudgetError", "FORMAT_VERSION", "__version__"]

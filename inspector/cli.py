@@ -57,8 +57,38 @@ def _batch_note_lines(t: pd.DataFrame) -> list[str]:
         + ([f"           ... {len(counts) - 3} more reasons"] if len(counts) > 3 else [])
 
 
-def summary(run: Run) -> str:
-    """A readable summary: status, steps, tensors, bytes, anomalies, damaged files."""
+#: Problems of one kind ``info`` (and an incomplete export) prints before a count of the rest.
+PROBLEMS_SHOWN = 5
+
+
+def problem_lines(problems: Sequence[str], every: bool = False) -> list[str]:
+    """``problems`` as lines: those of one kind (the same words, numbers and file names aside)
+    past the first PROBLEMS_SHOWN summarized as a count and how to list them all (``every``:
+    each one).
+
+    >>> problem_lines([f"dumps/d{i}: refused" for i in range(7)])[-1]
+    '... and 2 more like dumps/d0: refused (info --all-problems lists every one)'
+    """
+    kinds: dict[str, list[str]] = {}
+    for p in problems:
+        kinds.setdefault(_PROBLEM_KIND_RE.sub("#", p), []).append(p)
+    out = []
+    for same in kinds.values():
+        shown = same if every else same[:PROBLEMS_SHOWN]
+        out += shown
+        if len(same) > len(shown):
+            out.append(f"... and {len(same) - len(shown):,} more like {same[0]} "
+                       "(info --all-problems lists every one)")
+    return out
+
+
+#: What varies between problems of one kind: numbers, file names, quoted names.
+_PROBLEM_KIND_RE = re.compile(r"'[^']*'|\S*[/.]\S*|\d[\d,]*")
+
+
+def summary(run: Run, all_problems: bool = False) -> str:
+    """A readable summary: status, steps, tensors, bytes, anomalies, damaged files (repeated
+    problems summarized unless ``all_problems``)."""
     damaged = run.check_dumps()
     m, t = run.manifest, run.tensors
     stats_steps = pd.Series(run.stats_steps())   # summaries' step lists where parts have them
@@ -121,7 +151,7 @@ def summary(run: Run) -> str:
     for r in run.dropped.itertuples():
         lines.append(f"dropped    {r.count} {r.what}(s) of {r.worker} session {r.session}, steps "
                      f"{_span(r.first_step, r.last_step) or '?'}: {r.reason}")
-    for p in run.problems:
+    for p in problem_lines(run.problems, all_problems):
         lines.append(f"problem    {p}")
     return "\n".join(lines)
 
@@ -358,7 +388,9 @@ def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None,
                 follow_every: float | None = None) -> str:
     """Write the run's statistics as TensorBoard event files under ``logdir/<run name>``
     (``inspector.export.tensorboard``); with ``follow_every`` (seconds), keep exporting new steps
-    until the run ends. Returns a line naming what was written and where."""
+    until the run ends. Returns a line naming what was written and where; ExportIncomplete
+    (its message that line and what was left out) where a damaged or missing part, an invalid
+    histogram row or an unsafe group name left rows out."""
     if not _importable("tensorboard"):
         raise InspectorError(f"--tensorboard needs the tensorboard package: {TENSORBOARD_EXTRA}")
     if follow_every is not None and not follow_every > 0:
@@ -379,7 +411,15 @@ def tensorboard(path: str, logdir: Path, *, storage_options: dict | None = None,
             follow(ex, follow_every, log=lambda line: print(line, flush=True))
     finally:
         ex.close()
+    if ex.problems:
+        shown = "\n".join(f"  left out: {m}" for m in problem_lines(ex.problems))
+        raise ExportIncomplete(f"{describe(ex)}; {len(ex.problems)} problem(s) left rows out:\n"
+                               f"{shown}")
     return describe(ex)
+
+
+class ExportIncomplete(InspectorError):
+    """An export that wrote what it could and left some rows out (the message names them)."""
 
 
 def _given(args: argparse.Namespace, options: dict[str, str]) -> list[str]:
@@ -447,7 +487,8 @@ def _open_checked(path: str | Path, storage_options: dict | None = None) -> Run:
     return open_run(path)
 
 
-def info(path: str, storage_options: dict | None = None, strict: bool = False) -> int:
+def info(path: str, storage_options: dict | None = None, strict: bool = False,
+         all_problems: bool = False) -> int:
     """Print the summary of the run at ``path`` (a folder or a URL), or of every run in it; 0 if
     all were read cleanly, 1 if some have damaged or missing files (``strict``: or recorded
     what they did not write: dropped data, write errors), 2 if some could not be read."""
@@ -455,7 +496,7 @@ def info(path: str, storage_options: dict | None = None, strict: bool = False) -
     for i, r in enumerate(_runs(path, storage_options)):
         try:
             run = _open_checked(r, storage_options)
-            text = summary(run)
+            text = summary(run, all_problems)
         except Exception as e:  # noqa: BLE001 - one bad run must not hide the others
             print(f"error: {r}: {_one_line(e)}", file=sys.stderr, flush=True)
             status = 2
@@ -590,6 +631,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true",
                    help="exit 1 also when a session recorded losses (dropped data, write errors), "
                         "not only for damaged or missing files")
+    p.add_argument("--all-problems", action="store_true",
+                   help=f"list every problem (default: {PROBLEMS_SHOWN} of each kind and a count)")
     p.add_argument("--storage-options", type=_options, help=OPTIONS_HELP)
     p.add_argument("--timeout", type=_timeout, help=TIMEOUT_HELP)
     p = sub.add_parser("export", help="write dumped tensors (npz), statistics (csv, parquet) or "
@@ -667,7 +710,7 @@ def _timeout_env(timeout: float | None) -> Iterator[None]:
 def _command(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "info":
-            return info(args.run, args.storage_options, args.strict)
+            return info(args.run, args.storage_options, args.strict, args.all_problems)
         if args.cmd == "export" and args.tensorboard:
             every = (5.0 if args.interval is None else args.interval) if args.follow else None
             print(tensorboard(args.run, args.logdir, storage_options=args.storage_options,
@@ -682,6 +725,9 @@ def _command(args: argparse.Namespace) -> int:
             return app(args.run, args.port, args.address, args.storage_options)
     except BrokenPipeError:
         raise
+    except ExportIncomplete as e:   # what was written, then each left-out kind on its line
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (InspectorError, ValueError, OSError) as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

@@ -22,6 +22,12 @@ class DamagedFileError(InspectorError):
     """A file of a run that cannot be parsed (truncated, corrupted, wrong type)."""
 
 
+class MemoryBudgetError(InspectorError):
+    """A read whose rows would take more memory than the reader's budget
+    (``open_run(memory_budget=)``, ``Run.memory_budget``): the message names the budget, what
+    was asked for and a narrower question that fits."""
+
+
 class StorageError(InspectorError, OSError):
     """The run's storage could not be reached or refused a request (a timeout, a refused
     connection, an HTTP 5xx, a permission): the message names the URL and the cause. Not a

@@ -37,6 +37,7 @@ from inspector.format.manifest import (GROUPS_REFUSED_KEY, RECORDED_NOTHING_KEY,
 from inspector.format.provenance import captured_on
 from inspector.graph import graphdef
 from inspector.sessions.crosscheck import folder_problems, graph_problems
+from inspector.stats.schema import MEMORY_BUDGET
 from inspector.sessions.liveness import writer_state
 from inspector.sessions.trainings import hidden_sessions
 from inspector.stats import query
@@ -100,7 +101,8 @@ def find_runs(path: str | Path, storage_options: dict | None = None) -> list:
 
 
 def open_run(path: str | Path | Storage, verify: bool = True, storage_options: dict | None = None,
-             filesystem: Any = None, timeout: float | None = None) -> "Run":
+             filesystem: Any = None, timeout: float | None = None,
+             memory_budget: int | None = MEMORY_BUDGET) -> "Run":
     """Open the run at ``path``, reading its manifests only. Remote files are read by byte
     ranges: a statistics query reads Parquet footers and the columns it needs, a tensor its
     dump's header and its own bytes.
@@ -114,6 +116,9 @@ def open_run(path: str | Path | Storage, verify: bool = True, storage_options: d
         filesystem: an fsspec filesystem instance to use instead of ``storage_options``.
         timeout: seconds a request to an object store may take
             (``inspector.storage.storage_timeout``).
+        memory_budget: bytes of statistics rows one query may hold (default 2 GiB; None: no
+            budget); a larger answer raises MemoryBudgetError naming a narrower query. Parts
+            are read in bounded batches whatever wrote them, so memory follows the answer.
 
     Raises:
         NotARunError: ``path`` does not exist, or holds no manifest.
@@ -122,7 +127,7 @@ def open_run(path: str | Path | Storage, verify: bool = True, storage_options: d
         StorageError: the object store did not answer (naming the URL and the cause).
     """
     return Run(path, verify=verify, storage_options=storage_options, filesystem=filesystem,
-               timeout=timeout)
+               timeout=timeout, memory_budget=memory_budget)
 
 
 #: States of a session whose manifest may lag what it wrote (no final rewrite): its process died.
@@ -173,7 +178,15 @@ class Run:
 
     def __init__(self, path: str | Path | Storage, verify: bool = True,
                  storage_options: dict | None = None, filesystem: Any = None,
-                 timeout: float | None = None) -> None:
+                 timeout: float | None = None,
+                 memory_budget: int | None = MEMORY_BUDGET) -> None:
+        if memory_budget is not None and (isinstance(memory_budget, bool)
+                                          or not isinstance(memory_budget, int)
+                                          or memory_budget < 1):
+            raise ValueError(f"memory_budget={memory_budget!r}: expected a number of bytes >= 1 "
+                             "or None (no budget)")
+        #: bytes of statistics rows one query may hold (None: no budget): MemoryBudgetError beyond
+        self.memory_budget = memory_budget
         self.store = open_storage(normalize(path), storage_options, filesystem, timeout=timeout)
         #: the run directory: a Path on local disk, the URL in an object store
         self.path: Any = Path(self.store.display()) if self.store.is_local else self.store.display()
@@ -223,7 +236,9 @@ class Run:
             try:  # DamagedFileError skips this session; FormatVersionError stops
                 # the cap checked before reading
                 data = self.store.read(name, manifest_schema.MAX_MANIFEST_BYTES)
-                m = load_manifest(self.store.display(name), data=data)
+                dropped: list[str] = []   # auxiliary fields that failed their checks
+                m = load_manifest(self.store.display(name), data=data, dropped=dropped)
+                self.problems += dropped
                 _check_identity(m, *ids, self.store.display(name))
             except DamagedFileError as e:
                 self.problems.append(str(e))

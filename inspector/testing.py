@@ -609,3 +609,63 @@ def make_long_run(path: str | Path, steps: int = 10_000, tensors: int = 1_000,
     m["steps"] = [m["steps"][0], m["steps"][0] + steps - 1] if m.get("steps") else m.get("steps")
     write_json(manifest, m)
     return path
+
+
+def make_unindexed_run(path: str | Path, rows: int, tensors: int = 1_000, *,
+                       linear: bool = False, row_group_rows: int | None = None) -> Path:
+    """A run whose one statistics part holds ``rows`` rows without a row-group index, under a
+    small part's name, as an older writer, a hand-made copy or a crash before compaction leaves
+    one: :func:`make_synthetic_run`'s 10 steps repeated with shifted step numbers, in the order a
+    writer flushes them (step by step, so every row group holds every tensor), written in row
+    groups of ``row_group_rows`` (None: one per 10 steps). ``linear``: the histogram columns of
+    runs before format version 4 (``hist_lo``, ``hist_hi``, ``histogram`` of 30 bins).
+
+    >>> p = make_unindexed_run(tmp_path / "big", rows=100_000)  # doctest: +SKIP
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from inspector.format import stats_name
+    from inspector.stats.parts import parquet_options
+    from inspector.storage.atomic import write_json
+
+    path = Path(make_synthetic_run(path, steps=10, tensors=tensors, dump_every=None, icnn=False,
+                                   dead_relu=False))
+    files = sorted((path / "stats").glob("*.parquet"))
+    block = pa.concat_tables([pq.read_table(f) for f in files]).replace_schema_metadata(None)
+    for f in files:
+        f.unlink()
+    if linear:
+        block = _linear_histograms(block)
+    step = block.schema.get_field_index("step")
+    copies = -(-rows // max(block.num_rows, 1))
+    with pq.ParquetWriter(path / stats_name("chief", 1, 1), block.schema,
+                          **parquet_options(block.schema)) as w:
+        left = rows
+        for k in range(copies):
+            t = block.set_column(step, "step", pc.add(block.column("step"), 10 * k))
+            w.write_table(t.slice(0, left), row_group_size=row_group_rows or block.num_rows)
+            left -= t.num_rows
+    manifest = path / manifest_name("chief", 1)
+    m = json.loads(manifest.read_text())
+    m.update(stats_parts=1, steps=[0, 10 * copies - 1])
+    write_json(manifest, m)
+    return path
+
+
+def _linear_histograms(table: Any) -> Any:
+    """``table`` with the equal-width histogram of runs before format version 4 in place of its
+    log-magnitude buckets: 30 bins between each row's min and max, its count spread evenly."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bins = 30
+    counts = np.asarray(pc.fill_null(table.column("count"), 0).to_numpy(), np.int64)
+    hist = np.repeat((counts // bins)[:, None], bins, axis=1).astype(np.int32)
+    hist[:, 0] += (counts % bins).astype(np.int32)
+    table = table.drop_columns(["hist_bucket", "hist_count"])
+    return (table.append_column("hist_lo", pc.fill_null(table.column("min"), 0.0))
+            .append_column("hist_hi", pc.fill_null(table.column("max"), 0.0))
+            .append_column("histogram", pa.FixedSizeListArray.from_arrays(
+                pa.array(hist.ravel(), pa.int32()), bins)))

@@ -154,6 +154,49 @@ def test_failed_compaction_keeps_every_small_part(tmp_path, monkeypatch, oracle)
     assert [(e["what"], "No space left" in e["reason"]) for e in run.manifest["errors"]] == [("compaction", True)]
 
 
+def test_a_compaction_that_failed_on_a_full_disk_is_retried_at_the_next_flush(tmp_path, monkeypatch, oracle):
+    real, full = stats_parts.sorted_part, [True]
+
+    def disk(table):
+        if full[0]:
+            raise OSError(28, "No space left on device")
+        return real(table)
+    monkeypatch.setattr(stats_parts, "sorted_part", disk)
+    b = SyntheticRun(tmp_path / "run", tensors=12, steps_hint=9, dump_every=None, stats_flush_secs=0)
+    c = b.writer._compactor
+    c.rows, c.max_parts = 10 ** 9, 3          # compact every 3 small parts
+    b.write_steps(0, 3)
+    b.sync()
+    c.join()
+    assert parts(tmp_path / "run") == [stats_name("chief", 1, k).split("/")[-1] for k in (1, 2, 3)]
+    full[0] = False                            # space freed
+    b.write_steps(3, 4)
+    b.sync()
+    c.join()
+    # the next flush compacted the failed parts with its own
+    assert parts(tmp_path / "run") == ["chief.s0001.000001-000004.parquet"]
+    b.write_steps(4, 9)
+    b.close()
+    assert not [p for p in parts(tmp_path / "run") if "-" not in p]
+    run = inspector.open_run(tmp_path / "run")
+    # every row once (written in other chunks than the oracle's, so other values)
+    pd.testing.assert_frame_equal(table(run)[KEYS], oracle[KEYS])
+    assert [(e["what"], e["count"]) for e in run.manifest["errors"]] == [("compaction", 1)]
+
+
+def test_failed_parts_are_retried_only_with_consecutive_ones(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(stats_parts, "compact",
+                        lambda run_dir, w, s, parts, *a: calls.append([q for q, _ in parts]) or ("x", 0))
+    c = stats_parts.Compactor(tmp_path, "chief", 1, rows=1, max_parts=2)
+    c._failed = [(1, 1), (2, 1)]   # a compaction of 1-2 failed while one of 3-4 went through
+    c.added(5, 1)
+    c.added(6, 1)
+    c.finish()
+    assert all(seqs == list(range(seqs[0], seqs[0] + len(seqs))) for seqs in calls), calls
+    assert sorted(q for seqs in calls for q in seqs) == [1, 2, 5, 6]
+
+
 # ---- object stores: no rename; the compacted part is one object written whole ----------------
 def _remote_parts(url: str, options: dict | None) -> list[str]:
     return sorted(e.name for e in open_storage(url, options).list("stats"))

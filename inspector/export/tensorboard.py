@@ -53,11 +53,42 @@ HISTOGRAMS = 100
 #: Histograms are read in this many batches of tensors (memory: a part's histogram columns
 #: over this, for the same decoding work: each row group is read by one batch).
 HISTOGRAM_BATCHES = 8
+#: The run's problems that leave exported rows out: a statistics part damaged or missing,
+#: histogram rows no writer writes.
+_LEFT_OUT_RE = re.compile(r"statistics|histogram")
 #: A run in one of these states writes no more.
 ENDED = ("finished", "failed", "crashed")
 _READ = ["count", "mean", "std", "l2", "zero_fraction", "nan", "inf"]
 _KEYS = ["step", "tensor", "kind", "group"]
 _EVENTS_RE = re.compile(r"^events\.out\.tfevents\.")
+#: A path component the export may create: not empty, ``.`` or ``..``, no separator, no
+#: control character (a group, the run's name).
+_UNSAFE_RE = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
+def safe_component(name: str, what: str) -> str:
+    """``name`` if it can be one folder's name under ``--logdir``, else InspectorError naming it
+    (``what``: what it names)."""
+    if not name or name in (".", "..") or _UNSAFE_RE.search(name):
+        raise InspectorError(f"{what} {name!r} cannot name a folder of the export (empty, '.', "
+                             "'..', a path separator or a control character); not exported")
+    return name
+
+
+def confined(logdir: Path, path: Path) -> Path:
+    """``path`` (under ``logdir``) if no folder from ``logdir`` down to it is a symlink and it
+    resolves inside ``logdir``; InspectorError naming the link otherwise (as the run reader
+    refuses links out of a run)."""
+    base = logdir.resolve()
+    at = logdir
+    for part in path.relative_to(logdir).parts:
+        at = at / part
+        if at.is_symlink():
+            raise InspectorError(f"{at} is a symlink; the export writes only real folders under "
+                                 f"--logdir {logdir}, refusing to write through it")
+    if not path.resolve().is_relative_to(base):
+        raise InspectorError(f"{path} resolves outside --logdir {logdir}; refusing to write it")
+    return path
 
 
 def layer_labels(catalog: pd.DataFrame, names: Sequence[str]) -> dict[str, str]:
@@ -211,11 +242,15 @@ class Exporter:
         if worker is not None:
             # an InspectorError naming the run's workers if it has no such one
             run.view(worker=worker)
-        self.root = Path(logdir) / run.name
+        self.logdir = Path(logdir)
+        self.root = self.logdir / safe_component(run.name, "the run's name")
         self.modes = {m: _ModeState() for m in MODE_DIRS}
         self.steps = 0                   # statistics steps exported (all modes)
         self.histogram_steps = 0         # of which with histograms
         self.tags: set[str] = set()
+        #: what was left out, each said once: damaged parts, missing parts, invalid histogram
+        #: rows, unsafe group names (the CLI exits non-zero when there are any)
+        self.problems: list[str] = []
         self._claim(run.path, force)
 
     def _claim(self, run_path: object, force: bool) -> None:
@@ -224,10 +259,9 @@ class Exporter:
         if isinstance(run_path, Path) and self.root.resolve().is_relative_to(run_path.resolve()):
             raise InspectorError(f"--logdir {self.root.parent} is inside the run {run_path}; write "
                                  "it elsewhere")
-        if self.root.is_symlink():
-            raise InspectorError(f"{self.root} is a symlink; refusing to write through it")
-        old = [p for p in self.root.rglob("*") if _EVENTS_RE.match(p.name) and p.is_file()] \
-            if self.root.is_dir() else []
+        confined(self.logdir, self.root)
+        old = [p for p in self.root.rglob("*") if _EVENTS_RE.match(p.name) and p.is_file()
+               and not p.is_symlink()] if self.root.is_dir() else []
         if old and not force:
             raise InspectorError(f"{self.root} holds an export already ({len(old)} event files); "
                                  f"pass --force to replace them, or another --logdir")
@@ -241,11 +275,16 @@ class Exporter:
         done = 0
         for mode in MODE_DIRS:
             done += self._export_mode(run, mode)
+        self._report([m for m in run.problems if _LEFT_OUT_RE.search(m)])
         for st in self.modes.values():
             for f in st.files.values():
                 f.flush()
         self.steps += done
         return done
+
+    def _report(self, problems: list[str]) -> None:
+        """Keep each new problem once (a followed run reports it at the poll that finds it)."""
+        self.problems += [m for m in dict.fromkeys(problems) if m not in self.problems]
 
     def close(self) -> None:
         for st in self.modes.values():
@@ -291,10 +330,17 @@ class Exporter:
         st.last = int(new[-1])
         return len(new)
 
-    def _file(self, mode: str, group: str) -> EventFile:
+    def _file(self, mode: str, group: str) -> EventFile | None:
+        """The event file of ``group`` in ``mode``; None (reported) for a group whose name is
+        no safe folder name."""
         st = self.modes[mode]
         if group not in st.files:
-            st.files[group] = EventFile(self.root / group / MODE_DIRS[mode])
+            try:
+                folder = self.root / safe_component(group, "the sample group") / MODE_DIRS[mode]
+            except InspectorError as e:
+                self._report([str(e)])
+                return None
+            st.files[group] = EventFile(confined(self.logdir, folder))
         return st.files[group]
 
     # ---- scalars -------------------------------------------------------------------------
@@ -324,6 +370,8 @@ class Exporter:
             values[at, col], present[at, col] = rows[m], True
             values, present = values.reshape(len(steps), -1), present.reshape(len(steps), -1)
             f = self._file(mode, name)
+            if f is None:
+                continue
             sparse = np.tile([s in SPARSE for s in STATS], len(used)) \
                 & ~np.isin(tags, list(f.described))
             # a sparse scalar starts at its first non-zero value (NaN counts as one)
@@ -359,7 +407,8 @@ class Exporter:
             if not table.num_rows:
                 continue
             for group, per_step in _histogram_rows(table, labels, merge=mode == "eval").items():
-                self._file(mode, group).histograms(sorted(per_step.items()))
+                if (f := self._file(mode, group)) is not None:
+                    f.histograms(sorted(per_step.items()))
 
 
 def histogram_steps(new: np.ndarray, every: int, first: int, last: int,
@@ -472,7 +521,10 @@ def follow(exporter: Exporter, interval: float, log: Callable[[str], None] = pri
     while True:
         run = exporter.open()
         ended = run.status in ENDED    # read first: rows flushed before the end are in this poll
+        known = len(exporter.problems)
         n = exporter.poll(run)
+        for m in exporter.problems[known:]:
+            log(f"left out: {m}")
         if n:
             log(f"exported {n} new step(s); {exporter.steps} in all")
         if ended:

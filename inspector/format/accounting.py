@@ -15,6 +15,8 @@ Example::
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -252,6 +254,42 @@ class Ledger:
         self._by_op: dict[str, list[str]] = {}
         for n in [*self.skipped, *self.aliases, *(n for r in self.rules for n in r.names)]:
             self._by_op.setdefault(_op_of(n), []).append(n)
+        self._index_rules()
+        self._haystack: tuple[list[str], str, list[int]] | None = None   # search(): built once
+        self._types: dict[str, list[int]] = {}   # search(): an op type -> its names' places
+
+    def _index_rules(self) -> None:
+        """The indexes :meth:`_first_rule` answers from, so a lookup costs a few dict reads
+        and one search per known pattern, whatever the number of rules and listed names."""
+        self._listed: dict[str, Rule] = {}   # a listed name -> the first rule listing it
+        self._by_type: dict[str, int] = {}   # an op type -> the first rule naming it
+        self._by_pattern: dict[str, int] = {}   # a known pattern -> the first rule holding it
+        self._negated: list[tuple[int, Rule]] = []   # op_types=: what it does not list
+        for i, r in enumerate(self.rules):
+            for n in r.names:
+                self._listed.setdefault(n, r)
+            if r.negate:
+                if r.op_types:
+                    self._negated.append((i, r))
+                continue
+            for t in r.op_types:
+                self._by_type.setdefault(t, i)
+            for p in r.patterns:
+                if p in KNOWN_PATTERNS:
+                    self._by_pattern.setdefault(p, i)
+        self._regex = {p: re.compile(p) for p in self._by_pattern}
+
+    def _first_rule(self, tensor: str, op_type: str | None) -> Rule | None:
+        """The first rule whose patterns or op types say ``tensor`` (:meth:`Rule.matches`)."""
+        best = len(self.rules)
+        if op_type is not None:
+            best = self._by_type.get(op_type, best)
+            best = next((i for i, r in self._negated if i < best and op_type not in r.op_types),
+                        best)
+        for p, i in self._by_pattern.items():
+            if i < best and self._regex[p].search(tensor):
+                best = i
+        return self.rules[best] if best < len(self.rules) else None
 
     def why(self, name: str) -> Why:
         """Captured, skipped (why), excluded (which rule), or what else ``name`` is. An op name
@@ -272,12 +310,12 @@ class Ledger:
             return Why(name, "skipped",
                        self.reasons.get(tensor, "not fetchable (this run predates the accounting, "
                                                  "which records why)"), op_type=op_type)
-        rule = next((r for r in self.rules if tensor in r.names), None)
+        rule = self._listed.get(tensor)
         present = self.op_types is None or op in self.op_types
-        matching = [r for r in self.rules if r.matches(tensor, op_type)] if rule is None else []
+        first = self._first_rule(tensor, op_type) if rule is None else None
         # the hook's ops: made after the graph
-        if matching and (present or matching[0].rule == INSPECTOR_RULE):
-            rule = matching[0]
+        if first is not None and (present or first.rule == INSPECTOR_RULE):
+            rule = first
         if rule is not None:
             return Why(name, "excluded", f"excluded by the {rule.source} rule '{rule.rule}': "
                                          f"{rule.what}", rule.rule, rule.source, op_type)
@@ -311,7 +349,8 @@ class Ledger:
         rows += [{"status": "skipped", "rule": None, "source": None, "what": s["reason"],
                   "count": s["count"], "examples": s["names"][:EXAMPLES]}
                  for s in acc.get("skipped", [])]
-        rows += [{"status": "excluded", "rule": r["rule"], "source": r.get("source"),
+        # a rule recorded without a source is a default one (Rule.from_record)
+        rows += [{"status": "excluded", "rule": r["rule"], "source": r.get("source", "default"),
                   "what": r.get("what", ""), "count": r["count"], "examples": r.get("examples", [])}
                  for r in acc.get("excluded", []) if r["count"]]
         return rows
@@ -319,22 +358,41 @@ class Ledger:
     def search(self, text: str, limit: int = 200) -> list[Why]:
         """The names not captured (skipped or excluded) whose name or op type contains ``text``
         (case-insensitive): the graph's ops and the skipped names; at most ``limit``."""
-        t = text.lower()
-        ops = self.op_types or {}
-        # an op's row speaks for its outputs; skipped names of no op of the graph (inside
-        # functions) have their own
-        names = [*ops, *sorted(n for n in self.skipped if _op_of(n) not in ops)]
         out = []
-        for name in names:
-            if t not in name.lower() and t not in (
-                    self._op_type(name if ":" in name else f"{name}:0") or "").lower():
-                continue
+        for name in self._candidates(text.lower()):
             why = self.why(name)
             if why.status in ("skipped", "excluded"):
                 out.append(why)
                 if len(out) >= limit:
                     break
         return out
+
+    def _candidates(self, text: str) -> list[str]:
+        """The names :meth:`search` considers whose name or op type contains ``text`` (lower
+        case), in its order: found in one string of every lower-cased name (built once), not
+        by a loop over the names."""
+        if self._haystack is None:
+            ops = self.op_types or {}
+            # an op's row speaks for its outputs; skipped names of no op of the graph (inside
+            # functions) have their own
+            names = [*ops, *sorted(n for n in self.skipped if _op_of(n) not in ops)]
+            starts = list(itertools.accumulate((len(n) + 1 for n in names), initial=0))
+            self._haystack = names, "\n".join(n.lower() for n in names), starts
+            types: dict[str, list[int]] = {}
+            for i, n in enumerate(names):
+                t = self._op_type(n if ":" in n else f"{n}:0")
+                if t:
+                    types.setdefault(t.lower(), []).append(i)
+            self._types = types
+        names, hay, starts = self._haystack
+        if not text:
+            return names
+        if "\n" in text:   # no name holds one (the haystack's separator)
+            return []
+        hits = {bisect.bisect_right(starts, m.start()) - 1
+                for m in re.finditer(re.escape(text), hay)}
+        hits.update(i for t, at in self._types.items() if text in t for i in at)
+        return [names[i] for i in sorted(hits)]
 
 
 def _op_of(name: str) -> str:

@@ -101,10 +101,12 @@ GROUP_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def check_group_name(name: object) -> str:
-    """``name`` if it can name a sample group (GROUP_NAME_RE, not ``all``), else ValueError."""
-    if not isinstance(name, str) or not GROUP_NAME_RE.match(name) or name == "all":
+    """``name`` if it can name a sample group (GROUP_NAME_RE, not ``all``, not ``.`` or ``..``:
+    a group names a folder of the TensorBoard export), else ValueError. The reader still reads
+    a ``.`` or ``..`` an older writer wrote (GROUP_NAME_RE); the export leaves it out."""
+    if not isinstance(name, str) or not GROUP_NAME_RE.match(name) or name in ("all", ".", ".."):
         raise ValueError(f"group name {name!r} must match {GROUP_NAME_RE.pattern} and not be 'all' "
-                         f"(the row of every sample)")
+                         f"(the row of every sample), '.' or '..' (folder names of the export)")
     return name
 
 

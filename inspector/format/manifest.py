@@ -291,23 +291,70 @@ _EXCLUSION = _object({"rule": _STR, "source": _STR, "what": _STR, "negate": (boo
                      required=("rule", "count"))
 
 
+#: Bounds of the ``accounting`` section (FORMAT.md, "Accounting"), checked on read: a hook
+#: records ~10 default rules, a few of the user's filters and one per Keras region; a skip
+#: reason per kind (or per variable a racy read reads); names of outputs no rule's pattern
+#: or op type says. Far above any real graph's, low enough that the reader's indexes over
+#: them build in well under a second.
+MAX_RULES = 1_024
+MAX_SKIP_REASONS = 100_000
+MAX_ACCOUNTING_NAMES = 1_000_000
+MAX_NAME_CHARS = 4_096
+
+
 def _accounting(value: Any, where: str) -> None:
     """``accounting`` (FORMAT.md, "Accounting"): null (runs before it), or its counts, skip
-    reasons and rules, every list of names a list of strings."""
+    reasons and rules, every list of names a list of strings, within the bounds above, every
+    count 0..2**53 and ``captured`` at most ``total``."""
     if value is None:
         return
     _object({"total": (int,), "captured": (int,), "aliases": (dict,), "skipped": (list,),
              "excluded": (list,)})(value, where)
-    for k, v in value.get("aliases", {}).items():
-        _want(v, _STR, f"{where}.aliases[{k!r}]")
-    for i, s in enumerate(value.get("skipped", [])):
+    for key in ("total", "captured"):
+        _opt_count(value.get(key), f"{where}.{key}")
+    if value.get("captured", 0) > value.get("total", MAX_COUNT):
+        raise TypeError(f"field {where}.captured ({value['captured']:,}) must not exceed "
+                        f"{where}.total ({value['total']:,})")
+    aliases, skipped, excluded = (value.get(k, e) for k, e in
+                                  (("aliases", {}), ("skipped", []), ("excluded", [])))
+    _at_most(len(excluded), MAX_RULES, f"{where}.excluded", "rules")
+    _at_most(len(skipped), MAX_SKIP_REASONS, f"{where}.skipped", "skip reasons")
+    names = len(aliases)
+    for k, v in aliases.items():
+        _want(v, _STR, f"{where}.aliases[{_short(k)}]")
+        _name(k, f"{where}.aliases key")
+        _name(v, f"{where}.aliases[{_short(k)}]")
+    for i, s in enumerate(skipped):
         _SKIP_REASON(s, f"{where}.skipped[{i}]")
-        _STRINGS(s["names"], f"{where}.skipped[{i}].names")
-    for i, r in enumerate(value.get("excluded", [])):
+        _count(s["count"], f"{where}.skipped[{i}].count")
+        _names(s["names"], f"{where}.skipped[{i}].names")
+        names += len(s["names"])
+    for i, r in enumerate(excluded):
         _EXCLUSION(r, f"{where}.excluded[{i}]")
+        _count(r["count"], f"{where}.excluded[{i}].count")
         for key in ("patterns", "op_types", "names", "examples"):
             if key in r:
-                _STRINGS(r[key], f"{where}.excluded[{i}].{key}")
+                _names(r[key], f"{where}.excluded[{i}].{key}")
+                names += len(r[key])
+    _at_most(names, MAX_ACCOUNTING_NAMES, where, "names in all")
+
+
+def _at_most(n: int, bound: int, where: str, what: str) -> None:
+    if n > bound:
+        raise TypeError(f"field {where} holds {n:,} {what}, more than the {bound:,} a manifest may "
+                        "hold (FORMAT.md, \"Accounting\")")
+
+
+def _name(value: str, where: str) -> None:
+    if len(value) > MAX_NAME_CHARS:
+        raise TypeError(f"field {where} holds a name of {len(value):,} characters, more than "
+                        f"{MAX_NAME_CHARS:,}")
+
+
+def _names(value: Any, where: str) -> None:
+    _STRINGS(value, where)
+    for v in value:
+        _name(v, where)
 
 
 #: Version 2's aggregated records of ``dropped`` and ``errors`` (FORMAT.md).
@@ -346,15 +393,30 @@ FIELDS: dict[str, Callable[[Any, str], None]] = {
 }
 
 
-def check_manifest(m: Any, path: Path | str) -> dict:
+#: Fields a session's statistics and dumps are read without: where one fails its check, a
+#: reader that collects problems (``check_manifest(dropped=[...])``: :class:`inspector.Run`)
+#: drops it and names it there, and reads the rest of the manifest.
+AUXILIARY = ("accounting", "first_nonfinite", GROUPS_REFUSED_KEY)
+
+
+def check_manifest(m: Any, path: Path | str, dropped: list[str] | None = None) -> dict:
     """``m`` if every field the reader uses has its type (see FIELDS), else DamagedFileError
-    naming ``path``, the field and the type expected."""
+    naming ``path``, the field and the type expected. ``dropped``: a list, to drop an
+    AUXILIARY field that fails its check instead (the field removed from ``m``, a line naming
+    it appended)."""
     try:
         _want(m, (dict,), "(the whole manifest)")
         for key, check in FIELDS.items():
             if key in m:
                 v1 = key == "dropped" and m.get("format_version") == 1
-                (_DROPPED_V1 if v1 else check)(m[key], key)
+                try:
+                    (_DROPPED_V1 if v1 else check)(m[key], key)
+                except TypeError as e:
+                    if dropped is None or key not in AUXILIARY:
+                        raise
+                    del m[key]
+                    dropped.append(f"manifest {path}: {e}; the field is left out (the session's "
+                                   "statistics and dumps are read without it)")
         runs, count = m.get("dump_runs"), m.get("dumps_written")
         if runs is not None and count is not None and sum(r[2] for r in runs) != count:
             raise TypeError(f"field dump_runs lists {sum(r[2] for r in runs):,} dumps, not the "
@@ -364,11 +426,13 @@ def check_manifest(m: Any, path: Path | str) -> dict:
     return m
 
 
-def load_manifest(path: Path | str, root: Path | None = None, data: bytes | None = None) -> dict:
+def load_manifest(path: Path | str, root: Path | None = None, data: bytes | None = None,
+                  dropped: list[str] | None = None) -> dict:
     """Read, parse and check the manifest at ``path``: DamagedFileError naming it if it is not
     a regular file inside ``root``, larger than MAX_MANIFEST_BYTES, not JSON, not a manifest or
     of wrong types; FormatVersionError if a newer format wrote it. ``data``: its bytes, already
-    read (from an object store: ``Storage.read``); ``path`` then only names it."""
+    read (from an object store: ``Storage.read``); ``path`` then only names it. ``dropped``: as
+    :func:`check_manifest`'s."""
     try:
         raw = read_bytes(path, root, MAX_MANIFEST_BYTES) if data is None else data
         m = json.loads(raw.decode("utf-8"))
@@ -384,7 +448,7 @@ def load_manifest(path: Path | str, root: Path | None = None, data: bytes | None
         raise FormatVersionError(
             f"{path} has format version {version!r}, newer than this reader "
             f"(which reads versions up to {FORMAT_VERSION}); upgrade tf-inspector to read it")
-    return check_manifest(m, path)
+    return check_manifest(m, path, dropped)
 
 
 def source_where(entry: Mapping[str, Any]) -> str | None:

@@ -18,9 +18,11 @@ from typing import Any, Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from inspector.errors import InspectorError
-from inspector.format.loghist import RELATIVE_ERROR, TINY, LogHistogram, bucket_edges
+from inspector.format.loghist import CEIL, RELATIVE_ERROR, TINY, LogHistogram, bucket_edges
 
 #: Every histogram column of either scheme: ask a query for these to read any run's.
 COLUMNS = ("hist_bucket", "hist_count", "hist_lo", "hist_hi", "histogram")
@@ -110,3 +112,92 @@ def quantile_frame(df: pd.DataFrame, q: Sequence[float]) -> pd.DataFrame:
 def qname(q: float) -> str:
     """The column of quantile ``q``: ``qname(0.5) == "q0.5"``."""
     return f"q{float(q):g}"
+
+
+def invalid_rows(table: pa.Table) -> tuple[np.ndarray, list[str]]:
+    """Which rows of a statistics table hold a histogram no writer writes (a bool mask), and
+    why (one reason per such row, in row order): a log-magnitude bucket outside
+    [-CEIL, CEIL], buckets not strictly ascending, bucket and count lists of different
+    lengths, a negative count; an equal-width histogram with a negative count or
+    ``hist_lo > hist_hi``. The reader's queries clear these histograms
+    (:func:`clear_invalid`), so the viewer, the export and notebooks never draw them. Checked
+    in Arrow (bitmaps; only the offending values' places come to numpy): a query's memory
+    stays that of its rows."""
+    n = table.num_rows
+    bad = np.zeros(n, bool)
+    why = np.full(n, "", object)
+    if "hist_bucket" in table.column_names and "hist_count" in table.column_names:
+        b = table.column("hist_bucket").combine_chunks()
+        c = table.column("hist_count").combine_chunks()
+        lengths = pc.not_equal(pc.fill_null(pc.list_value_length(b), 0),
+                               pc.fill_null(pc.list_value_length(c), 0))
+        _mark(bad, why, np.asarray(lengths, bool), "bucket and count lists of different lengths")
+        idx, starts = _values(b)
+        _mark(bad, why, _rows_of(b, pc.indices_nonzero(pc.greater(pc.abs(idx), CEIL))),
+              f"a bucket outside [-{CEIL}, {CEIL}]")
+        if len(idx) > 1:
+            down = pc.indices_nonzero(pc.less_equal(idx.slice(1), idx.slice(0, len(idx) - 1)))
+            at = np.asarray(down, np.int64) + 1   # the later of the two, if in the same row
+            _mark(bad, why, _rows_of(b, pa.array(at[~np.isin(at, starts)])),
+                  "buckets not ascending")
+        counts, _ = _values(c)
+        _mark(bad, why, _rows_of(c, pc.indices_nonzero(pc.less(counts, 0))), "a negative count")
+    if "histogram" in table.column_names:
+        h = table.column("histogram").combine_chunks()
+        size = max(h.type.list_size, 1)
+        values = h.values.slice(h.offset * size, len(h) * size)   # null rows' too: places match
+        hits = np.asarray(pc.indices_nonzero(pc.less(values, 0)), np.int64)
+        rows = np.zeros(n, bool)
+        rows[hits // size] = True
+        _mark(bad, why, rows & ~np.asarray(h.is_null(), bool), "a negative count")
+        if "hist_lo" in table.column_names and "hist_hi" in table.column_names:
+            lo = np.asarray(table.column("hist_lo").to_numpy(), np.float64)
+            hi = np.asarray(table.column("hist_hi").to_numpy(), np.float64)
+            _mark(bad, why, ~np.asarray(h.is_null(), bool) & ~(lo <= hi),
+                  "hist_lo above hist_hi")
+    return bad, list(why[bad])
+
+
+def _values(lists: pa.ListArray) -> tuple[pa.Array, np.ndarray]:
+    """The values of ``lists`` (those its offsets span, null rows' too: positions match the
+    offsets) and where each row but the first starts among them."""
+    off = np.asarray(lists.offsets, np.int64)
+    first = int(off[0]) if len(off) else 0
+    values = lists.values.slice(first, int(off[-1]) - first if len(off) else 0)
+    return values, off[1:-1] - first
+
+
+def _rows_of(lists: pa.ListArray, at: pa.Array) -> np.ndarray:
+    """A row mask of ``lists``: the rows holding the values at positions ``at``."""
+    rows = np.zeros(len(lists), bool)
+    at = np.asarray(at, np.int64)
+    if len(at):
+        off = np.asarray(lists.offsets, np.int64)
+        rows[np.searchsorted(off - off[0], at, "right") - 1] = True
+    return rows
+
+
+def _mark(bad: np.ndarray, why: np.ndarray, rows: np.ndarray, reason: str) -> None:
+    why[rows & ~bad] = reason
+    bad |= rows
+
+
+def clear_invalid(table: pa.Table) -> tuple[pa.Table, list[str]]:
+    """``table`` with the histograms of :func:`invalid_rows` cleared (no buckets; an
+    equal-width one null), and one problem line describing them (none if every row is valid)."""
+    bad, why = invalid_rows(table)
+    if not bad.any():
+        return table, []
+    mask = pa.array(bad)
+    for name in ("hist_bucket", "hist_count", "histogram"):
+        if name in table.column_names:
+            col = table.column(name)
+            empty = pa.scalar(None if name == "histogram" else [], col.type)
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pc.if_else(mask, empty, col))
+    first = int(np.flatnonzero(bad)[0])
+    row = {c: table.column(c)[first].as_py() for c in ("tensor", "kind", "group", "step")
+           if c in table.column_names}
+    where = " ".join(f"{k}={v!r}" for k, v in row.items())
+    return table, [f"{int(bad.sum()):,} statistics row(s) hold a histogram no writer writes "
+                   f"(first: {where}: {why[0]}); their histograms are left out"]

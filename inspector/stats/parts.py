@@ -63,6 +63,9 @@ COMPACT_ROWS = 500_000
 #: COMPACT_ROWS, and a reader opens each small part separately (a footer parse and a read
 #: each), where a compacted part's summary answers for all of them
 COMPACT_PARTS = 256
+#: a failed compaction is tried again at the next flush, then after 1, 2, 4 ... flushes more
+#: while it keeps failing, at most this many
+RETRY_FLUSHES = 32
 INDEX_KEY = b"tf_inspector.tensor_row_groups"
 SORT_KEYS = ("tensor", "kind", "group", "step", "batch")
 
@@ -143,6 +146,21 @@ def compact(run_dir: "Path | Storage", worker: str, session: int, parts: Sequenc
     for rel in rels:  # only now: a crash before this leaves duplicates the reader ignores
         store.delete(rel)
     return target, size
+
+
+def _consecutive(parts: list[tuple[int, Any]]) -> list[list[tuple[int, Any]]]:
+    """``parts`` ((seq, ...) sorted by seq) cut into runs of consecutive sequence numbers.
+
+    >>> [[s for s, _ in run] for run in _consecutive([(1, 0), (2, 0), (5, 0), (6, 0)])]
+    [[1, 2], [5, 6]]
+    """
+    runs: list[list[tuple[int, Any]]] = []
+    for p in parts:
+        if runs and runs[-1][-1][0] + 1 == p[0]:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    return runs
 
 
 def _relative(store: Storage, part: Any) -> str:
@@ -290,6 +308,12 @@ class Compactor:
         self.fsync, self.on_error, self.guard = fsync, on_error, guard
         self._parts: list[tuple[int, int]] = []  # (seq, rows) written since the last compaction
         self._thread: threading.Thread | None = None
+        # the parts of a compaction that failed (a full disk, an outage): tried again with the
+        # next flush's, after 1, 2, 4 ... RETRY_FLUSHES flushes while it keeps failing
+        self._lock = threading.Lock()
+        self._failed: list[tuple[int, int]] = []
+        self._backoff = 0   # flushes to wait after the next failure
+        self._wait = 0      # flushes left before the failed parts are tried again
         #: called with each compacted part's path once it is in place (the writer passes
         #: ``stats_merge.LevelMerger``: its summary, then merges by levels); errors go to on_error
         self.after = after
@@ -298,19 +322,49 @@ class Compactor:
         """Small part ``seq`` of ``rows`` rows was written."""
         if self.rows is None:
             return
+        retry = self._take_failed(next_seq=seq)
         self._parts.append((seq, rows))
-        if sum(r for _, r in self._parts) >= self.rows or len(self._parts) >= self.max_parts:
+        if retry or sum(r for _, r in self._parts) >= self.rows \
+                or len(self._parts) >= self.max_parts:
             self._start()
 
     def finish(self) -> None:
-        """At close: compact what is left (two parts or more) and wait for it."""
+        """At close: compact what is left (two parts or more, a failed compaction's too) and
+        wait for it."""
+        self.join()
+        self._take_failed(now=True)
         self._start()
         self.join()
+
+    def _take_failed(self, now: bool = False, next_seq: int | None = None) -> bool:
+        """Put a failed compaction's parts back before the new ones (the waiting ones, else
+        part ``next_seq``) once its back-off has passed (``now``: whatever it is); whether it
+        did. Failed parts that do not precede them (a later compaction took the parts between)
+        are compacted on their own."""
+        with self._lock:
+            if not self._failed:
+                return False
+            if self._wait > 0 and not now:
+                self._wait -= 1
+                return False
+            failed, self._failed = self._failed, []
+        *alone, last = _consecutive(failed)
+        following = self._parts[0][0] if self._parts else next_seq
+        if following is not None and last[-1][0] + 1 != following:
+            alone.append(last)
+            last = []
+        for run in alone:   # a later compaction succeeded between them: each on its own
+            self._launch(run)
+        self._parts = last + self._parts
+        return bool(last)
 
     def _start(self) -> None:
         if len(self._parts) < 2:
             return
         todo, self._parts = self._parts, []
+        self._launch(todo)
+
+    def _launch(self, todo: list[tuple[int, int]]) -> None:
         self.join()
         self._thread = threading.Thread(target=self._run, args=(todo,), daemon=True,
                                         name=f"tf-inspector-compact-{self.worker}-s{self.session}")
@@ -326,8 +380,19 @@ class Compactor:
         try:
             target, _ = compact(self.run_dir, self.worker, self.session, paths,
                                 self.fsync, self.guard)
+        except BaseException as e:  # the small parts stay, every row readable: tried again
+            with self._lock:
+                self._failed = sorted(self._failed + todo)
+                self._wait, self._backoff = self._backoff, min(2 * self._backoff or 1,
+                                                               RETRY_FLUSHES)
+            if self.on_error is not None:
+                self.on_error(e)
+            return
+        with self._lock:
+            self._backoff = 0
+        try:
             if self.after is not None:
                 self.after(target)
-        except BaseException as e:  # the small parts stay, every row readable
+        except BaseException as e:   # the compacted part is in place: nothing to try again
             if self.on_error is not None:
                 self.on_error(e)

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inspector.dumps.read import group_codes
-from inspector.errors import (DamagedFileError, InspectorError, NoDumpError, StorageError,
-                              UnknownGroupError, nearest, suggest)
+from inspector.errors import (DamagedFileError, InspectorError, MemoryBudgetError, NoDumpError,
+                              StorageError, UnknownGroupError, nearest, suggest)
 from inspector.format import parse_stats_name
 from inspector.format.loghist import LogHistogram
 from inspector.sessions.crosscheck import stats_problems
@@ -25,7 +25,7 @@ from inspector.stats import histograms, nonfinite
 from inspector.stats.digest import COLUMNS as DIGEST_COLUMNS
 from inspector.stats.digest import Digest, digest
 from inspector.stats.parts import live_parts, seq_range
-from inspector.stats.schema import read_part, read_ranged_part
+from inspector.stats.schema import read_part, read_ranged_part, within_budget
 
 
 def stats_files(run: Any) -> list[tuple[str, int, tuple[str, int | None, str]]]:
@@ -67,16 +67,17 @@ def read_stats_part(run: Any, worker: str, session: int, part: tuple[str, int | 
             # (session 0's parts have version 1's, without the identity columns: _with_identity
             # adds them)
             t = read_part(Path(path), run.path, columns, filters, run.verify,
-                          version1=session == 0)
+                          version1=session == 0, budget=run.memory_budget)
         else:
             if size is None:
                 raise DamagedFileError(f"{path}: not a file (a folder); refused")
             with run.store.ranged(rel, size) as r:
                 t, run._footers[(rel, size, stamp)] = read_ranged_part(
                     r, columns, filters, run.verify, session == 0,
-                    run._footers.get((rel, size, stamp)))
-    except StorageError:
-        # the store did not answer: not a damaged file, and the rows are not known to be gone
+                    run._footers.get((rel, size, stamp)), run.memory_budget)
+    except (StorageError, MemoryBudgetError):
+        # the store did not answer: not a damaged file, and the rows are not known to be gone;
+        # or the answer is larger than the budget: the caller asks a narrower question
         raise
     # pyarrow's "realloc failed" (ArrowMemoryError) too: the file is fine
     except MemoryError as e:
@@ -126,6 +127,7 @@ def _read_stats_once(run: Any, columns: Sequence[str] | None, filters: Any, mode
     batch = run._where(mode, worker, batch)[2]
     parts: dict[tuple[str, int], list[pa.Table]] = {}
     failed = []
+    size = 0   # bytes kept so far: the budget holds for the whole answer, not each part
     lo, hi = _step_bounds(filters)
     if lo is not None or hi is not None:  # skip parts whose summary puts every step outside
         from inspector.stats.summary import part_steps
@@ -137,6 +139,8 @@ def _read_stats_once(run: Any, columns: Sequence[str] | None, filters: Any, mode
             failed.append(p[0])
         if t is not None and t.num_rows:
             parts.setdefault((w, s), []).append(t)
+            size += t.nbytes
+            within_budget(size, f"the statistics of {run.path}", run.memory_budget)
     if session is None:   # a filtered query's rows do not show every step a session recorded
         parts = latest_session_wins(parts, _claimed_steps(run, files) if filters else None)
     tables = [t for ts in parts.values() for t in ts]
@@ -169,7 +173,7 @@ def _claimed_steps(run: Any, files: list) -> dict[tuple[str, int], tuple[str, se
 
 def stats(run: Any) -> pd.DataFrame:
     """:attr:`inspector.Run.stats` (documented there)."""
-    return to_pandas(nonfinite.mark(_read_stats(run)))
+    return to_pandas(nonfinite.mark(_valid(run, _read_stats(run))))
 
 
 def groups(run: Any) -> list[str]:
@@ -240,10 +244,19 @@ def query_stats_table(run: Any, tensors: Iterable[str] | None = None,
     if columns is not None:
         columns = list(dict.fromkeys([*IDENTITY, "tensor", "kind", "group", *columns]))
     if finite_part:
-        return _read_stats(run, columns, filters or None, mode, worker, session, batch)
+        return _valid(run, _read_stats(run, columns, filters or None, mode, worker, session,
+                                       batch))
     read, extra = nonfinite.columns_to_read(columns)
-    return nonfinite.mark(_read_stats(run, read, filters or None, mode, worker, session, batch),
-                          extra)
+    return nonfinite.mark(_valid(run, _read_stats(run, read, filters or None, mode, worker,
+                                                  session, batch)), extra)
+
+
+def _valid(run: Any, table: pa.Table) -> pa.Table:
+    """``table`` with histograms no writer writes cleared, each such read named in
+    ``run.problems`` (the viewer, the export and notebooks all read through here)."""
+    table, problems = histograms.clear_invalid(table)
+    run.problems += [m for m in problems if m not in run.problems]
+    return table
 
 
 def stats_steps(run: Any, kind: str = "forward", group: str = "all") -> np.ndarray:

@@ -13,15 +13,16 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from inspector.errors import DamagedFileError, StorageError
+from inspector.errors import DamagedFileError, MemoryBudgetError, StorageError
 from inspector.format import GROUP_NAME_RE, KINDS, STAT_COLUMNS
 from inspector.format.loghist import COLUMNS as LOG_HIST
+from inspector.sizes import human_bytes
 from inspector.stats.parts import row_groups_for
 from inspector.storage.safety import check_regular
 
@@ -99,17 +100,19 @@ CHECKED_FILES = 200_000   # ~40 MB of keys and names at most
 
 
 def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filters: Any,
-              verify: bool, version1: bool = False) -> pa.Table:
+              verify: bool, version1: bool = False, budget: int | None = None) -> pa.Table:
     """The statistics part at ``path``, a regular file (inside ``root``) whose footer's full
     schema passes :func:`check_stats_schema` with every column of COLUMNS (so a part is skipped
     or not whatever columns a query reads; the verdict is cached per file version): those of
     ``columns`` it has (None: all), rows matching ``filters`` (``pq.read_table``'s form),
     checked by :func:`check_stats_table`; ``verify``: check the Parquet page checksums.
-    DamagedFileError otherwise. Filters apply after reading, in Arrow (as fast as pyarrow's
-    filters while reading), and no row group's metadata is looked at: pyarrow
-    24 aborts the process (an uncaught C++ exception) on some damaged footers when filtering by
-    row-group statistics or listing column chunks (``FileMetaData.row_group(i).column(j)``),
-    where reading the data raises a Python exception or reads correctly."""
+    DamagedFileError otherwise; MemoryBudgetError where the rows kept pass ``budget`` bytes.
+    A compacted part reads the row groups its index names; any other part is read in batches
+    of BATCH_ROWS rows (:func:`read_bounded`), so memory follows the answer, not the part.
+    No row group's metadata is looked at: pyarrow 24 aborts the process (an uncaught C++
+    exception) on some damaged footers when filtering by row-group statistics or listing
+    column chunks (``FileMetaData.row_group(i).column(j)``), where reading the data raises a
+    Python exception or reads correctly."""
     st = check_regular(path, root)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, version1)
     known = _checked.get(key)
@@ -118,9 +121,10 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
     try:
         # one footer parse serves the schema check and the read (a separate read_schema would
         # double a small part's cost); not pq.read_table: its datasets layer's fixed cost is
-        # paid again for every part
+        # paid again for every part. buffer_size: a column chunk is read page by page, so one
+        # huge row group is not read into memory whole
         with pa.OSFile(str(path)) as f:
-            pf = pq.ParquetFile(f, page_checksum_verification=verify)
+            pf = pq.ParquetFile(f, page_checksum_verification=verify, buffer_size=READ_BUFFER)
             if known is None:
                 schema = pf.schema_arrow
                 check_stats_schema(schema, path, version1=version1)
@@ -129,7 +133,7 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
             # a compacted part reads only the row groups its index names
             raw = _indexed(pf, wanted, filters)
             if raw is None:
-                raw = pf.read(columns=wanted)
+                return read_bounded(pf, wanted, filters, path, budget)
     except MemoryError:
         raise   # not the file's fault: never remembered as damaged
     except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
@@ -140,7 +144,110 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
     except DamagedFileError as e:
         _remember(key, str(e))
         raise
-    return apply_filters(check_stats_table(raw, path), filters)
+    return within_budget(apply_filters(check_stats_table(raw, path), filters), path, budget)
+
+
+#: rows decoded at a time from a part without a row-group index: ~1 KB a row with a
+#: log-magnitude histogram, several times that while its pages are decompressed and decoded
+#: (~100 MB a batch at the peak; 65,536 rows peaked near 1 GB)
+BATCH_ROWS = 16384
+#: bytes a column chunk is read through at a time (pages stream; a row group is never whole)
+READ_BUFFER = 1 << 20
+#: bytes of rows one statistics read may hold (the reader's default ``memory_budget``)
+MEMORY_BUDGET = 2 << 30
+
+
+def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any,
+                 path: Any, budget: int | None) -> pa.Table:
+    """Rows of ``pf`` (a part without an index) that ``filters`` keep, ``columns`` of them:
+    the row groups whose ``tensor`` column holds none of the filters' tensors are skipped
+    after reading that column alone; the others are decoded BATCH_ROWS rows at a time, each
+    batch checked (:func:`check_stats_table`) and filtered before the next is read. Memory:
+    one batch plus the rows kept; MemoryBudgetError once those pass ``budget``."""
+    total = pf.metadata.num_rows
+    # a part of one batch is read in one go: looking for its tensors first would read it twice
+    tensors = _tensors(filters) if total > BATCH_ROWS else None
+    if tensors is None:   # no row group's metadata read (see read_part): the total is checked
+        plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
+    else:
+        rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
+        _check_rows(sum(n for n, _ in rows), total, path)
+        plan = [(g, n) for g, (n, holds) in enumerate(rows) if holds]
+    kept: list[pa.Table] = []
+    size = seen = 0
+    for g, n in plan:
+        decoded = 0
+        whole = total <= BATCH_ROWS or (n is not None and n <= BATCH_ROWS)
+        for chunk in _batches(pf, g, whole, columns):
+            decoded += chunk.num_rows
+            chunk = apply_filters(check_stats_table(chunk, path), filters)
+            if chunk.num_rows:
+                kept.append(chunk)
+                size += chunk.nbytes
+                within_budget(size, path, budget)
+        # a damaged page can end a column's batches early without an error
+        if n is not None:
+            _check_rows(decoded, n, path)
+        seen += decoded
+    if tensors is None:
+        _check_rows(seen, total, path)
+    if not kept:
+        empty = pf.schema_arrow.empty_table()
+        return check_stats_table(empty.select(columns) if columns is not None else empty, path)
+    return pa.concat_tables(kept)
+
+
+def _batches(pf: pq.ParquetFile, group: int, whole: bool,
+             columns: Sequence[str] | None) -> Iterator[pa.Table]:
+    """Row group ``group`` as tables of BATCH_ROWS rows at most, or ``whole`` (it holds no more
+    than that): ``read_row_group`` checks the footer's size statistics of its column chunks
+    (damage it refuses, as a whole-part read does, whichever columns are asked for); a larger
+    group streams (``iter_batches``, which does not check them)."""
+    if whole:
+        yield pf.read_row_group(group, columns=columns, use_threads=True)
+        return
+    for batch in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns,
+                                 use_threads=True):
+        yield pa.Table.from_batches([batch])
+
+
+def _check_rows(got: int, expected: int, path: Any) -> None:
+    if got != expected:
+        raise DamagedFileError(f"damaged statistics file {path}: {got:,} rows decoded where its "
+                               f"footer counts {expected:,}")
+
+
+def _rows_of(pf: pq.ParquetFile, group: int, tensors: Sequence[str] | None,
+             path: Any) -> tuple[int, bool]:
+    """Row group ``group``'s rows, and whether one is of ``tensors`` (None: any tensor), from
+    its ``tensor`` column read alone (dictionary indices, a few bytes a row)."""
+    column = pf.read_row_group(group, columns=["tensor"]).column("tensor")
+    if tensors is None:
+        return len(column), True
+    wanted = pa.array(list(tensors), pa.string())
+    holds = False
+    for chunk in column.chunks:
+        if not pa.types.is_dictionary(chunk.type):
+            raise DamagedFileError(f"damaged statistics file {path}: column 'tensor' has type "
+                                   f"{chunk.type}, not the type the writer writes (see FORMAT.md)")
+        hit = pc.is_in(chunk.dictionary, value_set=wanted)
+        holds = holds or (pc.any(hit).as_py() and pc.any(pc.is_in(
+            chunk.indices, value_set=pc.indices_nonzero(hit).cast(chunk.indices.type))).as_py())
+    return len(column), bool(holds)
+
+
+def within_budget(rows: "pa.Table | int", path: Any, budget: int | None) -> Any:
+    """``rows`` (a table, or its size in bytes) if it fits ``budget`` (None: no budget);
+    MemoryBudgetError naming what to ask for instead otherwise."""
+    size = rows if isinstance(rows, int) else rows.nbytes
+    if budget is not None and size > budget:
+        raise MemoryBudgetError(
+            f"reading {path} keeps more than the reader's memory budget of "
+            f"{human_bytes(budget)}: ask for less (run.query_stats([tensor], "
+            "steps=(first, last), columns=['mean', ...]) reads one tensor's rows, a step range, "
+            "the columns named), or raise the budget: open_run(path, memory_budget=bytes) or "
+            "run.memory_budget = bytes (None: no budget)")
+    return rows
 
 
 def _remember(key: tuple, verdict: str | tuple[str, ...]) -> str | tuple[str, ...]:
@@ -227,7 +334,8 @@ def check_stats_table(table: pa.Table, path: Path) -> pa.Table:
 
 
 def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, verify: bool,
-                     version1: bool = False, metadata: Any = None) -> tuple[pa.Table, Any]:
+                     version1: bool = False, metadata: Any = None,
+                     budget: int | None = None) -> tuple[pa.Table, Any]:
     """(table, footer metadata) of a part in an object store, open as ``r`` (``storage.Ranged``):
     the footer is read once (or ``metadata`` from an earlier call is reused), then only the
     column chunks of ``columns``, each a range request. The same checks as a local part:
@@ -242,7 +350,7 @@ def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, v
         wanted = None if columns is None else [c for c in columns if c in names]
         table = _indexed(pf, wanted, filters)   # one tensor: the byte ranges of its row groups only
         if table is None:
-            table = pf.read(columns=wanted)
+            return read_bounded(pf, wanted, filters, r.name, budget), pf.metadata
     except (StorageError, MemoryError):
         # the store did not answer (pyarrow passes the reader's own error through), no memory:
         # not damage
@@ -251,4 +359,4 @@ def read_ranged_part(r: "Ranged", columns: Sequence[str] | None, filters: Any, v
         raise DamagedFileError(f"damaged statistics file {r.name}: {type(e).__name__}: "
                                f"{e}") from None
     table = check_stats_table(table, name)
-    return apply_filters(table, filters), pf.metadata
+    return within_budget(apply_filters(table, filters), r.name, budget), pf.metadata

@@ -11,6 +11,7 @@ Example::
 """
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 import numpy as np
@@ -26,14 +27,29 @@ CENTRE, MATCH = "#1f77b4", "#ff7f0e"
 BORDERS = {"scope": ", peripheries=2", "series": ', peripheries=2, style="rounded,filled,dashed"'}
 
 
+#: Control characters but the newline (a label's line break): a NUL in a DOT string makes
+#: Graphviz (viz.js) fail with no message, others draw nothing
+_CONTROL_RE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f]")
+
+
+def visible(text: str) -> str:
+    r"""``text`` with each control character but the newline written as ``\xNN``.
+
+    >>> print(visible("a\x00b"))
+    a\x00b
+    """
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
 def escape(text: str) -> str:
-    r"""``text`` inside a DOT double-quoted string: backslashes and quotes escaped, newlines as
-    ``\n`` (so no Graphviz escape such as ``\N`` or ``\G`` is taken from a name).
+    r"""``text`` inside a DOT double-quoted string: control characters drawn as ``\xNN``
+    (:func:`visible`), backslashes and quotes escaped, newlines as ``\n`` (so no Graphviz
+    escape such as ``\N`` or ``\G`` is taken from a name).
 
     >>> print(escape('a"b\\c'))
     a\"b\\c
     """
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
+    return visible(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def node_line(nid: str, label: str, fill: str, extra: str = "") -> str:
@@ -82,7 +98,7 @@ def html(text: str) -> str:
     >>> html("<= a & b")
     '&lt;= a &amp; b'
     """
-    return (text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return (visible(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
             .replace('"', "&quot;"))
 
 
