@@ -76,6 +76,7 @@ class _Call:
     start: int         # ops created in [start, end) belong to it unless a nested call claims them
     end: int = -1
     output: Any = None   # what the call returned
+    inputs: Any = None   # its first argument (the model's input, in a step that calls it)
 
 
 @contextlib.contextmanager
@@ -99,7 +100,7 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
                 # not a call of this trace
                 return original(*args, **kwargs)
             c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0),
-                      len(graph.get_operations()))
+                      len(graph.get_operations()), inputs=args[0] if args else kwargs.get("inputs"))
             counts[id(layer)] = c.call + 1
             calls.append(c)
             try:
