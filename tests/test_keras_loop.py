@@ -269,7 +269,7 @@ def test_an_eager_step_that_cannot_be_traced_trains_on_unrecorded(tmp_path, capl
     assert "inspect_step stops recording" in caplog.text
     for a, b in zip(model.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-6)
-    assert len(losses) == 4 and not (tmp_path / "r").exists() or not inspector.is_run(tmp_path / "r")
+    assert len(losses) == 4 and not (tmp_path / "r").exists()   # 2 steps each, run eagerly; nothing written
 
 
 def test_arguments_are_checked(tmp_path):

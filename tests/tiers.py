@@ -41,6 +41,7 @@ KEEP_FAST = frozenset({
     "test_masks_localization.py::test_verdict_states_n_and_the_negatives_spread",
     "test_icnn_multiclass_viewer.py::test_a_dump_without_the_class_labels_gives_no_split",
     "test_storage_hook.py::test_same_training_reads_the_same_from_disk_and_bucket",
+    "test_keras_loop.py::test_the_readme_example_records_its_steps_exactly",
 })
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 import tensorflow as tf
 
 from hooks.keras.callback import InspectCallback
-from hooks.keras.step import Key, StepGraph, refuse_unsupported, unpack
+from hooks.keras.step import Key, StepGraph, unpack
 from hooks.keras.trace import ProbeOptions
 
 log = logging.getLogger("tf_inspector")
@@ -52,22 +52,63 @@ class LoopStepGraph(StepGraph):
         # as tf.function runs it: autograph turns Python control flow on tensors into graph ops
         self._run = tf.autograph.to_graph(python) if _autograph(fn) else python
         self._labels = labels
+        self._returned: dict = {}   # the capture of the trace under way (_store)
 
     def capturing(self, key: Key):
-        """The traced function of a sampled step of kind ``key`` (statistics, dump)."""
+        """The traced function of a sampled step of kind ``key`` (statistics, dump): it returns
+        the step function's result and the capture's (:meth:`results` reads them)."""
         if key not in self._fns:
             def body(*args, **kwargs):
                 data = (None, self._labels(*args, **kwargs), None)
-                return self._capturing_step(lambda: self._run(*args, **kwargs), data, key)
+                self._returned = {}
+                result = self._capturing_step(lambda: self._run(*args, **kwargs), data, key)
+                return result, self._returned
             # autograph=False: the user's code is converted above, the capture's never is
             self._fns[key] = tf.function(body, autograph=False, reduce_retracing=True)
         return self._fns[key]
+
+    def _store(self, key: Key, out: dict) -> None:
+        """The results leave the function as its outputs (fit's step keeps them in variables,
+        since fit owns its function's outputs): no variable is created in the trace, which
+        would make ``tf.function`` trace the step twice."""
+        if "dump" in out and self._rename:
+            out["dump"] = {self._renamed(k): v for k, v in out["dump"].items()}
+            self.aliases = {self._renamed(k): self._renamed(v) for k, v in self.aliases.items()}
+        self._returned = out
+
+    def results(self, key: Key, out: dict | None = None) -> dict:   # type: ignore[override]
+        """The capture's outputs of a sampled step, as numpy (``StepGraph.results``' form)."""
+        out = tf.nest.map_structure(lambda t: t.numpy(), dict(out or {}))
+        if "stats" in out:
+            out["stats"] = tuple(out["stats"])
+        elif key[0]:
+            out["stats"] = ()    # nothing to compute statistics of
+        return out
 
 
 def _autograph(fn) -> bool:
     """Whether ``fn`` runs with autograph: a ``tf.function``'s own setting (True by default), and
     a plain eager function traced on sampled steps (as ``tf.function(fn)`` would)."""
     return bool(getattr(fn, "_autograph", True))
+
+
+def refuse_unsupported_loop(fn, model) -> None:
+    """ValueError for what the capture cannot record, before anything is traced: a step compiled
+    by XLA (the statistics kernel is not XLA's), a model under a strategy with several
+    replicas (each replica's step sees its own slice of the batch; not recorded yet)."""
+    jit = getattr(fn, "_jit_compile", None)
+    if jit:
+        raise ValueError(f"inspect_step of a tf.function(jit_compile={jit!r}): the capture's "
+                         "statistics kernel cannot be compiled by XLA; wrap the step function "
+                         "without jit_compile (XLA steps are not recorded)")
+    strategy = getattr(model, "distribute_strategy", None)
+    replicas = getattr(strategy, "num_replicas_in_sync", 1)
+    if replicas > 1:
+        raise ValueError(f"inspect_step of a model under {type(strategy).__name__} with {replicas} "
+                         "replicas: the capture records one replica's step, and each replica "
+                         "trains on its own slice of the batch; several replicas are not "
+                         "recorded (record a one-replica run of the same loop: the model built "
+                         "outside the strategy, or under a strategy of one device)")
 
 
 class InspectedStep:
@@ -94,7 +135,7 @@ class InspectedStep:
         self._cb = InspectCallback(run_dir, source="train_batch", **options)
         tf.keras.callbacks.Callback.set_model(self._cb, model)   # not the fit install
         self._cb._model_name = model.name
-        refuse_unsupported(model)
+        refuse_unsupported_loop(fn, model)
         self._graph = LoopStepGraph(model, self._cb.trace_options, fn, labels or default_labels)
         self._cb._graph = self._graph
         self._cb._step = initial_step
@@ -125,12 +166,12 @@ class InspectedStep:
                           f"{type(e).__name__}: {e}")
             cb._step = step
             return self.fn(*args, **kwargs)
-        result = fn(*args, **kwargs)
+        result, out = fn(*args, **kwargs)
         cb._step = step
         if self._graph.mismatch:
             self._disable(self._graph.mismatch)
             return result
-        self._record(step, stats, dump, key)
+        self._record(step, stats, dump, key, out)
         return result
 
     def _wants(self, step: int) -> tuple[bool, bool] | None:
@@ -147,10 +188,10 @@ class InspectedStep:
                 dump = False
         return (stats, dump) if stats or dump else None
 
-    def _record(self, step: int, stats: bool, dump: bool, key: Key) -> None:
+    def _record(self, step: int, stats: bool, dump: bool, key: Key, returned: dict) -> None:
         cb = self._cb
         try:
-            out = self._graph.results(key)
+            out = self._graph.results(key, returned)
             if cb._writer is None or cb._writer.closed:
                 cb._open()
             cb._write(step, stats, dump, out)
