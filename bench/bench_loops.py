@@ -110,7 +110,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as root:
         reps = [one_rep(tf, inspect_step, batches, a.every, root) for _ in range(a.reps)]
     med = {k: statistics.median(r[k] for r in reps) for k in reps[0]}
-    print(f"TensorFlow {tf.__version__}, Keras {getattr(tf.keras, '__version__', '?')}; "
+    print(f"TensorFlow {tf.__version__}, Keras {getattr(tf.keras, '__version__', None) or __import__('keras').__version__}; "
           f"{a.steps} steps, statistics every {a.every}, {a.reps} reps; plain step "
           f"{med['plain_ms']:.2f} ms; load average {os.getloadavg()[0]:.1f}")
     print(format_table([("fixed (tracing) s", f"{med['fixed']:.2f}"),

@@ -272,6 +272,38 @@ def test_an_eager_step_that_cannot_be_traced_trains_on_unrecorded(tmp_path, capl
     assert len(losses) == 4 and not (tmp_path / "r").exists()   # 2 steps each, run eagerly; nothing written
 
 
+def test_a_step_with_two_losses_of_one_model_stops_recording_and_trains_on(tmp_path, caplog):
+    """Two targets differentiated w.r.t. the recorded model's variables (sharpness-aware
+    minimization's two passes, say): which is the loss would be a guess, so recording stops, said
+    once, and the loop trains as without the wrapper."""
+    keras.utils.set_random_seed(6)
+    x, y = _data(6, n=32)
+    model, plain = sequential(), sequential()
+    plain.set_weights(model.get_weights())
+
+    def make(m):
+        optimizer, loss_fn = keras.optimizers.SGD(0.3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape(persistent=True) as tape:
+                logits = m(x, training=True)
+                loss, other = loss_fn(y, logits), tf.reduce_mean(logits ** 2)
+            grads = tape.gradient(loss, m.trainable_variables)
+            extra = tape.gradient(other, m.trainable_variables)
+            optimizer.apply_gradients(zip([g + 0.1 * e for g, e in zip(grads, extra)], m.trainable_variables))
+        return train_step
+    step, reference = inspect_step(make(model), tmp_path / "r", model, stats_every_n_steps=1), make(plain)
+    with caplog.at_level(logging.ERROR, "tf_inspector"), step:
+        for i in range(0, 32, BATCH):
+            step(x[i:i + BATCH], y[i:i + BATCH])
+            reference(x[i:i + BATCH], y[i:i + BATCH])
+    assert "differentiates 2 targets" in step.disabled and "inspect_step records a step" in step.disabled
+    assert caplog.text.count("inspect_step stops recording") == 1
+    for a, b in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 def test_arguments_are_checked(tmp_path):
     model = sequential()
     fn = _loop(model, keras.optimizers.SGD(0.1), eager=True)

@@ -48,6 +48,8 @@ class LoopStepGraph(StepGraph):
     def __init__(self, model, options: ProbeOptions, fn: Callable, labels: Labels) -> None:
         super().__init__(model, options)
         self.no_call = "pass the model the step function trains as model="
+        self.instead = ("inspect_step records a step differentiating one target w.r.t. the "
+                        "model's variables (docs/guide/custom-loops.md)")
         python = getattr(fn, "python_function", fn)    # a tf.function's own Python
         # as tf.function runs it: autograph turns Python control flow on tensors into graph ops
         self._run = tf.autograph.to_graph(python) if _autograph(fn) else python

@@ -181,7 +181,7 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
                 step, f"the train step differentiates {target.name}, neither compute_loss's result "
                       f"({box['loss'].name}) nor it times the loss scale: under loss scaling its "
                       "gradients cannot be unscaled; compute the whole loss in compute_loss "
-                      f"(override it, or use add_loss), or use source='probe'"):
+                      f"(override it, or use add_loss), or {step.instead}"):
             return
         log.info("the train step differentiates %s, not compute_loss's result %s: the capture "
                  "takes its gradients (the loss the step trains on)", target.name, box["loss"].name)
@@ -191,7 +191,7 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
         step.mismatch = step.mismatch or (
             f"the train step differentiates {len(targets)} targets w.r.t. the model's variables "
             f"({', '.join(sorted(targets))}): which gradients are the step's is ambiguous (two "
-            f"optimizers, sharpness-aware minimization); use source='probe'")
+            f"optimizers, sharpness-aware minimization); {step.instead}")
 
 
 def loss_scaling(model) -> bool:
@@ -304,6 +304,8 @@ class StepGraph(ProbeGraph):
         self._rename: dict[str, str] = {}
         #: what to do where the step never calls the model (ends the refusal's message)
         self.no_call = "a custom train_step? use source='probe'"
+        #: what to do instead where the capture is refused (ends such messages)
+        self.instead = "use source='probe'"
         #: why the capture was refused: the callback records the probe instead where nothing was
         #: written from this step capture yet, else it disables itself at that step's end
         self.mismatch: str | None = None
@@ -533,7 +535,7 @@ class StepGraph(ProbeGraph):
             # not raised here: this runs inside fit's trace, and training must go on without us
             self.mismatch = (f"tracing fit's train step again captured other ops ({len(types)} "
                              f"tensors, {len(self._types)} the first time): this model's step is "
-                             f"not deterministic; use source='probe'")
+                             f"not deterministic; {self.instead}")
             return
         self._rename = {c.name: first for c, first in zip(everything, self._names)}
 
