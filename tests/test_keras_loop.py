@@ -242,6 +242,51 @@ def test_gradient_accumulation_records_each_batchs_gradients_and_the_applied_upd
                                    rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("in_scope", [False, True], ids=["outside_scope", "inside_scope"])
+def test_strategy_run_on_one_replica_is_recorded_exactly(tmp_path, in_scope):
+    """A distributed step (strategy.run of a replica step, compute_average_loss) on one replica, the
+    loop run outside or inside strategy.scope(): the step's gradients and values are recorded as
+    without a strategy (several replicas are refused: tests/test_replicas.py)."""
+    import contextlib
+    keras.utils.set_random_seed(12)
+    x, y = _data(12, n=48)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = sequential()
+        optimizer = keras.optimizers.SGD(0.3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="none")
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.nn.compute_average_loss(loss_fn(y, model(x, training=True)), global_batch_size=BATCH)
+        optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(x, y):
+        return strategy.reduce("SUM", strategy.run(replica_step, args=(x, y)), axis=None)
+
+    batches = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH))
+    with strategy.scope() if in_scope else contextlib.nullcontext(), \
+            inspect_step(train_step, tmp_path / "r", model, stats_every_n_steps=1, dump_steps=[2, 3],
+                         samples_per_group=BATCH, strict=True) as step:
+        for xb, yb in batches:
+            step(xb, yb)
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.stats["step"].unique()) == [1, 2, 3]
+    index = np.asarray(run.samples(2)["index"])
+    np.testing.assert_array_equal(np.sort(index), np.arange(BATCH))
+    vals, grads, var_grads = _oracle("sequential", _twin(model, run, 2), x[16:32], y[16:32])
+    for w, g in zip(model.trainable_variables, var_grads):
+        np.testing.assert_allclose(run.tensor(_var(w), 2, "gradient"), g.numpy(), rtol=1e-4, atol=1e-7)
+    name = _find(run.tensors, "logits/BiasAdd")
+    np.testing.assert_allclose(np.asarray(run.tensor(name, 2))[np.argsort(index)], vals["logits/BiasAdd"],
+                               rtol=1e-5, atol=1e-6)
+    for w in model.trainable_variables:   # the update read after the step, outside the replica
+        np.testing.assert_allclose(run.tensor(_var(w), 2) + run.tensor(_var(w), 2, "update"), run.tensor(_var(w), 3),
+                                   rtol=1e-5, atol=1e-7)
+
+
 def test_an_eager_step_that_cannot_be_traced_trains_on_unrecorded(tmp_path, caplog):
     """A step reading a value eagerly (``.numpy()``) cannot run as a traced function: the wrapper says
     so, records nothing, and every step still trains (as the function itself does)."""

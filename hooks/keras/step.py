@@ -32,7 +32,7 @@ import tensorflow as tf
 from hooks.capture.gradients import differentiable
 from hooks.variables import update_stats
 from hooks.keras.trace import (GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths,
-                               record_calls, variable_name)
+                               read_handle, record_calls, variable_name)
 from hooks.stats.exact import concat_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -512,7 +512,8 @@ class StepGraph(ProbeGraph):
         with tf.name_scope("updates"):
             g = tf.compat.v1.get_default_graph()
             delta = {r.variable: tf.subtract(tf.raw_ops.ReadVariableOp(
-                         resource=g.capture(_tf_var(v).handle), dtype=r.tensor.dtype), r.tensor)
+                         resource=g.capture(read_handle(_tf_var(v))), dtype=r.tensor.dtype),
+                         r.tensor)
                      for r, v in self.traced_variables}
             out: dict = {}
             if stats and delta:
