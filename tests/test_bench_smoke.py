@@ -45,6 +45,13 @@ def test_bench_keras_quick():
         assert f"\n{config} " in out, config
 
 
+def test_bench_loops_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_loops.py")
+    for row in ("fixed (tracing) s", "sampled step / plain step", "idle step / plain step", "whole loop / plain loop"):
+        assert f"\n{row} " in out, row
+
+
 def test_bench_diagnosis_quick():
     """Real models with one fault each (a forward NaN, a backward Inf, a frozen layer, a saturated
     tanh; graph mode and Keras) and two healthy ones: the tool names every culprit, no alarm."""

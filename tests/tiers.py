@@ -26,7 +26,8 @@ LIST = HERE / "slow.txt"
 BOTH_TFS = frozenset({
     "test_keras.py", "test_keras_groups.py", "test_keras_layers.py", "test_keras_execution.py", "test_keras_step.py", "test_keras_defaults.py", "test_keras_icnn.py", "test_batch_axis.py",
     "test_accounting.py", "test_hook.py", "test_hook_mixed_precision.py", "test_fast_stats.py", "test_variables.py",
-    "test_quantiles.py", "test_shared_gradients.py", "test_lifecycle.py", "test_native_cache.py",
+    "test_quantiles.py", "test_shared_gradients.py", "test_lifecycle.py", "test_native_cache.py", "test_keras_loop.py",
+    "test_replicas.py",
 })
 
 
@@ -41,6 +42,7 @@ KEEP_FAST = frozenset({
     "test_masks_localization.py::test_verdict_states_n_and_the_negatives_spread",
     "test_icnn_multiclass_viewer.py::test_a_dump_without_the_class_labels_gives_no_split",
     "test_storage_hook.py::test_same_training_reads_the_same_from_disk_and_bucket",
+    "test_keras_loop.py::test_the_readme_example_records_its_steps_exactly",
 })
 
 

@@ -576,20 +576,13 @@ class InspectCallback(tf.keras.callbacks.Callback):
         except GroupsError:
             raise   # groups= does not fit: its own message, not the batch's
         except (ValueError, TypeError, tf.errors.InvalidArgumentError) as e:
-            # Keras 3, fit called inside strategy.scope()
-            if "outside the replica context" in str(e):
-                raise ValueError("the probe cannot read the model's "
-                                 f"{type(self.model.distribute_strategy).__name__} variables "
-                                 f"while fit runs inside `with strategy.scope():` ({e}); call fit "
-                                 "outside that block (build and compile the model "
-                                 "inside it)") from e
-            if "cross-replica context" in str(e):   # not the probe's shape: say what is wrong
+            # a strategy's variables or metrics the probe could not use outside a replica (its
+            # reads and metric updates are handled: keras/trace.py); nothing else to advise
+            if "replica context" in str(e):
                 raise ValueError("the probe cannot run under "
-                                 f"{type(self.model.distribute_strategy).__name__}: this Keras's "
-                                 "compute_loss updates its loss tracker (a sync-on-read variable) "
-                                 f"outside a replica ({e}); under tf.keras 2.15 use "
-                                 "source='train_batch' (one replica) or Keras 3, whose probe runs "
-                                 "under a strategy") from e
+                                 f"{type(self.model.distribute_strategy).__name__} ({e}): "
+                                 "InspectCallback records nothing in this fit; train with one "
+                                 "replica to record it") from e
             shapes = [None if t is None else tf.nest.map_structure(lambda a: tuple(a.shape), t)
                       for t in (x, y)]
             raise ValueError(f"the model and its loss could not run on {self._probe_origin} (x, y "

@@ -25,14 +25,14 @@ import contextlib
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
 from hooks.capture.gradients import differentiable
 from hooks.variables import update_stats
 from hooks.keras.trace import (GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths,
-                               record_calls, variable_name)
+                               read_handle, record_calls, variable_name)
 from hooks.stats.exact import concat_stats
 
 Key = tuple[bool, bool]   # (statistics, dump)
@@ -110,7 +110,7 @@ def shared_backward(step: "StepGraph", graph: tf.Graph, box: dict, capture_now) 
     def gradient(tape, target, sources, output_gradients=None, unconnected_gradients=none):
         flat = tf.nest.flatten(sources)
         ours = tf.compat.v1.get_default_graph() is graph and flat \
-            and all(_is_variable(v) for v in flat)
+            and all(_is_variable(v) for v in flat) and _any_of(flat, step.model)
         if ours and step.options.gradients and isinstance(target, tf.Tensor):
             if box.get("loss") is None:
                 own_loss(step, box, target, len(graph.get_operations()))
@@ -181,7 +181,7 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
                 step, f"the train step differentiates {target.name}, neither compute_loss's result "
                       f"({box['loss'].name}) nor it times the loss scale: under loss scaling its "
                       "gradients cannot be unscaled; compute the whole loss in compute_loss "
-                      f"(override it, or use add_loss), or use source='probe'"):
+                      f"(override it, or use add_loss), or {step.instead}"):
             return
         log.info("the train step differentiates %s, not compute_loss's result %s: the capture "
                  "takes its gradients (the loss the step trains on)", target.name, box["loss"].name)
@@ -191,7 +191,7 @@ def step_target(step: "StepGraph", box: dict, target: tf.Tensor, handles: set[st
         step.mismatch = step.mismatch or (
             f"the train step differentiates {len(targets)} targets w.r.t. the model's variables "
             f"({', '.join(sorted(targets))}): which gradients are the step's is ambiguous (two "
-            f"optimizers, sharpness-aware minimization); use source='probe'")
+            f"optimizers, sharpness-aware minimization); {step.instead}")
 
 
 def loss_scaling(model) -> bool:
@@ -268,6 +268,14 @@ def _depends(t: tf.Tensor, handles: set[str]) -> bool:
     return False
 
 
+def _any_of(variables: list, model) -> bool:
+    """Whether any of ``variables`` is one of ``model``'s: a target differentiated w.r.t. another
+    model's weights alone (a GAN's generator, when the discriminator is recorded) is not the
+    recorded model's loss."""
+    mine = {id(_tf_var(v)) for v in model.trainable_variables}
+    return any(id(_tf_var(v)) in mine for v in variables)
+
+
 def _is_variable(v) -> bool:
     """A tf.Variable, or a Keras 3 variable holding one."""
     return isinstance(v, tf.Variable) or isinstance(getattr(v, "value", None), tf.Variable)
@@ -296,6 +304,10 @@ class StepGraph(ProbeGraph):
         self._warned_calls = False   # the step called the model more than once (warned once)
         self._types: list[str] = []
         self._rename: dict[str, str] = {}
+        #: what to do where the step never calls the model (ends the refusal's message)
+        self.no_call = "a custom train_step? use source='probe'"
+        #: what to do instead where the capture is refused (ends such messages)
+        self.instead = "use source='probe'"
         #: why the capture was refused: the callback records the probe instead where nothing was
         #: written from this step capture yet, else it disables itself at that step's end
         self.mismatch: str | None = None
@@ -319,7 +331,7 @@ class StepGraph(ProbeGraph):
             key = self.current
             if key is None:
                 return original(data)
-            return self._capturing_step(original, data, key)
+            return self._capturing_step(lambda: original(data), unpack(data), key)
 
         object.__setattr__(model, "train_step", train_step)
         kept, self._kept = self._kept, None
@@ -405,15 +417,18 @@ class StepGraph(ProbeGraph):
         _set_train_function(model, (self._fns[key], None))
 
     # ---- inside the traced step ----------------------------------------------------------------
-    def _capturing_step(self, original, data, key: Key):
+    def _capturing_step(self, run: Callable[[], Any], data: tuple, key: Key):
+        """``run()`` (the step: fit's ``train_step(data)``, a custom loop's step function) traced
+        with the capture over the ops it builds; ``data`` = (x, y, sample_weight), x None for the
+        model's own input (its first call's argument)."""
         g = tf.compat.v1.get_default_graph()
-        x, y, sw = unpack(data)
+        x, y, sw = data
         box: dict = {}
         self.has_targets, self.has_sample_weight = y is not None, sw is not None
         with record_calls(self.model, g) as calls, recorded_loss(self.model, box), \
                 shared_backward(self, g, box, lambda extra: self._refusing(
                     lambda: self._capture_step(g, (x, y, sw), calls, box, key, extra))):
-            logs = original(data)
+            logs = run()
         out = box.get("out")
         # the step's gradients were not the loss's (a scaled loss): its own pass
         if out is None and not self.mismatch:
@@ -461,8 +476,9 @@ class StepGraph(ProbeGraph):
         name = layer_paths(self.model)[id(self.model)]
         call = next((c for c in calls if c.path == name and c.call == 0 and c.end >= 0), None)
         if call is None:
-            raise RuntimeError(f"the train step of {name} did not call the model: a custom "
-                               f"train_step? use source='probe'")
+            raise RuntimeError(f"the train step of {name} did not call the model: {self.no_call}")
+        if x is None:   # a custom loop's step: the model's input is what its first call got
+            x = call.inputs
         again = sum(c.path == name and c.end >= 0 for c in calls) - 1
         if again and not self._warned_calls:
             self._warned_calls = True   # a custom train_step with two views of the batch, say
@@ -498,7 +514,8 @@ class StepGraph(ProbeGraph):
         with tf.name_scope("updates"):
             g = tf.compat.v1.get_default_graph()
             delta = {r.variable: tf.subtract(tf.raw_ops.ReadVariableOp(
-                         resource=g.capture(_tf_var(v).handle), dtype=r.tensor.dtype), r.tensor)
+                         resource=g.capture(read_handle(_tf_var(v))), dtype=r.tensor.dtype),
+                         r.tensor)
                      for r, v in self.traced_variables}
             out: dict = {}
             if stats and delta:
@@ -521,7 +538,7 @@ class StepGraph(ProbeGraph):
             # not raised here: this runs inside fit's trace, and training must go on without us
             self.mismatch = (f"tracing fit's train step again captured other ops ({len(types)} "
                              f"tensors, {len(self._types)} the first time): this model's step is "
-                             f"not deterministic; use source='probe'")
+                             f"not deterministic; {self.instead}")
             return
         self._rename = {c.name: first for c, first in zip(everything, self._names)}
 

@@ -76,6 +76,7 @@ class _Call:
     start: int         # ops created in [start, end) belong to it unless a nested call claims them
     end: int = -1
     output: Any = None   # what the call returned
+    inputs: Any = None   # its first argument (the model's input, in a step that calls it)
 
 
 @contextlib.contextmanager
@@ -99,7 +100,7 @@ def record_calls(model, graph: tf.Graph) -> Iterator[list[_Call]]:
                 # not a call of this trace
                 return original(*args, **kwargs)
             c = _Call(paths.get(id(layer), layer.name), counts.get(id(layer), 0),
-                      len(graph.get_operations()))
+                      len(graph.get_operations()), inputs=args[0] if args else kwargs.get("inputs"))
             counts[id(layer)] = c.call + 1
             calls.append(c)
             try:
@@ -173,9 +174,44 @@ def metrics_untouched(model) -> Iterator[None]:
             v.assign(b)
 
 
+@contextlib.contextmanager
+def metrics_not_updated(model) -> Iterator[None]:
+    """While tracing the probe's loss: the model's metrics' ``update_state`` does nothing (an
+    instance attribute, removed after). Their values would be put back anyway
+    (:func:`metrics_untouched`); under a distribution strategy with several replicas tf.keras
+    2.15's loss tracker is a sync-on-read variable that cannot even be updated outside a replica,
+    which made the probe fail there."""
+    saved = {}
+    for m in getattr(model, "metrics", []):
+        saved[id(m)] = (m, m.__dict__.get("update_state"))
+        object.__setattr__(m, "update_state", lambda *args, **kwargs: None)
+    try:
+        yield
+    finally:
+        for m, own in saved.values():
+            if own is None:
+                m.__dict__.pop("update_state", None)
+            else:
+                object.__setattr__(m, "update_state", own)
+
+
 def _tf_var(v) -> tf.Variable:
     """The tf.Variable behind a Keras 3 variable (``.value``), or ``v`` itself (tf.keras 2.15)."""
     return v if isinstance(v, tf.Variable) else v.value
+
+
+def read_handle(var: tf.Variable) -> tf.Tensor:
+    """The handle a read of ``var`` goes through here: its own, or outside a replica a
+    distributed variable's component on this device (else its primary), the one its reads in
+    cross-replica context use (private ``_get_on_device_or_primary``: a distributed variable
+    has no one handle there)."""
+    try:
+        return var.handle
+    except ValueError:
+        component = getattr(var, "_get_on_device_or_primary", None)
+        if component is None:
+            raise
+        return component().handle
 
 
 def variable_name(v) -> str:
@@ -314,7 +350,13 @@ class ProbeGraph:
                             "no gradients; the loss a train_step of its own computes is recorded "
                             "by source='train_batch' (the default without probe=)", self.model.name)
             return None
-        return self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw)
+        with metrics_not_updated(self.model):
+            loss = self.model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sw)
+        # under a strategy of n replicas Keras's compute_loss scales the loss by 1/n (each
+        # replica's share of a sum over replicas: scale_loss_for_distribution, both Keras
+        # versions); the probe is one pass over the whole batch, whose loss is n times that
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        return loss * tf.cast(replicas, loss.dtype) if replicas > 1 else loss
 
     def _capture(self, g, data, forward, loss_ops, loss, calls, want_stats: bool, want_dump: bool,
                  extra: Sequence[tf.Tensor] = (), outputs: Any = None) -> dict:
@@ -492,7 +534,7 @@ class ProbeGraph:
             var = _tf_var(v)
             if not selected(variable_name(v), **self.options.filters):
                 continue
-            handles.append(g.capture(var.handle))
+            handles.append(g.capture(read_handle(var)))
             out.append(v)
         return handles, out
 
