@@ -141,19 +141,22 @@ def test_overview_heatmaps_and_series(runs):
     at.selectbox(key="ov_hm_grad_stat").select("max").run()
     after = heatmaps(ok(at))[0]
     assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
-    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
-    assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded; the
+    # loss's is no model layer: left out
+    assert "5 rows x 30 statistics columns" in captions(at) and "1 loss and label op(s) left out" in captions(at)
+    assert "layers folded into their output row" in captions(at)
     assert "rows in network order" in captions(at)
     at.toggle(key="ov_all_ops").set_value(True).run()
-    assert "14 rows x 30 steps" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 14
+    assert "13 rows x 30 statistics columns" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 13
     at.toggle(key="ov_all_ops").set_value(False).run()
     at.text_input(key="ov_filter").input("Relu").run()
-    assert "3 rows x 30 steps" in captions(ok(at))   # conv1-3/Relu: the filter is on names
+    assert "3 rows x 30 statistics columns" in captions(ok(at))   # conv1-3/Relu: the filter is on names
     assert len(images(at)) == 0                      # no static image: PNG on demand
     assert "Download PNG" in [b.proto.label for b in at.get("download_button")]
     at.session_state["ov_tab"] = "Activations"
     (fwd,) = heatmaps(ok(at.run()))
-    assert fwd["title"] == "forward mean (group all)" and all(fwd["own"])   # activations: each row its own scale
+    # activations on one scale too: the colour bar's ticks give numbers
+    assert fwd["title"] == "forward mean (group all)" and not any(fwd["own"]) and len(fwd["ticks"]) >= 2
 
 
 def test_overview_positive_negative_curves(runs):
@@ -839,9 +842,9 @@ def test_summary_gradient_size_per_layer(runs):
     import inspector
     at = ok(start(runs / "exp1"))
     spec, data = next((s, d) for s, d in vega(at) if "gradient L2" in json.dumps(s))
-    (sizes,) = data                                                     # the 6 layers of the Training overview
+    (sizes,) = data                                   # the 5 model layers of the Training overview (no loss op)
     assert sizes["label"].str.split(" ").str[0].tolist() == ["conv1/Relu:0", "conv2/Relu:0", "conv3/Relu:0",
-                                                          "icnn/post_mask:0", "dense/BiasAdd:0", "loss/Mean:0"]
+                                                          "icnn/post_mask:0", "dense/BiasAdd:0"]
     run = inspector.open_run(runs / "exp1")
     l2 = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]).pivot_table(
         index="step", columns="tensor", values="l2", observed=True, dropna=False)
@@ -1070,15 +1073,12 @@ def test_layer_rows_fold_a_conv_layer_into_its_activation_not_a_variable():
 
 
 def test_overview_says_columns_aggregate_steps_only_where_one_does():
-    """Statistics every 100 steps in bins of 2 steps: each column holds one statistics step, so
-    the caption must not call it an aggregate; bins holding two steps are named."""
-    import numpy as np
-    from inspector.stats.summary import Overview
-    from viewer.app_pages.overview import binned_note, column_width
-    one = Overview(["a"], np.array([100, 200]), np.array([100, 200]), np.ones((1, 2)), width=2)
-    two = Overview(["a"], np.array([101, 203]), np.array([100, 202]), np.ones((1, 2)), width=2)
-    assert binned_note(column_width(one)) == ""
-    assert "a bin of 2 steps" in binned_note(column_width(two))
+    """Columns of one statistics step each are not called an aggregate; binned columns name
+    their bin's width and what a cell shows of it (the mean, or the extreme picked)."""
+    from viewer.app_pages.overview import binned_note
+    assert binned_note(False, 2, "mean") == ""
+    assert "a bin of 2 steps" in binned_note(True, 2, "mean") and "the mean" in binned_note(True, 2, "mean")
+    assert binned_note(True, 16, "max").endswith("its max")
 
 
 def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):
