@@ -205,11 +205,12 @@ def test_masks_and_templates(runs):
     at.selectbox(key="mt_filter").set_value(5).run()
     after = images(ok(at))
     assert all(a != b for a, b in zip(after, before))
-    at.toggle(key="mt_pool").set_value(True).run()
-    assert "Filter 5 (all dump steps)" in captions(ok(at)) and images(at)[1] != after[1]
+    assert "Filter 5 (all dump steps)" in captions(at)                  # pooled by default
+    at.toggle(key="mt_pool").set_value(False).run()
+    assert "Filter 5 (step" in captions(ok(at)) and images(at)[1] != after[1]
 
 
-@pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", True)])
+@pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", False)])
 def test_masks_figures_are_never_stale_after_a_change(runs, key, value):
     """The page's figures are cached by what they show: after a widget change, each equals the
     figure a new session on empty caches draws for the same view (a cache key missing the
@@ -757,11 +758,11 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
     cap = captions(at)
     assert "1 dead filter(s) at step 10: 3 (zero in every dumped sample; left out of the judgement)" in cap
-    assert "tightest live filters" in cap and "3: positives" not in cap
+    assert "Tightest live filters" in cap and "3: positives" not in cap and "of 7 live filters localized" in cap
     assert at.selectbox(key="mt_filter").options[2:5] == ["2", "3 (dead)", "4"]
     at.selectbox(key="mt_filter").set_value(3).run()
     assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
-    assert "Filter 3 (step 10)" not in captions(at)      # no spread for a dead filter
+    assert "Filter 3 (" not in captions(at)              # no spread for a dead filter
 
 
 def test_overview_rows_of_a_run_without_its_graph_keep_the_catalogs_order(runs, tmp_path):

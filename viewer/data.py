@@ -285,6 +285,14 @@ def dumped(path: str, sig: Sig, tensor: str, step: int, kind: str = "forward") -
     return np.array(get_run(path, sig).tensor(tensor, step, kind))
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def peaks(path: str, sig: Sig, tensor: str, step: int) -> np.ndarray:
+    """Each dumped sample's strongest activation per channel of a [N, H, W, C] map: [N, C]."""
+    a = np.asarray(dumped(path, sig, tensor, step), np.float64)
+    return a.reshape(len(a), -1, a.shape[-1]).max(axis=1) if a.ndim >= 3 \
+        else a.reshape(len(a), -1)
+
+
 @st.cache_data(max_entries=32, show_spinner=False)
 def samples(path: str, sig: Sig, step: int, tensor: str | None = None) -> pd.DataFrame:
     """The dump's kept samples; with ``tensor``, those of its rows (a tower's tensor: its tower's;

@@ -4,7 +4,8 @@ Everything here takes plain DataFrames / arrays (as returned by :class:`inspecto
 works in notebooks, in the viewer and in tests alike. No TensorFlow. Modules: ``alerts``,
 ``compare``, ``plots`` (matplotlib figures), ``hist_view`` (how histograms are drawn),
 ``binning`` (dumped values' histograms), ``group_ratio`` (one group's statistic over the
-other's, per tensor and step).
+other's, per tensor and step), ``localization`` (the ICNN part-filter verdict with its
+uncertainty).
 
 Example::
 
