@@ -114,7 +114,7 @@ def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False,
     if top:
         note = pd.DataFrame({"x": [0.0], "y": [top], "text": ["zeros (clipped: see the tooltip)"]})
         layers.append(alt.Chart(note).mark_text(align="left", baseline="top", dx=4, dy=2,
-                                                fontSize=10).encode(
+                                                fontSize=11).encode(
             x="x:Q", y="y:Q", text="text:N"))
     return alt.layer(*layers, title=name).properties(width=width, height=220)
 
