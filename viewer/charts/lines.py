@@ -24,7 +24,7 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
            "#9d755d", "#bab0ac", "#9ecae9", "#ffbf79", "#88d27a", "#ff9d98", "#b7d6d3", "#f2cf5b",
            "#d6a5c9", "#fcbfd2", "#d8b5a5", "#79706e")
 #: The sample groups' colours (inspector.analysis.plots.GROUP_COLORS in CSS form)
-GROUPS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
+GROUPS = {"all": "#595959", "positive": "#b2182b", "negative": "#67a9cf"}
 #: Steps drawn per series at most (about a chart's width in pixels, as TensorBoard); a longer
 #: series is thinned to evenly spaced steps, keeping where a run of NaN/Inf starts and ends
 MAX_POINTS = 1000
