@@ -267,6 +267,9 @@ def test_compare_two_steps_and_two_runs(runs):
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")
     assert len(at.get("vega_lite_chart")) == 2 and len(vega_hists(at)) == 1       # series, A and B overlaid
+    from viewer.charts.lines import RUNS
+    series = next(s for s, _ in vega(at) if "hconcat" not in s)
+    assert RUNS[0] != RUNS[1] and set(RUNS) <= set(json.dumps(series).replace('"', " ").split())   # the runs' pair
     assert {s for s, _ in overlay_sides(at)} == {"A exp1", "B exp2"}
     assert "Median non-zero |value|, B / A: positive" in captions(at)
 

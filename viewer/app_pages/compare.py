@@ -11,7 +11,7 @@ from inspector.analysis import hist_view, plots
 from inspector.errors import InspectorError
 
 from .. import data
-from ..charts import hist_charts
+from ..charts import hist_charts, lines
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
 from ..ui import Ctx, default_tensor, download_figure, need, plain
 
@@ -105,7 +105,7 @@ def two_runs(ctx: Ctx) -> None:
         return
     la, lb = f"A {Path(ctx.path).name}", f"B {Path(path_b).name}"
     both = pd.concat({la: sa[group], lb: sb[group]}, axis=1)
-    st.line_chart(both, x_label="step", y_label=f"{stat} ({group})")
+    st.line_chart(both, x_label="step", y_label=f"{stat} ({group})", color=list(lines.RUNS))
     download_figure(lambda: plots.time_series(both, f"{tensor} {kind} {stat} ({group})", stat),
                     f"cmp_runs_{tensor}_{stat}", key="cmp_runs_series")
     steps = sorted(set(sa.index) & set(sb.index))

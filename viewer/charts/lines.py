@@ -25,6 +25,9 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
            "#d6a5c9", "#fcbfd2", "#d8b5a5", "#79706e")
 #: The sample groups' colours (inspector.analysis.plots.GROUP_COLORS in CSS form)
 GROUPS = {"all": "#595959", "positive": "#b2182b", "negative": "#67a9cf"}
+#: The two runs of Compare, A and B: a dark purple and a light orange (apart in hue and in
+#: lightness, and from the groups' red and blue)
+RUNS = ("#5e3c99", "#f1a340")
 #: Steps drawn per series at most (about a chart's width in pixels, as TensorBoard); a longer
 #: series is thinned to evenly spaced steps, keeping where a run of NaN/Inf starts and ends
 MAX_POINTS = 1000
