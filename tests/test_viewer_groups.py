@@ -157,3 +157,17 @@ def test_summary_names_the_layers_where_the_groups_differ_most(runs):
     far = np.abs(np.log(df["negative / positive (median)"].to_numpy()))
     grad = far[(df["statistic"] == "gradient L2").to_numpy()]
     assert list(grad) == sorted(grad, reverse=True)          # furthest from 1 first
+
+
+def test_summary_op_type_chart_names_every_op_type(runs):
+    """One bar per op type, and the axis may not drop labels (Vega's default drops every other
+    one on a crowded band axis)."""
+    import pyarrow as pa
+    import inspector
+    at = start(runs, "Summary", {"run": "cast"})
+    (chart,) = [c for c in at.get("vega_lite_chart") if '"op type' in c.proto.spec]
+    spec = json.loads(chart.proto.spec)
+    assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False
+    (frame,) = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets]
+    types = inspector.open_run(runs / "cast").tensors["op_type"]
+    assert sorted(frame["op type"]) == sorted(types.unique()) and frame["tensors"].sum() == len(types)

@@ -85,7 +85,7 @@ def render(ctx: Ctx) -> None:
         if not run.tensors.empty:
             counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(
                 name="tensors")
-            st.bar_chart(counts, x="op type", y="tensors", height=260)
+            st.altair_chart(op_type_chart(counts), width="stretch")
     if not run.dropped.empty:
         st.subheader("Dropped writes")
         st.dataframe(run.dropped, hide_index=True, width="stretch")
@@ -93,6 +93,17 @@ def render(ctx: Ctx) -> None:
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded "
                "is shown from the later one.")
     st.dataframe(run.sessions, hide_index=True, width="stretch")
+
+
+def op_type_chart(counts: pd.DataFrame) -> alt.Chart:
+    """Tensors per op type as horizontal bars, every op type named (a vertical bar chart's axis
+    dropped every other label of a crowded band)."""
+    counts = counts.astype({"op type": object})
+    return alt.Chart(counts).mark_bar().encode(
+        y=alt.Y("op type:N", sort="-x", title=None,
+                axis=alt.Axis(labelOverlap=False, labelFontSize=11, labelLimit=240)),
+        x=alt.X("tensors:Q", title="tensors"),
+        tooltip=["op type:N", "tensors:Q"]).properties(height=18 * len(counts) + 40)
 
 
 #: the page that shows a finding's evidence, by the finding's ``page``: its title and the query
