@@ -165,7 +165,7 @@ def matrix(path: str, sig: tuple, kind: str, group: str, stat: str, exact: bool)
     return data.overview(path, sig, kind, group, stat, exact)
 
 
-def shared_scale(path: str, sig: tuple, kind: str, group: str, stat: str, idx_of: dict,
+def shared_scale(path: str, sig: tuple, kind: str, group: str, stat: str,
                  tensors: tuple[str, ...], log: bool, agg: str) -> tuple[float, float] | None:
     """The colour scale both groups of :data:`PAIR` share on these rows (their union), so the
     positive and negative heatmaps compare colour for colour; None for any other group."""
@@ -203,8 +203,7 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
     # adds terms; a weight-decay term's coefficient) would set an end of the shared scale: it is
     # drawn on it, clipped, without setting it
     constant = constant_rows(m, present) if not ratio else np.zeros(len(idx), bool)
-    shared = None if own_scale else shared_scale(path, sig, kind, group, stat, index, tensors,
-                                                 log, agg)
+    shared = None if own_scale else shared_scale(path, sig, kind, group, stat, tensors, log, agg)
     r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log,
                       np.full(len(idx), own_scale), constant, agg=agg, shared=shared,
                       cmap=raster.DIVERGING if ratio else raster.SEQUENTIAL)
