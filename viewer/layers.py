@@ -106,9 +106,11 @@ VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariable
 CONSTANT_OPS = frozenset({"Const", "NoOp", "Fill", "ZerosLike", "OnesLike"})
 
 
-def _forward(graph: OpGraph, starts: Collection[str], tensors: Collection[str] = ()) -> set[str]:
+def _forward(graph: OpGraph, starts: Collection[str], tensors: Collection[str] = (),
+             stop: Collection[str] = ()) -> set[str]:
     """The ops reachable along data edges from the ops ``starts`` and from the consumers of the
-    tensors ``tensors`` (``op:k``: that output only), themselves included (the ``starts``)."""
+    tensors ``tensors`` (``op:k``: that output only), themselves included (the ``starts``); an op
+    in ``stop`` is reached but not followed."""
     seen = set(starts)
     todo = list(starts)
     wanted = {(t.rsplit(":", 1)[0], t) for t in tensors}
@@ -119,7 +121,10 @@ def _forward(graph: OpGraph, starts: Collection[str], tensors: Collection[str] =
                 seen.add(c)
                 todo.append(c)
     while todo:
-        for c in graph.consumers.get(todo.pop(), []):
+        op = todo.pop()
+        if op in stop:
+            continue
+        for c in graph.consumers.get(op, []):
             if c not in seen:
                 seen.add(c)
                 todo.append(c)
@@ -155,6 +160,14 @@ def plumbing(graph: OpGraph | None, loss: str | None, labels: str | None) -> dic
     ...     Node("l2", "L2Loss", ("r",)), Node("loss", "AddN", ("xent", "l2"))])
     >>> sorted(plumbing(g, "loss:0", "y:0").items())
     [('cast', 'labels'), ('l2', 'loss'), ('loss', 'loss'), ('xent', 'loss'), ('y', 'labels')]
+
+    Features and labels from one input pipeline op (an Estimator's ``IteratorGetNext``):
+
+    >>> g = OpGraph([Node("it", "IteratorV2"), Node("next", "IteratorGetNext", ("it",)),
+    ...     Node("w", "VariableV2"), Node("mm", "MatMul", ("next", "w")),
+    ...     Node("Cast_1", "Cast", ("next:1",)), Node("xent", "Xent", ("mm", "Cast_1"))])
+    >>> sorted(plumbing(g, "xent:0", "next:1").items())
+    [('Cast_1', 'labels'), ('xent', 'loss')]
     """
     out: dict[str, str] = {}
     loss_op = loss.rsplit(":", 1)[0] if loss else None
@@ -168,10 +181,11 @@ def plumbing(graph: OpGraph | None, loss: str | None, labels: str | None) -> dic
     variables = _forward(graph, [n for n in sources if nodes[n].op in VARIABLE_OPS])
     inputs = [n for n in sources if n != labels_op and nodes[n].op not in VARIABLE_OPS
               and nodes[n].op not in CONSTANT_OPS]
-    # the labels' op's other outputs (an IteratorGetNext's features) are input data too
+    # the input data flows through the labels' op (an IteratorGetNext yields features and
+    # labels) by its other outputs only
     other = [f"{labels_op}:{k}" for k in range(8)] if labels_op in nodes else []
-    data = _forward(graph, inputs, [t for t in other if t != labels and not
-                                    (labels and labels.endswith(":0") and t == labels)])
+    data = _forward(graph, inputs, stop={labels_op} if labels_op else set()) \
+        | _forward(graph, [], [t for t in other if t != labels])
     from_labels = _forward(graph, [], [labels]) if labels and labels_op in nodes else set()
     if labels_op in nodes and labels_op not in data:
         from_labels.add(labels_op)
