@@ -171,3 +171,23 @@ def test_summary_op_type_chart_names_every_op_type(runs):
     (frame,) = [pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in chart.proto.datasets]
     types = inspector.open_run(runs / "cast").tensors["op_type"]
     assert sorted(frame["op type"]) == sorted(types.unique()) and frame["tensors"].sum() == len(types)
+
+
+def test_a_recorded_graph_sets_apart_exactly_its_loss_and_label_ops():
+    """The stored run of tests/data (the demo's TF1 model_fn: weight decay, a logistic and a
+    cross-entropy loss, the labels cast): the ops the issue names are the loss's and labels',
+    every other catalogued op, the ICNN layer's helpers included, is the model's."""
+    import inspector
+    from inspector.graph.graphdef import OpGraph, parse_graph_def
+    from viewer.layers import layer_rows, plumbing
+    run_dir = ROOT / "tests" / "data" / "old_run" / "icnn"
+    run = inspector.open_run(run_dir)
+    graph = OpGraph(parse_graph_def((run_dir / "graph.chief.s0001.pb").read_bytes()))
+    parts = plumbing(graph, run.manifest["loss"], run.manifest["labels"])
+    rows = layer_rows(run.tensors, list(run.tensors["name"]), None, parts)
+    apart = dict(zip(rows["tensor"].str.rsplit(":", n=1).str[0], rows["part"]))
+    apart = {op: part for op, part in apart.items() if part != "model"}
+    assert apart == {"Cast_1": "labels", "AddN": "loss", "mul": "loss", "xent": "loss", "loss": "loss",
+                     "logistic_loss": "loss", **{f"L2Loss{s}": "loss" for s in ("", "_1", "_2", "_3", "_4")}} \
+        | {op: "loss" for op in apart if op.startswith("logistic_loss/")}
+    assert all(p == "model" for t, p in zip(rows["tensor"], rows["part"]) if t.startswith(("conv", "icnn_mask/")))

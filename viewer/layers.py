@@ -260,6 +260,8 @@ def layer_rows(catalog: pd.DataFrame, tensors: list[str],
     out_of = {**last.to_dict(), **last_op.to_dict(), **post.to_dict()}
     df["output"] = [out_of[ly] == t for t, ly in zip(df["tensor"], df["layer"])]
     df["part"] = _parts(catalog, df["tensor"], parts or {})
+    # an ICNN layer's helper ops (its filter loss's slices) are the layer's, whatever they feed
+    df.loc[df["layer"].isin(icnn), "part"] = "model"
     if order:  # each layer's rows together, at its output's place; variable records after its ops
         at = df["layer"].map(df[df["output"]].set_index("layer")["place"])
         df = df.assign(at=at, var=~df["op_output"]).sort_values(["at", "layer", "var", "place"],
