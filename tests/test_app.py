@@ -113,7 +113,10 @@ def test_summary(runs):
         and "at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
-    assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
+    # hook settings and sessions: static tables, every row and column shown (no scrolling frame)
+    tables = [t.value for t in at.table]
+    assert any(t.shape[0] >= 5 and list(t.columns) == ["setting", "value"] for t in tables)
+    assert any(list(t.columns) == list(inspector.open_run(runs / "exp1").sessions.columns) for t in tables)
 
 
 def heatmaps(at: AppTest) -> list[dict]:

@@ -75,9 +75,9 @@ def render(ctx: Ctx) -> None:
         st.subheader("Hook settings")
         cfg = run.config
         if cfg:
-            st.dataframe(pd.DataFrame({"setting": list(cfg),
-                                       "value": [str(v) for v in cfg.values()]}),
-                         hide_index=True, width="stretch")
+            # a static table: every row and the whole value shown, not a frame that scrolls
+            st.table(pd.DataFrame({"setting": list(cfg), "value": [str(v) for v in cfg.values()]}),
+                     hide_index=True, border="horizontal")
         else:
             st.caption("no hook settings recorded")
     with right:
@@ -92,7 +92,7 @@ def render(ctx: Ctx) -> None:
     st.subheader("Sessions")
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded "
                "is shown from the later one.")
-    st.dataframe(run.sessions, hide_index=True, width="stretch")
+    st.table(run.sessions, hide_index=True, border="horizontal")   # every column, none cut
 
 
 def op_type_chart(counts: pd.DataFrame) -> alt.Chart:
