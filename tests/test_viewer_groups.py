@@ -191,3 +191,32 @@ def test_a_recorded_graph_sets_apart_exactly_its_loss_and_label_ops():
                      "logistic_loss": "loss", **{f"L2Loss{s}": "loss" for s in ("", "_1", "_2", "_3", "_4")}} \
         | {op: "loss" for op in apart if op.startswith("logistic_loss/")}
     assert all(p == "model" for t, p in zip(rows["tensor"], rows["part"]) if t.startswith(("conv", "icnn_mask/")))
+
+
+def test_binned_columns_show_the_mean_or_the_extreme_picked_and_say_so(runs, monkeypatch, tmp_path):
+    """With more statistics steps than fit (here: more than 16), columns are bins: their mean by
+    default (from the summaries), or each bin's max as picked, equal to numpy's max over the
+    bin's steps; the caption names the bin and the choice."""
+    import shutil
+
+    import inspector
+    import viewer.data
+    monkeypatch.setattr(viewer.data, "MAX_COLUMNS", 16)
+    root = tmp_path / "binned"
+    shutil.copytree(runs / "sixty", root / "sixty")          # its own path: nothing cached for it
+    at = start(root, "Training overview", {"run": "sixty"})
+    mean = heatmap(at)
+    caption = " ".join(c.value for c in at.caption)
+    assert values(mean).shape[1] <= 16 and "each column is a bin of" in caption and "the mean of" in caption
+    at.selectbox(key="ov_hm_grad_agg").set_value("max").run()
+    peak = heatmap(at)
+    assert "its max" in " ".join(c.value for c in at.caption)
+    run = inspector.open_run(root / "sixty")
+    l2 = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]).pivot_table(
+        index="tensor", columns="step", values="l2", observed=True)
+    tensor = peak["labels"][0].split(" ")[0]                  # a folded row draws its output tensor
+    got = values(peak)[0]
+    assert len(got) <= 16 and any(b > a for a, b in zip(peak["first"], peak["last"]))
+    for j, (a, b) in enumerate(zip(peak["first"], peak["last"])):
+        want = l2.loc[tensor, a:b].max()
+        assert got[j] == pytest.approx(want, rel=1e-5)

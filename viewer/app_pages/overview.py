@@ -180,7 +180,7 @@ def shared_scale(path: str, sig: tuple, kind: str, group: str, stat: str,
             continue
         m, present = ov.matrix[idx], ov.present[idx]
         r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log,
-                          apart=constant_rows(m, present), agg=agg)
+                          apart=constant_rows(m, present), agg=agg, max_columns=data.MAX_COLUMNS)
         if r.values.size and np.isfinite(r.values).any():
             lo, hi = min(lo, float(r.domain[0, 0])), max(hi, float(r.domain[0, 1]))
     return (lo, hi) if lo <= hi else None
@@ -206,7 +206,8 @@ def heatmap_view(path: str, sig: tuple, kind: str, group: str, stat: str, tensor
     shared = None if own_scale else shared_scale(path, sig, kind, group, stat, tensors, log, agg)
     r = raster.raster(m, present, ov.first_steps, ov.steps, ov.width, log,
                       np.full(len(idx), own_scale), constant, agg=agg, shared=shared,
-                      cmap=raster.DIVERGING if ratio else raster.SEQUENTIAL)
+                      cmap=raster.DIVERGING if ratio else raster.SEQUENTIAL,
+                      max_columns=data.MAX_COLUMNS)
     texts = row_texts(shown, r.rows, constant)
     note = ("negative / positive: orange where negatives' is larger, purple where positives' is, "
             "white equal" if ratio else
