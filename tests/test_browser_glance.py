@@ -109,3 +109,24 @@ def test_no_figure_text_is_smaller_than_11_px(server, browser, name):  # noqa: F
         assert not small, small[:10]
     finally:
         page.close()
+
+
+#: page -> the Matplotlib images it shows at least (tests/test_readable_figures.py checks their
+#: texts at the width viewer.ui.FIGURE_WIDTH_PX: here, that the page draws them unshrunk)
+IMAGE_PAGES = {"Feature maps": 5, "Masks & templates": 4, "Tensor browser": 1}
+IMAGE_SCALES = """() => [...document.querySelectorAll('[data-testid="stImage"] img')]
+    .map(i => [i.naturalWidth, i.getBoundingClientRect().width])"""
+
+
+@pytest.mark.parametrize("name", list(IMAGE_PAGES))
+def test_matplotlib_figures_are_drawn_at_their_own_size(server, browser, name):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})
+    try:
+        page.goto(f"{server}/{URLS[name]}?run=exp1", wait_until="domcontentloaded")
+        wait_rendered(page, IMAGE_PAGES[name], 120_000)
+        scales = page.evaluate(IMAGE_SCALES)
+        assert len(scales) >= IMAGE_PAGES[name]
+        shrunk = [(w, round(shown)) for w, shown in scales if shown < w - 1]
+        assert not shrunk, shrunk              # (PNG width, drawn width): its labels shrunk with it
+    finally:
+        page.close()

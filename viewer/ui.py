@@ -29,6 +29,11 @@ from inspector.analysis import plots
 from inspector.errors import InspectorError
 
 log = logging.getLogger("tf_inspector.viewer")
+#: The widest a shown Matplotlib figure's PNG is drawn (CSS px = PNG px at 100 dpi): the page's
+#: main column at a 1500-px window is 1040 px (1000 inside ``st.columns``), and a wider PNG is
+#: shrunk to it, its labels with it; figures are narrowed to this width instead
+#: (:func:`inspector.analysis.plots.fit_width`), so every text keeps its size
+FIGURE_WIDTH_PX = 1000
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
 #: Where GFM's literal autolinks start (``http://``, ``https://``, ``www.``, ``a@b.c``, ``mailto:``,
 #: ``xmpp:``): Streamlit's Markdown links those in the text left after escapes are read, so an
@@ -73,7 +78,7 @@ def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) ->
 
     The figure is drawn once to PNG and that same image is shown and downloaded, so what
     the user saves is exactly what they saw."""
-    png = plots.to_png(fig)
+    png = plots.to_png(fig, max_width_px=FIGURE_WIDTH_PX)
     show_png(png, name, key, caption)
     return png
 
@@ -97,7 +102,7 @@ def _figure_png(ident: tuple, kind: str, _make: Callable[[], Figure]) -> bytes:
     """PNG bytes of ``_make()`` in the theme ``kind``, cached by (``ident``, ``kind``); ``_make``
     is not hashed (a closure over arrays ``ident`` names)."""
     with figure_theme(kind):
-        return plots.to_png(_make())
+        return plots.to_png(_make(), max_width_px=FIGURE_WIDTH_PX)
 
 
 def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
