@@ -192,3 +192,19 @@ def test_smoothing_is_debiased_and_skips_nan():
     v = np.array([2.0, np.nan, 2.0, 4.0])
     s = lines.smooth(v, 0.9)
     assert s[0] == 2.0 and np.isnan(s[1]) and s[2] == pytest.approx(2.0) and 2.0 < s[3] < 4.0
+
+
+def test_an_axis_has_one_number_notation():
+    """d3's ``g`` writes 1e-6 as 0.000001 and 1e-7 as 1e-7: an axis spanning both mixed them."""
+    from viewer.charts import bands
+
+    def y_format(spec: dict) -> str:
+        layer = next(la for la in spec["layer"] if "axis" in la["encoding"]["y"])
+        return layer["encoding"]["y"]["axis"]["format"]
+    tiny = pd.DataFrame({"a": [1e-7, 5e-7, 3e-6]}, index=[0, 1, 2])
+    assert y_format(lines.line_chart(tiny, "L2").to_dict()).endswith("e")
+    assert y_format(lines.line_chart(tiny * 1e7, "L2", log=True).to_dict()).endswith("e")
+    assert not y_format(lines.line_chart(tiny * 1e6, "L2").to_dict()).endswith("e")   # 0.1..3: decimals
+    frame = pd.DataFrame({"step": [1, 2], "group": ["all", "all"],
+                          **{f"p{q}": [q * 1e-8, q * 2e-8] for q in (0, 7, 16, 50, 84, 93, 100)}})
+    assert y_format(bands.bands_chart(frame, "t").to_dict()).endswith("e")

@@ -33,6 +33,22 @@ RUNS = ("#5e3c99", "#f1a340")
 MAX_POINTS = 1000
 
 
+def axis_format(values, log: bool = False) -> str:
+    """The d3 number format of an axis over ``values``: one notation for every tick, so an axis
+    never mixes ``0.000001`` with ``1e-7`` (d3's ``g`` switches notation below 1e-6 and at the
+    precision's exponent). Exponents (``1e-7``, ``2.5e-3``) on a log axis or where the values
+    leave [0.001, 10000); plain decimals otherwise.
+
+    >>> axis_format([1e-7, 3e-6]), axis_format([0.5, 20.0]), axis_format([0.5, 20.0], log=True)
+    ('.2~e', ',.4~g', '.2~e')
+    """
+    v = np.abs(np.asarray(values, np.float64).ravel())
+    v = v[np.isfinite(v) & (v > 0)]
+    if log or (v.size and (v.min() < 1e-3 or v.max() >= 1e4)):
+        return ".2~e"
+    return ",.4~g"
+
+
 def distinct_colors(names: Sequence[str], fixed: Mapping[str, str] | None = None) -> list[str]:
     """One colour per name, none repeated: ``fixed``'s where given, then :data:`PALETTE`'s in
     order (skipping those taken), then evenly spaced hues.
@@ -152,7 +168,8 @@ def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None =
                       legend=alt.Legend(title=legend_title, labelLimit=320))
     x = alt.X("step:Q", title="step", scale=alt.Scale(zero=False, nice=False))
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
-    y = alt.Y(f"{shown}:Q", title=f"{y_title} (log scale)" if log else y_title, scale=scale)
+    y = alt.Y(f"{shown}:Q", title=f"{y_title} (log scale)" if log else y_title, scale=scale,
+              axis=alt.Axis(format=axis_format(long["value"], log)))
     base = alt.Chart(long).encode(x=x)
     layers = []
     if smoothing > 0:  # the raw values, faint, behind the smoothed line (as TensorBoard)
