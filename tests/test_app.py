@@ -254,14 +254,18 @@ def overlay_sides(at: AppTest) -> set:
 def test_compare_two_steps_and_two_runs(runs):
     at = ok(start(runs, "Compare"))                 # the folder: exp1 is chosen, exp2 is there to compare
     assert at.selectbox(key="run").value.endswith("exp1")
+    assert at.selectbox(key="cmp_tensor").value == "loss/Mean:0"        # opens on the loss
+    at.selectbox(key="cmp_tensor").select("conv1/Relu:0").run()
     (spec, _), = vega_hists(at)                     # steps A and B on one axis: one panel
     assert len(spec["hconcat"]) == 1
     dash = spec["hconcat"][0]["layer"][1]["encoding"]["strokeDash"]
     assert dash["scale"]["domain"] == ["A: step 0", "B: step 29"]   # A solid, B dashed
     assert overlay_sides(at) == {(s, g) for s in ("A: step 0", "B: step 29") for g in ("positive", "negative")}
-    table = at.dataframe[0].value
+    table = at.table[0].value                       # a static table: every column shown, none cut
+    assert list(table.columns) == [f"{g} @ {s}" for g in ("all", "positive", "negative") for s in (0, 29)]
+    assert "zero_fraction" in table.index and not at.dataframe
     at.select_slider(key="cmp_step_A").set_value(10).run()
-    assert not ok(at).dataframe[0].value.equals(table)
+    assert not ok(at).table[0].value.equals(table)
     assert {s for s, _ in overlay_sides(at)} == {"A: step 10", "B: step 29"}
     at.radio(key="cmp_kind").set_value("gradient").run()             # exp1's gradients after its NaN: all NaN
     assert "B: step 29: no histogram (no finite value counted)" in captions(ok(at))
@@ -269,12 +273,28 @@ def test_compare_two_steps_and_two_runs(runs):
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")
+    assert at.selectbox(key="cmp_run_tensor").value == "loss/Mean:0"
+    at.selectbox(key="cmp_run_tensor").select("conv1/Relu:0").run()
     assert len(at.get("vega_lite_chart")) == 2 and len(vega_hists(at)) == 1       # series, A and B overlaid
     from viewer.charts.lines import RUNS
     series = next(s for s, _ in vega(at) if "hconcat" not in s)
     assert RUNS[0] != RUNS[1] and set(RUNS) <= set(json.dumps(series).replace('"', " ").split())   # the runs' pair
     assert {s for s, _ in overlay_sides(at)} == {"A exp1", "B exp2"}
     assert "Median non-zero |value|, B / A: positive" in captions(at)
+
+
+def test_compare_b_over_a_is_per_group_and_says_when_groups_read_alike():
+    """Each group's B / A is its own; a median is a bucket's stand-in, so groups whose medians
+    share buckets at A and B print the same figures, and the line says why."""
+    import numpy as np
+    from viewer.app_pages.compare import side_ratios
+    h = LogHistogram.of
+    text = side_ratios({"A": {"positive": h(np.full(9, 1.0)), "negative": h(np.full(9, 1.0))},
+                        "B": {"positive": h(np.full(9, 4.0)), "negative": h(np.full(9, 0.5))}}, "value")
+    assert "positive 4x" in text and "negative 0.5x" in text and "same buckets" not in text
+    text = side_ratios({"A": {"positive": h(np.full(9, 1.0)), "negative": h(np.full(9, 1.01))},
+                        "B": {"positive": h(np.full(9, 2.0)), "negative": h(np.full(9, 2.01))}}, "value")
+    assert "positive and negative have their medians in the same buckets at A and at B" in text
 
 
 def test_compare_two_runs_reads_run_b_in_the_sidebar_view(tmp_path):
