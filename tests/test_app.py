@@ -351,6 +351,15 @@ def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, 
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
 
 
+def test_update_ratio_draws_a_picked_variable_bold_and_the_others_faint(tmp_path):
+    at = ok(start(variable_run(tmp_path / "r"), "Training overview"))
+    at.selectbox(key="ov_ratio_pick").select("w").run()
+    spec = next(s for s, _ in vega(ok(at)) if "L2 update / L2 weights" in json.dumps(s))
+    drawn = [la["encoding"] for la in spec["layer"] if la["mark"]["type"] == "line"]
+    assert any(e.get("opacity", {}).get("condition", {}).get("test") == 'datum.series === "w"'
+               for e in drawn)
+
+
 def test_every_page_of_a_single_run_path(runs):
     """The root may be one run instead of a folder of runs."""
     for page in PAGES:

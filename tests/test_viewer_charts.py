@@ -208,3 +208,14 @@ def test_an_axis_has_one_number_notation():
     frame = pd.DataFrame({"step": [1, 2], "group": ["all", "all"],
                           **{f"p{q}": [q * 1e-8, q * 2e-8] for q in (0, 7, 16, 50, 84, 93, 100)}})
     assert y_format(bands.bands_chart(frame, "t").to_dict()).endswith("e")
+
+
+def test_a_highlighted_series_is_bold_and_the_others_faint():
+    df = pd.DataFrame({f"v{i}": [1.0, 2.0] for i in range(11)}, index=[0, 1])
+    plain = lines.line_chart(df, "r").to_dict()
+    assert all("opacity" not in la["encoding"] for la in plain["layer"])
+    spec = lines.line_chart(df, "r", highlight="v3").to_dict()
+    line = next(la for la in spec["layer"] if la["mark"]["type"] == "line")
+    opacity, width = line["encoding"]["opacity"], line["encoding"]["strokeWidth"]
+    assert opacity["condition"]["test"] == width["condition"]["test"] == 'datum.series === "v3"'
+    assert opacity["condition"]["value"] == 1.0 and opacity["value"] < 0.3 < 2 < width["condition"]["value"]

@@ -357,9 +357,14 @@ def update_ratio_block(ctx: Ctx, pattern: str) -> None:
         return
     st.subheader("Update / weight ratio per variable")
     shown = ratios[filter_tensors(list(ratios.columns), pattern) or list(ratios.columns)]
-    smoothing = smoothing_slider(st, "ov_ratio_smooth")
+    c = st.columns([3, 1])
+    picked = c[0].selectbox("Highlight", ["(none)", *map(str, shown.columns)], key="ov_ratio_pick",
+                            help="draw one variable bold and the others faint")
+    smoothing = smoothing_slider(c[1], "ov_ratio_smooth")
     st.altair_chart(lines.line_chart(shown, "L2 update / L2 weights", log=True, smoothing=smoothing,
-                                     legend_title="variable"), width="stretch")
+                                     legend_title="variable",
+                                     highlight=None if picked == "(none)" else picked),
+                    width="stretch")
     st.caption("L2 of the step's update over L2 of the variable "
                f"{weights_when(data.get_run(ctx.path, ctx.sig))} (around 1e-3 is typical for SGD); "
                "the tensor filter above applies")

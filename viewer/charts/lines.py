@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import colorsys
 import itertools
+import json
 from typing import Iterator, Mapping, Sequence
 
 import altair as alt
@@ -153,11 +154,12 @@ def long_frame(df: pd.DataFrame, log: bool, weight: float) -> pd.DataFrame:
 
 def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None = None,
                log: bool = False, smoothing: float = 0.0, height: int = 300, title: str = "",
-               legend_title: str = "series"
+               legend_title: str = "series", highlight: str | None = None
                ) -> alt.LayerChart:
     """The chart of ``df`` (index: step; one column per series) with ``colors`` (one per
     column; default :func:`distinct_colors`), a log y axis if ``log`` (values <= 0 left out),
-    smoothed by ``smoothing`` (0..1, 0: none)."""
+    smoothed by ``smoothing`` (0..1, 0: none). ``highlight``: that series drawn bold and every
+    other faint (many series in one chart are told apart by picking one, not by colour alone)."""
     names = [str(c) for c in df.columns]
     colors = list(colors) if colors is not None else distinct_colors(names)
     if len(set(c.lower() for c in colors)) < len(colors):
@@ -175,7 +177,13 @@ def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None =
     if smoothing > 0:  # the raw values, faint, behind the smoothed line (as TensorBoard)
         layers.append(base.mark_line(opacity=0.25, strokeWidth=1).encode(
             y=alt.Y("value:Q", scale=scale), color=color, detail="segment:N"))
-    layers.append(base.mark_line(strokeWidth=1.6).encode(y=y, color=color, detail="segment:N"))
+    emphasis = {}
+    if highlight is not None:
+        chosen = f"datum.series === {json.dumps(str(highlight))}"
+        emphasis = {"opacity": alt.condition(chosen, alt.value(1.0), alt.value(0.18)),
+                    "strokeWidth": alt.condition(chosen, alt.value(3.0), alt.value(1.2))}
+    layers.append(base.mark_line(strokeWidth=1.6).encode(y=y, color=color, detail="segment:N",
+                                                         **emphasis))
     hover = alt.selection_point(name="near", nearest=True, on="pointermove", fields=["step"],
                                 empty=False, clear="pointerout")
     layers.append(
