@@ -213,7 +213,7 @@ def test_an_axis_has_one_number_notation():
 def test_a_highlighted_series_is_bold_and_the_others_faint():
     df = pd.DataFrame({f"v{i}": [1.0, 2.0] for i in range(11)}, index=[0, 1])
     plain = lines.line_chart(df, "r").to_dict()
-    assert all("opacity" not in la["encoding"] for la in plain["layer"])
+    assert all("opacity" not in la["encoding"] for la in plain["layer"] if la["mark"]["type"] == "line")
     spec = lines.line_chart(df, "r", highlight="v3").to_dict()
     line = next(la for la in spec["layer"] if la["mark"]["type"] == "line")
     opacity, width = line["encoding"]["opacity"], line["encoding"]["strokeWidth"]
