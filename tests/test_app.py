@@ -385,6 +385,26 @@ def test_viewer_never_imports_tensorflow(runs):
     assert "TF_IMPORTED False" in out.stdout
 
 
+def test_the_first_page_view_imports_no_matplotlib(runs):
+    """Matplotlib is over half of the viewer's imports after a server start: the Summary, the
+    page a first visit opens, draws no Matplotlib figure and does not import it; a page that
+    draws one imports it then (a fresh interpreter: other tests here import it)."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from streamlit.testing.v1 import AppTest
+        os.environ["TF_INSPECTOR_RUNS"] = {str(runs / "exp1")!r}
+        at = AppTest.from_file({APP!r}, default_timeout=120).run()
+        assert not at.exception, [e.value for e in at.exception]
+        print("SUMMARY", "matplotlib.figure" in sys.modules, "inspector.analysis.plots" in sys.modules)
+        at.switch_page({PAGE_FILES["Feature maps"]!r}).run()
+        assert not at.exception and at.image, [e.value for e in at.exception]
+        print("FEATURE_MAPS", "matplotlib.figure" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "SUMMARY False False" in out.stdout and "FEATURE_MAPS True" in out.stdout, out.stdout
+
+
 # ---- live runs ---------------------------------------------------------------------------
 
 def test_refresh_shows_new_steps_of_a_running_run(tmp_path):

@@ -19,16 +19,29 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import matplotlib.style
 import streamlit as st
-from matplotlib.figure import Figure
 
-from inspector.analysis import plots
 from inspector.errors import InspectorError
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 log = logging.getLogger("tf_inspector.viewer")
+
+
+class _Plots:
+    """:mod:`inspector.analysis.plots`, imported on its first use: Matplotlib is over half of the
+    viewer's imports (1.3 of 2.9 s after a server start, at load 7), and the Summary, the page a
+    first visit opens, draws no Matplotlib figure. Pages use ``ui.plots``, never import it."""
+
+    def __getattr__(self, name: str) -> Any:
+        from inspector.analysis import plots as module   # the import lock: thread-safe
+        return getattr(module, name)
+
+
+plots = _Plots()
 #: The widest a shown Matplotlib figure's PNG is drawn (CSS px = PNG px at 100 dpi): the page's
 #: main column at a 1500-px window is 1040 px (1000 inside ``st.columns``), and a wider PNG is
 #: shrunk to it, its labels with it; figures are narrowed to this width instead
@@ -141,6 +154,7 @@ def figure_theme(kind: str | None = None) -> Iterator[None]:
     """Matplotlib figures made inside follow the theme (``kind``, default :func:`theme`): a dark
     background and light text in the dark theme. Cached renderers take the theme as an argument
     so a PNG drawn for one theme is not served for the other."""
+    import matplotlib.style    # here, not at import: see _Plots
     style = "dark_background" if (kind or theme()) == "dark" else "default"
     with matplotlib.style.context(style):
         yield

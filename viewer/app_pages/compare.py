@@ -7,14 +7,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import hist_view, plots
+from inspector.analysis import hist_view
 from inspector.errors import InspectorError
 from inspector.format.loghist import RELATIVE_ERROR
 
 from .. import data
 from ..charts import hist_charts, lines
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from ..ui import Ctx, default_tensor, download_figure, need, plain
+from ..ui import Ctx, default_tensor, download_figure, need, plain, plots
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 

@@ -15,14 +15,13 @@ import pandas as pd
 import streamlit as st
 
 from inspector import analysis
-from inspector.analysis import plots
 from inspector.analysis import localization as part_filters
 from inspector.icnn import templates
 
 from .. import data
 from ..dumped_maps import map_tensors, model_input, sample_label, why_no_input
 from ..dumps import dump_step_picker
-from ..ui import Ctx, need, plain, show_cached_figure
+from ..ui import Ctx, need, plain, plots, show_cached_figure
 
 
 def per_step(ctx: Ctx, name: str | float, steps: list[int]) -> tuple[list[int], np.ndarray]:

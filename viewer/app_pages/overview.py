@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import plots
 from inspector.stats.summary import Overview
 
 from .. import data, layers
 from ..charts import heatmap, lines, raster
-from ..ui import Ctx, default_tensor, download_figure, figure_theme, need, plain
+from ..ui import Ctx, default_tensor, download_figure, figure_theme, need, plain, plots
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
