@@ -41,6 +41,12 @@ app.py -- <the run's folder>`` and headless Chromium (Playwright, /usr/bin/chrom
 tiny run (``make_synthetic_run(path, steps=10, tensors=3, dump_every=None)``) the rest is the
 pages' own cost whatever the run;
 
+- **every page, warm, against the bare page**: a bare Streamlit page (``bench/bare_app.py``:
+  ``st.title`` + ``st.write``, the same Streamlit and flags, its own server) and each viewer
+  page opened warm (the page opened once before in the same browser profile) alternately, page
+  then bare, ``--reps`` times: the median of each page's ratio to the bare page beside it (the
+  target: 1.5); the ratio is what holds on a loaded machine, not the seconds;
+
 each page load also with its main thread's CPU time (on this shared 2-core machine the wall
 clock moves with other processes' load, the CPU time much less; the settling second and the
 browser's other threads are not in it). ``--baseline
@@ -148,6 +154,7 @@ def main() -> None:
             for what, secs, note in rows:
                 print(f"{what}: {secs:.1f} s ({note})")
             print_browser(browser_times(path, args.reps, args.baseline, extras=not args.floor))
+            print_ratios(page_ratios(path, args.reps))
             return
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
@@ -229,7 +236,7 @@ def tooltip_times(page, n: int = 20) -> list[float]:
     page.evaluate(TIP_WATCH)
     box = page.locator(".tfi-heatmap .plot").first.bounding_box()
     # cells the window shows, below Streamlit's toolbar (a pointer event needs the plot as its target)
-    top, bottom = max(box["y"], 0) + 80, min(box["y"] + box["height"], page.viewport_size["height"]) - 5
+    top, bottom = max(box["y"], 80) + 2, min(box["y"] + box["height"], page.viewport_size["height"]) - 2
     rng = np.random.default_rng(0)
     out = []
     for k in range(n):
@@ -267,6 +274,55 @@ def browser_times(path: Path, reps: int, baseline: Path | None = None,
     med = statistics.median
     return [(k, med(v), f"main thread CPU {med(cpu[k]):.1f} s" if k in cpu else notes.get(k, ""))
             for k, v in got.items()]
+
+
+#: the viewer's pages by URL path (st.navigation's; the Summary is the root)
+PAGE_PATHS = {"summary": "", "overview": "overview", "distributions": "distributions",
+              "featuremaps": "featuremaps", "masks": "masks", "browser": "browser", "graph": "graph",
+              "compare": "compare"}
+#: a Streamlit page drawn: its first heading shown and no script running
+PAGE_READY = """n => document.querySelectorAll('h1').length >= n
+    && !document.querySelector('[data-testid="stStatusWidget"]')"""
+#: the most a page's warm first paint may take, in bare pages
+RATIO_TARGET = 1.5
+
+
+def page_ratios(path: Path, reps: int) -> list[tuple[str, float, str]]:
+    """Each page's warm first paint over the bare page's, timed alternately in one browser:
+    (page, median ratio, 'warm s vs bare s' medians)."""
+    import statistics
+
+    from playwright.sync_api import sync_playwright
+    sys.path.insert(0, str(ROOT / "tests"))
+    from browser_serve import serve
+
+    times: dict[str, list[float]] = {}
+    with sync_playwright() as p, serve(path.parent) as url, \
+            serve(path.parent, app=ROOT / "bench" / "bare_app.py") as bare:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
+        context = browser.new_context(viewport={"width": 1500, "height": 1100})
+        for name, sub in PAGE_PATHS.items():               # once each: caches and imports warm
+            open_page(context, f"{url}/{sub}?run={path.name}", PAGE_READY)[0].close()
+        open_page(context, bare, PAGE_READY)[0].close()
+        for _ in range(reps):
+            for name, sub in PAGE_PATHS.items():
+                for key, u in ((name, f"{url}/{sub}?run={path.name}"), ("bare:" + name, bare)):
+                    page, t, _ = open_page(context, u, PAGE_READY)
+                    times.setdefault(key, []).append(t)
+                    page.close()
+        browser.close()
+    med = statistics.median
+    return [(name, med([a / b for a, b in zip(times[name], times["bare:" + name])]),
+             f"{med(times[name]):.2f} s vs bare {med(times['bare:' + name]):.2f} s")
+            for name in PAGE_PATHS]
+
+
+def print_ratios(rows: list[tuple[str, float, str]]) -> None:
+    """The per-page table: warm first paint in bare pages (over the target: *)."""
+    print(f"\n{'page, warm':<16}  {'x bare':>7}  {'target':>6}  medians")
+    print("-" * 60)
+    for name, ratio, note in rows:
+        print(f"{name:<16}  {ratio:7.2f}  {RATIO_TARGET:6.1f}{'*' if ratio > RATIO_TARGET else ' '} {note}")
 
 
 def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict,

@@ -113,7 +113,10 @@ def test_summary(runs):
         and "at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
-    assert any(df.value.shape[0] >= 5 for df in at.dataframe)                   # hook settings table
+    # hook settings and sessions: static tables, every row and column shown (no scrolling frame)
+    tables = [t.value for t in at.table]
+    assert any(t.shape[0] >= 5 and list(t.columns) == ["setting", "value"] for t in tables)
+    assert any(list(t.columns) == list(inspector.open_run(runs / "exp1").sessions.columns) for t in tables)
 
 
 def heatmaps(at: AppTest) -> list[dict]:
@@ -141,19 +144,22 @@ def test_overview_heatmaps_and_series(runs):
     at.selectbox(key="ov_hm_grad_stat").select("max").run()
     after = heatmaps(ok(at))[0]
     assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
-    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded
-    assert "6 rows x 30 steps" in captions(at) and "layers folded into their output row" in captions(at)
+    # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded; the
+    # loss's is no model layer: left out
+    assert "5 rows x 30 statistics columns" in captions(at) and "1 loss and label op(s) left out" in captions(at)
+    assert "layers folded into their output row" in captions(at)
     assert "rows in network order" in captions(at)
     at.toggle(key="ov_all_ops").set_value(True).run()
-    assert "14 rows x 30 steps" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 14
+    assert "13 rows x 30 statistics columns" in captions(ok(at)) and len(heatmaps(at)[0]["labels"]) == 13
     at.toggle(key="ov_all_ops").set_value(False).run()
     at.text_input(key="ov_filter").input("Relu").run()
-    assert "3 rows x 30 steps" in captions(ok(at))   # conv1-3/Relu: the filter is on names
+    assert "3 rows x 30 statistics columns" in captions(ok(at))   # conv1-3/Relu: the filter is on names
     assert len(images(at)) == 0                      # no static image: PNG on demand
     assert "Download PNG" in [b.proto.label for b in at.get("download_button")]
     at.session_state["ov_tab"] = "Activations"
     (fwd,) = heatmaps(ok(at.run()))
-    assert fwd["title"] == "forward mean (group all)" and all(fwd["own"])   # activations: each row its own scale
+    # activations on one scale too: the colour bar's ticks give numbers
+    assert fwd["title"] == "forward mean (group all)" and not any(fwd["own"]) and len(fwd["ticks"]) >= 2
 
 
 def test_overview_positive_negative_curves(runs):
@@ -202,11 +208,12 @@ def test_masks_and_templates(runs):
     at.selectbox(key="mt_filter").set_value(5).run()
     after = images(ok(at))
     assert all(a != b for a, b in zip(after, before))
-    at.toggle(key="mt_pool").set_value(True).run()
-    assert "Filter 5 (all dump steps)" in captions(ok(at)) and images(at)[1] != after[1]
+    assert "Filter 5 (all dump steps)" in captions(at)                  # pooled by default
+    at.toggle(key="mt_pool").set_value(False).run()
+    assert "Filter 5 (step" in captions(ok(at)) and images(at)[1] != after[1]
 
 
-@pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", True)])
+@pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", False)])
 def test_masks_figures_are_never_stale_after_a_change(runs, key, value):
     """The page's figures are cached by what they show: after a widget change, each equals the
     figure a new session on empty caches draws for the same view (a cache key missing the
@@ -247,14 +254,18 @@ def overlay_sides(at: AppTest) -> set:
 def test_compare_two_steps_and_two_runs(runs):
     at = ok(start(runs, "Compare"))                 # the folder: exp1 is chosen, exp2 is there to compare
     assert at.selectbox(key="run").value.endswith("exp1")
+    assert at.selectbox(key="cmp_tensor").value == "loss/Mean:0"        # opens on the loss
+    at.selectbox(key="cmp_tensor").select("conv1/Relu:0").run()
     (spec, _), = vega_hists(at)                     # steps A and B on one axis: one panel
     assert len(spec["hconcat"]) == 1
     dash = spec["hconcat"][0]["layer"][1]["encoding"]["strokeDash"]
     assert dash["scale"]["domain"] == ["A: step 0", "B: step 29"]   # A solid, B dashed
     assert overlay_sides(at) == {(s, g) for s in ("A: step 0", "B: step 29") for g in ("positive", "negative")}
-    table = at.dataframe[0].value
+    table = at.table[0].value                       # a static table: every column shown, none cut
+    assert list(table.columns) == [f"{g} @ {s}" for g in ("all", "positive", "negative") for s in (0, 29)]
+    assert "zero_fraction" in table.index and not at.dataframe
     at.select_slider(key="cmp_step_A").set_value(10).run()
-    assert not ok(at).dataframe[0].value.equals(table)
+    assert not ok(at).table[0].value.equals(table)
     assert {s for s, _ in overlay_sides(at)} == {"A: step 10", "B: step 29"}
     at.radio(key="cmp_kind").set_value("gradient").run()             # exp1's gradients after its NaN: all NaN
     assert "B: step 29: no histogram (no finite value counted)" in captions(ok(at))
@@ -262,9 +273,28 @@ def test_compare_two_steps_and_two_runs(runs):
     at.radio(key="cmp_mode").set_value("Same tensor in two runs").run()
     ok(at)
     assert at.selectbox(key="cmp_run_b").value.endswith("exp2")
+    assert at.selectbox(key="cmp_run_tensor").value == "loss/Mean:0"
+    at.selectbox(key="cmp_run_tensor").select("conv1/Relu:0").run()
     assert len(at.get("vega_lite_chart")) == 2 and len(vega_hists(at)) == 1       # series, A and B overlaid
+    from viewer.charts.lines import RUNS
+    series = next(s for s, _ in vega(at) if "hconcat" not in s)
+    assert RUNS[0] != RUNS[1] and set(RUNS) <= set(json.dumps(series).replace('"', " ").split())   # the runs' pair
     assert {s for s, _ in overlay_sides(at)} == {"A exp1", "B exp2"}
     assert "Median non-zero |value|, B / A: positive" in captions(at)
+
+
+def test_compare_b_over_a_is_per_group_and_says_when_groups_read_alike():
+    """Each group's B / A is its own; a median is a bucket's stand-in, so groups whose medians
+    share buckets at A and B print the same figures, and the line says why."""
+    import numpy as np
+    from viewer.app_pages.compare import side_ratios
+    h = LogHistogram.of
+    text = side_ratios({"A": {"positive": h(np.full(9, 1.0)), "negative": h(np.full(9, 1.0))},
+                        "B": {"positive": h(np.full(9, 4.0)), "negative": h(np.full(9, 0.5))}}, "value")
+    assert "positive 4x" in text and "negative 0.5x" in text and "same buckets" not in text
+    text = side_ratios({"A": {"positive": h(np.full(9, 1.0)), "negative": h(np.full(9, 1.01))},
+                        "B": {"positive": h(np.full(9, 2.0)), "negative": h(np.full(9, 2.01))}}, "value")
+    assert "positive and negative have their medians in the same buckets at A and at B" in text
 
 
 def test_compare_two_runs_reads_run_b_in_the_sidebar_view(tmp_path):
@@ -321,6 +351,15 @@ def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, 
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
 
 
+def test_update_ratio_draws_a_picked_variable_bold_and_the_others_faint(tmp_path):
+    at = ok(start(variable_run(tmp_path / "r"), "Training overview"))
+    at.selectbox(key="ov_ratio_pick").select("w").run()
+    spec = next(s for s, _ in vega(ok(at)) if "L2 update / L2 weights" in json.dumps(s))
+    drawn = [la["encoding"] for la in spec["layer"] if la["mark"]["type"] == "line"]
+    assert any(e.get("opacity", {}).get("condition", {}).get("test") == 'datum.series === "w"'
+               for e in drawn)
+
+
 def test_every_page_of_a_single_run_path(runs):
     """The root may be one run instead of a folder of runs."""
     for page in PAGES:
@@ -344,6 +383,26 @@ def test_viewer_never_imports_tensorflow(runs):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "TF_IMPORTED False" in out.stdout
+
+
+def test_the_first_page_view_imports_no_matplotlib(runs):
+    """Matplotlib is over half of the viewer's imports after a server start: the Summary, the
+    page a first visit opens, draws no Matplotlib figure and does not import it; a page that
+    draws one imports it then (a fresh interpreter: other tests here import it)."""
+    code = textwrap.dedent(f"""
+        import os, sys
+        from streamlit.testing.v1 import AppTest
+        os.environ["TF_INSPECTOR_RUNS"] = {str(runs / "exp1")!r}
+        at = AppTest.from_file({APP!r}, default_timeout=120).run()
+        assert not at.exception, [e.value for e in at.exception]
+        print("SUMMARY", "matplotlib.figure" in sys.modules, "inspector.analysis.plots" in sys.modules)
+        at.switch_page({PAGE_FILES["Feature maps"]!r}).run()
+        assert not at.exception and at.image, [e.value for e in at.exception]
+        print("FEATURE_MAPS", "matplotlib.figure" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "SUMMARY False False" in out.stdout and "FEATURE_MAPS True" in out.stdout, out.stdout
 
 
 # ---- live runs ---------------------------------------------------------------------------
@@ -754,11 +813,11 @@ def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
     assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
     cap = captions(at)
     assert "1 dead filter(s) at step 10: 3 (zero in every dumped sample; left out of the judgement)" in cap
-    assert "tightest live filters" in cap and "3: positives" not in cap
+    assert "Tightest live filters" in cap and "3: positives" not in cap and "of 7 live filters localized" in cap
     assert at.selectbox(key="mt_filter").options[2:5] == ["2", "3 (dead)", "4"]
     at.selectbox(key="mt_filter").set_value(3).run()
     assert any("Filter 3 is dead at step 10" in w.value for w in ok(at).warning)
-    assert "Filter 3 (step 10)" not in captions(at)      # no spread for a dead filter
+    assert "Filter 3 (" not in captions(at)              # no spread for a dead filter
 
 
 def test_overview_rows_of_a_run_without_its_graph_keep_the_catalogs_order(runs, tmp_path):
@@ -839,9 +898,9 @@ def test_summary_gradient_size_per_layer(runs):
     import inspector
     at = ok(start(runs / "exp1"))
     spec, data = next((s, d) for s, d in vega(at) if "gradient L2" in json.dumps(s))
-    (sizes,) = data                                                     # the 6 layers of the Training overview
+    (sizes,) = data                                   # the 5 model layers of the Training overview (no loss op)
     assert sizes["label"].str.split(" ").str[0].tolist() == ["conv1/Relu:0", "conv2/Relu:0", "conv3/Relu:0",
-                                                          "icnn/post_mask:0", "dense/BiasAdd:0", "loss/Mean:0"]
+                                                          "icnn/post_mask:0", "dense/BiasAdd:0"]
     run = inspector.open_run(runs / "exp1")
     l2 = run.query_stats(kinds=["gradient"], groups=["all"], columns=["l2"]).pivot_table(
         index="step", columns="tensor", values="l2", observed=True, dropna=False)
@@ -1070,15 +1129,12 @@ def test_layer_rows_fold_a_conv_layer_into_its_activation_not_a_variable():
 
 
 def test_overview_says_columns_aggregate_steps_only_where_one_does():
-    """Statistics every 100 steps in bins of 2 steps: each column holds one statistics step, so
-    the caption must not call it an aggregate; bins holding two steps are named."""
-    import numpy as np
-    from inspector.stats.summary import Overview
-    from viewer.app_pages.overview import binned_note, column_width
-    one = Overview(["a"], np.array([100, 200]), np.array([100, 200]), np.ones((1, 2)), width=2)
-    two = Overview(["a"], np.array([101, 203]), np.array([100, 202]), np.ones((1, 2)), width=2)
-    assert binned_note(column_width(one)) == ""
-    assert "a bin of 2 steps" in binned_note(column_width(two))
+    """Columns of one statistics step each are not called an aggregate; binned columns name
+    their bin's width and what a cell shows of it (the mean, or the extreme picked)."""
+    from viewer.app_pages.overview import binned_note
+    assert binned_note(False, 2, "mean") == ""
+    assert "a bin of 2 steps" in binned_note(True, 2, "mean") and "the mean" in binned_note(True, 2, "mean")
+    assert binned_note(True, 16, "max").endswith("its max")
 
 
 def test_heatmap_cells_hold_the_statistics_at_their_steps(runs):

@@ -88,3 +88,8 @@ def test_bench_viewer_browser_small(tmp_path):
     for what in ("overview, cold", "overview, warm", "tooltip, median", "overview, Every op", "summary, first visit",
                  "summary, warm"):
         assert f"\n{what} " in out.stdout, what
+    # every page's warm first paint in bare Streamlit pages, a positive ratio each
+    ratios = {line.split()[0]: float(line.split()[1]) for line in out.stdout.split("page, warm")[1].splitlines()[2:]
+              if line.strip()}
+    assert set(ratios) == {"summary", "overview", "distributions", "featuremaps", "masks", "browser", "graph",
+                           "compare"} and all(r > 0 for r in ratios.values()), out.stdout

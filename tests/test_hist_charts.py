@@ -93,3 +93,12 @@ def test_ridge_chart_rows_and_axis():
     assert fill["encoding"]["y"]["axis"]["labelExpr"].startswith("{'2':'10','1':'20','0':'30'}")
     assert "labelExpr" in fill["encoding"]["x"]["axis"]                 # the step panel's signed log ticks
     assert {r["step"] for r in spec["datasets"][line["data"]["name"]]} == {10, 20, 30}
+
+
+def test_ridge_labels_every_row():
+    rows = {s: groups(s) for s in range(0, 80, 10)}
+    axis = hist_view.choose_axis([h for g in rows.values() for h in g.values()], kind="gradient")
+    spec = hist_charts.ridge_chart(hist_view.ridge_frame(rows, axis), axis, list(rows)).to_dict()
+    y = spec["layer"][0]["encoding"]["y"]["axis"]
+    assert y["labelOverlap"] is False and len(y["values"]) == 8        # Vega hides none of them
+    assert y["labelFontSize"] >= 11 and hist_charts.ROW_PX >= y["labelFontSize"] + 4   # and they fit their rows

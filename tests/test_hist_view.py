@@ -150,7 +150,8 @@ def test_group_colours_never_repeat():
     groups = ["positive", "negative", "all"] + [f"class_{k}" for k in range(30)]
     colors = hist_view.group_colors(groups)
     assert len(set(colors.values())) == len(groups)
-    assert (colors["positive"], colors["negative"]) == ("#d62728", "#1f77b4")
+    assert (colors["positive"], colors["negative"]) == ("#b2182b", "#67a9cf")
+    assert abs(lightness(colors["positive"]) - lightness(colors["negative"])) > 20     # not one hue's shades
 
 
 def test_row_quantiles_equal_each_histograms_own():
@@ -174,3 +175,11 @@ def test_band_percentiles_without_extremes_end_at_the_outer_bucket_edges():
     frame = bands.percentile_frame({7: {"all": LogHistogram.of(x)}})
     assert (frame["p0"].item(), frame["p100"].item()) == (-3.25, 2.25)            # buckets [-3.25, -3], [2, 2.25)
     assert frame["p50"].item() == LogHistogram.of(x).quantiles([0.5])[0]
+
+
+def lightness(hex_colour: str) -> float:
+    """CIE L* of a CSS colour (0 black .. 100 white)."""
+    lin = [(c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4)
+           for c in (int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5))]
+    y = 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+    return 116 * y ** (1 / 3) - 16 if y > 0.008856 else 903.3 * y

@@ -81,7 +81,8 @@ def _table(at):
 def test_choosing_a_class_shows_its_filter_slice_and_its_positives(runs, k):
     run = inspector.open_run(runs / "per_class")
     step = run.steps[-1]
-    at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": str(k), "mt_step": str(step)}))
+    at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": str(k), "mt_step": str(step)},
+                  mt_pool=False))                # the step's samples (pooling every dump step is the default)
     assert at.selectbox(key="mt_class").value == k
     fc = np.asarray(run.tensors.loc["icnn_mask/class_positive:0", "icnn_filter_class"])
     want = np.flatnonzero(fc == k).tolist()
@@ -119,7 +120,8 @@ def test_a_class_without_dumped_positives_says_so(runs):
     labels = np.asarray(run.samples(step)["label"]).astype(int)
     missing = [k for k in range(K) if k + 1 not in labels]
     assert missing                               # 2 samples kept: at most one class among them
-    at = ok(start(runs / "few", "Masks & templates", query={"mt_class": str(missing[0]), "mt_step": str(step)}))
+    at = ok(start(runs / "few", "Masks & templates", query={"mt_class": str(missing[0]), "mt_step": str(step)},
+                  mt_pool=False))
     assert any(f"No dumped sample is a positive of class {missing[0]}" in i.value for i in at.info)
     assert _table(at)["positive mu spread"].isna().all()
 

@@ -79,32 +79,64 @@ def test_localization_without_an_input_image_draws_the_maps(runs, figures):
     assert ax.images[0].get_array().shape[0] == 8                            # 8x8 maps, one row of tiles
 
 
-def test_verdict_states_n_and_the_negatives_spread(runs):
+def test_verdict_pools_every_dump_step_and_states_n_and_intervals(runs):
+    """By default every dump step's samples are pooled (4 steps x 4 = 16 of each group): the
+    table's spreads are numpy's over them, the verdict names n and each ranked filter's
+    interval; one step's 4 samples are "not enough samples", ranking nothing."""
     run = inspector.open_run(runs / "img")
     at = ok(start(runs / "img", "Masks & templates"))
     table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
-    mu = np.asarray(run.tensor("icnn/mu:0", STEP))
-    groups = run.samples(STEP)["group"].to_numpy()
+    steps = run.steps
+    mu = np.concatenate([np.asarray(run.tensor("icnn/mu:0", s)) for s in steps])
+    groups = np.concatenate([run.samples(s)["group"].to_numpy() for s in steps])
     want = {}
     for g in ("positive", "negative"):
         m = mu[groups == g]
         want[g] = np.linalg.norm(m - m.mean(0), axis=2).mean(0)              # [C]
-        assert (table[f"{g} n"] == (groups == g).sum()).all()
+        assert (table[f"{g} n"] == (groups == g).sum()).all() and (groups == g).sum() == 16
     live = ~table["dead"].to_numpy()
-    np.testing.assert_allclose(table["positive mu spread"][live], want["positive"][live], rtol=1e-6)
     np.testing.assert_allclose(table["positive / negative"][live], want["positive"][live] / want["negative"][live],
                                rtol=1e-6)
-    best = int(np.nanargmin(np.where(live, want["positive"], np.nan)))
+    lo, hi = table["ratio low"][live].to_numpy(), table["ratio high"][live].to_numpy()
+    ratio = table["positive / negative"][live].to_numpy()
+    assert (lo < hi).all() and ((lo <= ratio * 1.05) & (ratio <= hi * 1.05)).all()
+    judged = table["localized"][live]
+    assert judged.notna().all() and table["localized"][~live].isna().all()
+    localized = (hi < 1) & ~table["fires on negatives"][live].to_numpy(bool)
+    assert (judged.to_numpy(bool) == localized).all()
     cap = captions(at)
-    assert (f"tightest live filters by the positives' mu spread (mean distance of mu to its centre, map units "
-            f"[-1, 1]): {best}: positives {want['positive'][best]:.3f} (n=4) vs negatives "
-            f"{want['negative'][best]:.3f} (n=4)") in cap
-    assert "With 4 positive(s) these spreads are anecdotes" in cap
-    tighter = int((want["positive"][live] < want["negative"][live]).sum())
-    assert f"{tighter} of {live.sum()} live filters keep positives tighter than negatives" in cap
-    at.toggle(key="mt_pool").set_value(True).run()                            # 4 dump steps: n = 16
+    assert (f"{int(localized.sum())} of {live.sum()} live filters localized (all dump steps, n = 16 positive, "
+            "16 negative)") in cap
+    best = int(np.nanargmin(np.where(live, want["positive"], np.nan)))
+    row = table.set_index("filter").loc[best]
+    assert (f"{best}: positives {want['positive'][best]:.3f} (n=16) vs negatives {want['negative'][best]:.3f} "
+            f"(n=16), ratio {row['positive / negative']:.2f} [{row['ratio low']:.2f}, {row['ratio high']:.2f}]") in cap
+    at.toggle(key="mt_pool").set_value(False).run()                           # one step: n = 4
     table = next(df.value for df in ok(at).dataframe if "dead" in df.value.columns)
-    assert (table["positive n"] == 16).all() and "anecdotes" not in captions(at)
+    assert (table["positive n"] == 4).all() and table["localized"].isna().all()
+    cap = captions(at)
+    assert "not enough samples to judge (step 30: 4 positive, 4 negative; at least 8 of each needed)" in cap
+    assert "Tightest live filters" not in cap
+
+
+def test_negatives_that_fire_like_positives_are_not_localized():
+    """mu of positives tight, of negatives spread: localized while the negatives fire weakly; the
+    same filter is not when the negatives fire as strongly (counted against it)."""
+    from inspector.analysis import localization
+    rng = np.random.default_rng(0)
+    mu = np.concatenate([rng.normal(0.3, 0.02, (16, 1, 2)), rng.uniform(-1, 1, (16, 1, 2))])
+    groups = np.array(["positive"] * 16 + ["negative"] * 16)
+    peak = rng.uniform(5, 9, 16)
+    weak = np.r_[peak, rng.uniform(0, 1, 16)][:, None]
+    strong = np.r_[peak, peak[::-1] * 1.05][:, None]                         # negatives as strong
+    ok_ = localization.judge(mu, groups, weak)
+    bad = localization.judge(mu, groups, strong)
+    assert ok_["ratio high"][0] < 1 and bool(ok_["localized"][0]) and not ok_["fires on negatives"][0]
+    assert bad["ratio high"][0] < 1 and bad["fires on negatives"][0] and not bool(bad["localized"][0])
+    text = localization.verdict_text(bad, "all dump steps")
+    assert text.startswith("0 of 1 live filters localized") and "1 fire as strongly on negatives" in text
+    few = localization.judge(mu[12:20], groups[12:20], weak[12:20])           # 4 of each
+    assert few["localized"].isna().all() and "not enough samples" in localization.verdict_text(few, "step 1")
 
 
 def test_dead_filters_are_marked_in_every_picker(runs):

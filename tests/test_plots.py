@@ -54,7 +54,7 @@ def test_histograms_outline_every_group_over_a_light_fill_on_the_log_axis():
     grad, fwd = fig.axes
     lines, fills = outlines(grad), [p for p in grad.patches if isinstance(p, StepPatch) and p.get_fill()]
     assert len(lines) == len(fills) == 2 and all(f.get_alpha() == 0.2 for f in fills)
-    assert [p.get_edgecolor()[:3] for p in lines] == [to_rgb("#d62728"), to_rgb("#1f77b4")]
+    assert [p.get_edgecolor()[:3] for p in lines] == [to_rgb("#b2182b"), to_rgb("#67a9cf")]
     for p, h in zip(lines, hists.values()):     # every bucket's fraction, the gaps between them at 0
         assert np.isclose(p.get_data().values.sum(), 1.0) and (p.get_data().values > 0).sum() == len(h.index)
     labels = [t.get_text() for t in grad.get_xticklabels()]

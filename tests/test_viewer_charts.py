@@ -192,3 +192,30 @@ def test_smoothing_is_debiased_and_skips_nan():
     v = np.array([2.0, np.nan, 2.0, 4.0])
     s = lines.smooth(v, 0.9)
     assert s[0] == 2.0 and np.isnan(s[1]) and s[2] == pytest.approx(2.0) and 2.0 < s[3] < 4.0
+
+
+def test_an_axis_has_one_number_notation():
+    """d3's ``g`` writes 1e-6 as 0.000001 and 1e-7 as 1e-7: an axis spanning both mixed them."""
+    from viewer.charts import bands
+
+    def y_format(spec: dict) -> str:
+        layer = next(la for la in spec["layer"] if "axis" in la["encoding"]["y"])
+        return layer["encoding"]["y"]["axis"]["format"]
+    tiny = pd.DataFrame({"a": [1e-7, 5e-7, 3e-6]}, index=[0, 1, 2])
+    assert y_format(lines.line_chart(tiny, "L2").to_dict()).endswith("e")
+    assert y_format(lines.line_chart(tiny * 1e7, "L2", log=True).to_dict()).endswith("e")
+    assert not y_format(lines.line_chart(tiny * 1e6, "L2").to_dict()).endswith("e")   # 0.1..3: decimals
+    frame = pd.DataFrame({"step": [1, 2], "group": ["all", "all"],
+                          **{f"p{q}": [q * 1e-8, q * 2e-8] for q in (0, 7, 16, 50, 84, 93, 100)}})
+    assert y_format(bands.bands_chart(frame, "t").to_dict()).endswith("e")
+
+
+def test_a_highlighted_series_is_bold_and_the_others_faint():
+    df = pd.DataFrame({f"v{i}": [1.0, 2.0] for i in range(11)}, index=[0, 1])
+    plain = lines.line_chart(df, "r").to_dict()
+    assert all("opacity" not in la["encoding"] for la in plain["layer"] if la["mark"]["type"] == "line")
+    spec = lines.line_chart(df, "r", highlight="v3").to_dict()
+    line = next(la for la in spec["layer"] if la["mark"]["type"] == "line")
+    opacity, width = line["encoding"]["opacity"], line["encoding"]["strokeWidth"]
+    assert opacity["condition"]["test"] == width["condition"]["test"] == 'datum.series === "v3"'
+    assert opacity["condition"]["value"] == 1.0 and opacity["value"] < 0.3 < 2 < width["condition"]["value"]

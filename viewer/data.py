@@ -30,6 +30,7 @@ from inspector.storage import is_url, open_storage
 
 from . import paths
 from .layers import layer_rows
+from .layers import plumbing as loss_and_labels
 from .layers import network_order as order_of
 from .charts.raster import MAX_COLUMNS
 
@@ -119,13 +120,35 @@ def stats_steps(path: str, sig: Sig) -> np.ndarray:
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def overview(path: str, sig: Sig, kind: str, group: str, stat: str) -> stats_summary.Overview:
-    """The layer x step matrix of one statistic, at most ``raster.MAX_COLUMNS`` columns: one per
-    statistics step, or on a long run one per bin of ``width`` steps (the mean of the bin's
-    values, NaN if any is NaN/Inf), read from the parts' summaries, never finer than they are
-    (see :func:`inspector.stats.summary.overview`), not from a long run's millions of rows."""
-    return stats_summary.overview(get_run(path, sig), kind, group, stat, max_columns=MAX_COLUMNS,
-                                  coarsen=True)
+def overview(path: str, sig: Sig, kind: str, group: str, stat: str,
+             exact: bool = False) -> stats_summary.Overview:
+    """The layer x step matrix of one statistic: one column per statistics step whenever the run
+    has at most ``raster.MAX_COLUMNS`` of them (or ``exact``: every step, for a chart that
+    aggregates them itself, e.g. to a bin's extreme); else, on a long run, at most that many
+    columns of ``width`` steps (the mean of the bin's values, NaN if any is NaN/Inf) read from
+    the parts' summaries, never finer than they are (see
+    :func:`inspector.stats.summary.overview`), not from a long run's millions of rows."""
+    run = get_run(path, sig)
+    steps = stats_steps(path, sig)
+    if exact or len(steps) <= MAX_COLUMNS:
+        # bins one step wide: each statistics step its own column, read exactly (a summary's
+        # bins, coarser, are not used)
+        span = int(steps[-1] - steps[0] + 1) if len(steps) else 1
+        return stats_summary.overview(run, kind, group, stat, max_columns=max(span, MAX_COLUMNS))
+    return stats_summary.overview(run, kind, group, stat, max_columns=MAX_COLUMNS, coarsen=True)
+
+
+def binned(path: str, sig: Sig) -> bool:
+    """Whether :func:`overview` bins this run's statistics steps (more than fit a chart)."""
+    return len(stats_steps(path, sig)) > MAX_COLUMNS
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def group_ratio(path: str, sig: Sig, kind: str, stat: str, num: str = "negative",
+                den: str = "positive", exact: bool = False) -> stats_summary.Overview:
+    """``num`` / ``den`` of one statistic per tensor and column (:func:`overview`'s columns)."""
+    return analysis.ratio_overview(overview(path, sig, kind, num, stat, exact),
+                                   overview(path, sig, kind, den, stat, exact))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -141,9 +164,26 @@ def stats_matrix(path: str, sig: Sig, kind: str, group: str,
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def layer_table(path: str, sig: Sig, tensors: tuple[str, ...]) -> pd.DataFrame:
-    """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order (once per
-    choice)."""
-    return layer_rows(get_run(path, sig).tensors, list(tensors), network_order(path, sig))
+    """:func:`viewer.layers.layer_rows` of ``tensors`` in the run's network order, each with its
+    part (model, loss or labels: :func:`plumbing`), once per choice."""
+    return layer_rows(get_run(path, sig).tensors, list(tensors), network_order(path, sig),
+                      plumbing(path, sig))
+
+
+def plumbing(path: str, sig: Sig) -> dict[str, str]:
+    """{op: "loss" / "labels"} of the run's loss and label ops (:func:`viewer.layers.plumbing`,
+    from its graph and the manifest's loss and labels tensors)."""
+    return _plumbing(path, graph_key(sig), sig)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _plumbing(path: str, key: Sig, _sig: Sig) -> dict[str, str]:
+    m = get_run(path, _sig).manifest
+    try:
+        graph = op_graph(path, _sig)
+    except InspectorError:
+        graph = None
+    return loss_and_labels(graph, m.get("loss"), m.get("labels"))
 
 
 def graph_key(sig: tuple) -> tuple:
@@ -243,6 +283,14 @@ def extent(path: str, sig: Sig, tensor: str, steps: tuple[int, ...], kind: str,
 def dumped(path: str, sig: Sig, tensor: str, step: int, kind: str = "forward") -> np.ndarray:
     """A dumped tensor as an in-memory array (copied out of the memory map)."""
     return np.array(get_run(path, sig).tensor(tensor, step, kind))
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def peaks(path: str, sig: Sig, tensor: str, step: int) -> np.ndarray:
+    """Each dumped sample's strongest activation per channel of a [N, H, W, C] map: [N, C]."""
+    a = np.asarray(dumped(path, sig, tensor, step), np.float64)
+    return a.reshape(len(a), -1, a.shape[-1]).max(axis=1) if a.ndim >= 3 \
+        else a.reshape(len(a), -1)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

@@ -13,9 +13,15 @@ Rows are in network order where the run has its graph (``graph.pb``): each op's 
 topological order of the forward graph's data edges (:func:`network_order`), so a layer the
 hook lists late (an ICNN layer's roles) sits between the layers it reads from and feeds.
 
+Not every op is a layer's: the loss's ops (the cross-entropy, a weight-decay term, their sum)
+and the labels' (a cast, a one-hot) are the run's plumbing (:func:`plumbing`): the per-layer
+views group them apart (the ``part`` column: ``model``, ``loss`` or ``labels``), so a labels cast
+that grows never reads as an exploding layer.
+
 Example::
 
     order = network_order(graph)                          # op name -> place
+    parts = plumbing(graph, "loss/Mean:0", "labels:0")    # op name -> "loss" / "labels"
     rows = layer_rows(run.tensors, tensors, order)        # tensor, layer, output
     shown = shown_rows(rows, unfold={"icnn"})
 """
@@ -93,6 +99,118 @@ def network_order(graph: OpGraph) -> dict[str, int]:
     return order
 
 
+#: Ops that hold or read a variable: a weight's read is the model's, whatever it feeds
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "ReadVariableOp",
+                          "ResourceGather", "VarIsInitializedOp"})
+#: Ops that are no source of data (an op with no data inputs of these types starts nothing)
+CONSTANT_OPS = frozenset({"Const", "NoOp", "Fill", "ZerosLike", "OnesLike"})
+
+
+def _forward(graph: OpGraph, starts: Collection[str], tensors: Collection[str] = (),
+             stop: Collection[str] = ()) -> set[str]:
+    """The ops reachable along data edges from the ops ``starts`` and from the consumers of the
+    tensors ``tensors`` (``op:k``: that output only), themselves included (the ``starts``); an op
+    in ``stop`` is reached but not followed."""
+    seen = set(starts)
+    todo = list(starts)
+    wanted = {(t.rsplit(":", 1)[0], t) for t in tensors}
+    for op, tensor in wanted:
+        bare = tensor[:-2] if tensor.endswith(":0") else tensor
+        for c in graph.consumers.get(op, []):
+            if c not in seen and any(i in (tensor, bare) for i in graph.nodes[c].inputs):
+                seen.add(c)
+                todo.append(c)
+    while todo:
+        op = todo.pop()
+        if op in stop:
+            continue
+        for c in graph.consumers.get(op, []):
+            if c not in seen:
+                seen.add(c)
+                todo.append(c)
+    return seen
+
+
+def _backward(graph: OpGraph, start: str) -> set[str]:
+    """``start`` and every op it reads, along data edges."""
+    seen, todo = {start}, [start]
+    while todo:
+        for p in graph.producers(todo.pop()):
+            if p not in seen and p in graph.nodes:
+                seen.add(p)
+                todo.append(p)
+    return seen
+
+
+def plumbing(graph: OpGraph | None, loss: str | None, labels: str | None) -> dict[str, str]:
+    """{op name: ``labels`` or ``loss``} of the ops that are not the model's layers:
+
+    - ``labels``: computed from the labels alone (with constants): a cast, a one-hot;
+    - ``loss``: an op the loss reads that combines the labels with the model's output (the
+      cross-entropy, its mean, the loss's sum), or that reads the weights but no input data (a
+      weight-decay term, its coefficient's product); the loss op itself.
+
+    The model's input data is every source op other than the labels' output, a variable or a
+    constant. Without a graph: only the manifest's loss and labels tensors' ops.
+
+    >>> from inspector.graph.graphdef import Node
+    >>> g = OpGraph([Node("x", "Placeholder"), Node("y", "Placeholder"), Node("w", "VarHandleOp"),
+    ...     Node("r", "ReadVariableOp", ("w",)), Node("mm", "MatMul", ("x", "r")),
+    ...     Node("cast", "Cast", ("y",)), Node("xent", "Xent", ("mm", "cast")),
+    ...     Node("l2", "L2Loss", ("r",)), Node("loss", "AddN", ("xent", "l2"))])
+    >>> sorted(plumbing(g, "loss:0", "y:0").items())
+    [('cast', 'labels'), ('l2', 'loss'), ('loss', 'loss'), ('xent', 'loss'), ('y', 'labels')]
+
+    Features and labels from one input pipeline op (an Estimator's ``IteratorGetNext``):
+
+    >>> g = OpGraph([Node("it", "IteratorV2"), Node("next", "IteratorGetNext", ("it",)),
+    ...     Node("w", "VariableV2"), Node("mm", "MatMul", ("next", "w")),
+    ...     Node("Cast_1", "Cast", ("next:1",)), Node("xent", "Xent", ("mm", "Cast_1"))])
+    >>> sorted(plumbing(g, "xent:0", "next:1").items())
+    [('Cast_1', 'labels'), ('xent', 'loss')]
+    """
+    out: dict[str, str] = {}
+    loss_op = loss.rsplit(":", 1)[0] if loss else None
+    labels_op = labels.rsplit(":", 1)[0] if labels else None
+    if graph is None or loss_op not in (graph.nodes if graph else ()):
+        out.update({labels_op: "labels"} if labels_op else {})
+        out.update({loss_op: "loss"} if loss_op else {})
+        return out
+    nodes = graph.nodes
+    sources = [n for n, node in nodes.items() if not graph.producers(n)]
+    variables = _forward(graph, [n for n in sources if nodes[n].op in VARIABLE_OPS])
+    inputs = [n for n in sources if n != labels_op and nodes[n].op not in VARIABLE_OPS
+              and nodes[n].op not in CONSTANT_OPS]
+    # the input data flows through the labels' op (an IteratorGetNext yields features and
+    # labels) by its other outputs only
+    other = [f"{labels_op}:{k}" for k in range(8)] if labels_op in nodes else []
+    data = _forward(graph, inputs, stop={labels_op} if labels_op else set()) \
+        | _forward(graph, [], [t for t in other if t != labels])
+    from_labels = _forward(graph, [], [labels]) if labels and labels_op in nodes else set()
+    if labels_op in nodes and labels_op not in data:
+        from_labels.add(labels_op)
+    read = _backward(graph, loss_op)
+    for op in read:
+        kind = nodes[op].op
+        if op in from_labels and op not in data and op not in variables:
+            out[op] = "labels"
+        elif op == loss_op or (op in from_labels and op in data) or (
+                op in variables and op not in data and kind not in VARIABLE_OPS
+                and not _reads_only_variables(graph, op)):
+            out[op] = "loss"
+    # a label op the loss does not read (a metric's cast) is the labels' too
+    for op in from_labels - data - variables:
+        out.setdefault(op, "labels")
+    return out
+
+
+def _reads_only_variables(graph: OpGraph, op: str) -> bool:
+    """True for a variable's read under another name (an ``Identity`` of a ``VariableV2``)."""
+    ins = graph.producers(op)
+    return graph.nodes[op].op == "Identity" and bool(ins) and all(
+        p in graph.nodes and graph.nodes[p].op in VARIABLE_OPS for p in ins)
+
+
 def positions(catalog: pd.DataFrame, tensors: list[str],
               order: Mapping[str, int] | None) -> np.ndarray:
     """Each tensor's place in network order (its op's in ``order``); a tensor whose op the graph
@@ -109,15 +227,17 @@ def positions(catalog: pd.DataFrame, tensors: list[str],
 
 
 def layer_rows(catalog: pd.DataFrame, tensors: list[str],
-               order: Mapping[str, int] | None = None) -> pd.DataFrame:
-    """One row per tensor of ``tensors``: its ``layer`` and whether it is the layer's ``output``
+               order: Mapping[str, int] | None = None,
+               parts: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """One row per tensor of ``tensors``: its ``layer``, whether it is the layer's ``output``
     (the row a folded layer shows): the ICNN ``post_mask``, else the layer's last op output (not
-    a variable record), else its last row. In network order with ``order`` (:func:`network_order`;
-    a layer's rows together, at its output's place, variable records after its ops), else in
-    ``tensors``' order."""
+    a variable record), else its last row; and its ``part``: ``model``, or ``loss`` / ``labels``
+    for an op in ``parts`` (:func:`plumbing`) that no Keras or ICNN layer holds. In network
+    order with ``order`` (:func:`network_order`; a layer's rows together, at its output's place,
+    variable records after its ops), else in ``tensors``' order."""
     # no statistics of this kind (a run without gradients): no rows, not a KeyError
     if not len(tensors):
-        return pd.DataFrame({"tensor": [], "layer": [], "output": []}, dtype=object)
+        return pd.DataFrame({"tensor": [], "layer": [], "output": [], "part": []}, dtype=object)
     cat = catalog.loc[tensors]
     icnn = sorted({str(v) for v in catalog["icnn_layer"].dropna()})
     ops = dict(zip(catalog["op"], catalog["scope"].fillna(""))) if "op" in catalog else {}
@@ -139,12 +259,29 @@ def layer_rows(catalog: pd.DataFrame, tensors: list[str],
     last_op = df[df["op_output"]].groupby("layer")["tensor"].last()
     out_of = {**last.to_dict(), **last_op.to_dict(), **post.to_dict()}
     df["output"] = [out_of[ly] == t for t, ly in zip(df["tensor"], df["layer"])]
+    df["part"] = _parts(catalog, df["tensor"], parts or {})
+    # an ICNN layer's helper ops (its filter loss's slices) are the layer's, whatever they feed
+    df.loc[df["layer"].isin(icnn), "part"] = "model"
     if order:  # each layer's rows together, at its output's place; variable records after its ops
         at = df["layer"].map(df[df["output"]].set_index("layer")["place"])
         df = df.assign(at=at, var=~df["op_output"]).sort_values(["at", "layer", "var", "place"],
                                                                 kind="stable")
     return df.drop(columns=[c for c in ("role", "op_output", "place", "at", "var")
                             if c in df]).reset_index(drop=True)
+
+
+def _parts(catalog: pd.DataFrame, tensors: pd.Series, parts: Mapping[str, str]) -> list[str]:
+    """Each tensor's part: ``parts``' for its op, unless a Keras or ICNN layer holds it (a layer
+    is the model's whatever it reads), else ``model``."""
+    out = []
+    for t in tensors:
+        row = catalog.loc[t]
+        op = str(row["op"]) if "op" in catalog else t.rsplit(":", 1)[0]
+        held = any(isinstance(row.get(c), str) and row.get(c)
+                   for c in ("keras_layer", "icnn_layer"))
+        kind = row.get("kind")
+        out.append("model" if held or kind == "variable" else parts.get(op, "model"))
+    return out
 
 
 def _scoped(op: str, scope: str, ops: Mapping[str, str], icnn: list[str], icnn_layer: object
@@ -160,7 +297,10 @@ def shown_rows(rows: pd.DataFrame, unfold: Collection[str] = (),
     row of the others, with ``label``: the tensor, and '(+N ops)' on a folded layer's row."""
     size = rows.groupby("layer")["tensor"].transform("size")
     open_ = rows["layer"].isin(set(unfold)) | all_ops
-    keep = rows[open_ | rows["output"]].copy()
+    # a layer whose output row was left out (a loss op in a model's scope) shows its last row
+    has_out = rows.groupby("layer")["output"].transform("any").astype(bool)
+    last = ~rows["layer"].duplicated(keep="last")
+    keep = rows[open_ | rows["output"] | (~has_out & last)].copy()
     hidden = (size - 1)[keep.index]
     folded = ~open_[keep.index] & (hidden > 0)
     keep["label"] = [f"{t} (+{h} ops of {ly})" if f else t

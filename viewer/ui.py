@@ -19,16 +19,34 @@ import contextlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-import matplotlib.style
 import streamlit as st
-from matplotlib.figure import Figure
 
-from inspector.analysis import plots
 from inspector.errors import InspectorError
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 log = logging.getLogger("tf_inspector.viewer")
+
+
+class _Plots:
+    """:mod:`inspector.analysis.plots`, imported on its first use: Matplotlib is over half of the
+    viewer's imports (1.3 of 2.9 s after a server start, at load 7), and the Summary, the page a
+    first visit opens, draws no Matplotlib figure. Pages use ``ui.plots``, never import it."""
+
+    def __getattr__(self, name: str) -> Any:
+        from inspector.analysis import plots as module   # the import lock: thread-safe
+        return getattr(module, name)
+
+
+plots = _Plots()
+#: The widest a shown Matplotlib figure's PNG is drawn (CSS px = PNG px at 100 dpi): the page's
+#: main column at a 1500-px window is 1040 px (1000 inside ``st.columns``), and a wider PNG is
+#: shrunk to it, its labels with it; figures are narrowed to this width instead
+#: (:func:`inspector.analysis.plots.fit_width`), so every text keeps its size
+FIGURE_WIDTH_PX = 1000
 _PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
 #: Where GFM's literal autolinks start (``http://``, ``https://``, ``www.``, ``a@b.c``, ``mailto:``,
 #: ``xmpp:``): Streamlit's Markdown links those in the text left after escapes are read, so an
@@ -73,7 +91,7 @@ def show_figure(fig: Figure, name: str, key: str, caption: str | None = None) ->
 
     The figure is drawn once to PNG and that same image is shown and downloaded, so what
     the user saves is exactly what they saw."""
-    png = plots.to_png(fig)
+    png = plots.to_png(fig, max_width_px=FIGURE_WIDTH_PX)
     show_png(png, name, key, caption)
     return png
 
@@ -97,7 +115,7 @@ def _figure_png(ident: tuple, kind: str, _make: Callable[[], Figure]) -> bytes:
     """PNG bytes of ``_make()`` in the theme ``kind``, cached by (``ident``, ``kind``); ``_make``
     is not hashed (a closure over arrays ``ident`` names)."""
     with figure_theme(kind):
-        return plots.to_png(_make())
+        return plots.to_png(_make(), max_width_px=FIGURE_WIDTH_PX)
 
 
 def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> None:
@@ -136,6 +154,7 @@ def figure_theme(kind: str | None = None) -> Iterator[None]:
     """Matplotlib figures made inside follow the theme (``kind``, default :func:`theme`): a dark
     background and light text in the dark theme. Cached renderers take the theme as an argument
     so a PNG drawn for one theme is not served for the other."""
+    import matplotlib.style    # here, not at import: see _Plots
     style = "dark_background" if (kind or theme()) == "dark" else "default"
     with matplotlib.style.context(style):
         yield

@@ -3,7 +3,9 @@
 Everything here takes plain DataFrames / arrays (as returned by :class:`inspector.Run`), so it
 works in notebooks, in the viewer and in tests alike. No TensorFlow. Modules: ``alerts``,
 ``compare``, ``plots`` (matplotlib figures), ``hist_view`` (how histograms are drawn),
-``binning`` (dumped values' histograms).
+``binning`` (dumped values' histograms), ``group_ratio`` (one group's statistic over the
+other's, per tensor and step), ``localization`` (the ICNN part-filter verdict with its
+uncertainty).
 
 Example::
 
@@ -22,6 +24,7 @@ from inspector.analysis.alerts import (SEVERITIES, LAYER_OP_TYPES, Thresholds, A
                                        icnn_beta_alerts)
 from inspector.analysis.compare import (update_ratios, rms, group_series, group_contrast,
                                         top_separating, split_by_group, common_bins)
+from inspector.analysis.group_ratio import ratio_overview, most_different
 from inspector.analysis.diagnosis import diagnose, diagnosis_text, run_alerts
 from inspector.analysis.signals import Finding, SignalThresholds
 from inspector.graph.origin import Origin, nonfinite_origin
@@ -32,5 +35,6 @@ __all__ = ["SEVERITIES", "LAYER_OP_TYPES", "Thresholds", "Alert", "alerts_frame"
            "layer_outputs", "gradient_alerts", "DROPPED", "dropped_alerts", "dropped_text",
            "groups_refused_alerts", "error_alerts", "ICNN_BETA_RANGE", "icnn_beta_alerts",
            "update_ratios", "rms", "group_series", "group_contrast", "top_separating",
-           "split_by_group", "common_bins", "diagnose", "diagnosis_text", "run_alerts", "Finding",
+           "split_by_group", "common_bins", "ratio_overview", "most_different", "diagnose",
+           "diagnosis_text", "run_alerts", "Finding",
            "SignalThresholds", "Origin", "nonfinite_origin", "icnn_mu", "icnn_mask", "mu_to_cell"]

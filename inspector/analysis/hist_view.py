@@ -226,8 +226,10 @@ def y_top(fraction: np.ndarray, zero: np.ndarray) -> float | None:
     return top if f[z].max() > top else None
 
 
-#: The fixed colours of the sample groups (positive warm, negative cool, all grey).
-GROUP_COLORS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
+#: The fixed colours of the sample groups (positive a dark red, negative a light blue, all grey):
+#: they differ in lightness as well as hue (CIE L* 38 vs 66), so overlaid translucent bands stay
+#: apart, and read apart in greyscale and for red-green colour blindness.
+GROUP_COLORS = {"all": "#595959", "positive": "#b2182b", "negative": "#67a9cf"}
 #: Colours for other groups (classes, named groups):
 #: Matplotlib's tab10 without its red, blue and grey.
 PALETTE = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f"]
@@ -238,7 +240,7 @@ def group_colors(groups: Iterable[str]) -> dict[str, str]:
     then hues spread by the golden angle.
 
     >>> group_colors(["positive", "negative", "c0"])
-    {'positive': '#d62728', 'negative': '#1f77b4', 'c0': '#ff7f0e'}
+    {'positive': '#b2182b', 'negative': '#67a9cf', 'c0': '#ff7f0e'}
     """
     gs = list(dict.fromkeys(groups))
     out = {g: GROUP_COLORS[g] for g in gs if g in GROUP_COLORS}

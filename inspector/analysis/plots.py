@@ -31,15 +31,63 @@ from inspector.analysis import (  # noqa: E402  (after the matplotlib check: its
 
 #: One colour per sample group, used by every figure (positive warm, negative cool).
 GROUP_COLORS = dict(hist_view.GROUP_COLORS)
+#: The smallest text of any figure, in points: 12.5 px at 100 dpi, above the viewer's 11-px floor
+SMALL_PT = 9
 Hist = tuple[np.ndarray, np.ndarray]          # (edges [B+1], counts [B])
 Source = hist_view.Source                     # Hist, or a log-magnitude histogram
 
 
-def to_png(fig: Figure, dpi: int = 100) -> bytes:
-    """PNG bytes of ``fig`` (rendered with Agg; the figure is not kept anywhere)."""
+def to_png(fig: Figure, dpi: int = 100, max_width_px: int | None = None) -> bytes:
+    """PNG bytes of ``fig`` (rendered with Agg; the figure is not kept anywhere), narrowed first
+    to ``max_width_px`` by :func:`fit_width` where given."""
+    if max_width_px is not None:
+        fit_width(fig, max_width_px, dpi)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return buf.getvalue()
+
+
+def fit_width(fig: Figure, max_px: int, dpi: int = 100) -> None:
+    """Narrow ``fig`` until its tight PNG is at most ``max_px`` wide at ``dpi``: its texts keep
+    their point size and its images shrink, so a page that would otherwise shrink the whole PNG
+    to its column (texts with it) shows every label at its size. Long titles wrap
+    (``wrap=True``) at the narrower width."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    FigureCanvasAgg(fig)
+    for _ in range(4):
+        fig.set_dpi(dpi)
+        renderer = fig.canvas.get_renderer()
+        fig.draw(renderer)                       # lays the figure out at its current size
+        pad = 2 * float(matplotlib.rcParams["savefig.pad_inches"])   # savefig's tight margin
+        over = fig.get_tightbbox(renderer).width + pad - max_px / dpi
+        if over <= 0:
+            return
+        w, h = fig.get_size_inches()
+        fig.set_size_inches(max(w - over - 0.05, 1.0), h)
+
+
+def drawn_texts(fig: Figure) -> list:
+    """The texts ``fig`` draws (non-empty and visible, and not inside a hidden axis or an axes
+    whose axis lines are off): what a reader sees, for checks of their size."""
+    from matplotlib.axes import Axes
+    from matplotlib.axis import Axis
+    from matplotlib.text import Text
+
+    out: list = []
+
+    def walk(artist, hidden: bool) -> None:
+        if not artist.get_visible():
+            return
+        if isinstance(artist, Text):
+            if not hidden and artist.get_text().strip():
+                out.append(artist)
+            return
+        axis_off = isinstance(artist, Axes) and not artist.axison
+        for child in artist.get_children():
+            walk(child, hidden or (axis_off and isinstance(child, Axis)))
+    walk(fig, False)
+    return out
 
 
 def _color(label: str, i: int) -> str:
@@ -84,7 +132,7 @@ def heatmap(matrix: np.ndarray, rows: Sequence[str], steps: Sequence[int], title
     _step_ticks(ax, np.asarray(steps))
     every = max(1, int(np.ceil(len(rows) / max_labels)))
     ax.set_yticks(range(0, len(rows), every),
-                  [rows[i] for i in range(0, len(rows), every)], fontsize=7)
+                  [rows[i] for i in range(0, len(rows), every)], fontsize=SMALL_PT)
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label=cbar_label, fraction=0.03, pad=0.01)
     return fig
@@ -118,12 +166,13 @@ def time_series(df: pd.DataFrame, title: str = "", ylabel: str = "", log: bool =
         ax.set_yscale("log")
     for label, step in (marks or {}).items():
         ax.axvline(step, color="k", ls="--", lw=0.8)
-        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=8, va="top")
+        ax.annotate(label, (step, 1), xycoords=("data", "axes fraction"), fontsize=SMALL_PT,
+                    va="top")
     ax.set_xlabel("step")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if len(df.columns):
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=SMALL_PT)
     ax.grid(alpha=0.3)
     return fig
 
@@ -146,7 +195,7 @@ def channel_lines(panels: Mapping[str, tuple[Sequence[int], np.ndarray]],
         ax.plot(steps, np.nanmean(v, 1), color="k", ls="--", lw=1, label="mean")
         ax.set_title(name)
         ax.set_xlabel("step")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=SMALL_PT)
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     return fig
@@ -189,7 +238,7 @@ def _draw_bars(ax, frame: pd.DataFrame, axis: hist_view.Axis, log: bool,
     if top is not None:
         ax.set_ylim(0, top)
         ax.annotate("zeros (clipped)", (0, top), xytext=(4, -2), textcoords="offset points",
-                    ha="left", va="top", fontsize=7)
+                    ha="left", va="top", fontsize=SMALL_PT)
     if log:
         ax.set_yscale("log")
         ax.set_ylim(bottom=floor)
@@ -202,7 +251,7 @@ def _log_ticks(ax, frame: pd.DataFrame, axis: hist_view.Axis) -> None:
     if len(frame):
         xs, labels = hist_view.ticks(axis, float(frame["x0"].min()), float(frame["x1"].max()))
         if xs:
-            ax.set_xticks(xs, labels, fontsize=8)
+            ax.set_xticks(xs, labels, fontsize=SMALL_PT)
     ax.set_xlabel(axis.title())
 
 
@@ -252,7 +301,7 @@ def overlay(sides: Mapping[str, Mapping[str, Source]], axis: hist_view.Axis, tit
 
 def _legend_or_empty(ax, any_data: bool) -> None:
     if any_data:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=SMALL_PT)
     else:
         ax.text(0.5, 0.5, "no data", ha="center", transform=ax.transAxes)
 
@@ -282,12 +331,12 @@ def ridge(rows: Mapping[int, Mapping[str, Source]], title: str = "", overlap: fl
             first = s == steps[0] and p is rest
             ax.stairs(values, edges, baseline=base, color=colors[g], lw=lw,
                       label=g if first else None)
-    ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=8)
+    ax.set_yticks(range(len(steps)), [str(s) for s in reversed(steps)], fontsize=SMALL_PT)
     ax.set_ylabel("step")
     _log_ticks(ax, frame, axis)
     ax.set_title(title + (f" (row height: log10 fraction, {decades:g} decades)" if log else ""))
     if steps:
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=SMALL_PT, loc="upper right")
     return fig
 
 
@@ -345,7 +394,7 @@ def _tiles(ax, maps: Sequence[np.ndarray], labels: Sequence[str], cols: int, nor
     for k, label in enumerate(labels):
         r, q = divmod(k, cols)
         ax.text(q * (w + 1) + (w - 1) / 2, r * (h + _row_gap(h, lines)) - 0.6, label, ha="center",
-                va="bottom", fontsize=7)
+                va="bottom", fontsize=SMALL_PT)
     ax.set_axis_off()
     ax.set_ylim(m.shape[0] - 0.5, -0.5 - _row_gap(h, lines))  # room for the first row's labels
     return im
@@ -571,7 +620,8 @@ def _localization_tiles(ax, tiles: Sequence[Mapping], cols: int, vmax: float, cm
         i, j = t["mu_cell"]
         ax.plot(x + (j + 0.5) * w / mw - 0.5, y + (i + 0.5) * h / mh - 0.5, marker="+", ms=12,
                 mew=2.5, color="white", markeredgecolor="white")
-        ax.text(x + (w - 1) / 2, y - 0.6, t.get("label", ""), ha="center", va="bottom", fontsize=7)
+        ax.text(x + (w - 1) / 2, y - 0.6, t.get("label", ""), ha="center", va="bottom",
+                fontsize=SMALL_PT)
     ax.imshow(out, interpolation="nearest")
     ax.set_ylim(out.shape[0] - 0.5, -0.5 - gap)
 
@@ -636,6 +686,6 @@ def mu_scatter(groups: Mapping[str, np.ndarray], title: str = "", jitter: float 
     ax.set_xlabel("mu col")
     ax.set_ylabel("mu row")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=SMALL_PT)
     ax.set_title(title)
     return fig

@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import plots
 from inspector.analysis import source_text
 from inspector.format.provenance import gradient_meaning
 from inspector.analysis.binning import value_bins
@@ -15,7 +14,7 @@ from inspector.analysis.binning import value_bins
 from .. import data
 from ..dumps import dump_step_picker
 from ..hist_choices import bins_caption, bins_choice
-from ..ui import Ctx, need, plain, show_figure, slug
+from ..ui import Ctx, need, plain, plots, show_figure, slug
 from ..uncaptured import show_uncaptured
 
 

@@ -7,13 +7,14 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from inspector.analysis import hist_view, plots
+from inspector.analysis import hist_view
 from inspector.errors import InspectorError
+from inspector.format.loghist import RELATIVE_ERROR
 
 from .. import data
-from ..charts import hist_charts
+from ..charts import hist_charts, lines
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from ..ui import Ctx, default_tensor, download_figure, need, plain
+from ..ui import Ctx, default_tensor, download_figure, need, plain, plots
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
@@ -33,6 +34,27 @@ def tensor_stats(path: str, sig: tuple, tensor: str, kind: str) -> pd.DataFrame:
     return data.get_run(path, sig).query_stats([tensor], kinds=[kind], columns=TABLE_STATS)
 
 
+def opening_tensor(names: list[str], loss: str | None) -> int:
+    """Index of the tensor Compare opens on: the loss (what a comparison of steps or runs asks
+    about first), else :func:`viewer.ui.default_tensor`.
+
+    >>> opening_tensor(["c/Relu:0", "loss:0"], "loss:0"), opening_tensor(["c/Relu:0"], "loss:0")
+    (1, 0)
+    """
+    return names.index(loss) if loss in names else default_tensor(names)
+
+
+def stats_table(a: pd.DataFrame, b: pd.DataFrame, steps: list[int]) -> pd.DataFrame:
+    """Steps A's and B's statistics side by side, one column per group and step, the numbers as
+    text (counts whole, the rest 4 significant digits) so a static table stays narrow."""
+    table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index
+                          for s, frame in zip(steps, (a, b)) if g in frame.index})
+    whole = {"count", "nan", "inf"}
+    return pd.DataFrame({c: [f"{v:,.0f}" if r in whole and pd.notna(v) else f"{v:.4g}"
+                             for r, v in table[c].items()] for c in table.columns},
+                        index=table.index)
+
+
 def render(ctx: Ctx) -> None:
     st.header("Compare")
     mode = st.radio("Compare", ["Two steps of this run", "Same tensor in two runs"],
@@ -50,7 +72,7 @@ def two_steps(ctx: Ctx) -> None:
         return
     names = list(run.tensors["name"])
     c = st.columns([3, 1])
-    tensor = c[0].selectbox("Tensor", names, index=default_tensor(names),
+    tensor = c[0].selectbox("Tensor", names, index=opening_tensor(names, run.manifest.get("loss")),
                             key="cmp_tensor", bind="query-params")
     kind = c[1].radio("Kind", kinds_of(run, tensor), key="cmp_kind", bind="query-params",
                       horizontal=True)
@@ -62,10 +84,8 @@ def two_steps(ctx: Ctx) -> None:
     overlay(sides, tensor, kind, f"{tensor} {kind}: step {picked[0]} (A) and {picked[1]} (B)",
             f"cmp_{tensor}_{picked[0]}_{picked[1]}", "cmp_hist", "cmp_xaxis")
     a, b = (stats_at(ctx.path, ctx.sig, tensor, s, kind) for s in picked)
-    table = pd.DataFrame({f"{g} @ {s}": frame.loc[g] for g in a.index
-                          for s, frame in zip(picked, (a, b))
-                          if g in frame.index})
-    st.dataframe(table, width="stretch")
+    # a static table: every column and the statistics' names whole, no frame cutting them
+    st.table(stats_table(a, b, picked), border="horizontal")
     st.caption(f"{kind} statistics of {plain(tensor)} at step {picked[0]} (A) and {picked[1]} (B), "
                "per group")
 
@@ -92,7 +112,8 @@ def two_runs(ctx: Ctx) -> None:
         return
     c = st.columns([3, 1, 1, 1])
     tensor = c[0].selectbox("Tensor (in both runs)", common, key="cmp_run_tensor",
-                            bind="query-params", index=default_tensor(common))
+                            bind="query-params",
+                            index=opening_tensor(common, run_a.manifest.get("loss")))
     kind = c[1].radio("Kind", kinds_of(run_a, tensor), key="cmp_run_kind", bind="query-params",
                       horizontal=True)
     stat = c[2].selectbox("Statistic", TABLE_STATS[1:], index=TABLE_STATS.index("mean") - 1,
@@ -105,7 +126,7 @@ def two_runs(ctx: Ctx) -> None:
         return
     la, lb = f"A {Path(ctx.path).name}", f"B {Path(path_b).name}"
     both = pd.concat({la: sa[group], lb: sb[group]}, axis=1)
-    st.line_chart(both, x_label="step", y_label=f"{stat} ({group})")
+    st.line_chart(both, x_label="step", y_label=f"{stat} ({group})", color=list(lines.RUNS))
     download_figure(lambda: plots.time_series(both, f"{tensor} {kind} {stat} ({group})", stat),
                     f"cmp_runs_{tensor}_{stat}", key="cmp_runs_series")
     steps = sorted(set(sa.index) & set(sb.index))
@@ -157,4 +178,12 @@ def side_ratios(hists: dict[str, dict], noun: str) -> str:
     if not common:
         return ""
     ratios = ", ".join(f"{g} {sb[g] / sa[g]:.3g}x ({sa[g]:.3g} to {sb[g]:.3g})" for g in common)
-    return f"Median non-zero |{noun}|, B / A: {ratios}"
+    text = f"Median non-zero |{noun}|, B / A: {ratios} (each median within {RELATIVE_ERROR:.1%})"
+    # a median is its bucket's stand-in value: groups whose medians share a bucket at A and at B
+    # print the same figures, which must not read as the groups being ignored
+    pairs = pd.Series({g: (sa[g], sb[g]) for g in common})
+    alike = [list(v.index) for _, v in pairs.groupby(pairs.map(str)) if len(v) > 1]
+    for groups in alike:
+        text += (f"; {' and '.join(groups)} have their medians in the same buckets at A and at B, "
+                 "so the same figures")
+    return text

@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 
 from inspector import analysis
-from inspector.analysis import hist_view, plots
+from inspector.analysis import hist_view
 from inspector.analysis.binning import value_histograms
 from inspector.format import histogram_sample
 from inspector.analysis.hist_view import Axis
@@ -19,7 +19,7 @@ from .. import data
 from ..charts import bands, hist_charts
 from ..dumps import dump_step_picker
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from ..ui import Ctx, default_tensor, download_figure, need, plain
+from ..ui import Ctx, default_tensor, download_figure, need, plain, plots
 
 
 def evenly(values: np.ndarray, n: int) -> list[int]:

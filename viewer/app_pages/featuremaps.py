@@ -21,13 +21,12 @@ import pandas as pd
 import streamlit as st
 
 from inspector import analysis
-from inspector.analysis import plots
 
 from .. import data
 from ..dumped_maps import (CONV_OP_TYPES, is_input, map_tensors, model_input, sample_label,
                            why_no_input)
 from ..dumps import dump_step_picker
-from ..ui import Ctx, need, plain, show_cached_figure
+from ..ui import Ctx, need, plain, plots, show_cached_figure
 
 #: Channels per page of the channel grid
 PAGE_CHANNELS = 64

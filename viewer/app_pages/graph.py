@@ -187,7 +187,11 @@ def render(ctx: Ctx) -> None:
                                     show_all)
     say_why(run, find.strip(), centre, centre in by_op, matches, worker, session)
     looks = op_looks(by_op, step_looks(ctx.path, ctx.sig, step, kind, stat))
-    scale = Scale.robust([lk.value for lk in looks.values() if lk.state == "value"], stat)
+    # the loss's and labels' ops are drawn on the model's scale without setting it: a labels
+    # cast or the loss's sum is no layer, and would stretch the colours every layer shares
+    plumbing = data.plumbing(ctx.path, ctx.sig)
+    scale = Scale.robust([lk.value for op, lk in looks.items()
+                          if lk.state == "value" and op not in plumbing], stat)
     where = f"{kind} {stat} at step {step} (group all)"
     if view == VIEWS[1]:
         drawn = graph_model.render(graph, looks, scale, stat, keep, centre, matches, where)
@@ -281,7 +285,9 @@ def legend_caption() -> str:
     """The states' colours in words (the chart's legend draws them)."""
     words = {"nonfinite": "red", "dead": "grey", "forward_only": "beige", "no_stats": "light grey",
              "uncaptured": "white"}
-    return "; ".join(f"{words[k]}: {text}" for k, (_, text) in STATES.items()) + "."
+    return ("; ".join(f"{words[k]}: {text}" for k, (_, text) in STATES.items()) + ". The "
+            "value scale is the model's layers': the loss's and labels' ops are coloured on it "
+            "without setting it.")
 
 
 def open_in_browser(tensor: str) -> None:

@@ -15,13 +15,13 @@ import pandas as pd
 import streamlit as st
 
 from inspector import analysis
-from inspector.analysis import plots
+from inspector.analysis import localization as part_filters
 from inspector.icnn import templates
 
 from .. import data
 from ..dumped_maps import map_tensors, model_input, sample_label, why_no_input
 from ..dumps import dump_step_picker
-from ..ui import Ctx, need, plain, show_cached_figure
+from ..ui import Ctx, need, plain, plots, show_cached_figure
 
 
 def per_step(ctx: Ctx, name: str | float, steps: list[int]) -> tuple[list[int], np.ndarray]:
@@ -149,10 +149,10 @@ def mu_section(ctx: Ctx, roles: pd.Series, layer: str, klass: int | None, step: 
     and verdict: at ``step``, or over every dump step."""
     st.subheader("mu of positive vs negative samples"
                  + ("" if klass is None else f" (class {klass})"))
-    pool = st.toggle("Pool every dump step", key="mt_pool",
+    pool = st.toggle("Pool every dump step", value=True, key="mt_pool",
                      help="the scatter, the spreads and the filter table over the samples of every "
-                          "dump step")
-    mu_all, groups_all = pooled_mu(ctx, roles, roles["mu"], klass, step, pool, mu.shape[1])
+                          "dump step (off: the chosen step's only, often too few to judge)")
+    mu_all, groups_all, peaks = pooled_mu(ctx, roles, roles["mu"], klass, step, pool, mu.shape[1])
     pts = {g: mu_all[groups_all == g][:, filt] for g in ("positive", "negative")}
     where = "all dump steps" if pool else f"step {step}"
     show_cached_figure(lambda: plots.mu_scatter(pts, f"{what}: mu ({where})", jitter=0.02),
@@ -163,7 +163,7 @@ def mu_section(ctx: Ctx, roles: pd.Series, layer: str, klass: int | None, step: 
         st.info(f"No dumped sample is a positive of class {klass} here: the hook keeps samples by "
                 f"its own groups, and none of those kept is of class {klass}. Its positive mu "
                 "spread cannot be shown.")
-    table = filter_spread(mu_all, groups_all, dead, ids)
+    table = filter_spread(mu_all, groups_all, dead, ids, peaks)
     if dead[filt]:
         st.warning(f"Filter {filt} is dead at step {step}: zero in every dumped sample, mu pinned "
                    "at (-1, -1). Its mu spread says nothing about a part, so it is left out of "
@@ -268,10 +268,12 @@ def localization(ctx: Ctx, run, roles: pd.Series, step: int, samples: pd.DataFra
 
 
 def pooled_mu(ctx: Ctx, roles: pd.Series, mu_name: str, klass: int | None, step: int, pool: bool,
-              n_filters: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mu [M, C, 2], each sample's group [M]) of the kept samples at ``step``, or at every readable
-    dump step with ``pool``; steps whose dump cannot split the samples are left out."""
-    mus, groups = [], []
+              n_filters: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(mu [M, C, 2], each sample's group [M], each sample's peak pre-mask activation [M, C] or
+    None where a step's pre-mask map is not dumped) of the kept samples at ``step``, or at every
+    readable dump step with ``pool``; steps whose dump cannot split the samples are left out."""
+    mus, groups, peaks = [], [], []
+    pre = roles.get("pre_mask")
     for s in (data.readable_steps(ctx.path, ctx.sig) if pool else [step]):
         if f"forward/{mu_name}" not in set(data.dump_keys(ctx.path, ctx.sig, s)):
             continue
@@ -282,9 +284,13 @@ def pooled_mu(ctx: Ctx, roles: pd.Series, mu_name: str, klass: int | None, step:
             continue
         mus.append(data.dumped(ctx.path, ctx.sig, mu_name, s))
         groups.append(np.asarray(g).astype(str))
+        peaks.append(data.peaks(ctx.path, ctx.sig, pre, s)
+                     if isinstance(pre, str) and f"forward/{pre}" in set(data.dump_keys(
+                         ctx.path, ctx.sig, s)) else None)
     if not mus:
-        return np.zeros((0, n_filters, 2)), np.zeros(0, str)
-    return np.concatenate(mus), np.concatenate(groups)
+        return np.zeros((0, n_filters, 2)), np.zeros(0, str), None
+    every = None if any(p is None for p in peaks) else np.concatenate(peaks)
+    return np.concatenate(mus), np.concatenate(groups), every
 
 
 def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray:
@@ -296,10 +302,13 @@ def dead_at(ctx: Ctx, roles: pd.Series, step: int, mu: np.ndarray) -> np.ndarray
 
 
 def filter_spread(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray,
-                  filters: list[int] | None = None) -> pd.DataFrame:
+                  filters: list[int] | None = None, peaks: np.ndarray | None = None
+                  ) -> pd.DataFrame:
     """Per filter (all, or those in ``filters``): dead, and for positives and negatives the number
     of samples and the mean distance of their mu to its centre (:func:`templates.mu_spread`; NaN
-    for dead filters: no part, so no tightness), and the positives' spread over the negatives'."""
+    for dead filters: no part, so no tightness), the positives' spread over the negatives' with
+    its bootstrap interval, whether it fires as strongly on negatives (from ``peaks`` [N, C]),
+    and the verdict (:func:`inspector.analysis.localization.judge`)."""
     ids = list(range(len(dead))) if filters is None else list(filters)
     out: dict[str, object] = {"filter": np.asarray(ids, np.int64), "dead": dead[ids]}
     for g in ("positive", "negative"):
@@ -310,11 +319,16 @@ def filter_spread(mu: np.ndarray, groups: np.ndarray, dead: np.ndarray,
     with np.errstate(divide="ignore", invalid="ignore"):
         out["positive / negative"] = np.asarray(out["positive mu spread"]) \
             / np.asarray(out["negative mu spread"])
+    judged = part_filters.judge(mu[:, ids] if len(mu) else np.zeros((0, len(ids), 2)), groups,
+                                None if peaks is None else peaks[:, ids], dead[ids])
+    for c in ("ratio low", "ratio high", "fires on negatives", "localized"):
+        out[c] = judged[c].to_numpy()
     return pd.DataFrame(out)
 
 
-#: fewer positives than this: a spread is an anecdote, not a measurement, and the verdict says so
-MIN_SAMPLES = 8
+#: fewer samples of a group than this: a spread is an anecdote, not a measurement, and the
+#: verdict says "not enough samples"
+MIN_SAMPLES = part_filters.MIN_SAMPLES
 
 
 def spread_text(row: pd.Series) -> str:
@@ -333,24 +347,23 @@ def spread_text(row: pd.Series) -> str:
         + ("" if pd.isna(ratio) else f", ratio {ratio:.2f}")
 
 
-def verdict(table: pd.DataFrame) -> str:
-    """Which live filters keep their positives' mu tightest, each beside its negatives' spread, and
-    how far that can be trusted: n, and whether the positives are tighter than the negatives at
-    all."""
+def verdict(table: pd.DataFrame, where: str = "") -> str:
+    """How many live filters are localized (interval below 1, not firing as strongly on
+    negatives), with n; then the tightest of those judged, each beside its negatives' spread and
+    its interval; "not enough samples" below :data:`MIN_SAMPLES` of a group."""
     live = table[~table["dead"]].dropna(subset=["positive mu spread"])
     if live.empty:
         return "no live filter to judge (no positive sample, or every filter dead)"
-    best = live.nsmallest(3, "positive mu spread")
-    parts = [f"{int(r['filter'])}: {spread_text(r)}" for _, r in best.iterrows()]
-    n_pos = int(live["positive n"].iloc[0])
-    tighter = int((live["positive / negative"] < 1).sum())
-    out = ("tightest live filters by the positives' mu spread (mean distance of mu to its centre, "
-           f"map units [-1, 1]): {'; '.join(parts)}. {tighter} of {len(live)} live filters keep "
-           "positives tighter than negatives.")
-    if n_pos < MIN_SAMPLES:
-        out += (f" With {n_pos} positive(s) these spreads are anecdotes, not measurements: pool "
-                "the dump steps, or dump more samples (DumpHook samples_per_group).")
-    return out
+    out = part_filters.verdict_text(live.rename(columns={"positive / negative": "ratio"}),
+                                    where or "these samples") + "."
+    judged = live[live["localized"].notna()]
+    if judged.empty:
+        return out + (" Pool the dump steps, or dump more samples (DumpHook samples_per_group).")
+    best = judged.nsmallest(3, "positive mu spread")
+    parts = [f"{int(r['filter'])}: {spread_text(r)} [{r['ratio low']:.2f}, {r['ratio high']:.2f}]"
+             for _, r in best.iterrows()]
+    return out + (" Tightest live filters by the positives' mu spread (mean distance of mu to "
+                  f"its centre, map units [-1, 1]; ratio [95% interval]): {'; '.join(parts)}.")
 
 
 def filter_table(table: pd.DataFrame, step: int, where: str) -> None:
@@ -361,4 +374,4 @@ def filter_table(table: pd.DataFrame, step: int, where: str) -> None:
     st.caption(f"{len(dead_ids)} dead filter(s) at step {step}"
                + (f": {', '.join(map(str, dead_ids))} (zero in every dumped sample; left out of "
                   "the judgement)"
-                  if dead_ids else "") + f"; {verdict(table)}")
+                  if dead_ids else "") + f"; {verdict(table, where)}")

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
+from inspector import analysis
 from inspector.analysis import NONFINITE_SOURCES, dropped_text, rerun_text, source_text
 from inspector.errors import InspectorError
 from inspector.stats.summary import Overview
@@ -74,9 +75,9 @@ def render(ctx: Ctx) -> None:
         st.subheader("Hook settings")
         cfg = run.config
         if cfg:
-            st.dataframe(pd.DataFrame({"setting": list(cfg),
-                                       "value": [str(v) for v in cfg.values()]}),
-                         hide_index=True, width="stretch")
+            # a static table: every row and the whole value shown, not a frame that scrolls
+            st.table(pd.DataFrame({"setting": list(cfg), "value": [str(v) for v in cfg.values()]}),
+                     hide_index=True, border="horizontal")
         else:
             st.caption("no hook settings recorded")
     with right:
@@ -84,14 +85,25 @@ def render(ctx: Ctx) -> None:
         if not run.tensors.empty:
             counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(
                 name="tensors")
-            st.bar_chart(counts, x="op type", y="tensors", height=260)
+            st.altair_chart(op_type_chart(counts), width="stretch")
     if not run.dropped.empty:
         st.subheader("Dropped writes")
         st.dataframe(run.dropped, hide_index=True, width="stretch")
     st.subheader("Sessions")
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded "
                "is shown from the later one.")
-    st.dataframe(run.sessions, hide_index=True, width="stretch")
+    st.table(run.sessions, hide_index=True, border="horizontal")   # every column, none cut
+
+
+def op_type_chart(counts: pd.DataFrame) -> alt.Chart:
+    """Tensors per op type as horizontal bars, every op type named (a vertical bar chart's axis
+    dropped every other label of a crowded band)."""
+    counts = counts.astype({"op type": object})
+    return alt.Chart(counts).mark_bar().encode(
+        y=alt.Y("op type:N", sort="-x", title=None,
+                axis=alt.Axis(labelOverlap=False, labelFontSize=11, labelLimit=240)),
+        x=alt.X("tensors:Q", title="tensors"),
+        tooltip=["op type:N", "tensors:Q"]).properties(height=18 * len(counts) + 40)
 
 
 #: the page that shows a finding's evidence, by the finding's ``page``: its title and the query
@@ -325,8 +337,17 @@ def gradient_health(ctx: Ctx) -> None:
         st.caption("No gradient statistics in this view.")
         return
     have = [t for t, p in zip(ov.tensors, ov.present.any(axis=1)) if p]
-    rows = layers.shown_rows(data.layer_table(ctx.path, ctx.sig, tuple(have)))
+    table = data.layer_table(ctx.path, ctx.sig, tuple(have))
+    plumbing = st.toggle("Loss and label ops", key="sm_plumbing",
+                         help="also draw the ops of the loss (cross-entropy, weight decay, their "
+                         "sum) and of the labels (a cast): they are not the model's layers")
+    left_out = int((table["part"] != "model").sum())
+    rows = layers.shown_rows(table if plumbing else
+                             table[table["part"] == "model"].reset_index(drop=True))
     sizes = gradient_sizes(ov, rows)
+    if sizes.empty:
+        st.caption("No gradient statistics of the model's layers in this view.")
+        return
     st.altair_chart(gradient_chart(sizes), width="stretch")
     bad = sizes[sizes["state"] != "finite"]
     st.caption("L2 of each layer's output gradient (group all; rows in network order, a layer "
@@ -335,4 +356,50 @@ def gradient_health(ctx: Ctx) -> None:
                "over the run; hover for last / first)"
                + (f"; {len(bad)} layer(s) end zero or NaN/Inf (in red; the dot: the last value "
                   "before)"
-                  if len(bad) else ""))
+                  if len(bad) else "")
+               + (f"; {left_out} loss and label op(s) left out (not the model's layers)"
+                  if left_out and not plumbing else ""))
+    group_difference(ctx, table)
+
+
+#: How much the groups must differ (median factor over the run) for the Summary to name a layer
+DIFFER_FACTOR = 2.0
+
+
+def group_difference(ctx: Ctx, table: pd.DataFrame) -> None:
+    """The model's layers whose positive and negative groups differ most (gradient L2 and
+    activation L2: the median over the run of negative / positive, furthest from 1 first)."""
+    run = data.get_run(ctx.path, ctx.sig)
+    if not {"positive", "negative"} <= set(run.groups):
+        return
+    st.subheader("Where positive and negative differ most")
+    found = []
+    for kind, what in (("gradient", "gradient L2"), ("forward", "activation L2")):
+        ratio = data.group_ratio(ctx.path, ctx.sig, kind, "l2")
+        model = layers.shown_rows(data.layer_table(ctx.path, ctx.sig, tuple(ratio.tensors)))
+        model = model[model["part"] == "model"]
+        top = analysis.most_different(ratio, list(model["tensor"]), top=3)
+        for r in top.itertuples():
+            found.append({"layer": str(model.set_index("tensor").loc[r.tensor, "layer"]),
+                          "statistic": what, "negative / positive (median)": r.median,
+                          "furthest from 1": r.peak, "at step": r.peak_step,
+                          "steps": r.steps})
+    if not found:
+        st.caption("No step where both groups have statistics.")
+        return
+    df = pd.DataFrame(found)
+    big = df[(df["negative / positive (median)"] >= DIFFER_FACTOR)
+             | (df["negative / positive (median)"] <= 1 / DIFFER_FACTOR)]
+    st.markdown(("Layers whose groups differ by over "
+                 f"{DIFFER_FACTOR:g}x (median over the run): "
+                 + ", ".join(f"**{plain(ly)}** ({what}, x{v:.3g})" for ly, what, v in
+                             zip(big["layer"], big["statistic"],
+                                 big["negative / positive (median)"]))) if len(big) else
+                f"No layer's groups differ by over {DIFFER_FACTOR:g}x (median over the run); the "
+                "largest differences:")
+    st.dataframe(df, hide_index=True, width="stretch",
+                 column_config={c: st.column_config.NumberColumn(format="%.3g")
+                                for c in ("negative / positive (median)", "furthest from 1")})
+    st.caption("negative / positive of each statistic per step, its median over the run (> 1: "
+               "negatives larger); the Training overview's \"negative / positive\" group draws "
+               "it per layer and step")

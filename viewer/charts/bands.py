@@ -23,6 +23,8 @@ import pandas as pd
 from inspector.analysis import hist_view
 from inspector.format.loghist import LogHistogram, bucket_edges
 
+from .lines import axis_format
+
 #: TensorBoard's distribution bands: min, ~-1.5σ, -1σ, median, +1σ, ~+1.5σ, max (of a normal)
 PERCENTILES = (0, 7, 16, 50, 84, 93, 100)
 BANDS = ((0, 100), (7, 93), (16, 84))
@@ -141,8 +143,9 @@ def bands_chart(frame: pd.DataFrame, title: str = "", symlog: bool = False) -> a
         yscale = alt.Scale(domain=[lo, hi], nice=False, zero=False)
     color = alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors[g] for g in groups]))
     x = alt.X("step:Q", scale=alt.Scale(zero=False, nice=False))
+    axis = alt.Axis(format=axis_format(long[["lo", "hi"]], bool(symlog)))
     area = alt.Chart(long).mark_area(clip=True).encode(
-        x=x, y=alt.Y("lo:Q", title="value", scale=yscale, axis=alt.Axis(format=".3~g")),
+        x=x, y=alt.Y("lo:Q", title="value", scale=yscale, axis=axis),
         y2="hi:Q", color=color,
         opacity=alt.Opacity("band:N", scale=alt.Scale(domain=[f"{a}-{b}" for a, b in BANDS],
                                                       range=[0.08, 0.2, 0.36])),

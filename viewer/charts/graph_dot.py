@@ -64,7 +64,7 @@ def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], scale: Scal
     edges solid, control edges dashed, the centre drawn thick, and a legend of the colours."""
     ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
     out = ['digraph G {', '  rankdir=TB;',
-           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=14];']
     for name, nid in ids.items():
         look = looks.get(name, Look())
         label = f"{name}\n{graph.nodes[name].op}\n{state_text(look, stat)}"
@@ -88,7 +88,7 @@ def legend(scale: Scale, states: set[str] | None = None) -> list[str]:
     table = ('<TABLE BORDER="0" CELLBORDER="1" CELLSPACING="0" CELLPADDING="4"><TR>'
              f'<TD COLSPAN="{len(items)}">{html(title)}</TD></TR><TR>{cells}</TR></TABLE>')
     return ['  subgraph cluster_legend {', '    peripheries=0;',
-            '    legend [shape=plaintext, margin=0, fontname="Helvetica", fontsize=10, '
+            '    legend [shape=plaintext, margin=0, fontname="Helvetica", fontsize=14, '
             f'label=<{table}>];', '  }']
 
 
@@ -160,7 +160,7 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
         lines.setdefault(unit.cluster, []).append(node_line(ids[uid], label, fill_of(look, scale),
                                                             extra))
     out = ['digraph G {', '  rankdir=TB; compound=true;',
-           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10];']
+           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=14];']
     children: dict[str, list[str]] = {}
     for c in view.clusters:
         children.setdefault(parent(c), []).append(c)
@@ -169,7 +169,7 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
         for i, c in enumerate(children.get(cluster, [])):
             name = c[len(cluster) + 1:] if cluster else c
             out.append(f'  subgraph "cluster_{escape(c)}" {{')
-            out.append(f'    label="{escape(name)}/"; fontname="Helvetica"; fontsize=11; '
+            out.append(f'    label="{escape(name)}/"; fontname="Helvetica"; fontsize=14; '
                        'style="rounded"; color="#888888"; '
                        f'bgcolor="{"#f7f7f7" if depth % 2 == 0 else "#ffffff"}";')
             emit(c, depth + 1)
@@ -178,6 +178,6 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
 
     emit("", 0)
     for (a, b), n in view.edges.items():
-        out.append(f"  {ids[a]} -> {ids[b]}" + (f' [label="{n}", fontsize=8];' if n > 1 else ";"))
+        out.append(f"  {ids[a]} -> {ids[b]}" + (f' [label="{n}", fontsize=12];' if n > 1 else ";"))
     out += legend(scale, {lk.state for lk in looks.values()} | {"uncaptured"}) + ["}"]
     return "\n".join(out)

@@ -55,9 +55,14 @@ def render(graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str,
         st.warning(f"Opening every chosen scope would draw over {MAX_UNITS} boxes: "
                    f"{len(view.closed)} of the deepest were left closed "
                    f"({plain(', '.join(view.closed[:5]))}{', ...' * (len(view.closed) > 5)}).")
-    st.graphviz_chart(model_dot(view, graph, looks, scale, stat,
-                                set(matches[:MAX_REVEALED]), centre),
-                      width="stretch")
+    # drawn at its own size in a scrolling frame, not fitted to the page: fitted, a model of
+    # many scopes shrank its labels to a few pixels
+    st.html("<style>.st-key-gr_model_frame [data-testid='stGraphVizChart'] svg {max-width: none}"
+            " .st-key-gr_model_frame [data-testid='stGraphVizChart'] {overflow-x: auto}</style>")
+    with st.container(height=900, border=True, key="gr_model_frame"):
+        st.graphviz_chart(model_dot(view, graph, looks, scale, stat,
+                                    set(matches[:MAX_REVEALED]), centre),
+                          width="content")
     kinds = [u.kind for u in view.units.values()]
     st.caption(f"{len(kept)} ops in {len(view.units)} boxes: {kinds.count('scope')} closed scopes "
                "(double border; red if an op inside has a NaN/Inf, else the median of its "

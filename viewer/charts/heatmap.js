@@ -104,15 +104,21 @@ export default function ({ data, parentElement }) {
 }
 
 function legend(data) {
+  // the colour bar: labelled ticks under it (the server's: decades on a log scale), or, where
+  // every row has its own scale, words for its ends (the hover gives each cell's value)
   const box = el('div', 'legend');
+  const scale = el('span', 'scale');
+  const wrap = el('span', 'barwrap');
   const bar = el('div', 'bar');
   bar.style.background = `linear-gradient(to right, ${data.stops.join(', ')})`;
-  const shared = data.domain[data.own.indexOf(false)] || data.domain[0];
-  const scale = el('span', 'scale');
-  const allOwn = data.own.every(Boolean);
-  scale.append(el('span', '', allOwn ? 'row min' : fmt(shared[0])), bar,
-               el('span', '', allOwn ? 'row max' : fmt(shared[1])),
-               el('span', 'note', `${data.stat}${data.log ? ' (log scale)' : ''}`));
+  wrap.append(bar);
+  const ticks = data.ticks.length ? data.ticks : [[0, 'row min'], [1, 'row max']];
+  for (const [x, text] of ticks) {
+    const t = el('span', 'btick', text);
+    t.style.left = `${100 * x}%`;
+    wrap.append(t);
+  }
+  scale.append(wrap, el('span', 'note', `${data.stat}${data.log ? ' (log scale)' : ''}${data.scale_note ? ': ' + data.scale_note : ''}`));
   box.append(scale);
   for (const [color, text] of data.swatches) {
     const sw = el('span', 'swatch');

@@ -21,7 +21,7 @@ import numpy as np
 import streamlit as st
 from PIL import Image
 
-from .raster import NAN_RGBA, ZERO_RGBA, Raster, viridis_stops
+from .raster import NAN_RGBA, ZERO_RGBA, Raster, bar_ticks, colour_stops
 
 _HERE = Path(__file__).resolve().parent
 HTML = '<div class="tfi-heatmap"></div>'
@@ -63,16 +63,37 @@ def swatches(log: bool) -> list[tuple[str | None, str]]:
     return out + [(None, "no statistics at these steps")]
 
 
-def payload(r: Raster, labels: list[str], tips: list[str], stat: str, title: str) -> dict:
+def ticks(r: Raster) -> list[tuple[float, str]]:
+    """The colour bar's (position 0..1, label) ticks: the shared scale's (none when every row
+    has its own scale: the bar then spans each row's min to max)."""
+    if r.own.all() or not len(r.own):
+        return []
+    lo, hi = r.domain[int(np.flatnonzero(~r.own)[0])]
+    return [(x, fmt(v)) for x, v in bar_ticks(float(lo), float(hi), r.log)]
+
+
+def fmt(v: float) -> str:
+    """A tick's number, short: 4 significant digits, exponent notation off 1e-3..1e5.
+
+    >>> fmt(0.001), fmt(2.5e-7), fmt(1200.0), fmt(0.25)
+    ('0.001', '2.5e-07', '1200', '0.25')
+    """
+    a = abs(v)
+    return f"{v:.4g}" if a == 0 or 1e-3 <= a < 1e5 else f"{v:.2g}"
+
+
+def payload(r: Raster, labels: list[str], tips: list[str], stat: str, title: str,
+            scale_note: str = "") -> dict:
     """What ``heatmap.js`` draws: the image, the values and states it hovers, the axis and
-    legend."""
+    legend (``scale_note``: what the colour bar's scale is, after the statistic's name)."""
     return {"png": "data:image/png;base64," + base64.b64encode(png(r.rgba)).decode("ascii"),
             "values": _b64(r.values.astype(np.float32)), "state": _b64(r.state.astype(np.uint8)),
             "first": r.first.tolist(), "last": r.last.tolist(), "x0": float(r.x0),
             "step_px": float(r.step_px), "labels": list(labels), "tips": list(tips),
             "own": r.own.tolist(), "domain": r.domain.tolist(),
             "log": bool(r.log), "stat": stat, "title": title, "row_px": row_px(len(labels)),
-            "stops": viridis_stops(), "swatches": swatches(r.log)}
+            "stops": colour_stops(r.cmap), "swatches": swatches(r.log), "ticks": ticks(r),
+            "scale_note": scale_note}
 
 
 def show(drawn: dict, key: str) -> None:

@@ -114,7 +114,7 @@ def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False,
     if top:
         note = pd.DataFrame({"x": [0.0], "y": [top], "text": ["zeros (clipped: see the tooltip)"]})
         layers.append(alt.Chart(note).mark_text(align="left", baseline="top", dx=4, dy=2,
-                                                fontSize=10).encode(
+                                                fontSize=11).encode(
             x="x:Q", y="y:Q", text="text:N"))
     return alt.layer(*layers, title=name).properties(width=width, height=220)
 
@@ -143,7 +143,10 @@ def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = 
     color = alt.Color("group:N", scale=alt.Scale(domain=groups, range=[colors[g] for g in groups]),
                       legend=alt.Legend(orient="top"))
     y = alt.Y("base:Q", title="step", scale=alt.Scale(domain=[0, max(n, 1)], nice=False),
-              axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']"))
+              # every row labelled: Vega hides overlapping labels, and a row (ridge_height) is
+              # taller than the label
+              axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']",
+                            labelOverlap=False, labelFontSize=ROW_LABEL_PX))
     fill = alt.Chart(frame).mark_rect(fillOpacity=0.2).encode(
         x=x_encoding(axis, frame), x2="x1:Q", y=y, y2="top:Q", fill=color,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.2),
@@ -158,7 +161,12 @@ def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = 
     return alt.layer(fill, line, title=title + suffix).properties(height=ridge_height(n))
 
 
+#: The ridge plot's step labels, in px (a row is :data:`ROW_PX`)
+ROW_LABEL_PX = 11
+ROW_PX = 26
+
+
 def ridge_height(steps: int) -> int:
     """Pixels of a ridge plot's rows: 26 a step, at least 160. Streamlit stretches a chart's
     width but not its height: the page passes this (plus the title, legend and axis) too."""
-    return max(160, 26 * steps + 40)
+    return max(160, ROW_PX * steps + 40)

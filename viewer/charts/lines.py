@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import colorsys
 import itertools
+import json
 from typing import Iterator, Mapping, Sequence
 
 import altair as alt
@@ -24,10 +25,29 @@ PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#eeca3b", "#b
            "#9d755d", "#bab0ac", "#9ecae9", "#ffbf79", "#88d27a", "#ff9d98", "#b7d6d3", "#f2cf5b",
            "#d6a5c9", "#fcbfd2", "#d8b5a5", "#79706e")
 #: The sample groups' colours (inspector.analysis.plots.GROUP_COLORS in CSS form)
-GROUPS = {"all": "#595959", "positive": "#d62728", "negative": "#1f77b4"}
+GROUPS = {"all": "#595959", "positive": "#b2182b", "negative": "#67a9cf"}
+#: The two runs of Compare, A and B: a dark purple and a light orange (apart in hue and in
+#: lightness, and from the groups' red and blue)
+RUNS = ("#5e3c99", "#f1a340")
 #: Steps drawn per series at most (about a chart's width in pixels, as TensorBoard); a longer
 #: series is thinned to evenly spaced steps, keeping where a run of NaN/Inf starts and ends
 MAX_POINTS = 1000
+
+
+def axis_format(values, log: bool = False) -> str:
+    """The d3 number format of an axis over ``values``: one notation for every tick, so an axis
+    never mixes ``0.000001`` with ``1e-7`` (d3's ``g`` switches notation below 1e-6 and at the
+    precision's exponent). Exponents (``1e-7``, ``2.5e-3``) on a log axis or where the values
+    leave [0.001, 10000); plain decimals otherwise.
+
+    >>> axis_format([1e-7, 3e-6]), axis_format([0.5, 20.0]), axis_format([0.5, 20.0], log=True)
+    ('.2~e', ',.4~g', '.2~e')
+    """
+    v = np.abs(np.asarray(values, np.float64).ravel())
+    v = v[np.isfinite(v) & (v > 0)]
+    if log or (v.size and (v.min() < 1e-3 or v.max() >= 1e4)):
+        return ".2~e"
+    return ",.4~g"
 
 
 def distinct_colors(names: Sequence[str], fixed: Mapping[str, str] | None = None) -> list[str]:
@@ -134,11 +154,12 @@ def long_frame(df: pd.DataFrame, log: bool, weight: float) -> pd.DataFrame:
 
 def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None = None,
                log: bool = False, smoothing: float = 0.0, height: int = 300, title: str = "",
-               legend_title: str = "series"
+               legend_title: str = "series", highlight: str | None = None
                ) -> alt.LayerChart:
     """The chart of ``df`` (index: step; one column per series) with ``colors`` (one per
     column; default :func:`distinct_colors`), a log y axis if ``log`` (values <= 0 left out),
-    smoothed by ``smoothing`` (0..1, 0: none)."""
+    smoothed by ``smoothing`` (0..1, 0: none). ``highlight``: that series drawn bold and every
+    other faint (many series in one chart are told apart by picking one, not by colour alone)."""
     names = [str(c) for c in df.columns]
     colors = list(colors) if colors is not None else distinct_colors(names)
     if len(set(c.lower() for c in colors)) < len(colors):
@@ -149,13 +170,20 @@ def line_chart(df: pd.DataFrame, y_title: str, *, colors: Sequence[str] | None =
                       legend=alt.Legend(title=legend_title, labelLimit=320))
     x = alt.X("step:Q", title="step", scale=alt.Scale(zero=False, nice=False))
     scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
-    y = alt.Y(f"{shown}:Q", title=f"{y_title} (log scale)" if log else y_title, scale=scale)
+    y = alt.Y(f"{shown}:Q", title=f"{y_title} (log scale)" if log else y_title, scale=scale,
+              axis=alt.Axis(format=axis_format(long["value"], log)))
     base = alt.Chart(long).encode(x=x)
     layers = []
     if smoothing > 0:  # the raw values, faint, behind the smoothed line (as TensorBoard)
         layers.append(base.mark_line(opacity=0.25, strokeWidth=1).encode(
             y=alt.Y("value:Q", scale=scale), color=color, detail="segment:N"))
-    layers.append(base.mark_line(strokeWidth=1.6).encode(y=y, color=color, detail="segment:N"))
+    emphasis = {}
+    if highlight is not None:
+        chosen = f"datum.series === {json.dumps(str(highlight))}"
+        emphasis = {"opacity": alt.condition(chosen, alt.value(1.0), alt.value(0.18)),
+                    "strokeWidth": alt.condition(chosen, alt.value(3.0), alt.value(1.2))}
+    layers.append(base.mark_line(strokeWidth=1.6).encode(y=y, color=color, detail="segment:N",
+                                                         **emphasis))
     hover = alt.selection_point(name="near", nearest=True, on="pointermove", fields=["step"],
                                 empty=False, clear="pointerout")
     layers.append(

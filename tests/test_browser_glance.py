@@ -1,0 +1,132 @@
+"""Issue 47 in a real browser (``streamlit run`` + headless Chromium, as tests/test_browser.py):
+the two groups' heatmaps share one colour scale and the ratio view is drawn; a 60-step run's
+heatmap has 60 columns; a labels cast is not drawn among the layers; and no text of any page's
+SVG figure (Vega-Lite charts, Graphviz graphs) is drawn smaller than 11 CSS px at the default
+width. Skips where /usr/bin/chromium or playwright is missing (via tests/test_browser.py)."""
+from __future__ import annotations
+
+
+import pytest
+from test_browser import (URLS, browser, heading_shown, serve, wait_charts,  # noqa: F401
+                          wait_heatmaps, wait_rendered)
+from test_viewer_groups import CAST, with_labels_cast
+
+from inspector.stats.summary import summarize_part
+from inspector.testing import make_synthetic_run
+
+#: The smallest text a figure may draw, in CSS pixels
+MIN_PX = 11
+#: Each SVG text's drawn size: its font size times the SVG's scale to the page (a Graphviz graph
+#: fitted to the page width shrinks its labels with it)
+SVG_TEXT = """() => [...document.querySelectorAll('svg text')].filter(t => t.textContent.trim()
+        && t.getClientRects().length).map(t => {
+    const m = t.getScreenCTM(), px = parseFloat(getComputedStyle(t).fontSize);
+    return [t.textContent.trim().slice(0, 40), px * Math.hypot(m.a, m.b)]; })"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    mp = pytest.MonkeyPatch()
+    try:
+        with_labels_cast(mp)
+        make_synthetic_run(runs / "exp1", steps=60, tensors=20, dump_every=20, image=(32, 32, 3))
+    finally:
+        mp.undo()
+    for part in sorted((runs / "exp1" / "stats").glob("*.parquet")):
+        summarize_part(runs / "exp1", part)        # 2-step summary bins: not the columns drawn
+    make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
+    with serve(runs) as url:
+        yield url
+
+
+def overview(browser, url: str):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1500, "height": 1600})
+    page.goto(url, wait_until="domcontentloaded")
+    heading_shown(page, "Training overview")
+    wait_heatmaps(page, 1)
+    return page
+
+
+HEATMAP = """() => { const img = document.querySelector('.tfi-heatmap img');
+    return {w: img.naturalWidth, labels: [...document.querySelectorAll('.tfi-heatmap .label')].map(e => e.textContent),
+            ticks: [...document.querySelectorAll('.tfi-heatmap .btick')].map(e => e.textContent),
+            note: document.querySelector('.tfi-heatmap .legend .note').textContent,
+            title: document.querySelector('.tfi-heatmap .title').textContent}; }"""
+
+
+def test_groups_share_a_scale_and_the_ratio_is_drawn_and_sixty_steps_are_sixty_columns(server, browser):  # noqa: F811
+    seen = {}
+    for group in ("positive", "negative", "negative+%2F+positive"):
+        page = overview(browser, f"{server}/overview?run=exp1&ov_group={group}")
+        try:
+            seen[group] = page.evaluate(HEATMAP)
+        finally:
+            page.close()
+    pos, neg, ratio = seen["positive"], seen["negative"], seen["negative+%2F+positive"]
+    assert pos["w"] == neg["w"] == ratio["w"] == 60                       # one column per statistics step
+    assert len(pos["ticks"]) >= 3 and pos["ticks"] == neg["ticks"]        # one labelled scale for both
+    assert "one scale for positive and negative" in pos["note"]
+    assert ratio["title"] == "gradient l2 (negative / positive)" and "orange where negatives'" in ratio["note"]
+    assert ratio["ticks"] != pos["ticks"]
+
+
+def test_a_labels_cast_is_not_drawn_among_the_layers(server, browser):  # noqa: F811
+    page = overview(browser, f"{server}/overview?run=exp1")
+    try:
+        rows = [lb.split(" ")[0] for lb in page.evaluate(HEATMAP)["labels"]]
+        assert "dense/BiasAdd:0" in rows and CAST not in rows and "loss/Mean:0" not in rows
+    finally:
+        page.close()
+    page = overview(browser, f"{server}/overview?run=exp1&ov_plumbing=true")
+    try:
+        rows = [lb.split(" ")[0] for lb in page.evaluate(HEATMAP)["labels"]]
+        assert CAST in rows                                               # drawn when asked for
+    finally:
+        page.close()
+
+
+#: page -> the query that opens its SVG figures, and how many there are at least
+SVG_PAGES = {"Summary": ("", 3), "Training overview": ("", 1), "Distributions": ("", 4), "Compare": ("", 1),
+             "Op graph": ("", 0), "Op graph (whole model)": ("gr_view=Whole+model", 0)}
+
+
+@pytest.mark.parametrize("name", list(SVG_PAGES))
+def test_no_figure_text_is_smaller_than_11_px(server, browser, name):  # noqa: F811
+    query, charts = SVG_PAGES[name]
+    path = URLS[name.split(" (")[0]]
+    page = browser.new_page(viewport={"width": 1500, "height": 2200})
+    try:
+        page.goto(f"{server}/{path}?run=exp1&{query}", wait_until="domcontentloaded")
+        wait_rendered(page, 0, 90_000)
+        if charts:
+            wait_charts(page, charts)
+        if name.startswith("Op graph"):
+            page.locator('[data-testid="stGraphVizChart"] svg text').first.wait_for(timeout=90_000)
+        sizes = page.evaluate(SVG_TEXT)
+        assert sizes
+        small = [(t, round(px, 1)) for t, px in sizes if px < MIN_PX - 0.05]
+        assert not small, small[:10]
+    finally:
+        page.close()
+
+
+#: page -> the Matplotlib images it shows at least (tests/test_readable_figures.py checks their
+#: texts at the width viewer.ui.FIGURE_WIDTH_PX: here, that the page draws them unshrunk)
+IMAGE_PAGES = {"Feature maps": 5, "Masks & templates": 4, "Tensor browser": 1}
+IMAGE_SCALES = """() => [...document.querySelectorAll('[data-testid="stImage"] img')]
+    .map(i => [i.naturalWidth, i.getBoundingClientRect().width])"""
+
+
+@pytest.mark.parametrize("name", list(IMAGE_PAGES))
+def test_matplotlib_figures_are_drawn_at_their_own_size(server, browser, name):  # noqa: F811
+    page = browser.new_page(viewport={"width": 1500, "height": 3000})
+    try:
+        page.goto(f"{server}/{URLS[name]}?run=exp1", wait_until="domcontentloaded")
+        wait_rendered(page, IMAGE_PAGES[name], 120_000)
+        scales = page.evaluate(IMAGE_SCALES)
+        assert len(scales) >= IMAGE_PAGES[name]
+        shrunk = [(w, round(shown)) for w, shown in scales if shown < w - 1]
+        assert not shrunk, shrunk              # (PNG width, drawn width): its labels shrunk with it
+    finally:
+        page.close()
