@@ -989,14 +989,16 @@ class DumpHook(v1.train.SessionRunHook):
                                           name=f"tf-inspector-prewarm-{self.worker}")
 
     def _next_sampled(self, step: int) -> set[tuple[bool, bool, bool]]:
-        """(stats, dump, layer) of the next statistics or dump step after ``step`` and of the next
-        always-on step."""
+        """(stats, dump, layer) of the next statistics or dump step after ``step``, of the next
+        multiple of ``dump_every_n_steps`` (statistics and a dump, in the defaults) and of the
+        next always-on step."""
         found = set()
-        due = self.schedule.next_step(step)
-        if due is not None:
-            stats, dump = self._due(due)
-            found.add((stats, dump, not stats and self._layers is not None
-                       and due % self.options.layer_stats_every_n_steps == 0))
+        every = self.schedule.dump_every if self._dump else None
+        for due in (self.schedule.next_step(step), every and (step // every + 1) * every):
+            if due:
+                stats, dump = self._due(due)
+                found.add((stats, dump, not stats and self._layers is not None
+                           and due % self.options.layer_stats_every_n_steps == 0))
         if self._layers is not None:
             every = self.options.layer_stats_every_n_steps
             due = (step // every + 1) * every

@@ -51,7 +51,7 @@ class Creator(v1.train.SessionCreator):
         return self.session
 
 
-def _train(path, warm: bool, monkeypatch) -> tuple[Creator, DumpHook, dict]:
+def _train(path, warm: bool, monkeypatch, dump_every: int = 0) -> tuple[Creator, DumpHook, dict]:
     """STEPS steps with statistics every EVERY steps; the user's fetches take one element of a
     dataset per run (an input a prewarm that executed would consume)."""
     monkeypatch.setattr(prewarm, "ENABLED", warm)
@@ -60,7 +60,7 @@ def _train(path, warm: bool, monkeypatch) -> tuple[Creator, DumpHook, dict]:
         m = build_cnn()
         next_id = v1.data.make_one_shot_iterator(tf.data.Dataset.range(100)).get_next()
         hook = DumpHook(path, loss=m.loss, labels=m.y, stats_every_n_steps=EVERY,
-                        dump_every_n_steps=0, strict=True)
+                        dump_every_n_steps=dump_every, strict=True)
         ids = []
         with v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as sess:
             for step in range(1, STEPS + 1):
@@ -86,6 +86,18 @@ def test_the_prewarm_builds_the_first_sampled_steps_exact_signature(tmp_path, mo
     assert (runs[built[1]][0], runs[built[1]][1]) == (runs[first][0], runs[first][1])
     # ... which differs from the plain runs' (else it would build nothing new)
     assert runs[training[0]][0] != runs[first][0]
+
+
+def test_the_next_dump_step_is_built_too(tmp_path, monkeypatch):
+    creator, hook, _ = _train(tmp_path / "run", True, monkeypatch, dump_every=2 * EVERY)
+    runs = creator.session.runs
+    ours = [r[3][hook] for r in runs if r[2] == 0 and isinstance(r[3], dict) and hook in r[3]]
+    signature = {kind: next(r[:2] for r in runs if r[2] == 0 and isinstance(r[3], dict)
+                            and all(k in r[3].get(hook, {}) for k in kind))
+                 for kind in (("stats",), ("stats", "dump"))}
+    assert len(ours) == STEPS // EVERY   # steps 3 (statistics) and 6 (and a dump)
+    built = {r[:2] for r in runs if r[2] == prewarm.BAD_POOL and isinstance(r[3], dict)}
+    assert built == set(signature.values()) and len(built) == 2
 
 
 def test_the_prewarm_changes_neither_the_training_nor_the_recorded_values(tmp_path, monkeypatch):
