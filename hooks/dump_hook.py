@@ -148,6 +148,12 @@ def worker_from_env() -> tuple[str, bool]:
     return f"{kind}-{index}", is_chief
 
 
+#: the training run of a session whose signature the sampled steps' pre-built runs repeat: the
+#: second, as the first also carries what other hooks fetch on their first step only (Estimator's
+#: LoggingTensorHook and SummarySaverHook)
+RECORDED_RUN = 2
+
+
 class DumpHook(v1.train.SessionRunHook):
     """Capture forward values and gradients of every op into a run directory.
 
@@ -288,9 +294,10 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self._same_run: variables.SameRun | None = None
-        # this session's first training run recorded (prewarm.RunRecorder), then the thread that
-        # builds the next sampled steps' executors from it; None before, False where not done
-        self._prewarm: Any = None
+        # the training runs of this session so far (an int), then its RECORDED_RUN-th recorded
+        # (prewarm.RunRecorder), then the thread that builds the next sampled steps' executors
+        # from it; False where none is built
+        self._prewarm: Any = 0
         # the always-on statistics (layer_stats_every_n_steps): their fetch and the layout's rows
         # it computes, in order
         self._layers: tuple[Any, np.ndarray] | None = None
@@ -660,7 +667,7 @@ class DumpHook(v1.train.SessionRunHook):
         self._session, self._coord = session, coord
         if isinstance(self._prewarm, prewarm.RunRecorder):
             self._prewarm.remove()
-        self._prewarm = None
+        self._prewarm = 0
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
         self._stats_since = self._dump_since = self._step
@@ -815,8 +822,10 @@ class DumpHook(v1.train.SessionRunHook):
             # the sampled runs' fetches usually are: not the first sampled step's time
             self._same_run_for(run_context.original_args.fetches)
         fetches = self._fetches(stats, dump, layer, run_context.original_args.fetches)
-        if self.mode == "train" and self._prewarm is None:
-            self._record_first_run(run_context.session, (stats, dump, layer))
+        if self.mode == "train" and type(self._prewarm) is int:
+            self._prewarm += 1
+            if self._prewarm == RECORDED_RUN:
+                self._record_run(run_context.session)
         self._pending = (step, stats, dump)
         return v1.train.SessionRunArgs(fetches) if fetches else None
 
@@ -963,17 +972,17 @@ class DumpHook(v1.train.SessionRunHook):
         if prewarm_from is not None:
             self._start_prewarm(prewarm_from, step, (stats, dump, "layer_stats" in results))
 
-    def _record_first_run(self, session, kind: tuple[bool, bool, bool]) -> None:
-        """Record this session's first training run as the session is handed it: every hook's
-        fetches and feeds, which the sampled steps' runs repeat with this hook's own changed."""
+    def _record_run(self, session) -> None:
+        """Record this training run as the session is handed it: every hook's fetches and feeds,
+        which the sampled steps' runs repeat with this hook's own changed."""
         self._prewarm = prewarm.RunRecorder(session) \
             if prewarm.ENABLED and isinstance(session, v1.Session) else False
 
     def _start_prewarm(self, recorder: prewarm.RunRecorder, step: int,
                        ran: tuple[bool, bool, bool]) -> None:
         """Build the executors of the next statistics or dump step's run and of the next
-        always-on step's (the first training run's with this hook's fetches for them) on a thread,
-        before those steps: each signature's first run otherwise builds it in the training step."""
+        always-on step's (the recorded training run's, with this hook's fetches for them) on a
+        thread, before those steps: a signature's first run otherwise builds it in the step."""
         self._prewarm = False
         if recorder.args is None or not isinstance(recorder.args[0], dict) \
                 or "caller" not in recorder.args[0]:   # not MonitoredSession's merged fetches

@@ -25,7 +25,7 @@ v1 = tf.compat.v1
 log = logging.getLogger(__name__)
 
 BAD_POOL = -2   # below -1, the one value out of range for every session's list of pools
-ENABLED = True  # read at a session's first training run; bench/bench_first_step.py compares
+ENABLED = True  # read at a session's second training run; bench/bench_first_step.py compares
 
 
 class RunRecorder:

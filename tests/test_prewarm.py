@@ -65,7 +65,7 @@ def _train(path, warm: bool, monkeypatch, dump_every: int = 0) -> tuple[Creator,
         with v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as sess:
             for step in range(1, STEPS + 1):
                 ids.append(int(sess.run([m.train_op, next_id], m.feed(step))[1]))
-                if step == 1 and warm:
+                if step == 2 and warm:
                     hook._prewarm.join()   # built before the sampled step, deterministically
             state = sess.run_step_fn(lambda step_context: step_context.session.run(
                 {"vars": {v.op.name: v for v in v1.trainable_variables()}, "step": m.global_step}))
@@ -80,8 +80,8 @@ def test_the_prewarm_builds_the_first_sampled_steps_exact_signature(tmp_path, mo
     assert len(training) == STEPS and len(sampled) == STEPS // EVERY
     first = sampled[0]
     built = [i for i, r in enumerate(runs) if r[2] == prewarm.BAD_POOL]
-    # the probe (one constant) and the sampled step's run, after the first training run
-    assert len(built) == 2 and training[0] < built[0] < built[1] < first
+    # the probe (one constant) and the sampled step's run, after the second training run
+    assert len(built) == 2 and training[1] < built[0] < built[1] < first
     assert len(runs[built[0]][0]) == 1 and runs[built[0]][3].op.type == "Const"
     assert (runs[built[1]][0], runs[built[1]][1]) == (runs[first][0], runs[first][1])
     # ... which differs from the plain runs' (else it would build nothing new)
