@@ -984,8 +984,8 @@ class DumpHook(v1.train.SessionRunHook):
         always-on step's (the recorded training run's, with this hook's fetches for them) on a
         thread, before those steps: a signature's first run otherwise builds it in the step."""
         self._prewarm = False
-        if recorder.args is None or not isinstance(recorder.args[0], dict) \
-                or "caller" not in recorder.args[0]:   # not MonitoredSession's merged fetches
+        recorder.remove()
+        if recorder.args is None:   # the run was no MonitoredSession's
             return
         fetches, feed_dict, options = recorder.args
         runs = []

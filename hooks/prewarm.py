@@ -29,9 +29,10 @@ ENABLED = True  # read at a session's second training run; bench/bench_first_ste
 
 
 class RunRecorder:
-    """Records the arguments of the next ``run`` of one session object, then steps aside.
+    """Records the arguments of the next MonitoredSession run of one session object (fetches
+    ``{"caller": ..., hook: ...}``), then steps aside; other runs pass through (a hook's own).
 
-    Installed as the object's own ``run`` attribute for one call: MonitoredSession hands the raw
+    Installed as the object's own ``run`` attribute until then: MonitoredSession hands the raw
     session every hook's fetches merged with the caller's, which no hook sees otherwise."""
 
     def __init__(self, session: Any):
@@ -41,8 +42,9 @@ class RunRecorder:
         session.run = self._record
 
     def _record(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        self.remove()
-        self.args = (fetches, feed_dict, options)
+        if isinstance(fetches, dict) and "caller" in fetches:
+            self.remove()
+            self.args = (fetches, feed_dict, options)
         return self._run(fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
 
     def remove(self) -> None:

@@ -127,3 +127,39 @@ def test_a_run_refused_for_its_pool_executes_nothing():
             assert sess.run(v) == 1.0
             assert sess.run(double) == 2.0   # the same signature runs normally afterwards
     assert not prewarm.supported(object())   # a wrapped session: not tried
+
+
+@pytest.mark.skipif(not hasattr(getattr(tf, "estimator", None), "Estimator"),
+                    reason="this TensorFlow has no tf.estimator (2.16+)")
+def test_under_an_estimator_the_pre_built_signature_is_the_first_sampled_steps(tmp_path, monkeypatch):
+    """Estimator's own hooks (step counter, logging, summaries) fetch more on their first run
+    than on later ones: the signature comes from the second run, which the sampled steps repeat."""
+    runs = []
+    run = v1.Session.run
+
+    def recording(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        runs.append((_names(fetches), options.inter_op_thread_pool if options is not None else 0, fetches))
+        return run(self, fetches, feed_dict=feed_dict, options=options, run_metadata=run_metadata)
+
+    monkeypatch.setattr(v1.Session, "run", recording)
+
+    def model_fn(features, labels, mode):
+        logits = v1.layers.dense(v1.layers.dense(features, 8, activation=tf.nn.relu), 2)
+        loss = v1.losses.sparse_softmax_cross_entropy(labels, logits)
+        train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=v1.train.get_global_step())
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train)
+
+    def input_fn():
+        x = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
+        return tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0).astype(np.int32))).repeat().batch(8)
+
+    config = tf.estimator.RunConfig(log_step_count_steps=EVERY, save_summary_steps=EVERY)
+    est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"), config=config)
+    hook = DumpHook(tmp_path / "run", stats_every_n_steps=EVERY, dump_every_n_steps=0)
+    est.train(input_fn, steps=STEPS, hooks=[hook])
+    sampled = [r[0] for r in runs if r[1] == 0 and isinstance(r[2], dict) and "stats" in r[2].get(hook, {})]
+    built = [r[0] for r in runs if r[1] == prewarm.BAD_POOL and isinstance(r[2], dict)]
+    assert len(sampled) == STEPS // EVERY and built == [sampled[0]]
+    # the first training run's signature holds a summary the sampled steps do not fetch
+    first = next(r[0] for r in runs if r[1] == 0 and isinstance(r[2], dict) and "caller" in r[2])
+    assert first - sampled[0]
