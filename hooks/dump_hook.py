@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from hooks import capture, native
-from hooks import variables
+from hooks import prewarm, variables
 from hooks.capture import batch_axis, layers, towers
 from hooks.capture import feeds
 from hooks.recorders import loss_and_labels
@@ -146,6 +146,12 @@ def worker_from_env() -> tuple[str, bool]:
     no_chief = not ({"chief", "master"} & set(config.get("cluster", {})))
     is_chief = kind in ("chief", "master") or (kind == "worker" and index == 0 and no_chief)
     return f"{kind}-{index}", is_chief
+
+
+#: the training run of a session whose signature the sampled steps' pre-built runs repeat: the
+#: second, as the first also carries what other hooks fetch on their first step only (Estimator's
+#: LoggingTensorHook and SummarySaverHook)
+RECORDED_RUN = 2
 
 
 class DumpHook(v1.train.SessionRunHook):
@@ -288,6 +294,10 @@ class DumpHook(v1.train.SessionRunHook):
         self._writer_args: dict[str, Any] = {}
         self._updates: variables.Updates | None = None
         self._same_run: variables.SameRun | None = None
+        # the training runs of this session so far (an int), then its RECORDED_RUN-th recorded
+        # (prewarm.RunRecorder), then the thread that builds the next sampled steps' executors
+        # from it; False where none is built
+        self._prewarm: Any = 0
         # the always-on statistics (layer_stats_every_n_steps): their fetch and the layout's rows
         # it computes, in order
         self._layers: tuple[Any, np.ndarray] | None = None
@@ -655,6 +665,9 @@ class DumpHook(v1.train.SessionRunHook):
             self._nested_begin = False
             return
         self._session, self._coord = session, coord
+        if isinstance(self._prewarm, prewarm.RunRecorder):
+            self._prewarm.remove()
+        self._prewarm = 0
         if self._global_step is not None:
             self._step = int(session.run(self._global_step))
         self._stats_since = self._dump_since = self._step
@@ -772,7 +785,6 @@ class DumpHook(v1.train.SessionRunHook):
 
     @_guarded
     def before_run(self, run_context):
-        fetches: dict[str, Any] = {}
         if self._foreign(run_context.session):   # the live run's state stays as it is
             return None
         self._in_run = True
@@ -805,6 +817,22 @@ class DumpHook(v1.train.SessionRunHook):
                 dump = False
         layer = not stats and self._layers is not None and self.mode == "train" \
             and step % self.options.layer_stats_every_n_steps == 0
+        if self.mode == "train" and self._same_run is not None and not self._same_run.planned:
+            # the first training run plans its fetches (a walk of the graph, milliseconds), which
+            # the sampled runs' fetches usually are: not the first sampled step's time
+            self._same_run_for(run_context.original_args.fetches)
+        fetches = self._fetches(stats, dump, layer, run_context.original_args.fetches)
+        if self.mode == "train" and type(self._prewarm) is int:
+            self._prewarm += 1
+            if self._prewarm == RECORDED_RUN:
+                self._record_run(run_context.session)
+        self._pending = (step, stats, dump)
+        return v1.train.SessionRunArgs(fetches) if fetches else None
+
+    def _fetches(self, stats: bool, dump: bool, layer: bool, original) -> dict[str, Any]:
+        """This hook's fetches for a run of the caller's ``original`` fetches that records
+        ``stats``, ``dump`` and ``layer`` (the always-on rows)."""
+        fetches: dict[str, Any] = {}
         if stats or layer:
             fetches["stats" if stats else "layer_stats"] = (self._stats if stats
                                                             else self._layers[0]).tensors()
@@ -813,12 +841,8 @@ class DumpHook(v1.train.SessionRunHook):
         if dump:
             fetches["dump"] = self._dump
             fetches["samples"] = self._samples
-        same = self._same_run_for(run_context.original_args.fetches) \
+        same = self._same_run_for(original) \
             if (stats or dump or layer) and self.mode == "train" else None
-        if self.mode == "train" and self._same_run is not None and not self._same_run.planned:
-            # the first training run plans its fetches (a walk of the graph, milliseconds), which
-            # the sampled runs' fetches usually are: not the first sampled step's time
-            self._same_run_for(run_context.original_args.fetches)
         if same is not None:
             fetches["after"] = {k: v for k, v in same.items()
                                 if k == "step" or (k == "update_stats" and stats)
@@ -832,8 +856,7 @@ class DumpHook(v1.train.SessionRunHook):
                 fetches["nan_dump"] = self._nan_dump
         if self._track_step and self._global_step is not None:
             fetches["global_step"] = self._global_step
-        self._pending = (step, stats, dump)
-        return v1.train.SessionRunArgs(fetches) if fetches else None
+        return fetches
 
     def _due(self, step: int) -> tuple[bool, bool]:
         """(statistics, dump) due at a training run that ends at global step ``step``."""
@@ -883,6 +906,7 @@ class DumpHook(v1.train.SessionRunHook):
             return
         step, stats, dump = self._pending
         results = run_values.results or {}
+        prewarm_from = self._prewarm if isinstance(self._prewarm, prewarm.RunRecorder) else None
         batch = None if self.mode == "train" else self._batch
         finite = bool(results.get("loss_finite", True))
         # the exact global step and the variables' updates and their statistics, all read after
@@ -945,6 +969,51 @@ class DumpHook(v1.train.SessionRunHook):
         elif not finite and "nan_dump" in results:
             self._add_dump(step, capture.unpack(results["nan_dump"], *self._nan_layout),
                            "NaN/Inf in the loss", batch)
+        if prewarm_from is not None:
+            self._start_prewarm(prewarm_from, step, (stats, dump, "layer_stats" in results))
+
+    def _record_run(self, session) -> None:
+        """Record this training run as the session is handed it: every hook's fetches and feeds,
+        which the sampled steps' runs repeat with this hook's own changed."""
+        self._prewarm = prewarm.RunRecorder(session) \
+            if prewarm.ENABLED and isinstance(session, v1.Session) else False
+
+    def _start_prewarm(self, recorder: prewarm.RunRecorder, step: int,
+                       ran: tuple[bool, bool, bool]) -> None:
+        """Build the executors of the next statistics or dump step's run and of the next
+        always-on step's (the recorded training run's, with this hook's fetches for them) on a
+        thread, before those steps: a signature's first run otherwise builds it in the step."""
+        self._prewarm = False
+        recorder.remove()
+        if recorder.args is None:   # the run was no MonitoredSession's
+            return
+        fetches, feed_dict, options = recorder.args
+        runs = []
+        for kind in sorted(self._next_sampled(step) - {ran}):
+            ours = self._fetches(*kind, fetches["caller"])
+            merged = {k: v for k, v in fetches.items() if k is not self}
+            runs.append(({**merged, self: ours} if ours else merged, feed_dict, options))
+        if runs:
+            self._prewarm = prewarm.start(recorder.session, runs,
+                                          name=f"tf-inspector-prewarm-{self.worker}")
+
+    def _next_sampled(self, step: int) -> set[tuple[bool, bool, bool]]:
+        """(stats, dump, layer) of the next statistics or dump step after ``step``, of the next
+        multiple of ``dump_every_n_steps`` (statistics and a dump, in the defaults) and of the
+        next always-on step."""
+        found = set()
+        every = self.schedule.dump_every if self._dump else None
+        for due in (self.schedule.next_step(step), every and (step // every + 1) * every):
+            if due:
+                stats, dump = self._due(due)
+                found.add((stats, dump, not stats and self._layers is not None
+                           and due % self.options.layer_stats_every_n_steps == 0))
+        if self._layers is not None:
+            every = self.options.layer_stats_every_n_steps
+            due = (step // every + 1) * every
+            stats, dump = self._due(due)
+            found.add((stats, dump, not stats))
+        return found
 
     def _extra_run(self, session, results: dict, stats: bool, dump: bool,
                    finite: bool) -> dict[str, Any]:
@@ -1069,6 +1138,10 @@ class DumpHook(v1.train.SessionRunHook):
     def end(self, session) -> None:
         if self._foreign(session):
             return
+        if isinstance(self._prewarm, prewarm.RunRecorder):
+            self._prewarm.remove()
+        elif isinstance(self._prewarm, threading.Thread):
+            self._prewarm.join(timeout=60)   # its session.run never outlives the session
         if self._writer is not None and not self._writer.closed:
             self._refusals.close(self._writer)
             nothing = self._recorded_nothing(session)

@@ -30,6 +30,12 @@ def test_bench_hook_quick():
     assert "(7) always-on: layer statistics every step" in out and "hook py ms" in out
 
 
+def test_bench_first_step_quick():
+    pytest.importorskip("tensorflow")
+    out = _run("bench_first_step.py")
+    assert "\nbuilt in the step " in out and "\npre-built " in out and "first - later ms" in out
+
+
 def test_bench_storage_quick():
     pytest.importorskip("moto")
     pytest.importorskip("s3fs")

@@ -27,7 +27,7 @@ BOTH_TFS = frozenset({
     "test_keras.py", "test_keras_groups.py", "test_keras_layers.py", "test_keras_execution.py", "test_keras_step.py", "test_keras_defaults.py", "test_keras_icnn.py", "test_batch_axis.py",
     "test_accounting.py", "test_hook.py", "test_hook_mixed_precision.py", "test_fast_stats.py", "test_variables.py",
     "test_quantiles.py", "test_shared_gradients.py", "test_lifecycle.py", "test_native_cache.py", "test_keras_loop.py",
-    "test_replicas.py",
+    "test_replicas.py", "test_prewarm.py",
 })
 
 
