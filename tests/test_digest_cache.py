@@ -137,3 +137,29 @@ def test_a_second_info_reads_only_the_parts_its_diagnosis_needs(tmp_path, cache,
     # holds it (one step a part): not the steps between
     window = {name(k + 1) for k in range(parts - Thresholds().window, parts)}
     assert reads and set(reads) <= window | {name(1)}
+
+
+def test_many_small_parts_digests_are_read_in_threads(tmp_path, cache, monkeypatch):
+    import threading
+    run_dir = small_parts_run(tmp_path / "run")
+    monkeypatch.setattr(query, "PREFETCH_FROM", 2)
+    threads: list[tuple[str, int]] = []
+    real = query.read_part
+
+    def recording(path, *a, **k):
+        threads.append((Path(path).name, threading.get_ident()))
+        return real(path, *a, **k)
+    monkeypatch.setattr(query, "read_part", recording)
+    np.testing.assert_array_equal(inspector.open_run(run_dir).stats_steps(), np.arange(PARTS))
+    assert sorted(n for n, _ in threads) == sorted(name(k) for k in range(1, PARTS + 1))
+    ids = {t for _, t in threads}
+    assert threading.get_ident() not in ids and len(ids) > 1
+
+
+def test_a_damaged_part_among_prefetched_ones_is_named_once(tmp_path, cache, monkeypatch):
+    run_dir = small_parts_run(tmp_path / "run")
+    (run_dir / stats_name("chief", 1, 4)).write_bytes(b"PAR1 not a part PAR1")
+    monkeypatch.setattr(query, "PREFETCH_FROM", 2)
+    run = inspector.open_run(run_dir)
+    np.testing.assert_array_equal(run.stats_steps(), [k for k in range(PARTS) if k != 3])
+    assert len([m for m in run.problems if name(4) in m]) == 1

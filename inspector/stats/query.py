@@ -7,6 +7,7 @@ read through ``run._read_part`` (tests patch it there to see each read). This mo
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -281,6 +282,8 @@ def stats_steps(run: Any, kind: str = "forward", group: str = "all") -> np.ndarr
         sessions.setdefault((w, run._mode_of(w, s)), set()).add(s)
     own: dict[tuple[str, str, int], list[np.ndarray]] = {}
     claims: dict[tuple[str, str, int], list[np.ndarray]] = {}
+    if batch is None:   # the loop below reads digests (one eval batch: its rows instead)
+        prefetch_digests(run, files)
     for w, s, p in files:
         mode = run._mode_of(w, s)
         got = _part_step_list(run, w, s, p, kind, group, batch)
@@ -346,6 +349,46 @@ def part_digest(run: Any, worker: str, session: int, part: tuple) -> Digest | No
     run._digests[part] = d = digest(t)
     cache.put(part, d)
     return d
+
+
+#: threads reading small parts' digests at once (pyarrow reads and decodes without the GIL, so
+#: the reads overlap), from how many such parts, and the largest part read so (bytes): memory
+#: stays a few small parts'
+DIGEST_THREADS = 4
+PREFETCH_FROM = 32
+PREFETCH_BYTES = 4 << 20
+
+
+def prefetch_digests(run: Any, files: Sequence[tuple[str, int, tuple]]) -> None:
+    """Make, DIGEST_THREADS at a time, the digests of ``files``' small local parts that have no
+    summary and no digest yet (:func:`part_digest` then finds them), each read through
+    ``run._read_part``. A part that fails here is read again by :func:`part_digest`."""
+    from inspector.stats.summary import summary_rel
+    if not run.store.is_local:
+        return
+    root, cache = Path(run.path), digest_cache(run)
+    todo = [(w, s, p) for w, s, p in files if p[1] is not None and p[1] <= PREFETCH_BYTES
+            and p not in run._digests and cache.get(p) is None
+            and not (root / summary_rel(p[0])).exists()]
+    if len(todo) < PREFETCH_FROM:
+        return
+
+    def one(item: tuple[str, int, tuple]) -> tuple[tuple, Digest | None]:
+        w, s, part = item
+        t = run._read_part(w, s, part, DIGEST_COLUMNS, None, identity=False)
+        return part, None if t is None else digest(t)
+    before = list(run.problems)
+    try:
+        with ThreadPoolExecutor(DIGEST_THREADS) as pool:
+            for part, d in pool.map(one, todo):
+                if d is not None:
+                    run._digests[part] = d
+                    cache.put(part, d)
+    except Exception:   # noqa: BLE001 - part_digest's own read meets it again, and decides
+        pass
+    # a part that failed is read again by part_digest, which leaves its problem to the full
+    # reader: none is reported from here
+    run.problems[:] = before
 
 
 def digest_cache(run: Any) -> DigestCache:
