@@ -1029,6 +1029,7 @@ class Run:
                 return None
             if t.num_rows:
                 parts.setdefault((w, s), []).append(t)
+        query.save_digests(self)
         tables = [t for ts in query.latest_session_wins(parts).values() for t in ts]
         if not tables:
             return self._to_pandas(pa.table({}))

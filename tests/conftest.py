@@ -35,3 +35,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if path and not os.environ.get("PYTEST_XDIST_WORKER"):   # once, in the controller, under xdist
         with open(path, "a") as f:
             f.write(f"{report.nodeid}\t{report.when}\t{report.duration:.2f}\t{report.outcome}\n")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The reader's local cache (digests of small parts) in a folder of this test session, not
+    the user's ~/.cache; a test that needs its own sets TF_INSPECTOR_CACHE itself."""
+    os.environ.setdefault("TF_INSPECTOR_CACHE", str(tmp_path_factory.mktemp("tf-inspector-cache")))

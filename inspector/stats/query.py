@@ -7,6 +7,7 @@ read through ``run._read_part`` (tests patch it there to see each read). This mo
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -24,6 +25,7 @@ from inspector.sessions.crosscheck import stats_problems
 from inspector.stats import histograms, nonfinite
 from inspector.stats.digest import COLUMNS as DIGEST_COLUMNS
 from inspector.stats.digest import Digest, digest
+from inspector.stats.digest_cache import DigestCache
 from inspector.stats.parts import live_parts, seq_range
 from inspector.stats.schema import read_part, read_ranged_part, within_budget
 
@@ -130,8 +132,7 @@ def _read_stats_once(run: Any, columns: Sequence[str] | None, filters: Any, mode
     size = 0   # bytes kept so far: the budget holds for the whole answer, not each part
     lo, hi = _step_bounds(filters)
     if lo is not None or hi is not None:  # skip parts whose summary puts every step outside
-        from inspector.stats.summary import part_steps
-        files = [(w, s, p) for w, s, p in files if (r := part_steps(run, p)) is None
+        files = [(w, s, p) for w, s, p in files if (r := _known_steps(run, p)) is None
                  or not ((lo is not None and r[1] < lo) or (hi is not None and r[0] > hi))]
     for w, s, p in files:
         t = run._read_part(w, s, p, columns, filters)
@@ -151,6 +152,19 @@ def _read_stats_once(run: Any, columns: Sequence[str] | None, filters: Any, mode
     table = pa.concat_tables(tables, promote_options="permissive")
     return (table.select([c for c in columns if c in table.column_names]) if columns is not None
             else table), failed
+
+
+def _known_steps(run: Any, part: tuple) -> tuple[int, int] | None:
+    """(first, last) step of ``part``'s rows from its summary, else from a digest already made
+    (in memory or the local cache: no part is read for it), else None (read the part)."""
+    from inspector.stats.summary import part_steps
+    if (r := part_steps(run, part)) is not None:
+        return r
+    d = run._digests.get(part) or digest_cache(run).get(part)
+    if d is None:
+        return None
+    # a part without a row at any step holds no row a step filter keeps
+    return (int(d.every[0]), int(d.every[-1])) if len(d.every) else (1, 0)
 
 
 def _claimed_steps(run: Any, files: list) -> dict[tuple[str, int], tuple[str, set]]:
@@ -268,6 +282,8 @@ def stats_steps(run: Any, kind: str = "forward", group: str = "all") -> np.ndarr
         sessions.setdefault((w, run._mode_of(w, s)), set()).add(s)
     own: dict[tuple[str, str, int], list[np.ndarray]] = {}
     claims: dict[tuple[str, str, int], list[np.ndarray]] = {}
+    if batch is None:   # the loop below reads digests (one eval batch: its rows instead)
+        prefetch_digests(run, files)
     for w, s, p in files:
         mode = run._mode_of(w, s)
         got = _part_step_list(run, w, s, p, kind, group, batch)
@@ -287,6 +303,7 @@ def stats_steps(run: Any, kind: str = "forward", group: str = "all") -> np.ndarr
             found.append(np.setdiff1d(steps, later))
             later = np.union1d(later, np.concatenate(claims.get((w, mode, s),
                                                                 [np.zeros(0, np.int64)])))
+    save_digests(run)
     return np.unique(np.concatenate(found))
 
 
@@ -320,13 +337,72 @@ def part_digest(run: Any, worker: str, session: int, part: tuple) -> Digest | No
     None if it cannot be read (its problem left for the full reader to report)."""
     if (d := run._digests.get(part)) is not None:
         return d
+    cache = digest_cache(run)
+    if (d := cache.get(part)) is not None:
+        run._digests[part] = d
+        return d
     before = list(run.problems)
     t = run._read_part(worker, session, part, DIGEST_COLUMNS, None, identity=False)
     if t is None:
         run.problems[:] = before
         return None
     run._digests[part] = d = digest(t)
+    cache.put(part, d)
     return d
+
+
+#: threads reading small parts' digests at once (pyarrow reads and decodes without the GIL, so
+#: the reads overlap), from how many such parts, and the largest part read so (bytes): memory
+#: stays a few small parts'
+DIGEST_THREADS = 4
+PREFETCH_FROM = 32
+PREFETCH_BYTES = 4 << 20
+
+
+def prefetch_digests(run: Any, files: Sequence[tuple[str, int, tuple]]) -> None:
+    """Make, DIGEST_THREADS at a time, the digests of ``files``' small local parts that have no
+    summary and no digest yet (:func:`part_digest` then finds them), each read through
+    ``run._read_part``. A part that fails here is read again by :func:`part_digest`."""
+    from inspector.stats.summary import summary_rel
+    if not run.store.is_local:
+        return
+    root, cache = Path(run.path), digest_cache(run)
+    todo = [(w, s, p) for w, s, p in files if p[1] is not None and p[1] <= PREFETCH_BYTES
+            and p not in run._digests and cache.get(p) is None
+            and not (root / summary_rel(p[0])).exists()]
+    if len(todo) < PREFETCH_FROM:
+        return
+
+    def one(item: tuple[str, int, tuple]) -> tuple[tuple, Digest | None]:
+        w, s, part = item
+        t = run._read_part(w, s, part, DIGEST_COLUMNS, None, identity=False)
+        return part, None if t is None else digest(t)
+    before = list(run.problems)
+    try:
+        with ThreadPoolExecutor(DIGEST_THREADS) as pool:
+            for part, d in pool.map(one, todo):
+                if d is not None:
+                    run._digests[part] = d
+                    cache.put(part, d)
+    except Exception:   # noqa: BLE001 - part_digest's own read meets it again, and decides
+        pass
+    # a part that failed is read again by part_digest, which leaves its problem to the full
+    # reader: none is reported from here
+    run.problems[:] = before
+
+
+def digest_cache(run: Any) -> DigestCache:
+    """The run's digests on local disk (:mod:`inspector.stats.digest_cache`), opened once."""
+    cache = run.__dict__.get("_digest_cache")
+    if cache is None:
+        cache = run.__dict__["_digest_cache"] = DigestCache.for_run(str(run.path))
+    return cache
+
+
+def save_digests(run: Any) -> None:
+    """Write the digests read since the last save, for the parts listed now."""
+    if "_digest_cache" in run.__dict__:
+        run._digest_cache.save(p for _, _, p in run._stats_files)
 
 
 def to_pandas(table: pa.Table) -> pd.DataFrame:
