@@ -129,7 +129,7 @@ def test_out_of_memory_is_a_memory_error_not_a_damaged_file(tmp_path, monkeypatc
     def no_memory(*args, **kwargs):
         raise pa.ArrowMemoryError("realloc of size 1073741824 failed")
 
-    for name in ("read", "read_row_groups"):
+    for name in ("read", "read_row_groups", "read_row_group", "iter_batches"):   # every way a part is read
         monkeypatch.setattr(pq.ParquetFile, name, no_memory)
     with pytest.raises(MemoryError, match=r"needs more memory.*the file is not damaged.*query_stats"):
         run.query_stats(columns=["mean"])
