@@ -1,12 +1,13 @@
 """Training on two logical CPU devices under MirroredStrategy, for tests/test_replicas.py (a process
 of its own: the logical devices must be set before TensorFlow initialises its devices).
 
-    python tests/replicas_task.py fit RUN_DIR OUT.npz [inside]   # fit + InspectCallback
-    python tests/replicas_task.py loop RUN_DIR                    # inspect_step: refused, said why
+    python tests/replicas_task.py fit RUN_DIR OUT.npz SOURCE [inside]   # fit + InspectCallback
+    python tests/replicas_task.py loop RUN_DIR                           # inspect_step: refused
 
-``fit`` trains 2 steps of 16 samples (8 per replica) with the callback's default source, which
-falls back to the probe (the first 16 samples), dumped at step 2, and saves x, y and the trained
-weights (numpy's npz) for the test's oracle; ``inside`` calls fit inside ``strategy.scope()``.
+``fit`` trains 2 steps of 16 samples (8 per replica) with ``source=SOURCE`` (``train_batch``: the
+step's global batch; ``probe``: the first 16 samples), dumped at step 2, and saves x, y, the
+weights step 2 read (``b0``...) and the trained weights (``w0``...) (numpy's npz) for the test's
+oracle; ``inside`` calls fit inside ``strategy.scope()``.
 ``loop`` prints the ValueError inspect_step raises for a model under the strategy.
 """
 from __future__ import annotations
@@ -53,13 +54,20 @@ def main() -> None:
         except ValueError as e:
             print(f"REFUSED: {e}")
         return
-    cb = InspectCallback(run_dir, stats_every_n_steps=1, dump_steps=[2], samples_per_group=16, strict=True)
-    if sys.argv[4:] == ["inside"]:
+    before: dict = {}
+    keep = keras.callbacks.LambdaCallback(   # the weights the second step reads
+        on_train_batch_begin=lambda b, logs: before.update(enumerate(model.get_weights())) if b == 1 else None)
+    probe = (x[:16], y[:16]) if sys.argv[4] == "probe" else None
+    cb = InspectCallback(run_dir, source=sys.argv[4], probe=probe, stats_every_n_steps=1,
+                         dump_steps=[2], samples_per_group=16, strict=True)
+    fit = dict(batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[keep, cb])
+    if sys.argv[5:] == ["inside"]:
         with strategy.scope():
-            model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
+            model.fit(x, y, **fit)
     else:
-        model.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, callbacks=[cb])
-    np.savez(sys.argv[3], x=x, y=y, **{f"w{i}": w for i, w in enumerate(model.get_weights())})
+        model.fit(x, y, **fit)
+    np.savez(sys.argv[3], x=x, y=y, **{f"w{i}": w for i, w in enumerate(model.get_weights())},
+             **{f"b{i}": w for i, w in before.items()})
 
 
 if __name__ == "__main__":
