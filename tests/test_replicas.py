@@ -1,8 +1,8 @@
 """MirroredStrategy on two logical CPU devices (tests/replicas_task.py, a process of its own): fit with
 InspectCallback records the training step's global batch, and the probe, exactly (each value and
 gradient equal to a GradientTape's on that batch and the weights the step read, or those after it
-for the probe), inside strategy.scope() or outside it, under both TensorFlows; inspect_step refuses
-such a model at once, saying why."""
+for the probe), inside strategy.scope() or outside it, under both TensorFlows; and inspect_step of
+a custom loop calling strategy.run, likewise."""
 from __future__ import annotations
 
 import subprocess
@@ -92,7 +92,14 @@ def test_fit_on_two_replicas_records_the_probe_exactly(tmp_path, where):
     _check_step_2(run, saved["x"][:16], saved["y"][:16], [saved[f"w{i}"] for i in range(4)])
 
 
-def test_inspect_step_refuses_a_model_on_two_replicas_at_once(tmp_path):
-    out = _task("loop", tmp_path / "r")
-    assert "REFUSED: inspect_step of a model under MirroredStrategy with 2 replicas" in out
-    assert "one-replica run" in out and not (tmp_path / "r").exists()
+def test_inspect_step_of_strategy_run_on_two_replicas_records_the_global_batch_exactly(tmp_path):
+    """A custom loop calling strategy.run (GradientTape, compute_average_loss) wrapped by
+    inspect_step: recorded as fit's step is, the global batch in replica order."""
+    _task("loop", tmp_path / "r", tmp_path / "out.npz")
+    saved = np.load(tmp_path / "out.npz")
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(run.stats["step"].unique()) == [1, 2]
+    before, after = [saved[f"b{i}"] for i in range(4)], [saved[f"w{i}"] for i in range(4)]
+    grads = _check_step_2(run, saved["x"][16:], saved["y"][16:], before)
+    for b, g, a in zip(before, grads, after):
+        np.testing.assert_allclose(b - 0.3 * g, a, rtol=1e-5, atol=1e-6)
