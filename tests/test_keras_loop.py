@@ -246,7 +246,7 @@ def test_gradient_accumulation_records_each_batchs_gradients_and_the_applied_upd
 def test_strategy_run_on_one_replica_is_recorded_exactly(tmp_path, in_scope):
     """A distributed step (strategy.run of a replica step, compute_average_loss) on one replica, the
     loop run outside or inside strategy.scope(): the step's gradients and values are recorded as
-    without a strategy (several replicas are refused: tests/test_replicas.py)."""
+    without a strategy (several replicas: tests/test_replicas.py)."""
     import contextlib
     keras.utils.set_random_seed(12)
     x, y = _data(12, n=48)

@@ -11,7 +11,7 @@ By default (``source="train_batch"``) the capture is built into ``fit``'s own tr
 (``hooks/keras/step.py``): on a sampled step the step's own batch, its forward values on the
 weights before its update and the gradients that update was computed from, in the same
 backward pass; other steps run the model's own train function. Where that cannot be exact
-(``hooks/keras/source.py``: XLA, ``run_eagerly``, several replicas, a custom ``train_step`` the
+(``hooks/keras/source.py``: XLA, ``run_eagerly``, a custom ``train_step`` the
 capture refuses) the callback falls back to the probe, with a warning saying why. With the
 probe (``probe=`` a fixed batch, or the fallback), on a sampled step the callback runs the model
 and its compiled loss on that batch after the step's update, traced once into a graph where the
@@ -72,7 +72,7 @@ class InspectCallback(tf.keras.callbacks.Callback):
         itself, captured inside fit's own train step: its batch, its forward values on the
         weights before its update, and the gradients that update was computed from
         (``hooks/keras/step.py``; docs/guide/keras.md). Where that cannot be exact (XLA,
-        ``run_eagerly``, several replicas, a custom ``train_step`` it refuses) the callback
+        ``run_eagerly``, a custom ``train_step`` it refuses; several replicas record the global batch) the callback
         warns and records the probe instead. ``"probe"`` (the default with ``probe=``): a fixed
         batch run through the model after each sampled step's update; its gradients are the
         probe's on the updated weights, not those the update came from (the catalog's

@@ -19,8 +19,9 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
@@ -52,7 +53,8 @@ class LoopStepGraph(StepGraph):
                         "model's variables (docs/guide/custom-loops.md)")
         python = getattr(fn, "python_function", fn)    # a tf.function's own Python
         # as tf.function runs it: autograph turns Python control flow on tensors into graph ops
-        self._run = tf.autograph.to_graph(python) if _autograph(fn) else python
+        self._convert = _autograph(fn)
+        self._run = tf.autograph.to_graph(python) if self._convert else python
         self._labels = labels
         self._returned: dict = {}   # the capture of the trace under way (_store)
 
@@ -61,13 +63,43 @@ class LoopStepGraph(StepGraph):
         the step function's result and the capture's (:meth:`results` reads them)."""
         if key not in self._fns:
             def body(*args, **kwargs):
-                data = (None, self._labels(*args, **kwargs), None)
                 self._returned = {}
+                if self._replicas() > 1:   # the capture inside each replica's step (strategy.run)
+                    with self._per_replica(key):
+                        return self._run(*args, **kwargs), self._returned
+                data = (None, self._labels(*args, **kwargs), None)
                 result = self._capturing_step(lambda: self._run(*args, **kwargs), data, key)
                 return result, self._returned
             # autograph=False: the user's code is converted above, the capture's never is
             self._fns[key] = tf.function(body, autograph=False, reduce_retracing=True)
         return self._fns[key]
+
+    def _replicas(self) -> int:
+        strategy = getattr(self.model, "distribute_strategy", None)
+        return getattr(strategy, "num_replicas_in_sync", 1)
+
+    @contextlib.contextmanager
+    def _per_replica(self, key: Key) -> Iterator[None]:
+        """While tracing: the model's strategy's ``run(fn, args, kwargs)`` runs ``fn`` under the
+        step capture in each replica, as ``fit``'s train step is (hooks/keras/replicas.py makes
+        the values the global batch's); the labels are those of ``fn``'s arguments."""
+        strategy = self.model.distribute_strategy
+        run = strategy.run
+
+        def captured_run(fn, args=(), kwargs=None, options=None):
+            own = tf.autograph.to_graph(fn) if self._convert else fn   # as strategy.run would
+
+            @tf.autograph.experimental.do_not_convert   # the capture's code is never converted
+            def replica_step(*a, **k):
+                data = (None, self._labels(*a, **k), None)
+                return self._capturing_step(lambda: own(*a, **k), data, key)
+            return run(replica_step, args=args, kwargs=kwargs or {}, options=options)
+
+        strategy.run = captured_run
+        try:
+            yield
+        finally:
+            del strategy.run
 
     def _store(self, key: Key, out: dict) -> None:
         """The results leave the function as its outputs (fit's step keeps them in variables,
@@ -96,21 +128,12 @@ def _autograph(fn) -> bool:
 
 def refuse_unsupported_loop(fn, model) -> None:
     """ValueError for what the capture cannot record, before anything is traced: a step compiled
-    by XLA (the statistics kernel is not XLA's), a model under a strategy with several
-    replicas (each replica's step sees its own slice of the batch; not recorded yet)."""
+    by XLA (the statistics kernel is not XLA's)."""
     jit = getattr(fn, "_jit_compile", None)
     if jit:
         raise ValueError(f"inspect_step of a tf.function(jit_compile={jit!r}): the capture's "
                          "statistics kernel cannot be compiled by XLA; wrap the step function "
                          "without jit_compile (XLA steps are not recorded)")
-    strategy = getattr(model, "distribute_strategy", None)
-    replicas = getattr(strategy, "num_replicas_in_sync", 1)
-    if replicas > 1:
-        raise ValueError(f"inspect_step of a model under {type(strategy).__name__} with {replicas} "
-                         "replicas: the capture records one replica's step, and each replica "
-                         "trains on its own slice of the batch; several replicas are not "
-                         "recorded (record a one-replica run of the same loop: the model built "
-                         "outside the strategy, or under a strategy of one device)")
 
 
 class InspectedStep:

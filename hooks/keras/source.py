@@ -2,7 +2,7 @@
 
 The default, ``source="train_batch"``, captures inside ``fit``'s train step (``keras_step``):
 the step's batch, the weights before its update, the gradients the update came from. Where
-that cannot be exact (XLA, ``run_eagerly``, several replicas, a custom ``train_step`` the
+that cannot be exact (XLA, ``run_eagerly``, a custom ``train_step`` the
 capture refuses) the callback falls back to the probe, with a warning naming why: the batch
 given as ``probe=``, else the first batch of ``fit``'s own data (:func:`first_batch`). With
 ``probe=`` and no ``source`` the probe is the source (the fixed batch asked for).

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from hooks.capture.gradients import differentiable
 from hooks.variables import update_stats
+from hooks.keras import replicas
 from hooks.keras.trace import (GroupsError, ProbeGraph, ProbeOptions, _tf_var, layer_paths,
                                read_handle, record_calls, variable_name)
 from hooks.stats.exact import concat_stats
@@ -61,11 +62,6 @@ def refuse_unsupported(model) -> None:
     if getattr(model, "run_eagerly", False):
         raise ValueError("source='train_batch' with run_eagerly=True: the capture needs fit's "
                          "traced train step; compile(..., run_eagerly=False) or use source='probe'")
-    strategy = getattr(model, "distribute_strategy", None)
-    if strategy is not None and strategy.num_replicas_in_sync > 1:
-        raise ValueError(f"source='train_batch' under {type(strategy).__name__} with "
-                         f"{strategy.num_replicas_in_sync} replicas: each replica sees its own "
-                         f"slice of the batch; use source='probe'")
 
 
 @contextlib.contextmanager
@@ -433,7 +429,7 @@ class StepGraph(ProbeGraph):
         # the step's gradients were not the loss's (a scaled loss): its own pass
         if out is None and not self.mismatch:
             out = self._refusing(lambda: self._capture_step(g, (x, y, sw), calls, box, key, ()))
-        if not self.mismatch:
+        if not self.mismatch and replicas.primary():   # the others' results are the first's
             self._refusing(lambda: self._finish(key, out))
         if self.mismatch:
             return logs   # fit's step as it is; its capture is refused (mismatch)

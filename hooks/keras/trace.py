@@ -29,6 +29,7 @@ from hooks.capture import feeds
 from hooks.recorders import loss_and_labels
 from hooks.capture import source_lines
 from hooks.capture.groups import GroupSpec
+from hooks.keras import replicas
 from hooks.variables import VariableRecord, selected
 from hooks.stats import fast as fast_stats
 from inspector.format.accounting import OUTSIDE
@@ -384,8 +385,11 @@ class ProbeGraph:
         sel.reasons.update(dict.fromkeys(inside, capture.IN_FUNCTION))
         tensors = [t for t in sel.tensors if t.op.name in region]
         labels = y if isinstance(y, tf.Tensor) else None
-        gid = self._groups(y, outputs)
         axis = batch_axis.BatchAxis(g, labels, **self.options.batch_overrides)
+        several = replicas.count() > 1
+        # one replica of several: groups, samples and dumps index the global batch
+        gx, gy, g_outputs = replicas.gather_batch([x, y, outputs]) if several else (x, y, outputs)
+        gid = self._groups(gy, g_outputs)
         if gid is not None:
             self._warn_groups_lost(axis, x, outputs, tensors)
         handles, tf_vars = self._handles(g)
@@ -401,7 +405,7 @@ class ProbeGraph:
         scale = loss_scale(self.model) if wanted and not extra else None
         if scale is not None:
             grads = scaled_gradients(loss, wanted, grads, scale)
-        self.extra_gradients = raw[len(wanted):]
+        extra_gradients = raw[len(wanted):]
         grads = reaching(loss, tensors, grads)
         by_owner = owners(ops, calls)
         fields = capture.icnn_fields(g)
@@ -414,25 +418,37 @@ class ProbeGraph:
                            keras_call=owner.call if owner else None,
                            batch_note=axis.note(t))
             captured.append(c)
+        if several:
+            sources = {t.name for t in tf.nest.flatten((x, y, sw)) if t is not None}
+            captured, per_replica = replicas.split(captured, replicas.batch_dependent(ops, sources))
+            sel.skipped += per_replica
+            sel.reasons.update(dict.fromkeys(per_replica, replicas.PER_REPLICA))
         feeds.annotate(captured, g, set())
         records = self._variable_records(tf_vars, handles, grads[len(tensors):], region)
         # this trace's (a retrace has its own tensors)
-        self.traced_variables = list(zip(records, tf_vars))
+        if replicas.primary():   # the replica whose results are written (_updates reads them)
+            self.traced_variables = list(zip(records, tf_vars))
         read_of = {read: r.variable for r in records for read in r.reads}
         for c in captured:  # a read of a variable names it (FORMAT.md, catalog field `variable`)
             if c.name in read_of:
                 c.extra["variable"] = read_of[c.name]
         everything = captured + records
         source_lines.annotate(everything, g)
+        values = replicas.combine(everything) if several else everything
+        # set after the last cross-replica step: replicas run in turn, one until it waits on the
+        # others, so set any earlier another replica's trace would overwrite it before it is read
+        self.extra_gradients = extra_gradients
+        if not replicas.primary():   # the first replica names the catalog and writes the results
+            return {}
         self._remember(everything, records, sel, loss, labels, tf_vars)
         self.input_names = [t.name for t in tf.nest.flatten(x) if t is not None]
         out: dict[str, Any] = {}
         if want_stats:
-            st = fast_stats.build_stats(everything, gid, self.options.native_stats)
+            st = fast_stats.build_stats(values, gid, self.options.native_stats)
             out["stats"] = st.tensors() if st is not None else ()
             self.rows = st.rows if st is not None else []
         if want_dump:
-            out.update(self._dump(everything, gid, labels, x))
+            out.update(self._dump(values, gid, gy if isinstance(gy, tf.Tensor) else None, gx))
         return out
 
     def _warn_groups_lost(self, axis: batch_axis.BatchAxis, x, outputs,
