@@ -869,12 +869,8 @@ class DumpHook(v1.train.SessionRunHook):
         """The same-run reads for a run of ``fetches``, or None: the extra run after it."""
         if self._same_run is None:
             return None
-        try:
-            flat = tf.nest.flatten(fetches, expand_composites=True)
-            key = tuple(f if isinstance(f, str) else f.name for f in flat)
-        except (AttributeError, TypeError, ValueError):
-            return None
-        return self._same_run.reads_for(key, flat)
+        keyed = _fetch_key(fetches)
+        return None if keyed is None else self._same_run.reads_for(*keyed)
 
     def _run_trains(self, fetches) -> bool:
         """Whether a run of ``fetches`` trains: they reach an op that changes state (an assignment,
@@ -886,11 +882,10 @@ class DumpHook(v1.train.SessionRunHook):
         where it cannot be told: no increment in the graph, a fetch that is no graph element."""
         if self._counts_every_run:
             return True
-        try:
-            flat = tf.nest.flatten(fetches, expand_composites=True)
-            key = tuple(f if isinstance(f, str) else f.name for f in flat)
-        except (AttributeError, TypeError, ValueError):
+        keyed = _fetch_key(fetches)
+        if keyed is None:
             return True
+        key, flat = keyed
         if key not in self._trains:
             if len(self._trains) > 256:
                 self._trains.clear()
@@ -1266,3 +1261,13 @@ def _static_bytes(t: tf.Tensor, batched: bool) -> int:
 def _listed(names: Sequence[str], most: int) -> str:
     """``names`` joined, the first ``most`` of them and how many more."""
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _fetch_key(fetches) -> tuple[tuple[str, ...], list] | None:
+    """A run's fetches as (their names, the flat fetches), or None where a fetch is no graph
+    element (its name cannot key a cache of what the run does)."""
+    try:
+        flat = tf.nest.flatten(fetches, expand_composites=True)
+        return tuple(f if isinstance(f, str) else f.name for f in flat), flat
+    except (AttributeError, TypeError, ValueError):
+        return None
