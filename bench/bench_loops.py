@@ -15,7 +15,8 @@ that every repetition pays the tracing again, as a short training would. Timed p
 
 - ``fixed``: the first call minus the plain loop's first call (both trace their step function),
   plus the first statistics-and-dump step and the first statistics-only step each minus a
-  plain step: the tracing a loop pays once per kind of sampled step;
+  plain step: the tracing a loop pays once per kind of sampled step; in wall seconds and in
+  the process's CPU seconds (all threads; the steadier measure on a loaded machine);
 - ``sampled step``: a later statistics step's time (its function traced already) over the
   median plain step;
 - ``idle step``: the median unsampled step over the median plain step;
@@ -55,27 +56,30 @@ def _build(tf):
     return model, train_step
 
 
-def _loop(step, batches) -> list[float]:
-    times = []
+def _loop(step, batches) -> tuple[list[float], list[float]]:
+    """Each step's wall and process CPU seconds (CPU moves less with a shared machine's load)."""
+    times, cpu = [], []
     for x, y in batches:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         step(x, y).numpy()
         times.append(time.perf_counter() - t)
-    return times
+        cpu.append(time.process_time() - c)
+    return times, cpu
 
 
 def one_rep(tf, inspect_step, batches, every: int, root: str) -> dict[str, float]:
     runs: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     close = 0.0
     for kind in random.sample(["plain", "inspected"], 2):
         model, train_step = _build(tf)
         if kind == "plain":
-            runs[kind] = _loop(train_step, batches)
+            runs[kind], cpus[kind] = _loop(train_step, batches)
             continue
         run_dir = os.path.join(root, "r")
         step = inspect_step(train_step, run_dir, model, stats_every_n_steps=every,
                             dump_steps=[every])
-        runs[kind] = _loop(step, batches)
+        runs[kind], cpus[kind] = _loop(step, batches)
         t = time.perf_counter()
         step.close()
         close = time.perf_counter() - t
@@ -86,7 +90,10 @@ def one_rep(tf, inspect_step, batches, every: int, root: str) -> dict[str, float
     idle = [t for i, t in enumerate(ins[1:], 1) if i not in sampled]
     later = [ins[i] for i in sampled[2:]]     # statistics only, their function traced
     traced = [ins[i] - base for i in sampled[:2]]   # the two kinds' first steps: their traces
+    cpu_plain, cpu_ins = cpus["plain"], cpus["inspected"]
+    cpu_base = statistics.median(cpu_plain[1:])
     return {"fixed": (ins[0] - plain[0]) + sum(traced),
+            "fixed_cpu": (cpu_ins[0] - cpu_plain[0]) + sum(cpu_ins[i] - cpu_base for i in sampled[:2]),
             "sampled": statistics.median(later) / base if later else float("nan"),
             "idle": statistics.median(idle) / base,
             "whole": (sum(ins) + close) / sum(plain), "plain_ms": 1000 * base}
@@ -114,6 +121,7 @@ def main() -> None:
           f"{a.steps} steps, statistics every {a.every}, {a.reps} reps; plain step "
           f"{med['plain_ms']:.2f} ms; load average {os.getloadavg()[0]:.1f}")
     print(format_table([("fixed (tracing) s", f"{med['fixed']:.2f}"),
+                        ("fixed (tracing), CPU s", f"{med['fixed_cpu']:.2f}"),
                         ("sampled step / plain step", f"{med['sampled']:.1f}"),
                         ("idle step / plain step", f"{med['idle']:.2f}"),
                         ("whole loop / plain loop", f"{med['whole']:.2f}")],

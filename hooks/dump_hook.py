@@ -332,7 +332,8 @@ class DumpHook(v1.train.SessionRunHook):
             g, self._tensor(self.labels_arg, "labels"), self.group_spec,
             self._tensor(self.predictions_arg, "predictions"), strict=self.strict, loss=loss)
         self._groups = groups
-        self._groups_rule = rule if groups is not None else None
+        # without groups: "none: <why>", written to the manifest (_groups_manifest)
+        self._groups_rule = rule
         return labels, groups
 
     def _resolve_tower_labels(self, g: tf.Graph) -> tuple[None, None]:
@@ -448,7 +449,10 @@ class DumpHook(v1.train.SessionRunHook):
                     "there, so statistics are for group 'all' only and dumps keep no labels. Pass "
                     "labels of the whole batch (%s), or labels={scope: labels} per tower",
                     labels.name, part, fix)
-        self._groups = self._groups_rule = None
+        self._groups = None
+        self._groups_rule = loss_and_labels.no_groups(
+            f"labels {labels.name} are computed from {part}: pass labels of the whole batch "
+            f"({fix}), or labels={{scope: labels}} per tower")
         return None, None
 
     def _assign_towers(self, axis: batch_axis.BatchAxis, groups: capture.Groups | None) -> None:
@@ -654,9 +658,11 @@ class DumpHook(v1.train.SessionRunHook):
     def _groups_manifest(self) -> dict[str, Any]:
         """``groups`` (FORMAT.md, manifest)."""
         g = self._groups or next(iter(self._tower_groups.values()), None)
-        entry = None if g is None \
-            else {"rule": self._groups_rule, "names": list(g.names), "codes": list(g.codes)}
-        return {"groups": entry}
+        if g is None:   # no group but 'all', and why (run.groups_note), as InspectCallback writes
+            why = self._groups_rule or loss_and_labels.no_groups("no labels gave groups")
+            return {"groups": {"rule": why, "names": [], "codes": []}}
+        return {"groups": {"rule": self._groups_rule, "names": list(g.names),
+                           "codes": list(g.codes)}}
 
     # ---- the session ----------------------------------------------------------------------
     @_guarded

@@ -130,7 +130,8 @@ def test_dnn_regressor_whole_number_targets_are_refused(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, logger="tf_inspector"):
         run = _train(tmp_path, est, labels, Oracle(STEP), strict=False)
     assert "are regression targets (the EstimatorSpec's predictions are a regression head's" in caplog.text
-    assert set(run.stats["group"].astype(str)) == {"all"} and run.manifest["groups"] is None
+    assert set(run.stats["group"].astype(str)) == {"all"} and run.groups == ["all"]
+    assert "are regression targets (the EstimatorSpec's predictions" in run.groups_note
 
 
 def test_keras_model_to_estimator(tmp_path):

@@ -206,7 +206,9 @@ def test_whole_number_float_targets_of_a_regression_are_refused(tmp_path, caplog
         assert groups == {"all", "positive", "negative"} and not caplog.text
         return
     op = {"squared error": "Square", "absolute error": "Abs", "huber": "Abs"}[loss]
-    assert groups == {"all"} and run.manifest["groups"] is None
+    assert groups == {"all"} and run.groups == ["all"]
+    assert run.groups_note.startswith("none: labels y:0 are regression targets (the loss is computed from ")
+    assert "positive=lambda y: y > threshold" in run.groups_note
     assert "labels y:0 are regression targets (the loss is computed from " in caplog.text
     assert f", a {op} of them)" in caplog.text and "Pass positive=lambda y: y > threshold" in caplog.text
 
@@ -283,3 +285,22 @@ def test_estimator_predictions_found_for_a_groups_function(tmp_path):
         if rows.any():   # in float64, as the statistics sum: numpy's float32 mean of a mean near 0 is off 2e-5
             v = logits[rows].astype(np.float64)
             np.testing.assert_allclose(df.loc[group, "mean"], v.mean(), rtol=1e-6, atol=1e-7 * np.abs(v).max())
+
+
+def test_a_run_without_labels_lists_no_groups_and_says_why(tmp_path):
+    """No labels given, marked or passed by an Estimator: the manifest names no group, and
+    run.groups_note says why and what to pass (labels=, hooks.mark(labels=...), positive=,
+    groups=), as InspectCallback's runs do; its statistics have 'all' rows only."""
+    with tf.Graph().as_default():
+        x = v1.placeholder(tf.float32, [None, D], name="x")
+        w = v1.get_variable("w", initializer=RNG.normal(size=(D, 1)).astype(np.float32))
+        value = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+        train = v1.train.GradientDescentOptimizer(0.01).minimize(value, global_step=v1.train.get_or_create_global_step())
+        hook = DumpHook(tmp_path / "run", loss=value, stats_every_n_steps=1, dump_every_n_steps=0)
+        with v1.train.MonitoredTrainingSession(hooks=[hook]) as s:
+            s.run(train, feed_dict={x: X})
+    run = inspector.open_run(tmp_path / "run")
+    assert run.groups == ["all"] and set(run.stats["group"].astype(str)) == {"all"}
+    note = run.groups_note
+    assert note.startswith("none: no labels found (none given, and no Estimator model_fn was recorded)")
+    assert all(word in note for word in ("labels=", "hooks.mark(labels=...)", "positive=", "groups="))

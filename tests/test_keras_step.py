@@ -1309,3 +1309,24 @@ def test_compile_again_with_the_same_optimizer_under_a_loss_scale_continues_the_
     run = inspector.open_run(tmp_path / "r")
     assert run.sessions.sort_values("session")[["first_step", "last_step"]].values.tolist() == [[1, 3], [4, 6]]
     assert "restored to" not in caplog.text
+
+
+def test_a_first_fit_traces_each_kind_of_sampled_step_once(tmp_path, monkeypatch):
+    """A first fit traces the capture once per kind of sampled step (statistics; statistics and
+    dump): the variables holding its results are created outside tf.function's variable
+    lifting, which would otherwise trace the whole step a second time. Full batches only (a
+    smaller last batch is a new input shape: a retrace of its own), and every sampled step is
+    recorded from those traces."""
+    import hooks.keras.step as ks
+    traces: list = []
+    original = ks.StepGraph._capturing_step
+    monkeypatch.setattr(ks.StepGraph, "_capturing_step",
+                        lambda self, run, data, key: traces.append(key) or original(self, run, data, key))
+    x, y = _data(14, n=8 * BATCH)
+    cb = InspectCallback(tmp_path / "r", source="train_batch", stats_every_n_steps=2, dump_steps=[4, 8],
+                         strict=True)
+    _fit(sequential(), x, y, [cb])
+    assert sorted(traces) == [(True, False), (True, True)]
+    run = inspector.open_run(tmp_path / "r")
+    assert sorted(set(run.query_stats()["step"])) == [2, 4, 6, 8]
+    assert run.dump_steps() == [4, 8]

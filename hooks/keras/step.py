@@ -551,10 +551,14 @@ class StepGraph(ProbeGraph):
         leaves = _paths(out)
         known = self._outputs.get(key)
         if known is None:
+            # created eagerly, outside tf.function's variable lifting: a variable that a first
+            # trace creates makes tf.function trace the whole step a second time
+            # (its no-variable-creation function), the capture's largest fixed cost
             with tf.init_scope():
                 known = [(path, tf.Variable(tf.zeros([0] * max(t.shape.rank or 0, 0), t.dtype),
                                             trainable=False, shape=tf.TensorShape(None),
-                                            name="tf_inspector_out"))
+                                            name="tf_inspector_out",
+                                            experimental_enable_variable_lifting=False))
                          for path, t in leaves]
             self._outputs[key] = known
         if [p for p, _ in known] != [p for p, _ in leaves]:

@@ -241,18 +241,22 @@ MARKED_RULE = "positive/negative by hooks.mark(positive=...)"
 def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec", predictions=None,
                    *, strict: bool, loss: tf.Tensor | None = None
                    ) -> tuple[tf.Tensor | None, capture.Groups | None, str | None]:
-    """(labels, their :class:`capture.Groups` per ``spec``, the rule in words), each None when
-    unknown or refused (logged). ``loss``: labels it is computed from as regression targets
-    (:func:`regression_targets`) are refused under the default positive rule."""
+    """(labels, their :class:`capture.Groups` per ``spec``, the rule in words). Labels and groups
+    are None when unknown or refused (logged); without groups the rule is ``"none: <why>"``,
+    the manifest's reason (FORMAT.md, ``groups``). ``loss``: labels it is computed from as
+    regression targets (:func:`regression_targets`) are refused under the default positive
+    rule."""
     try:
         labels, reason, marked = choose_labels(graph, explicit)
     except AmbiguousError as e:
         _refuse(e, strict)
-        return None, None, None
+        return None, None, no_groups(str(e))
     if labels is None:
         log.info("no labels (%s): statistics for group 'all' only (pass labels= or "
                  "hooks.mark(labels=...))", reason)
-        return None, None, None
+        return None, None, no_groups(f"no labels found ({reason}): pass labels= or "
+                                     "hooks.mark(labels=...), and positive= or groups= for "
+                                     "groups other than label != 0")
     whole = towers.whole_batch(labels)
     if whole is not labels:
         # one tower's labels: their groups are that tower's samples only, and grouping the other
@@ -267,7 +271,10 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
                         "hooks.mark(positive=...)" if marked is not None else
                         "positive= a tensor" if spec.kind == "positive_negative"
                         else "a groups function of predictions", whole.name)
-            return labels, None, None
+            return labels, None, no_groups(
+                f"labels {labels.name} are one tower's part of the batch and their groups were "
+                f"given for that part only: pass the whole batch's labels, {whole.name}, with "
+                "positive= a function of them, or labels={scope: labels} per tower")
         log.info("labels %s are one tower's part of the batch: grouping by %s, the labels they "
                  "were split from, so every tower's samples are grouped by their own labels",
                  labels.name, whole.name)
@@ -285,14 +292,16 @@ def resolve_groups(graph: tf.Graph, explicit: tf.Tensor | None, spec: "GroupSpec
                                     "non-zero targets, not classes. Pass positive=lambda y: y > "
                                     f"threshold for the split you mean, or groups=<function>."),
                 strict)
-        return labels, None, None
+        return labels, None, no_groups(f"labels {labels.name} are regression targets "
+                                       f"({targets}): pass positive=lambda y: y > threshold, "
+                                       "or groups=<function>")
     if predictions is None and spec.needs_predictions:
         predictions = estimator_predictions(graph)
     try:
         groups = spec.build(labels, predictions)
     except (capture.LabelsError, ValueError) as e:
         _refuse(e, strict)
-        return labels, None, None
+        return labels, None, no_groups(str(e))
     rule = spec.describe(labels)
     log.info("labels: %s (%s); groups: %s (%s)", labels.name, reason, rule, ", ".join(groups.names))
     return labels, groups, rule
@@ -342,6 +351,11 @@ def estimator_predictions(graph: tf.Graph):
     if not found:
         return None
     return found[""] if list(found) == [""] else found
+
+
+def no_groups(why: str) -> str:
+    """The manifest's rule where labels give no groups: ``"none: <why>"`` (``run.groups_note``)."""
+    return f"none: {why}"
 
 
 def _refuse(error: ValueError, strict: bool) -> None:
