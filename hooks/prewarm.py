@@ -56,9 +56,16 @@ class RunRecorder:
 def _options(options: Any) -> Any:
     out = v1.RunOptions()
     if options is not None:
-        out.CopyFrom(options)   # debug watches are part of the signature; the rest is not
+        out.CopyFrom(options)
     out.inter_op_thread_pool = BAD_POOL
     return out
+
+
+def _debugged(options: Any) -> bool:
+    """Whether a run is watched by a debugger (tfdbg's hook adds watches to its options): its
+    executor is built anew for each run's dump folder, and a pre-build would publish a
+    partition graph into the folder of the run it copied."""
+    return options is not None and len(options.debug_options.debug_tensor_watch_opts) > 0
 
 
 def build_only(session: Any, fetches: Any, feed_dict: Any = None, options: Any = None) -> bool:
@@ -91,6 +98,8 @@ def start(session: Any, runs: list[tuple[Any, Any, Any]], name: str) -> threadin
         if not supported(session):
             return
         for fetches, feed_dict, options in runs:
+            if _debugged(options):
+                continue
             try:
                 build_only(session, fetches, feed_dict, options)
             except Exception as e:  # noqa: BLE001 - an optimisation: the step builds it instead
