@@ -72,11 +72,11 @@ class InspectCallback(tf.keras.callbacks.Callback):
         itself, captured inside fit's own train step: its batch, its forward values on the
         weights before its update, and the gradients that update was computed from
         (``hooks/keras/step.py``; docs/guide/keras.md). Where that cannot be exact (XLA,
-        ``run_eagerly``, a custom ``train_step`` it refuses; several replicas record the global batch) the callback
-        warns and records the probe instead. ``"probe"`` (the default with ``probe=``): a fixed
-        batch run through the model after each sampled step's update; its gradients are the
-        probe's on the updated weights, not those the update came from (the catalog's
-        ``captured_on`` says "probe batch, after the update").
+        ``run_eagerly``, a custom ``train_step`` it refuses; several replicas record the global
+        batch) the callback warns and records the probe instead. ``"probe"`` (the default with
+        ``probe=``): a fixed batch run through the model after each sampled step's update; its
+        gradients are the probe's on the updated weights, not those the update came from (the
+        catalog's ``captured_on`` says "probe batch, after the update").
       probe: the fixed batch of ``source="probe"``, and with ``source="train_batch"`` the one it
         falls back on (else the first batch of fit's own data): ``(x, y)``,
         ``(x, y, sample_weight)``, ``x`` (no loss: forward values only) or a ``tf.data.Dataset``
