@@ -61,9 +61,13 @@ def test_a_store_wiped_mid_run_names_every_lost_file(s3, capsys):
     assert f"step-{35:010d}" not in problems and run.steps == [35]
     # the writer recreated its lock, and says so; its compaction at close missed the lost parts
     assert sorted(e.what for e in run.errors.itertuples()) == ["compaction", "lock"]
+    # info lists the first dumps' losses and counts the rest; --all-problems lists every file
     assert cli.main(["info", url, "--storage-options", json.dumps(s3.options)]) == 1
     out = capsys.readouterr().out
-    assert out.count("problem    ") == len(run.problems) >= 9 and "000001-000031.parquet: missing" in out
+    assert "000001-000031.parquet: missing" in out and "... and 2 more like" in out
+    assert cli.main(["info", url, "--all-problems", "--storage-options", json.dumps(s3.options)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("problem    ") == len(run.problems) >= 9 and "more like" not in out
 
 
 def test_a_part_deleted_between_listing_and_reading_is_named(tmp_path):
