@@ -49,6 +49,24 @@ def _loop(model, optimizer, eager: bool):
     return train_step if eager else tf.function(train_step)
 
 
+def _side_by_side(tmp_path, make, x, y, **kw):
+    """A model trained through ``inspect_step(make(model), tmp_path / "r", model, **kw)`` beside a
+    plain twin that starts from its weights and trains through ``make(twin)`` on the same batches:
+    each step's loss (where the step returns one) and the final weights must be the twin's, since
+    the wrapper must never change training. Returns the wrapper and the model."""
+    model, plain = sequential(), sequential()
+    plain.set_weights(model.get_weights())
+    step, reference = inspect_step(make(model), tmp_path / "r", model, **kw), make(plain)
+    with step:
+        for i in range(0, len(x), BATCH):
+            loss, want = step(x[i:i + BATCH], y[i:i + BATCH]), reference(x[i:i + BATCH], y[i:i + BATCH])
+            if want is not None:
+                np.testing.assert_allclose(loss, want, rtol=1e-6)
+    for a, b in zip(model.get_weights(), plain.get_weights()):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    return step, model
+
+
 def _readme_example() -> str:
     text = README.read_text()
     section = text.split("## Custom training loops: `inspect_step`", 1)[1]
@@ -103,17 +121,8 @@ def test_every_dumped_value_is_the_steps_own(tmp_path, eager):
     the same loop without the wrapper."""
     keras.utils.set_random_seed(5)
     x, y = _data(5, n=40)
-    model, plain = sequential(), sequential()
-    plain.set_weights(model.get_weights())
-    step = inspect_step(_loop(model, keras.optimizers.SGD(0.3), eager), tmp_path / "r", model,
-                        stats_every_n_steps=1, dump_steps=[2, 3], samples_per_group=BATCH, strict=True)
-    reference = _loop(plain, keras.optimizers.SGD(0.3), eager)
-    with step:
-        for i in range(0, 40, BATCH):
-            loss = step(x[i:i + BATCH], y[i:i + BATCH])
-            np.testing.assert_allclose(loss, reference(x[i:i + BATCH], y[i:i + BATCH]), rtol=1e-6)
-    for a, b in zip(model.get_weights(), plain.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    step, model = _side_by_side(tmp_path, lambda m: _loop(m, keras.optimizers.SGD(0.3), eager), x, y,
+                                stats_every_n_steps=1, dump_steps=[2, 3], samples_per_group=BATCH, strict=True)
     run = inspector.open_run(tmp_path / "r")
     assert run.manifest["probe"]["source"] == "train_batch" and step.step == 3
     assert sorted(run.stats["step"].unique()) == [1, 2, 3]
@@ -292,8 +301,6 @@ def test_an_eager_step_that_cannot_be_traced_trains_on_unrecorded(tmp_path, capl
     so, records nothing, and every step still trains (as the function itself does)."""
     keras.utils.set_random_seed(2)
     x, y = _data(2, n=32)
-    model, plain = sequential(), sequential()
-    plain.set_weights(model.get_weights())
     losses = []
 
     def make(m):
@@ -305,15 +312,10 @@ def test_an_eager_step_that_cannot_be_traced_trains_on_unrecorded(tmp_path, capl
             losses.append(float(loss.numpy()))
             optimizer.apply_gradients(zip(tape.gradient(loss, m.trainable_variables), m.trainable_variables))
         return train_step
-    step, reference = inspect_step(make(model), tmp_path / "r", model, stats_every_n_steps=1), make(plain)
-    with caplog.at_level(logging.ERROR, "tf_inspector"), step:
-        for i in range(0, 32, BATCH):
-            step(x[i:i + BATCH], y[i:i + BATCH])
-            reference(x[i:i + BATCH], y[i:i + BATCH])
+    with caplog.at_level(logging.ERROR, "tf_inspector"):
+        step, _ = _side_by_side(tmp_path, make, x, y, stats_every_n_steps=1)
     assert "tracing the step function with the capture failed" in step.disabled
     assert "inspect_step stops recording" in caplog.text
-    for a, b in zip(model.get_weights(), plain.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
     assert len(losses) == 4 and not (tmp_path / "r").exists()   # 2 steps each, run eagerly; nothing written
 
 
@@ -323,8 +325,6 @@ def test_a_step_with_two_losses_of_one_model_stops_recording_and_trains_on(tmp_p
     once, and the loop trains as without the wrapper."""
     keras.utils.set_random_seed(6)
     x, y = _data(6, n=32)
-    model, plain = sequential(), sequential()
-    plain.set_weights(model.get_weights())
 
     def make(m):
         optimizer, loss_fn = keras.optimizers.SGD(0.3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -338,15 +338,10 @@ def test_a_step_with_two_losses_of_one_model_stops_recording_and_trains_on(tmp_p
             extra = tape.gradient(other, m.trainable_variables)
             optimizer.apply_gradients(zip([g + 0.1 * e for g, e in zip(grads, extra)], m.trainable_variables))
         return train_step
-    step, reference = inspect_step(make(model), tmp_path / "r", model, stats_every_n_steps=1), make(plain)
-    with caplog.at_level(logging.ERROR, "tf_inspector"), step:
-        for i in range(0, 32, BATCH):
-            step(x[i:i + BATCH], y[i:i + BATCH])
-            reference(x[i:i + BATCH], y[i:i + BATCH])
+    with caplog.at_level(logging.ERROR, "tf_inspector"):
+        step, _ = _side_by_side(tmp_path, make, x, y, stats_every_n_steps=1)
     assert "differentiates 2 targets" in step.disabled and "inspect_step records a step" in step.disabled
     assert caplog.text.count("inspect_step stops recording") == 1
-    for a, b in zip(model.get_weights(), plain.get_weights()):
-        np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
 def test_arguments_are_checked(tmp_path):
