@@ -10,7 +10,7 @@ tf = pytest.importorskip("tensorflow")
 import inspector  # noqa: E402
 from hooks import DumpHook  # noqa: E402
 from inspector.format import STAT_COLUMNS  # noqa: E402
-from tfmodels import BATCH, batch_images, batch_labels  # noqa: E402
+from tfmodels import BATCH, batch_images, batch_labels, placeholders  # noqa: E402
 
 v1 = tf.compat.v1
 
@@ -48,9 +48,7 @@ class _Graphs(v1.train.SessionRunHook):
 def _train(tmp_path, steps: int, **hooks_kw) -> tuple[dict, _Graphs]:
     graphs = _Graphs()
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
-        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        gs, x, y = placeholders()
         loss = _net(x, y)
         train_op = v1.train.MomentumOptimizer(0.05, 0.9).minimize(loss, global_step=gs)
         hooks = [DumpHook(tmp_path / name, loss=loss, labels=y, dump_every_n_steps=0, strict=True,

@@ -9,10 +9,19 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 import inspector  # noqa: E402
 from hooks import DumpHook, variables  # noqa: E402
-from tfmodels import BATCH, batch_images, batch_labels, conv_net  # noqa: E402
+from tfmodels import batch_images, batch_labels, conv_net, placeholders  # noqa: E402
 
 v1 = tf.compat.v1
 STEPS = 4
+
+
+def _extra_runs(hook: DumpHook) -> list[list]:
+    """A list that gets the reads of each extra ``session.run`` the hook makes after a sampled
+    step, as it makes it (empty while the training run itself carries them)."""
+    extra: list[list] = []
+    reads = hook._run_reads
+    hook._run_reads = lambda session, r: extra.append(sorted(r)) or reads(session, r)
+    return extra
 
 
 def _train(path, same_run: bool, monkeypatch, extra_write: bool = False) -> tuple[int, dict]:
@@ -20,11 +29,8 @@ def _train(path, same_run: bool, monkeypatch, extra_write: bool = False) -> tupl
     variables' values after the last step)."""
     if not same_run:
         monkeypatch.setattr(variables.SameRun, "reads_for", lambda self, key, fetches: None)
-    extra = []
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
-        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        gs, x, y = placeholders()
         loss = conv_net(x, y)
         train_op = v1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=gs)
         fc = [w for w in v1.trainable_variables() if w.op.name == "fc/w"][0]
@@ -33,8 +39,7 @@ def _train(path, same_run: bool, monkeypatch, extra_write: bool = False) -> tupl
         values = {w.op.name: w.read_value() for w in v1.trainable_variables()}
         hook = DumpHook(path, loss=loss, labels=y, stats_every_n_steps=1, dump_every_n_steps=1,
                         strict=True)
-        reads = hook._run_reads
-        hook._run_reads = lambda session, r: extra.append(sorted(r)) or reads(session, r)
+        extra = _extra_runs(hook)
         with v1.train.MonitoredSession(hooks=[hook]) as sess:
             for step in range(1, STEPS + 1):
                 feed = {x: batch_images(step), y: batch_labels(step)}
@@ -73,11 +78,8 @@ def test_a_run_with_another_write_of_a_variable_takes_the_extra_run(tmp_path, mo
 def test_updates_a_cond_applies_take_the_extra_run(tmp_path):
     """An update inside a TF2 cond (applied every other step, as gradient accumulation does): no
     read waits on it, so no training run can fail on it; each row's update is the step's own."""
-    extra = []
     with tf.Graph().as_default():
-        gs = v1.train.get_or_create_global_step()
-        x = v1.placeholder(tf.float32, [BATCH, 8, 8, 1], name="x")
-        y = v1.placeholder(tf.int32, [BATCH], name="labels")
+        gs, x, y = placeholders()
         loss = conv_net(x, y)
         opt = v1.train.GradientDescentOptimizer(0.1)
         grads = opt.compute_gradients(loss)
@@ -86,8 +88,7 @@ def test_updates_a_cond_applies_take_the_extra_run(tmp_path):
         values = {w.op.name: w.read_value() for w in v1.trainable_variables()}
         hook = DumpHook(tmp_path / "run", loss=loss, labels=y, stats_every_n_steps=1,
                         dump_every_n_steps=1, strict=True)
-        reads = hook._run_reads
-        hook._run_reads = lambda session, r: extra.append(sorted(r)) or reads(session, r)
+        extra = _extra_runs(hook)
         seen = []
         with v1.train.MonitoredSession(hooks=[hook]) as sess:
             for step in range(1, STEPS + 1):

@@ -49,11 +49,18 @@ def conv_net(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits), name="loss")
 
 
-def build_cnn() -> Model:
-    """Placeholders, the conv net, SGD. Call inside ``graph.as_default()``."""
+def placeholders() -> tuple[tf.Variable, tf.Tensor, tf.Tensor]:
+    """The global step, the images ``x`` [BATCH,8,8,1] and the ``labels`` [BATCH] that
+    ``batch_images`` and ``batch_labels`` feed. Call inside ``graph.as_default()``."""
     gs = v1.train.get_or_create_global_step()
     x = v1.placeholder(tf.float32, [BATCH, HW, HW, 1], name="x")
     y = v1.placeholder(tf.int32, [BATCH], name="labels")
+    return gs, x, y
+
+
+def build_cnn() -> Model:
+    """Placeholders, the conv net, SGD. Call inside ``graph.as_default()``."""
+    gs, x, y = placeholders()
     loss = conv_net(x, y)
     v1.losses.add_loss(loss)  # the hook's default: the LOSSES collection
     train = v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
