@@ -16,11 +16,11 @@ from .. import data
 from ..dumps import dump_step_picker
 from ..hist_choices import bins_caption, bins_choice
 from ..ui import Ctx, need, plain, plots, show_cached_figure, slug
+from ..uncaptured import show_uncaptured
 
 #: How the dumped values are shown: one at a time (the histogram by default; a table is a grid
 #: the browser draws on a canvas, costly for a first paint)
 VALUE_VIEWS = ("histogram", "table")
-from ..uncaptured import show_uncaptured
 
 
 def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:

@@ -286,6 +286,7 @@ def icnn_section(ctx: Ctx, step: int, top: list) -> None:
                                                  f"{layer}, filter {filt}, step {step} (+ = mu)"),
                        ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg),
                        f"icnn_{layer}_f{filt}_{step}", key="fm_icnn")
-    st.caption("; ".join(notes) + (". " if notes else "") + "Masks & templates shows this filter's map over the input image of every kept "
+    st.caption("; ".join(notes) + (". " if notes else "")
+               + "Masks & templates shows this filter's map over the input image of every kept "
                "positive and negative sample, side by side, with mu marked: whether it fires on "
                "the same part in each.")
