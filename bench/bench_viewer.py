@@ -46,6 +46,9 @@ pages' own cost whatever the run;
   page opened warm (the page opened once before in the same browser profile) alternately, page
   then bare, ``--reps`` times: the median of each page's ratio to the bare page beside it (the
   target: 1.5); the ratio is what holds on a loaded machine, not the seconds;
+- **the first visit after a server start, against the bare page's** (:data:`FIRST_VISIT_PAGES`:
+  each a new server and browser profile, then the bare page's new server and profile, ``--reps``
+  times; the target: 2);
 
 each page load also with its main thread's CPU time (on this shared 2-core machine the wall
 clock moves with other processes' load, the CPU time much less; the settling second and the
@@ -155,6 +158,7 @@ def main() -> None:
                 print(f"{what}: {secs:.1f} s ({note})")
             print_browser(browser_times(path, args.reps, args.baseline, extras=not args.floor))
             print_ratios(page_ratios(path, args.reps))
+            print_ratios(first_visits(path, args.reps), "first visit", FIRST_VISIT_TARGET)
             return
         run, t = timed(lambda: inspector.open_run(path))
         rows.append(("reader: open_run", t, f"{human_bytes(run.size_bytes())} on disk, {len(run.steps)} dumps"))
@@ -317,12 +321,48 @@ def page_ratios(path: Path, reps: int) -> list[tuple[str, float, str]]:
             for name in PAGE_PATHS]
 
 
-def print_ratios(rows: list[tuple[str, float, str]]) -> None:
-    """The per-page table: warm first paint in bare pages (over the target: *)."""
-    print(f"\n{'page, warm':<16}  {'x bare':>7}  {'target':>6}  medians")
-    print("-" * 60)
+def print_ratios(rows: list[tuple[str, float, str]], what: str = "warm", target: float = RATIO_TARGET) -> None:
+    """The per-page table: first paint in bare pages (over the target: *)."""
+    print(f"\n{'page, ' + what:<20}  {'x bare':>7}  {'target':>6}  medians")
+    print("-" * 64)
     for name, ratio, note in rows:
-        print(f"{name:<16}  {ratio:7.2f}  {RATIO_TARGET:6.1f}{'*' if ratio > RATIO_TARGET else ' '} {note}")
+        print(f"{name:<20}  {ratio:7.2f}  {target:6.1f}{'*' if ratio > target else ' '} {note}")
+
+
+#: the most the first visit after a server start may take, in bare pages (the bare page's own
+#: first visit after its server start)
+FIRST_VISIT_TARGET = 2.0
+#: the pages --browser times on their first visit after a server start (a new server each time)
+FIRST_VISIT_PAGES = ("summary", "overview", "featuremaps")
+
+
+def first_visits(path: Path, reps: int, pages: tuple[str, ...] = FIRST_VISIT_PAGES) -> list[tuple[str, float, str]]:
+    """Each of ``pages`` on the first visit after a server start (a new server: its imports and
+    caches; a new browser profile) over the bare page's first visit after its own server start,
+    alternately: (page, median ratio, 'seconds vs bare seconds' medians)."""
+    import statistics
+
+    from playwright.sync_api import sync_playwright
+    sys.path.insert(0, str(ROOT / "tests"))
+    from browser_serve import serve
+
+    times: dict[str, list[float]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
+        for _ in range(reps):
+            for name in pages:
+                for key, app, sub in ((name, ROOT / "app.py", PAGE_PATHS[name]),
+                                      ("bare:" + name, ROOT / "bench" / "bare_app.py", "")):
+                    with serve(path.parent, app=app) as url:
+                        context = browser.new_context(viewport={"width": 1500, "height": 1100})
+                        page, t, _ = open_page(context, f"{url}/{sub}?run={path.name}", PAGE_READY)
+                        times.setdefault(key, []).append(t)
+                        page.close()
+                        context.close()
+        browser.close()
+    med = statistics.median
+    return [(name, med([a / b for a, b in zip(times[name], times["bare:" + name])]),
+             f"{med(times[name]):.2f} s vs bare {med(times['bare:' + name]):.2f} s") for name in pages]
 
 
 def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, notes: dict,

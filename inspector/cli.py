@@ -525,7 +525,7 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     if missing:
         raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install "
                              "'tf-inspector[viewer]'")
-    script = importlib.resources.files("viewer").joinpath("app_main.py")
+    script = importlib.resources.files("viewer").joinpath("app.py")
     # the viewer process reads its storage options from the environment (storage.OPTIONS_ENV)
     env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} \
         if storage_options else {}

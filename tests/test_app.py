@@ -187,23 +187,26 @@ def test_distributions(runs):
 
 def test_feature_maps_and_icnn(runs):
     at = ok(start(runs / "exp1", "Feature maps"))
-    assert len(images(at)) == 4     # channel grid, one channel by group, top samples, ICNN pre/mask/post
-    assert "shape [8, 16, 16, 4]" in captions(at)   # (no overlay: exp1 has no model input; test_app_featuremaps)
-    assert "positive sample" in captions(at) and "negative sample" in captions(at)
-    grid, icnn = images(at)[0], images(at)[-1]
+    assert len(images(at)) == 1     # one section at a time: the channel grid
+    assert "shape [8, 16, 16, 4]" in captions(at)
+    grid = images(at)[0]
     at.selectbox(key="fm_sample").set_value(3).run()
     assert images(ok(at))[0] != grid
+    at.radio(key="fm_section").set_value("One channel").run()
+    assert len(images(ok(at))) == 2  # by group, top samples (no overlay: exp1 has no model input; test_app_featuremaps)
+    at.radio(key="fm_section").set_value("ICNN mask layers").run()
+    assert "positive sample" in captions(ok(at)) and "negative sample" in captions(at)
+    icnn = images(at)[-1]
     at.selectbox(key="fm_filter").set_value(2).run()
     assert images(ok(at))[-1] != icnn
+    at.radio(key="fm_section").set_value("One channel").run()
     at.radio(key="fm_kind").set_value("gradient").run()
     assert "gradient" in " ".join(r.value for r in at.radio if r.key == "fm_kind")
 
 
 def test_masks_and_templates(runs):
     at = ok(start(runs / "exp1", "Masks & templates"))
-    assert len(images(at)) == 4                     # every sample's map, mu scatter, beta/loss, templates
-    cap = captions(at)
-    assert "template cell" in cap and "beta =" in cap
+    assert len(images(at)) == 2                     # every sample's map, mu scatter: one section below at a time
     before = images(at)
     at.selectbox(key="mt_filter").set_value(5).run()
     after = images(ok(at))
@@ -211,6 +214,11 @@ def test_masks_and_templates(runs):
     assert "Filter 5 (all dump steps)" in captions(at)                  # pooled by default
     at.toggle(key="mt_pool").set_value(False).run()
     assert "Filter 5 (step" in captions(ok(at)) and images(at)[1] != after[1]
+    at.radio(key="mt_section").set_value("beta and filter loss").run()
+    assert len(images(ok(at))) == 2 and images(at)[1] not in after      # every sample's map, beta/loss
+    at.radio(key="mt_section").set_value("Templates T_mu").run()
+    cap = captions(ok(at))
+    assert "template cell" in cap and "beta =" in cap and len(images(at)) == 2
 
 
 @pytest.mark.parametrize("key,value", [("mt_filter", 5), ("mt_step", 0), ("mt_sample", 3), ("mt_pool", False)])
@@ -219,13 +227,14 @@ def test_masks_figures_are_never_stale_after_a_change(runs, key, value):
     figure a new session on empty caches draws for the same view (a cache key missing the
     widget would show the previous view's figure)."""
     import streamlit as st
-    at = ok(start(runs / "exp1", "Masks & templates"))
+    section = {"mt_section": "Templates T_mu"} if key == "mt_sample" else {}   # its picker's section
+    at = ok(start(runs / "exp1", "Masks & templates", **section))
     widget = at.toggle(key=key) if key == "mt_pool" else at.selectbox(key=key)
     assert widget.value != value
     widget.set_value(value).run()
     changed = images(ok(at))
     st.cache_data.clear()
-    fresh = images(ok(start(runs / "exp1", "Masks & templates", **{key: value})))
+    fresh = images(ok(start(runs / "exp1", "Masks & templates", **section, **{key: value})))
     assert changed == fresh
 
 
@@ -1028,7 +1037,7 @@ def test_page_choices_are_bound_to_the_url(runs):
     """The browser writes a bound widget's value into the URL (tests/test_browser.py sees it);
     here: every page's main choices are bound, under their key."""
     bound = {"Training overview": ["ov_filter", "ov_group", "ov_tensor"], "Distributions": ["di_tensor", "di_step",
-             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor", "fm_page", "fm_channel"],
+             "di_dump_step"], "Feature maps": ["fm_step", "fm_sample", "fm_tensor", "fm_page"],
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
@@ -1037,6 +1046,9 @@ def test_page_choices_are_bound_to_the_url(runs):
         for key in keys:
             assert widgets[key].proto.query_param_key == key, (page, key)
     assert ok(start(runs)).selectbox(key="run").proto.query_param_key == "run"
+    one = ok(start(runs / "exp1", "Feature maps", query={"fm_section": "One channel"}))   # a section of its own
+    assert one.selectbox(key="fm_channel").proto.query_param_key == "fm_channel"
+    assert one.radio(key="fm_section").proto.query_param_key == "fm_section"
 
 
 def test_compare_two_runs_needs_two_runs(runs):

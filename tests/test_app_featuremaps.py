@@ -95,6 +95,7 @@ def test_channel_pager_reaches_the_last_channel(runs, figures):
     sample = at.selectbox(key="fm_sample").value
     assert sample == 2
     np.testing.assert_array_equal(drawn(grid), plots.mosaic([x[sample, ..., c] for c in range(64, 72)], cols=8))
+    at.radio(key="fm_section").set_value("One channel").run()            # the channel picker's section
     ok(at.selectbox(key="fm_channel").set_value(71).run())
     assert "channel 71" in figures["fm_top"].get_suptitle()
 
@@ -122,7 +123,7 @@ def test_upsample_matches_pillow(shape, size):
 
 def test_overlay_on_the_input_image(runs, figures):
     run = inspector.open_run(runs / "demo")
-    at = start(runs / "demo", fm_sample=5, fm_channel=3)
+    at = start(runs / "demo", fm_section="One channel", fm_sample=5, fm_channel=3)
     sample, ch = at.selectbox(key="fm_sample").value, at.selectbox(key="fm_channel").value
     assert (sample, ch) == (5, 3)
     heat = np.asarray(run.tensor("conv1/Conv2D:0", STEP))[sample, ..., ch]       # 16 x 16
@@ -137,7 +138,7 @@ def test_overlay_on_the_input_image(runs, figures):
 
 
 def test_overlay_says_when_the_input_was_not_dumped(runs, figures):
-    at = start(runs / "noinput")
+    at = start(runs / "noinput", fm_section="One channel")
     assert any("The model input was not dumped" in i.value for i in at.info)
     assert "fm_overlay" not in figures and "fm_top" in figures
 
@@ -147,7 +148,7 @@ def test_top_samples_are_ranked_like_numpy(runs, figures, stat):
     x = np.asarray(inspector.open_run(runs / "demo").tensor("conv2/Relu:0", STEP))[..., 6]
     values = x.max(axis=(1, 2)) if stat == "max" else x.mean(axis=(1, 2))
     order = np.argsort(-values, kind="stable")
-    at = start(runs / "demo", fm_tensor="conv2/Relu:0", fm_channel=6, fm_rank=stat)
+    at = start(runs / "demo", fm_section="One channel", fm_tensor="conv2/Relu:0", fm_channel=6, fm_rank=stat)
     assert at.radio(key="fm_rank").value == stat
     table = at.dataframe[0].value
     assert table["sample"].tolist() == order.tolist()
@@ -162,7 +163,7 @@ def test_every_sample_split_by_the_dumps_groups(runs, figures):
     run = inspector.open_run(runs / "demo")
     groups = run.samples(STEP)["group"].to_numpy()
     assert set(groups) == {"positive", "negative"}
-    start(runs / "demo", fm_channel=2)
+    start(runs / "demo", fm_section="One channel", fm_channel=2)
     fig = figures["fm_groups"]
     blocks = {ax.get_title().split(" (")[0]: ax for ax in fig.axes if ax.get_title()}
     assert list(blocks) == ["positive", "negative"]           # side by side, in the run's group order
@@ -175,19 +176,25 @@ def test_every_sample_split_by_the_dumps_groups(runs, figures):
 
 def test_cached_figures_follow_every_choice(runs):
     """Figures are drawn once per choice (a PNG cache): each choice redraws exactly the figures
-    that show it, and only those."""
+    that show it, and only those; one section is drawn at a time."""
     def images(at):
-        return [u for im in at.image for u in im.value]   # grid, overlay, by group, top, ICNN
+        return [u for im in at.image for u in im.value]
     at = start(runs / "demo")
-    grid, over, groups, top, icnn = images(at)
+    grid, = images(at)                                      # the default section: every channel
+    at.radio(key="fm_section").set_value("One channel").run()
+    over, groups, top = images(ok(at))                      # over the input, by group, top samples
     ok(at.selectbox(key="fm_channel").set_value(1).run())
-    assert images(at) == [grid, images(at)[1], images(at)[2], images(at)[3], icnn]
     assert len({over, groups, top} & set(images(at))) == 0
-    grid, over, groups, top, icnn = images(at)
+    over, groups, top = images(at)
     ok(at.selectbox(key="fm_sample").set_value(4).run())
     new = images(at)
-    assert new[0] != grid and new[1] != over and new[2:] == [groups, top, icnn]
+    assert new[0] != over and new[1:] == [groups, top]      # the sample: the overlay only
     ok(at.radio(key="fm_rank").set_value("mean").run())
-    assert images(at)[3] != top and images(at)[:3] == new[:3]
+    assert images(at)[2] != top and images(at)[:2] == new[:2]
     ok(at.radio(key="fm_kind").set_value("gradient").run())
-    assert all(a != b for a, b in zip(images(at)[:4], new[:4]))
+    assert all(a != b for a, b in zip(images(at), new))
+    at.radio(key="fm_section").set_value("Every channel of one sample").run()
+    assert images(ok(at))[0] not in (grid, *new)            # sample 4's gradient, not sample 0's forward
+    at.radio(key="fm_section").set_value("ICNN mask layers").run()
+    icnn, = images(ok(at))
+    assert icnn not in (grid, *new)

@@ -111,9 +111,13 @@ def test_no_figure_text_is_smaller_than_11_px(server, browser, name):  # noqa: F
         page.close()
 
 
-#: page -> the Matplotlib images it shows at least (tests/test_readable_figures.py checks their
-#: texts at the width viewer.ui.FIGURE_WIDTH_PX: here, that the page draws them unshrunk)
-IMAGE_PAGES = {"Feature maps": 5, "Masks & templates": 4, "Tensor browser": 1}
+#: page (and section) -> its URL path and query, and the Matplotlib images it shows at least
+#: (tests/test_readable_figures.py checks their texts at the width viewer.ui.FIGURE_WIDTH_PX: here,
+#: that the page draws them unshrunk); the pages with sections draw one at a time
+IMAGE_PAGES = {"Feature maps": ("featuremaps?", 1), "Feature maps, one channel": ("featuremaps?fm_section=One+channel&", 2),
+               "Feature maps, ICNN": ("featuremaps?fm_section=ICNN+mask+layers&", 1),
+               "Masks & templates": ("masks?", 2), "Masks, beta": ("masks?mt_section=beta+and+filter+loss&", 2),
+               "Masks, templates": ("masks?mt_section=Templates+T_mu&", 2), "Tensor browser": ("browser?", 1)}
 IMAGE_SCALES = """() => [...document.querySelectorAll('[data-testid="stImage"] img')]
     .map(i => [i.naturalWidth, i.getBoundingClientRect().width])"""
 
@@ -122,10 +126,11 @@ IMAGE_SCALES = """() => [...document.querySelectorAll('[data-testid="stImage"] i
 def test_matplotlib_figures_are_drawn_at_their_own_size(server, browser, name):  # noqa: F811
     page = browser.new_page(viewport={"width": 1500, "height": 3000})
     try:
-        page.goto(f"{server}/{URLS[name]}?run=exp1", wait_until="domcontentloaded")
-        wait_rendered(page, IMAGE_PAGES[name], 120_000)
+        where, n = IMAGE_PAGES[name]
+        page.goto(f"{server}/{where}run=exp1", wait_until="domcontentloaded")
+        wait_rendered(page, n, 120_000)
         scales = page.evaluate(IMAGE_SCALES)
-        assert len(scales) >= IMAGE_PAGES[name]
+        assert len(scales) >= n
         shrunk = [(w, round(shown)) for w, shown in scales if shown < w - 1]
         assert not shrunk, shrunk              # (PNG width, drawn width): its labels shrunk with it
     finally:

@@ -49,7 +49,7 @@ def dead_option_listed(page) -> None:
 
 
 def test_masks_page_leads_with_every_sample_and_marks_dead_filters(server, browser):  # noqa: F811
-    with shown(browser, f"{server}/masks?run=icnn&mt_filter=5", "Masks & templates", 3, 2600) as page:
+    with shown(browser, f"{server}/masks?run=icnn&mt_filter=5", "Masks & templates", 2, 2600) as page:
         order = page.evaluate("""() => [...document.querySelectorAll('h2, h3, [data-testid="stImage"] img')]
             .map(e => e.tagName === 'IMG' ? 'img:' + e.naturalWidth : e.innerText.trim())""")
         first_heading = next(i for i, e in enumerate(order) if e.startswith("Where filter 5 fires"))
@@ -62,6 +62,6 @@ def test_masks_page_leads_with_every_sample_and_marks_dead_filters(server, brows
 
 
 def test_feature_maps_marks_dead_filters(server, browser):  # noqa: F811
-    with shown(browser, f"{server}/featuremaps?run=icnn", "Feature maps", 5, 3000) as page:
+    with shown(browser, f"{server}/featuremaps?run=icnn&fm_section=ICNN+mask+layers", "Feature maps", 1, 3000) as page:
         doc_shot(page, "viewer-featuremaps.png")
         dead_option_listed(page)

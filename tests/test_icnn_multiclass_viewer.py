@@ -99,7 +99,8 @@ def test_choosing_a_class_shows_its_filter_slice_and_its_positives(runs, k):
         spread = np.linalg.norm(m - m.mean(0), axis=2).mean(0)
         dead = ~(pre[..., want] != 0).any(axis=(0, 1, 2))
         np.testing.assert_allclose(table[f"{group} mu spread"], np.where(dead, np.nan, spread), rtol=1e-6)
-    sample_names = at.selectbox(key="mt_sample").options
+    at.radio(key="mt_section").set_value("Templates T_mu").run()               # the templates' sample picker
+    sample_names = ok(at).selectbox(key="mt_sample").options
     assert [s.endswith("positive") for s in sample_names] == (labels == k + 1).tolist()
 
 

@@ -142,8 +142,10 @@ def test_negatives_that_fire_like_positives_are_not_localized():
 def test_dead_filters_are_marked_in_every_picker(runs):
     at = ok(start(runs / "img", "Masks & templates"))
     assert at.selectbox(key="mt_filter").options[3] == "3 (dead)"
-    at = ok(start(runs / "img", "Feature maps", query={"fm_tensor": "icnn/post_mask:0"}))
+    icnn = {"fm_section": "ICNN mask layers"}
+    at = ok(start(runs / "img", "Feature maps", query=icnn))
     assert at.selectbox(key="fm_filter").options[2:5] == ["2", "3 (dead)", "4"]
+    at = ok(start(runs / "img", "Feature maps", query={"fm_tensor": "icnn/post_mask:0", "fm_section": "One channel"}))
     assert at.selectbox(key="fm_channel").options[3] == "3 (dead)"
-    at = ok(start(runs / "noimg", "Feature maps", query={"fm_tensor": "icnn/post_mask:0"}))
+    at = ok(start(runs / "noimg", "Feature maps", query=icnn))
     assert "(dead)" not in " ".join(at.selectbox(key="fm_filter").options)

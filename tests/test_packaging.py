@@ -69,7 +69,7 @@ def test_app_without_streamlit_says_how_to_install(core_only):
 
 
 def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):
-    """``app`` runs ``streamlit run`` on viewer/app_main.py, wherever the package is installed."""
+    """``app`` runs ``streamlit run`` on viewer/app.py, wherever the package is installed."""
     pytest.importorskip("streamlit")
     from inspector import cli
     calls = []
@@ -77,7 +77,7 @@ def test_the_cli_finds_the_viewer_inside_the_package(monkeypatch):
     assert cli.main(["app", "runs", "--port", "8600"]) == 0
     import viewer
     script = Path(calls[0][calls[0].index("run") + 1])
-    assert script == Path(viewer.__file__).parent / "app_main.py" and script.is_file()
+    assert script == Path(viewer.__file__).parent / "app.py" and script.is_file()
     assert calls[0][-2:] == ["--", "runs"] and "8600" in calls[0]
     i = calls[0].index("--browser.gatherUsageStats")   # no usage statistics sent: no network at run time
     assert calls[0][i + 1] == "false"

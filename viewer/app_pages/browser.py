@@ -1,4 +1,5 @@
-"""Page: tensor browser: search the catalog, inspect raw dumped values, download .npz / PNG."""
+"""Page: tensor browser: search the catalog, inspect raw dumped values (a histogram, or a table of
+one slice on demand: ``?tb_values=table``), download .npz / PNG."""
 from __future__ import annotations
 
 import io
@@ -14,8 +15,12 @@ from inspector.analysis.binning import value_bins
 from .. import data
 from ..dumps import dump_step_picker
 from ..hist_choices import bins_caption, bins_choice
-from ..ui import Ctx, need, plain, plots, show_figure, slug
+from ..ui import Ctx, need, plain, plots, show_cached_figure, slug
 from ..uncaptured import show_uncaptured
+
+#: How the dumped values are shown: one at a time (the histogram by default; a table is a grid
+#: the browser draws on a canvas, costly for a first paint)
+VALUE_VIEWS = ("histogram", "table")
 
 
 def search(catalog: pd.DataFrame, text: str, op_types: list[str]) -> pd.DataFrame:
@@ -155,10 +160,13 @@ def render(ctx: Ctx) -> None:
     st.markdown(f"Values: shape **{plain(list(x.shape))}**, dtype {x.dtype}; "
                 + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "
                    f"{x.size - finite.size} non-finite" if finite.size else "no finite values"))
-    st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch",
-                 height=240)
-    st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × last "
-               "axis")
+    view = st.radio("Values as", VALUE_VIEWS, horizontal=True, key="tb_values",
+                    bind="query-params", label_visibility="collapsed")
+    if view == "table":
+        st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch",
+                     height=240)
+        st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × "
+                   "last axis")
 
     def bundle() -> bytes:
         arrays = {f"{k}/{tensor}": data.dumped(ctx.path, ctx.sig, tensor, step, k) for k in kinds}
@@ -171,8 +179,13 @@ def render(ctx: Ctx) -> None:
     st.download_button("Download .npz (forward, gradient, update, samples)", bundle,
                        file_name=f"{slug(tensor)}_step{step}.npz", mime="application/octet-stream",
                        key="tb_npz")
-    bins = value_bins(x, scale=bins_choice("tb_bins"))
-    fig = plots.histograms({kind: {"all": plots.hist_from_values(x, bins.edges)}}, density=False,
-                           title=f"{tensor} {kind} @ step {step}: every dumped value",
-                           xscale={kind: bins.linthresh} if bins.scale == "symlog" else None)
-    show_figure(fig, f"values_{tensor}_{kind}_{step}", key="tb_fig", caption=bins_caption(bins))
+    if view == "table":
+        return
+    choice = bins_choice("tb_bins")
+    bins = value_bins(x, scale=choice)
+    show_cached_figure(lambda: plots.histograms(
+        {kind: {"all": plots.hist_from_values(x, bins.edges)}}, density=False,
+        title=f"{tensor} {kind} @ step {step}: every dumped value",
+        xscale={kind: bins.linthresh} if bins.scale == "symlog" else None),
+        ("tb_hist", ctx.path, ctx.sig, tensor, kind, step, choice),
+        f"values_{tensor}_{kind}_{step}", key="tb_fig", caption=bins_caption(bins))

@@ -1,7 +1,8 @@
-"""Page: feature maps of a dumped step. Opens on the first convolution's output; every
-channel of one sample (a page of 64 at a time); one channel over the input image (keract's
-heatmap), in every kept sample group by group, and the samples that activate it most; for
-ICNN layers pre-mask | mask | post-mask side by side with mu, per filter, positive and negative.
+"""Page: feature maps of a dumped step, one section at a time (``?fm_section=``). Opens on the
+first convolution's output; every channel of one sample (a page of 64 at a time); one channel
+over the input image (keract's heatmap), in every kept sample group by group, and the samples
+that activate it most; for ICNN layers pre-mask | mask | post-mask side by side with mu, per
+filter, positive and negative.
 Channel and filter pickers mark dead ICNN filters "(dead)" and channels zero in every kept sample
 "(all zero)"; the per-sample localization of a filter over the input is on Masks & templates.
 
@@ -35,6 +36,9 @@ TOP_K = 8
 #: How a sample's activation of one channel is scored for the ranking: the peak (the strongest
 #: response anywhere in the map, as "top-activating" examples are usually chosen) or the mean
 RANK_STATS = {"max": "peak value over H x W", "mean": "mean over H x W"}
+#: The page's sections; one is drawn at a time (the picker under the heading): a visit renders
+#: one section's figures, not all five (the browser's time to draw a page grows with its elements)
+SECTIONS = ("Every channel of one sample", "One channel", "ICNN mask layers")
 
 
 def icnn_maps(ctx: Ctx, roles: pd.Series, step: int) -> dict[str, np.ndarray]:
@@ -98,26 +102,30 @@ def render(ctx: Ctx) -> None:
     if not need(len(run.steps) > 0, "No full dumps in this run: feature maps need a dump step "
                                     "(the hook dumps every dump_every_n_steps)."):
         return
+    section = st.radio("Show", SECTIONS, horizontal=True, key="fm_section", bind="query-params",
+                       label_visibility="collapsed")
+    icnn = section == SECTIONS[2]
     c = st.columns(3)
     step = dump_step_picker(ctx, "Dump step", "fm_step", container=c[0])
+    if icnn:
+        icnn_section(ctx, step, c[1:])
+        return
     keys = set(data.dump_keys(ctx.path, ctx.sig, step))
     cat = run.tensors
     maps = map_tensors(cat, keys)
     if need(bool(maps), f"The dump of step {step} holds no 4-D (N, H, W, C) tensors."):
         tensor = c[1].selectbox("Layer", maps, index=default_map(cat, maps), key="fm_tensor",
-                                bind="query-params",
-                                help="opens on the first convolution's output (op type Conv2D, "
-                                     "depthwise or transposed conv: the first in graph order)")
+                                bind="query-params")
         kind = c[2].radio("Kind", [k for k in ("forward", "gradient") if f"{k}/{tensor}" in keys],
                           horizontal=True, key="fm_kind", bind="query-params")
         channel_views(ctx, run, cat, maps, data.samples(ctx.path, ctx.sig, step, tensor), step,
-                      tensor, kind)
-    icnn_section(ctx, step)
+                      tensor, kind, section == SECTIONS[0])
 
 
 def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd.DataFrame,
-                  step: int, tensor: str, kind: str) -> None:
-    """Every channel of one sample, then one channel: over the input, per group, top samples."""
+                  step: int, tensor: str, kind: str, every: bool) -> None:
+    """``every``: every channel of one sample; else one channel: over the input, per group, top
+    samples."""
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
     if not need(len(samples) > 0 and len(x) == len(samples),
                 f"The dump of step {step} keeps {len(samples)} samples for {plain(tensor)}, which "
@@ -125,34 +133,34 @@ def channel_views(ctx: Ctx, run, cat: pd.DataFrame, maps: list[str], samples: pd
                 "layer."):
         return
     n_ch, sym = x.shape[-1], kind == "gradient"
-    st.subheader("Every channel of one sample")
-    c = st.columns(2)
+    c = st.columns(3)
     sample = c[0].selectbox("Sample", range(len(samples)),
                             format_func=lambda i: sample_label(samples, i), key="fm_sample",
                             bind="query-params")
-    pages = list(range(int(np.ceil(n_ch / PAGE_CHANNELS))))
-    page = c[1].selectbox(f"Channels ({n_ch} in all)", pages, key="fm_page", bind="query-params",
-                          format_func=lambda p: f"{p * PAGE_CHANNELS}-"
-                                                f"{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
-    first = (page if page in pages else 0) * PAGE_CHANNELS
     ident = (ctx.path, ctx.sig, tensor, kind, step)  # what every figure below is drawn from
-    show_cached_figure(lambda: plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, "
-                                                  f"{sample_label(samples, sample)}", symmetric=sym,
-                                                  first=first, max_channels=PAGE_CHANNELS),
-                       ("grid", *ident, sample, first),
-                       f"channels_{tensor}_{kind}_{step}_{sample}_{first}", key="fm_grid")
-    st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
-               f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
-
-    st.subheader("One channel")
-    c = st.columns(2)
+    if every:
+        pages = list(range(int(np.ceil(n_ch / PAGE_CHANNELS))))
+        page = c[1].selectbox(f"Channels ({n_ch} in all)", pages, key="fm_page",
+                              bind="query-params",
+                              format_func=lambda p: f"{p * PAGE_CHANNELS}-"
+                                                    f"{min((p + 1) * PAGE_CHANNELS, n_ch) - 1}")
+        first = (page if page in pages else 0) * PAGE_CHANNELS
+        show_cached_figure(lambda: plots.channel_grid(x[sample], f"{tensor} {kind}, step {step}, "
+                                                      f"{sample_label(samples, sample)}",
+                                                      symmetric=sym, first=first,
+                                                      max_channels=PAGE_CHANNELS),
+                           ("grid", *ident, sample, first),
+                           f"channels_{tensor}_{kind}_{step}_{sample}_{first}", key="fm_grid")
+        st.caption(f"shape {plain(list(x.shape))} (samples, H, W, C); sample {sample}: "
+                   f"min {float(np.nanmin(x[sample])):.4g}, max {float(np.nanmax(x[sample])):.4g}")
+        return
     marks = channel_marks(ctx, tensor, step, x)
-    ch = c[0].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params",
+    ch = c[1].selectbox("Channel", range(n_ch), key="fm_channel", bind="query-params",
                         format_func=lambda k: f"{k} ({marks[k]})" if k in marks else str(k),
                         help="(dead): an ICNN filter zero in every dumped sample; (all zero): a "
                              "channel zero in every kept sample of this dump")
     ch = ch if ch is not None and ch < n_ch else 0
-    stat = c[1].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True,
+    stat = c[2].radio("Rank samples by the channel's", list(RANK_STATS), horizontal=True,
                       key="fm_rank", bind="query-params",
                       format_func=lambda s: f"{s} ({RANK_STATS[s]})")
     xc = x[..., ch]
@@ -231,16 +239,15 @@ def ranking(samples: pd.DataFrame, xc: np.ndarray, stat: str, title: str, sym: b
     st.dataframe(table, hide_index=True, key="fm_top_table")
 
 
-def icnn_section(ctx: Ctx, step: int) -> None:
+def icnn_section(ctx: Ctx, step: int, top: list) -> None:
     """ICNN mask layers: pre-mask | mask | post-mask of one filter, a positive and a negative
-    sample."""
+    sample; the layer picker in ``top[0]`` (a column of the step picker's row)."""
     layers = data.icnn_layers(ctx.path, ctx.sig)
-    st.subheader("ICNN mask layers")
     if not need(not layers.empty, "This run has no ICNN mask layer (no tensor has an ICNN role)."):
         return
-    c = st.columns(4)
-    layer = c[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer",
-                           bind="query-params")
+    c = st.columns(3)
+    layer = top[0].selectbox("ICNN layer", list(layers.index), key="fm_icnn_layer",
+                             bind="query-params")
     m = icnn_maps(ctx, layers.loc[layer], step)
     if not need({"pre_mask", "post_mask", "mask", "mu"} <= set(m),
                 f"The dump of step {step} lacks some of {plain(layer)}'s maps (have: "
@@ -252,19 +259,19 @@ def icnn_section(ctx: Ctx, step: int) -> None:
         return
     n_filters = m["pre_mask"].shape[-1]
     dead = set(data.dead_filters(ctx.path, ctx.sig, step).get(str(layer), []))
-    filt = c[1].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params",
+    filt = c[0].selectbox("Filter", range(n_filters), key="fm_filter", bind="query-params",
                           format_func=lambda f: f"{f} (dead)" if f in dead else str(f),
                           help="(dead): zero in every dumped sample of this step")
     groups = samples["group"].to_numpy()
     pos = [i for i in range(len(samples)) if groups[i] == "positive"]
     neg = [i for i in range(len(samples)) if groups[i] == "negative"]
     label = functools.partial(sample_label, samples)
-    ip = c[2].selectbox("Positive sample", pos, format_func=label, key="fm_pos",
+    ip = c[1].selectbox("Positive sample", pos, format_func=label, key="fm_pos",
                         bind="query-params") if pos else None
-    ineg = c[3].selectbox("Negative sample", neg, format_func=label, key="fm_neg",
+    ineg = c[2].selectbox("Negative sample", neg, format_func=label, key="fm_neg",
                           bind="query-params") if neg else None
     h, w = m["pre_mask"].shape[1:3]
-    rows = []
+    rows, notes = [], []
     for label, i in (("positive", ip), ("negative", ineg)):
         if i is None:
             continue
@@ -272,13 +279,14 @@ def icnn_section(ctx: Ctx, step: int) -> None:
         rows.append({"label": f"{label} #{i}", "pre": m["pre_mask"][i, ..., filt],
                      "mask": m["mask"][i, ..., filt], "post": m["post_mask"][i, ..., filt],
                      "mu_cell": analysis.mu_to_cell(mu, h, w)})
-        st.caption(f"{label} sample #{i}: mu = ({mu[0]:+.3f}, {mu[1]:+.3f}) (row, col in [-1, 1]), "
-                   f"pre-mask sum {float(m['pre_mask'][i, ..., filt].sum()):.4g}, "
-                   f"post-mask sum {float(m['post_mask'][i, ..., filt].sum()):.4g}")
+        notes.append(f"{label} sample #{i}: mu = ({mu[0]:+.3f}, {mu[1]:+.3f}) (row, col in "
+                     f"[-1, 1]), pre-mask sum {float(m['pre_mask'][i, ..., filt].sum()):.4g}, "
+                     f"post-mask sum {float(m['post_mask'][i, ..., filt].sum()):.4g}")
     show_cached_figure(lambda: plots.icnn_filter(rows,
                                                  f"{layer}, filter {filt}, step {step} (+ = mu)"),
                        ("icnn", ctx.path, ctx.sig, layer, filt, step, ip, ineg),
                        f"icnn_{layer}_f{filt}_{step}", key="fm_icnn")
-    st.caption("Masks & templates shows this filter's map over the input image of every kept "
+    st.caption("; ".join(notes) + (". " if notes else "")
+               + "Masks & templates shows this filter's map over the input image of every kept "
                "positive and negative sample, side by side, with mu marked: whether it fires on "
                "the same part in each.")

@@ -1,9 +1,10 @@
 """Page: ICNN masks and templates. First the evidence that a filter is a part detector: its
 post-mask map over every kept positive and negative sample's input image with mu marked, side by
-side; then mu of positives vs negatives, every filter's mu spread with n and the negatives' spread
-beside the positives' (dead filters, never firing in the dump, flagged in the picker and the table
-and left unjudged); beta and filter loss over steps; and the T_mu template grid (which depends
-only on beta and the map size) with the negative template.
+side; then one section at a time (``?mt_section=``): mu of positives vs negatives, every filter's
+mu spread with n and the negatives' spread beside the positives' (dead filters, never firing in
+the dump, flagged in the picker and the table and left unjudged); beta and filter loss over steps;
+or the T_mu template grid (which depends only on beta and the map size) with the negative
+template.
 
 A multi-class layer (catalog ``icnn_filter_class``, ICNN.md "Several classes") gets a class
 chooser: the page then shows only that class's filters, and its positives are the samples
@@ -22,6 +23,11 @@ from .. import data
 from ..dumped_maps import map_tensors, model_input, sample_label, why_no_input
 from ..dumps import dump_step_picker
 from ..ui import Ctx, need, plain, plots, show_cached_figure
+
+#: The sections under the localization, one drawn at a time (the picker above them chooses): a
+#: visit renders the evidence and the verdict, not every figure (the browser's time to draw a
+#: page grows with its elements)
+SECTIONS = ("mu spread and filters", "beta and filter loss", "Templates T_mu")
 
 
 def per_step(ctx: Ctx, name: str | float, steps: list[int]) -> tuple[list[int], np.ndarray]:
@@ -135,11 +141,16 @@ def render(ctx: Ctx) -> None:
                  + ("" if klass is None else f" (class {klass})"))
     localization(ctx, run, roles, step, samples, groups_now, mu, filt, what, bool(dead[filt]))
 
-    mu_section(ctx, roles, layer, klass, step, mu, dead, ids, filt, what, have_split)
-    beta_section(ctx, roles, layer, klass, ids, filt)
-    beta_all = (data.dumped(ctx.path, ctx.sig, beta_name, step)
-                if isinstance(beta_name, str) and f"forward/{beta_name}" in keys else None)
-    with st.expander("Templates T_mu: the mask's shape for each position of mu", expanded=False):
+    section = st.radio("Below", SECTIONS, horizontal=True, key="mt_section", bind="query-params",
+                       label_visibility="collapsed")
+    if section == SECTIONS[0]:
+        mu_section(ctx, roles, layer, klass, step, mu, dead, ids, filt, what, have_split)
+    elif section == SECTIONS[1]:
+        beta_section(ctx, roles, layer, klass, ids, filt)
+    else:
+        beta_all = (data.dumped(ctx.path, ctx.sig, beta_name, step)
+                    if isinstance(beta_name, str) and f"forward/{beta_name}" in keys else None)
+        st.subheader("Templates T_mu: the mask's shape for each position of mu")
         template_section(samples, mu, beta_all, filt, h, w, layer, what, step)
 
 
