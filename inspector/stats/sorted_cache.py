@@ -52,8 +52,8 @@ from inspector.storage.spill import cache_root
 #: ~6 s per million rows on a busy machine, below it the part is read as it is
 SORT_ROWS = 500_000
 #: rows of tensors sorted in memory together while the copy is written (~1 KB a row with
-#: log-magnitude histograms: ~130 MB, twice that while sorted)
-BUCKET_ROWS = 131_072
+#: log-magnitude histograms: ~65 MB, twice that while sorted; 131,072 peaked near 1 GB of RSS)
+BUCKET_ROWS = 65_536
 #: rows decoded from the part at a time while it is split into buckets
 SPLIT_ROWS = 16_384
 #: default bytes of copies kept; ``$TF_INSPECTOR_SORTED_BYTES`` overrides it (0: none)
@@ -195,6 +195,8 @@ def _write(pf: pq.ParquetFile, path: Path, target: Path, key: str) -> None:
                 index.update(got)
                 groups += n
                 bar.update(table.num_rows)
+                del table
+                pa.default_memory_pool().release_unused()   # RSS: one bucket at a time
             w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":")),
                                       SOURCE_KEY.decode(): key})
         os.chmod(out, 0o600)   # a copy of the user's data: theirs alone, as the folder
