@@ -52,7 +52,8 @@ from inspector.storage.spill import cache_root
 #: ~6 s per million rows on a busy machine, below it the part is read as it is
 SORT_ROWS = 500_000
 #: rows of tensors sorted in memory together while the copy is written (~1 KB a row with
-#: log-magnitude histograms: ~65 MB, twice that while sorted; 131,072 peaked near 1 GB of RSS)
+#: log-magnitude histograms: ~65 MB, twice that while its chunks are combined; on a 1M-row
+#: part 131,072 peaked at 630 MiB of RSS, 65,536 at 480 MiB, in about the same time)
 BUCKET_ROWS = 65_536
 #: rows decoded from the part at a time while it is split into buckets
 SPLIT_ROWS = 16_384
@@ -189,13 +190,13 @@ def _write(pf: pq.ParquetFile, path: Path, target: Path, key: str) -> None:
         out = Path(tmp) / "copy.parquet"
         with pq.ParquetWriter(str(out), schema, **parquet_options(schema)) as w:
             for f in files:
-                table = pa.ipc.open_stream(str(f)).read_all()
+                # no reference kept here: _write_bucket's sorted copy replaces the rows read
+                got, n, done = _write_bucket(w, pa.ipc.open_stream(str(f)).read_all(), rows,
+                                             groups)
                 f.unlink()
-                got, n = _write_bucket(w, table, rows, groups)
                 index.update(got)
                 groups += n
-                bar.update(table.num_rows)
-                del table
+                bar.update(done)
                 pa.default_memory_pool().release_unused()   # RSS: one bucket at a time
             w.add_key_value_metadata({INDEX_KEY.decode(): json.dumps(index, separators=(",", ":")),
                                       SOURCE_KEY.decode(): key})
@@ -239,13 +240,16 @@ def _split(t: pa.Table, buckets: dict[str, int], writers: list) -> None:
 
 
 def _write_bucket(w: pq.ParquetWriter, table: pa.Table, rows: int,
-                  first_group: int) -> tuple[dict[str, list[int]], int]:
-    """One bucket's rows sorted by SORT_KEYS and written as row groups (parts.write_groups)."""
-    if not table.num_rows:
-        return {}, 0
+                  first_group: int) -> tuple[dict[str, list[int]], int, int]:
+    """One bucket's rows sorted by SORT_KEYS and written as row groups (parts.write_groups):
+    the index of its tensors, its row groups, its rows."""
+    done = table.num_rows
+    if not done:
+        return {}, 0, 0
     table = table.unify_dictionaries().combine_chunks()
     keys = [(k, "ascending") for k in SORT_KEYS if k in table.column_names]
     order = pc.sort_indices(_sort_keys(table), keys)
     target = min(group_rows(rows), ROW_GROUP_ROWS)
-    return write_groups(w, lambda a, b: table.take(order[a:b]),
-                        table.column("tensor").take(order), target, first_group)
+    index, groups = write_groups(w, lambda a, b: table.take(order[a:b]),
+                                 table.column("tensor").take(order), target, first_group)
+    return index, groups, done
