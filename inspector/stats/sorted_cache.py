@@ -108,20 +108,19 @@ def sorted_copy(path: Path, st: os.stat_result, pf: pq.ParquetFile,
     first if there is none or it does not match the part; None where none can be written
     (too large for the cache, no space, a read-only cache folder): read the part itself.
     DamagedFileError where the part's own rows are damaged."""
-    key = part_key(path, st)
-    target = folder() / f"{key}.parquet"
-    copy = _open_checked(target, key, pf, verify)
-    if copy is not None:
-        return target, copy
-    if st.st_size > max_bytes():
-        return None
     try:
-        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _make_room(target.parent, st.st_size)
-        _write(pf, path, target, key)
+        key = part_key(path, st)
+        target = folder() / f"{key}.parquet"
+        copy = _open_checked(target, key, pf, verify)
+        if copy is None and st.st_size <= max_bytes():
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _make_room(target.parent, st.st_size)
+            _write(pf, path, target, key)
+            copy = _open_checked(target, key, pf, verify)
+    # the cache cannot be used (not a folder, read-only, full), or the part failed to read
+    # (pyarrow's IOError): the caller reads the part itself, which reports what it finds
     except OSError:
         return None
-    copy = _open_checked(target, key, pf, verify)
     return None if copy is None else (target, copy)
 
 
