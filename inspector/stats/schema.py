@@ -135,7 +135,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
             raw = _indexed(pf, wanted, filters)
             if raw is None:
                 return read_bounded(pf, wanted, filters, path, budget,
-                                    lambda: sorted_cache.sorted_copy(path, st, pf, verify))
+                                    lambda build: sorted_cache.sorted_copy(path, st, pf, verify,
+                                                                           build))
     except MemoryError:
         raise   # not the file's fault: never remembered as damaged
     except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
@@ -161,7 +162,8 @@ MEMORY_BUDGET = 2 << 30
 
 def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any,
                  path: Any, budget: int | None,
-                 copy: Callable[[], tuple[Path, pq.ParquetFile] | None] | None = None) -> pa.Table:
+                 copy: Callable[[bool], tuple[Path, pq.ParquetFile] | None] | None = None
+                 ) -> pa.Table:
     """Rows of ``pf`` (a part without an index) that ``filters`` keep, ``columns`` of them:
     the row groups whose ``tensor`` column holds none of the filters' tensors are skipped
     after reading that column alone; the others are decoded BATCH_ROWS rows at a time, each
@@ -169,18 +171,23 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
     one batch plus the rows kept; MemoryBudgetError once those pass ``budget``. ``copy``:
     where the tensors' rows to decode are many (``sorted_cache.wants_copy``), called for a
     tensor-sorted copy of the part with an index (:mod:`inspector.stats.sorted_cache`),
-    read instead when it has one."""
+    read instead when it has one: ``copy(False)`` an existing one (before the ``tensor``
+    column is read), ``copy(True)`` one written now if need be."""
     total = pf.metadata.num_rows
     # a part of one batch is read in one go: looking for its tensors first would read it twice
     tensors = _tensors(filters) if total > BATCH_ROWS else None
     if tensors is None:   # no row group's metadata read (see read_part): the total is checked
         plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
     else:
+        if copy is not None and sorted_cache.wants_copy(pf, columns, total):
+            got = _from_copy(copy(False), columns, filters, path)
+            if got is not None:
+                return within_budget(got, path, budget)
         rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
         _check_rows(sum(n for n, _ in rows), total, path)
         plan = [(g, n) for g, (n, holds) in enumerate(rows) if holds]
         if copy is not None and sorted_cache.wants_copy(pf, columns, sum(n for _, n in plan)):
-            got = _from_copy(copy(), columns, filters, path)
+            got = _from_copy(copy(True), columns, filters, path)
             if got is not None:
                 return within_budget(got, path, budget)
     kept: list[pa.Table] = []

@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from inspector.errors import DamagedFileError
-from inspector.stats.parts import (INDEX_KEY, ROW_GROUP_ROWS, SORT_KEYS, _sort_keys, group_rows,
+from inspector.stats.parts import (INDEX_KEY, MIN_GROUP_ROWS, SORT_KEYS, _sort_keys,
                                    parquet_options, row_groups_for, write_groups)
 from inspector.storage.spill import cache_root
 
@@ -102,17 +102,18 @@ def wants_copy(pf: pq.ParquetFile, columns: Sequence[str] | None, rows: int) -> 
                or pa.types.is_fixed_size_list(schema.field(c).type) for c in names)
 
 
-def sorted_copy(path: Path, st: os.stat_result, pf: pq.ParquetFile,
-                verify: bool) -> tuple[Path, pq.ParquetFile] | None:
+def sorted_copy(path: Path, st: os.stat_result, pf: pq.ParquetFile, verify: bool,
+                build: bool = True) -> tuple[Path, pq.ParquetFile] | None:
     """The sorted copy of the part ``pf`` (at ``path``, stat ``st``) from the cache, written
-    first if there is none or it does not match the part; None where none can be written
+    first (``build``) if there is none or it does not match the part; None where none can be
+    written
     (too large for the cache, no space, a read-only cache folder): read the part itself.
     DamagedFileError where the part's own rows are damaged."""
     try:
         key = part_key(path, st)
         target = folder() / f"{key}.parquet"
         copy = _open_checked(target, key, pf, verify)
-        if copy is None and st.st_size <= max_bytes():
+        if copy is None and build and st.st_size <= max_bytes():
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _make_room(target.parent, st.st_size)
             _write(pf, path, target, key)
@@ -248,7 +249,9 @@ def _write_bucket(w: pq.ParquetWriter, table: pa.Table, rows: int,
     table = table.unify_dictionaries().combine_chunks()
     keys = [(k, "ascending") for k in SORT_KEYS if k in table.column_names]
     order = pc.sort_indices(_sort_keys(table), keys)
-    target = min(group_rows(rows), ROW_GROUP_ROWS)
+    # row groups of about a tensor's rows: a query decodes little beside its tensor's rows
+    # (the footer, ~3 KB a row group, stays a few MB)
+    target = max(MIN_GROUP_ROWS, rows // 1024)
     index, groups = write_groups(w, lambda a, b: table.take(order[a:b]),
                                  table.column("tensor").take(order), target, first_group)
     return index, groups, done
