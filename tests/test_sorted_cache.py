@@ -107,6 +107,10 @@ def test_second_query_reads_the_sorted_copy_not_the_part(tmp_path, cache, decode
     # groups holding the tensor only
     assert part_rows == 0
     assert len(second) <= copy_rows < 20_000 // 2, decoded
+    decoded.clear()   # a scalar query writes no copy, but reads one that is there
+    r = inspector.open_run(run)
+    assert len(r.query_stats([names[30]], columns=["mean"])) == _expected(run, names[30]).num_rows
+    assert not [n for f, n in decoded if f == "part"] and decoded
 
 
 def test_small_or_scalar_queries_make_no_copy(tmp_path, cache, monkeypatch):

@@ -179,7 +179,7 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
     if tensors is None:   # no row group's metadata read (see read_part): the total is checked
         plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
     else:
-        if copy is not None and sorted_cache.wants_copy(pf, columns, total):
+        if copy is not None and sorted_cache.wants_copy(pf, columns, total, build=False):
             got = _from_copy(copy(False), columns, filters, path)
             if got is not None:
                 return within_budget(got, path, budget)
