@@ -357,21 +357,26 @@ def scale_runs(args: argparse.Namespace) -> None:
             shutil.rmtree(path)
         n = int(10_000_000 * f)
         bigs = [("big", "make_big", "one compacted part (row-group index)", "<= 1 s, <= 1 GB"),
-                ("unindexed", "make_unindexed", "one part without an index, log histograms", "<= 1 GB"),
+                ("unindexed", "make_unindexed", "one part without an index, log histograms",
+                 "<= 2 s, <= 1 GB"),
                 ("unindexed", "make_unindexed_linear", "one part without an index, before version 4",
-                 "<= 1 GB")]
+                 "<= 2 s, <= 1 GB")]
         for case, make, what, target in bigs:
             if case not in args.scale_cases:
                 continue
             path = root / f"{make}_{n}"
             child(make, path)   # in its own process: a child inherits its parent's peak RSS
-            got = child("one_tensor", path)
-            rows.append([f"query_stats(one tensor): {what}, {n:,} rows ({got['rows']:,} rows read)",
-                         f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
-                         human_bytes(1024 * got["rss_import_kib"]), "-", target,
-                         human_bytes(du_bytes(path))])
-            print("  |  ".join(rows[-1]), flush=True)
+            # an unindexed part: the first query writes its sorted copy, the next reads it
+            for when in ("", ", again") if case == "unindexed" else ("",):
+                got = child("one_tensor", path)
+                rows.append([f"query_stats(one tensor){when}: {what}, {n:,} rows "
+                             f"({got['rows']:,} rows read)",
+                             f"{got['seconds']:.2f} s", human_bytes(1024 * got["rss_kib"]),
+                             human_bytes(1024 * got["rss_import_kib"]), "-", target,
+                             human_bytes(du_bytes(path))])
+                print("  |  ".join(rows[-1]), flush=True)
             shutil.rmtree(path)
+            shutil.rmtree(cache / "sorted", ignore_errors=True)
         print(format_table(rows, headers))
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,6 +23,7 @@ from inspector.errors import DamagedFileError, MemoryBudgetError, StorageError
 from inspector.format import GROUP_NAME_RE, KINDS, STAT_COLUMNS
 from inspector.format.loghist import COLUMNS as LOG_HIST
 from inspector.sizes import human_bytes
+from inspector.stats import sorted_cache
 from inspector.stats.parts import row_groups_for
 from inspector.storage.safety import check_regular
 
@@ -133,7 +134,9 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
             # a compacted part reads only the row groups its index names
             raw = _indexed(pf, wanted, filters)
             if raw is None:
-                return read_bounded(pf, wanted, filters, path, budget)
+                return read_bounded(pf, wanted, filters, path, budget,
+                                    lambda build: sorted_cache.sorted_copy(path, st, pf, verify,
+                                                                           build))
     except MemoryError:
         raise   # not the file's fault: never remembered as damaged
     except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names
@@ -158,21 +161,35 @@ MEMORY_BUDGET = 2 << 30
 
 
 def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any,
-                 path: Any, budget: int | None) -> pa.Table:
+                 path: Any, budget: int | None,
+                 copy: Callable[[bool], tuple[Path, pq.ParquetFile] | None] | None = None
+                 ) -> pa.Table:
     """Rows of ``pf`` (a part without an index) that ``filters`` keep, ``columns`` of them:
     the row groups whose ``tensor`` column holds none of the filters' tensors are skipped
     after reading that column alone; the others are decoded BATCH_ROWS rows at a time, each
     batch checked (:func:`check_stats_table`) and filtered before the next is read. Memory:
-    one batch plus the rows kept; MemoryBudgetError once those pass ``budget``."""
+    one batch plus the rows kept; MemoryBudgetError once those pass ``budget``. ``copy``:
+    where the tensors' rows to decode are many (``sorted_cache.wants_copy``), called for a
+    tensor-sorted copy of the part with an index (:mod:`inspector.stats.sorted_cache`),
+    read instead when it has one: ``copy(False)`` an existing one (before the ``tensor``
+    column is read), ``copy(True)`` one written now if need be."""
     total = pf.metadata.num_rows
     # a part of one batch is read in one go: looking for its tensors first would read it twice
     tensors = _tensors(filters) if total > BATCH_ROWS else None
     if tensors is None:   # no row group's metadata read (see read_part): the total is checked
         plan: list[tuple[int, int | None]] = [(g, None) for g in range(pf.num_row_groups)]
     else:
+        if copy is not None and sorted_cache.wants_copy(pf, columns, total, build=False):
+            got = _from_copy(copy(False), columns, filters, path)
+            if got is not None:
+                return within_budget(got, path, budget)
         rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
         _check_rows(sum(n for n, _ in rows), total, path)
         plan = [(g, n) for g, (n, holds) in enumerate(rows) if holds]
+        if copy is not None and sorted_cache.wants_copy(pf, columns, sum(n for _, n in plan)):
+            got = _from_copy(copy(True), columns, filters, path)
+            if got is not None:
+                return within_budget(got, path, budget)
     kept: list[pa.Table] = []
     size = seen = 0
     for g, n in plan:
@@ -195,6 +212,25 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
         empty = pf.schema_arrow.empty_table()
         return check_stats_table(empty.select(columns) if columns is not None else empty, path)
     return pa.concat_tables(kept)
+
+
+def _from_copy(copy: tuple[Path, pq.ParquetFile] | None, columns: Sequence[str] | None,
+               filters: Any, path: Any) -> pa.Table | None:
+    """The rows ``filters`` keep from a part's sorted ``copy`` (its path and file), read
+    through its index and checked as the part's would be; None (the copy deleted) where it
+    cannot be read: the caller reads the part itself."""
+    if copy is None:
+        return None
+    try:
+        raw = _indexed(copy[1], columns, filters)
+        if raw is not None:
+            return apply_filters(check_stats_table(raw, path), filters)
+    except MemoryError:
+        raise
+    except (OSError, ValueError, pa.ArrowException, DamagedFileError):
+        pass
+    copy[0].unlink(missing_ok=True)
+    return None
 
 
 def _batches(pf: pq.ParquetFile, group: int, whole: bool,
