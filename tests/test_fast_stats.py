@@ -221,3 +221,39 @@ def test_concatenated_histograms_of_static_parts_equal_the_part_by_part_concat()
     for got in (exact.concat_sparse(parts), exact.concat_sparse(dynamic)):   # static, run-time row counts
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a.numpy(), b)
+
+
+@pytest.mark.parametrize("per_input", [False, True])
+def test_native_finish_records_the_same_bits_as_the_graph_finish(per_input):
+    """finish=True (the rows fast_stats fetches) is fast_stats._finish of the raw moments, bit
+    for bit, with each batched input's none row left out of the values and the histograms:
+    groups, samples in no group, NaN/Inf, an all-NaN sample, an empty tensor, float16, float64
+    values whose squares overflow float32, an unbatched tensor."""
+    lib = native.library() if native._compiler() is not None else None
+    if lib is None:
+        pytest.skip("no C++ compiler")
+    rng = np.random.default_rng(3)
+    a = rng.normal(3.0, 0.01, size=(6, 5, 4)).astype(np.float32)
+    a[2, 0, 0], a[4, 1, 1] = np.nan, np.inf
+    b = np.maximum(rng.normal(size=(6, 200)), 0).astype(np.float16)
+    b[5] = np.nan
+    c = (rng.normal(size=(9,)) * 1e30).astype(np.float64)
+    e = np.zeros((6, 0), np.float32)
+    xs, batched = [a, b, c, e], [True, True, False, True]
+    ids = tf.constant([0, 1, 1, 0, 2], tf.int32)   # ngroups 2: sample 2 in none, sample 5 past the ids
+    k = 2
+    spans = [(i, i + 1) for i in range(len(xs))] if per_input else [(0, len(xs))]
+    for i, j in spans:
+        sizes = [k + 2 if bt else 1 for bt in batched[i:j]]
+        base = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int).tolist()
+        kw = dict(batched=batched[i:j], base=base, leaves=sum(sizes), ngroups=k, max_elements=64, block=8)
+        raw = lib.inspector_log_stats([tf.constant(x) for x in xs[i:j]], ids, **kw)
+        done = lib.inspector_log_stats([tf.constant(x) for x in xs[i:j]], ids, finish=True, **kw)
+        keep = [bs + r for bs, n, bt in zip(base, sizes, batched[i:j]) for r in range(n - 1 if bt else n)]
+        ec, c_, mean, m2, mn, mx, zeros, nans = tf.unstack(raw[0], 8, axis=1)
+        want = tf.gather(fast_stats._finish(ec, c_, c_ * mean, m2, mn, mx, zeros, nans, ec - c_), keep)
+        assert done[0].shape == (len(keep), len(STAT_COLUMNS))
+        np.testing.assert_array_equal(done[0].numpy().view(np.int64), want.numpy().view(np.int64))
+        want_h = exact_stats.take_sparse(exact_stats.Sparse(*raw[1:]), np.asarray(keep))
+        for got, w in zip(done[1:], want_h):
+            np.testing.assert_array_equal(got.numpy(), w.numpy())

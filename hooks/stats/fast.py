@@ -7,8 +7,8 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
 
 - **fused kernel** (``hooks/native``, compiled once per machine): one op per tensor reads
   it once for per-sample moments (count, mean, squared deviations, min, max, zeros, NaNs;
-  NaN/Inf masked), buckets its histogram subsample and returns its all / group rows whole; a
-  concat and ~15 ops on vectors of rows finish them. Several times less op time than the
+  NaN/Inf masked), buckets its histogram subsample and returns its all / group rows final
+  (``finish=True``); a concat joins them. Several times less op time than the
   stock-op paths below (bench/README.md), which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
   float64 vector and reduced with sorted segment ops: a fixed ~60 ops for all of them, exact
@@ -235,20 +235,18 @@ def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Te
     # the rest of the step, while the tensor is still in cache, and the tensor's buffer can
     # be reused as in plain training. One op had to wait for the last gradient and kept every
     # captured tensor alive until then (bench_hook's stats-every-one-op row). Each op returns
-    # its tensor's output rows whole (groups combined into all, sparse histograms): what runs
-    # after the last one is a concat and a few ops on vectors of rows.
+    # its tensor's output rows whole (groups combined into all, sparse histograms).
     spans = [(i, i + 1) for i in range(len(xs))] if PER_TENSOR_OPS else [(0, len(xs))]
     ends = [*lay.base[1:], lay.n_out]
     parts = [lib.inspector_log_stats(
         xs[i:j], ids, batched=batched[i:j], base=[b - lay.base[i] for b in lay.base[i:j]],
         leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS,
-        block=fmt.HIST_BLOCK)
+        block=fmt.HIST_BLOCK, finish=True)
         for i, j in spans]
+    # finish=True: each op's rows are final (STAT_COLUMNS, the none rows dropped), so what
+    # runs after the step's last gradient is the concat alone
     stats = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
-    hist = concat_sparse([Sparse(*p[1:]) for p in parts])
-    e, c, mean, m2, mn, mx, zeros, nans = tf.unstack(stats, 8, axis=1)
-    values = _finish(e, c, c * mean, m2, mn, mx, zeros, nans, e - c)
-    return tf.gather(values, tf.constant(lay.keep)), take_sparse(hist, lay.keep)
+    return stats, concat_sparse([Sparse(*p[1:]) for p in parts])
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
