@@ -109,7 +109,7 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
             fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
             rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
             if fused:
-                parts.append(_native_stats(fused, g, lib))
+                parts += _native_stats(fused, g, lib)
                 order += fused
             for dev, items_here in [("", rest), *devices.items()]:
                 with tf.device(dev) if dev else contextlib.nullcontext():
@@ -117,6 +117,13 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
         # the rows' assembly runs on the host: only rows cross from a device, and ragged gathers are
         # host ops
         with tf.device("/cpu:0"):
+            if len(parts) == len(order):
+                # a part per item (every part covers one or more, in `order`): joined in capture
+                # order, a repeated tensor's part listed again, so no gather runs after the concat
+                part_of = {id(it): p for it, p in zip(order, parts)}
+                parts = [part_of[id(source[id(it)])] for it in items]
+                values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
+                return StatsFetch(values, concat_sparse([p[1] for p in parts]), rows)
             values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
             hist = concat_sparse([p[1] for p in parts])
             # rows come out grouped by path; put them back in capture order
@@ -226,7 +233,9 @@ def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.T
 PER_TENSOR_OPS = True
 
 
-def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Tensor, Sparse]:
+def _native_stats(items: list[_Item], groups: Groups | None,
+                  lib) -> list[tuple[tf.Tensor, Sparse]]:
+    """(values, histograms) of ``items``: one part per item (``PER_TENSOR_OPS``) or one for all."""
     k = groups.count if groups is not None else 2
     lay = _Layout(items, k)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
@@ -243,10 +252,9 @@ def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Te
         leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS,
         block=fmt.HIST_BLOCK, finish=True)
         for i, j in spans]
-    # finish=True: each op's rows are final (STAT_COLUMNS, the none rows dropped), so what
-    # runs after the step's last gradient is the concat alone
-    stats = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
-    return stats, concat_sparse([Sparse(*p[1:]) for p in parts])
+    # finish=True: each op's rows are final (STAT_COLUMNS, the none rows dropped): the parts
+    # are joined by build_stats' concat alone
+    return [(p[0], Sparse(*p[1:])) for p in parts]
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
