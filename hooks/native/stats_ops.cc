@@ -29,7 +29,7 @@
 //   min, max, l2, zero_fraction, nan, inf; NaN where no value is finite), computed exactly as
 //   hooks/stats/fast.py's _finish computes them from the 8 columns, and the none leaf of every
 //   batched input is left out of it and of the histograms (rows: the leaves in order, less
-//   those). Why: that finish was ~25 small graph ops after the step's last gradient.
+//   those). Why: in the graph that finish is ~25 small ops after the step's last gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -83,11 +83,10 @@ REGISTER_OP("InspectorLogStats")
     .Attr("block: int >= 1")
     .Attr("finish: bool = false")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
-      int64_t leaves, ngroups;
+      int64_t leaves;
       bool finish;
       std::vector<bool> batched;
       TF_RETURN_IF_ERROR(c->GetAttr("leaves", &leaves));
-      TF_RETURN_IF_ERROR(c->GetAttr("ngroups", &ngroups));
       TF_RETURN_IF_ERROR(c->GetAttr("finish", &finish));
       TF_RETURN_IF_ERROR(c->GetAttr("batched", &batched));
       const int64_t rows = finish ? leaves - std::count(batched.begin(), batched.end(), true) : leaves;
@@ -326,8 +325,7 @@ INSPECTOR_INLINE int32_t slot(double x) {
 // Histogram counts of one leaf: kLanes interleaved copies of the kWidth slots (value i of a span
 // counts in lane i % kLanes, so runs of one slot, a ReLU output's zeros, do not wait on the
 // previous increment's store), and the slots [lo, hi] that may be non-zero: the extraction
-// reads and re-zeroes only those (a full pass over 4 x 4070 slots per leaf was most of the
-// op's fixed cost on small tensors).
+// reads and re-zeroes only those, not every slot of every leaf.
 constexpr int kLanes = 4;
 constexpr int64_t kWidth = kSlots + 1;
 struct Hist {
