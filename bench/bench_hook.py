@@ -39,7 +39,7 @@ Reported per configuration: the median step time and its ratio to plain training
 mean time per step over whole blocks and its ratio (what the amortised defaults are checked
 on: one statistics step in 100), and the process's CPU time per step (every thread, median over
 blocks) and its ratio to plain's: the work a step costs, which other jobs on a shared machine
-move far less than wall time (with the step's ops on both cores, near the wall ratio a quiet
+move less than wall time (with the step's ops on both cores, near the wall ratio a quiet
 machine gives).
 
 Configurations:
@@ -335,7 +335,7 @@ class Trainer:
     @property
     def cpu_per_step(self) -> float:
         """The process's CPU seconds per step (every thread: the step's ops, the hook, its writer),
-        median over blocks: the work a step costs, which other jobs on a shared machine move far
+        median over blocks: the work a step costs, which other jobs on a shared machine move
         less than its wall time."""
         return statistics.median(self.cpu_times)
 
