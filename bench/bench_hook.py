@@ -37,7 +37,10 @@ cores) hits every configuration alike.
 Reported per configuration: the median step time and its ratio to plain training's median
 (the issue's measure, and the one the idle and statistics targets are checked on), and the
 mean time per step over whole blocks and its ratio (what the amortised defaults are checked
-on: one statistics step in 100).
+on: one statistics step in 100), and the process's CPU time per step (every thread, median over
+blocks) and its ratio to plain's: the work a step costs, which other jobs on a shared machine
+move less than wall time (with the step's ops on both cores, near the wall ratio a quiet
+machine gives).
 
 Configurations:
 
@@ -215,6 +218,7 @@ class Trainer:
     family: str = "bn-resnet"
     device: str = "cpu"
     block_times: list[float] = field(default_factory=list)   # seconds per step, one per block
+    cpu_times: list[float] = field(default_factory=list)   # process CPU seconds per step, one per block
     step_times: list[float] = field(default_factory=list)
     steps: int = 0
     bytes_removed: int = 0
@@ -279,16 +283,17 @@ class Trainer:
     def block(self, steps: int, record: bool = True) -> None:
         times = []
         self.recording = record
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(steps):
             t = time.perf_counter()
             self.sess.run(self.model.train_op)
             times.append(time.perf_counter() - t)
         self._drain()
-        total = time.perf_counter() - start
+        total, cpu = time.perf_counter() - start, time.process_time() - cpu
         self.steps += steps
         if record:
             self.block_times.append(total / steps)
+            self.cpu_times.append(cpu / steps)
             self.step_times += times
         self._clear_dumps()
         os.sync()  # untimed: what is left of this block's writeback does not slow the next block
@@ -326,6 +331,13 @@ class Trainer:
     @property
     def per_step(self) -> float:
         return statistics.median(self.block_times)
+
+    @property
+    def cpu_per_step(self) -> float:
+        """The process's CPU seconds per step (every thread: the step's ops, the hook, its writer),
+        median over blocks: the work a step costs, which other jobs on a shared machine move
+        less than its wall time."""
+        return statistics.median(self.cpu_times)
 
     @property
     def written(self) -> float:
@@ -398,16 +410,18 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         floor_ms = 1e3 * stats.captured_bytes / bandwidth
         ratio = s_ms / p_ms
         hook_ms, hook_cpu = stats.hook_ms
-        others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f}" for k in extra]
+        others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f} / "
+                  f"{by[k].cpu_per_step / plain.cpu_per_step:.3f}" for k in extra]
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
                      "yes" if ratio <= max(1.25, (p_ms + floor_ms) / p_ms + 0.05) else "NO",
                      f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
-                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}", *others])
+                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}",
+                     f"{stats.cpu_per_step / plain.cpu_per_step:.3f}", *others])
     head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
             f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
     return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
                                              "<=max(1.25,floor+.05)", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms", "hook cpu ms",
-                                             *(f"{k} ratio" for k in extra)])
+                                             "stats cpu ratio", *(f"{k} ratio / cpu" for k in extra)])
 
 
 def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
@@ -438,13 +452,16 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
         if k.startswith("dump-full") and dbg:
             target, met = "tfdbg/x >= 4", "yes" if dbg / per_dump[k] >= 4 else "NO"
         wall, cpu = t.hook_ms
+        cpu_ratio = t.cpu_per_step / by["plain"].cpu_per_step if "plain" in by else float("nan")
         rows.append([t.cfg.label, f"{1e3 * p50:.1f}", f"{p50_ratio:.3f}", f"{1e3 * per_step[k]:.1f}",
-                     f"{ratio:.3f}", human_bytes(t.bytes_per_step), f"{wall:.3f} / {cpu:.3f}", target, met])
+                     f"{ratio:.3f}", f"{1e3 * t.cpu_per_step:.1f}", f"{cpu_ratio:.3f}",
+                     human_bytes(t.bytes_per_step), f"{wall:.3f} / {cpu:.3f}", target, met])
     out = [f"TensorFlow {tf.__version__}, {args.model[0]} {6 * args.n[0] + 2} layers (n={args.n[0]}), "
            f"batch {args.batch[0]}, "
            f"{args.reps} reps x {args.block} steps per config (interleaved); DumpHook defaults: "
            f"stats every {stats_every}, dump every {dump_every}",
-           format_table(rows, ["config", "p50 step ms", "p50 ratio", "mean ms/step", "mean ratio", "disk/step",
+           format_table(rows, ["config", "p50 step ms", "p50 ratio", "mean ms/step", "mean ratio",
+                               "cpu ms/step", "cpu ratio", "disk/step",
                                "hook py ms wall/cpu", "target", "met"])]
     dumpers = [k for k in ("dump-full", "dump-full-shared", "dump-full-fsync", "tfdbg") if k in by]
     if dumpers:

@@ -25,6 +25,11 @@
 //   ceil(tensor size / max_elements), or every k-th element when a row is not a multiple
 //   of `block`); the all leaf's histogram sums its input's others. Leaf l's non-empty buckets,
 //   ascending, are hist_index/hist_count[hist_splits[l], hist_splits[l + 1]).
+//   finish=true: stats is [rows, 9] in inspector.format's STAT_COLUMNS order (count, mean, std,
+//   min, max, l2, zero_fraction, nan, inf; NaN where no value is finite), computed exactly as
+//   hooks/stats/fast.py's _finish computes them from the 8 columns, and the none leaf of every
+//   batched input is left out of it and of the histograms (rows: the leaves in order, less
+//   those). Why: in the graph that finish is ~25 small ops after the step's last gradient.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,6 +49,7 @@ namespace {
 
 constexpr int64_t kChunk = 2048;  // elements per work unit (the length of the float sums)
 constexpr int kStatColumns = 8;
+constexpr int kFinishedColumns = 9;  // inspector.format.STAT_COLUMNS
 // Log-magnitude buckets (inspector/format/loghist.py): signed indices -kMaxIndex..kMaxIndex, stored at
 // slot index + kMaxIndex; slot kSlots takes NaN/Inf (discarded).
 constexpr int32_t kMaxIndex = 2034;
@@ -75,11 +81,17 @@ REGISTER_OP("InspectorLogStats")
     .Attr("ngroups: int >= 0 = 2")
     .Attr("max_elements: int >= 1")
     .Attr("block: int >= 1")
+    .Attr("finish: bool = false")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       int64_t leaves;
+      bool finish;
+      std::vector<bool> batched;
       TF_RETURN_IF_ERROR(c->GetAttr("leaves", &leaves));
-      c->set_output(0, c->Matrix(leaves, kStatColumns));
-      c->set_output(1, c->Vector(leaves + 1));
+      TF_RETURN_IF_ERROR(c->GetAttr("finish", &finish));
+      TF_RETURN_IF_ERROR(c->GetAttr("batched", &batched));
+      const int64_t rows = finish ? leaves - std::count(batched.begin(), batched.end(), true) : leaves;
+      c->set_output(0, c->Matrix(rows, finish ? kFinishedColumns : kStatColumns));
+      c->set_output(1, c->Vector(rows + 1));
       c->set_output(2, c->Vector(c->UnknownDim()));
       c->set_output(3, c->Vector(c->UnknownDim()));
       return absl::OkStatus();
@@ -310,33 +322,58 @@ INSPECTOR_INLINE int32_t slot(double x) {
   return mag >= 0x7ff0000000000000ull ? kSlots : s;
 }
 
-// Count len values (every `step`-th from v) into hist[kSlots + 1]: the slots of a span in one
-// vectorised loop, then the increments alone.
+// Histogram counts of one leaf: kLanes interleaved copies of the kWidth slots (value i of a span
+// counts in lane i % kLanes, so runs of one slot, a ReLU output's zeros, do not wait on the
+// previous increment's store), and the slots [lo, hi] that may be non-zero: the extraction
+// reads and re-zeroes only those, not every slot of every leaf.
+constexpr int kLanes = 4;
+constexpr int64_t kWidth = kSlots + 1;
+struct Hist {
+  int32_t* counts;  // [kLanes][kWidth], all zero outside [lo, hi]
+  int32_t lo = kSlots + 1, hi = -1;
+};
+
+// Count len values (every `step`-th from v) into h: the slots of a span in one vectorised
+// loop (with their range), then the increments alone.
 template <typename T>
-INSPECTOR_INLINE void bucket_values(const T* v, int64_t len, int64_t step, int32_t* hist) {
+INSPECTOR_INLINE void bucket_values(const T* v, int64_t len, int64_t step, Hist& h) {
   using A = Acc<T>;
   constexpr int64_t kSpan = 512;
   int32_t idx[kSpan];
   for (int64_t start = 0; start < len; start += kSpan) {
     const int64_t n = std::min<int64_t>(kSpan, len - start);
     const T* p = v + start * step;
+    int32_t lo = h.lo, hi = h.hi;
     if (step == 1) {
-#pragma omp simd
-      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<A>(p[i]));
+#pragma omp simd reduction(min : lo) reduction(max : hi)
+      for (int64_t i = 0; i < n; ++i) {
+        idx[i] = slot(static_cast<A>(p[i]));
+        lo = idx[i] < lo ? idx[i] : lo;
+        hi = idx[i] > hi ? idx[i] : hi;
+      }
     } else {
-      for (int64_t i = 0; i < n; ++i) idx[i] = slot(static_cast<A>(p[i * step]));
+      for (int64_t i = 0; i < n; ++i) {
+        idx[i] = slot(static_cast<A>(p[i * step]));
+        lo = std::min(lo, idx[i]);
+        hi = std::max(hi, idx[i]);
+      }
     }
-    for (int64_t i = 0; i < n; ++i) ++hist[idx[i]];
+    h.lo = lo;
+    h.hi = hi;
+    const int64_t body = n - n % kLanes;
+    for (int64_t i = 0; i < body; i += kLanes)
+      for (int k = 0; k < kLanes; ++k) ++h.counts[k * kWidth + idx[i + k]];
+    for (int64_t i = body; i < n; ++i) ++h.counts[idx[i]];
   }
 }
 
-// One row's histogram subsample (inspector.format.hist_sample) into hist[kSlots + 1].
+// One row's histogram subsample (inspector.format.hist_sample) into h.
 template <typename T>
-INSPECTOR_INLINE void bucket_row(const T* v, int64_t size, int64_t stride, int64_t block, int32_t* hist) {
+INSPECTOR_INLINE void bucket_row(const T* v, int64_t size, int64_t stride, int64_t block, Hist& h) {
   if (size % block == 0) {
-    for (int64_t j = 0; j < size; j += stride * block) bucket_values(v + j, block, 1, hist);
+    for (int64_t j = 0; j < size; j += stride * block) bucket_values(v + j, block, 1, h);
   } else {
-    bucket_values(v, (size + stride - 1) / stride, stride, hist);
+    bucket_values(v, (size + stride - 1) / stride, stride, h);
   }
 }
 
@@ -350,9 +387,29 @@ INSPECTOR_CLONES Moments row_moments(const Row& row) {
   return acc;
 }
 
-INSPECTOR_CLONES void bucket_any(const Row& row, int64_t max_elements, int64_t block, int32_t* hist) {
+INSPECTOR_CLONES void bucket_any(const Row& row, int64_t max_elements, int64_t block, Hist& hist) {
   const int64_t stride = std::max<int64_t>(1, (row.tensor_size + max_elements - 1) / max_elements);
   with_typed(row, [&](auto* v) INSPECTOR_LAMBDA { bucket_row(v, row.size, stride, block, hist); });
+}
+
+// The counts of slot b of h, summed over its lanes, which are zeroed.
+INSPECTOR_INLINE int32_t take(Hist& h, int32_t b) {
+  int32_t c = 0;
+  for (int k = 0; k < kLanes; ++k) {
+    c += h.counts[k * kWidth + b];
+    h.counts[k * kWidth + b] = 0;
+  }
+  return c;
+}
+
+// The histograms' buffer of this thread: [leaves][kLanes][kWidth], all zero between uses
+// (each use re-zeroes the ranges it touched), so an op pays for the slots its values reach,
+// not for clearing and scanning every slot of every leaf.
+std::vector<int32_t>& hist_buffer(int64_t leaves) {
+  thread_local std::vector<int32_t> buffer;
+  const size_t need = static_cast<size_t>(leaves * kLanes * kWidth);
+  if (buffer.size() < need) buffer.resize(need, 0);
+  return buffer;
 }
 
 class StatsOp : public OpKernel {
@@ -364,6 +421,7 @@ class StatsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ngroups", &ngroups_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_elements", &max_elements_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("block", &block_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("finish", &finish_));
     OP_REQUIRES(ctx, batched_.size() == base_.size(),
                 errors::InvalidArgument("batched and base differ in length"));
     std::vector<std::pair<int64_t, int64_t>> spans;  // each input's leaves: [base, base + count)
@@ -378,6 +436,13 @@ class StatsOp : public OpKernel {
       OP_REQUIRES(ctx, spans[i].first >= spans[i - 1].second,
                   errors::InvalidArgument("two inputs' leaves overlap at leaf ", spans[i].first, ": base must give "
                                           "each input its own leaves (1, or ngroups + 2 when batched)"));
+    // the output row of each leaf: itself, or with finish the leaves less the none ones (-1)
+    out_row_.assign(leaves_, 0);
+    if (finish_)
+      for (size_t i = 0; i < base_.size(); ++i)
+        if (batched_[i]) out_row_[base_[i] + ngroups_ + 1] = -1;
+    rows_out_ = 0;
+    for (auto& r : out_row_) r = r < 0 ? -1 : rows_out_++;
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -409,15 +474,19 @@ class StatsOp : public OpKernel {
       first_row[i + 1] = rows.size();
     }
     Tensor* stats = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({leaves_, kStatColumns}), &stats));
+    const int width = finish_ ? kFinishedColumns : kStatColumns;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows_out_, width}), &stats));
     double* out = stats->flat<double>().data();
-    std::fill(out, out + leaves_ * kStatColumns, 0.0);  // leaves of no input (none when called by fast_stats)
+    // leaves of no input (none when called by fast_stats): zeros, finished as such
+    std::fill(out, out + rows_out_ * width, 0.0);
+    if (finish_)
+      for (int64_t l = 0; l < leaves_; ++l)
+        if (out_row_[l] >= 0) write_row(Moments{0, 0, 0, 0, 0, 0, 0}, 0.0, out + width * out_row_[l]);
     // Each leaf's non-empty buckets as (signed index, count), filled by the thread of its input.
     std::vector<std::vector<std::pair<int32_t, int32_t>>> buckets(leaves_);
     // One input at a time per thread: its moments pass, then its histogram pass while the
     // tensor is still in cache. An input's leaves belong to it alone: no shared writes.
     auto work = [&](int64_t begin, int64_t end) {
-      std::vector<int32_t> counts;
       for (int64_t i = begin; i < end; ++i) {
         const int64_t nleaf = batched_[i] ? ngroups_ + 2 : 1;
         std::vector<Moments> by_leaf(nleaf);
@@ -431,22 +500,34 @@ class StatsOp : public OpKernel {
         for (const Moments& mo : by_leaf) all.merge(mo);
         by_leaf[0] = all;
         elements[0] = std::accumulate(elements.begin(), elements.end(), 0.0);
-        for (int64_t l = 0; l < nleaf; ++l) {
-          const Moments& mo = by_leaf[l];
-          const double vals[kStatColumns] = {elements[l], mo.n, mo.mean, mo.m2, mo.mn, mo.mx, mo.zeros, mo.nans};
-          std::copy(vals, vals + kStatColumns, out + kStatColumns * (base_[i] + l));
-        }
-        constexpr int64_t kWidth = kSlots + 1;
-        counts.assign(nleaf * kWidth, 0);
+        for (int64_t l = 0; l < nleaf; ++l)
+          if (out_row_[base_[i] + l] >= 0) write_row(by_leaf[l], elements[l], out + width * out_row_[base_[i] + l]);
+        int32_t* counts = hist_buffer(nleaf).data();
+        std::vector<Hist> hists(nleaf);
+        for (int64_t l = 0; l < nleaf; ++l) hists[l].counts = counts + l * kLanes * kWidth;
         for (int64_t r = first_row[i]; r < first_row[i + 1]; ++r)
-          bucket_any(rows[r], max_elements_, block_, counts.data() + (leaf[r] - base_[i]) * kWidth);
-        for (int64_t l = 1; l < nleaf; ++l)  // the all leaf's histogram: its input's others
-          for (int64_t b = 0; b < kSlots; ++b) counts[b] += counts[l * kWidth + b];
-        for (int64_t l = 0; l < nleaf; ++l) {
+          bucket_any(rows[r], max_elements_, block_, hists[leaf[r] - base_[i]]);
+        // Each other leaf's counts, summed over lanes into its lane 0 and added to the all
+        // leaf's lane 0 (an unbatched input's one leaf is its all leaf).
+        Hist& all_h = hists[0];
+        for (int64_t l = 1; l < nleaf; ++l) {
+          Hist& h = hists[l];
+          for (int32_t b = h.lo; b <= h.hi; ++b) {
+            const int32_t c = take(h, b);
+            h.counts[b] = c;
+            all_h.counts[b] += c;
+          }
+          all_h.lo = std::min(all_h.lo, h.lo);
+          all_h.hi = std::max(all_h.hi, h.hi);
+        }
+        for (int64_t l = 0; l < nleaf; ++l) {  // slot kSlots (NaN/Inf) is zeroed, not kept
+          Hist& h = hists[l];
           auto& found = buckets[base_[i] + l];
-          const int32_t* c = counts.data() + l * kWidth;
-          for (int32_t b = 0; b < kSlots; ++b)
-            if (c[b] != 0) found.emplace_back(b - kMaxIndex, c[b]);
+          const bool kept = out_row_[base_[i] + l] >= 0;
+          for (int32_t b = h.lo; b <= h.hi; ++b) {
+            const int32_t c = take(h, b);
+            if (c != 0 && b < kSlots && kept) found.emplace_back(b - kMaxIndex, c);
+          }
         }
       }
     };
@@ -457,7 +538,7 @@ class StatsOp : public OpKernel {
     int64_t n = 0;
     for (const auto& found : buckets) n += static_cast<int64_t>(found.size());
     Tensor *splits = nullptr, *index = nullptr, *count = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({leaves_ + 1}), &splits));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({rows_out_ + 1}), &splits));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({n}), &index));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({n}), &count));
     int64_t* sp = splits->flat<int64_t>().data();
@@ -465,22 +546,46 @@ class StatsOp : public OpKernel {
     int32_t* ct = count->flat<int32_t>().data();
     int64_t at = 0;
     for (int64_t l = 0; l < leaves_; ++l) {
-      sp[l] = at;
+      if (out_row_[l] < 0) continue;
+      sp[out_row_[l]] = at;
       for (const auto& [b, c] : buckets[l]) {
         ix[at] = b;
         ct[at++] = c;
       }
     }
-    sp[leaves_] = at;
+    sp[rows_out_] = at;
   }
 
  private:
+  // One output row of a leaf's moments over `elements` values: the 8 raw columns, or with
+  // finish the 9 STAT_COLUMNS by fast.py's _finish, op for op in double (mean through
+  // s = n * mean and back, as the graph did), so either path records the same bits.
+  void write_row(const Moments& mo, double elements, double* row) const {
+    if (!finish_) {
+      const double vals[kStatColumns] = {elements, mo.n, mo.mean, mo.m2, mo.mn, mo.mx, mo.zeros, mo.nans};
+      std::copy(vals, vals + kStatColumns, row);
+      return;
+    }
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    const double c = mo.n, s = c * mo.mean, c1 = std::max(c, 1.0);
+    const double m2 = std::max(mo.m2, 0.0), mean = s / c1;
+    const bool has = c > 0;
+    const double vals[kFinishedColumns] = {
+        elements, has ? mean : nan, has ? std::sqrt(m2 / c1) : nan, has ? mo.mn : nan,
+        has ? mo.mx : nan, std::sqrt(m2 + c * (mean * mean)), mo.zeros / std::max(elements, 1.0),
+        mo.nans, (elements - c) - mo.nans};
+    std::copy(vals, vals + kFinishedColumns, row);
+  }
+
   std::vector<bool> batched_;
   std::vector<int64_t> base_;
   int64_t leaves_;
   int64_t ngroups_;
   int64_t max_elements_;
   int64_t block_;
+  bool finish_;
+  std::vector<int64_t> out_row_;  // per leaf: its output row, -1 when left out
+  int64_t rows_out_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("InspectorLogStats").Device(DEVICE_CPU), StatsOp);

@@ -137,7 +137,9 @@ def _concat_static(parts: Sequence[Sparse], lengths: Sequence[int]) -> Sparse:
     joined = tf.concat([p.splits for p in parts], 0)
     lasts = tf.gather(joined, tf.constant(ends - 1))
     offsets = tf.concat([tf.zeros([1], tf.int64), tf.cumsum(lasts)[:-1]], 0)
-    shifted = joined + tf.repeat(offsets, tf.constant(np.asarray(lengths, np.int64)))
+    # each row's part is static: one gather of the offsets (tf.repeat is some 15 ops)
+    part_of_row = np.repeat(np.arange(len(parts), dtype=np.int32), np.asarray(lengths, np.int64))
+    shifted = joined + tf.gather(offsets, tf.constant(part_of_row))
     # every part's splits start with 0, the end of the part before: kept for the first only
     firsts = np.concatenate([[0], ends[:-1]])
     keep = np.setdiff1d(np.arange(ends[-1]), firsts[1:])

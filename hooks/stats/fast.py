@@ -7,8 +7,8 @@ cost, Python construction time and memory passes dwarf the arithmetic. So:
 
 - **fused kernel** (``hooks/native``, compiled once per machine): one op per tensor reads
   it once for per-sample moments (count, mean, squared deviations, min, max, zeros, NaNs;
-  NaN/Inf masked), buckets its histogram subsample and returns its all / group rows whole; a
-  concat and ~15 ops on vectors of rows finish them. Several times less op time than the
+  NaN/Inf masked), buckets its histogram subsample and returns its all / group rows final
+  (``finish=True``); a concat joins them. Several times less op time than the
   stock-op paths below (bench/README.md), which are the fallback where no C++ compiler is available:
 - **small tensors** (static shape, <= ``SMALL_MAX`` elements) are concatenated into one
   float64 vector and reduced with sorted segment ops: a fixed ~60 ops for all of them, exact
@@ -109,7 +109,7 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
             fused = [it for it in on_host if lib is not None and it.x.dtype in NATIVE_DTYPES]
             rest = [it for it in on_host if not (lib is not None and it.x.dtype in NATIVE_DTYPES)]
             if fused:
-                parts.append(_native_stats(fused, g, lib))
+                parts += _native_stats(fused, g, lib)
                 order += fused
             for dev, items_here in [("", rest), *devices.items()]:
                 with tf.device(dev) if dev else contextlib.nullcontext():
@@ -117,6 +117,13 @@ def build_stats(captured: Sequence, groups: Groups | tf.Tensor | None, use_nativ
         # the rows' assembly runs on the host: only rows cross from a device, and ragged gathers are
         # host ops
         with tf.device("/cpu:0"):
+            if len(parts) == len(order):
+                # a part per item (every part covers one or more, in `order`): joined in capture
+                # order, a repeated tensor's part listed again, so no gather runs after the concat
+                part_of = {id(it): p for it, p in zip(order, parts)}
+                parts = [part_of[id(source[id(it)])] for it in items]
+                values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
+                return StatsFetch(values, concat_sparse([p[1] for p in parts]), rows)
             values = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
             hist = concat_sparse([p[1] for p in parts])
             # rows come out grouped by path; put them back in capture order
@@ -226,7 +233,9 @@ def _leaf_of_row(lay: _Layout, items: list[_Item], item: tf.Tensor, sample: tf.T
 PER_TENSOR_OPS = True
 
 
-def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Tensor, Sparse]:
+def _native_stats(items: list[_Item], groups: Groups | None,
+                  lib) -> list[tuple[tf.Tensor, Sparse]]:
+    """(values, histograms) of ``items``: one part per item (``PER_TENSOR_OPS``) or one for all."""
     k = groups.count if groups is not None else 2
     lay = _Layout(items, k)
     xs, batched = [it.x for it in items], [bool(it.batched) for it in items]
@@ -235,20 +244,17 @@ def _native_stats(items: list[_Item], groups: Groups | None, lib) -> tuple[tf.Te
     # the rest of the step, while the tensor is still in cache, and the tensor's buffer can
     # be reused as in plain training. One op had to wait for the last gradient and kept every
     # captured tensor alive until then (bench_hook's stats-every-one-op row). Each op returns
-    # its tensor's output rows whole (groups combined into all, sparse histograms): what runs
-    # after the last one is a concat and a few ops on vectors of rows.
+    # its tensor's output rows whole (groups combined into all, sparse histograms).
     spans = [(i, i + 1) for i in range(len(xs))] if PER_TENSOR_OPS else [(0, len(xs))]
     ends = [*lay.base[1:], lay.n_out]
     parts = [lib.inspector_log_stats(
         xs[i:j], ids, batched=batched[i:j], base=[b - lay.base[i] for b in lay.base[i:j]],
         leaves=ends[j - 1] - lay.base[i], ngroups=k, max_elements=fmt.HIST_MAX_ELEMENTS,
-        block=fmt.HIST_BLOCK)
+        block=fmt.HIST_BLOCK, finish=True)
         for i, j in spans]
-    stats = tf.concat([p[0] for p in parts], 0) if len(parts) > 1 else parts[0][0]
-    hist = concat_sparse([Sparse(*p[1:]) for p in parts])
-    e, c, mean, m2, mn, mx, zeros, nans = tf.unstack(stats, 8, axis=1)
-    values = _finish(e, c, c * mean, m2, mn, mx, zeros, nans, e - c)
-    return tf.gather(values, tf.constant(lay.keep)), take_sparse(hist, lay.keep)
+    # finish=True: each op's rows are final (STAT_COLUMNS, the none rows dropped): the parts
+    # are joined by build_stats' concat alone
+    return [(p[0], Sparse(*p[1:])) for p in parts]
 
 
 # ---- small tensors: one concatenated float64 vector ----------------------------------------
