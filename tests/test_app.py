@@ -95,6 +95,16 @@ def vega_ridge(at: AppTest) -> tuple[dict, list]:
     return next((s, d) for s, d in vega(at) if "histograms over steps" in json.dumps(s.get("title")))
 
 
+def facts(at: AppTest) -> dict[str, str]:
+    """The Summary's facts table (one Markdown table: a column per fact) as {what: value}."""
+    table = next(m.value for m in at.markdown if m.value.startswith("| Status |"))
+    head, _, row = table.splitlines()
+
+    def cells(line: str) -> list[str]:
+        return [unescape(c.strip()) for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+    return dict(zip(cells(head), cells(row)))
+
+
 def captions(at: AppTest) -> str:
     return "\n".join(unescape(c.value) for c in at.caption)
 
@@ -104,7 +114,7 @@ def captions(at: AppTest) -> str:
 def test_summary(runs):
     at = ok(start(runs / "exp1"))
     assert at.header[0].value == "Run exp1"
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Status"] == "finished"
     assert metrics["Statistics steps"] == "30" and metrics["Last step"] == "29"
     assert metrics["Dump steps"] == "2" and metrics["Dropped"] == "1 dump(s)"       # step 20 dropped
@@ -113,8 +123,11 @@ def test_summary(runs):
         and "at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
-    # hook settings and sessions: static tables, every row and column shown (no scrolling frame)
-    tables = [t.value for t in at.table]
+    # hook settings and sessions: static tables, every row and column shown (no scrolling frame),
+    # drawn when their tab is opened
+    assert not at.table
+    at.session_state["sm_tab"] = "Run details"
+    tables = [t.value for t in ok(at.run()).table]
     assert any(t.shape[0] >= 5 and list(t.columns) == ["setting", "value"] for t in tables)
     assert any(list(t.columns) == list(inspector.open_run(runs / "exp1").sessions.columns) for t in tables)
 
@@ -412,17 +425,17 @@ def test_refresh_shows_new_steps_of_a_running_run(tmp_path):
     b.write_steps(0, 10)
     b.sync()
     at = ok(start(tmp_path / "live"))
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Status"] == "running" and metrics["Last step"] == "9"
     assert any("still being written" in i.value for i in at.info)
     b.write_steps(10, 25)
     b.sync()
     at.button[0].click().run()                      # the sidebar's Refresh
-    metrics = {m.label: m.value for m in ok(at).metric}
+    metrics = facts(ok(at))
     assert metrics["Last step"] == "24" and metrics["Dump steps"] == "3"
     b.close()
     at.run()
-    assert {m.label: m.value for m in ok(at).metric}["Status"] == "finished"
+    assert facts(ok(at))["Status"] == "finished"
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -509,7 +522,7 @@ def test_crashed_run_says_so(runs, tmp_path):
     m.write_text(json.dumps({**json.loads(m.read_text()), "status": "running", "host": socket.gethostname(),
                              "pid": gone, "heartbeat_secs": 60}))
     at = ok(start(path))
-    assert {mt.label: mt.value for mt in at.metric}["Status"] == "crashed"
+    assert facts(at)["Status"] == "crashed"
     assert any("gone without closing it" in w.value for w in at.warning)
 
 
@@ -523,15 +536,15 @@ def test_mode_and_worker_pickers_show_one_view(tmp_path):
     at = ok(start(tmp_path / "r"))
     assert [s.label for s in at.sidebar.selectbox] == ["Run", "Mode", "Worker"]
     assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-1"]
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Statistics steps"] == "10" and metrics["Dump steps"] == "1"
     at.sidebar.selectbox(key="mode").set_value("eval").run()
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert not at.exception and metrics["Statistics steps"] == "1" and metrics["Last step"] == "10"
     assert metrics["Dump steps"] == "1"
     at.sidebar.selectbox(key="mode").set_value("train").run()
     at.sidebar.selectbox(key="worker").set_value("worker-1").run()
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert not at.exception and metrics["Statistics steps"] == "3"
 
 
@@ -658,7 +671,7 @@ def markdown_bodies(at: AppTest) -> list[str]:
     """The Markdown source of every element that renders Markdown."""
     kinds = ("markdown", "caption", "error", "warning", "info", "success", "title", "header", "subheader")
     out = [el.value for k in kinds for el in at.get(k)]
-    return out + [m.proto.body for m in at.metric]
+    return out
 
 
 def test_run_strings_are_rendered_as_text(runs, tmp_path):
@@ -882,8 +895,8 @@ def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_pa
     errors = unescape(" ".join(e.value for e in at.error))
     assert "Most likely culprit: nonfinite** (layer **conv2**, op **conv2/Relu**, step **25**)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
-    # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes, op-type bars
-    assert len(at.get("vega_lite_chart")) == 4
+    # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes (the open tab's)
+    assert len(at.get("vega_lite_chart")) == 3
     # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
     path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
                          first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
