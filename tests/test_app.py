@@ -186,15 +186,20 @@ def test_overview_positive_negative_curves(runs):
 
 def test_distributions(runs):
     at = ok(start(runs / "exp1", "Distributions"))
-    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph, dumped samples, ridge, bands
-    assert len(vega_hists(at)) == 2 and len(vega(at)) == 4
+    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph and dumped samples (the open tab)
+    assert len(vega_hists(at)) == 2 and len(vega(at)) == 2
     assert "forward positive" in captions(at) and "gradient negative" in captions(at)
-    hist, ridge = vega_hists(at)[0][1], vega_ridge(at)[1]
+    hist = vega_hists(at)[0][1]
     at.select_slider(key="di_step").set_value(5).run()
     ok(at)
     assert not vega_hists(at)[0][1][0].equals(hist[0])
     assert "step 5" in " ".join(s.value for s in at.subheader)
-    at.slider(key="di_ridge_n").set_value(4).run()
+    at.session_state["di_tab"] = "Across steps"     # the ridge plot alone
+    ridge = vega_ridge(ok(at.run()))[1]
+    assert len(vega(at)) == 1 and not vega_hists(at)
+    at.slider(key="di_ridge_n").set_value(4)
+    at.session_state["di_tab"] = "Across steps"     # AppTest sends a tab bar's default with a widget's change
+    at.run()
     assert vega_ridge(ok(at))[1][0]["step"].nunique() == 4 != ridge[0]["step"].nunique()
 
 
@@ -752,9 +757,13 @@ def test_distributions_axis_choice_and_log_y_change_the_figures(runs):
     assert spec["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bin"
     at.radio(key="di_xaxis").set_value("log").run()
     assert panel_axes(vega_hists(ok(at))[0][0]) == ["log", "log"]
-    ridge = vega_ridge(at)
-    at.toggle(key="di_log").set_value(True).run()
-    (log_spec, log_data), log_ridge = vega_hists(ok(at))[0], vega_ridge(at)
+    at.session_state["di_tab"] = "Across steps"
+    ridge = vega_ridge(ok(at.run()))
+    at.toggle(key="di_log").set_value(True)
+    at.session_state["di_tab"] = "Across steps"     # AppTest sends a tab bar's default with a widget's change
+    log_ridge = vega_ridge(ok(at.run()))
+    at.session_state["di_tab"] = "At the step"
+    log_spec, log_data = vega_hists(ok(at.run()))[0]
     # a real log y axis on every panel, starting at the floor the empty bins are drawn at
     for panel in log_spec["hconcat"]:
         scale = panel["layer"][0]["encoding"]["y"]["scale"]
@@ -1219,7 +1228,7 @@ def bands_data(at: AppTest):
 def test_distributions_percentile_bands(runs):
     import numpy as np
     import inspector
-    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_tab="Percentile bands"))
     assert "the stored log-magnitude histograms' quantiles (each within 5.9%" in captions(at)
     spec, table = bands_data(at)
     area, median = spec["layer"]
@@ -1274,7 +1283,8 @@ def test_percentile_bands_end_at_the_exact_min_and_max():
 def test_distributions_percentile_bands_use_each_groups_min_and_max(runs):
     import numpy as np
     import inspector
-    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient"))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient",
+                  di_tab="Percentile bands"))
     _, drawn = bands_data(at)
     df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], kinds=["gradient"], columns=["min", "max"])
     assert set(drawn["group"]) == {"positive", "negative"}
