@@ -147,14 +147,18 @@ def test_overview_heatmaps_and_series(runs):
     at = ok(start(runs / "exp1", "Training overview"))
     (grad,) = heatmaps(at)                           # the open tab only: Gradients
     assert grad["title"] == "gradient l2 (group all)" and grad["log"] and grad["png"].startswith("data:image/png")
-    assert len(at.get("vega_lite_chart")) == 1       # and the time series
+    assert not at.get("vega_lite_chart")             # the time series: in its own tab
     assert at.selectbox(key="ov_hm_grad_stat").value == "l2"
-    assert "conv1/Relu:0 forward mean" in captions(at)
+    at.session_state["ov_tab"] = "One tensor over steps"
+    assert "conv1/Relu:0 forward mean" in captions(ok(at.run())) and not heatmaps(at)
+    assert len(at.get("vega_lite_chart")) == 1
     before_cap = captions(at)
-    at.selectbox(key="ov_tensor").select("conv3/Relu:0").run()
-    ok(at)
+    at.selectbox(key="ov_tensor").select("conv3/Relu:0")
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    ok(at.run())
     assert "conv3/Relu:0 forward mean" in captions(at) and captions(at) != before_cap
-    at.selectbox(key="ov_hm_grad_stat").select("max").run()
+    at.session_state["ov_tab"] = "Gradients"
+    ok(at.run()).selectbox(key="ov_hm_grad_stat").select("max").run()
     after = heatmaps(ok(at))[0]
     assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
     # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded; the
@@ -176,7 +180,7 @@ def test_overview_heatmaps_and_series(runs):
 
 
 def test_overview_positive_negative_curves(runs):
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="icnn/post_mask:0"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="icnn/post_mask:0", ov_tab="One tensor over steps"))
     cap = next(c for c in captions(at).splitlines() if c.startswith("icnn/post_mask:0"))
     assert "positive" in cap and "negative" in cap
     pos = float(cap.split("positive ")[1].split(",")[0])
@@ -365,13 +369,15 @@ def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, 
     ``source='train_batch'`` existed, which has no ``probe.source`` (FORMAT.md: absent means
     "probe")."""
     extra = {"probe": probe} if probe else {}
-    at = ok(start(variable_run(tmp_path / "r", extra), "Training overview"))
+    at = ok(start(variable_run(tmp_path / "r", extra), "Training overview", ov_tab="Update / weight ratio"))
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
 
 
 def test_update_ratio_draws_a_picked_variable_bold_and_the_others_faint(tmp_path):
-    at = ok(start(variable_run(tmp_path / "r"), "Training overview"))
-    at.selectbox(key="ov_ratio_pick").select("w").run()
+    at = ok(start(variable_run(tmp_path / "r"), "Training overview", ov_tab="Update / weight ratio"))
+    at.selectbox(key="ov_ratio_pick").select("w")
+    at.session_state["ov_tab"] = "Update / weight ratio"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     spec = next(s for s, _ in vega(ok(at)) if "L2 update / L2 weights" in json.dumps(s))
     drawn = [la["encoding"] for la in spec["layer"] if la["mark"]["type"] == "line"]
     assert any(e.get("opacity", {}).get("condition", {}).get("test") == 'datum.series === "w"'
@@ -857,9 +863,12 @@ def line_layers(at: AppTest, i: int) -> list[dict]:
 
 
 def test_overview_log_y_is_a_log_axis(runs):
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max",
+                  ov_tab="One tensor over steps"))
     assert '"log"' not in at.get("vega_lite_chart")[0].proto.spec           # the series (the heatmap is no Vega chart)
-    at.toggle(key="ov_logy").set_value(True).run()
+    at.toggle(key="ov_logy").set_value(True)
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     line = line_layers(ok(at), 0)[0]
     assert line["encoding"]["y"]["scale"]["type"] == "log"
     assert line["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
@@ -869,7 +878,7 @@ def test_line_chart_data_reaches_the_browser_as_plain_strings(runs):
     """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
     read (a chart came out empty in Chromium): the line chart's datasets hold plain strings."""
     import pyarrow as pa
-    at = ok(start(runs / "exp1", "Training overview"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tab="One tensor over steps"))
     chart = at.get("vega_lite_chart")[0]
     tables = [pa.ipc.open_stream(d.data.data).read_all() for d in chart.proto.datasets]
     series = next(t for t in tables if "series" in t.column_names)
@@ -878,9 +887,11 @@ def test_line_chart_data_reaches_the_browser_as_plain_strings(runs):
 
 def test_overview_series_smoothing_is_tensorboards(runs):
     """Smoothing draws the debiased moving average over the raw line (kept faint behind it)."""
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_tab="One tensor over steps"))
     assert len(line_layers(at, 0)) == 3                          # line, hover points, hover rules
-    at.slider(key="ov_smooth").set_value(0.6).run()
+    at.slider(key="ov_smooth").set_value(0.6)
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     (spec, data) = vega(ok(at))[0]
     raw, smoothed = spec["layer"][0], spec["layer"][1]
     assert raw["mark"]["opacity"] < 1 and raw["encoding"]["y"]["field"] == "value"
@@ -1054,7 +1065,7 @@ def test_page_choices_are_bound_to_the_url(runs):
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
-        at = ok(start(runs / "exp1", page))
+        at = ok(start(runs / "exp1", page, **({"ov_tab": "One tensor over steps"} if page == "Training overview" else {})))
         widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
         for key in keys:
             assert widgets[key].proto.query_param_key == key, (page, key)

@@ -71,8 +71,10 @@ def render(ctx: Ctx) -> None:
                          "fraction per row")
 
     # only the open tab is drawn: the browser renders one or two charts, not four
+    # a link naming the ridge plot's kind opens on it
     now, over, spread = st.tabs(["At the step", "Across steps", "Percentile bands"], key="di_tab",
-                                on_change="rerun")
+                                default="Across steps" if "di_ridge_kind" in st.query_params
+                                else None, on_change="rerun")
     if now.open:
         with now:
             at_step(ctx, run, tensor, step, kinds, scale, log)
