@@ -45,13 +45,16 @@ pages' own cost whatever the run;
   ``st.title`` + ``st.write``, the same Streamlit and flags, its own server) and each viewer
   page opened warm (the page opened once before in the same browser profile) alternately, page
   then bare, ``--reps`` times: the median of each page's ratio to the bare page beside it (the
-  target: 1.5); the ratio is what holds on a loaded machine, not the seconds;
+  target: 1.5); the ratio is what holds on a loaded machine, not the seconds; a row "no run
+  (chrome)" is the viewer on a folder without runs (the sidebar and navigation every page pays),
+  and with ``--baseline`` the other checkout's pages are timed the same way, each right after
+  this checkout's;
 
 each page load also with its main thread's CPU time (on this shared 2-core machine the wall
 clock moves with other processes' load, the CPU time much less; the settling second and the
 browser's other threads are not in it). ``--baseline
 DIR`` times another checkout's Training overview (first paint) and Summary in the same run,
-alternating with this checkout's.
+alternating with this checkout's, and its pages against the bare page.
 
     python bench/bench_viewer.py --browser --long --steps 10000 --tensors 1000 --keep /tmp/bench_long
 """
