@@ -45,7 +45,10 @@ pages' own cost whatever the run;
   ``st.title`` + ``st.write``, the same Streamlit and flags, its own server) and each viewer
   page opened warm (the page opened once before in the same browser profile) alternately, page
   then bare, ``--reps`` times: the median of each page's ratio to the bare page beside it (the
-  target: 1.5); the ratio is what holds on a loaded machine, not the seconds;
+  target: 1.5); the ratio is what holds on a loaded machine, not the seconds; a row "no run
+  (chrome)" is the viewer on a folder without runs (the sidebar and navigation every page pays),
+  and with ``--baseline`` the other checkout's pages are timed the same way, each right after
+  this checkout's;
 - **the first visit after a server start, against the bare page's** (:data:`FIRST_VISIT_PAGES`:
   each a new server and browser profile, then the bare page's new server and profile, ``--reps``
   times; the target: 2);
@@ -54,7 +57,7 @@ each page load also with its main thread's CPU time (on this shared 2-core machi
 clock moves with other processes' load, the CPU time much less; the settling second and the
 browser's other threads are not in it). ``--baseline
 DIR`` times another checkout's Training overview (first paint) and Summary in the same run,
-alternating with this checkout's.
+alternating with this checkout's, and its pages against the bare page.
 
     python bench/bench_viewer.py --browser --long --steps 10000 --tensors 1000 --keep /tmp/bench_long
 """
@@ -157,7 +160,7 @@ def main() -> None:
             for what, secs, note in rows:
                 print(f"{what}: {secs:.1f} s ({note})")
             print_browser(browser_times(path, args.reps, args.baseline, extras=not args.floor))
-            print_ratios(page_ratios(path, args.reps))
+            print_ratios(page_ratios(path, args.reps, args.baseline))
             print_ratios(first_visits(path, args.reps), "first visit", FIRST_VISIT_TARGET)
             return
         run, t = timed(lambda: inspector.open_run(path))
@@ -284,6 +287,8 @@ def browser_times(path: Path, reps: int, baseline: Path | None = None,
 PAGE_PATHS = {"summary": "", "overview": "overview", "distributions": "distributions",
               "featuremaps": "featuremaps", "masks": "masks", "browser": "browser", "graph": "graph",
               "compare": "compare"}
+#: the row of the viewer on a folder without runs: what every page pays (sidebar, navigation)
+NO_RUN = "no run (chrome)"
 #: a Streamlit page drawn: its first heading shown and no script running
 PAGE_READY = """n => document.querySelectorAll('h1').length >= n
     && !document.querySelector('[data-testid="stStatusWidget"]')"""
@@ -291,9 +296,11 @@ PAGE_READY = """n => document.querySelectorAll('h1').length >= n
 RATIO_TARGET = 1.5
 
 
-def page_ratios(path: Path, reps: int) -> list[tuple[str, float, str]]:
+def page_ratios(path: Path, reps: int, baseline: Path | None = None) -> list[tuple[str, float, str]]:
     """Each page's warm first paint over the bare page's, timed alternately in one browser:
-    (page, median ratio, 'warm s vs bare s' medians)."""
+    (page, median ratio, 'warm s vs bare s' medians); with ``baseline`` (another checkout), its
+    pages too, each right after this checkout's."""
+    import contextlib
     import statistics
 
     from playwright.sync_api import sync_playwright
@@ -301,32 +308,44 @@ def page_ratios(path: Path, reps: int) -> list[tuple[str, float, str]]:
     from browser_serve import serve
 
     times: dict[str, list[float]] = {}
-    with sync_playwright() as p, serve(path.parent) as url, \
-            serve(path.parent, app=ROOT / "bench" / "bare_app.py") as bare:
+    cpu: dict[str, list[float]] = {}
+    with sync_playwright() as p, contextlib.ExitStack() as stack:
+        bare = stack.enter_context(serve(path.parent, app=ROOT / "bench" / "bare_app.py"))
+        empty = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        urls = {}
+        for app, tag in [(ROOT, "")] + ([(baseline, " @ baseline")] if baseline else []):
+            url = stack.enter_context(serve(path.parent, app=app / "app.py"))
+            chrome = stack.enter_context(serve(empty, app=app / "app.py"))
+            for name, sub in PAGE_PATHS.items():
+                urls[name + tag] = f"{url}/{sub}?run={path.name}"
+            urls[NO_RUN + tag] = chrome            # a folder without runs: the sidebar and navigation
+        urls = dict(sorted(urls.items(), key=lambda kv: list(PAGE_PATHS).index(kv[0].split(" @")[0])
+                           if kv[0].split(" @")[0] in PAGE_PATHS else len(PAGE_PATHS)))
         browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)
         context = browser.new_context(viewport={"width": 1500, "height": 1100})
-        for name, sub in PAGE_PATHS.items():               # once each: caches and imports warm
-            open_page(context, f"{url}/{sub}?run={path.name}", PAGE_READY)[0].close()
-        open_page(context, bare, PAGE_READY)[0].close()
+        for u in [*urls.values(), bare]:                   # once each: caches and imports warm
+            open_page(context, u, PAGE_READY)[0].close()
         for _ in range(reps):
-            for name, sub in PAGE_PATHS.items():
-                for key, u in ((name, f"{url}/{sub}?run={path.name}"), ("bare:" + name, bare)):
-                    page, t, _ = open_page(context, u, PAGE_READY)
+            for name, page_url in urls.items():
+                for key, u in ((name, page_url), ("bare:" + name, bare)):
+                    page, t, busy = open_page(context, u, PAGE_READY)
                     times.setdefault(key, []).append(t)
+                    cpu.setdefault(key, []).append(busy)
                     page.close()
         browser.close()
     med = statistics.median
     return [(name, med([a / b for a, b in zip(times[name], times["bare:" + name])]),
-             f"{med(times[name]):.2f} s vs bare {med(times['bare:' + name]):.2f} s")
-            for name in PAGE_PATHS]
+             f"{med(times[name]):.2f} s vs bare {med(times['bare:' + name]):.2f} s; main thread CPU "
+             f"{med(cpu[name]):.2f} s vs {med(cpu['bare:' + name]):.2f} s")
+            for name in urls]
 
 
 def print_ratios(rows: list[tuple[str, float, str]], what: str = "warm", target: float = RATIO_TARGET) -> None:
     """The per-page table: first paint in bare pages (over the target: *)."""
-    print(f"\n{'page, ' + what:<20}  {'x bare':>7}  {'target':>6}  medians")
-    print("-" * 64)
+    print(f"\n{'page, ' + what:<28}  {'x bare':>7}  {'target':>6}  medians")
+    print("-" * 100)
     for name, ratio, note in rows:
-        print(f"{name:<20}  {ratio:7.2f}  {target:6.1f}{'*' if ratio > target else ' '} {note}")
+        print(f"{name:<28}  {ratio:7.2f}  {target:6.1f}{'*' if ratio > target else ' '} {note}")
 
 
 #: the most the first visit after a server start may take, in bare pages (the bare page's own
@@ -390,7 +409,7 @@ def one_server(browser, url: str, run: str, prefix: str, got: dict, cpu: dict, n
         put("overview, Every op", settle(page, since))
         notes["overview, Every op"] = page.get_by_text(" rows x ").first.inner_text().split(",")[0]
     page.close()
-    charts = 3 if not prefix else 2          # this checkout's Summary adds the gradient sizes
+    charts = 2                               # the loss and the gradient sizes (or, before, the op types)
     page, t, busy = open_page(context, f"{url}/?run={run}", SUMMARY_READY, charts)   # its first visit
     put("summary, first visit", t, busy)
     page.close()

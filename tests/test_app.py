@@ -95,6 +95,16 @@ def vega_ridge(at: AppTest) -> tuple[dict, list]:
     return next((s, d) for s, d in vega(at) if "histograms over steps" in json.dumps(s.get("title")))
 
 
+def facts(at: AppTest) -> dict[str, str]:
+    """The Summary's facts table (one Markdown table: a column per fact) as {what: value}."""
+    table = next(m.value for m in at.markdown if m.value.startswith("| Status |"))
+    head, _, row = table.splitlines()
+
+    def cells(line: str) -> list[str]:
+        return [unescape(c.strip()) for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+    return dict(zip(cells(head), cells(row)))
+
+
 def captions(at: AppTest) -> str:
     return "\n".join(unescape(c.value) for c in at.caption)
 
@@ -104,7 +114,7 @@ def captions(at: AppTest) -> str:
 def test_summary(runs):
     at = ok(start(runs / "exp1"))
     assert at.header[0].value == "Run exp1"
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Status"] == "finished"
     assert metrics["Statistics steps"] == "30" and metrics["Last step"] == "29"
     assert metrics["Dump steps"] == "2" and metrics["Dropped"] == "1 dump(s)"       # step 20 dropped
@@ -113,8 +123,11 @@ def test_summary(runs):
         and "at step 25" in errors
     warnings = " ".join(w.value for w in at.warning)
     assert "dead ReLU" in warnings and "dropped" in warnings
-    # hook settings and sessions: static tables, every row and column shown (no scrolling frame)
-    tables = [t.value for t in at.table]
+    # hook settings and sessions: static tables, every row and column shown (no scrolling frame),
+    # drawn when their tab is opened
+    assert not at.table
+    at.session_state["sm_tab"] = "Run details"
+    tables = [t.value for t in ok(at.run()).table]
     assert any(t.shape[0] >= 5 and list(t.columns) == ["setting", "value"] for t in tables)
     assert any(list(t.columns) == list(inspector.open_run(runs / "exp1").sessions.columns) for t in tables)
 
@@ -134,14 +147,18 @@ def test_overview_heatmaps_and_series(runs):
     at = ok(start(runs / "exp1", "Training overview"))
     (grad,) = heatmaps(at)                           # the open tab only: Gradients
     assert grad["title"] == "gradient l2 (group all)" and grad["log"] and grad["png"].startswith("data:image/png")
-    assert len(at.get("vega_lite_chart")) == 1       # and the time series
+    assert not at.get("vega_lite_chart")             # the time series: in its own tab
     assert at.selectbox(key="ov_hm_grad_stat").value == "l2"
-    assert "conv1/Relu:0 forward mean" in captions(at)
+    at.session_state["ov_tab"] = "One tensor over steps"
+    assert "conv1/Relu:0 forward mean" in captions(ok(at.run())) and not heatmaps(at)
+    assert len(at.get("vega_lite_chart")) == 1
     before_cap = captions(at)
-    at.selectbox(key="ov_tensor").select("conv3/Relu:0").run()
-    ok(at)
+    at.selectbox(key="ov_tensor").select("conv3/Relu:0")
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    ok(at.run())
     assert "conv3/Relu:0 forward mean" in captions(at) and captions(at) != before_cap
-    at.selectbox(key="ov_hm_grad_stat").select("max").run()
+    at.session_state["ov_tab"] = "Gradients"
+    ok(at.run()).selectbox(key="ov_hm_grad_stat").select("max").run()
     after = heatmaps(ok(at))[0]
     assert after["stat"] == "max" and not after["log"] and after["values"] != grad["values"]
     # 14 tensors with gradients, in 6 layers (conv1-3, icnn, dense, loss): one row each, folded; the
@@ -163,7 +180,7 @@ def test_overview_heatmaps_and_series(runs):
 
 
 def test_overview_positive_negative_curves(runs):
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="icnn/post_mask:0"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="icnn/post_mask:0", ov_tab="One tensor over steps"))
     cap = next(c for c in captions(at).splitlines() if c.startswith("icnn/post_mask:0"))
     assert "positive" in cap and "negative" in cap
     pos = float(cap.split("positive ")[1].split(",")[0])
@@ -173,15 +190,20 @@ def test_overview_positive_negative_curves(runs):
 
 def test_distributions(runs):
     at = ok(start(runs / "exp1", "Distributions"))
-    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph, dumped samples, ridge, bands
-    assert len(vega_hists(at)) == 2 and len(vega(at)) == 4
+    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph and dumped samples (the open tab)
+    assert len(vega_hists(at)) == 2 and len(vega(at)) == 2
     assert "forward positive" in captions(at) and "gradient negative" in captions(at)
-    hist, ridge = vega_hists(at)[0][1], vega_ridge(at)[1]
+    hist = vega_hists(at)[0][1]
     at.select_slider(key="di_step").set_value(5).run()
     ok(at)
     assert not vega_hists(at)[0][1][0].equals(hist[0])
     assert "step 5" in " ".join(s.value for s in at.subheader)
-    at.slider(key="di_ridge_n").set_value(4).run()
+    at.session_state["di_tab"] = "Across steps"     # the ridge plot alone
+    ridge = vega_ridge(ok(at.run()))[1]
+    assert len(vega(at)) == 1 and not vega_hists(at)
+    at.slider(key="di_ridge_n").set_value(4)
+    at.session_state["di_tab"] = "Across steps"     # AppTest sends a tab bar's default with a widget's change
+    at.run()
     assert vega_ridge(ok(at))[1][0]["step"].nunique() == 4 != ridge[0]["step"].nunique()
 
 
@@ -356,13 +378,15 @@ def test_update_ratio_caption_says_which_weights_it_divides_by(tmp_path, probe, 
     ``source='train_batch'`` existed, which has no ``probe.source`` (FORMAT.md: absent means
     "probe")."""
     extra = {"probe": probe} if probe else {}
-    at = ok(start(variable_run(tmp_path / "r", extra), "Training overview"))
+    at = ok(start(variable_run(tmp_path / "r", extra), "Training overview", ov_tab="Update / weight ratio"))
     assert f"L2 of the step's update over L2 of the variable {when}" in captions(at)
 
 
 def test_update_ratio_draws_a_picked_variable_bold_and_the_others_faint(tmp_path):
-    at = ok(start(variable_run(tmp_path / "r"), "Training overview"))
-    at.selectbox(key="ov_ratio_pick").select("w").run()
+    at = ok(start(variable_run(tmp_path / "r"), "Training overview", ov_tab="Update / weight ratio"))
+    at.selectbox(key="ov_ratio_pick").select("w")
+    at.session_state["ov_tab"] = "Update / weight ratio"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     spec = next(s for s, _ in vega(ok(at)) if "L2 update / L2 weights" in json.dumps(s))
     drawn = [la["encoding"] for la in spec["layer"] if la["mark"]["type"] == "line"]
     assert any(e.get("opacity", {}).get("condition", {}).get("test") == 'datum.series === "w"'
@@ -421,17 +445,17 @@ def test_refresh_shows_new_steps_of_a_running_run(tmp_path):
     b.write_steps(0, 10)
     b.sync()
     at = ok(start(tmp_path / "live"))
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Status"] == "running" and metrics["Last step"] == "9"
     assert any("still being written" in i.value for i in at.info)
     b.write_steps(10, 25)
     b.sync()
     at.button[0].click().run()                      # the sidebar's Refresh
-    metrics = {m.label: m.value for m in ok(at).metric}
+    metrics = facts(ok(at))
     assert metrics["Last step"] == "24" and metrics["Dump steps"] == "3"
     b.close()
     at.run()
-    assert {m.label: m.value for m in ok(at).metric}["Status"] == "finished"
+    assert facts(ok(at))["Status"] == "finished"
 
 
 # ---- bad input ---------------------------------------------------------------------------
@@ -518,7 +542,7 @@ def test_crashed_run_says_so(runs, tmp_path):
     m.write_text(json.dumps({**json.loads(m.read_text()), "status": "running", "host": socket.gethostname(),
                              "pid": gone, "heartbeat_secs": 60}))
     at = ok(start(path))
-    assert {mt.label: mt.value for mt in at.metric}["Status"] == "crashed"
+    assert facts(at)["Status"] == "crashed"
     assert any("gone without closing it" in w.value for w in at.warning)
 
 
@@ -532,15 +556,15 @@ def test_mode_and_worker_pickers_show_one_view(tmp_path):
     at = ok(start(tmp_path / "r"))
     assert [s.label for s in at.sidebar.selectbox] == ["Run", "Mode", "Worker"]
     assert at.sidebar.selectbox(key="worker").options == ["chief", "worker-1"]
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert metrics["Statistics steps"] == "10" and metrics["Dump steps"] == "1"
     at.sidebar.selectbox(key="mode").set_value("eval").run()
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert not at.exception and metrics["Statistics steps"] == "1" and metrics["Last step"] == "10"
     assert metrics["Dump steps"] == "1"
     at.sidebar.selectbox(key="mode").set_value("train").run()
     at.sidebar.selectbox(key="worker").set_value("worker-1").run()
-    metrics = {m.label: m.value for m in at.metric}
+    metrics = facts(at)
     assert not at.exception and metrics["Statistics steps"] == "3"
 
 
@@ -667,7 +691,7 @@ def markdown_bodies(at: AppTest) -> list[str]:
     """The Markdown source of every element that renders Markdown."""
     kinds = ("markdown", "caption", "error", "warning", "info", "success", "title", "header", "subheader")
     out = [el.value for k in kinds for el in at.get(k)]
-    return out + [m.proto.body for m in at.metric]
+    return out
 
 
 def test_run_strings_are_rendered_as_text(runs, tmp_path):
@@ -748,9 +772,13 @@ def test_distributions_axis_choice_and_log_y_change_the_figures(runs):
     assert spec["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bin"
     at.radio(key="di_xaxis").set_value("log").run()
     assert panel_axes(vega_hists(ok(at))[0][0]) == ["log", "log"]
-    ridge = vega_ridge(at)
-    at.toggle(key="di_log").set_value(True).run()
-    (log_spec, log_data), log_ridge = vega_hists(ok(at))[0], vega_ridge(at)
+    at.session_state["di_tab"] = "Across steps"
+    ridge = vega_ridge(ok(at.run()))
+    at.toggle(key="di_log").set_value(True)
+    at.session_state["di_tab"] = "Across steps"     # AppTest sends a tab bar's default with a widget's change
+    log_ridge = vega_ridge(ok(at.run()))
+    at.session_state["di_tab"] = "At the step"
+    log_spec, log_data = vega_hists(ok(at.run()))[0]
     # a real log y axis on every panel, starting at the floor the empty bins are drawn at
     for panel in log_spec["hconcat"]:
         scale = panel["layer"][0]["encoding"]["y"]["scale"]
@@ -844,9 +872,12 @@ def line_layers(at: AppTest, i: int) -> list[dict]:
 
 
 def test_overview_log_y_is_a_log_axis(runs):
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_series_stat="max",
+                  ov_tab="One tensor over steps"))
     assert '"log"' not in at.get("vega_lite_chart")[0].proto.spec           # the series (the heatmap is no Vega chart)
-    at.toggle(key="ov_logy").set_value(True).run()
+    at.toggle(key="ov_logy").set_value(True)
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     line = line_layers(ok(at), 0)[0]
     assert line["encoding"]["y"]["scale"]["type"] == "log"
     assert line["encoding"]["y"]["title"] == "max (log scale)"  # the values, not log10 of them
@@ -856,7 +887,7 @@ def test_line_chart_data_reaches_the_browser_as_plain_strings(runs):
     """pandas 3 strings become Arrow large_string, which Streamlit's Vega-Lite frontend cannot
     read (a chart came out empty in Chromium): the line chart's datasets hold plain strings."""
     import pyarrow as pa
-    at = ok(start(runs / "exp1", "Training overview"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tab="One tensor over steps"))
     chart = at.get("vega_lite_chart")[0]
     tables = [pa.ipc.open_stream(d.data.data).read_all() for d in chart.proto.datasets]
     series = next(t for t in tables if "series" in t.column_names)
@@ -865,9 +896,11 @@ def test_line_chart_data_reaches_the_browser_as_plain_strings(runs):
 
 def test_overview_series_smoothing_is_tensorboards(runs):
     """Smoothing draws the debiased moving average over the raw line (kept faint behind it)."""
-    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0"))
+    at = ok(start(runs / "exp1", "Training overview", ov_tensor="conv1/Relu:0", ov_tab="One tensor over steps"))
     assert len(line_layers(at, 0)) == 3                          # line, hover points, hover rules
-    at.slider(key="ov_smooth").set_value(0.6).run()
+    at.slider(key="ov_smooth").set_value(0.6)
+    at.session_state["ov_tab"] = "One tensor over steps"   # AppTest sends a tab bar's default with a widget's change
+    at.run()
     (spec, data) = vega(ok(at))[0]
     raw, smoothed = spec["layer"][0], spec["layer"][1]
     assert raw["mark"]["opacity"] < 1 and raw["encoding"]["y"]["field"] == "value"
@@ -891,8 +924,8 @@ def test_summary_first_nonfinite_with_its_source_and_the_loss_curve(runs, tmp_pa
     errors = unescape(" ".join(e.value for e in at.error))
     assert "Most likely culprit: nonfinite** (layer **conv2**, op **conv2/Relu**, step **25**)" in errors
     assert "loss/Mean:0, forward mean (group all)" in captions(at)
-    # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes, op-type bars
-    assert len(at.get("vega_lite_chart")) == 4
+    # the diagnosis' evidence (NaN/Inf counts), the loss curve, gradient sizes (the open tab's)
+    assert len(at.get("vega_lite_chart")) == 3
     # the hook's every-step loss check saw it a step earlier: that is the earliest evidence
     path = edit_manifest(shutil.copytree(runs / "exp1", tmp_path / "losscheck"),
                          first_nonfinite={"step": 24, "tensor": "loss/Mean:0", "kind": "forward"})
@@ -1041,7 +1074,7 @@ def test_page_choices_are_bound_to_the_url(runs):
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
-        at = ok(start(runs / "exp1", page))
+        at = ok(start(runs / "exp1", page, **({"ov_tab": "One tensor over steps"} if page == "Training overview" else {})))
         widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
         for key in keys:
             assert widgets[key].proto.query_param_key == key, (page, key)
@@ -1218,7 +1251,7 @@ def bands_data(at: AppTest):
 def test_distributions_percentile_bands(runs):
     import numpy as np
     import inspector
-    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0"))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_tab="Percentile bands"))
     assert "the stored log-magnitude histograms' quantiles (each within 5.9%" in captions(at)
     spec, table = bands_data(at)
     area, median = spec["layer"]
@@ -1273,7 +1306,8 @@ def test_percentile_bands_end_at_the_exact_min_and_max():
 def test_distributions_percentile_bands_use_each_groups_min_and_max(runs):
     import numpy as np
     import inspector
-    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient"))
+    at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_ridge_kind="gradient",
+                  di_tab="Percentile bands"))
     _, drawn = bands_data(at)
     df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], kinds=["gradient"], columns=["min", "max"])
     assert set(drawn["group"]) == {"positive", "negative"}

@@ -86,8 +86,11 @@ def test_a_labels_cast_is_not_drawn_among_the_layers(server, browser):  # noqa: 
         page.close()
 
 
-#: page -> the query that opens its SVG figures, and how many there are at least
-SVG_PAGES = {"Summary": ("", 3), "Training overview": ("", 1), "Distributions": ("", 4), "Compare": ("", 1),
+#: page -> the query that opens its SVG figures, and how many there are at least (a page draws its
+#: open tab's: a link naming the Training overview's tensor opens its series, one naming the ridge
+#: plot's kind the ridge plot)
+SVG_PAGES = {"Summary": ("", 3), "Training overview": ("ov_tensor=conv3/Relu:0", 1), "Distributions": ("", 2),
+             "Distributions (ridge)": ("di_ridge_kind=forward", 1), "Compare": ("", 1),
              "Op graph": ("", 0), "Op graph (whole model)": ("gr_view=Whole+model", 0)}
 
 

@@ -121,7 +121,7 @@ def test_viewer_shows_variables(decayed):
     pytest.importorskip("streamlit")
     from test_app import ok, start
     run, _ = decayed
-    at = ok(start(run.path.parent, "Training overview", query={"run": run.path.name}))
+    at = ok(start(run.path.parent, "Training overview", query={"run": run.path.name}, ov_tab="Update / weight ratio"))
     assert "Update / weight ratio per variable" in [s.value for s in at.subheader]
     at = ok(start(run.path.parent, "Tensor browser", query={"run": run.path.name}, tb_search="conv1/w",
                   tb_tensor="conv1/w"))

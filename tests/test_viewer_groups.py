@@ -164,7 +164,7 @@ def test_summary_op_type_chart_names_every_op_type(runs):
     one on a crowded band axis)."""
     import pyarrow as pa
     import inspector
-    at = start(runs, "Summary", {"run": "cast"})
+    at = start(runs, "Summary", {"run": "cast"}, sm_tab="Run details")        # the run details' tab
     (chart,) = [c for c in at.get("vega_lite_chart") if '"op type' in c.proto.spec]
     spec = json.loads(chart.proto.spec)
     assert spec["encoding"]["y"]["axis"]["labelOverlap"] is False

@@ -154,11 +154,13 @@ def sidebar() -> Ctx | None:
     # a URL: a folder of runs in a bucket
     root = given.rstrip("/") if is_url(given) else real(given)
     data.set_root(root)
-    sb.caption(f"Runs folder: {plain(root)}")
-    text = sb.text_input("Run or folder inside it", key="path",
+    # the runs folder named in the help, not a caption of its own: every element of the sidebar
+    # is paid by every page
+    text = sb.text_input("Run or folder in the runs folder", key="path",
                          bind="query-params",  # ?path=: a link keeps the folder
                          placeholder="(the runs folder itself)",
-                         help="a path relative to the runs folder (or an absolute path inside it)")
+                         help=f"the runs folder: {plain(root)}; a path relative to it (or an "
+                              "absolute path inside it)")
     if sb.button("Refresh", help="re-read the run: shows new steps of a run still being written"):
         data.list_runs.clear()  # new runs in the folder; changed files are caught by the signature
     auto = sb.toggle("Auto-refresh (3 s)", key="auto", bind="query-params",

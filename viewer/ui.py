@@ -126,6 +126,21 @@ def show_png(png: bytes, name: str, key: str, caption: str | None = None) -> Non
                        key=f"png_{key}")
 
 
+def show_chart(make: Callable[[], Any], ident: tuple, **kwargs: Any) -> None:
+    """``st.altair_chart(make(), **kwargs)``, the chart's Vega-Lite spec built once per ``ident``
+    (which must name everything the chart shows, as :func:`show_cached_figure`'s): Altair's
+    construction and schema validation take 0.1-0.3 s a chart, most of a page's script time, and
+    a page opened again, or rerun for another widget, sends the stored spec instead."""
+    st.vega_lite_chart(_chart_spec(ident, make), **kwargs)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def _chart_spec(ident: tuple, _make: Callable[[], Any]) -> dict:
+    """The spec ``st.altair_chart`` sends for ``_make()`` (its data as Arrow ``datasets``)."""
+    from streamlit.elements.vega_charts import _convert_altair_to_vega_lite_spec
+    return _convert_altair_to_vega_lite_spec(_make())
+
+
 def download_figure(make: Callable[[], Figure], name: str, key: str,
                     label: str = "Download PNG") -> None:
     """A download button whose PNG is drawn only when clicked (for figures shown as native,

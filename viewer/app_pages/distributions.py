@@ -19,7 +19,7 @@ from .. import data
 from ..charts import bands, hist_charts
 from ..dumps import dump_step_picker
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from ..ui import Ctx, default_tensor, download_figure, need, plain, plots
+from ..ui import Ctx, default_tensor, download_figure, need, plain, plots, show_chart
 
 
 def evenly(values: np.ndarray, n: int) -> list[int]:
@@ -70,17 +70,52 @@ def render(ctx: Ctx) -> None:
                     help="a log y axis (empty bins at its floor); the ridge plot: log10 "
                          "fraction per row")
 
-    st.subheader(f"In-graph histograms at step {step}")
-    panels = {kind: pick_groups(
-                  data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
-              for kind in kinds}
-    axes = {kind: hist_view.choose_axis(groups.values(), kind, scale,
+    # only the open tab is drawn: the browser renders one or two charts, not four
+    # a link naming the ridge plot's kind opens on it
+    now, over, spread = st.tabs(["At the step", "Across steps", "Percentile bands"], key="di_tab",
+                                default="Across steps" if "di_ridge_kind" in st.query_params
+                                else None, on_change="rerun")
+    if now.open:
+        with now:
+            at_step(ctx, run, tensor, step, kinds, scale, log)
+    if over.open or spread.open:
+        with over if over.open else spread:
+            c1, c2 = st.columns(2)
+            rkind = c1.radio("Kind", kinds, key="di_ridge_kind", bind="query-params",
+                             horizontal=True)
+            if over.open:
+                n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
+                ridge(ctx, tensor, rkind, steps, n, step_axes(ctx, tensor, step, kinds, scale),
+                      scale, log)
+            else:
+                percentile_bands(ctx, tensor, rkind, steps)
+
+
+def step_panels(ctx: Ctx, tensor: str, step: int, kinds: list[str]) -> dict:
+    """{kind: {group: in-graph histogram}} at ``step``."""
+    return {kind: pick_groups(
+                data.histograms(ctx.path, ctx.sig, tensor, (step,), kind).get(step, {}))
+            for kind in kinds}
+
+
+def step_axes(ctx: Ctx, tensor: str, step: int, kinds: list[str], scale: str) -> dict[str, Axis]:
+    """The in-graph panels' axes at ``step`` (``scale``: the x axis choice; auto decides here)."""
+    return {kind: hist_view.choose_axis(groups.values(), kind, scale,
                                         data.extent(ctx.path, ctx.sig, tensor, (step,), kind,
                                                     groups))
-            for kind, groups in panels.items()}
+            for kind, groups in step_panels(ctx, tensor, step, kinds).items()}
+
+
+def at_step(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], scale: str,
+            log: bool) -> None:
+    """The in-graph histograms at ``step`` and the dumped samples' nearest it."""
+    st.subheader(f"In-graph histograms at step {step}")
+    panels = step_panels(ctx, tensor, step, kinds)
+    axes = step_axes(ctx, tensor, step, kinds, scale)
     totals = totals_of(ctx.path, ctx.sig, tensor, step, kinds)
     title = f"{tensor} @ step {step}"
-    draw_panels(panels, axes, title, log, totals, f"hist_{tensor}_{step}", "di_hist")
+    draw_panels(panels, axes, title, log, totals, f"hist_{tensor}_{step}", "di_hist",
+                ("in-graph", ctx.path, ctx.sig, tensor, step, scale))
     st.caption(hist_caption(panels, totals,
                             totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
                             sample_of_step(ctx, run, tensor, step, kinds)))
@@ -96,37 +131,39 @@ def render(ctx: Ctx) -> None:
     else:
         need(False, "No full dumps in this run (the hook dumps every dump_every_n_steps).")
 
-    st.subheader("Across steps")
-    c1, c2 = st.columns(2)
-    rkind = c1.radio("Kind", kinds, key="di_ridge_kind", bind="query-params", horizontal=True)
-    n = c2.slider("Number of steps", 3, 24, 10, key="di_ridge_n")
+
+def ridge(ctx: Ctx, tensor: str, rkind: str, steps: np.ndarray, n: int, axes: dict[str, Axis],
+          scale: str, log: bool) -> None:
+    """Histograms of ``n`` steps spread over the run, one row each, on the step panel's kind of
+    axis (auto decided there), over every row shown."""
     chosen = tuple(evenly(steps, n))
     rows = {s: pick_groups(g)
             for s, g in data.histograms(ctx.path, ctx.sig, tensor, chosen, rkind).items()}
-    # the step panel's kind of axis (auto decided there), over every row shown
     every = [h for g in rows.values() for h in g.values()]
     groups = {g for r in rows.values() for g in r}
     axis = hist_view.choose_axis(every, rkind, axes[rkind].scale if rkind in axes else scale,
                                  data.extent(ctx.path, ctx.sig, tensor, chosen, rkind, groups))
     title = f"{tensor} {rkind}: histograms over steps"
-    frame = hist_view.ridge_frame(rows, axis, log=log)
-    st.altair_chart(hist_charts.ridge_chart(frame, axis, list(rows), title=title, log=log),
-                    width="stretch",
-                    height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
+    show_chart(lambda: hist_charts.ridge_chart(hist_view.ridge_frame(rows, axis, log=log), axis,
+                                               list(rows), title=title, log=log),
+               ("ridge", ctx.path, ctx.sig, tensor, rkind, chosen, repr(axis), log),
+               width="stretch",
+               height=hist_charts.ridge_height(len(rows)) + 110)  # + title, legend and axis
     download_figure(lambda: plots.ridge(rows, title=title, log=log, axis=axis),
                     f"ridge_{tensor}_{rkind}", key="di_ridge")
     st.caption(hist_view.axis_caption(axis, rebinned=rebinned(every)))
-    percentile_bands(ctx, tensor, rkind, steps)
 
 
 def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, totals: dict | None,
-                name: str, key: str) -> None:
+                name: str, key: str, ident: tuple) -> None:
     """The panels (one per kind) as one interactive chart, its PNG on download, and a caption
-    saying what the bars are and reading off the groups' sizes (:func:`readoff`)."""
+    saying what the bars are and reading off the groups' sizes (:func:`readoff`); ``ident``
+    names what the panels show (:func:`viewer.ui.show_chart`)."""
     frames = {kind: (hist_view.panel_frame({"": groups}, axes[kind],
                                            {"": (totals or {}).get(kind, {})}), axes[kind])
               for kind, groups in panels.items()}
-    st.altair_chart(hist_charts.histogram_chart(frames, title=title, log=log), width="stretch")
+    show_chart(lambda: hist_charts.histogram_chart(frames, title=title, log=log),
+               ("panels", *ident, log), width="stretch")
     download_figure(lambda: plots.histograms(panels, title=title, log=log, totals=totals,
                                              axes=axes), name, key=key)
     st.caption("; ".join(
@@ -159,7 +196,8 @@ def percentile_bands(ctx: Ctx, tensor: str, kind: str, steps: np.ndarray) -> Non
     symlog = st.toggle("Symmetric-log y", key="di_bands_symlog", value=False,
                        help="a symmetric-log value axis over every band (linear near 0): for "
                             "gradients whose steps span decades")
-    st.altair_chart(bands.bands_chart(frame, f"{tensor} {kind}", symlog=symlog), width="stretch")
+    show_chart(lambda: bands.bands_chart(frame, f"{tensor} {kind}", symlog=symlog),
+               ("bands", ctx.path, ctx.sig, tensor, kind, symlog), width="stretch")
     buckets = rebinned(h for g in hists.values() for h in g.values())
     _, _, clipped = bands.y_range(frame)
     how = ("the stored log-magnitude histograms' quantiles (each within "
@@ -219,4 +257,5 @@ def sample_hist(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], log: bo
             axes[kind] = hist_view.choose_axis(hists.values(), kind, scales[kind], ext)
     if need(bool(panels), f"The dump of step {step} holds no values of {plain(tensor)}."):
         draw_panels(panels, axes, f"{tensor} @ dump step {step} (dumped samples)", log, None,
-                    f"samples_hist_{tensor}_{step}", "di_samples")
+                    f"samples_hist_{tensor}_{step}", "di_samples",
+                    ("samples", ctx.path, ctx.sig, tensor, step, tuple(sorted(scales.items()))))

@@ -13,7 +13,8 @@ from inspector.stats.summary import Overview
 
 from .. import data, layers
 from ..charts import heatmap, lines, raster
-from ..ui import Ctx, default_tensor, download_figure, figure_theme, need, plain, plots
+from ..ui import (Ctx, default_tensor, download_figure, figure_theme, need, plain, plots,
+                  show_chart)
 
 STATS = ("l2", "mean", "std", "min", "max", "zero_fraction", "nan", "inf")
 LOG_STATS = {"l2", "std"}
@@ -59,6 +60,8 @@ def hidden_note(ctx: Ctx, ov: Overview, pattern: str, plumbing: bool) -> str:
             "label ops\" to draw them)" if n else "")
 
 
+#: The tabs of the one-tensor series and of the update ratios
+SERIES, RATIOS = "One tensor over steps", "Update / weight ratio"
 #: The group choice that draws negative / positive of the statistic (a diverging log scale)
 RATIO = "negative / positive"
 #: The groups whose heatmaps share one colour scale: switching between them keeps the colours
@@ -276,18 +279,26 @@ def render(ctx: Ctx) -> None:
                          help="positive and negative share one colour scale; negative / positive "
                          "draws their ratio per layer and step (log scale, white = equal)")
     unfold, all_ops, plumbing = fold_controls(ctx, pattern)
-    # only the open tab is drawn (each reads its own matrix)
-    tab_g, tab_a = st.tabs(["Gradients", "Activations"], key="ov_tab", on_change="rerun")
-    if tab_g.open:
-        with tab_g:
+    # only the open tab is drawn (each reads its own matrix; the browser renders one view)
+    ratios = not data.update_ratios(ctx.path, ctx.sig).empty
+    # a link naming the series' tensor opens on the series
+    tabs = st.tabs(["Gradients", "Activations", SERIES] + ([RATIOS] if ratios else []),
+                   default=SERIES if "ov_tensor" in st.query_params else None, key="ov_tab",
+                   on_change="rerun")
+    if tabs[0].open:
+        with tabs[0]:
             heatmap_block(ctx, "Gradient", "gradient", "l2", "ov_hm_grad", pattern, group, unfold,
                           all_ops, False, plumbing)
-    if tab_a.open:
-        with tab_a:
+    if tabs[1].open:
+        with tabs[1]:
             heatmap_block(ctx, "Activation", "forward", "mean", "ov_hm_fwd", pattern, group, unfold,
                           all_ops, False, plumbing)
-    series_block(ctx, pattern)
-    update_ratio_block(ctx, pattern)
+    if tabs[2].open:
+        with tabs[2]:
+            series_block(ctx, pattern)
+    if ratios and tabs[3].open:
+        with tabs[3]:
+            update_ratio_block(ctx, pattern)
 
 
 def series_block(ctx: Ctx, pattern: str) -> None:
@@ -309,9 +320,9 @@ def series_block(ctx: Ctx, pattern: str) -> None:
     df = data.series(ctx.path, ctx.sig, tensor, kind, stat)
     if not need(not df.empty, f"No {kind} statistics for {plain(tensor)}."):
         return
-    st.altair_chart(lines.line_chart(df, stat, colors=lines.group_colors(list(df.columns)),
-                                     log=logy, smoothing=smoothing, legend_title="group"),
-                    width="stretch")
+    show_chart(lambda: lines.line_chart(df, stat, colors=lines.group_colors(list(df.columns)),
+                                        log=logy, smoothing=smoothing, legend_title="group"),
+               ("series", ctx.path, ctx.sig, tensor, kind, stat, logy, smoothing), width="stretch")
     if logy and (df <= 0).any().any():
         st.caption("log axis: zero and negative values are not drawn")
     last = df.iloc[-1]
@@ -360,10 +371,11 @@ def update_ratio_block(ctx: Ctx, pattern: str) -> None:
     picked = c[0].selectbox("Highlight", ["(none)", *map(str, shown.columns)], key="ov_ratio_pick",
                             help="draw one variable bold and the others faint")
     smoothing = smoothing_slider(c[1], "ov_ratio_smooth")
-    st.altair_chart(lines.line_chart(shown, "L2 update / L2 weights", log=True, smoothing=smoothing,
-                                     legend_title="variable",
-                                     highlight=None if picked == "(none)" else picked),
-                    width="stretch")
+    show_chart(lambda: lines.line_chart(shown, "L2 update / L2 weights", log=True,
+                                        smoothing=smoothing, legend_title="variable",
+                                        highlight=None if picked == "(none)" else picked),
+               ("ratios", ctx.path, ctx.sig, tuple(shown.columns), smoothing, picked),
+               width="stretch")
     st.caption("L2 of the step's update over L2 of the variable "
                f"{weights_when(data.get_run(ctx.path, ctx.sig))} (around 1e-3 is typical for SGD); "
                "the tensor filter above applies")

@@ -18,7 +18,7 @@ from inspector.sizes import human_bytes
 
 from .. import data, layers, page_links
 from ..charts import lines
-from ..ui import Ctx, plain
+from ..ui import Ctx, plain, show_chart
 
 ICONS = {"error": "🛑", "warning": "⚠️", "info": "ℹ️"}
 
@@ -32,29 +32,44 @@ STATUS_NOTES = {
 }
 
 
+def facts(run, steps: np.ndarray) -> list[tuple[str, str]]:
+    """The run at a glance: (what, value) pairs, the facts table's columns."""
+    m = run.manifest
+    return [("Status", str(run.status)), ("Statistics steps", f"{len(steps)}"),
+            ("Last step", f"{int(steps[-1])}" if len(steps) else "–"),
+            ("Tensors", f"{len(run.tensors)}"), ("Size on disk", human_bytes(run.size_bytes())),
+            ("Dump steps", f"{len(run.steps)}"), ("Dropped", dropped_text(run.dropped)),
+            ("Workers", ", ".join(run.workers)), ("Format", f"v{m.get('format_version')}"),
+            ("TensorFlow", str(m.get("tensorflow_version") or "–"))]
+
+
+def facts_table(rows: list[tuple[str, str]]) -> str:
+    """``rows`` as one Markdown table, a column each (every value through :func:`plain`, which
+    also escapes ``|``): one element where ten metrics cost the browser ten.
+
+    >>> print(facts_table([("Status", "finished"), ("Format", "v4")]))
+    | Status | Format |
+    |---|---|
+    | finished | v4 |
+    """
+    def row(cells: list[str]) -> str:
+        return "| " + " | ".join(plain(c).replace("\n", " ") for c in cells) + " |"
+    return "\n".join([row([k for k, _ in rows]), "|" + "---|" * len(rows),
+                      row([v for _, v in rows])])
+
+
 def render(ctx: Ctx) -> None:
     run = data.get_run(ctx.path, ctx.sig)
     m = run.manifest
     steps = data.stats_steps(ctx.path, ctx.sig)
     st.header(f"Run {plain(run.name)}")
-    st.caption(plain(run.path))
-    c = st.columns(5)
-    c[0].metric("Status", plain(run.status))
-    c[1].metric("Statistics steps", f"{len(steps)}", help="steps with in-graph statistics")
-    c[2].metric("Last step", f"{int(steps[-1])}" if len(steps) else "–")
-    c[3].metric("Tensors", f"{len(run.tensors)}")
-    c[4].metric("Size on disk", human_bytes(run.size_bytes()))
-    c = st.columns(5)
-    c[0].metric("Dump steps", f"{len(run.steps)}")
-    c[1].metric("Dropped", dropped_text(run.dropped),
-                help="dumps and statistics steps the writers could not write")
-    c[2].metric("Workers", plain(", ".join(run.workers)))
-    c[3].metric("Format", f"v{plain(m.get('format_version'))}")
-    c[4].metric("TensorFlow", plain(m.get("tensorflow_version") or "–"))
-    st.caption(f"created {plain(m.get('created', '?'))}, updated {plain(m.get('updated', '?'))} "
-               f"(viewer read it at {dt.datetime.now().strftime('%H:%M:%S')})")
+    st.markdown(facts_table(facts(run, steps)))
+    st.caption(f"{plain(run.path)}: created {plain(m.get('created', '?'))}, updated "
+               f"{plain(m.get('updated', '?'))} (viewer read it at "
+               f"{dt.datetime.now().strftime('%H:%M:%S')}). Statistics steps: steps with in-graph "
+               "statistics; dropped: dumps and statistics steps the writers could not write. "
+               + nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig), run.tensors))
     show_diagnosis(ctx)
-    st.caption(nonfinite_text(data.first_nonfinite(ctx.path, ctx.sig), run.tensors))
     if run.status in STATUS_NOTES:
         st.warning(STATUS_NOTES[run.status])
     if run.tensors.empty:
@@ -68,8 +83,20 @@ def render(ctx: Ctx) -> None:
         show_alerts(ctx)
     with right:
         loss_curve(ctx)
-    gradient_health(ctx)
+    # only the open tab is drawn: the browser renders one of them, not every table and chart
+    grads, details = st.tabs(["Gradient size per layer", "Run details"], key="sm_tab",
+                             on_change="rerun")
+    if grads.open:
+        with grads:
+            gradient_health(ctx)
+    if details.open:
+        with details:
+            run_details(ctx)
 
+
+def run_details(ctx: Ctx) -> None:
+    """Hook settings, tensors by op type, dropped writes, sessions."""
+    run = data.get_run(ctx.path, ctx.sig)
     left, right = st.columns(2)
     with left:
         st.subheader("Hook settings")
@@ -85,10 +112,11 @@ def render(ctx: Ctx) -> None:
         if not run.tensors.empty:
             counts = run.tensors["op_type"].value_counts().rename_axis("op type").reset_index(
                 name="tensors")
-            st.altair_chart(op_type_chart(counts), width="stretch")
+            show_chart(lambda: op_type_chart(counts), ("op_types", ctx.path, ctx.sig),
+                       width="stretch")
     if not run.dropped.empty:
         st.subheader("Dropped writes")
-        st.dataframe(run.dropped, hide_index=True, width="stretch")
+        st.table(run.dropped, hide_index=True, border="horizontal")
     st.subheader("Sessions")
     st.caption("Each train/evaluate call or resume writes a session; a step two sessions recorded "
                "is shown from the later one.")
@@ -190,9 +218,9 @@ def evidence_chart(ctx: Ctx, finding: dict) -> None:
     wide = df.pivot_table(index="step", columns="tensor", values=column, observed=True,
                           aggfunc="last")
     wide.columns = [str(c) for c in wide.columns]
-    st.altair_chart(lines.line_chart(wide, title, height=180, legend_title="tensor",
-                                     log=column == "l2" and bool((wide > 0).all().all())),
-                    width="stretch")
+    show_chart(lambda: lines.line_chart(wide, title, height=180, legend_title="tensor",
+                                        log=column == "l2" and bool((wide > 0).all().all())),
+               ("evidence", ctx.path, ctx.sig, kind, column, tuple(names)), width="stretch")
 
 
 def nonfinite_text(first: dict | None, catalog: pd.DataFrame | None = None) -> str:
@@ -255,9 +283,9 @@ def loss_curve(ctx: Ctx) -> None:
     smoothing = float(st.slider("Smoothing", 0.0, 0.99, 0.0, 0.01, key="sm_smooth",
                                 help="exponential moving average, debiased (as TensorBoard); the "
                                      "raw line stays faint"))
-    st.altair_chart(lines.line_chart(loss.rename("loss").to_frame(), "loss (mean)",
-                                     smoothing=smoothing, height=260, legend_title="tensor"),
-                    width="stretch")
+    show_chart(lambda: lines.line_chart(loss.rename("loss").to_frame(), "loss (mean)",
+                                        smoothing=smoothing, height=260, legend_title="tensor"),
+               ("loss", ctx.path, ctx.sig, name, smoothing), width="stretch")
     st.caption(f"{plain(name)}, forward mean (group all); gaps: NaN/Inf or steps without "
                "statistics")
 
@@ -348,7 +376,8 @@ def gradient_health(ctx: Ctx) -> None:
     if sizes.empty:
         st.caption("No gradient statistics of the model's layers in this view.")
         return
-    st.altair_chart(gradient_chart(sizes), width="stretch")
+    show_chart(lambda: gradient_chart(sizes), ("gradient_sizes", ctx.path, ctx.sig, plumbing),
+               width="stretch")
     bad = sizes[sizes["state"] != "finite"]
     st.caption("L2 of each layer's output gradient (group all; rows in network order, a layer "
                "folded into its output as on the Training overview) at its last statistics step "
