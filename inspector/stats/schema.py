@@ -186,7 +186,8 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
         rows = [_rows_of(pf, g, tensors, path) for g in range(pf.num_row_groups)]
         _check_rows(sum(n for n, _ in rows), total, path)
         plan = [(g, n) for g, (n, holds) in enumerate(rows) if holds]
-        if copy is not None and sorted_cache.wants_copy(pf, columns, sum(n for _, n in plan)):
+        to_decode = sum(n for n, holds in rows if holds)
+        if copy is not None and sorted_cache.wants_copy(pf, columns, to_decode):
             got = _from_copy(copy(True), columns, filters, path)
             if got is not None:
                 return within_budget(got, path, budget)
