@@ -135,8 +135,8 @@ def read_part(path: Path, root: Path | None, columns: Sequence[str] | None, filt
             raw = _indexed(pf, wanted, filters)
             if raw is None:
                 return read_bounded(pf, wanted, filters, path, budget,
-                                    lambda build: sorted_cache.sorted_copy(path, st, pf, verify,
-                                                                           build))
+                                    lambda build: sorted_cache.sorted_copy(
+                                        path, st, pf, verify, build, check=check_stats_table))
     except MemoryError:
         raise   # not the file's fault: never remembered as damaged
     except (OSError, ValueError, pa.ArrowException) as e:  # ValueError: invalid UTF-8 names

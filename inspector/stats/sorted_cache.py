@@ -25,7 +25,8 @@ while it is sorted and written.
 
 Example::
 
-    got = sorted_copy(path, os.stat(path), pq.ParquetFile(path), verify=True)
+    got = sorted_copy(path, os.stat(path), pq.ParquetFile(path), verify=True,
+                      check=schema.check_stats_table)
     # got: (the copy's path, its ParquetFile with the index), or None (read the part itself)
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -107,8 +108,13 @@ def wants_copy(pf: pq.ParquetFile, columns: Sequence[str] | None, rows: int,
                or pa.types.is_fixed_size_list(schema.field(c).type) for c in names)
 
 
+#: a batch of the part checked (``schema.check_stats_table``, passed in: the reader imports
+#: this module, so it cannot import the reader's checks)
+Check = Callable[[pa.Table, Path], pa.Table]
+
+
 def sorted_copy(path: Path, st: os.stat_result, pf: pq.ParquetFile, verify: bool,
-                build: bool = True) -> tuple[Path, pq.ParquetFile] | None:
+                build: bool = True, *, check: Check) -> tuple[Path, pq.ParquetFile] | None:
     """The sorted copy of the part ``pf`` (at ``path``, stat ``st``) from the cache, written
     first (``build``) if there is none or it does not match the part; None where none can be
     written
@@ -121,7 +127,7 @@ def sorted_copy(path: Path, st: os.stat_result, pf: pq.ParquetFile, verify: bool
         if copy is None and build and st.st_size <= max_bytes():
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _make_room(target.parent, st.st_size)
-            _write(pf, path, target, key)
+            _write(pf, path, target, key, check)
             copy = _open_checked(target, key, pf, verify)
     # the cache cannot be used (not a folder, read-only, full), or the part failed to read
     # (pyarrow's IOError): the caller reads the part itself, which reports what it finds
@@ -163,10 +169,9 @@ def _make_room(where: Path, size: int) -> None:
         total -= s
 
 
-def _write(pf: pq.ParquetFile, path: Path, target: Path, key: str) -> None:
-    """Write the sorted copy of ``pf`` at ``target`` (temporary files beside it, then a rename).
-    """
-    from inspector.stats.schema import _check_rows, check_stats_table
+def _write(pf: pq.ParquetFile, path: Path, target: Path, key: str, check: Check) -> None:
+    """Write the sorted copy of ``pf`` at ``target`` (temporary files beside it, then a rename),
+    each batch of the part passed through ``check``."""
     from tqdm import tqdm
 
     rows = pf.metadata.num_rows
@@ -182,14 +187,16 @@ def _write(pf: pq.ParquetFile, path: Path, target: Path, key: str) -> None:
         seen = 0
         try:
             for batch in pf.iter_batches(SPLIT_ROWS, use_threads=True):
-                t = check_stats_table(pa.Table.from_batches([batch]), path)
+                t = check(pa.Table.from_batches([batch]), path)
                 seen += t.num_rows
                 _split(t, buckets, writers)
                 bar.update(t.num_rows)
         finally:
             for w in writers:
                 w.close()
-        _check_rows(seen, rows, path)
+        if seen != rows:
+            raise DamagedFileError(f"damaged statistics file {path}: {seen:,} rows decoded where "
+                                   f"its footer counts {rows:,}")
         index: dict[str, list[int]] = {}
         groups = 0
         out = Path(tmp) / "copy.parquet"
