@@ -1074,7 +1074,8 @@ def test_page_choices_are_bound_to_the_url(runs):
              "Masks & templates": ["mt_layer", "mt_step", "mt_filter"],
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
-        at = ok(start(runs / "exp1", page, **({"ov_tab": "One tensor over steps"} if page == "Training overview" else {})))
+        at = ok(start(runs / "exp1", page, **({"ov_tab": "One tensor over steps"} if page == "Training overview" else
+                                              {"tb_values": "table"} if page == "Tensor browser" else {})))
         widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
         for key in keys:
             assert widgets[key].proto.query_param_key == key, (page, key)
