@@ -151,7 +151,8 @@ def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = 
               # taller than the label
               axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']",
                             labelOverlap=False, labelFontSize=ROW_LABEL_PX))
-    fill = alt.Chart(frame).mark_rect(fillOpacity=0.2).encode(
+    # only the bars that hold values are marks, as in panel_chart
+    fill = alt.Chart(frame).transform_filter("datum.count > 0").mark_rect(fillOpacity=0.2).encode(
         x=x_encoding(axis, frame), x2="x1:Q", y=y, y2="top:Q", fill=color,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.2),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"),
