@@ -1,7 +1,7 @@
 """Issue 47 in a real browser (``streamlit run`` + headless Chromium, as tests/test_browser.py):
 the two groups' heatmaps share one colour scale and the ratio view is drawn; a 60-step run's
 heatmap has 60 columns; a labels cast is not drawn among the layers; and no text of any page's
-SVG figure (Vega-Lite charts, Graphviz graphs) is drawn smaller than 11 CSS px at the default
+SVG figure (Vega-Lite charts, Graphviz graphs; tabs opened by a click) is drawn smaller than 11 CSS px at the default
 width. Skips where /usr/bin/chromium or playwright is missing (via tests/test_browser.py)."""
 from __future__ import annotations
 
@@ -86,22 +86,37 @@ def test_a_labels_cast_is_not_drawn_among_the_layers(server, browser):  # noqa: 
         page.close()
 
 
-#: page -> the query that opens its SVG figures, and how many there are at least (a page draws its
-#: open tab's: a link naming the Training overview's tensor opens its series, one naming the ridge
-#: plot's kind the ridge plot)
-SVG_PAGES = {"Summary": ("", 3), "Training overview": ("ov_tensor=conv3/Relu:0", 1), "Distributions": ("", 2),
-             "Distributions (ridge)": ("di_ridge_kind=forward", 1), "Compare": ("", 1),
-             "Op graph": ("", 0), "Op graph (whole model)": ("gr_view=Whole+model", 0)}
+#: page -> the query that opens its SVG figures, how many there are at least, and the tab clicked
+#: before reading them (None: the page as opened). A page draws only its open tab's figures: a link
+#: naming the Training overview's tensor opens its series, one naming the ridge plot's kind the
+#: ridge plot; the Summary's op types and the percentile bands are reached by their tab only
+SVG_PAGES = {"Summary": ("", 3, None), "Summary (Run details)": ("", 2, "Run details"),
+             "Training overview": ("ov_tensor=conv3/Relu:0", 1, None), "Distributions": ("", 2, None),
+             "Distributions (ridge)": ("di_ridge_kind=forward", 1, None),
+             "Distributions (Across steps)": ("", 1, "Across steps"),
+             "Distributions (Percentile bands)": ("", 1, "Percentile bands"), "Compare": ("", 1, None),
+             "Op graph": ("", 0, None), "Op graph (whole model)": ("gr_view=Whole+model", 0, None)}
+
+
+def open_tab(page, label: str) -> None:
+    """Click the tab ``label`` and wait until its panel shows a drawn SVG figure (the tab's
+    content is drawn by the rerun the click starts, not before)."""
+    page.get_by_role("tab", name=label).click()
+    panel = page.get_by_role("tabpanel", name=label)
+    panel.locator(".vega-embed svg text").first.wait_for(timeout=90_000)
+    wait_rendered(page, 0, 90_000)
 
 
 @pytest.mark.parametrize("name", list(SVG_PAGES))
 def test_no_figure_text_is_smaller_than_11_px(server, browser, name):  # noqa: F811
-    query, charts = SVG_PAGES[name]
+    query, charts, tab = SVG_PAGES[name]
     path = URLS[name.split(" (")[0]]
     page = browser.new_page(viewport={"width": 1500, "height": 2200})
     try:
         page.goto(f"{server}/{path}?run=exp1&{query}", wait_until="domcontentloaded")
         wait_rendered(page, 0, 90_000)
+        if tab:
+            open_tab(page, tab)
         if charts:
             wait_charts(page, charts)
         if name.startswith("Op graph"):

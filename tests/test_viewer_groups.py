@@ -152,7 +152,7 @@ def test_a_labels_cast_is_not_drawn_among_the_layers(runs):
 def test_summary_names_the_layers_where_the_groups_differ_most(runs):
     at = start(runs, "Summary", {"run": "sixty"})
     assert any(s.value == "Where positive and negative differ most" for s in at.subheader)
-    (df,) = [d.value for d in at.dataframe if "negative / positive (median)" in d.value.columns]
+    (df,) = [t.value for t in at.table if "negative / positive (median)" in t.value.columns]
     assert len(df) > 0 and set(df["statistic"]) <= {"gradient L2", "activation L2"}
     far = np.abs(np.log(df["negative / positive (median)"].to_numpy()))
     grad = far[(df["statistic"] == "gradient L2").to_numpy()]

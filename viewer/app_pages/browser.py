@@ -152,10 +152,6 @@ def render(ctx: Ctx) -> None:
     if probe:   # a Keras probe's: not the gradient the step's update came from
         st.info(probe)
     x = data.dumped(ctx.path, ctx.sig, tensor, step, kind)
-    sample = c[2].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0,
-                               key="tb_sample", bind="query-params")
-    channel = c[3].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0, 0,
-                                key="tb_channel", bind="query-params")
     finite = x[np.isfinite(x)] if x.size else x
     st.markdown(f"Values: shape **{plain(list(x.shape))}**, dtype {x.dtype}; "
                 + (f"min {finite.min():.5g}, mean {finite.mean():.5g}, max {finite.max():.5g}, "
@@ -163,6 +159,12 @@ def render(ctx: Ctx) -> None:
     view = st.radio("Values as", VALUE_VIEWS, horizontal=True, key="tb_values",
                     bind="query-params", label_visibility="collapsed")
     if view == "table":
+        # the slice's pickers only where they choose something: the histogram is of every value
+        c = st.columns(4)
+        sample = c[0].number_input("Sample", 0, max(x.shape[0] - 1, 0) if x.ndim == 4 else 0, 0,
+                                   key="tb_sample", bind="query-params")
+        channel = c[1].number_input("Channel", 0, max(x.shape[-1] - 1, 0) if x.ndim == 4 else 0,
+                                    0, key="tb_channel", bind="query-params")
         st.dataframe(pd.DataFrame(value_slice(x, int(sample), int(channel))), width="stretch",
                      height=240)
         st.caption("table: sample × rows × columns of one channel for 4-D tensors, else rows × "

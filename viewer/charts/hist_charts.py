@@ -98,7 +98,11 @@ def panel_chart(name: str, frame: pd.DataFrame, axis: Axis, log: bool = False,
             alt.Tooltip("count:Q", title="values counted", format=",.0f"),
             alt.Tooltip("fraction:Q", title="fraction", format=".3%")]
     x = x_encoding(axis, frame)
-    fill = alt.Chart(frame).mark_rect(fillOpacity=0.2, clip=True).encode(
+    # an empty bin's bar has no height (at the floor on a log y) and no area to hover: only the
+    # bars that hold values are marks (the data keeps every bar: the legend's groups and the
+    # counts), the outline still drops to the floor across the others
+    fill = alt.Chart(frame).transform_filter("datum.count > 0").mark_rect(
+        fillOpacity=0.2, clip=True).encode(
         x=x, x2="x1:Q", y=y, y2="floor:Q", fill=color, tooltip=tips,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.5),
     ).add_params(alt.selection_interval(bind="scales", encodings=["x"], name=f"zoom_{_safe(name)}"))
@@ -147,7 +151,8 @@ def ridge_chart(frame: pd.DataFrame, axis: Axis, steps: list[int], title: str = 
               # taller than the label
               axis=alt.Axis(values=list(range(n)), labelExpr=f"{names}[datum.value + '']",
                             labelOverlap=False, labelFontSize=ROW_LABEL_PX))
-    fill = alt.Chart(frame).mark_rect(fillOpacity=0.2).encode(
+    # only the bars that hold values are marks, as in panel_chart
+    fill = alt.Chart(frame).transform_filter("datum.count > 0").mark_rect(fillOpacity=0.2).encode(
         x=x_encoding(axis, frame), x2="x1:Q", y=y, y2="top:Q", fill=color,
         stroke=alt.condition("datum.zero", color, alt.value(None)), strokeWidth=alt.value(1.2),
         tooltip=[alt.Tooltip("step:Q"), alt.Tooltip("group:N"),
