@@ -68,7 +68,7 @@ demo-train: venv
 
 demo: demo-train
 	@echo "Viewer: http://localhost:$(PORT)  (Ctrl-C to stop)"
-	$(VENV)/bin/python -m streamlit run app.py --server.headless true --browser.gatherUsageStats false --server.port $(PORT) \
+	$(VENV)/bin/python -m viewer.start run app.py --server.headless true --browser.gatherUsageStats false --server.port $(PORT) \
 		--server.address $(ADDRESS) -- $(RUNS)
 
 # the Keras path: its own venv (the latest TensorFlow), built by the same rule
@@ -79,7 +79,7 @@ demo-keras-train:
 
 demo-keras: demo-keras-train
 	@echo "Viewer: http://localhost:$(PORT)  (Ctrl-C to stop)"
-	$(KERAS_VENV)/bin/python -m streamlit run app.py --server.headless true --browser.gatherUsageStats false --server.port $(PORT) \
+	$(KERAS_VENV)/bin/python -m viewer.start run app.py --server.headless true --browser.gatherUsageStats false --server.port $(PORT) \
 		--server.address $(ADDRESS) -- $(KERAS_RUNS)
 
 clean-runs:

@@ -519,8 +519,9 @@ def _importable(name: str) -> bool:
 
 
 def app(run: str, port: int, address: str, storage_options: dict | None = None) -> int:
-    """Serve the viewer on ``run``: ``streamlit run`` on the script shipped in the ``viewer``
-    package (found with importlib.resources, so an installed wheel works, not only a checkout)."""
+    """Serve the viewer on ``run``: ``streamlit run`` (through :mod:`viewer.start`) on the
+    script shipped in the ``viewer`` package (found with importlib.resources, so an installed
+    wheel works, not only a checkout)."""
     missing = [m for m in VIEWER_MODULES if not _importable(m)]
     if missing:
         raise InspectorError(f"the viewer needs {' and '.join(missing)}: pip install "
@@ -530,7 +531,8 @@ def app(run: str, port: int, address: str, storage_options: dict | None = None) 
     env: dict[str, Any] = {"env": {**os.environ, OPTIONS_ENV: json.dumps(storage_options)}} \
         if storage_options else {}
     with importlib.resources.as_file(script) as path:  # a real file even from a zipped install
-        return serve([sys.executable, "-m", "streamlit", "run", str(path), "--server.port",
+        # viewer.start: `streamlit run` with the pages' imports done while the server starts
+        return serve([sys.executable, "-m", "viewer.start", "run", str(path), "--server.port",
                       str(port), "--server.address", address, "--client.toolbarMode", "viewer",
                       "--browser.gatherUsageStats", "false", "--", run],
                      **env)

@@ -48,7 +48,10 @@ def start(runs: Path, port: int, address: str | None = "127.0.0.1", cwd: Path = 
     None starts it as the docs' short command does, the script's config deciding); ``app``:
     another checkout's app.py (a benchmark's baseline)."""
     where = ["--server.address", address] if address else []
-    return subprocess.Popen([sys.executable, "-m", "streamlit", "run", str(app), "--server.headless",
+    # this checkout's viewer as `python -m inspector app` serves it (its imports preloaded at
+    # the start: viewer.start); anything else (the bare page, a baseline checkout) plainly
+    entry = "viewer.start" if app == ROOT / "app.py" else "streamlit"
+    return subprocess.Popen([sys.executable, "-m", entry, "run", str(app), "--server.headless",
                              "true", "--server.port", str(port), *where, "--browser.gatherUsageStats", "false",
                              "--", str(runs)], cwd=cwd, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

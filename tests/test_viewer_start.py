@@ -1,7 +1,7 @@
 """The viewer's server imports what the pages need when it starts, before the first browser
 connects (viewer/start.py): the first page view after a start does not pay the imports. Both
-ways of starting it (``streamlit run app.py``, ``python -m inspector app``) are checked on the
-server process itself, before any page was viewed: its memory maps hold pyarrow's and
+ways of starting it through viewer.start (the tests' and ``make demo``'s ``python -m
+viewer.start run app.py``, and ``python -m inspector app``) are checked on the server process itself, before any page was viewed: its memory maps hold pyarrow's and
 Matplotlib's compiled libraries (which Streamlit itself does not load) and it serves the page."""
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def check_preloaded(proc: subprocess.Popen, url: str) -> None:
         assert r.status == 200 and b"<div id=\"root\">" in r.read()
 
 
-def test_streamlit_run_app_imports_at_start(runs):
+def test_viewer_start_run_app_imports_at_start(runs):
     port = free_port()
     proc = start(runs, port)
     try:

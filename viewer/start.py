@@ -1,23 +1,22 @@
-"""The viewer server's start: the modules every page view needs, imported once when the server
-starts, before it accepts the first browser (Streamlit runs the page script per view, and the
-first view after a start would otherwise pay these imports: 2-3 s).
+"""The viewer server's start: ``python -m viewer.start run <script> [streamlit options]`` is
+``streamlit run`` with the modules every page view needs imported first, before the server
+answers, so the first page view after a start does not pay those imports (2-3 s).
 
-``streamlit run app.py`` (and ``viewer/app.py``, which ``python -m inspector app`` runs) finds
-the ``st.App`` the script defines when imported as a module, and serves it; its ``lifespan``
-runs :func:`preload` before the server answers. Page views run the same file as a script.
+Streamlit runs the page script per view in the server's own process, so a module imported here
+is one the script finds in ``sys.modules``: a plain ``streamlit run`` after the imports, with no
+server-start hook needed from Streamlit. ``python -m inspector app`` and ``make demo`` start the
+viewer this way; ``streamlit run app.py`` works as well, without the preload.
 
-Example (what ``app.py`` does)::
+Example (what ``inspector.cli.app`` runs)::
 
-    app = App(__file__, lifespan=lifespan)     # imported by `streamlit run`: the ASGI app
+    python -m viewer.start run viewer/app.py --server.port 8501 -- runs/
 """
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import importlib
 import logging
+import sys
 import time
-from typing import Any, AsyncIterator
 
 log = logging.getLogger("tf_inspector.viewer")
 
@@ -39,10 +38,15 @@ def preload(names: tuple[str, ...] = PRELOAD) -> float:
     return time.perf_counter() - t
 
 
-@contextlib.asynccontextmanager
-async def lifespan(_app: Any) -> AsyncIterator[None]:
-    """The ``st.App`` lifespan: :func:`preload` before the server accepts connections (in a
-    worker thread: the event loop stays free)."""
-    secs = await asyncio.get_running_loop().run_in_executor(None, preload)
-    log.info("viewer: modules preloaded in %.1f s", secs)
-    yield
+def main(argv: list[str]) -> None:
+    """:func:`preload`, then ``streamlit <argv>`` in this process (its health check answers once
+    the imports are done: no page view can arrive before them)."""
+    log.info("viewer: modules preloaded in %.1f s", preload())
+    from streamlit.web import cli
+
+    sys.argv = ["streamlit", *argv]
+    cli.main()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
