@@ -296,7 +296,8 @@ def test_source_location_in_summary_alert_and_tensor_browser(runs, tmp_path):
     nan_tensor = inspector.open_run(runs / "nan").first_nonfinite()["tensor"]
     path = with_source(runs / "nan", tmp_path / "src", nan_tensor)
     at = ok(start(path))
-    caption = next(c for c in captions(at).split("\n") if c.startswith("First NaN/Inf: "))
+    # the Summary's run caption ends with the first NaN/Inf
+    caption = "First NaN/Inf: " + captions(at).split("First NaN/Inf: ", 1)[1].split("\n")[0]
     assert f"made the first non-finite values: {nan_tensor}" in caption and f"at step {NAN_AT}" in caption
     assert caption.endswith("created at examples/models.py:57 in conv_block.")
     errors = unescape(" ".join(e.value for e in at.error))
