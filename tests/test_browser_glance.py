@@ -7,8 +7,9 @@ from __future__ import annotations
 
 
 import pytest
-from test_browser import (URLS, browser, heading_shown, serve, wait_charts,  # noqa: F401
-                          wait_heatmaps, wait_rendered)
+from test_browser import (URLS, browser, serve, wait_charts,  # noqa: F401
+                          wait_rendered)
+from test_browser import heatmap_page as overview
 from test_viewer_groups import CAST, with_labels_cast
 
 from inspector.stats.summary import summarize_part
@@ -38,14 +39,6 @@ def server(tmp_path_factory):
     make_synthetic_run(runs / "exp2", steps=30, tensors=20, dump_every=15, seed=1)
     with serve(runs) as url:
         yield url
-
-
-def overview(browser, url: str):  # noqa: F811
-    page = browser.new_page(viewport={"width": 1500, "height": 1600})
-    page.goto(url, wait_until="domcontentloaded")
-    heading_shown(page, "Training overview")
-    wait_heatmaps(page, 1)
-    return page
 
 
 HEATMAP = """() => { const img = document.querySelector('.tfi-heatmap img');
