@@ -191,14 +191,19 @@ def test_overview_positive_negative_curves(runs):
 
 def test_distributions(runs):
     at = ok(start(runs / "exp1", "Distributions"))
-    assert len(images(at)) == 0                     # Vega-Lite charts: in-graph and dumped samples (the open tab)
-    assert len(vega_hists(at)) == 2 and len(vega(at)) == 2
+    assert len(images(at)) == 0                     # one Vega-Lite chart: the open tab's in-graph histograms
+    assert len(vega_hists(at)) == 1 and len(vega(at)) == 1
     assert "forward positive" in captions(at) and "gradient negative" in captions(at)
+    assert "From dumped samples" not in " ".join(s.value for s in at.subheader)
     hist = vega_hists(at)[0][1]
     at.select_slider(key="di_step").set_value(5).run()
     ok(at)
     assert not vega_hists(at)[0][1][0].equals(hist[0])
     assert "step 5" in " ".join(s.value for s in at.subheader)
+    at.session_state["di_tab"] = "Dumped samples"   # the dump nearest step 5, alone
+    ok(at.run())
+    assert len(vega_hists(at)) == 1 and at.selectbox(key="di_dump_step").value is not None
+    assert "From dumped samples" in " ".join(s.value for s in at.subheader)
     at.session_state["di_tab"] = "Across steps"     # the ridge plot alone
     ridge = vega_ridge(ok(at.run()))[1]
     assert len(vega(at)) == 1 and not vega_hists(at)
@@ -494,7 +499,7 @@ def damaged_copy(src: Path, dst: Path) -> Path:
 @pytest.mark.parametrize("page", PAGES)
 def test_damaged_files_every_page(runs, tmp_path, page):
     path = damaged_copy(runs / "exp1", tmp_path / "damaged")
-    at = start(path, page)
+    at = start(path, page, **({"di_tab": "Dumped samples"} if page == "Distributions" else {}))
     assert not at.exception, [e.value for e in at.exception]
     if page == "Summary":
         assert any("damaged" in w.value for w in at.warning)
@@ -508,7 +513,7 @@ def test_damaged_files_every_page(runs, tmp_path, page):
         assert box.value == 0 and box.format_func(10) == "10 (damaged: unreadable)"
         assert box.format_func(0) == "0 (schedule)"
         # the dump's figure is drawn (Distributions: its histograms, a Vega-Lite chart)
-        assert (len(vega_hists(at)) == 2) if page == "Distributions" else images(at), page
+        assert (len(vega_hists(at)) == 1) if page == "Distributions" else images(at), page
 
 
 def test_damaged_manifest_is_a_message(tmp_path):
@@ -747,7 +752,7 @@ def reasons_run(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("page,key", [("Distributions", "di_dump_step"), ("Feature maps", "fm_step"),
                                       ("Masks & templates", "mt_step"), ("Tensor browser", "tb_step")])
 def test_dump_pickers_say_why_a_step_was_dumped(reasons_run, page, key):
-    at = ok(start(reasons_run, page))
+    at = ok(start(reasons_run, page, **({"di_tab": "Dumped samples"} if page == "Distributions" else {})))
     box = at.selectbox(key=key)
     assert box.options == ["0 (schedule)", "7 (explicit step)", "10 (schedule)", "20 (schedule)",
                            "25 (NaN/Inf in the loss)", "26 (after NaN/Inf)"]
@@ -762,14 +767,26 @@ def panel_axes(spec: dict) -> list[str]:
 
 def test_distributions_axis_choice_and_log_y_change_the_figures(runs):
     at = ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=24))
-    (spec, _), (samples, _) = vega_hists(at)
+
+    def both() -> tuple[dict, dict, str]:
+        """The in-graph panels' spec, then the dumped samples' (their tab opened), and both tabs' captions."""
+        ((spec, _),), text = vega_hists(ok(at)), captions(at)
+        at.session_state["di_tab"] = "Dumped samples"
+        ((samples, _),) = vega_hists(ok(at.run()))
+        text += captions(at)
+        at.session_state["di_tab"] = "At the step"
+        ok(at.run())
+        return spec, samples, text
+    spec, samples, _ = both()
     assert panel_axes(spec)[1] == "log"                         # auto: gradients on the signed log axis
     assert spec["hconcat"][1]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bucket"
     assert panel_axes(samples) == panel_axes(spec)              # dumped samples on the same kind of axis
-    at.radio(key="di_xaxis").set_value("linear").run()
-    (spec, _), (samples, _) = vega_hists(ok(at))
+    at.radio(key="di_xaxis").set_value("linear")
+    at.session_state["di_tab"] = "At the step"      # AppTest sends a tab bar's default with a widget's change
+    at.run()
+    spec, samples, text = both()
     assert panel_axes(spec) == panel_axes(samples) == ["linear", "linear"]
-    assert captions(at).count("40 equal bins over the exact min..max") >= 4     # in-graph and dumped, both kinds
+    assert text.count("40 equal bins over the exact min..max") >= 4     # in-graph and dumped, both kinds
     assert spec["hconcat"][0]["layer"][0]["encoding"]["y"]["title"] == "fraction of values per bin"
     at.radio(key="di_xaxis").set_value("log").run()
     assert panel_axes(vega_hists(ok(at))[0][0]) == ["log", "log"]
@@ -845,7 +862,7 @@ def dead_run(tmp_path_factory) -> Path:
 
 
 def test_dead_icnn_filter_is_flagged_and_not_judged(dead_run):
-    at = ok(start(dead_run, "Masks & templates"))
+    at = ok(start(dead_run, "Masks & templates", mt_table=True))
     table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
     assert table["dead"].tolist() == [c == 3 for c in range(8)]
     assert table.loc[3, ["positive mu spread", "negative mu spread"]].isna().all()   # no tightness for it
@@ -1076,7 +1093,8 @@ def test_page_choices_are_bound_to_the_url(runs):
              "Tensor browser": ["tb_search", "tb_tensor", "tb_step", "tb_sample"], "Compare": ["cmp_tensor", "cmp_step_A"]}
     for page, keys in bound.items():
         at = ok(start(runs / "exp1", page, **({"ov_tab": "One tensor over steps"} if page == "Training overview" else
-                                              {"tb_values": "table"} if page == "Tensor browser" else {})))
+                                              {"tb_values": "table"} if page == "Tensor browser" else
+                                              {"di_tab": "Dumped samples"} if page == "Distributions" else {})))
         widgets = {w.key: w for k in ("selectbox", "select_slider", "text_input", "number_input") for w in at.get(k)}
         for key in keys:
             assert widgets[key].proto.query_param_key == key, (page, key)
@@ -1359,7 +1377,7 @@ def test_pages_read_dumps_without_groups(tmp_path, monkeypatch, page):
         return out
     monkeypatch.setattr(testing.SyntheticRun, "dump_arrays", ungrouped)
     make_synthetic_run(tmp_path / "r", steps=20, tensors=15, dump_every=10)
-    at = start(tmp_path / "r", page)
+    at = start(tmp_path / "r", page, **({"di_tab": "Dumped samples"} if page == "Distributions" else {}))
     assert not at.exception, [e.value for e in at.exception]
     assert not [e.value for e in at.error if "could not be drawn" in e.value], [e.value for e in at.error]
 

@@ -30,10 +30,10 @@ PAGES = {"Summary": ("Run exp1", 0), "Training overview": ("Training overview", 
          "Distributions": ("Distributions", 0), "Feature maps": ("Feature maps", 1),
          "Masks & templates": ("Masks & templates", 2), "Tensor browser": ("Tensor browser", 1),
          "Op graph": ("Op graph", 0), "Compare": ("Compare", 0)}
-# page -> Vega-Lite charts it must draw at least, in its default tabs (Distributions: in-graph and dumped histograms;
+# page -> Vega-Lite charts it must draw at least, in its default tabs (Distributions: the in-graph histograms;
 # Compare: steps A and B overlaid; Summary: the culprit's evidence, the loss and the gradient sizes; the Training
 # overview's heatmap is an image, HEATMAPS, and its series is in another tab)
-VEGA = {"Summary": 3, "Distributions": 2, "Compare": 1}
+VEGA = {"Summary": 3, "Distributions": 1, "Compare": 1}
 # page -> layer x step heatmaps (viewer/charts/heatmap.js) it must draw
 HEATMAPS = {"Training overview": 1}
 # page -> its URL path (st.navigation; the default page, Summary, is the app's root)

@@ -82,9 +82,11 @@ def test_a_labels_cast_is_not_drawn_among_the_layers(server, browser):  # noqa: 
 #: page -> the query that opens its SVG figures, how many there are at least, and the tab clicked
 #: before reading them (None: the page as opened). A page draws only its open tab's figures: a link
 #: naming the Training overview's tensor opens its series, one naming the ridge plot's kind the
-#: ridge plot; the Summary's op types and the percentile bands are reached by their tab only
+#: ridge plot; the Summary's op types, the dumped samples and the percentile bands are reached by
+#: their tab here
 SVG_PAGES = {"Summary": ("", 3, None), "Summary (Run details)": ("", 2, "Run details"),
-             "Training overview": ("ov_tensor=conv3/Relu:0", 1, None), "Distributions": ("", 2, None),
+             "Training overview": ("ov_tensor=conv3/Relu:0", 1, None), "Distributions": ("", 1, None),
+             "Distributions (Dumped samples)": ("", 1, "Dumped samples"),
              "Distributions (ridge)": ("di_ridge_kind=forward", 1, None),
              "Distributions (Across steps)": ("", 1, "Across steps"),
              "Distributions (Percentile bands)": ("", 1, "Percentile bands"), "Compare": ("", 1, None),

@@ -82,7 +82,7 @@ def test_choosing_a_class_shows_its_filter_slice_and_its_positives(runs, k):
     run = inspector.open_run(runs / "per_class")
     step = run.steps[-1]
     at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": str(k), "mt_step": str(step)},
-                  mt_pool=False))                # the step's samples (pooling every dump step is the default)
+                  mt_pool=False, mt_table=True))                # the step's samples (pooling every dump step is the default)
     assert at.selectbox(key="mt_class").value == k
     fc = np.asarray(run.tensors.loc["icnn_mask/class_positive:0", "icnn_filter_class"])
     want = np.flatnonzero(fc == k).tolist()
@@ -122,7 +122,7 @@ def test_a_class_without_dumped_positives_says_so(runs):
     missing = [k for k in range(K) if k + 1 not in labels]
     assert missing                               # 2 samples kept: at most one class among them
     at = ok(start(runs / "few", "Masks & templates", query={"mt_class": str(missing[0]), "mt_step": str(step)},
-                  mt_pool=False))
+                  mt_pool=False, mt_table=True))
     assert any(f"No dumped sample is a positive of class {missing[0]}" in i.value for i in at.info)
     assert _table(at)["positive mu spread"].isna().all()
 
@@ -141,7 +141,7 @@ def test_a_dump_without_the_class_labels_gives_no_split(runs, monkeypatch):
     real = viewer.data.dump_keys
     monkeypatch.setattr(viewer.data, "dump_keys",
                         lambda *a: [k for k in real(*a) if "class_positive" not in k])   # as if not dumped
-    at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": "1"}))
+    at = ok(start(runs / "per_class", "Masks & templates", query={"mt_class": "1"}, mt_table=True))
     assert any("No positive/negative split for class 1" in w.value and "lacks" in w.value for w in at.warning)
     table = _table(at)
     assert table["filter"].tolist() == [1, 4]                         # the slice is known from the catalog

@@ -85,7 +85,9 @@ def test_verdict_pools_every_dump_step_and_states_n_and_intervals(runs):
     interval; one step's 4 samples are "not enough samples", ranking nothing."""
     run = inspector.open_run(runs / "img")
     at = ok(start(runs / "img", "Masks & templates"))
-    table = next(df.value for df in at.dataframe if "dead" in df.value.columns)
+    assert not at.dataframe and "live filters localized (all dump steps" in captions(at)   # the table on demand
+    at.toggle(key="mt_table").set_value(True).run()
+    table = next(df.value for df in ok(at).dataframe if "dead" in df.value.columns)
     steps = run.steps
     mu = np.concatenate([np.asarray(run.tensor("icnn/mu:0", s)) for s in steps])
     groups = np.concatenate([run.samples(s)["group"].to_numpy() for s in steps])

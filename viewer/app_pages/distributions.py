@@ -1,5 +1,5 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
-groups) at a step (in-graph and from dumped samples), across steps (ridge plot) and as percentile
+groups) at a step (in-graph, and from dumped samples in a tab of their own), across steps (ridge plot) and as percentile
 bands, drawn as interactive Vega-Lite charts (:mod:`viewer.charts.hist_charts`; the Matplotlib
 figure is drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a
 signed log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
@@ -70,14 +70,16 @@ def render(ctx: Ctx) -> None:
                     help="a log y axis (empty bins at its floor); the ridge plot: log10 "
                          "fraction per row")
 
-    # only the open tab is drawn: the browser renders one or two charts, not four
-    # a link naming the ridge plot's kind opens on it
-    now, over, spread = st.tabs(["At the step", "Across steps", "Percentile bands"], key="di_tab",
-                                default="Across steps" if "di_ridge_kind" in st.query_params
-                                else None, on_change="rerun")
+    # only the open tab is drawn: the browser renders one chart, not four (its first Vega-Lite
+    # chart is most of a page's cost); a link naming a tab's own choice opens on that tab
+    now, dumped, over, spread = st.tabs(TABS, key="di_tab", default=opening_tab(st.query_params),
+                                        on_change="rerun")
     if now.open:
         with now:
             at_step(ctx, run, tensor, step, kinds, scale, log)
+    if dumped.open:
+        with dumped:
+            dumped_samples(ctx, run, tensor, step, kinds, scale, log)
     if over.open or spread.open:
         with over if over.open else spread:
             c1, c2 = st.columns(2)
@@ -89,6 +91,22 @@ def render(ctx: Ctx) -> None:
                       scale, log)
             else:
                 percentile_bands(ctx, tensor, rkind, steps)
+
+
+#: The page's tabs: the in-graph histograms at the step, the dumped samples' nearest it, the
+#: ridge plot, the percentile bands
+TABS = ("At the step", "Dumped samples", "Across steps", "Percentile bands")
+
+
+def opening_tab(query) -> str | None:
+    """The tab a link opens on: the one whose own choice it names (None: the first).
+
+    >>> opening_tab({"di_dump_step": "20"}), opening_tab({"di_ridge_kind": "gradient"})
+    ('Dumped samples', 'Across steps')
+    """
+    if "di_ridge_kind" in query:
+        return TABS[2]
+    return TABS[1] if "di_dump_step" in query else None
 
 
 def step_panels(ctx: Ctx, tensor: str, step: int, kinds: list[str]) -> dict:
@@ -108,7 +126,7 @@ def step_axes(ctx: Ctx, tensor: str, step: int, kinds: list[str], scale: str) ->
 
 def at_step(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], scale: str,
             log: bool) -> None:
-    """The in-graph histograms at ``step`` and the dumped samples' nearest it."""
+    """The in-graph histograms at ``step``."""
     st.subheader(f"In-graph histograms at step {step}")
     panels = step_panels(ctx, tensor, step, kinds)
     axes = step_axes(ctx, tensor, step, kinds, scale)
@@ -120,16 +138,21 @@ def at_step(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], scale: str,
                             totals_of(ctx.path, ctx.sig, tensor, step, kinds, "mean"),
                             sample_of_step(ctx, run, tensor, step, kinds)))
 
+
+def dumped_samples(ctx: Ctx, run, tensor: str, step: int, kinds: list[str], scale: str,
+                   log: bool) -> None:
+    """The dumped samples' histograms of the dump nearest ``step``, on the in-graph panels' kind
+    of axis (``auto`` decided there), so a tensor's histograms read alike."""
     st.subheader("From dumped samples")
-    if len(run.steps) > 0:
-        dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step,
-                                 container=st.columns([2, 3])[0],
-                                 help="defaults to the readable dump nearest the chosen step")
-        # auto: the in-graph panels' kind of axis, so a tensor's histograms read alike
-        scales = {k: scale if scale != "auto" else axes[k].scale for k in kinds}
-        sample_hist(ctx, run, tensor, dstep, kinds, log, scales)
-    else:
-        need(False, "No full dumps in this run (the hook dumps every dump_every_n_steps).")
+    if not need(len(run.steps) > 0,
+                "No full dumps in this run (the hook dumps every dump_every_n_steps)."):
+        return
+    dstep = dump_step_picker(ctx, "Dump step", "di_dump_step", near=step,
+                             container=st.columns([2, 3])[0],
+                             help="defaults to the readable dump nearest the chosen step")
+    axes = step_axes(ctx, tensor, step, kinds, scale)
+    scales = {k: scale if scale != "auto" else axes[k].scale for k in kinds}
+    sample_hist(ctx, run, tensor, dstep, kinds, log, scales)
 
 
 def ridge(ctx: Ctx, tensor: str, rkind: str, steps: np.ndarray, n: int, axes: dict[str, Axis],

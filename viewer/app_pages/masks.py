@@ -378,11 +378,15 @@ def verdict(table: pd.DataFrame, where: str = "") -> str:
 
 
 def filter_table(table: pd.DataFrame, step: int, where: str) -> None:
-    """Every filter (of the class), dead ones flagged; the verdict judges the live ones only."""
+    """The verdict (it judges the live filters only), dead ones named; every filter's row in a
+    table on demand (``?mt_table=true``: a grid is the costliest element a page can draw)."""
     st.subheader("Filters" + ("" if where.startswith("step") else f" ({where})"))
-    st.dataframe(table, hide_index=True, width="stretch")
     dead_ids = [int(f) for f in table.loc[table["dead"], "filter"]]
     st.caption(f"{len(dead_ids)} dead filter(s) at step {step}"
                + (f": {', '.join(map(str, dead_ids))} (zero in every dumped sample; left out of "
                   "the judgement)"
                   if dead_ids else "") + f"; {verdict(table, where)}")
+    if st.toggle("Every filter's row", key="mt_table", bind="query-params",
+                 help="a table of every filter: dead, n and mu spread per group, the ratio with "
+                      "its 95% interval, fires on negatives, localized"):
+        st.dataframe(table, hide_index=True, width="stretch")
