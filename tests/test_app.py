@@ -268,11 +268,13 @@ def test_masks_figures_are_never_stale_after_a_change(runs, key, value):
 
 def test_tensor_browser(runs):
     at = ok(start(runs / "exp1", "Tensor browser"))
-    assert "20 of 20 tensors" in captions(at)
+    assert "20 of 20 tensors" in captions(at) and not at.dataframe      # the catalog's grid on demand
     at.text_input(key="tb_search").input("relu").run()
     cap = captions(ok(at))
     n = int(cap.split(" of ")[0])
-    assert 0 < n < 20
+    assert 0 < n < 20 and len(at.selectbox(key="tb_tensor").options) == n
+    at.toggle(key="tb_catalog").set_value(True).run()
+    assert list(ok(at).dataframe[0].value["name"]) == at.selectbox(key="tb_tensor").options
     at.text_input(key="tb_search").input("icnn").run()
     at.selectbox(key="tb_tensor").select("icnn/mu:0").run()
     md = unescape(" ".join(m.value for m in ok(at).markdown))

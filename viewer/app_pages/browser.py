@@ -1,5 +1,6 @@
-"""Page: tensor browser: search the catalog, inspect raw dumped values (a histogram, or a table of
-one slice on demand: ``?tb_values=table``), download .npz / PNG."""
+"""Page: tensor browser: search the catalog (its table on demand: ``?tb_catalog=true``), inspect raw
+dumped values (a histogram, or a table of one slice on demand: ``?tb_values=table``), download
+.npz / PNG."""
 from __future__ import annotations
 
 import io
@@ -109,11 +110,14 @@ def render(ctx: Ctx) -> None:
                          bind="query-params", placeholder="e.g. conv2 or Relu")
     ops = c2.multiselect("Op types", sorted(cat["op_type"].dropna().unique()), key="tb_ops")
     found = search(cat, text, ops)
-    st.caption(f"{len(found)} of {len(cat)} tensors")
-    # lists: shown as text
-    listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]
-    st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch",
-                 height=260)
+    c1, c2 = st.columns([2, 2])
+    c1.caption(f"{len(found)} of {len(cat)} tensors (the Tensor picker below lists them)")
+    # a grid is the costliest element a page draws: the catalog's columns when asked for
+    if c2.toggle("Catalog table", key="tb_catalog", bind="query-params",
+                 help="every column of the matching tensors' catalog rows"):
+        listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]  # lists: text
+        st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch",
+                     height=260)
     if text:
         show_uncaptured(run, text, expanded=found.empty)
     if not need(len(found) > 0, "No tensor matches the search."):

@@ -14,7 +14,7 @@ from inspector.format.loghist import RELATIVE_ERROR
 from .. import data
 from ..charts import hist_charts, lines
 from ..hist_choices import NOUNS, axis_choice, kinds_of, pick_groups, rebinned
-from ..ui import Ctx, default_tensor, download_figure, need, plain, plots
+from ..ui import Ctx, default_tensor, download_figure, need, plain, plots, show_chart
 
 TABLE_STATS = ["count", "mean", "std", "min", "max", "l2", "zero_fraction", "nan", "inf"]
 
@@ -155,9 +155,9 @@ def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, ti
     axis = hist_view.choose_axis(every, kind, scale,
                                  (min(e[0] for e in known), max(e[1] for e in known))
                                  if known else None)
-    frame = hist_view.panel_frame(hists, axis)
-    st.altair_chart(hist_charts.histogram_chart({kind: (frame, axis)}, title=title, width=720),
-                    width="stretch")
+    show_chart(lambda: hist_charts.histogram_chart(
+        {kind: (hist_view.panel_frame(hists, axis), axis)}, title=title, width=720),
+        ("overlay", tuple(sides.items()), tensor, kind, repr(axis), title), width="stretch")
     download_figure(lambda: plots.overlay(hists, axis, title=title), name, key=key)
     text = side_ratios(hists, NOUNS.get(kind, kind))
     empty = [label for label, g in hists.items()
