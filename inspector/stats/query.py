@@ -354,7 +354,7 @@ def part_digest(run: Any, worker: str, session: int, part: tuple) -> Digest | No
 #: threads reading small parts' digests at once (pyarrow reads and decodes without the GIL, so
 #: the reads overlap), from how many such parts, and the largest part read so (bytes): memory
 #: stays a few small parts'
-DIGEST_THREADS = 4
+DIGEST_THREADS = 2
 PREFETCH_FROM = 32
 PREFETCH_BYTES = 4 << 20
 
