@@ -204,3 +204,21 @@ def test_info_names_every_damaged_small_part_among_sound_ones_of_one_schema(tmp_
         for seq in damaged:
             assert len([m for m in run.problems if name(seq) in m]) == 1, seq
             assert name(seq) in text
+
+
+def test_a_cached_digest_is_decoded_once_per_reader(tmp_path, cache, monkeypatch):
+    from inspector.stats import digest_cache
+    run_dir = small_parts_run(tmp_path / "run")
+    monkeypatch.setattr(query, "PREFETCH_FROM", 2)
+    inspector.open_run(run_dir).stats_steps()
+    decoded: list[int] = []
+    real = digest_cache._decode
+
+    def counting(e):
+        decoded.append(1)
+        return real(e)
+    monkeypatch.setattr(digest_cache, "_decode", counting)
+    run = inspector.open_run(run_dir)
+    for _ in range(2):
+        np.testing.assert_array_equal(run.stats_steps(), np.arange(PARTS))
+    assert len(decoded) == PARTS

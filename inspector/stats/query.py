@@ -368,8 +368,7 @@ def prefetch_digests(run: Any, files: Sequence[tuple[str, int, tuple]]) -> None:
         return
     root, cache = Path(run.path), digest_cache(run)
     todo = [(w, s, p) for w, s, p in files if p[1] is not None and p[1] <= PREFETCH_BYTES
-            and p not in run._digests and cache.get(p) is None
-            and not (root / summary_rel(p[0])).exists()]
+            and not _digest_known(run, cache, p) and not (root / summary_rel(p[0])).exists()]
     if len(todo) < PREFETCH_FROM:
         return
 
@@ -389,6 +388,17 @@ def prefetch_digests(run: Any, files: Sequence[tuple[str, int, tuple]]) -> None:
     # a part that failed is read again by part_digest, which leaves its problem to the full
     # reader: none is reported from here
     run.problems[:] = before
+
+
+def _digest_known(run: Any, cache: DigestCache, part: tuple) -> bool:
+    """Whether ``part``'s digest is in memory or in the local cache (kept in memory then: a
+    cached entry is decoded once, not again by :func:`part_digest`)."""
+    if part in run._digests:
+        return True
+    if (d := cache.get(part)) is None:
+        return False
+    run._digests[part] = d
+    return True
 
 
 def digest_cache(run: Any) -> DigestCache:
