@@ -220,7 +220,7 @@ def read_bounded(pf: pq.ParquetFile, columns: Sequence[str] | None, filters: Any
     for g, n in plan:
         decoded = 0
         whole = total <= BATCH_ROWS or (n is not None and n <= BATCH_ROWS)
-        for chunk in _batches(pf, g, whole, columns):
+        for chunk in _batches(pf, g, whole, columns, total > SERIAL_ROWS):
             decoded += chunk.num_rows
             chunk = apply_filters(check_stats_table(chunk, path), filters)
             if chunk.num_rows:
@@ -258,14 +258,14 @@ def _from_copy(copy: tuple[Path, pq.ParquetFile] | None, columns: Sequence[str] 
     return None
 
 
-def _batches(pf: pq.ParquetFile, group: int, whole: bool,
-             columns: Sequence[str] | None) -> Iterator[pa.Table]:
+def _batches(pf: pq.ParquetFile, group: int, whole: bool, columns: Sequence[str] | None,
+             threads: bool = True) -> Iterator[pa.Table]:
     """Row group ``group`` as tables of BATCH_ROWS rows at most, or ``whole`` (it holds no more
     than that): ``read_row_group`` checks the footer's size statistics of its column chunks
     (damage it refuses, as a whole-part read does, whichever columns are asked for); a larger
-    group streams (``iter_batches``, which does not check them)."""
+    group streams (``iter_batches``, which does not check them). ``threads``: a whole group's
+    columns decoded on pyarrow's pool (a small part's cost more so: SERIAL_ROWS)."""
     if whole:
-        threads = pf.metadata.num_rows > SERIAL_ROWS
         yield pf.read_row_group(group, columns=columns, use_threads=threads)
         return
     for batch in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=columns,
