@@ -292,15 +292,23 @@ def _unindexed(path: str, linear: bool) -> dict:
     return {}
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process so far, every thread's (user + system): on a machine others load,
+    the time that does not grow with their load."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def _child_info(path: str) -> dict:
     t0 = time.perf_counter()
     from inspector import cli
     rss_import = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), _cpu_seconds()
     run = cli._open_checked(path)
     text = cli.summary(run)
     t2 = time.perf_counter()
-    return {"import": t1 - t0, "info": t2 - t1, "rss_import_kib": rss_import, "lines": text.count("\n") + 1,
+    return {"import": t1 - t0, "info": t2 - t1, "cpu": _cpu_seconds() - cpu1, "rss_import_kib": rss_import,
+            "lines": text.count("\n") + 1,
             "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "problems": len(run.problems)}
 
 
@@ -350,7 +358,7 @@ def scale_runs(args: argparse.Namespace) -> None:
             # first on an empty local cache, then again: the small parts' digests cached
             for when in ("", ", again"):
                 got = child("info", path)
-                rows.append([f"info{when}: {label}", f"{got['info']:.1f} s",
+                rows.append([f"info{when}: {label}", f"{got['info']:.1f} s (CPU {got['cpu']:.1f} s)",
                              human_bytes(1024 * got["rss_kib"]), human_bytes(1024 * got["rss_import_kib"]),
                              f"{got['problems']}", target, f"{human_bytes(du_bytes(path))}, made in {made:.0f} s"])
                 print("  |  ".join(rows[-1]), flush=True)

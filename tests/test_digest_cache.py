@@ -163,3 +163,62 @@ def test_a_damaged_part_among_prefetched_ones_is_named_once(tmp_path, cache, mon
     run = inspector.open_run(run_dir)
     np.testing.assert_array_equal(run.stats_steps(), [k for k in range(PARTS) if k != 3])
     assert len([m for m in run.problems if name(4) in m]) == 1
+
+
+def _rewrite(part: Path, change) -> None:
+    """Write ``change(part's table)`` in place of ``part``."""
+    t = change(pq.read_table(part))
+    pq.write_table(t, part, **parquet_options(t.schema))
+
+
+def _retyped(t: pa.Table, column: str, type_: pa.DataType) -> pa.Table:
+    return t.set_column(t.schema.get_field_index(column), column, t.column(column).cast(type_))
+
+
+def _relabelled(t: pa.Table) -> pa.Table:
+    """``kind`` holding a value no writer writes (dictionary_encode keeps the writer's type)."""
+    kinds = pa.array([f"{v}x" for v in t.column("kind").to_pylist()]).dictionary_encode()
+    return t.set_column(t.schema.get_field_index("kind"), "kind", kinds)
+
+
+def test_info_names_every_damaged_small_part_among_sound_ones_of_one_schema(tmp_path, cache,
+                                                                          monkeypatch):
+    """Parts damaged in the ways each check catches, read after sound parts of the writer's
+    schema (a schema or value verdict reused for them would let them through), first and
+    with the digests cached."""
+    run_dir = small_parts_run(tmp_path / "run")
+    damaged = {4: lambda p: p.write_bytes(b"PAR1 not a part PAR1"),
+               5: lambda p: _rewrite(p, lambda t: _retyped(t, "nan", pa.int32())),
+               6: lambda p: _rewrite(p, _relabelled),
+               7: lambda p: p.write_bytes(p.read_bytes()[:-100] + p.read_bytes()[-8:]),
+               8: lambda p: _rewrite(p, lambda t: t.drop_columns(["group"]))}
+    for seq, damage in damaged.items():
+        damage(run_dir / stats_name("chief", 1, seq))
+    monkeypatch.setattr(query, "PREFETCH_FROM", 2)
+    sound = [k for k in range(PARTS) if k + 1 not in damaged]
+    for _ in range(2):
+        run = cli._open_checked(str(run_dir))
+        text = cli.summary(run, all_problems=True)
+        np.testing.assert_array_equal(run.stats_steps(), sound)
+        assert f"statistics {len(sound)} steps" in text
+        for seq in damaged:
+            assert len([m for m in run.problems if name(seq) in m]) == 1, seq
+            assert name(seq) in text
+
+
+def test_a_cached_digest_is_decoded_once_per_reader(tmp_path, cache, monkeypatch):
+    from inspector.stats import digest_cache
+    run_dir = small_parts_run(tmp_path / "run")
+    monkeypatch.setattr(query, "PREFETCH_FROM", 2)
+    inspector.open_run(run_dir).stats_steps()
+    decoded: list[int] = []
+    real = digest_cache._decode
+
+    def counting(e):
+        decoded.append(1)
+        return real(e)
+    monkeypatch.setattr(digest_cache, "_decode", counting)
+    run = inspector.open_run(run_dir)
+    for _ in range(2):
+        np.testing.assert_array_equal(run.stats_steps(), np.arange(PARTS))
+    assert len(decoded) == PARTS

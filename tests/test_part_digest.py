@@ -9,7 +9,8 @@ import pytest
 from inspector.stats.digest import digest
 
 
-def table(seed: int, chunks: int) -> pa.Table:
+def table(seed: int, chunks: int, one_step: bool = False) -> pa.Table:
+    """Random rows; ``one_step``: every row with a step at step 7 (a small part's usual case)."""
     rng = np.random.default_rng(seed)
     pieces = []
     for c in range(chunks):
@@ -17,7 +18,8 @@ def table(seed: int, chunks: int) -> pa.Table:
         kinds = rng.choice(["forward", "gradient", None], n, p=[0.45, 0.45, 0.1])
         groups = rng.choice(["all", "positive", None] if c else ["positive", "negative"], n)
         pieces.append(pa.table({
-            "step": pa.array(rng.integers(0, 20, n), mask=rng.random(n) < 0.05),
+            "step": pa.array(np.full(n, 7) if one_step else rng.integers(0, 20, n),
+                             mask=rng.random(n) < 0.05),
             "tensor": pa.array(rng.choice(["a:0", "b:0"], n)).dictionary_encode(),
             "kind": pa.array(list(kinds), pa.string()).dictionary_encode(),
             "group": pa.array(list(groups), pa.string()).dictionary_encode(),
@@ -27,9 +29,10 @@ def table(seed: int, chunks: int) -> pa.Table:
     return pa.concat_tables(pieces)
 
 
-@pytest.mark.parametrize("seed,chunks", [(0, 1), (1, 3), (2, 2)])
-def test_digest_equals_the_filtered_rows(seed, chunks):
-    t = table(seed, chunks)
+@pytest.mark.parametrize("seed,chunks,one_step", [(0, 1, False), (1, 3, False), (2, 2, False),
+                                                (3, 3, True), (4, 1, True)])
+def test_digest_equals_the_filtered_rows(seed, chunks, one_step):
+    t = table(seed, chunks, one_step)
     d = digest(t)
     df = t.to_pandas()
     df = df.astype({c: object for c in ("kind", "group")})

@@ -45,15 +45,29 @@ def digest(table: pa.Table) -> Digest:
     group, groups = _codes(table.column("group"))
     code = kind * len(groups) + group
     keep = has_step & (kind >= 0) & (group >= 0)   # a null kind or group is in no (kind, group)
-    by: dict[tuple[str, str], np.ndarray] = {}
-    for c in np.unique(code[keep]):
-        by[(kinds[c // len(groups)], groups[c % len(groups)])] = \
-            np.unique(steps[keep & (code == c)].astype(np.int64))
+    by = {(kinds[c // len(groups)], groups[c % len(groups)]): v
+          for c, v in _steps_by_code(code[keep], steps[keep].astype(np.int64), every).items()}
     # as the NaN scan reads them: every row of group all, whatever its kind
     bad = has_step & (group == (groups.index("all") if "all" in groups else -2)) \
         & ((_counts(table.column("nan")) > 0) | (_counts(table.column("inf")) > 0))
     hit = steps[bad].astype(np.int64)
     return Digest(by, every, [(int(hit.min()), int(hit.max()))] if len(hit) else [])
+
+
+def _steps_by_code(code: np.ndarray, steps: np.ndarray, every: np.ndarray
+                   ) -> dict[int, np.ndarray]:
+    """The sorted distinct steps of each code's rows (``every``: the steps of all rows, these
+    among them)."""
+    present = np.unique(code)
+    if len(every) == 1:   # a part of one step (a small part's usual case): each code has it
+        return {int(c): every.copy() for c in present}
+    order = np.lexsort((steps, code))
+    code, steps = code[order], steps[order]
+    first = np.ones(len(code), bool)   # the first row of each distinct (code, step)
+    first[1:] = (code[1:] != code[:-1]) | (steps[1:] != steps[:-1])
+    code, steps = code[first], steps[first]
+    bounds = np.searchsorted(code, present, "left"), np.searchsorted(code, present, "right")
+    return {int(c): steps[a:b] for c, a, b in zip(present, *bounds)}
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:

@@ -352,10 +352,13 @@ def part_digest(run: Any, worker: str, session: int, part: tuple) -> Digest | No
 
 
 #: threads reading small parts' digests at once (pyarrow reads and decodes without the GIL, so
-#: the reads overlap), from how many such parts, and the largest part read so (bytes): memory
-#: stays a few small parts'
-DIGEST_THREADS = 4
+#: the reads overlap; the checks and the digest hold it, so more threads only wait for it),
+#: from how many such parts, the parts a thread reads per task (a task per part woke the
+#: calling thread for each: ~0.1 ms of CPU a part), and the largest part read so (bytes):
+#: memory stays a few small parts'
+DIGEST_THREADS = 2
 PREFETCH_FROM = 32
+DIGEST_BATCH = 64
 PREFETCH_BYTES = 4 << 20
 
 
@@ -368,27 +371,41 @@ def prefetch_digests(run: Any, files: Sequence[tuple[str, int, tuple]]) -> None:
         return
     root, cache = Path(run.path), digest_cache(run)
     todo = [(w, s, p) for w, s, p in files if p[1] is not None and p[1] <= PREFETCH_BYTES
-            and p not in run._digests and cache.get(p) is None
-            and not (root / summary_rel(p[0])).exists()]
+            and not _digest_known(run, cache, p) and not (root / summary_rel(p[0])).exists()]
     if len(todo) < PREFETCH_FROM:
         return
 
-    def one(item: tuple[str, int, tuple]) -> tuple[tuple, Digest | None]:
-        w, s, part = item
-        t = run._read_part(w, s, part, DIGEST_COLUMNS, None, identity=False)
-        return part, None if t is None else digest(t)
+    def some(items: Sequence[tuple[str, int, tuple]]) -> list[tuple[tuple, Digest | None]]:
+        out = []
+        for w, s, part in items:
+            t = run._read_part(w, s, part, DIGEST_COLUMNS, None, identity=False)
+            out.append((part, None if t is None else digest(t)))
+        return out
     before = list(run.problems)
     try:
         with ThreadPoolExecutor(DIGEST_THREADS) as pool:
-            for part, d in pool.map(one, todo):
-                if d is not None:
-                    run._digests[part] = d
-                    cache.put(part, d)
+            n = min(DIGEST_BATCH, -(-len(todo) // DIGEST_THREADS))   # every thread has some
+            for done in pool.map(some, [todo[i:i + n] for i in range(0, len(todo), n)]):
+                for part, d in done:
+                    if d is not None:
+                        run._digests[part] = d
+                        cache.put(part, d)
     except Exception:   # noqa: BLE001 - part_digest's own read meets it again, and decides
         pass
     # a part that failed is read again by part_digest, which leaves its problem to the full
     # reader: none is reported from here
     run.problems[:] = before
+
+
+def _digest_known(run: Any, cache: DigestCache, part: tuple) -> bool:
+    """Whether ``part``'s digest is in memory or in the local cache (kept in memory then: a
+    cached entry is decoded once, not again by :func:`part_digest`)."""
+    if part in run._digests:
+        return True
+    if (d := cache.get(part)) is None:
+        return False
+    run._digests[part] = d
+    return True
 
 
 def digest_cache(run: Any) -> DigestCache:
