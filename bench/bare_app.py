@@ -1,6 +1,12 @@
 """The bare Streamlit page bench_viewer.py --browser times beside the viewer's pages: a title and
-one line of text, nothing else (the same Streamlit, the same flags): Streamlit's own floor."""
+one line of text, nothing else (the same Streamlit, the same flags): Streamlit's own floor.
+
+``?chart=1`` adds one small Vega-Lite chart (a 60-point line, as ``st.line_chart`` draws it):
+the floor of a page that draws any chart, since a page's first Vega-Lite chart makes the
+browser load and run Vega's code."""
 import streamlit as st
 
 st.title("Bare page")
 st.write("The floor every viewer page is measured against.")
+if st.query_params.get("chart") == "1":
+    st.line_chart({"value": [((i * 37) % 60) / 60 for i in range(60)]}, x_label="step", y_label="value")
