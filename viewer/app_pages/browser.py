@@ -115,7 +115,8 @@ def render(ctx: Ctx) -> None:
     # a grid is the costliest element a page draws: the catalog's columns when asked for
     if c2.toggle("Catalog table", key="tb_catalog", bind="query-params",
                  help="every column of the matching tensors' catalog rows"):
-        listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]  # lists: text
+        # lists: shown as text
+        listed = [c for c in ("shape", "feeds", "reads", "source_stack") if c in found]
         st.dataframe(found.astype({c: str for c in listed}), hide_index=True, width="stretch",
                      height=260)
     if text:

@@ -1,9 +1,9 @@
 """Page: distributions of one tensor: histograms per sample group (positive/negative, classes, named
-groups) at a step (in-graph, and from dumped samples in a tab of their own), across steps (ridge plot) and as percentile
-bands, drawn as interactive Vega-Lite charts (:mod:`viewer.charts.hist_charts`; the Matplotlib
-figure is drawn only for its PNG download) on the axes of :mod:`inspector.analysis.hist_view`: a
-signed log-magnitude axis for gradients, a linear one for forward values where it shows them (the "x
-axis" choice)."""
+groups) at a step (in-graph, and from dumped samples in a tab of their own), across steps (ridge
+plot) and as percentile bands, drawn as interactive Vega-Lite charts
+(:mod:`viewer.charts.hist_charts`; the Matplotlib figure is drawn only for its PNG download) on
+the axes of :mod:`inspector.analysis.hist_view`: a signed log-magnitude axis for gradients, a
+linear one for forward values where it shows them (the "x axis" choice)."""
 from __future__ import annotations
 
 import numpy as np
