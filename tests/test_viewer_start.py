@@ -71,3 +71,38 @@ def test_inspector_app_imports_at_start(runs):
         check_preloaded(proc, f"http://127.0.0.1:{port}")
     finally:
         stop(proc)
+
+
+def test_the_first_runs_summary_is_read_ahead_into_the_pages_cache(tmp_path, monkeypatch):
+    """viewer.warmup draws the Summary of the folder's first run without a browser: the reads the
+    page makes are then cached under the same arguments (the view the sidebar opens on), so the
+    first visit does not make them again."""
+    import inspector.analysis
+    from viewer import app_main, data, warmup
+    from viewer.app_pages import summary
+    from viewer.ui import Ctx
+
+    make_synthetic_run(tmp_path / "b", steps=6, tensors=4, dump_every=3)
+    make_synthetic_run(tmp_path / "a", steps=6, tensors=4, dump_every=3, nonfinite_at=4)
+    calls = []
+    real = inspector.analysis.diagnose
+    monkeypatch.setattr(inspector.analysis, "diagnose", lambda run: calls.append(run.path) or real(run))
+    data.diagnosis.clear()
+    assert warmup.summary(str(tmp_path)) == str((tmp_path / "a").resolve())   # the sidebar's first run
+    assert len(calls) == 1
+    path = str((tmp_path / "a").resolve())
+    sig = app_main.view_picker(path, data.signature(path))
+    assert data.diagnosis(path, sig)[0]["kind"] == "nonfinite" and len(calls) == 1     # cached, not read again
+    summary.render(Ctx(path, sig, (path, str((tmp_path / "b").resolve()))))
+    assert len(calls) == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert warmup.summary(str(empty)) is None
+
+
+def test_only_the_viewers_script_is_read_ahead():
+    from viewer.start import runs_folder
+    assert runs_folder(["run", "/x/app.py", "--server.port", "1", "--", "runs/"]) == "runs/"
+    assert runs_folder(["run", "viewer/app_main.py", "--", "s3://b/runs"]) == "s3://b/runs"
+    assert runs_folder(["run", "bench/bare_app.py", "--", "runs/"]) is None
+    assert runs_folder(["version"]) is None

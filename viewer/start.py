@@ -1,6 +1,7 @@
 """The viewer server's start: ``python -m viewer.start run <script> [streamlit options]`` is
 ``streamlit run`` with the modules every page view needs imported first, before the server
-answers, so the first page view after a start does not pay those imports (2-3 s).
+answers, so the first page view after a start does not pay those imports (2-3 s), and with the
+Summary of the runs folder's first run read ahead (:mod:`viewer.warmup`).
 
 Streamlit runs the page script per view in the server's own process, so a module imported here
 is one the script finds in ``sys.modules``: a plain ``streamlit run`` after the imports, with no
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import time
+from pathlib import Path
 
 log = logging.getLogger("tf_inspector.viewer")
 
@@ -38,10 +41,30 @@ def preload(names: tuple[str, ...] = PRELOAD) -> float:
     return time.perf_counter() - t
 
 
+def runs_folder(argv: list[str]) -> str | None:
+    """The runs folder ``streamlit <argv>`` serves when it runs the viewer's script: the first
+    argument after ``--``, else $TF_INSPECTOR_RUNS, else ``runs`` (as
+    ``viewer.app_main.default_root`` reads it); None for another script.
+
+    >>> runs_folder(["run", "app.py", "--server.port", "1", "--", "runs/"])
+    'runs/'
+    """
+    from viewer.app_main import SCRIPTS
+    if len(argv) < 2 or argv[0] != "run" or Path(argv[1]).name not in SCRIPTS:
+        return None
+    after = argv[argv.index("--") + 1:] if "--" in argv else []
+    return after[0] if after else os.environ.get("TF_INSPECTOR_RUNS") or "runs"
+
+
 def main(argv: list[str]) -> None:
     """:func:`preload`, then ``streamlit <argv>`` in this process (its health check answers once
-    the imports are done: no page view can arrive before them)."""
+    the imports are done: no page view can arrive before them), the first run's Summary read
+    ahead meanwhile (:mod:`viewer.warmup`)."""
     log.info("viewer: modules preloaded in %.1f s", preload())
+    folder = runs_folder(argv)
+    if folder is not None:
+        from viewer import warmup
+        warmup.start(folder)
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *argv]
