@@ -843,9 +843,13 @@ def test_distributions_caption_gives_real_counts(runs, monkeypatch):
     for g, count, mean in zip(early["group"].astype(str), early["count"], early["mean"]):
         if g != "all":  # the exact means (the groups drawn), not a histogram's bin centres
             assert np.isfinite(mean) and f"forward {g}: n={count:,}, mean={mean:.4g}" in captions(at20)
-    # the chart's legend states the same count, and the histogram's own where it differs
+    # the chart's legend states the same count, and the histogram's own where it differs (at a
+    # step before the run's NaN: at step 29 no value is finite, and no histogram is drawn)
+    df = inspector.open_run(runs / "exp1").query_stats(["conv3/Relu:0"], steps=(24, 24), kinds=["forward"])
+    n = dict(zip(df["group"].astype(str), df["count"]))
     counted = {g: int(np.sum(h)) for g, h in zip(df["group"].astype(str), df["hist_count"])}
-    labels = set(vega_hists(at)[0][1][0]["label"])
+    assert counted["positive"] > 0
+    labels = set(vega_hists(ok(start(runs / "exp1", "Distributions", di_tensor="conv3/Relu:0", di_step=24)))[0][1][0]["label"])
     want = (f"positive (n={n['positive']:,})" if counted["positive"] == n["positive"]
             else f"positive (n={n['positive']:,}; histogram of {counted['positive']:,})")
     assert want in labels
@@ -1425,3 +1429,21 @@ def test_streamlit_run_app_listens_on_this_machine_only(runs, tmp_path):
         assert listening(port) == {"127.0.0.1"}
     finally:
         stop(proc)
+
+
+def test_a_kind_without_finite_values_is_said_not_drawn_as_an_empty_panel(tmp_path):
+    """After the run turns NaN every gradient value is NaN: the step's gradient panel would be
+    empty (Vega-Lite then collapses the whole chart). The page draws the forward panel alone
+    and says why the gradient has none; Compare at such steps on both sides says so too."""
+    import inspector
+    make_synthetic_run(tmp_path / "nan", steps=40, tensors=20, dump_every=20, nonfinite_at=35)
+    run = inspector.open_run(tmp_path / "nan")
+    hist = run.query_stats(["conv1/Relu:0"], steps=(39, 39), kinds=["gradient"], columns=["hist_count"])
+    assert all(np.sum(h) == 0 for h in hist["hist_count"])             # the case: nothing counted
+    at = ok(start(tmp_path / "nan", "Distributions", di_tensor="conv1/Relu:0", di_step=39))
+    (spec, _), = vega_hists(at)
+    assert [p["title"] for p in spec["hconcat"]] == ["forward"]
+    assert any("**gradient**: no histogram: no finite value counted" in w.value for w in at.warning)
+    at = ok(start(tmp_path / "nan", "Compare", cmp_tensor="conv1/Relu:0", cmp_kind="gradient",
+                  cmp_step_A=39, cmp_step_B=38))
+    assert not vega_hists(at) and any("no finite value counted" in i.value for i in at.info)

@@ -155,6 +155,10 @@ def overlay(sides: dict[str, tuple[str, tuple, int]], tensor: str, kind: str, ti
     axis = hist_view.choose_axis(every, kind, scale,
                                  (min(e[0] for e in known), max(e[1] for e in known))
                                  if known else None)
+    if not need(any(hist_view.counted(h) for h in every),
+                f"No histogram of {plain(tensor)} {kind} on either side: no finite value counted "
+                "(every value NaN or Inf there)."):
+        return
     show_chart(lambda: hist_charts.histogram_chart(
         {kind: (hist_view.panel_frame(hists, axis), axis)}, title=title, width=720),
         ("overlay", tuple(sides.items()), tensor, kind, repr(axis), title), width="stretch")

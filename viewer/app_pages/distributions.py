@@ -181,7 +181,18 @@ def draw_panels(panels: dict, axes: dict[str, Axis], title: str, log: bool, tota
                 name: str, key: str, ident: tuple) -> None:
     """The panels (one per kind) as one interactive chart, its PNG on download, and a caption
     saying what the bars are and reading off the groups' sizes (:func:`readoff`); ``ident``
-    names what the panels show (:func:`viewer.ui.show_chart`)."""
+    names what the panels show (:func:`viewer.ui.show_chart`). A kind whose histograms count no
+    value (every value NaN/Inf at that step) gets a line saying so, not an empty panel: Vega-Lite
+    lays out a panel without data and an empty colour domain as a collapsed chart, and the
+    other panels with it."""
+    empty = [kind for kind, groups in panels.items()
+             if not any(hist_view.counted(h) for h in groups.values())]
+    for kind in empty:
+        st.warning(f"**{kind}**: no histogram: no finite value counted at this step (every value "
+                   "NaN or Inf; the statistics' nan and inf counts say which)")
+    panels = {kind: groups for kind, groups in panels.items() if kind not in empty}
+    if not panels:
+        return
     frames = {kind: (hist_view.panel_frame({"": groups}, axes[kind],
                                            {"": (totals or {}).get(kind, {})}), axes[kind])
               for kind, groups in panels.items()}
