@@ -48,7 +48,8 @@ pages' own cost whatever the run;
   target: 1.5); the ratio is what holds on a loaded machine, not the seconds; a row "no run
   (chrome)" is the viewer on a folder without runs (the sidebar and navigation every page pays),
   a row "bare + one chart" the bare page with one small Vega-Lite chart (the floor of any page
-  that draws a chart: the first chart loads and runs Vega's code in the browser), and with ``--baseline`` the other checkout's pages are timed the same way, each right after
+  that draws a chart: the first chart loads and runs Vega's code in the browser), a row "bare +
+  one graph" with one small Graphviz graph (likewise for the Op graph), and with ``--baseline`` the other checkout's pages are timed the same way, each right after
   this checkout's;
 - **the first visit after a server start, against the bare page's** (:data:`FIRST_VISIT_PAGES`:
   each a new server and browser profile, then the bare page's new server and profile, ``--reps``
@@ -292,6 +293,8 @@ PAGE_PATHS = {"summary": "", "overview": "overview", "distributions": "distribut
 NO_RUN = "no run (chrome)"
 #: the row of the bare page with one Vega-Lite chart (``bench/bare_app.py?chart=1``)
 ONE_CHART = "bare + one chart"
+#: the row of the bare page with one Graphviz graph (``bench/bare_app.py?graph=1``)
+ONE_GRAPH = "bare + one graph"
 #: a Streamlit page drawn: its first heading shown and no script running
 PAGE_READY = """n => document.querySelectorAll('h1').length >= n
     && !document.querySelector('[data-testid="stStatusWidget"]')"""
@@ -323,6 +326,7 @@ def page_ratios(path: Path, reps: int, baseline: Path | None = None) -> list[tup
                 urls[name + tag] = f"{url}/{sub}?run={path.name}"
             urls[NO_RUN + tag] = chrome            # a folder without runs: the sidebar and navigation
         urls[ONE_CHART] = f"{bare}/?chart=1"          # Streamlit's floor for a page with a chart
+        urls[ONE_GRAPH] = f"{bare}/?graph=1"          # and for a page with a Graphviz graph
         urls = dict(sorted(urls.items(), key=lambda kv: list(PAGE_PATHS).index(kv[0].split(" @")[0])
                            if kv[0].split(" @")[0] in PAGE_PATHS else len(PAGE_PATHS)))
         browser = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS, headless=True)

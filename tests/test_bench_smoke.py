@@ -102,6 +102,6 @@ def test_bench_viewer_browser_small(tmp_path):
         rows = (re.match(r"(.+?)\s+([0-9.]+)\s", line) for line in table.splitlines()[2:] if line.strip())
         return {m.group(1): float(m.group(2)) for m in rows if m}
     assert set(ratios(warm)) == {"summary", "overview", "distributions", "featuremaps", "masks", "browser", "graph",
-                                 "compare", "no run (chrome)", "bare + one chart"} and all(r > 0 for r in ratios(warm).values()), out.stdout
+                                 "compare", "no run (chrome)", "bare + one chart", "bare + one graph"} and all(r > 0 for r in ratios(warm).values()), out.stdout
     # the first visit after a server start, beside the bare page's first visit after its own
     assert set(ratios(first)) == {"summary", "overview", "featuremaps"} and all(r > 0 for r in ratios(first).values())
