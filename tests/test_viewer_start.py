@@ -54,12 +54,28 @@ def check_preloaded(proc: subprocess.Popen, url: str) -> None:
 
 
 def test_viewer_start_run_app_imports_at_start(runs):
+    import threading
     port = free_port()
     proc = start(runs, port)
+    lines: list[str] = []
+    read_ahead = threading.Event()
+
+    def follow() -> None:   # the server's console, line by line
+        for line in proc.stdout:
+            lines.append(line)
+            if "read ahead" in line:
+                read_ahead.set()
+    threading.Thread(target=follow, daemon=True).start()
     try:
         check_preloaded(proc, f"http://127.0.0.1:{port}")
+        assert read_ahead.wait(60), "".join(lines)[-3000:]
     finally:
         stop(proc)
+    log = "".join(lines)
+    assert f"the Summary of {(runs / 'exp').resolve()} read ahead" in log
+    # neither the imports before the runtime nor the page drawn without a browser fill the log
+    assert "No runtime found" not in log and "missing ScriptRunContext" not in log, log[-2000:]
+    assert "Traceback" not in log, log[-3000:]
 
 
 def test_inspector_app_imports_at_start(runs):

@@ -33,12 +33,31 @@ def preload(names: tuple[str, ...] = PRELOAD) -> float:
     """Import ``names``; seconds taken. A module that fails is logged and skipped: the page view
     that needs it shows the error."""
     t = time.perf_counter()
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception:  # the server still starts; the page says what is missing
-            log.exception("viewer: preloading %s failed", name)
+    # each st.cache_data function defined before Streamlit's runtime exists warns that it has
+    # none (29 lines): it is made just after, and the pages' caches use it
+    caching = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+    quiet = _Below(logging.ERROR)
+    caching.addFilter(quiet)
+    try:
+        for name in names:
+            try:
+                importlib.import_module(name)
+            except Exception:  # the server still starts; the page says what is missing
+                log.exception("viewer: preloading %s failed", name)
+    finally:
+        caching.removeFilter(quiet)
     return time.perf_counter() - t
+
+
+class _Below(logging.Filter):
+    """Drops a logger's records under ``level`` (Streamlit sets its loggers' levels itself)."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
 
 
 def runs_folder(argv: list[str]) -> str | None:
@@ -60,11 +79,20 @@ def main(argv: list[str]) -> None:
     """:func:`preload`, then ``streamlit <argv>`` in this process (its health check answers once
     the imports are done: no page view can arrive before them), the first run's Summary read
     ahead meanwhile (:mod:`viewer.warmup`)."""
+    handler = logging.StreamHandler()   # the server's console: Streamlit's lines, and ours
+    handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(message)s",
+                                           "%Y-%m-%d %H:%M:%S"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
     log.info("viewer: modules preloaded in %.1f s", preload())
-    folder = runs_folder(argv)
-    if folder is not None:
-        from viewer import warmup
-        warmup.start(folder)
+    try:
+        folder = runs_folder(argv)
+        if folder is not None:
+            from viewer import warmup
+            warmup.start(folder)
+    except Exception:  # as a failed preload: the server starts, the page says what is wrong
+        log.exception("viewer: reading the first run ahead could not start")
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *argv]
