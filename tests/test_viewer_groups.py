@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,13 @@ import pytest
 
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
+from test_app import ok, start as app_start  # noqa: E402
 
 from inspector import testing  # noqa: E402
 from inspector.stats.summary import summarize_part  # noqa: E402
 from inspector.testing import make_synthetic_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "app.py")
-PAGES = {"Summary": "viewer/app_pages/summary.py", "Training overview": "viewer/app_pages/overview.py"}
 CAST = "Cast_1:0"
 
 
@@ -73,16 +71,8 @@ def _runs_env(monkeypatch):
 
 
 def start(root: Path, page: str, query: dict | None = None, **state) -> AppTest:
-    os.environ["TF_INSPECTOR_RUNS"] = str(root)
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.switch_page(PAGES[page])
-    for k, v in (query or {}).items():
-        at.query_params[k] = v
-    for k, v in state.items():
-        at.session_state[k] = v
-    at = at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    """test_app's start, the page checked free of errors."""
+    return ok(app_start(root, page, query, **state))
 
 
 def heatmap(at: AppTest) -> dict:
