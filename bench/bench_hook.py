@@ -27,9 +27,10 @@ images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSe
 built once and kept alive. After a warm-up block each, the script interleaves timing
 blocks: for each repetition, for each configuration (in an order shuffled every
 repetition), run ``--block`` consecutive training steps and record each step's time. A
-block of a dumping configuration ends by waiting for the hook's writer thread to drain, and
-that wait counts in the block, so the time per step is the sustainable rate (a writer that
-fell behind would otherwise show up only as dropped dumps). The time per step of a
+block of a dumping configuration ends by waiting for the hook's writer thread to drain (its
+dumps written, its statistics written as a part), and that wait counts in the block, so the
+time per step is the sustainable rate (a writer that fell behind would otherwise show up only
+as dropped dumps) and no trainer's part is written during another's block. The time per step of a
 configuration is the median over repetitions of (block time / steps); ratios are to plain
 training's, measured in the same process over the same minutes, so machine noise (2 shared
 cores) hits every configuration alike.
@@ -302,8 +303,10 @@ class Trainer:
         return [h._writer for h in self.hooks if isinstance(h, DumpHook) and h._writer is not None]
 
     def _drain(self) -> None:
-        """Wait until every queued dump is on disk (statistics stay buffered, as in training)."""
+        """Wait until every queued dump is on disk and this block's statistics are in a part: a
+        part left to the writer's timer would be written, and timed, in another trainer's block."""
         for w in self._writers():
+            w.flush_stats()
             while (not w._queue.empty() or w._pending_bytes) and w.error is None:
                 time.sleep(0.0005)
 

@@ -65,3 +65,13 @@ def test_a_step_that_does_not_fit_is_recorded_and_later_steps_written(tmp_path):
     errors = run.manifest["errors"]
     assert [(e["what"], e["first_step"]) for e in errors] == [("stats", 1)]
     assert "shape" in errors[0]["reason"] and "(3, 9)" in errors[0]["reason"]
+
+
+def test_flush_stats_writes_the_queued_steps_before_close(tmp_path):
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, stats_layout=LAYOUT,
+                  stats_flush_secs=3600)
+    w.add_fetched_stats(1, [_part(np.random.default_rng(0), 4)])
+    assert w.flush_stats(30)
+    assert len(list((tmp_path / "r" / "stats").glob("*.parquet"))) == 1
+    w.close()
+    assert not w.flush_stats(1)   # closed: nothing to wait for
