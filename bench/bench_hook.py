@@ -27,10 +27,12 @@ images from an in-memory ``tf.data`` pipeline) and its own ``MonitoredTrainingSe
 built once and kept alive. After a warm-up block each, the script interleaves timing
 blocks: for each repetition, for each configuration (in an order shuffled every
 repetition), run ``--block`` consecutive training steps and record each step's time. A
-block of a dumping configuration ends by waiting for the hook's writer thread to drain (its
-dumps written, its statistics written as a part), and that wait counts in the block, so the
-time per step is the sustainable rate (a writer that fell behind would otherwise show up only
-as dropped dumps) and no trainer's part is written during another's block. The time per step of a
+block of a dumping configuration ends by waiting for the hook's writer thread to write its
+dumps, and that wait counts in the block, so the time per step is the sustainable rate (a
+writer that fell behind would otherwise show up only as dropped dumps); then, untimed, the
+block's statistics are written as a part, so that no trainer's part is written (and timed)
+during another's block (a part's fixed cost at the rate training writes them, one per
+``stats_flush_secs``, is in bench/README.md). The time per step of a
 configuration is the median over repetitions of (block time / steps); ratios are to plain
 training's, measured in the same process over the same minutes, so machine noise (2 shared
 cores) hits every configuration alike.
@@ -291,6 +293,12 @@ class Trainer:
             times.append(time.perf_counter() - t)
         self._drain()
         total, cpu = time.perf_counter() - start, time.process_time() - cpu
+        # untimed: this block's statistics written as a part now, so that no part is written
+        # (and timed) in another configuration's block; a block writes ~1.7 s of steps, a
+        # training run a part every stats_flush_secs (10 s), so timing it here would count a
+        # part's fixed cost six times over (a part at the real rate: bench/README.md)
+        for w in self._writers():
+            w.flush_stats()
         self.steps += steps
         if record:
             self.block_times.append(total / steps)
@@ -303,10 +311,8 @@ class Trainer:
         return [h._writer for h in self.hooks if isinstance(h, DumpHook) and h._writer is not None]
 
     def _drain(self) -> None:
-        """Wait until every queued dump is on disk and this block's statistics are in a part: a
-        part left to the writer's timer would be written, and timed, in another trainer's block."""
+        """Wait until every queued dump is on disk (statistics stay buffered, as in training)."""
         for w in self._writers():
-            w.flush_stats()
             while (not w._queue.empty() or w._pending_bytes) and w.error is None:
                 time.sleep(0.0005)
 
