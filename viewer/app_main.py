@@ -90,12 +90,6 @@ def default_root() -> str:
     return os.environ.get("TF_INSPECTOR_RUNS") or "runs"
 
 
-def runs_root(given: str) -> Path | str:
-    """The runs folder the viewer reads: ``given`` resolved (a URL, a folder of runs in a bucket,
-    without its trailing slash)."""
-    return given.rstrip("/") if is_url(given) else real(given)
-
-
 def url_path(module: ModuleType) -> str:
     """A page's URL path: its module's name (``url_path(overview) == "overview"``)."""
     return module.__name__.rsplit(".", 1)[-1]
@@ -156,7 +150,9 @@ def sidebar() -> Ctx | None:
     no run can be shown."""
     sb = st.sidebar
     sb.title("TF Inspector")
-    root = runs_root(default_root())
+    given = default_root()
+    # a URL: a folder of runs in a bucket
+    root = given.rstrip("/") if is_url(given) else real(given)
     data.set_root(root)
     # the runs folder named in the help, not a caption of its own: every element of the sidebar
     # is paid by every page

@@ -1,7 +1,6 @@
 """The viewer server's start: ``python -m viewer.start run <script> [streamlit options]`` is
 ``streamlit run`` with the modules every page view needs imported first, before the server
-answers, so the first page view after a start does not pay those imports (2-3 s), and with the
-Summary of the runs folder's first run read ahead (:mod:`viewer.warmup`).
+answers, so the first page view after a start does not pay those imports (2-3 s).
 
 Streamlit runs the page script per view in the server's own process, so a module imported here
 is one the script finds in ``sys.modules``: a plain ``streamlit run`` after the imports, with no
@@ -16,10 +15,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import sys
 import time
-from pathlib import Path
 
 log = logging.getLogger("tf_inspector.viewer")
 
@@ -60,25 +57,9 @@ class _Below(logging.Filter):
         return record.levelno >= self.level
 
 
-def runs_folder(argv: list[str]) -> str | None:
-    """The runs folder ``streamlit <argv>`` serves when it runs the viewer's script: the first
-    argument after ``--``, else $TF_INSPECTOR_RUNS, else ``runs`` (as
-    ``viewer.app_main.default_root`` reads it); None for another script.
-
-    >>> runs_folder(["run", "app.py", "--server.port", "1", "--", "runs/"])
-    'runs/'
-    """
-    from viewer.app_main import SCRIPTS
-    if len(argv) < 2 or argv[0] != "run" or Path(argv[1]).name not in SCRIPTS:
-        return None
-    after = argv[argv.index("--") + 1:] if "--" in argv else []
-    return after[0] if after else os.environ.get("TF_INSPECTOR_RUNS") or "runs"
-
-
 def main(argv: list[str]) -> None:
     """:func:`preload`, then ``streamlit <argv>`` in this process (its health check answers once
-    the imports are done: no page view can arrive before them), the first run's Summary read
-    ahead meanwhile (:mod:`viewer.warmup`)."""
+    the imports are done: no page view can arrive before them)."""
     handler = logging.StreamHandler()   # the server's console: Streamlit's lines, and ours
     handler.setFormatter(logging.Formatter("%(asctime)s.%(msecs)03d %(message)s",
                                            "%Y-%m-%d %H:%M:%S"))
@@ -86,13 +67,6 @@ def main(argv: list[str]) -> None:
     log.setLevel(logging.INFO)
     log.propagate = False
     log.info("viewer: modules preloaded in %.1f s", preload())
-    try:
-        folder = runs_folder(argv)
-        if folder is not None:
-            from viewer import warmup
-            warmup.start(folder)
-    except Exception:  # as a failed preload: the server starts, the page says what is wrong
-        log.exception("viewer: reading the first run ahead could not start")
     from streamlit.web import cli
 
     sys.argv = ["streamlit", *argv]
