@@ -606,12 +606,17 @@ class RunWriter:
         """Write the statistics queued so far as a part now, on the writer thread, instead of at
         the next ``stats_flush_secs``: a benchmark's timed block then pays for its own part, not
         for one a timer writes during a later block. Whether it was done within ``timeout``
-        (False on a closed writer)."""
+        (False on a closed writer, or one whose thread has ended: nothing would write it)."""
         if self.closed:
             return False
         done = threading.Event()
         self._queue.put(("flush", done))
-        return done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done.wait(0.05):
+            if not self._thread.is_alive() or (deadline is not None
+                                               and time.monotonic() >= deadline):
+                return done.is_set()
+        return True
 
     def close(self, status: str = "finished", timeout: float | None = None,
               error: str | None = None) -> None:

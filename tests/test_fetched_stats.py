@@ -4,6 +4,9 @@ those ``add_stats`` writes for the joined arrays, and a step that does not fit i
 raised."""
 from __future__ import annotations
 
+import queue
+import threading
+
 import numpy as np
 
 import inspector
@@ -75,3 +78,18 @@ def test_flush_stats_writes_the_queued_steps_before_close(tmp_path):
     assert len(list((tmp_path / "r" / "stats").glob("*.parquet"))) == 1
     w.close()
     assert not w.flush_stats(1)   # closed: nothing to wait for
+
+
+def test_flush_stats_does_not_wait_for_a_writer_thread_that_has_ended(tmp_path, monkeypatch):
+    """No thread left to write the part: flush_stats returns False instead of waiting forever."""
+    w = RunWriter(tmp_path / "r", manifest={"tensors": []}, stats_layout=LAYOUT, stats_flush_secs=3600)
+    try:
+        ended = threading.Thread(target=lambda: None)
+        ended.start()
+        ended.join()
+        monkeypatch.setattr(w, "_thread", ended)      # as if the writer's loop had exited:
+        monkeypatch.setattr(w, "_queue", queue.Queue())   # nobody reads what is put
+        assert w.flush_stats() is False
+    finally:
+        monkeypatch.undo()
+        w.close()
