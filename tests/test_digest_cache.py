@@ -145,8 +145,13 @@ def test_many_small_parts_digests_are_read_in_threads(tmp_path, cache, monkeypat
     monkeypatch.setattr(query, "PREFETCH_FROM", 2)
     threads: list[tuple[str, int]] = []
     real = query.read_part
+    # each thread's first read waits for the other's, so the pool cannot finish the first
+    # task before the second is handed out and give both to one thread
+    both = threading.Barrier(2, timeout=60)
 
     def recording(path, *a, **k):
+        if threading.get_ident() not in {t for _, t in threads}:
+            both.wait()
         threads.append((Path(path).name, threading.get_ident()))
         return real(path, *a, **k)
     monkeypatch.setattr(query, "read_part", recording)
