@@ -16,7 +16,8 @@ minutes. Per combination it prints the captured bytes a statistics step reads (e
 captured tensor and gradient at the static batch), the statistics step's extra time per
 captured MiB (flat across sizes = cost linear in the captured bytes), the physical floor
 (one read of those bytes at the memory bandwidth measured here with numpy on one core,
-and the ratio plain + floor would give), and the hook's Python time per step
+and the ratio plain + floor would give; with ``touch-every`` named, the ratio
+``touch-every`` + that read gives: below, 4g), and the hook's Python time per step
 (``before_run`` + ``after_run``, wall and the training thread's CPU time, ``time.thread_time``:
 the CPU time moves less with the machine's load than step ratios do; both include the extra
 ``session.run`` a sampled step makes where the training run cannot read the global step and the
@@ -73,7 +74,12 @@ classes: 11 rows per tensor and kind instead of 3), in the same fused pass. 4f
 (``stats-every-one-op``, only when named): the fused kernel as one op over every captured
 tensor (how the kernel once ran) instead of one op per tensor. 4g (``touch-every``, only when
 named): the statistics step's graph with one element of each captured tensor read instead of
-the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions).
+the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions);
+7g (``touch-layers``, only when named) likewise for the always-on mode: named beside
+``layers-every``, its p50 plus one read of the bytes always-on reads is that row's floor.
+Named beside ``stats-every``, it sets that target's floor: its p50 plus one read of the
+captured bytes at the measured bandwidth, as a ratio to plain's p50 (the target is
+``max(1.25, floor + 0.05)``); without it the target reads 1.25.
 
 After each block (untimed) its dumps are deleted and ``os.sync()`` flushes what is left of
 its writeback, so a dumping block does not slow whichever block follows it.
@@ -193,6 +199,8 @@ def configs(batch: int) -> list[Config]:
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), optional=True, per_tensor_ops=False),
         Config("touch-every", "(4g) every captured tensor read by one element, no statistics",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0), optional=True, stats_builder=touch_stats),
+        Config("touch-layers", "(7g) always-on, each layer tensor read by one element, no statistics",
+               dump_hook(layer_stats_every_n_steps=1), optional=True, stats_builder=touch_stats),
         Config("stats-every-stock", "(4d) statistics, stock-op fallback",
                dump_hook(stats_every_n_steps=1, dump_every_n_steps=0, native_stats=False), optional=True),
         Config("stats-every-classes", "(4e) statistics every step, groups='per_class' (10)",
@@ -231,6 +239,7 @@ class Trainer:
     hook_seconds: float = 0.0  # DumpHook's before_run + after_run (wall), recorded blocks only
     hook_cpu_seconds: float = 0.0  # the same calls' CPU time on the training thread
     recording: bool = False
+    built: list[list] = field(default_factory=list)   # what each build_stats call read, in order
 
     def __post_init__(self) -> None:
         self.graph = tf.Graph()
@@ -242,7 +251,12 @@ class Trainer:
             self.hooks = self.cfg.make_hooks(self.run_dir, self.model)
             # read when the hooks' begin() builds the statistics
             fast_stats.PER_TENSOR_OPS = self.cfg.per_tensor_ops
-            fast_stats.build_stats = self.cfg.stats_builder or BUILD_STATS
+            builder = self.cfg.stats_builder or BUILD_STATS
+
+            def recording(captured, groups, use_native=True):
+                self.built.append(list(captured))
+                return builder(captured, groups, use_native)
+            fast_stats.build_stats = recording
             try:
                 self.sess = v1.train.MonitoredTrainingSession(
                     config=v1.ConfigProto(allow_soft_placement=True),
@@ -282,6 +296,15 @@ class Trainer:
         return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
                    for h in self.hooks if isinstance(h, DumpHook) for c in h.captured
                    for t in (c.tensor, c.gradient) if t is not None)
+
+    @property
+    def layer_bytes(self) -> int:
+        """What an always-on step reads: the layer outputs and gradients of the hook's second
+        build_stats call (the first builds the statistics step's), 0 without one."""
+        if len(self.built) < 2:
+            return 0
+        return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
+                   for c in self.built[1] for t in (c.tensor, c.gradient) if t is not None)
 
     def block(self, steps: int, record: bool = True) -> None:
         times = []
@@ -418,22 +441,47 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         mib = stats.captured_bytes / 2 ** 20
         floor_ms = 1e3 * stats.captured_bytes / bandwidth
         ratio = s_ms / p_ms
+        floor = stats_floor(by, bandwidth, p_ms / 1e3) or (p_ms + floor_ms) / p_ms
         hook_ms, hook_cpu = stats.hook_ms
         others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f} / "
                   f"{by[k].cpu_per_step / plain.cpu_per_step:.3f}" for k in extra]
+        if "touch-layers" in extra:   # the always-on row's floor beside its ratio
+            always = layers_floor(by, bandwidth, p_ms / 1e3)
+            others.append("" if always is None else f"{always:.3f}")
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
-                     "yes" if ratio <= max(1.25, (p_ms + floor_ms) / p_ms + 0.05) else "NO",
+                     "yes" if ratio <= max(1.25, floor + 0.05) else "NO",
                      f"{(s_ms - p_ms) / mib:.2f}", f"{floor_ms:.2f}",
-                     f"{(p_ms + floor_ms) / p_ms:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}",
+                     f"{floor:.3f}", f"{hook_ms:.2f}", f"{hook_cpu:.2f}",
                      f"{stats.cpu_per_step / plain.cpu_per_step:.3f}", *others])
     head = (f"TensorFlow {tf.__version__}, {args.reps} reps x {args.block} steps per config, all interleaved; "
             f"memory bandwidth (numpy, one read, one core): {bandwidth / 1e9:.1f} GB/s; ratios: p50 step times")
     return head + "\n" + format_table(rows, ["model", "n", "batch", "captured MiB", "plain ms", "stats ms", "ratio",
                                              "<=max(1.25,floor+.05)", "extra ms/MiB", "floor ms", "floor ratio", "hook py ms", "hook cpu ms",
-                                             "stats cpu ratio", *(f"{k} ratio / cpu" for k in extra)])
+                                             "stats cpu ratio", *(f"{k} ratio / cpu" for k in extra),
+                                             *(["always-on floor"] if "touch-layers" in extra else [])])
 
 
-def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
+def stats_floor(by: dict[str, Trainer], bandwidth: float, p50_plain: float | None) -> float | None:
+    """The statistics step's floor, as a ratio to plain: what every op's output costs once it
+    has a consumer (``touch-every``'s p50: the fusions Grappler cannot make, ``d loss / d
+    input``) plus one read of the captured bytes at ``bandwidth``; None without both."""
+    if p50_plain is None or "touch-every" not in by or "stats-every" not in by:
+        return None
+    touch = statistics.median(by["touch-every"].step_times)
+    return (touch + by["stats-every"].captured_bytes / bandwidth) / p50_plain
+
+
+def layers_floor(by: dict[str, Trainer], bandwidth: float, p50_plain: float | None) -> float | None:
+    """The always-on step's floor, as a ratio to plain: ``touch-layers``'s p50 (what giving the
+    layers' outputs and gradients a consumer costs, the loss's forward included) plus one read
+    of the bytes always-on reads at ``bandwidth``; None without both."""
+    if p50_plain is None or "touch-layers" not in by or "layers-every" not in by:
+        return None
+    touch = statistics.median(by["touch-layers"].step_times)
+    return (touch + by["layers-every"].layer_bytes / bandwidth) / p50_plain
+
+
+def report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: float) -> str:
     by = {t.cfg.key: t for t in trainers}
     stats_every, dump_every = _hook_defaults()
     plain = by["plain"].per_step if "plain" in by else None
@@ -451,6 +499,12 @@ def report(trainers: list[Trainer], args: argparse.Namespace) -> str:
     targets = {"hook-idle": ("p50 <= 1.02", "p50", 1.02), "defaults": ("mean <= 1.05", "mean", 1.05),
                "stats-every": ("p50 <= 1.25", "p50", 1.25), "layers-every": ("p50 <= 1.10", "p50", 1.10)}
     p50_plain = statistics.median(by["plain"].step_times) if "plain" in by else None
+    floor = stats_floor(by, bandwidth, p50_plain)
+    if floor is not None:
+        limit = round(max(1.25, floor + 0.05), 3)
+        targets["stats-every"] = (f"p50 <= max(1.25, floor {floor:.3f} + 0.05) = {limit:.3f}", "p50", limit)
+    if (always := layers_floor(by, bandwidth, p50_plain)) is not None:
+        targets["layers-every"] = (f"p50 <= 1.10 (floor {always:.3f})", "p50", 1.10)
     rows = []
     for k, t in by.items():
         p50 = statistics.median(t.step_times)
@@ -515,10 +569,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
         raise SystemExit("--device gpu: TensorFlow sees no GPU here (tf.config.list_physical_devices('GPU') is empty)")
     trainers = run(args)
+    bandwidth = memory_bandwidth()
     if len(combos(args)) > 1:
-        print(sweep_report(trainers, args, memory_bandwidth()))
+        print(sweep_report(trainers, args, bandwidth))
     else:
-        print(report(trainers, args), sweep_report(trainers, args, memory_bandwidth()), sep="\n\n")
+        print(report(trainers, args, bandwidth), sweep_report(trainers, args, bandwidth), sep="\n\n")
 
 
 if __name__ == "__main__":

@@ -11,9 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _run(script: str) -> str:
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick"], capture_output=True, text=True,
-                         timeout=900, cwd=ROOT)
+def _run(script: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--quick", *args], capture_output=True,
+                         text=True, timeout=900, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out.stdout
 
@@ -29,6 +29,21 @@ def test_bench_hook_quick():
     assert "(1) plain training" in out and "(4) statistics every step" in out and "ratio" in out
     assert "(4b) statistics every step, hooks.minimize" in out and "(5b) full dump, hooks.minimize" in out
     assert "(7) always-on: layer statistics every step" in out and "hook py ms" in out
+
+
+def test_bench_hook_floors():
+    """With the touch configurations named, each statistics target states its floor: the touch
+    configuration's ratio plus one read of what the statistics read, so above the touch's own."""
+    pytest.importorskip("tensorflow")
+    out = _run("bench_hook.py", "--model", "resnet-nobn",
+               "--configs", "plain", "stats-every", "layers-every", "touch-every", "touch-layers")
+
+    def p50_ratio(label: str) -> float:
+        return float(re.search(re.escape(label) + r".*?\s+[0-9.]+\s+([0-9.]+)\s", out).group(1))
+    every = float(re.search(r"p50 <= max\(1\.25, floor ([0-9.]+) \+ 0\.05\)", out).group(1))
+    always = float(re.search(r"p50 <= 1\.10 \(floor ([0-9.]+)\)", out).group(1))
+    assert every > p50_ratio("(4g) every captured tensor read by one element"), out
+    assert always > p50_ratio("(7g) always-on, each layer tensor read by one element"), out
 
 
 def test_bench_first_step_quick():
@@ -102,6 +117,7 @@ def test_bench_viewer_browser_small(tmp_path):
         rows = (re.match(r"(.+?)\s+([0-9.]+)\s", line) for line in table.splitlines()[2:] if line.strip())
         return {m.group(1): float(m.group(2)) for m in rows if m}
     assert set(ratios(warm)) == {"summary", "overview", "distributions", "featuremaps", "masks", "browser", "graph",
-                                 "compare", "no run (chrome)", "bare + one chart", "bare + one graph"} and all(r > 0 for r in ratios(warm).values()), out.stdout
+                                 "compare", "no run (chrome)", "bare + one chart", "bare + three charts",
+                                 "bare + one graph"} and all(r > 0 for r in ratios(warm).values()), out.stdout
     # the first visit after a server start, beside the bare page's first visit after its own
     assert set(ratios(first)) == {"summary", "overview", "featuremaps"} and all(r > 0 for r in ratios(first).values())
