@@ -49,6 +49,7 @@ pages' own cost whatever the run;
   (chrome)" is the viewer on a folder without runs (the sidebar and navigation every page pays),
   a row "bare + one chart" the bare page with one small Vega-Lite chart (the floor of any page
   that draws a chart: the first chart loads and runs Vega's code in the browser), a row "bare +
+  three charts" with three (the Summary's), a row "bare +
   one graph" with one small Graphviz graph (likewise for the Op graph), and with ``--baseline`` the other checkout's pages are timed the same way, each right after
   this checkout's;
 - **the first visit after a server start, against the bare page's** (:data:`FIRST_VISIT_PAGES`:
@@ -293,6 +294,8 @@ PAGE_PATHS = {"summary": "", "overview": "overview", "distributions": "distribut
 NO_RUN = "no run (chrome)"
 #: the row of the bare page with one Vega-Lite chart (``bench/bare_app.py?chart=1``)
 ONE_CHART = "bare + one chart"
+#: the bare page with three (``?chart=3``): the charts the Summary draws
+THREE_CHARTS = "bare + three charts"
 #: the row of the bare page with one Graphviz graph (``bench/bare_app.py?graph=1``)
 ONE_GRAPH = "bare + one graph"
 #: a Streamlit page drawn: its first heading shown and no script running
@@ -326,6 +329,7 @@ def page_ratios(path: Path, reps: int, baseline: Path | None = None) -> list[tup
                 urls[name + tag] = f"{url}/{sub}?run={path.name}"
             urls[NO_RUN + tag] = chrome            # a folder without runs: the sidebar and navigation
         urls[ONE_CHART] = f"{bare}/?chart=1"          # Streamlit's floor for a page with a chart
+        urls[THREE_CHARTS] = f"{bare}/?chart=3"
         urls[ONE_GRAPH] = f"{bare}/?graph=1"          # and for a page with a Graphviz graph
         urls = dict(sorted(urls.items(), key=lambda kv: list(PAGE_PATHS).index(kv[0].split(" @")[0])
                            if kv[0].split(" @")[0] in PAGE_PATHS else len(PAGE_PATHS)))
