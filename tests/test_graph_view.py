@@ -368,6 +368,19 @@ def test_scopes_collapse_into_boxes_with_counted_edges():
     assert search([n.name for n in SCOPED], "SUB/") == ["m/sub/x", "m/sub/y"]
 
 
+def test_no_box_or_scope_is_drawn_rounded():
+    """Graphviz's rounded style costs the browser ~0.2 s of main-thread CPU on a six-op graph
+    (bench/README.md, Op graph): neither view asks for it."""
+    chain = OpGraph([Node("in", "Placeholder")] + [Node(f"s{i}/op", "Relu", (f"s{i - 1}/op" if i > 1 else "in",))
+                                                    for i in range(1, 7)] + [Node("m/a", "Relu", ("s6/op",))])
+    scale = Scale.robust([], "rms")
+    near = page.dot(chain.neighbourhood("s3/op", 2), chain, {}, scale)
+    whole = graph_dot.model_dot(collapse(chain, {"m"}), chain, {}, scale, "rms", set(), None)
+    assert "style=filled" in near and '"cluster_m"' in whole and '"filled,dashed"' in whole   # a series' box
+    for text in (near, whole):
+        assert "rounded" not in text, text
+
+
 def test_whole_model_view_search_and_nan_scope(runs):
     run = inspector.open_run(runs / "nan")
     nan_op = run.first_nonfinite()["tensor"].split(":")[0]

@@ -23,8 +23,10 @@ from .graph_colours import Look, Scale, fill_of, legend_items, state_text, text_
 
 #: border colours of the centre op and of the search's matches
 CENTRE, MATCH = "#1f77b4", "#ff7f0e"
-#: the borders of a closed scope's box and of a series of them
-BORDERS = {"scope": ", peripheries=2", "series": ', peripheries=2, style="rounded,filled,dashed"'}
+#: the borders of a closed scope's box and of a series of them. No box or cluster is rounded:
+#: Graphviz's rounded style costs the browser ~0.2 s of main-thread CPU even on a six-op graph
+#: (bench/README.md, "Op graph"), a third of the page's own cost
+BORDERS = {"scope": ", peripheries=2", "series": ', peripheries=2, style="filled,dashed"'}
 
 
 #: Control characters but the newline (a label's line break): a NUL in a DOT string makes
@@ -64,7 +66,7 @@ def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], scale: Scal
     edges solid, control edges dashed, the centre drawn thick, and a legend of the colours."""
     ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
     out = ['digraph G {', '  rankdir=TB;',
-           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=14];']
+           '  node [shape=box, style=filled, fontname="Helvetica", fontsize=14];']
     for name, nid in ids.items():
         look = looks.get(name, Look())
         label = f"{name}\n{graph.nodes[name].op}\n{state_text(look, stat)}"
@@ -143,7 +145,7 @@ def _label(unit: Unit, graph: OpGraph, looks: dict[str, Look], stat: str) -> tup
 def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Scale, stat: str,
               matches: set[str], centre: str | None) -> str:
     """DOT text of the whole-model ``view``: closed scopes as double-bordered boxes (a series of
-    them dashed), ops as rounded boxes, open scopes as nested clusters, edges labelled with the op
+    them dashed), ops as boxes, open scopes as nested clusters, edges labelled with the op
     edges they stand for (when more than one); the box holding ``centre`` outlined blue, those
     holding ``matches`` orange."""
     ids = {uid: f"u{i}" for i, uid in enumerate(view.units)}
@@ -160,7 +162,7 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
         lines.setdefault(unit.cluster, []).append(node_line(ids[uid], label, fill_of(look, scale),
                                                             extra))
     out = ['digraph G {', '  rankdir=TB; compound=true;',
-           '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=14];']
+           '  node [shape=box, style=filled, fontname="Helvetica", fontsize=14];']
     children: dict[str, list[str]] = {}
     for c in view.clusters:
         children.setdefault(parent(c), []).append(c)
@@ -170,7 +172,7 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
             name = c[len(cluster) + 1:] if cluster else c
             out.append(f'  subgraph "cluster_{escape(c)}" {{')
             out.append(f'    label="{escape(name)}/"; fontname="Helvetica"; fontsize=14; '
-                       'style="rounded"; color="#888888"; '
+                       'color="#888888"; '
                        f'bgcolor="{"#f7f7f7" if depth % 2 == 0 else "#ffffff"}";')
             emit(c, depth + 1)
             out.append("  }")
