@@ -3,9 +3,9 @@ one line of text, nothing else (the same Streamlit, the same flags): Streamlit's
 
 ``?chart=1`` adds one small Vega-Lite chart (a 60-point line, as ``st.line_chart`` draws it):
 the floor of a page that draws any chart, since a page's first Vega-Lite chart makes the
-browser load and run Vega's code; ``?chart=N`` adds N of them (the Summary draws three). ``?graph=1`` adds one small Graphviz graph (six nodes, as the
-Op graph's neighbourhood view draws): the floor of a page that draws a graph (Graphviz's layout
-runs in the browser)."""
+browser load and run Vega's code; ``?chart=N`` adds N of them (the Summary draws three).
+``?graph=1`` adds one small Graphviz graph (six nodes, as the Op graph's neighbourhood view
+draws): the floor of a page that draws a graph (Graphviz's layout runs in the browser)."""
 import streamlit as st
 
 st.title("Bare page")

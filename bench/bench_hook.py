@@ -74,12 +74,12 @@ classes: 11 rows per tensor and kind instead of 3), in the same fused pass. 4f
 (``stats-every-one-op``, only when named): the fused kernel as one op over every captured
 tensor (how the kernel once ran) instead of one op per tensor. 4g (``touch-every``, only when
 named): the statistics step's graph with one element of each captured tensor read instead of
-the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions);
-7g (``touch-layers``, only when named) likewise for the always-on mode: named beside
-``layers-every``, its p50 plus one read of the bytes always-on reads is that row's floor.
+the statistics (the cost of giving every op's output a consumer, e.g. the lost fusions).
 Named beside ``stats-every``, it sets that target's floor: its p50 plus one read of the
 captured bytes at the measured bandwidth, as a ratio to plain's p50 (the target is
-``max(1.25, floor + 0.05)``); without it the target reads 1.25.
+``max(1.25, floor + 0.05)``); without it the target reads 1.25. 7g (``touch-layers``, only
+when named) likewise for the always-on mode: named beside ``layers-every``, its p50 plus one
+read of the bytes always-on reads is that row's floor.
 
 After each block (untimed) its dumps are deleted and ``os.sync()`` flushes what is left of
 its writeback, so a dumping block does not slow whichever block follows it.
@@ -105,7 +105,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # first: imports below (noqa: E402) from this checkout
@@ -290,21 +290,21 @@ class Trainer:
     def combo(self) -> tuple[str, int, int]:
         return self.family, self.n, self.batch
 
+    def _bytes(self, captured: Iterable) -> int:
+        """The bytes of ``captured``'s tensors and gradients at the static batch."""
+        return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
+                   for c in captured for t in (c.tensor, c.gradient) if t is not None)
+
     @property
     def captured_bytes(self) -> int:
         """What one statistics step reads: every captured tensor and gradient at the static batch."""
-        return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
-                   for h in self.hooks if isinstance(h, DumpHook) for c in h.captured
-                   for t in (c.tensor, c.gradient) if t is not None)
+        return self._bytes(c for h in self.hooks if isinstance(h, DumpHook) for c in h.captured)
 
     @property
     def layer_bytes(self) -> int:
         """What an always-on step reads: the layer outputs and gradients of the hook's second
         build_stats call (the first builds the statistics step's), 0 without one."""
-        if len(self.built) < 2:
-            return 0
-        return sum(_static_bytes(t, c.batched) * (self.batch if c.batched else 1)
-                   for c in self.built[1] for t in (c.tensor, c.gradient) if t is not None)
+        return self._bytes(self.built[1]) if len(self.built) > 1 else 0
 
     def block(self, steps: int, record: bool = True) -> None:
         times = []
@@ -441,12 +441,12 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
         mib = stats.captured_bytes / 2 ** 20
         floor_ms = 1e3 * stats.captured_bytes / bandwidth
         ratio = s_ms / p_ms
-        floor = stats_floor(by, bandwidth, p_ms / 1e3) or (p_ms + floor_ms) / p_ms
+        floor = touch_floor("stats-every", by, bandwidth, p_ms / 1e3) or (p_ms + floor_ms) / p_ms
         hook_ms, hook_cpu = stats.hook_ms
         others = [f"{1e3 * statistics.median(by[k].step_times) / p_ms:.3f} / "
                   f"{by[k].cpu_per_step / plain.cpu_per_step:.3f}" for k in extra]
         if "touch-layers" in extra:   # the always-on row's floor beside its ratio
-            always = layers_floor(by, bandwidth, p_ms / 1e3)
+            always = touch_floor("layers-every", by, bandwidth, p_ms / 1e3)
             others.append("" if always is None else f"{always:.3f}")
         rows.append([*map(str, combo), f"{mib:.1f}", f"{p_ms:.1f}", f"{s_ms:.1f}", f"{ratio:.3f}",
                      "yes" if ratio <= max(1.25, floor + 0.05) else "NO",
@@ -461,24 +461,24 @@ def sweep_report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: f
                                              *(["always-on floor"] if "touch-layers" in extra else [])])
 
 
-def stats_floor(by: dict[str, Trainer], bandwidth: float, p50_plain: float | None) -> float | None:
-    """The statistics step's floor, as a ratio to plain: what every op's output costs once it
-    has a consumer (``touch-every``'s p50: the fusions Grappler cannot make, ``d loss / d
-    input``) plus one read of the captured bytes at ``bandwidth``; None without both."""
-    if p50_plain is None or "touch-every" not in by or "stats-every" not in by:
-        return None
-    touch = statistics.median(by["touch-every"].step_times)
-    return (touch + by["stats-every"].captured_bytes / bandwidth) / p50_plain
+#: configuration -> (the touch configuration that bounds it, the bytes one of its steps reads):
+#: ``touch-every``'s p50 is what every op's output costs once it has a consumer (the fusions
+#: Grappler cannot make, ``d loss / d input``), ``touch-layers``' what the always-on layers'
+#: outputs and gradients cost (the loss's forward included)
+TOUCHES: dict[str, tuple[str, Callable[[Trainer], int]]] = {
+    "stats-every": ("touch-every", lambda t: t.captured_bytes),
+    "layers-every": ("touch-layers", lambda t: t.layer_bytes),
+}
 
 
-def layers_floor(by: dict[str, Trainer], bandwidth: float, p50_plain: float | None) -> float | None:
-    """The always-on step's floor, as a ratio to plain: ``touch-layers``'s p50 (what giving the
-    layers' outputs and gradients a consumer costs, the loss's forward included) plus one read
-    of the bytes always-on reads at ``bandwidth``; None without both."""
-    if p50_plain is None or "touch-layers" not in by or "layers-every" not in by:
+def touch_floor(key: str, by: dict[str, Trainer], bandwidth: float,
+                p50_plain: float | None) -> float | None:
+    """Configuration ``key``'s floor as a ratio to plain: its touch configuration's p50 plus one
+    read of the bytes its step reads at ``bandwidth`` (:data:`TOUCHES`); None without both."""
+    touch, nbytes = TOUCHES[key]
+    if p50_plain is None or touch not in by or key not in by:
         return None
-    touch = statistics.median(by["touch-layers"].step_times)
-    return (touch + by["layers-every"].layer_bytes / bandwidth) / p50_plain
+    return (statistics.median(by[touch].step_times) + nbytes(by[key]) / bandwidth) / p50_plain
 
 
 def report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: float) -> str:
@@ -499,11 +499,11 @@ def report(trainers: list[Trainer], args: argparse.Namespace, bandwidth: float) 
     targets = {"hook-idle": ("p50 <= 1.02", "p50", 1.02), "defaults": ("mean <= 1.05", "mean", 1.05),
                "stats-every": ("p50 <= 1.25", "p50", 1.25), "layers-every": ("p50 <= 1.10", "p50", 1.10)}
     p50_plain = statistics.median(by["plain"].step_times) if "plain" in by else None
-    floor = stats_floor(by, bandwidth, p50_plain)
+    floor = touch_floor("stats-every", by, bandwidth, p50_plain)
     if floor is not None:
         limit = round(max(1.25, floor + 0.05), 3)
         targets["stats-every"] = (f"p50 <= max(1.25, floor {floor:.3f} + 0.05) = {limit:.3f}", "p50", limit)
-    if (always := layers_floor(by, bandwidth, p50_plain)) is not None:
+    if (always := touch_floor("layers-every", by, bandwidth, p50_plain)) is not None:
         targets["layers-every"] = (f"p50 <= 1.10 (floor {always:.3f})", "p50", 1.10)
     rows = []
     for k, t in by.items():

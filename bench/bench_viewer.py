@@ -49,9 +49,9 @@ pages' own cost whatever the run;
   (chrome)" is the viewer on a folder without runs (the sidebar and navigation every page pays),
   a row "bare + one chart" the bare page with one small Vega-Lite chart (the floor of any page
   that draws a chart: the first chart loads and runs Vega's code in the browser), a row "bare +
-  three charts" with three (the Summary's), a row "bare +
-  one graph" with one small Graphviz graph (likewise for the Op graph), and with ``--baseline`` the other checkout's pages are timed the same way, each right after
-  this checkout's;
+  three charts" with three (the Summary's), a row "bare + one graph" with one small Graphviz
+  graph (likewise for the Op graph), and with ``--baseline`` the other checkout's pages are
+  timed the same way, each right after this checkout's;
 - **the first visit after a server start, against the bare page's** (:data:`FIRST_VISIT_PAGES`:
   each a new server and browser profile, then the bare page's new server and profile, ``--reps``
   times; the target: 2);

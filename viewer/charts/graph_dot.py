@@ -23,9 +23,11 @@ from .graph_colours import Look, Scale, fill_of, legend_items, state_text, text_
 
 #: border colours of the centre op and of the search's matches
 CENTRE, MATCH = "#1f77b4", "#ff7f0e"
-#: the borders of a closed scope's box and of a series of them. No box or cluster is rounded:
-#: Graphviz's rounded style costs the browser ~0.2 s of main-thread CPU even on a six-op graph
-#: (bench/README.md, "Op graph"), a third of the page's own cost
+#: Both views' node defaults, and the borders of a closed scope's box and of a series of them.
+#: No box or cluster is rounded: Graphviz's rounded style costs the browser ~0.2 s of
+#: main-thread CPU even on a six-op graph (bench/README.md, "Op graph"), a third of the page's
+#: own cost
+NODES = '  node [shape=box, style=filled, fontname="Helvetica", fontsize=14];'
 BORDERS = {"scope": ", peripheries=2", "series": ', peripheries=2, style="filled,dashed"'}
 
 
@@ -65,8 +67,7 @@ def dot(near: Neighbourhood, graph: OpGraph, looks: dict[str, Look], scale: Scal
     """DOT text of ``near``: one box per op (name, op type, the statistic or the op's state), data
     edges solid, control edges dashed, the centre drawn thick, and a legend of the colours."""
     ids = {name: f"n{i}" for i, name in enumerate(near.nodes)}
-    out = ['digraph G {', '  rankdir=TB;',
-           '  node [shape=box, style=filled, fontname="Helvetica", fontsize=14];']
+    out = ['digraph G {', '  rankdir=TB;', NODES]
     for name, nid in ids.items():
         look = looks.get(name, Look())
         label = f"{name}\n{graph.nodes[name].op}\n{state_text(look, stat)}"
@@ -161,8 +162,7 @@ def model_dot(view: Collapsed, graph: OpGraph, looks: dict[str, Look], scale: Sc
             extra += f', penwidth=3, color="{marked[uid]}"'
         lines.setdefault(unit.cluster, []).append(node_line(ids[uid], label, fill_of(look, scale),
                                                             extra))
-    out = ['digraph G {', '  rankdir=TB; compound=true;',
-           '  node [shape=box, style=filled, fontname="Helvetica", fontsize=14];']
+    out = ['digraph G {', '  rankdir=TB; compound=true;', NODES]
     children: dict[str, list[str]] = {}
     for c in view.clusters:
         children.setdefault(parent(c), []).append(c)
